@@ -19,8 +19,11 @@ $(VENV)/.ready: pyproject.toml
 		$(PY) -m pip install -q "torch>=2.4"; \
 	else \
 		echo "no GPU: installing torch $(TORCH_VERSION) (CPU build)"; \
-		$(PY) -m pip install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null \
-		|| $(PY) -m pip install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX); \
+		if $(PY) -m pip install -q --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null; then \
+			$(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
+		else \
+			$(PY) -m pip install -q "torch==$(TORCH_VERSION)" --extra-index-url $(TORCH_CPU_INDEX); \
+		fi; \
 	fi
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null

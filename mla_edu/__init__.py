@@ -1,0 +1,7 @@
+"""mla-edu: DeepSeek's Multi-head Latent Attention, how it is served, and how CUDA graphs break it."""
+
+from mla_edu import _env  # noqa: F401  (must run before anything imports triton)
+from mla_edu._env import HAS_CUDA, default_device
+
+__version__ = "0.1.0"
+__all__ = ["HAS_CUDA", "default_device", "__version__"]
