@@ -1,0 +1,64 @@
+"""MLA with the up-projections absorbed: attention runs in the 512-wide latent space.
+
+    q_i . k_i = (W_UK_i^T q_nope_i) . c_kv + q_pe_i . k_pe      (W_UK folds into the query)
+    o_i       = W_UV_i (sum_l p_il c_kv_l)                       (W_UV folds into the output)
+
+Decode becomes multi-query attention over the latent cache: key dim r + dr (576), value dim r
+(512, the first r numbers of each key). The softmax scale is unchanged: 1/sqrt(dn + dr).
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import einsum, rearrange
+
+from mla_edu.attention.common import LatentCache, MLAWeights, causal_mask
+
+
+def latent_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch.Tensor, k_pe: torch.Tensor,
+                     scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """MQA over the latent cache: ``q_nope [B,T,H,r]``, ``q_pe [B,T,H,dr]``, ``c_kv [B,L,r]``, ``k_pe [B,L,dr]``
+    -> ``o_latent [B,T,H,r]``. ``mask [T, L]`` (True = attend) or None."""
+    scores = (einsum(q_nope, c_kv, "b t h r, b l r -> b h t l")
+              + einsum(q_pe, k_pe, "b t h d, b l d -> b h t l")) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(scores.float(), dim=-1).to(c_kv.dtype)
+    return einsum(p, c_kv, "b h t l, b l r -> b t h r")
+
+
+class AbsorbedMLA(MLAWeights):
+    """Multi-head latent attention with W_UK and W_UV absorbed (the order decode kernels use).
+
+    The pieces a serving engine calls per decode step, in order:
+    ``latent_kv`` (write to the cache) -> ``absorbed_query`` -> attention over the cache
+    (``mla_edu.kernels.mla_decode``) -> ``output``.
+    """
+
+    def absorbed_query(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q_nope [..., H, r]`` (W_UK folded in) and rotated ``q_pe [..., H, dr]``."""
+        q_nope, q_pe = self.query(hidden, positions)                    # [..., H, dn], [..., H, dr]
+        w_uk, _ = self.w_uk_uv()                                        # [H, dn, r]
+        return einsum(q_nope, w_uk, "... h d, h d r -> ... h r"), q_pe
+
+    def output(self, o_latent: torch.Tensor) -> torch.Tensor:
+        """``o_latent [..., H, r]`` -> ``[..., D]``: apply W_UV per head, then o_proj."""
+        c = self.config
+        if o_latent.shape[-2:] != (c.num_attention_heads, c.kv_lora_rank):
+            raise ValueError(f"o_latent: expected [..., {c.num_attention_heads}, {c.kv_lora_rank}], "
+                             f"got {list(o_latent.shape)}")
+        _, w_uv = self.w_uk_uv()                                        # [H, dv, r]
+        o = einsum(o_latent, w_uv, "... h r, h d r -> ... h d")         # [..., H, dv]
+        return self.o_proj(rearrange(o, "... h d -> ... (h d)"))
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
+        """``hidden [B, T, D]``, ``positions [B, T]`` -> ``[B, T, D]``; causal over the cache plus the new tokens."""
+        if hidden.dim() != 3:
+            raise ValueError(f"hidden: expected [B, T, hidden_size], got shape {list(hidden.shape)}")
+        q_nope, q_pe = self.absorbed_query(hidden, positions)           # [B, T, H, r], [B, T, H, dr]
+        c_kv, k_pe = self.latent_kv(hidden, positions)                  # [B, T, r], [B, T, dr]
+        if cache is not None:
+            c_kv, k_pe = cache.update(c_kv, k_pe)
+        mask = causal_mask(hidden.shape[1], c_kv.shape[1], hidden.device)
+        o_latent = latent_attention(q_nope, q_pe, c_kv, k_pe, self.softmax_scale, mask)  # [B, T, H, r]
+        return self.output(o_latent)

@@ -1,0 +1,161 @@
+"""What naive and absorbed MLA share: the weights (with transformers' names), the query and the latent.
+
+Symbols (DeepSeek-V2 paper, section 2.1; DeepSeek-V3 values in brackets):
+    D  hidden_size [7168]          H  num_attention_heads [128]
+    r  kv_lora_rank [512]          d_c' q_lora_rank [1536, or None]
+    dn qk_nope_head_dim [128]      dr qk_rope_head_dim [64]       dv v_head_dim [128]
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from mla_edu.config import MLAConfig
+from mla_edu.rope import apply_rope, cos_sin, inv_freq
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32, cast back, then scaled (as transformers' DeepseekV3RMSNorm)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class LatentCache:
+    """A contiguous latent KV cache for one layer: ``c_kv [B, L, r]`` and ``k_pe [B, L, dr]``.
+
+    This is the whole MLA cache: 576 numbers per token at DeepSeek-V3 dims. Paged serving keeps the
+    same numbers in pages (``mla_edu.kvcache``).
+    """
+
+    def __init__(self) -> None:
+        self.c_kv: torch.Tensor | None = None
+        self.k_pe: torch.Tensor | None = None
+
+    @property
+    def seq_len(self) -> int:
+        return 0 if self.c_kv is None else self.c_kv.shape[1]
+
+    def update(self, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``[B, T, r]`` / ``[B, T, dr]``; return everything cached so far."""
+        if self.c_kv is None:
+            self.c_kv, self.k_pe = c_kv, k_pe
+        else:
+            if c_kv.shape[0] != self.c_kv.shape[0] or c_kv.shape[2:] != self.c_kv.shape[2:]:
+                raise ValueError(f"LatentCache.update: expected c_kv [{self.c_kv.shape[0]}, T, {self.c_kv.shape[2]}], "
+                                 f"got {list(c_kv.shape)}")
+            self.c_kv = torch.cat((self.c_kv, c_kv), dim=1)
+            self.k_pe = torch.cat((self.k_pe, k_pe), dim=1)
+        return self.c_kv, self.k_pe
+
+
+class MLAWeights(nn.Module):
+    """The parameters of one MLA layer, named as transformers names them, and the shared first steps."""
+
+    def __init__(self, config: MLAConfig):
+        super().__init__()
+        if not isinstance(config, MLAConfig):
+            raise TypeError(f"expected an MLAConfig, got {type(config).__name__}")
+        self.config = c = config
+        H = c.num_attention_heads
+        if c.q_lora_rank is None:
+            self.q_proj = nn.Linear(c.hidden_size, H * c.qk_head_dim, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(c.hidden_size, c.q_lora_rank, bias=c.attention_bias)
+            self.q_a_layernorm = RMSNorm(c.q_lora_rank, c.rms_norm_eps)
+            self.q_b_proj = nn.Linear(c.q_lora_rank, H * c.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(c.hidden_size, c.kv_cache_dim, bias=c.attention_bias)
+        self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, c.rms_norm_eps)
+        self.kv_b_proj = nn.Linear(c.kv_lora_rank, H * (c.qk_nope_head_dim + c.v_head_dim), bias=False)
+        self.o_proj = nn.Linear(H * c.v_head_dim, c.hidden_size, bias=c.attention_bias)
+        self.register_buffer("inv_freq", inv_freq(c), persistent=False)
+        self.softmax_scale = c.softmax_scale
+
+    # ---- loading --------------------------------------------------------------------------
+    @classmethod
+    def from_hf(cls, module: nn.Module):
+        """Build from a transformers ``DeepseekV3Attention``/``DeepseekV2Attention`` (same weights)."""
+        if not hasattr(module, "config") or not hasattr(module, "kv_b_proj"):
+            raise TypeError(f"from_hf expects a transformers DeepseekV2/V3 attention module, got {type(module).__name__}")
+        config = MLAConfig.from_hf(module.config)
+        ref = next(module.parameters())
+        layer = cls(config).to(device=ref.device, dtype=ref.dtype)
+        layer.load_hf_state_dict(module.state_dict())
+        return layer
+
+    def load_hf_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load transformers' attention weights; missing, extra or mis-shaped entries raise ValueError."""
+        own = self.state_dict()
+        missing = sorted(set(own) - set(state_dict))
+        extra = sorted(set(state_dict) - set(own))
+        if missing or extra:
+            raise ValueError(f"state dict does not fit this MLAConfig: missing {missing}, unexpected {extra}")
+        for name, tensor in state_dict.items():
+            if tuple(tensor.shape) != tuple(own[name].shape):
+                raise ValueError(f"state dict entry {name!r}: expected shape {tuple(own[name].shape)}, "
+                                 f"got {tuple(tensor.shape)}")
+        self.load_state_dict(state_dict)
+
+    # ---- input checks ---------------------------------------------------------------------
+    def _check(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        if not isinstance(hidden, torch.Tensor) or not isinstance(positions, torch.Tensor):
+            raise TypeError(f"hidden and positions must be tensors, got {type(hidden).__name__}, {type(positions).__name__}")
+        if hidden.shape[-1] != c.hidden_size:
+            raise ValueError(f"hidden: expected last dim hidden_size={c.hidden_size}, got shape {list(hidden.shape)}")
+        w = self.kv_a_proj_with_mqa.weight
+        if hidden.dtype != w.dtype:
+            raise TypeError(f"hidden has dtype {hidden.dtype} but the weights are {w.dtype}")
+        if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+            raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+        if positions.shape != hidden.shape[:-1]:
+            if positions.dim() == 1 and positions.shape[0] == hidden.shape[-2]:
+                positions = positions.expand(hidden.shape[:-1])
+            else:
+                raise ValueError(f"positions: expected shape {list(hidden.shape[:-1])} (or [T]), got {list(positions.shape)}")
+        return positions
+
+    # ---- the shared first steps -------------------------------------------------------------
+    def query(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head ``q_nope [..., H, dn]`` and rotated ``q_pe [..., H, dr]``."""
+        c = self.config
+        positions = self._check(hidden, positions)
+        if c.q_lora_rank is None:
+            q = self.q_proj(hidden)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden)))  # c_q = W_DQ h, q = W_UQ c_q
+        q = rearrange(q, "... (h d) -> ... h d", h=c.num_attention_heads)  # [..., H, dn + dr]
+        q_nope, q_pe = q.split([c.qk_nope_head_dim, c.qk_rope_head_dim], dim=-1)
+        cos, sin = cos_sin(c, positions, self.inv_freq)  # [..., dr/2]
+        q_pe = apply_rope(q_pe, cos[..., None, :], sin[..., None, :], c.rope_interleave)
+        return q_nope, q_pe
+
+    def latent_kv(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What MLA caches per token: ``c_kv [..., r]`` (normalised) and the shared rotated ``k_pe [..., dr]``."""
+        c = self.config
+        positions = self._check(hidden, positions)
+        c_kv, k_pe = self.kv_a_proj_with_mqa(hidden).split([c.kv_lora_rank, c.qk_rope_head_dim], dim=-1)
+        c_kv = self.kv_a_layernorm(c_kv)
+        cos, sin = cos_sin(c, positions, self.inv_freq)
+        return c_kv, apply_rope(k_pe, cos, sin, c.rope_interleave)
+
+    def w_uk_uv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``kv_b_proj`` split per head: ``W_UK [H, dn, r]`` and ``W_UV [H, dv, r]``."""
+        c = self.config
+        w = rearrange(self.kv_b_proj.weight, "(h d) r -> h d r", h=c.num_attention_heads)
+        return w.split([c.qk_nope_head_dim, c.v_head_dim], dim=1)
+
+
+def causal_mask(t_new: int, t_total: int, device: torch.device) -> torch.Tensor:
+    """``[t_new, t_total]`` bool: new token i (at index t_total - t_new + i) sees keys 0..its own index."""
+    q_idx = torch.arange(t_total - t_new, t_total, device=device)[:, None]
+    return torch.arange(t_total, device=device)[None, :] <= q_idx

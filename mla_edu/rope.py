@@ -1,0 +1,76 @@
+"""Rotary position embedding for MLA's decoupled ``q_pe``/``k_pe`` (with YaRN).
+
+MLA rotates only the last ``qk_rope_head_dim`` numbers of each query head and one shared
+``k_pe`` per token (DeepSeek-V2 paper, section 2.1.3). Two layouts exist in ``transformers``:
+
+- ``interleave=True``: rotate adjacent pairs ``(x0, x1), (x2, x3), ...`` (DeepSeek's own
+  checkpoints). DeepSeek's reference code and transformers' DeepseekV2 keep the rotated pairs
+  interleaved; transformers' DeepseekV3 writes them de-interleaved. That is one fixed permutation
+  applied to q and k alike, so every q.k is the same; we keep them interleaved.
+- ``interleave=False``: rotate halves ``(x_i, x_{i+d/2})`` (``rotate_half``, Llama's layout).
+
+YaRN (arXiv 2309.00071) changes the inverse frequencies and multiplies cos/sin by
+``MLAConfig.rope_attention_factor``; its temperature on the logits lives in
+``MLAConfig.softmax_scale``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mla_edu.config import MLAConfig
+
+
+def inv_freq(config: MLAConfig) -> torch.Tensor:
+    """Inverse frequencies ``[rope_dim // 2]`` (float32), plain or YaRN-blended."""
+    dim, base = config.qk_rope_head_dim, config.rope_theta
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    extrapolation = 1.0 / pos_freqs
+    rs = config.rope_scaling
+    if rs is None:
+        return extrapolation
+    factor = float(rs["factor"])
+    interpolation = 1.0 / (factor * pos_freqs)
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+    original = rs["original_max_position_embeddings"]
+
+    def correction_dim(num_rotations: float) -> float:
+        # the dimension whose wavelength fits `num_rotations` times into the original context
+        return dim * math.log(original / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: high-frequency dims keep their frequency (extrapolate); 0: interpolate
+    return interpolation * (1 - keep) + extrapolation * keep
+
+
+def cos_sin(config: MLAConfig, positions: torch.Tensor, freqs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of each position's angles: two tensors ``[*positions.shape, rope_dim // 2]`` (float32)."""
+    if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+    freqs = inv_freq(config) if freqs is None else freqs
+    angles = positions.to(torch.float32)[..., None] * freqs.to(positions.device)  # [..., rope/2]
+    a = config.rope_attention_factor
+    return angles.cos() * a, angles.sin() * a
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
+    """Rotate the last dim of ``x`` ``[..., rope_dim]``; cos/sin ``[..., rope_dim // 2]`` broadcast to it."""
+    if x.shape[-1] != 2 * cos.shape[-1]:
+        raise ValueError(f"apply_rope: x has last dim {x.shape[-1]}, expected 2 * {cos.shape[-1]} (from cos/sin)")
+    xf = x.float()
+    if interleave:
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    else:
+        half = x.shape[-1] // 2
+        x1, x2 = xf[..., :half], xf[..., half:]
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return out.to(x.dtype)
