@@ -1,0 +1,20 @@
+"""Attention backends in SGLang's protocol: ``cutlass_mla`` (pre-fix / fixed) and ``triton``."""
+
+from mla_edu.serving.backends.base import AttentionBackend, cutlass_auto_splits
+from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLABackend
+from mla_edu.serving.backends.triton import TritonBackend
+
+BACKEND_CLASSES = {"cutlass_mla": CutlassMLABackend, "triton": TritonBackend}
+
+
+def create_backend(name: str, *args, defects=frozenset(), **kw) -> AttentionBackend:
+    """Build the backend named ``name`` (``--attention-backend``)."""
+    if name not in BACKEND_CLASSES:
+        raise ValueError(f"attention backend: expected one of {sorted(BACKEND_CLASSES)}, got {name!r}")
+    if name == "cutlass_mla":
+        return CutlassMLABackend(*args, defects=defects, **kw)
+    return BACKEND_CLASSES[name](*args, **kw)
+
+
+__all__ = ["AttentionBackend", "CutlassMLABackend", "TritonBackend", "POISON_PAGE",
+           "create_backend", "cutlass_auto_splits", "BACKEND_CLASSES"]

@@ -1,0 +1,113 @@
+"""SGLang's ``cutlass_mla`` backend, before and after PR #6998, each defect switchable.
+
+Read against ``python/sglang/srt/layers/attention/cutlass_mla_backend.py`` at the buggy
+parent 7059ae16f and at the fix e58423b2b. The kernel is called with the cutlass contract
+(``stride_policy="size"``: row stride and ``max_seq_len`` come from ``page_table.size(1)``).
+
+Defects (``defects`` is any subset):
+- ``width``: capture computes ``max_seqlen_pad`` from the dummy lengths (1 page) and hands
+  the kernel the narrow view ``cuda_graph_kv_indices[:bs, :1]``; the graph freezes that shape.
+  Fixed: ``max_seqlen_pad = W``, the full width, so size(1) equals the real row stride.
+- ``workspace``: capture allocates a workspace sized for the capture-time shapes and stores
+  it on ``self`` (the next capture replaces it, dropping the one the previous graph uses);
+  replay allocates a new one and assigns it to metadata the graph never reads.
+  Fixed: one workspace for the maximum, allocated in ``init_cuda_graph_state``.
+- ``stale``: the index buffer is never reset, so entries past a request's pages keep old
+  page ids. Off: the buffer is filled with an out-of-range page id before every fill and the
+  kernel runs checked, so any stray read gives NaN for that request (loud, not silent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mla_edu import kernels, kvcache
+from mla_edu.serving.backends.base import AttentionBackend
+from mla_edu.serving.batch import ForwardBatch
+
+PAGE_SIZE = 128
+POISON_PAGE = 2**30  # far past any page id: a read of it is out of range
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class CutlassMLADecodeMetadata:
+    workspace: torch.Tensor
+    block_kv_indices: torch.Tensor  # [bs, max_seqlen_pad] int32 (a view in graph mode)
+
+
+class CutlassMLABackend(AttentionBackend):
+    page_size = PAGE_SIZE
+
+    def __init__(self, *args, defects=frozenset(), **kw):
+        super().__init__(*args, **kw)
+        self.defects = frozenset(defects)
+        self.poison = "stale" not in self.defects
+        self.cuda_graph_kv_indices = None
+        self.cuda_graph_mla_workspace = None
+
+    # --- workspace: bytes for split partials, sized by sgl-kernel's formula -----------------
+    def _workspace(self, max_seq_len: int, bs: int) -> torch.Tensor:
+        splits = self.splits_for(max_seq_len, bs)
+        size = kernels.get_workspace_size(max_seq_len, bs, self.sm_count, splits)
+        return torch.empty(size, dtype=torch.uint8, device=self.device)
+
+    def _fill(self, req_pool_indices, seq_lens, table):
+        kvcache.fill_page_table(self.req_to_token, req_pool_indices, seq_lens, table, PAGE_SIZE)
+
+    # --- eager: a fresh contiguous table every step (right, whatever the defects) -------------
+    def init_forward_metadata(self, batch: ForwardBatch):
+        bs = batch.batch_size
+        max_seqlen_pad = _cdiv(int(batch.seq_lens_cpu.max()), PAGE_SIZE)
+        block_kv_indices = torch.full((bs, max_seqlen_pad), -1, dtype=torch.int32, device=self.device)
+        self._fill(batch.req_pool_indices, batch.seq_lens, block_kv_indices)
+        workspace = self._workspace(max_seqlen_pad * PAGE_SIZE, bs)
+        self.forward_metadata = CutlassMLADecodeMetadata(workspace, block_kv_indices)
+
+    # --- graphs ----------------------------------------------------------------------------------
+    def init_cuda_graph_state(self, max_bs: int):
+        width = (self.max_context_len + PAGE_SIZE) // PAGE_SIZE  # W, SGLang's formula
+        self.cuda_graph_kv_indices = torch.full((max_bs, width), 1, dtype=torch.int32, device=self.device)
+        self.cuda_graph_mla_workspace = self._workspace(width * PAGE_SIZE, max_bs)
+
+    def init_forward_metadata_capture_cuda_graph(self, bs, req_pool_indices, seq_lens):
+        if "width" in self.defects:
+            max_seqlen_pad = _cdiv(int(seq_lens.max().item()), PAGE_SIZE)  # dummy lengths: 1
+        else:
+            max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]
+        if self.poison:
+            self.cuda_graph_kv_indices.fill_(POISON_PAGE)
+        self._fill(req_pool_indices, seq_lens, self.cuda_graph_kv_indices)
+        if "workspace" in self.defects:
+            # replaces (and so drops) the workspace the previously captured graph points at
+            self.cuda_graph_mla_workspace = self._workspace(max_seqlen_pad * PAGE_SIZE, bs)
+        self.forward_metadata = CutlassMLADecodeMetadata(
+            self.cuda_graph_mla_workspace, self.cuda_graph_kv_indices[:bs, :max_seqlen_pad])
+
+    def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        seq_lens = seq_lens[:bs]
+        if self.poison:
+            self.cuda_graph_kv_indices.fill_(POISON_PAGE)
+        self._fill(req_pool_indices[:bs], seq_lens, self.cuda_graph_kv_indices)
+        if "width" in self.defects or "workspace" in self.defects:
+            max_seqlen_pad = _cdiv(int(seq_lens_cpu[:bs].max()), PAGE_SIZE)
+        if "workspace" in self.defects:
+            # a new workspace, assigned where the graph will never look
+            self.cuda_graph_mla_workspace = self._workspace(max_seqlen_pad * PAGE_SIZE, bs)
+            self.forward_metadata.workspace = self.cuda_graph_mla_workspace
+        if "width" in self.defects:
+            self.forward_metadata.block_kv_indices = self.cuda_graph_kv_indices[:bs, :max_seqlen_pad]
+
+    def forward_decode(self, q_nope, q_pe, layer_id, batch):
+        md = self.forward_metadata
+        table = md.block_kv_indices
+        # host wrapper: launch shapes (and so the split count) from the table's size
+        splits = self.splits_for(PAGE_SIZE * table.size(1), q_nope.shape[0])
+        return kernels.mla_decode(
+            q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, table, md.workspace,
+            self.sm_scale, splits, impl=self.kernel_impl, stride_policy="size", checked=self.poison)

@@ -1,0 +1,66 @@
+"""SGLang's Triton-backend style: graph-safe by construction.
+
+As ``python/sglang/srt/layers/attention/triton_backend.py`` does, every buffer the graph
+touches is allocated once at its maximum size before any capture; launch shapes never depend
+on the batch's lengths: the page table is full width and read through its real row stride
+(``stride_policy="stride"``), and the split count is fixed for the maximum context (SGLang's
+static-split mode; its default computes per-request counts into a device tensor, which is
+graph-safe for the same reason: the grid never changes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mla_edu import kernels, kvcache
+from mla_edu.serving.backends.base import AttentionBackend
+from mla_edu.serving.batch import ForwardBatch
+
+PAGE_SIZE = 128
+
+
+class TritonBackend(AttentionBackend):
+    page_size = PAGE_SIZE
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.width = (self.max_context_len + PAGE_SIZE) // PAGE_SIZE
+        self.page_table = None
+        self.workspace = None
+        self.max_bs = 0
+
+    def _splits(self, bs: int) -> int:
+        return self.splits_for(self.width * PAGE_SIZE, bs)
+
+    def _alloc(self, max_bs: int):
+        self.max_bs = max_bs
+        self.page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
+        splits = max(self._splits(b) for b in range(1, max_bs + 1))
+        size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
+        self.workspace = torch.empty(size, dtype=torch.uint8, device=self.device)
+
+    def init_forward_metadata(self, batch: ForwardBatch):
+        bs = batch.batch_size
+        if self.page_table is None or bs > self.max_bs:
+            self._alloc(max(bs, self.max_bs))
+        kvcache.fill_page_table(self.req_to_token, batch.req_pool_indices, batch.seq_lens,
+                                self.page_table, PAGE_SIZE)
+        self.forward_metadata = bs
+
+    def init_cuda_graph_state(self, max_bs: int):
+        self._alloc(max_bs)
+
+    def init_forward_metadata_capture_cuda_graph(self, bs, req_pool_indices, seq_lens):
+        kvcache.fill_page_table(self.req_to_token, req_pool_indices, seq_lens, self.page_table, PAGE_SIZE)
+        self.forward_metadata = bs
+
+    def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        kvcache.fill_page_table(self.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
+                                self.page_table, PAGE_SIZE)
+
+    def forward_decode(self, q_nope, q_pe, layer_id, batch):
+        bs = q_nope.shape[0]
+        return kernels.mla_decode(
+            q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs],
+            self.workspace, self.sm_scale, self._splits(bs), impl=self.kernel_impl,
+            stride_policy="stride")

@@ -1,0 +1,25 @@
+"""The decode batch handed to the model and the attention backend (SGLang's ``ForwardBatch``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ForwardBatch:
+    """One decode step: one new token per running request (row).
+
+    ``seq_lens`` counts the new token (its latent is written before attention), so the
+    token's position is ``seq_lens - 1``; ``out_cache_loc`` is its slot in the paged cache
+    (``page * PAGE + offset``).
+    """
+
+    batch_size: int
+    input_ids: torch.Tensor  # [B] int64
+    positions: torch.Tensor  # [B] int64
+    req_pool_indices: torch.Tensor  # [B] int32
+    seq_lens: torch.Tensor  # [B] int32
+    out_cache_loc: torch.Tensor  # [B] int64
+    seq_lens_cpu: torch.Tensor | None = None  # [B] int32, host copy

@@ -1,0 +1,202 @@
+"""The mini serving engine: continuous batching over a paged latent cache.
+
+Scheduling follows SGLang's scheduler in miniature: waiting requests are prefilled one by one
+(the model's contiguous forward; latents written into the paged cache) while fewer than
+``max_running_requests`` run; they join the running batch; every step decodes one token for
+each running request (greedy); finished requests (end marker, ``max_new_tokens``, or an error)
+leave the batch and free their ``req_to_token`` row and their pages, which later requests reuse.
+
+Row order: SGLang's ``ScheduleBatch.filter_batch`` keeps the surviving rows in order and
+``merge_batch`` appends the joining requests at the end (``schedule_batch.py``,
+``self.reqs.extend(other.reqs)``): ``row_order="append"``. ``"prepend"`` puts them first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from mla_edu.serving.args import ServerArgs
+from mla_edu.serving.batch import ForwardBatch
+from mla_edu.serving.model_runner import ModelRunner
+
+
+@dataclass
+class Req:
+    """One request and what happened to it."""
+
+    rid: int
+    prompt_ids: list
+    max_new_tokens: int
+    output_ids: list = field(default_factory=list)
+    req_pool_idx: int | None = None
+    pages: list = field(default_factory=list)
+    seq_len: int = 0  # tokens whose latents are in the cache
+    finished_reason: str | None = None  # "stop" | "length" | "error"
+    error: str | None = None
+    rows: list = field(default_factory=list)  # the batch row of each decode step
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_reason is not None
+
+    @property
+    def decoded_only_in_row0(self) -> bool:
+        return all(r == 0 for r in self.rows)
+
+
+class Engine:
+    """``Engine(model, **server_args)``; ``generate(prompts)`` -> list of ``Req`` (same order)."""
+
+    def __init__(self, model, args: ServerArgs | None = None, **kw):
+        if args is None:
+            kw.setdefault("context_length", model.config.mla.max_position_embeddings)
+            args = ServerArgs(**kw)
+        elif kw:
+            raise TypeError(f"pass either args or keyword server arguments, got both ({sorted(kw)})")
+        self.args = args
+        self.runner = ModelRunner(model, args)
+        self.vocab_size = model.config.vocab_size
+        self.stats = {"decode_steps": 0, "max_running": 0, "graph_steps": 0, "padded_rows": 0}
+
+    # --- request checks: a bad request fails alone --------------------------------------------
+    def _check(self, req: Req) -> str | None:
+        ids = req.prompt_ids
+        if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            return f"prompt: expected a list of int token ids, got {type(ids).__name__}"
+        if len(ids) == 0:
+            return "prompt: expected at least one token, got an empty prompt"
+        if any(t < 0 or t >= self.vocab_size for t in ids):
+            return f"prompt: expected token ids in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}"
+        if not isinstance(req.max_new_tokens, int) or req.max_new_tokens < 1:
+            return f"max_new_tokens: expected an int >= 1, got {req.max_new_tokens!r}"
+        ctx = self.args.context_length
+        if len(ids) + req.max_new_tokens > ctx:
+            return (f"prompt too long: {len(ids)} prompt tokens + max_new_tokens {req.max_new_tokens} "
+                    f"exceed the context length {ctx}")
+        return None
+
+    # --- memory ---------------------------------------------------------------------------------
+    def _alloc(self, req: Req, n_tokens: int):
+        """Make sure ``req`` owns pages for ``n_tokens`` tokens."""
+        need = -(-n_tokens // self.runner.page_size) - len(req.pages)
+        if need > 0:
+            req.pages.extend(int(p) for p in self.runner.allocator.alloc_pages(need))
+
+    def _free(self, req: Req):
+        if req.req_pool_idx is not None:
+            self.runner.req_to_token_pool.free([req.req_pool_idx])
+            req.req_pool_idx = None
+        if req.pages:
+            self.runner.allocator.free_pages(req.pages)
+            req.pages = []
+
+    def _finish(self, req: Req, reason: str, error: str | None = None):
+        req.finished_reason, req.error = reason, error
+        self._free(req)
+
+    def _after_token(self, req: Req, tok: int, stop: set):
+        req.output_ids.append(tok)
+        if tok in stop:
+            self._finish(req, "stop")
+        elif len(req.output_ids) >= req.max_new_tokens:
+            self._finish(req, "length")
+
+    # --- the two forward kinds ------------------------------------------------------------------
+    def _prefill(self, req: Req, stop: set):
+        req.req_pool_idx = int(self.runner.req_to_token_pool.alloc(1)[0])
+        self._alloc(req, len(req.prompt_ids))
+        logits = self.runner.prefill(req.prompt_ids, req.req_pool_idx, req.pages)
+        req.seq_len = len(req.prompt_ids)
+        if not torch.isfinite(logits).all():
+            return self._finish(req, "error", "prefill: non-finite logits")
+        self._after_token(req, int(logits.argmax()), stop)
+
+    def _decode(self, running: list, stop: set):
+        rn = self.runner
+        pos, rpi, locs = [], [], []
+        for row, req in enumerate(running):
+            p = req.seq_len  # the fed-back token's position
+            self._alloc(req, p + 1)
+            locs.append(rn.assign_slots(req.req_pool_idx, req.pages, p, p + 1))
+            pos.append(p)
+            rpi.append(req.req_pool_idx)
+            req.rows.append(row)
+        dev = rn.device
+        positions = torch.tensor(pos, dtype=torch.int64)
+        batch = ForwardBatch(
+            batch_size=len(running),
+            input_ids=torch.tensor([r.output_ids[-1] for r in running], dtype=torch.int64, device=dev),
+            positions=positions.to(dev),
+            req_pool_indices=torch.tensor(rpi, dtype=torch.int32, device=dev),
+            seq_lens=(positions + 1).to(dev, torch.int32),
+            out_cache_loc=torch.cat(locs),
+            seq_lens_cpu=(positions + 1).to(torch.int32),
+        )
+        gr = rn.graph_runner
+        if gr is not None and gr.can_run(batch.batch_size):
+            self.stats["graph_steps"] += 1
+            self.stats["padded_rows"] += gr.padded_size(batch.batch_size) - batch.batch_size
+        next_ids, bad = rn.decode(batch)
+        next_ids, bad = next_ids.tolist(), bad.tolist()
+        self.stats["decode_steps"] += 1
+        for req, tok, is_bad in zip(running, next_ids, bad):
+            req.seq_len += 1
+            if is_bad:
+                self._finish(req, "error", "decode: non-finite logits (the kernel read a poisoned page id)")
+            else:
+                self._after_token(req, tok, stop)
+
+    # --- the loop ---------------------------------------------------------------------------------
+    def generate(self, prompts, max_new_tokens: int = 3, stop_token_ids=(2,), progress=None) -> list:
+        """Greedy-decode every prompt (a list of token-id lists) with continuous batching.
+
+        Returns one ``Req`` per prompt, in order; a bad request comes back with ``error`` set and
+        ``finished_reason == "error"``, the others run as if it were not there.
+        ``progress``: an optional callable, called with 1 for every finished request.
+        """
+        stop = set(stop_token_ids or ())
+        reqs = [Req(i, list(p) if isinstance(p, (list, tuple)) else p, max_new_tokens) for i, p in enumerate(prompts)]
+        waiting = deque()
+        for req in reqs:
+            err = self._check(req)
+            if err:
+                req.finished_reason, req.error = "error", err
+                if progress:
+                    progress(1)
+            else:
+                waiting.append(req)
+        running: list = []
+        max_running = self.args.max_running_requests
+        while waiting or running:
+            joining = []
+            while waiting and len(running) + len(joining) < max_running:
+                req = waiting.popleft()
+                self._prefill(req, stop)
+                if req.finished:
+                    if progress:
+                        progress(1)
+                else:
+                    joining.append(req)
+            running = running + joining if self.args.row_order == "append" else joining + running
+            if not running:
+                continue
+            self.stats["max_running"] = max(self.stats["max_running"], len(running))
+            self._decode(running, stop)
+            if progress:
+                for req in running:
+                    if req.finished:
+                        progress(1)
+            running = [r for r in running if not r.finished]  # filter_batch: order kept
+        return reqs
+
+
+def run_requests(model, prompts, *, max_new_tokens=3, stop_token_ids=(2,), progress=None, **server_args):
+    """One-shot helper: build an engine, generate, return ``(reqs, seconds, engine)``."""
+    engine = Engine(model, **server_args)
+    t0 = time.perf_counter()
+    reqs = engine.generate(prompts, max_new_tokens, stop_token_ids, progress)
+    return reqs, time.perf_counter() - t0, engine

@@ -1,0 +1,87 @@
+"""A graph runner like SGLang's ``CudaGraphRunner`` (python/sglang/srt/model_executor/cuda_graph_runner.py).
+
+- Static input buffers at the largest captured size; ``seq_lens`` starts filled with the
+  backend's fill value (1).
+- ``capture``: every size in ``cuda_graph_bs``, largest first (SGLang reverses the list "to
+  enable better memory sharing across cuda graphs"); for each: the backend's capture hook on
+  the host, two warm-up runs, then the whole decode step under ``mla_edu.graphs.graph``.
+- ``replay``: pick the smallest captured size >= the real batch (``bisect_left``); when padding,
+  ``seq_lens`` is refilled with the fill value and ``out_cache_loc`` zeroed (slot 0: the
+  engine's reserved pad page); ``req_pool_indices`` of padded rows keep whatever they held.
+  Copy the real rows in, run the backend's replay hook, replay, slice the outputs.
+
+Real ``torch.cuda.CUDAGraph`` on a GPU, the CPU emulator otherwise (``mla_edu.graphs``).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import torch
+
+from mla_edu import graphs
+from mla_edu.serving.batch import ForwardBatch
+
+
+class GraphRunner:
+    def __init__(self, runner, cuda_graph_bs):
+        self.runner = runner
+        self.capture_bs = sorted(set(int(b) for b in cuda_graph_bs))
+        self.max_bs = self.capture_bs[-1]
+        backend = runner.backend
+        backend.init_cuda_graph_state(self.max_bs)
+        self.seq_len_fill_value = backend.get_cuda_graph_seq_len_fill_value()
+        dev = runner.device
+        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=dev)
+        self.req_pool_indices = torch.zeros(self.max_bs, dtype=torch.int32, device=dev)
+        self.seq_lens = torch.full((self.max_bs,), self.seq_len_fill_value, dtype=torch.int32, device=dev)
+        self.seq_lens_cpu = torch.full((self.max_bs,), self.seq_len_fill_value, dtype=torch.int32)
+        self.out_cache_loc = torch.full((self.max_bs,), runner.pad_loc, dtype=torch.int64, device=dev)
+        self.graphs, self.outputs = {}, {}
+        self.pool = None
+        self.capture()
+
+    def _batch(self, bs: int) -> ForwardBatch:
+        return ForwardBatch(bs, self.input_ids[:bs], self.positions[:bs], self.req_pool_indices[:bs],
+                            self.seq_lens[:bs], self.out_cache_loc[:bs], self.seq_lens_cpu[:bs])
+
+    @torch.no_grad()
+    def capture(self):
+        for bs in reversed(self.capture_bs):
+            batch = self._batch(bs)
+            self.runner.backend.init_forward_metadata_capture_cuda_graph(
+                bs, batch.req_pool_indices, batch.seq_lens)
+            for _ in range(2):  # warm-up, as SGLang does
+                self.runner.decode_forward(batch)
+            g = graphs.Graph()
+            with graphs.graph(g, pool=self.pool):
+                out = self.runner.decode_forward(batch)
+            self.pool = g.pool()
+            self.graphs[bs], self.outputs[bs] = g, out
+
+    def can_run(self, bs: int) -> bool:
+        return bs <= self.max_bs
+
+    def padded_size(self, raw_bs: int) -> int:
+        return self.capture_bs[bisect.bisect_left(self.capture_bs, raw_bs)]
+
+    @torch.no_grad()
+    def replay(self, batch: ForwardBatch):
+        raw_bs = batch.batch_size
+        bs = self.padded_size(raw_bs)
+        if bs != raw_bs:
+            self.seq_lens.fill_(self.seq_len_fill_value)
+            self.seq_lens_cpu.fill_(self.seq_len_fill_value)
+            self.out_cache_loc.fill_(self.runner.pad_loc)
+        self.input_ids[:raw_bs].copy_(batch.input_ids)
+        self.positions[:raw_bs].copy_(batch.positions)
+        self.req_pool_indices[:raw_bs].copy_(batch.req_pool_indices)
+        self.seq_lens[:raw_bs].copy_(batch.seq_lens)
+        self.seq_lens_cpu[:raw_bs].copy_(batch.seq_lens_cpu)
+        self.out_cache_loc[:raw_bs].copy_(batch.out_cache_loc)
+        self.runner.backend.init_forward_metadata_replay_cuda_graph(
+            bs, self.req_pool_indices, self.seq_lens, self.seq_lens_cpu)
+        self.graphs[bs].replay()
+        next_ids, bad = self.outputs[bs]
+        return next_ids[:raw_bs].clone(), bad[:raw_bs].clone()

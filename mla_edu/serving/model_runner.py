@@ -1,0 +1,105 @@
+"""Runs the model: prefill one request at a time, batched decode through the attention backend.
+
+The decode step (``decode_forward``) is the whole step, all layers, embedding to greedy token:
+it is what the graph runner captures. It is built from the model's pieces (``embed_tokens``,
+``layers[i].attn_norm / attn / mlp_norm / mlp``, ``final_logits``) as
+``TinyDeepseek.decode_step`` documents, with the attention over the paged cache done by the
+backend; it avoids ``model.embed``'s range check, whose ``int(tensor)`` is a device sync that
+graph capture forbids.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mla_edu import default_device, kvcache
+from mla_edu.serving.args import ServerArgs
+from mla_edu.serving.backends import create_backend
+from mla_edu.serving.batch import ForwardBatch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelRunner:
+    """Owns the pools (``req_to_token``, pages, latent cache), the backend and the decode step."""
+
+    def __init__(self, model, args: ServerArgs):
+        self.args = args
+        self.device = torch.device(args.device) if args.device else default_device()
+        self.dtype = DTYPES[args.dtype]
+        self.model = model.to(self.device, self.dtype).eval()
+        mla = model.config.mla
+        self.num_layers = len(model.layers)
+        self.context_length = args.context_length
+        self.page_size = 128
+        self.pages_per_req = -(-self.context_length // self.page_size)
+        # one row per running request; a context's worth of pages per request, plus page 0, which
+        # the allocator never hands out: padded graph rows write their latents there (slot 0)
+        self.req_to_token_pool = kvcache.ReqToTokenPool(args.max_running_requests, self.context_length, self.device)
+        num_pages = args.max_running_requests * self.pages_per_req + 1
+        self.allocator = kvcache.PagedAllocator(num_pages, self.page_size, self.device)
+        self.kv_cache = kvcache.LatentKVCache(self.num_layers, num_pages, self.page_size,
+                                              kv_lora_rank=mla.kv_lora_rank, qk_rope_head_dim=mla.qk_rope_head_dim,
+                                              dtype=self.dtype, device=self.device)
+        self.pad_loc = 0  # slot 0, on the reserved page 0
+        impl = args.kernel_impl or ("triton" if self.device.type == "cuda" else "torch")
+        sm_count = args.sm_count
+        if sm_count is None:
+            sm_count = (torch.cuda.get_device_properties(self.device).multi_processor_count
+                        if self.device.type == "cuda" else 132)
+        self.backend = create_backend(
+            args.attention_backend, self.req_to_token_pool, self.kv_cache,
+            sm_scale=model.layers[0].attn.softmax_scale, max_context_len=self.context_length,
+            num_kv_splits=args.num_kv_splits, kernel_impl=impl, sm_count=sm_count, defects=args.defects)
+        self.graph_runner = None
+        if not args.disable_cuda_graph:
+            from mla_edu.serving.graph_runner import GraphRunner
+
+            self.graph_runner = GraphRunner(self, args.cuda_graph_bs)
+
+    # --- memory -----------------------------------------------------------------------------
+    def assign_slots(self, req_pool_idx: int, pages: list, start: int, end: int) -> torch.Tensor:
+        """Write ``req_to_token[req, start:end]`` from the request's pages; returns the slots [end-start]."""
+        pos = torch.arange(start, end)
+        page_ids = torch.as_tensor(pages, dtype=torch.int64)[pos // self.page_size]
+        locs = page_ids * self.page_size + pos % self.page_size  # [n]
+        self.req_to_token_pool.req_to_token[req_pool_idx, start:end] = locs.to(self.device, torch.int32)
+        return locs.to(self.device)
+
+    # --- prefill: the model's contiguous forward; latents go into the paged cache ----------------
+    @torch.no_grad()
+    def prefill(self, prompt_ids: list, req_pool_idx: int, pages: list) -> torch.Tensor:
+        """Returns the logits of the last prompt token ``[vocab]``."""
+        n = len(prompt_ids)
+        tokens = torch.tensor([prompt_ids], dtype=torch.int64, device=self.device)  # [1, T]
+        logits, latents = self.model.prefill(tokens)
+        locs = self.assign_slots(req_pool_idx, pages, 0, n)
+        for layer_id, (c_kv, k_pe) in enumerate(latents):
+            self.kv_cache.set_kv(layer_id, locs, c_kv[0], k_pe[0])  # [T, 512], [T, 64]
+        return logits[0, -1]
+
+    # --- the decode step ----------------------------------------------------------------------
+    def decode_forward(self, batch: ForwardBatch):
+        """Whole decode step -> (next token ids [B] int64, logits-not-finite flags [B] bool)."""
+        model, backend = self.model, self.backend
+        positions = batch.positions
+        h = model.embed_tokens(batch.input_ids)  # [B, D]
+        for layer_id, layer in enumerate(model.layers):
+            x = layer.attn_norm(h)
+            c_kv, k_pe = layer.attn.latent_kv(x, positions)  # [B, r], [B, dr]
+            self.kv_cache.set_kv(layer_id, batch.out_cache_loc, c_kv, k_pe)
+            q_nope, q_pe = layer.attn.absorbed_query(x, positions)  # [B, H, r], [B, H, dr]
+            o_latent = backend.forward_decode(q_nope, q_pe, layer_id, batch)  # [B, H, r]
+            h = h + layer.attn.output(o_latent.to(h.dtype))
+            h = h + layer.mlp(layer.mlp_norm(h))
+        logits = model.final_logits(h).float()  # [B, vocab]
+        bad = ~torch.isfinite(logits).all(dim=-1)  # [B]
+        return logits.argmax(dim=-1), bad
+
+    @torch.no_grad()
+    def decode(self, batch: ForwardBatch):
+        """One decode step, by graph replay when a captured size fits, else eagerly."""
+        if self.graph_runner is not None and self.graph_runner.can_run(batch.batch_size):
+            return self.graph_runner.replay(batch)
+        self.backend.init_forward_metadata(batch)
+        return self.decode_forward(batch)
