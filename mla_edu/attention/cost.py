@@ -1,0 +1,108 @@
+"""FLOPs and bytes of one attention layer, for both computation orders.
+
+Counted per layer; a multiply-add is 2 FLOPs. Projections both orders share (q, kv_a, o_proj)
+are left out, so the numbers isolate what the order changes. Bytes are the fewest a kernel must
+move through memory: the latent cache read once, the weights it needs read once.
+
+decode (one new token per request, L cached tokens, H heads):
+    naive     rebuild k_nope and v for every cached token, then attend per head
+              2*L*r*H*(dn+dv)  +  2*L*H*(dn+dr)  +  2*L*H*dv
+    absorbed  fold W_UK into q, attend over the latent (key r+dr, value r), apply W_UV
+              2*H*dn*r  +  2*L*H*(r+dr)  +  2*L*H*r  +  2*H*r*dv
+prefill (T new tokens, causal, no cache before):
+    naive     2*T*r*H*(dn+dv)  +  causal attention on (dn+dr, dv) heads
+    absorbed  2*T*H*dn*r  +  causal attention on (r+dr, r) heads  +  2*T*H*r*dv
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mla_edu.config import MLAConfig
+
+ORDERS = ("naive", "absorbed")
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: float
+    bytes: float
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte."""
+        return self.flops / self.bytes
+
+
+def _check(order: str, lengths: list[int], dtype_bytes: int) -> None:
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if not lengths or any(int(n) < 1 for n in lengths):
+        raise ValueError(f"context lengths must be a non-empty list of ints >= 1, got {lengths!r}")
+    if dtype_bytes not in (1, 2, 4):
+        raise ValueError(f"dtype_bytes must be 1, 2 or 4, got {dtype_bytes!r}")
+
+
+def decode_cost(config: MLAConfig, context_lens: list[int] | int, order: str, dtype_bytes: int = 2) -> Cost:
+    """One decode step of a batch: one new token per request, ``context_lens[b]`` tokens attended (incl. itself)."""
+    lens = [context_lens] if isinstance(context_lens, int) else list(context_lens)
+    _check(order, lens, dtype_bytes)
+    c = config
+    H, r, dn, dr, dv = c.num_attention_heads, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
+    B, L = len(lens), sum(lens)
+    w_ukv = r * H * (dn + dv)                                    # kv_b_proj's numbers
+    cache_bytes = L * (r + dr) * dtype_bytes
+    if order == "naive":
+        flops = 2 * L * r * H * (dn + dv) + 2 * L * H * (dn + dr) + 2 * L * H * dv
+        io = B * H * (dn + dr) + B * H * dv                     # q in, o out
+    else:
+        flops = 2 * B * H * dn * r + 2 * L * H * (r + dr) + 2 * L * H * r + 2 * B * H * r * dv
+        io = B * H * (dn + dr) + B * H * dv
+    return Cost(flops=float(flops), bytes=float(cache_bytes + (w_ukv + io) * dtype_bytes))
+
+
+def attention_core_cost(config: MLAConfig, context_lens: list[int] | int, dtype_bytes: int = 2) -> Cost:
+    """The absorbed decode kernel alone (what ``mla_decode`` does): scores over 576, values over 512.
+
+    FLOPs ``2 * sum(L) * H * (r + dr + r)``; bytes ``(r + dr) * sum(L)`` of cache plus q in and o out.
+    """
+    lens = [context_lens] if isinstance(context_lens, int) else list(context_lens)
+    _check("absorbed", lens, dtype_bytes)
+    c = config
+    H, r, dr = c.num_attention_heads, c.kv_lora_rank, c.qk_rope_head_dim
+    B, L = len(lens), sum(lens)
+    flops = 2 * L * H * (r + dr + r)
+    nbytes = (L * (r + dr) + B * H * (r + dr) + B * H * r) * dtype_bytes
+    return Cost(flops=float(flops), bytes=float(nbytes))
+
+
+def prefill_cost(config: MLAConfig, num_tokens: int, order: str, dtype_bytes: int = 2) -> Cost:
+    """Prefill of ``num_tokens`` tokens with causal attention and an empty cache."""
+    _check(order, [num_tokens], dtype_bytes)
+    c = config
+    T = num_tokens
+    H, r, dn, dr, dv = c.num_attention_heads, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
+    pairs = T * (T + 1) // 2                                    # (query, key) pairs under the causal mask
+    w_ukv = r * H * (dn + dv)
+    if order == "naive":
+        flops = 2 * T * r * H * (dn + dv) + 2 * pairs * H * (dn + dr) + 2 * pairs * H * dv
+    else:
+        flops = 2 * T * H * dn * r + 2 * pairs * H * (r + dr) + 2 * pairs * H * r + 2 * T * H * r * dv
+    nbytes = (T * (r + dr) + w_ukv + T * H * (dn + dr + dv)) * dtype_bytes
+    return Cost(flops=float(flops), bytes=float(nbytes))
+
+
+def kv_cache_bytes_per_token(config: MLAConfig, dtype_bytes: int = 2) -> dict[str, int]:
+    """Bytes cached per token per layer for MHA, GQA-8, MQA and MLA at this config's dims.
+
+    MHA caches full K (dn + dr) and V (dv) for every head; GQA-8 and MQA use head_dim = dv (8 and 1 KV heads);
+    MLA caches c_kv + k_pe.
+    """
+    c = config
+    H = c.num_attention_heads
+    return {
+        "MHA": H * (c.qk_head_dim + c.v_head_dim) * dtype_bytes,
+        "GQA-8": 2 * 8 * c.v_head_dim * dtype_bytes,
+        "MQA": 2 * c.v_head_dim * dtype_bytes,
+        "MLA": c.kv_cache_dim * dtype_bytes,
+    }

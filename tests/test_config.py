@@ -1,0 +1,84 @@
+"""MLAConfig: presets carry the published numbers; from_hf round-trips; bad values fail loudly."""
+
+import pytest
+import torch
+
+from mla_edu import MLAConfig
+from mla_edu.attention.cost import attention_core_cost, decode_cost, kv_cache_bytes_per_token, prefill_cost
+from mla_edu.rope import apply_rope, cos_sin
+
+
+@pytest.mark.parametrize("preset,hidden,heads,q_lora,layers_note", [
+    (MLAConfig.deepseek_v3, 7168, 128, 1536, "V3"),
+    (MLAConfig.deepseek_v2, 5120, 128, 1536, "V2"),
+    (MLAConfig.deepseek_v2_lite, 2048, 16, None, "V2-Lite"),
+])
+def test_presets(preset, hidden, heads, q_lora, layers_note):
+    c = preset()
+    assert (c.hidden_size, c.num_attention_heads, c.q_lora_rank) == (hidden, heads, q_lora)
+    assert (c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim) == (512, 128, 64, 128)
+    assert c.kv_cache_dim == 576
+
+
+@pytest.mark.parametrize("preset", [MLAConfig.deepseek_v3, MLAConfig.deepseek_v2_lite, MLAConfig.tiny])
+@pytest.mark.parametrize("version", [2, 3])
+def test_from_hf_round_trip(preset, version):
+    c = preset()
+    assert MLAConfig.from_hf(c.to_hf(version)) == c
+
+
+def test_kv_cache_bytes_match_the_brief():
+    assert kv_cache_bytes_per_token(MLAConfig.deepseek_v3()) == {"MHA": 81920, "GQA-8": 4096, "MQA": 512, "MLA": 1152}
+
+
+def test_decode_roofline_numbers_match_the_brief():
+    core = attention_core_cost(MLAConfig.deepseek_v3(), [4096] * 64)
+    assert core.flops / 1e9 == pytest.approx(73.0, abs=0.1)          # 73 GFLOP
+    assert 1152 * 4096 * 64 / 1e6 == pytest.approx(302, abs=0.5)      # 302 MB of latent cache
+    assert 200 < core.intensity < 2 * 128                              # ~2 * h_q FLOP/byte
+    v3 = MLAConfig.deepseek_v3()
+    naive, absorbed = decode_cost(v3, 4096, "naive"), decode_cost(v3, 4096, "absorbed")
+    assert naive.bytes == absorbed.bytes and naive.flops > 50 * absorbed.flops
+    assert prefill_cost(v3, 4096, "naive").flops < prefill_cost(v3, 4096, "absorbed").flops
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(hidden_size=0), "hidden_size must be a positive int, got 0"),
+    (dict(num_attention_heads=2.5), "num_attention_heads must be a positive int, got 2.5"),
+    (dict(q_lora_rank=-1), "q_lora_rank must be None or a positive int, got -1"),
+    (dict(qk_rope_head_dim=7), "qk_rope_head_dim must be even"),
+    (dict(rope_scaling={"rope_type": "ntk"}), "rope_type must be one of"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "needs 'original_max_position_embeddings'"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 8}), "factor'\\] must be >= 1"),
+])
+def test_bad_config_values(bad, match):
+    with pytest.raises(ValueError, match=match):
+        MLAConfig.tiny(**bad)
+
+
+def test_from_hf_rejects_other_configs():
+    with pytest.raises(TypeError, match="lacks"):
+        MLAConfig.from_hf(object())
+
+
+def test_cost_bad_input():
+    with pytest.raises(ValueError, match="order must be one of"):
+        decode_cost(MLAConfig.tiny(), 8, "fast")
+    with pytest.raises(ValueError, match=">= 1"):
+        decode_cost(MLAConfig.tiny(), [8, 0], "naive")
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_rope_is_a_rotation_and_relative(interleave):
+    """|RoPE(x)| = |x|, and q.k depends only on the position difference."""
+    c = MLAConfig.tiny(rope_interleave=interleave)
+    q, k = torch.randn(c.qk_rope_head_dim, dtype=torch.float64), torch.randn(c.qk_rope_head_dim, dtype=torch.float64)
+
+    def rot(x, p):
+        cos, sin = cos_sin(c, torch.tensor([p]))
+        return apply_rope(x[None], cos.double(), sin.double(), interleave)[0]
+
+    assert rot(q, 11).norm().item() == pytest.approx(q.norm().item(), rel=1e-6)
+    assert (rot(q, 11) @ rot(k, 4)).item() == pytest.approx((rot(q, 27) @ rot(k, 20)).item(), rel=1e-5)
+    with pytest.raises(TypeError, match="integer"):
+        cos_sin(c, torch.tensor([1.0]))
