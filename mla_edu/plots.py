@@ -1,0 +1,50 @@
+"""Figures about MLA itself (notebooks 01 and 02). Registered in ``mla_edu.figures``."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from mla_edu.attention import cost
+from mla_edu.config import MLAConfig
+
+H200_BYTES_PER_S = 4.3e12     # device-to-device copy measured on this project's H200 (brief mla.md)
+H200_FLOP_PER_S = 790e12      # dense bf16 matmul measured on the same card
+
+
+def kv_cache_bytes_per_token():
+    """Bar chart: bytes cached per token per layer at DeepSeek-V3 dims (bf16), log scale."""
+    sizes = cost.kv_cache_bytes_per_token(MLAConfig.deepseek_v3())
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    colors = ["#9e9e9e", "#9e9e9e", "#9e9e9e", "#d62728"]
+    bars = ax.bar(list(sizes), list(sizes.values()), color=colors)
+    ax.set_yscale("log")
+    ax.set_ylabel("bytes / token / layer (bf16)")
+    ax.set_title("KV cache per token at DeepSeek-V3 dims (128 heads)")
+    for bar, value in zip(bars, sizes.values()):
+        ax.annotate(f"{value:,}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(100, 300_000)
+    fig.tight_layout()
+    return fig
+
+
+def naive_vs_absorbed_cost():
+    """Decode step of one layer at DeepSeek-V3 dims, batch 64: FLOPs and time floor vs context length."""
+    v3 = MLAConfig.deepseek_v3()
+    lengths = np.array([256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for order, color in (("naive", "#7f7f7f"), ("absorbed", "#d62728")):
+        costs = [cost.decode_cost(v3, [int(L)] * 64, order) for L in lengths]
+        flops = np.array([c.flops for c in costs])
+        floor = np.array([max(c.flops / H200_FLOP_PER_S, c.bytes / H200_BYTES_PER_S) for c in costs])
+        ax1.loglog(lengths, flops / 1e9, "o-", color=color, label=order)
+        ax2.loglog(lengths, floor * 1e6, "o-", color=color, label=order)
+    memory_only = [cost.decode_cost(v3, [int(L)] * 64, "absorbed").bytes / H200_BYTES_PER_S * 1e6 for L in lengths]
+    ax2.loglog(lengths, memory_only, "--", color="#1f77b4", label="bytes alone (latent cache + kv_b_proj)")
+    ax1.set(xlabel="context length L", ylabel="GFLOP per layer per step", title="work (batch 64)")
+    ax2.set(xlabel="context length L", ylabel="floor, us per layer", title="H200 floor: max(FLOPs/790T, bytes/4.3T)")
+    for ax in (ax1, ax2):
+        ax.legend(fontsize=8)
+        ax.grid(True, which="major", alpha=0.3)
+    fig.tight_layout()
+    return fig
