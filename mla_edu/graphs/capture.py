@@ -1,0 +1,181 @@
+"""One graph API for every machine: ``torch.cuda.CUDAGraph`` on a GPU, the emulator on CPU.
+
+    g = Graph()                      # mode="auto": "cuda" on a CUDA device, else "emulated"
+    with graph(g):                   # like torch.cuda.graph(g)
+        static_out = step(static_in)
+    static_in.copy_(new_in); g.replay(); use(static_out)
+
+    g, out = Graph.capture(lambda: step(static_in), warmup=1)   # warm-up, then capture
+
+Share a memory pool between graphs that replay one at a time with
+``graph(g2, pool=g1.pool())`` (on CUDA the pool handle of ``CUDAGraph.pool()``; emulated,
+an :class:`~mla_edu.graphs.emulator.EmulatedPool`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from mla_edu._env import default_device
+from mla_edu.graphs.emulator import EmulatedPool, Program, Recorder
+
+__all__ = ["Graph", "graph", "is_emulated"]
+
+_MODES = ("auto", "cuda", "emulated")
+
+
+def _resolve_device(device) -> torch.device:
+    if device is None:
+        return default_device()
+    if isinstance(device, (str, int)):
+        return torch.device(device if isinstance(device, str) else f"cuda:{device}")
+    if isinstance(device, torch.device):
+        return device
+    raise TypeError(f"device must be None, a str or a torch.device, got {type(device).__name__}")
+
+
+class Graph:
+    """A captured sequence of device work that ``replay()`` runs again.
+
+    Args:
+        device: where the work runs (default: ``cuda`` if present, else ``cpu``).
+        mode: ``"auto"`` (real graph on CUDA, emulator elsewhere), ``"cuda"`` or ``"emulated"``.
+        strict: emulator only: replay raises instead of poisoning memory freed after capture.
+    """
+
+    def __init__(self, device=None, mode: str = "auto", strict: bool = False) -> None:
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+        self.device = _resolve_device(device)
+        if mode == "auto":
+            mode = "cuda" if self.device.type == "cuda" else "emulated"
+        if mode == "cuda" and (self.device.type != "cuda" or not torch.cuda.is_available()):
+            raise ValueError(f"mode='cuda' needs a CUDA device, got device {self.device} "
+                             f"(CUDA available: {torch.cuda.is_available()}); use mode='emulated'")
+        self.backend = mode
+        self.strict = strict
+        self._captured = False
+        self._capturing = False
+        if mode == "cuda":
+            self._cuda = torch.cuda.CUDAGraph()
+            self._program = None
+            self._pool = None
+        else:
+            self._cuda = None
+            self._program = Program(strict=strict)
+            self._pool = EmulatedPool()
+
+    # ---- replay and pools --------------------------------------------------------------
+    def replay(self) -> None:
+        """Run the captured work again, on the same memory, with the same launch parameters."""
+        if not self._captured:
+            raise RuntimeError("Graph.replay(): nothing captured yet (use `with graph(g): ...` or Graph.capture)")
+        if self._cuda is not None:
+            self._cuda.replay()
+        else:
+            self._program.replay()
+
+    def pool(self):
+        """A handle to share this graph's memory pool: ``graph(other, pool=g.pool())``."""
+        return self._cuda.pool() if self._cuda is not None else self._pool
+
+    @property
+    def num_ops(self) -> int:
+        """Emulated: ops recorded at capture (views and allocations included). CUDA: -1 (unknown)."""
+        return len(self._program.ops) if self._program is not None else -1
+
+    @property
+    def num_replay_steps(self) -> int:
+        """Emulated: closures replay runs (views and allocations cost nothing). CUDA: -1."""
+        return len(self._program.steps) if self._program is not None else -1
+
+    def recorded_ops(self) -> list[str]:
+        """Emulated: the names of the recorded ops, in order."""
+        if self._program is None:
+            raise RuntimeError("recorded_ops() is only available on an emulated graph")
+        return list(self._program.ops)
+
+    def freed_uses(self) -> list[str]:
+        """Emulated: memory freed after capture that the last replay touched (empty if none)."""
+        return list(self._program.freed_uses) if self._program is not None else []
+
+    def __repr__(self) -> str:
+        state = "captured" if self._captured else "empty"
+        return f"Graph(backend={self.backend!r}, device={str(self.device)!r}, {state})"
+
+    # ---- capture -----------------------------------------------------------------------
+    @classmethod
+    def capture(cls, fn: Callable[[], Any], *, warmup: int = 1, pool=None, device=None,
+                mode: str = "auto", strict: bool = False) -> tuple["Graph", Any]:
+        """Run ``fn`` ``warmup`` times eagerly (on a side stream on CUDA), then capture it.
+
+        Returns ``(graph, outputs)``; ``outputs`` are the static tensors ``fn`` returned at capture:
+        read them after each ``replay()``.
+        """
+        if not callable(fn):
+            raise TypeError(f"Graph.capture expects a callable, got {type(fn).__name__}")
+        if not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+        g = cls(device=device, mode=mode, strict=strict)
+        if warmup:
+            if g.backend == "cuda":
+                side = torch.cuda.Stream(device=g.device)
+                side.wait_stream(torch.cuda.current_stream(g.device))
+                with torch.cuda.stream(side):
+                    for _ in range(warmup):
+                        fn()
+                torch.cuda.current_stream(g.device).wait_stream(side)
+            else:
+                for _ in range(warmup):
+                    fn()
+        with graph(g, pool=pool):
+            outputs = fn()
+        return g, outputs
+
+
+def is_emulated(g: Graph) -> bool:
+    """True when ``g`` runs on the emulator (not a real CUDA graph)."""
+    if not isinstance(g, Graph):
+        raise TypeError(f"is_emulated expects a mla_edu.graphs.Graph, got {type(g).__name__}")
+    return g.backend == "emulated"
+
+
+@contextlib.contextmanager
+def graph(g: Graph, pool=None):
+    """Capture the work done inside the block into ``g`` (like ``torch.cuda.graph``)."""
+    if not isinstance(g, Graph):
+        raise TypeError(f"graph() expects a mla_edu.graphs.Graph, got {type(g).__name__}")
+    if g._captured or g._capturing:
+        raise RuntimeError(f"{g!r} was already captured; make a new Graph for a new capture")
+    if g.backend == "cuda":
+        if pool is not None and isinstance(pool, EmulatedPool):
+            raise TypeError("pool: a CUDA graph needs a CUDA pool handle (cuda_graph.pool()), "
+                            "got an EmulatedPool")
+        g._capturing = True
+        try:
+            with torch.cuda.graph(g._cuda, pool=pool):
+                yield g
+        finally:
+            g._capturing = False
+        g._captured = True
+        return
+    if pool is not None and not isinstance(pool, EmulatedPool):
+        raise TypeError(f"pool: an emulated graph needs an EmulatedPool (other_graph.pool()), "
+                        f"got {type(pool).__name__}")
+    if pool is not None:
+        g._pool = pool
+    recorder = Recorder(g._program, pool=g._pool)
+    g._capturing = True
+    try:
+        with recorder:
+            yield g
+    finally:
+        g._capturing = False
+    g._program.end_capture()
+    g._pool._add(g._program)
+    g._captured = True

@@ -1,0 +1,482 @@
+"""A CUDA-graph emulator for machines without a GPU.
+
+Capture runs the code once under a ``TorchDispatchMode`` that records every aten op
+(and every custom op, e.g. a Triton kernel registered with ``torch.library.custom_op``,
+as ONE op) with the tensors it read and wrote. Replay re-runs the recorded ops, in order,
+on the same storages, with the same scalar arguments. So, exactly as with a CUDA graph:
+
+* host Python does not run at replay: ``.item()`` values, Python ints, shapes, views and
+  slices, the grid and arguments of a kernel launch are whatever they were at capture;
+* buffers persist between replays (stale contents stay);
+* capture only records: after capture, buffers that existed before it hold what they held
+  before it, and tensors allocated during capture hold poison until the first replay;
+* a tensor the graph uses whose last Python reference was dropped after capture is freed
+  memory: every replay first fills it with poison (:mod:`mla_edu.graphs.poison`), or, with
+  ``strict=True``, replay raises :class:`FreedMemoryError` naming the op that uses it;
+  another capture into the same pool may be handed that memory for its own tensors, as
+  the CUDA caching allocator does (smallest free block that fits);
+* syncing calls during capture raise :class:`GraphCaptureError` (``.item()``, ``bool(t)``,
+  ``.tolist()``, ``.cpu()``, ``.numpy()``, printing a tensor, ``torch.tensor(data)``, and
+  ops whose output shape depends on data: ``nonzero``, boolean-mask indexing, ``unique``...).
+
+Random ops re-run at replay, so each replay draws fresh numbers (CUDA graphs advance the
+Philox offset per replay too). Raw Triton launches (not wrapped in a custom op) are
+recorded as one launch when Triton runs in its CPU interpreter.
+
+Replay cost: a flat list of ``functools.partial`` closures built at capture end; view
+ops and ``empty`` cost nothing, out-of-place ops write straight into the captured output
+through their ``out=`` overload when one exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from mla_edu.graphs.poison import poison_
+
+__all__ = ["GraphCaptureError", "FreedMemoryError", "EmulatedPool", "Program", "Recorder"]
+
+
+class GraphCaptureError(RuntimeError):
+    """An operation that a CUDA graph capture refuses (it needs the host to wait for the device)."""
+
+
+class FreedMemoryError(RuntimeError):
+    """Replay would touch memory whose owner dropped it after capture (strict mode)."""
+
+
+_aten = torch.ops.aten
+_EMPTY_FACTORIES = {
+    _aten.empty.memory_format,
+    _aten.empty_strided.default,
+    _aten.empty_like.default,
+    _aten.new_empty.default,
+    _aten.new_empty_strided.default,
+}
+_METADATA_OPS = {_aten.set_.source_Storage_storage_offset, _aten.set_.source_Storage, _aten.set_.source_Tensor,
+                 _aten.set_.default, _aten.resize_.default, _aten.resize_as_.default}
+
+# Storage reference counts we hold ourselves (shadow tensors), across all programs.
+_INTERNAL_REFS: dict[int, int] = {}
+_use_count = torch._C._storage_Use_Count
+
+
+def _hold(cdata: int) -> None:
+    _INTERNAL_REFS[cdata] = _INTERNAL_REFS.get(cdata, 0) + 1
+
+
+def _release(held: list[int]) -> None:
+    for cdata in held:
+        n = _INTERNAL_REFS.get(cdata, 0) - 1
+        if n <= 0:
+            _INTERNAL_REFS.pop(cdata, None)
+        else:
+            _INTERNAL_REFS[cdata] = n
+
+
+def _user_refs(cdata: int) -> int:
+    """References to a storage held outside the emulator (tensors, views the user holds).
+
+    Once Python has asked for ``tensor.untyped_storage()``, the storage's Python object is
+    kept alive by the storage and counts one; every shadow tensor we hold counts one.
+    """
+    return _use_count(cdata) - 1 - _INTERNAL_REFS.get(cdata, 0)
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+
+
+@dataclass(eq=False)
+class _Block:
+    """One storage a graph touches."""
+
+    cdata: int
+    nbytes: int
+    device: torch.device
+    origin: str  # "external" (existed before capture) or "capture" (allocated during it)
+    poison_view: torch.Tensor  # the first shadow seen, used to poison the block
+    first_use: str  # the op that first showed it: "op #0 aten.empty.memory_format"
+    first_kernel: str = ""  # the first recorded op that replay runs on it
+    escaped: bool = False  # capture-allocated and still referenced at capture end
+    freed: bool = False  # its owner dropped it after capture
+    reassigned: bool = False  # handed to another capture in the same pool
+
+
+class EmulatedPool:
+    """A memory pool shared by emulated graphs (``pool=g.pool()``).
+
+    Holds the programs captured into it; a later capture into the pool is handed the
+    blocks those programs no longer own (temporaries, and tensors dropped after capture).
+    """
+
+    def __init__(self) -> None:
+        self._programs: list[weakref.ref] = []
+
+    def _add(self, program: "Program") -> None:
+        self._programs.append(weakref.ref(program))
+
+    def _free_blocks(self) -> list[_Block]:
+        free = []
+        for ref in self._programs:
+            prog = ref()
+            if prog is None:
+                continue
+            prog.refresh_freed()
+            free += [b for b in prog.blocks.values()
+                     if b.origin == "capture" and not b.reassigned and (b.freed or not b.escaped)]
+        return sorted(free, key=lambda b: b.nbytes)
+
+    def __repr__(self) -> str:
+        return f"EmulatedPool(graphs={sum(r() is not None for r in self._programs)})"
+
+
+def _is_write(arg) -> bool:
+    return arg.alias_info is not None and arg.alias_info.is_write
+
+
+@functools.lru_cache(maxsize=None)
+def _out_overload(func):
+    """The ``out=`` overload of a functional op with the same inputs, and its out-arg names."""
+    schema = func._schema
+    if any(_is_write(a) for a in schema.arguments) or not schema.returns:
+        return None
+    if any(str(r.type) != "Tensor" for r in schema.returns):
+        return None
+    sig = [(a.name, str(a.type)) for a in schema.arguments]
+    packet = func.overloadpacket
+    for name in packet.overloads():
+        cand = getattr(packet, name)
+        args = cand._schema.arguments
+        ins = [(a.name, str(a.type)) for a in args if not _is_write(a)]
+        outs = [a.name for a in args if _is_write(a) and a.kwarg_only]
+        if ins == sig and len(outs) == len(schema.returns):
+            return cand, tuple(outs)
+    return None
+
+
+def _run_and_copy(func, args, kwargs, positions, shadows):
+    flat, _ = tree_flatten(func(*args, **kwargs))
+    for i, s in zip(positions, shadows):
+        s.copy_(flat[i])
+
+
+def _check_capturable(func, args, kwargs) -> None:
+    tags = func.tags
+    name = str(func)
+    if torch.Tag.data_dependent_output in tags:
+        raise GraphCaptureError(
+            f"{name} during graph capture: it returns a value computed on the device to the host "
+            "(like .item() or bool(tensor)), which makes the host wait for the device. CUDA refuses "
+            "this while capturing ('operation not permitted when stream is capturing'), and a graph "
+            "could not replay it anyway: host code does not run at replay. Keep the value on the device.")
+    if torch.Tag.dynamic_output_shape in tags:
+        raise GraphCaptureError(
+            f"{name} during graph capture: its output shape depends on tensor values, so the host must "
+            "wait for the device to size the output. CUDA capture refuses this; a graph has fixed "
+            "shapes. Use a fixed-size mask (torch.where, masked_fill) instead.")
+    if func in (_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.default, _aten._index_put_impl_.default):
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        for idx in indices:
+            if isinstance(idx, torch.Tensor) and idx.dtype in (torch.bool, torch.uint8):
+                raise GraphCaptureError(
+                    f"{name} with a boolean mask during graph capture: the number of selected entries "
+                    "is data-dependent (it runs nonzero and waits for the device). CUDA capture refuses "
+                    "this. Use torch.where / masked_fill, or integer indices of fixed length.")
+    if func is _aten.lift_fresh.default:
+        raise GraphCaptureError(
+            "torch.tensor(data) during graph capture copies host data to the device, a synchronous "
+            "copy that CUDA refuses while capturing, and a graph would replay the capture-time "
+            "constant anyway. Create the tensor before capture and copy new values into it.")
+
+
+class Program:
+    """What an emulated capture recorded: blocks, shadow tensors, and the replay steps."""
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.blocks: dict[int, _Block] = {}
+        self.ops: list[str] = []  # names of recorded ops, in order
+        self.steps: list = []  # replay closures
+        self._entries: list = []
+        self._shadows: dict[tuple, torch.Tensor] = {}
+        self._held: list[int] = []
+        self._snapshots: dict[int, tuple[torch.UntypedStorage, torch.UntypedStorage]] = {}
+        self._finalizer = weakref.finalize(self, _release, self._held)
+        self.freed_uses: list[str] = []  # descriptions of freed blocks replay touched
+        self._watch: list[_Block] = []
+
+    # ---- capture -------------------------------------------------------------------
+    def shadow(self, t: torch.Tensor, op_desc: str, origin: str) -> torch.Tensor:
+        """Our own tensor over ``t``'s storage with ``t``'s geometry (no autograd link to ``t``)."""
+        storage = t.untyped_storage()
+        cdata = storage._cdata
+        key = (cdata, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        s = self._shadows.get(key)
+        if s is None:
+            with torch.no_grad():
+                s = torch.empty(0, dtype=t.dtype, device=t.device).set_(
+                    storage, t.storage_offset(), t.shape, t.stride())
+            self._shadows[key] = s
+            self._held.append(cdata)
+            _hold(cdata)
+            if cdata not in self.blocks:
+                self.blocks[cdata] = _Block(cdata, storage.nbytes(), t.device, origin, s, op_desc)
+        return s
+
+    def snapshot(self, t: torch.Tensor) -> None:
+        """Remember an external storage's bytes before capture first writes to it."""
+        cdata = _storage_key(t)
+        blk = self.blocks.get(cdata)
+        if blk is not None and blk.origin == "external" and cdata not in self._snapshots and t.numel():
+            storage = t.untyped_storage()
+            self._snapshots[cdata] = (storage, storage.clone())
+
+    def end_capture(self) -> None:
+        """Capture only records: undo its writes to old buffers, poison what it allocated, build replay."""
+        for storage, saved in self._snapshots.values():
+            storage.copy_(saved)
+        self._snapshots.clear()
+        with torch.no_grad():
+            for blk in self.blocks.values():
+                if blk.origin == "capture":
+                    blk.escaped = _user_refs(blk.cdata) > 0
+                    if blk.escaped:
+                        poison_(_whole(blk.poison_view))
+        self._watch = [b for b in self.blocks.values() if b.origin == "external" or b.escaped]
+        self.steps = [step for step in (_build_step(*e) for e in self._entries) if step is not None]
+        self._entries.clear()
+
+    # ---- replay --------------------------------------------------------------------
+    def refresh_freed(self) -> list[_Block]:
+        """Mark blocks whose last outside reference is gone; returns the newly freed ones."""
+        newly = []
+        for blk in self._watch:
+            if not blk.freed and _user_refs(blk.cdata) <= 0:
+                blk.freed = True
+                newly.append(blk)
+        if newly:
+            self._watch = [b for b in self._watch if not b.freed]
+        return newly
+
+    def replay(self) -> None:
+        self.refresh_freed()
+        freed = [b for b in self.blocks.values() if b.freed]
+        if freed:
+            self.freed_uses = [
+                f"{b.first_kernel or b.first_use} uses {_describe(b.poison_view)} ({b.nbytes} bytes, "
+                f"{'allocated during capture by ' + b.first_use if b.origin == 'capture' else 'created before capture'}"
+                f"), whose last reference was dropped after capture"
+                + ("; another capture in the same pool now owns it" if b.reassigned else "")
+                for b in freed]
+            if self.strict:
+                raise FreedMemoryError(
+                    "replay would touch freed memory: " + "; ".join(self.freed_uses)
+                    + ". On a GPU that memory belongs to the next allocation: keep every buffer a graph "
+                    "uses alive (allocate it once, before capture) for as long as the graph lives.")
+            with torch.no_grad():
+                for b in freed:
+                    if not b.reassigned:
+                        poison_(_whole(b.poison_view))
+        with torch.no_grad():
+            for step in self.steps:
+                step()
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A flat view over the whole storage of ``t`` in ``t``'s dtype."""
+    n = t.untyped_storage().nbytes() // t.element_size()
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
+
+
+def _build_step(kind, func, args, kwargs, fresh, shadows):
+    if kind == "launch":
+        return functools.partial(func, *args, **kwargs)
+    if kind == "host":
+        return None
+    if not fresh:
+        return functools.partial(func, *args, **kwargs)
+    if kind == "functional":
+        ov = _out_overload(func)
+        if ov is not None:
+            out_func, names = ov
+            return functools.partial(out_func, *args, **kwargs, **dict(zip(names, shadows)))
+    return functools.partial(_run_and_copy, func, args, kwargs, fresh, shadows)
+
+
+class Recorder(TorchDispatchMode):
+    """Records ops into a :class:`Program` during an emulated capture."""
+
+    def __init__(self, program: Program, pool: EmulatedPool | None = None) -> None:
+        super().__init__()
+        self.program = program
+        self.pool = pool
+        self._free = pool._free_blocks() if pool is not None else []
+        self._depth = 0
+        self._patches: list = []
+
+    # ---- entering / leaving --------------------------------------------------------
+    def __enter__(self):
+        self._patch_host_syncs()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            for owner, name, old in reversed(self._patches):
+                setattr(owner, name, old)
+            self._patches.clear()
+
+    def _patch_host_syncs(self) -> None:
+        def refuse(what):
+            def method(self_tensor, *a, **k):
+                raise GraphCaptureError(
+                    f"{what} during graph capture: it copies device data to the host and waits for the "
+                    "device. CUDA refuses this while capturing, and host code does not run at replay "
+                    "anyway. Keep values on the device; print or inspect after replay.")
+            return method
+
+        for name, what in [("tolist", "tensor.tolist()"), ("cpu", "tensor.cpu()"), ("numpy", "tensor.numpy()"),
+                           ("__repr__", "printing a tensor"), ("__array__", "np.asarray(tensor)")]:
+            self._patches.append((torch.Tensor, name, getattr(torch.Tensor, name)))
+            setattr(torch.Tensor, name, refuse(what))
+        try:
+            from triton.runtime import interpreter
+        except Exception:  # triton missing or not in interpreter mode: nothing to patch
+            return
+        cls = interpreter.InterpretedFunction
+        orig_run = cls.run
+        recorder = self
+
+        def run(fn_self, *args, grid, warmup, **kwargs):
+            if warmup or recorder._depth > 0:
+                return orig_run(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
+            return recorder._record_launch(orig_run, fn_self, args, kwargs, grid)
+
+        self._patches.append((cls, "run", orig_run))
+        cls.run = run
+
+    # ---- recording -----------------------------------------------------------------
+    def _record_launch(self, orig_run, fn_self, args, kwargs, grid):
+        with _disable_current_modes():
+            self._record_launch_unguarded(orig_run, fn_self, args, kwargs, grid)
+
+    def _record_launch_unguarded(self, orig_run, fn_self, args, kwargs, grid):
+        prog = self.program
+        desc = f"op #{len(prog.ops)} triton launch {getattr(fn_self, '__name__', fn_self)}"
+        flat, spec = tree_flatten((list(args), kwargs))
+        shadows = []
+        for x in flat:
+            if isinstance(x, torch.Tensor):
+                s = prog.shadow(x, desc, "external")
+                prog.snapshot(x)  # a kernel may write any pointer it gets
+                shadows.append(s)
+            else:
+                shadows.append(x)
+        sargs, skwargs = tree_unflatten(shadows, spec)
+        orig_run(fn_self, *sargs, grid=grid, warmup=False, **skwargs)
+        prog.ops.append(desc.split(" ", 2)[2])
+        for t in sargs:
+            if isinstance(t, torch.Tensor):
+                blk = prog.blocks[_storage_key(t)]
+                blk.first_kernel = blk.first_kernel or desc
+        bound = functools.partial(orig_run, fn_self, grid=grid, warmup=False)
+        prog._entries.append(("launch", bound, tuple(sargs), skwargs, (), ()))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        prog = self.program
+        _check_capturable(func, args, kwargs)
+        desc = f"op #{len(prog.ops)} {func}"
+        schema = func._schema
+        mutated = []
+        flat_args, spec = tree_flatten((args, kwargs))
+        for a, v in zip(schema.arguments, _schema_values(schema, args, kwargs)):
+            if _is_write(a):
+                mutated += [t for t in tree_flatten(v)[0] if isinstance(t, torch.Tensor)]
+        known_before = set()
+        sflat = []
+        for x in flat_args:
+            if isinstance(x, torch.Tensor):
+                sflat.append(prog.shadow(x, desc, "external"))
+                known_before.add(_storage_key(x))
+            else:
+                sflat.append(x)
+        for t in mutated:
+            prog.snapshot(t)
+        self._depth += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._depth -= 1
+        flat_out, out_spec = tree_flatten(out)
+        fresh, out_shadows = [], []
+        for i, o in enumerate(flat_out):
+            if not isinstance(o, torch.Tensor):
+                continue
+            key = _storage_key(o)
+            if key in known_before or key in prog.blocks:
+                continue
+            o = self._maybe_reuse(o)
+            flat_out[i] = o
+            fresh.append(i)
+            out_shadows.append(prog.shadow(o, desc, "capture"))
+        if func in _METADATA_OPS or torch.Tag.inplace_view in func.tags:
+            kind = "host"  # shape/stride/storage changes happen on the host, once
+        elif func in _EMPTY_FACTORIES:
+            kind = "host"  # an allocation launches no kernel
+        elif mutated:
+            kind = "mutating"
+        elif fresh:
+            kind = "functional"
+        else:
+            kind = "host"  # a view: the shadow already aliases the storage
+        prog.ops.append(str(func))
+        if kind != "host":
+            for t in [*sflat, *out_shadows]:
+                if isinstance(t, torch.Tensor):
+                    blk = prog.blocks[_storage_key(t)]
+                    blk.first_kernel = blk.first_kernel or desc
+            sargs, skwargs = tree_unflatten(sflat, spec)
+            prog._entries.append((kind, func, sargs, skwargs, tuple(fresh), tuple(out_shadows)))
+        return tree_unflatten(flat_out, out_spec)
+
+    def _maybe_reuse(self, o: torch.Tensor) -> torch.Tensor:
+        """Hand a fresh output the smallest free block of the shared pool that fits (CUDA's best fit)."""
+        if not self._free or o.storage_offset() != 0:
+            return o
+        need = o.untyped_storage().nbytes()
+        for j, blk in enumerate(self._free):
+            if blk.nbytes >= need and blk.device == o.device:
+                del self._free[j]
+                blk.reassigned = True
+                storage = blk.poison_view.untyped_storage()
+                with torch.no_grad():
+                    new = torch.empty(0, dtype=o.dtype, device=o.device).set_(storage, 0, o.shape, o.stride())
+                    new.copy_(o)
+                return new
+        return o
+
+
+def _schema_values(schema, args, kwargs):
+    """The value passed for each schema argument (positional, then keyword, else default)."""
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            out.append(args[i])
+        elif a.name in kwargs:
+            out.append(kwargs[a.name])
+        else:
+            out.append(None)
+    return out
