@@ -1,0 +1,147 @@
+"""Argument checks and the page-table addressing plan shared by every ``mla_decode`` impl.
+
+Addressing (the crux of SGLang #6998): a kernel reads page ``j`` of request ``b`` from flat
+storage index ``storage_offset + b * row_stride + j`` of the page-table tensor.
+
+* ``stride_policy="size"`` (sgl-kernel ``cutlass_mla_decode``): ``row_stride = page_table.size(1)``
+  and ``max_seq_len = PAGE * page_table.size(1)``; the C++ wrapper builds
+  ``stride_PT = make_stride(_1{}, page_count_per_seq)`` from ``page_table.sizes()[1]``
+  (``sgl-kernel/csrc/attention/cutlass_mla_kernel.cu``). A narrow view ``buf[:B, :w]`` of a wider
+  buffer is then read with the wrong row stride, outside the view.
+* ``stride_policy="stride"`` (FlashMLA passes ``block_table.stride(0)``): the view's real stride.
+
+Every impl reads ``n_pages_b = ceil(seq_lens[b] / PAGE)`` entries per request (the real kernel
+reads as many as the length needs, whatever ``size(1)`` says). A static bound is needed for
+fixed shapes: ``max_pages = max(size(1), stride(0))`` (the row of the underlying buffer).
+Requests needing more pages than that, table reads past the end of the storage, and page ids
+outside ``[0, num_pages)`` are "invalid reads": ``checked=True`` gives NaN for that request;
+``checked=False`` clamps (flat index into the storage, page id into ``[0, num_pages)``, length to
+``max_pages * PAGE``) and computes on whatever is there. The real kernel reads arbitrary memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, device_sm_count, num_kv_splits_for
+
+STRIDE_POLICIES = ("size", "stride")
+MAX_SPLITS = 256
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """Launch parameters: host ints computed from shapes and strides only (frozen under a graph)."""
+
+    batch: int
+    heads: int
+    d_latent: int  # value dim (kv_lora_rank)
+    d_rope: int
+    page_size: int
+    num_pages: int
+    row_stride: int
+    max_pages: int  # static bound on table entries read per request
+    table_offset: int  # storage offset of the page-table view
+    table_reach: int  # entries from table_offset to the end of the storage
+    max_seq_len: int  # PAGE * page_table.size(1), as the cutlass wrapper computes it
+    num_splits: int
+    stride_policy: str
+
+
+def _tensor(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
+    """Shape/dtype checks every impl applies (ValueError/TypeError naming expected vs got)."""
+    for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache), ("seq_lens", seq_lens),
+                    ("page_table", page_table), ("workspace", workspace)):
+        _tensor(name, t)
+    if q_nope.dim() != 3 or q_pe.dim() != 3:
+        raise ValueError(f"q_nope and q_pe must be 3-D [B, H, D], got {tuple(q_nope.shape)} and {tuple(q_pe.shape)}")
+    if cache.dim() != 3:
+        raise ValueError(f"kv_c_and_k_pe_cache must be 3-D [num_pages, PAGE, D_latent + D_rope], got {tuple(cache.shape)}")
+    b, h, dl = q_nope.shape
+    if tuple(q_pe.shape[:2]) != (b, h):
+        raise ValueError(f"q_pe must be [B={b}, H={h}, D_rope], got {tuple(q_pe.shape)}")
+    dr = q_pe.size(2)
+    if cache.size(2) != dl + dr:
+        raise ValueError(f"kv_c_and_k_pe_cache last dim must be D_latent + D_rope = {dl} + {dr} = {dl + dr}, got {cache.size(2)}")
+    if not q_nope.dtype.is_floating_point or q_pe.dtype != q_nope.dtype or cache.dtype != q_nope.dtype:
+        raise TypeError(f"q_nope, q_pe and kv_c_and_k_pe_cache must share one floating dtype, got "
+                        f"{q_nope.dtype}, {q_pe.dtype}, {cache.dtype}")
+    if seq_lens.dtype != torch.int32:
+        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+    if seq_lens.dim() != 1 or seq_lens.numel() != b:
+        raise ValueError(f"seq_lens must be [B={b}], got {tuple(seq_lens.shape)}")
+    if page_table.dim() != 2 or page_table.size(0) != b:
+        raise ValueError(f"page_table must be [B={b}, block_num], got {tuple(page_table.shape)}")
+    if page_table.size(1) < 1:
+        raise ValueError(f"page_table must have block_num >= 1 columns, got {page_table.size(1)}")
+    if workspace.dtype != torch.uint8 or workspace.dim() != 1:
+        raise TypeError(f"workspace must be a 1-D uint8 tensor, got {workspace.dtype} of shape {tuple(workspace.shape)}")
+    devs = {t.device for t in (q_nope, q_pe, cache, seq_lens, page_table, workspace)}
+    if len(devs) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devs)}")
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
+        raise TypeError(f"sm_scale must be a float, got {type(sm_scale).__name__}")
+    if not sm_scale > 0:
+        raise ValueError(f"sm_scale must be > 0, got {sm_scale}")
+    if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, int):
+        raise TypeError(f"num_kv_splits must be an int, got {type(num_kv_splits).__name__}")
+    if not (num_kv_splits == -1 or 1 <= num_kv_splits <= MAX_SPLITS):
+        raise ValueError(f"num_kv_splits must be -1 (auto) or in [1, {MAX_SPLITS}], got {num_kv_splits}")
+
+
+def workspace_bytes_needed(plan: DecodePlan) -> int:
+    """Bytes this package's impls write when splits > 1 (at least sgl-kernel's formula)."""
+    ours = plan.batch * plan.heads * plan.num_splits * (plan.d_latent + 1) * 4
+    theirs = BYTES_PER_BATCH_SPLIT * plan.num_splits * plan.batch
+    return max(ours, theirs)
+
+
+def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
+              sm_count=None) -> DecodePlan:
+    """Resolve the launch parameters from shapes/strides; check the workspace when splits > 1."""
+    if stride_policy not in STRIDE_POLICIES:
+        raise ValueError(f"stride_policy must be one of {STRIDE_POLICIES} (or None for the impl's default), got {stride_policy!r}")
+    b, h, dl = q_nope.shape
+    dr = q_pe.size(2)
+    num_pages, page = cache.size(0), cache.size(1)
+    width = page_table.size(1)
+    row_stride = width if stride_policy == "size" else page_table.stride(0)
+    max_pages = max(width, page_table.stride(0), 1)
+    offset = page_table.storage_offset()
+    reach = page_table.untyped_storage().nbytes() // page_table.element_size() - offset
+    max_seq_len = page * width
+    sms = device_sm_count() if not sm_count else int(sm_count)
+    splits = num_kv_splits_for(max_seq_len, max(b, 1), sms, num_kv_splits)
+    plan = DecodePlan(b, h, dl, dr, page, num_pages, row_stride, max_pages, offset, reach, max_seq_len, splits,
+                      stride_policy)
+    if splits > 1:
+        need = workspace_bytes_needed(plan)
+        if workspace.numel() < need:
+            raise ValueError(
+                f"workspace too small for {splits} KV splits: need {need} bytes "
+                f"(B={b}, max_seq_len={max_seq_len}, split={splits}), got {workspace.numel()} bytes; "
+                f"size it with get_workspace_size(max_seq_len, B, sm_count, num_kv_splits)"
+            )
+    return plan
+
+
+def flat_table(page_table: torch.Tensor, plan: DecodePlan) -> torch.Tensor:
+    """1-D view from the table view's first element to the end of its storage (reaches outside the view)."""
+    return torch.as_strided(page_table, (plan.table_reach,), (1,), plan.table_offset)
+
+
+def workspace_views(workspace: torch.Tensor, plan: DecodePlan):
+    """float32 views into the workspace bytes: o_acc ``[B, H, S, D_latent]`` then lse ``[B, H, S]``."""
+    b, h, s, d = plan.batch, plan.heads, plan.num_splits, plan.d_latent
+    n_o, n_l = b * h * s * d, b * h * s
+    f32 = workspace[: 4 * (n_o + n_l)].view(torch.float32)
+    return f32[:n_o].view(b, h, s, d), f32[n_o:].view(b, h, s)

@@ -1,0 +1,100 @@
+"""The real thing: ``sgl_kernel.cutlass_mla_decode`` (CUTLASS SM100, Blackwell only).
+
+``check_cutlass_args`` reproduces the wrapper's checks (sgl-project/sglang
+``sgl-kernel/python/sgl_kernel/attention.py``, version with ``q_nope``/``q_pe``/``sm_scale``/
+``num_kv_splits``, unchanged since SGLang PR #7184) plus the C++ ``can_implement`` page-size
+rules (``sm100_fmha_mla_tma_warpspecialized.hpp``: power-of-two page <= 128 on the cp.async path,
+exactly 128 on the TMA path) and a workspace-size check the real wrapper does not do. It runs
+on any machine, so the contract is tested on CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mla_edu.kernels.workspace import get_workspace_size
+
+MAX_HEADS = 128
+D_LATENT, D_ROPE = 512, 64
+
+
+def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits=1, sm_count=0) -> None:
+    """Raise ValueError/TypeError where ``cutlass_mla_decode`` would reject (or misbehave on) its arguments."""
+    for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache), ("seq_lens", seq_lens),
+                    ("page_table", page_table), ("workspace", workspace)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache)):
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be a 3-D tensor, got {t.dim()}-D {tuple(t.shape)}")
+    b, h, d_nope = q_nope.shape
+    if tuple(q_pe.shape[:2]) != (b, h):
+        raise ValueError(f"q_pe must be [B={b}, H={h}, 64], got {tuple(q_pe.shape)}")
+    page = cache.size(1)
+    if d_nope != D_LATENT:
+        raise ValueError(f"q_nope last dim must be {D_LATENT} (kv_lora_rank), got {d_nope}")
+    if q_pe.size(2) != D_ROPE:
+        raise ValueError(f"q_pe last dim must be {D_ROPE} (qk_rope_head_dim), got {q_pe.size(2)}")
+    if cache.size(2) != D_LATENT + D_ROPE:
+        raise ValueError(f"kv_c_and_k_pe_cache last dim must be {D_LATENT + D_ROPE}, got {cache.size(2)}")
+    if h > MAX_HEADS:
+        raise ValueError(f"H must be <= {MAX_HEADS} (heads are padded to the 128-row tile), got {h}")
+    if page <= 0 or page & (page - 1) or page > 128:
+        raise ValueError(f"page size must be a power of two <= 128, got {page}")
+    if page_table.dim() != 2:
+        raise ValueError(f"page_table must be 2-D [B, block_num], got {tuple(page_table.shape)}")
+    if page_table.size(0) != b:
+        raise ValueError(f"page_table must have B={b} rows, got {page_table.size(0)}")
+    block_num = page_table.size(1)
+    if block_num <= 0:
+        raise ValueError(f"block_num must be > 0, got {block_num}")
+    if block_num % (128 // page) != 0:
+        raise ValueError(f"block_num must be a multiple of 128 / PAGE = {128 // page}, got {block_num}")
+    if q_nope.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q_nope dtype must be float16 or bfloat16, got {q_nope.dtype}")
+    if not q_nope.dtype == q_pe.dtype == cache.dtype:
+        raise TypeError(f"q_nope, q_pe, kv_c_and_k_pe_cache must share a dtype, got {q_nope.dtype}, {q_pe.dtype}, {cache.dtype}")
+    if seq_lens.dtype != torch.int32:
+        raise TypeError(f"seq_lens dtype must be int32, got {seq_lens.dtype}")
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table dtype must be int32, got {page_table.dtype}")
+    if seq_lens.dim() != 1 or seq_lens.numel() != b:
+        raise ValueError(f"seq_lens must be [B={b}], got {tuple(seq_lens.shape)}")
+    if workspace.dtype != torch.uint8:
+        raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
+    if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, int) or not (num_kv_splits == -1 or num_kv_splits >= 1):
+        raise ValueError(f"num_kv_splits must be -1 (auto) or >= 1, got {num_kv_splits!r}")
+    need = get_workspace_size(page * block_num, b, sm_count or 0, num_kv_splits)
+    if workspace.numel() < need:
+        raise ValueError(f"workspace must hold >= {need} bytes (get_workspace_size({page * block_num}, {b}, "
+                         f"{sm_count or 0}, {num_kv_splits})), got {workspace.numel()}")
+
+
+def cutlass_unavailable_reason(device=None) -> str | None:
+    """``None`` if ``sgl_kernel.cutlass_mla_decode`` can run here, else a one-line reason."""
+    if not torch.cuda.is_available():
+        return "cutlass_mla_decode needs a CUDA GPU with SM100 (Blackwell); no GPU is present"
+    dev = torch.device(device) if device is not None else torch.device("cuda")
+    if dev.type != "cuda":
+        return f"cutlass_mla_decode needs CUDA tensors, got tensors on {dev}"
+    major, minor = torch.cuda.get_device_capability(dev)
+    if major != 10:
+        return f"cutlass_mla_decode is a CUTLASS SM100 (Blackwell) kernel; this GPU is sm{major}{minor}"
+    try:
+        import sgl_kernel  # noqa: F401
+    except Exception as e:  # ImportError, or a broken binary
+        return f"sgl_kernel does not import ({type(e).__name__}: {e}); install the 'gpu' extra beside a CUDA torch"
+    if not hasattr(sgl_kernel, "cutlass_mla_decode"):
+        return "this sgl_kernel has no cutlass_mla_decode"
+    return None
+
+
+def mla_decode_cutlass(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits=1):
+    """Call the real kernel (after the contract checks), or raise RuntimeError with the reason it cannot run."""
+    check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits)
+    reason = cutlass_unavailable_reason(q_nope.device)
+    if reason is not None:
+        raise RuntimeError(reason)
+    import sgl_kernel
+
+    return sgl_kernel.cutlass_mla_decode(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)

@@ -1,0 +1,89 @@
+"""Fill a page table from ``req_to_token``: SGLang's ``create_flashmla_kv_indices_triton``.
+
+Semantics (sgl-project/sglang ``python/sglang/srt/layers/attention/utils.py``): one program
+per request ``row`` writes
+
+    page_table[row, p] = req_to_token[req_pool_indices[row], p * PAGE] // PAGE
+    for p < ceil(seq_lens[row] / PAGE)
+
+and leaves every other entry of the row untouched (stale ids stay). ``page_table`` may be a
+row-slice of a larger persistent buffer; both versions write through its real strides.
+One difference from SGLang: SGLang's kernel has no width bound and writes past the end of
+a too-narrow row; here writes stop at ``page_table.size(1)`` (both impls alike).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mla_edu import _env  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
+
+
+def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
+    for name, t in (("req_to_token", req_to_token), ("req_pool_indices", req_pool_indices),
+                    ("seq_lens", seq_lens), ("page_table", page_table)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {t.dtype}")
+    if req_to_token.dim() != 2:
+        raise ValueError(f"req_to_token must be 2-D [pool_size, max_context_len], got shape {tuple(req_to_token.shape)}")
+    if page_table.dim() != 2:
+        raise ValueError(f"page_table must be 2-D [rows, width], got shape {tuple(page_table.shape)}")
+    if req_pool_indices.dim() != 1 or seq_lens.dim() != 1:
+        raise ValueError(f"req_pool_indices and seq_lens must be 1-D, got {tuple(req_pool_indices.shape)} and {tuple(seq_lens.shape)}")
+    b = req_pool_indices.numel()
+    if seq_lens.numel() != b:
+        raise ValueError(f"seq_lens must have one entry per request ({b}), got {seq_lens.numel()}")
+    if page_table.size(0) != b:
+        raise ValueError(f"page_table must have one row per request ({b}), got {page_table.size(0)} rows")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    devs = {t.device for t in (req_to_token, req_pool_indices, seq_lens, page_table)}
+    if len(devs) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devs)}")
+
+
+def fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size: int) -> None:
+    """Vectorized torch version: no Python loop over rows, no host sync (graph-capturable)."""
+    width = page_table.size(1)
+    ctx = req_to_token.size(1)
+    dev = page_table.device
+    p = torch.arange(width, device=dev)  # [W]
+    cols = (p * page_size).clamp_(max=ctx - 1)  # [W] first token of page p (clamped: masked anyway)
+    rows = req_to_token.index_select(0, req_pool_indices.to(torch.int64))  # [B, ctx]
+    first_slots = rows.index_select(1, cols)  # [B, W]
+    n_pages = (seq_lens.to(torch.int64) + page_size - 1) // page_size  # [B]
+    write = p[None, :] < n_pages[:, None]  # [B, W]
+    new = torch.where(write, (first_slots // page_size).to(page_table.dtype), page_table)
+    page_table.copy_(new)
+
+
+@torch.library.custom_op("mla_edu::fill_page_table", mutates_args=("page_table",))
+def _fill_page_table_op(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                        page_table: torch.Tensor, page_size: int) -> None:
+    from mla_edu.kvcache._page_table_triton import launch_fill_page_table
+
+    launch_fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
+
+
+@_fill_page_table_op.register_fake
+def _(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
+    return None
+
+
+def fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_size: int, impl: str = "torch") -> None:
+    """Write page ids of each request into its row of ``page_table`` (in place).
+
+    req_to_token: int ``[pool_size, max_context_len]``; req_pool_indices: int ``[B]``;
+    seq_lens: int ``[B]``; page_table: int ``[B, W]`` (a view of a persistent buffer is fine).
+    impl="torch": a few vectorized torch ops. impl="triton": one Triton launch, registered as
+    the custom op ``torch.ops.mla_edu.fill_page_table`` (a graph emulator sees one op).
+    """
+    _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
+    if impl == "torch":
+        fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
+    elif impl == "triton":
+        torch.ops.mla_edu.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
+    else:
+        raise ValueError(f"impl must be 'torch' or 'triton', got {impl!r}")

@@ -1,0 +1,184 @@
+"""Token slots for requests: the ``req_to_token`` pool and a page allocator.
+
+Vocabulary follows SGLang (``python/sglang/srt/mem_cache/memory_pool.py``):
+``req_to_token[req, pos]`` is the cache slot of token ``pos`` of request ``req``;
+a slot is ``page * page_size + offset``. Both classes are host-side bookkeeping
+(Python lists), run outside any captured graph.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PoolExhausted(RuntimeError):
+    """Raised when a pool or allocator has fewer free entries than asked for."""
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _as_index_list(name: str, indices) -> list[int]:
+    if isinstance(indices, torch.Tensor):
+        if indices.dtype.is_floating_point or indices.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers, got a {indices.dtype} tensor")
+        return [int(i) for i in indices.reshape(-1).tolist()]
+    if isinstance(indices, int) and not isinstance(indices, bool):
+        return [indices]
+    try:
+        out = [int(i) for i in indices]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, a list of ints or an int tensor, got {type(indices).__name__}") from None
+    return out
+
+
+class ReqToTokenPool:
+    """``size`` request rows, each mapping token positions to cache slots.
+
+    ``req_to_token`` is int32 ``[size, max_context_len]``, zero-filled (slot 0 lives on the
+    reserved page 0, see ``PagedAllocator``). ``alloc(n)`` hands out row indices, lowest first.
+    """
+
+    def __init__(self, size: int, max_context_len: int, device="cpu"):
+        _check_int("size", size, 1)
+        _check_int("max_context_len", max_context_len, 1)
+        self.size = size
+        self.max_context_len = max_context_len
+        self.device = torch.device(device)
+        self.req_to_token = torch.zeros((size, max_context_len), dtype=torch.int32, device=self.device)
+        self._free = list(range(size))
+
+    def available(self) -> int:
+        return len(self._free)
+
+    def alloc(self, n: int = 1) -> list[int]:
+        _check_int("n", n, 0)
+        if n > len(self._free):
+            raise PoolExhausted(f"ReqToTokenPool: asked for {n} request rows, only {len(self._free)} of {self.size} free")
+        out, self._free = self._free[:n], self._free[n:]
+        return out
+
+    def free(self, indices) -> None:
+        idx = _as_index_list("indices", indices)
+        free = set(self._free)
+        for i in idx:
+            if not 0 <= i < self.size:
+                raise ValueError(f"ReqToTokenPool.free: row index must be in [0, {self.size}), got {i}")
+            if i in free:
+                raise ValueError(f"ReqToTokenPool.free: row {i} is already free (double free)")
+            free.add(i)
+        self._free = sorted(free)
+
+
+class PagedAllocator:
+    """Hands out whole pages of ``page_size`` token slots.
+
+    Page 0 is reserved and never handed out: like SGLang's slot 0, it is the padding page
+    that dummy requests (graph padding, capture-time dummies) may point at, so writes for
+    padded rows never land in a live request's page. ``num_pages - 1`` pages are usable.
+
+    Freed pages go to the front of the free list (LIFO), so they are reused first and
+    pages of one request are generally not contiguous. ``seed`` shuffles the initial order,
+    which makes non-contiguity show up from the first allocation (tests and notebooks).
+    """
+
+    def __init__(self, num_pages: int, page_size: int, device="cpu", seed: int | None = None):
+        _check_int("num_pages", num_pages, 2)
+        _check_int("page_size", page_size, 1)
+        if page_size & (page_size - 1):
+            raise ValueError(f"page_size must be a power of two, got {page_size}")
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.device = torch.device(device)
+        free = list(range(1, num_pages))
+        if seed is not None:
+            g = torch.Generator().manual_seed(seed)
+            free = [free[i] for i in torch.randperm(len(free), generator=g).tolist()]
+        self._free = free
+        self._used: set[int] = set()
+
+    def available_pages(self) -> int:
+        return len(self._free)
+
+    def available_slots(self) -> int:
+        return len(self._free) * self.page_size
+
+    def alloc_pages(self, n: int) -> torch.Tensor:
+        """``n`` free pages as an int64 tensor ``[n]``; ``PoolExhausted`` if too few are free."""
+        _check_int("n", n, 0)
+        if n > len(self._free):
+            raise PoolExhausted(
+                f"PagedAllocator: asked for {n} pages, only {len(self._free)} of {self.num_pages - 1} usable pages free"
+            )
+        pages, self._free = self._free[:n], self._free[n:]
+        self._used.update(pages)
+        return torch.tensor(pages, dtype=torch.int64, device=self.device)
+
+    def free_pages(self, pages) -> None:
+        idx = _as_index_list("pages", pages)
+        if len(set(idx)) != len(idx):
+            raise ValueError(f"PagedAllocator.free_pages: pages listed twice (double free): {idx}")
+        for p in idx:
+            if p == 0:
+                raise ValueError("PagedAllocator.free_pages: page 0 is the reserved padding page and is never allocated")
+            if p not in self._used:
+                raise ValueError(f"PagedAllocator.free_pages: page {p} is not allocated (double free or foreign page)")
+        for p in idx:
+            self._used.discard(p)
+        self._free = list(reversed(idx)) + self._free
+
+    def slots_for(self, req_to_token_row: torch.Tensor, old_len: int, new_len: int) -> torch.Tensor:
+        """Assign cache slots to token positions ``[old_len, new_len)`` of one request.
+
+        Positions on the request's last, partly filled page reuse that page (read back from
+        ``req_to_token_row[old_len - 1]``); the rest get fresh pages. Writes the slots into
+        ``req_to_token_row[old_len:new_len]`` and returns them (int64 ``[new_len - old_len]``),
+        ready for ``LatentKVCache.set_kv(layer, loc, ...)``. Works for prefill (old_len=0) and
+        for each decode step (new_len = old_len + 1). Host-side: call it outside graphs.
+        """
+        return slots_for(req_to_token_row, old_len, new_len, self)
+
+    def pages_of(self, req_to_token_row: torch.Tensor, length: int) -> torch.Tensor:
+        """The pages holding positions ``[0, length)`` of a request (int64), e.g. to free them."""
+        _check_int("length", length, 0)
+        if length == 0:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        first_slots = req_to_token_row[: length : self.page_size].to(torch.int64)
+        return first_slots // self.page_size
+
+
+def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, allocator: PagedAllocator) -> torch.Tensor:
+    """See ``PagedAllocator.slots_for``."""
+    if not isinstance(req_to_token_row, torch.Tensor) or req_to_token_row.dim() != 1:
+        raise TypeError(f"req_to_token_row must be a 1-D tensor (one row of req_to_token), got {type(req_to_token_row).__name__}"
+                        + (f" of shape {tuple(req_to_token_row.shape)}" if isinstance(req_to_token_row, torch.Tensor) else ""))
+    _check_int("old_len", old_len, 0)
+    _check_int("new_len", new_len, old_len)
+    if new_len > req_to_token_row.numel():
+        raise ValueError(f"new_len must be <= max_context_len={req_to_token_row.numel()}, got {new_len}")
+    page = allocator.page_size
+    n = new_len - old_len
+    if n == 0:
+        return torch.empty(0, dtype=torch.int64, device=req_to_token_row.device)
+    pos = torch.arange(old_len, new_len, dtype=torch.int64)  # [n]
+    first_new_page = (old_len + page - 1) // page  # page index (within the request) of the first fresh page
+    last_page = (new_len - 1) // page
+    n_fresh = max(0, last_page - first_new_page + 1)
+    fresh = allocator.alloc_pages(n_fresh).cpu()
+    page_ids = torch.empty(n, dtype=torch.int64)
+    logical = pos // page  # [n] page index within the request
+    if old_len % page != 0:
+        current = int(req_to_token_row[old_len - 1]) // page
+        page_ids[logical < first_new_page] = current
+    if n_fresh:
+        sel = logical >= first_new_page
+        page_ids[sel] = fresh[logical[sel] - first_new_page]
+    slots = page_ids * page + pos % page  # [n]
+    slots = slots.to(req_to_token_row.device)
+    req_to_token_row[old_len:new_len] = slots.to(torch.int32)
+    return slots

@@ -1,0 +1,318 @@
+"""mla_decode (reference and torch impls), workspace formula, stride policy, cutlass contract.
+
+Ground truth here is a float64 dense computation over each request's own token slots
+(from how the case was built, not from the page table), written in this file.
+"""
+
+import math
+
+import pytest
+import torch
+
+import mla_edu  # noqa: F401
+from mla_edu.kernels import check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode, num_kv_splits_for
+from mla_edu.kernels.cases import random_decode_case
+
+
+def dense_f64(case):
+    """out[b] = softmax(scale * q_b K_b^T) V_b in float64 over request b's own slots."""
+    d_lat = case.q_nope.size(-1)
+    rows = case.cache.reshape(-1, case.cache.size(-1)).double()
+    outs = []
+    for b, slots in enumerate(case.token_slots):
+        q = torch.cat([case.q_nope[b], case.q_pe[b]], -1).double()  # [H, 576]
+        k = rows[slots]  # [L, 576]
+        outs.append(torch.softmax(q @ k.T * case.sm_scale, -1) @ k[:, :d_lat])  # [H, 512]
+    return torch.stack(outs)
+
+
+def rel_err(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+# ---- >= 300 random cases: reference and torch impls vs float64 -------------------------------
+SPLITS = [1, 2, 3, -1]
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+@pytest.mark.parametrize("seed", range(160))
+def test_random_cases_match_float64(impl, seed):
+    g = torch.Generator().manual_seed(10_000 + seed)
+    page = [1, 16, 64, 128][seed % 4]
+    heads = [1, 4, 16][int(torch.randint(0, 3, (1,), generator=g))]
+    batch = int(torch.randint(1, 6, (1,), generator=g))
+    max_len = int(torch.randint(1, 3 * 128, (1,), generator=g)) if page > 1 else int(torch.randint(1, 40, (1,), generator=g))
+    small = seed % 5 != 0  # most cases use small latent dims for speed; every 5th the real 512/64
+    case = random_decode_case(seed, batch=batch, heads=heads, page_size=page, max_len=max_len,
+                              d_latent=32 if small else 512, d_rope=16 if small else 64,
+                              extra_cols=int(torch.randint(0, 3, (1,), generator=g)))
+    splits = SPLITS[seed % len(SPLITS)]
+    ws = case.workspace(splits)
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale,
+                     splits, impl=impl)
+    assert out.shape == case.q_nope.shape and out.dtype == case.q_nope.dtype
+    assert torch.isfinite(out).all(), "read an unused (NaN) page or slot"
+    assert rel_err(out, dense_f64(case)) < 1e-5
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 5e-3)])
+def test_torch_impl_low_precision(dtype, tol):
+    case = random_decode_case(3, batch=5, heads=8, page_size=16, max_len=90, dtype=dtype)
+    ref = dense_f64(case)
+    for s in (1, 4):
+        out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(s),
+                         case.sm_scale, s, impl="torch")
+        assert out.dtype == dtype and rel_err(out, ref) < tol
+
+
+def test_splits_write_through_the_workspace():
+    case = random_decode_case(1, batch=3, heads=4, page_size=16, lens=[40, 1, 64], d_latent=32, d_rope=16)
+    ws = case.workspace(4)
+    before = ws.clone()
+    mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, 4, impl="torch")
+    n = 3 * 4 * 4 * (32 + 1) * 4  # o_acc [B,H,S,D] + lse [B,H,S], float32
+    assert not torch.equal(ws[:n], before[:n]) and torch.equal(ws[n:], before[n:])
+    ws1 = case.workspace(1)
+    before1 = ws1.clone()
+    mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws1, case.sm_scale, 1, impl="torch")
+    assert torch.equal(ws1, before1)  # one split: the workspace is not touched (as in cutlass)
+
+
+# ---- workspace formula (sgl-kernel) ---------------------------------------------------------
+def test_workspace_formula():
+    assert get_workspace_size(128, 1) == 262_656  # fp32 o_acc [1,128,1,512] + lse [1,128,1]
+    assert get_workspace_size(4096, 64, 132, 1) == 64 * 262_656
+    assert get_workspace_size(4096, 8, 132, 4) == 4 * 8 * 262_656
+    # auto: max_splits = 32; heur = min(32, 132 // 64 = 2) = 2; k_waves = 16; split = 2
+    assert num_kv_splits_for(4096, 64, 132, -1) == 2
+    # B=1: heur = min(32, 132) = 32 -> split 32
+    assert num_kv_splits_for(4096, 1, 132, -1) == 32
+    # max_splits = 33 (4224 = 33 pages of 128), B=8: heur = 16, k_waves = 3, split = ceil(33/3) = 11
+    assert num_kv_splits_for(33 * 128, 8, 132, -1) == 11
+    # capture-time dummy width 1 page: one split, however large the real lengths are later
+    assert num_kv_splits_for(128, 8, 132, -1) == 1
+    assert get_workspace_size(4224, 8, 132, -1) == 11 * 8 * 262_656
+    with pytest.raises(ValueError, match="num_kv_splits must be -1"):
+        num_kv_splits_for(128, 1, 132, 0)
+    with pytest.raises(ValueError, match="max_seq_len must be > 0"):
+        get_workspace_size(0, 1)
+    with pytest.raises(TypeError, match="num_batches must be an int"):
+        get_workspace_size(128, 2.0)
+
+
+def test_workspace_too_small_is_a_clear_error():
+    case = random_decode_case(0, batch=2, heads=4, page_size=16, lens=[64, 64], d_latent=32, d_rope=16)
+    small = torch.empty(get_workspace_size(64, 2, 132, 1), dtype=torch.uint8)  # sized for 1 split
+    for impl in ("reference", "torch"):
+        with pytest.raises(ValueError, match="workspace too small for 4 KV splits"):
+            mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 4,
+                       impl=impl)
+    # with one split the same workspace is fine
+    mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 1, impl="torch")
+
+
+# ---- the stride policy: SGLang #6998 in one test --------------------------------------------
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_size_policy_on_narrow_view_reads_wrong_pages(impl):
+    case = random_decode_case(7, batch=4, heads=4, page_size=16, lens=[40, 33, 17, 48], d_latent=32, d_rope=16,
+                              extra_cols=0)
+    width = case.page_table.size(1)  # 3 pages
+    buf = torch.full((6, width + 5), 1, dtype=torch.int32)  # persistent, wider buffer (stale 1s)
+    buf[:4, :width] = case.page_table
+    narrow = buf[:4, :1]  # what capture froze: width 1, real row stride width + 5
+    full = buf[:4]  # full-width view (SGLang's fix): size(1) == stride(0)
+    cols = buf[:4, :width]  # all the useful columns but not the full width: still the wrong stride
+    ws = case.workspace(1)
+    ref = dense_f64(case)
+    args = (case.q_nope, case.q_pe, case.cache, case.seq_lens)
+
+    def per_request_err(table, policy):
+        out = mla_decode(*args, table, ws, case.sm_scale, 1, impl=impl, stride_policy=policy)
+        return [rel_err(out[b], ref[b]) for b in range(4)]
+
+    bad = per_request_err(narrow, "size")
+    assert bad[0] < 1e-5  # row 0 reads its own row
+    assert all(not e < 0.1 for e in bad[1:])  # rows 1.. read row 0 shifted by b, then stale entries (NaN or wrong)
+    assert max(per_request_err(narrow, "stride")) < 1e-5  # FlashMLA's policy: the real stride
+    assert max(per_request_err(full, "size")) < 1e-5  # full-width view: size(1) == stride(0)
+    assert all(not e < 0.1 for e in per_request_err(cols, "size")[1:])
+    assert max(per_request_err(case.page_table, "size")) < 1e-5  # fresh contiguous table (eager mode)
+    # default policy is "size" (cutlass contract)
+    out = mla_decode(*args, narrow, ws, case.sm_scale, 1, impl=impl)
+    assert not rel_err(out[1], ref[1]) < 0.1
+
+
+def test_size_policy_reads_exactly_the_flat_storage_index():
+    # request b reads page j at flat index storage_offset + b * size(1) + j
+    case = random_decode_case(5, batch=3, heads=2, page_size=16, lens=[16, 16, 16], d_latent=32, d_rope=16)
+    buf = torch.full((3, 4), 0, dtype=torch.int32)
+    pages = case.page_table[:, 0].clone()
+    buf.view(-1)[:3] = pages  # flat storage [p0, p1, p2, 0, ...]: rows 1, 2 read entries 1, 2 under "size"
+    narrow = buf[:, :1]
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, narrow, case.workspace(1), case.sm_scale,
+                     impl="torch", stride_policy="size")
+    assert rel_err(out, dense_f64(case)) < 1e-5
+
+
+# ---- checked mode and poison ------------------------------------------------------------------
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_checked_mode_nan_for_out_of_range_page(impl):
+    case = random_decode_case(11, batch=3, heads=4, page_size=16, lens=[20, 5, 33], d_latent=32, d_rope=16)
+    table = case.page_table.clone()
+    table[2, 1] = case.cache.size(0) + 100  # request 2 now points at a page that does not exist
+    ws = case.workspace(2)
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl=impl,
+                     checked=True)
+    assert torch.isnan(out[2]).all() and torch.isfinite(out[:2]).all()
+    ref = dense_f64(case)
+    assert rel_err(out[:2], ref[:2]) < 1e-5
+    # unchecked: the id is clamped to the last page and the request silently gets a wrong answer
+    out_u = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl=impl)
+    assert not torch.isnan(out_u[:2]).any() and rel_err(out_u[:2], ref[:2]) < 1e-5
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_checked_mode_nan_when_length_needs_more_pages_than_the_row(impl):
+    case = random_decode_case(12, batch=2, heads=2, page_size=16, lens=[30, 10], d_latent=32, d_rope=16, extra_cols=0)
+    lens = torch.tensor([30, 40], dtype=torch.int32)  # request 1 now claims 3 pages, its row holds 2
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, lens, case.page_table, case.workspace(1), case.sm_scale,
+                     impl=impl, checked=True)
+    assert torch.isnan(out[1]).all() and torch.isfinite(out[0]).all()
+
+
+def test_torch_and_reference_agree_unchecked_on_garbage_tables():
+    # unchecked clamping is documented behaviour: both impls must clamp the same way
+    for seed in range(6):
+        case = random_decode_case(seed, batch=4, heads=2, page_size=16, max_len=60, d_latent=32, d_rope=16)
+        g = torch.Generator().manual_seed(seed)
+        table = torch.randint(-5, case.cache.size(0) + 5, case.page_table.shape, generator=g, dtype=torch.int32)
+        cache = torch.nan_to_num(case.cache, nan=0.5)
+        ws = case.workspace(-1)
+        outs = [mla_decode(case.q_nope, case.q_pe, cache, case.seq_lens, table, ws, case.sm_scale, -1, impl=i)
+                for i in ("reference", "torch")]
+        assert torch.allclose(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+# ---- graph safety of the torch impl -----------------------------------------------------------
+def test_torch_impl_has_no_host_sync_and_fixed_shapes():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = []
+
+    class Rec(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    shapes = set()
+    for lens in ([1, 2, 3], [40, 17, 48]):
+        case = random_decode_case(2, batch=3, heads=4, page_size=16, lens=lens, d_latent=32, d_rope=16, extra_cols=3 - 
+                                  max(-(-n // 16) for n in lens))
+        assert case.page_table.shape == (3, 3)
+        ops.clear()
+        with Rec():
+            out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(2),
+                             case.sm_scale, 2, impl="torch", checked=True)
+        assert rel_err(out, dense_f64(case)) < 1e-5
+        banned = {"aten._local_scalar_dense", "aten.nonzero", "aten.item", "aten.masked_select", "aten.unique"}
+        assert not banned & set(ops), banned & set(ops)
+        shapes.add(tuple(ops))
+    assert len(shapes) == 1  # the same op sequence whatever the lengths
+
+
+# ---- errors -----------------------------------------------------------------------------------
+def _case():
+    return random_decode_case(0, batch=2, heads=4, page_size=16, lens=[5, 9], d_latent=32, d_rope=16)
+
+
+def test_bad_inputs_raise_clear_errors():
+    c = _case()
+    ws = c.workspace(1)
+    a = (c.q_nope, c.q_pe, c.cache, c.seq_lens, c.page_table, ws, c.sm_scale)
+    with pytest.raises(ValueError, match="impl must be one of"):
+        mla_decode(*a, impl="cuda")
+    with pytest.raises(ValueError, match="stride_policy must be one of"):
+        mla_decode(*a, stride_policy="rows")
+    with pytest.raises(TypeError, match="seq_lens must be int32, got torch.int64"):
+        mla_decode(c.q_nope, c.q_pe, c.cache, c.seq_lens.long(), c.page_table, ws, c.sm_scale)
+    with pytest.raises(TypeError, match="page_table must be int32"):
+        mla_decode(c.q_nope, c.q_pe, c.cache, c.seq_lens, c.page_table.long(), ws, c.sm_scale)
+    with pytest.raises(ValueError, match="last dim must be D_latent \\+ D_rope = 32 \\+ 16 = 48, got 47"):
+        mla_decode(c.q_nope, c.q_pe, c.cache[..., :47], c.seq_lens, c.page_table, ws, c.sm_scale)
+    with pytest.raises(TypeError, match="share one floating dtype"):
+        mla_decode(c.q_nope.half(), c.q_pe, c.cache, c.seq_lens, c.page_table, ws, c.sm_scale)
+    with pytest.raises(TypeError, match="workspace must be a 1-D uint8"):
+        mla_decode(*a[:5], ws.view(torch.int32), c.sm_scale)
+    with pytest.raises(ValueError, match="num_kv_splits must be -1 \\(auto\\) or in \\[1, 256\\], got 0"):
+        mla_decode(*a, 0)
+    with pytest.raises(ValueError, match="seq_lens must be \\[B=2\\]"):
+        mla_decode(c.q_nope, c.q_pe, c.cache, c.seq_lens[:1], c.page_table, ws, c.sm_scale)
+    with pytest.raises(ValueError, match="sm_scale must be > 0"):
+        mla_decode(*a[:6], -1.0)
+
+
+# ---- cutlass: the contract runs everywhere; the kernel only on SM100 --------------------------
+def _cutlass_case(heads=16, page=64, width=4, dtype=torch.bfloat16, b=2):
+    q_nope = torch.zeros(b, heads, 512, dtype=dtype)
+    q_pe = torch.zeros(b, heads, 64, dtype=dtype)
+    cache = torch.zeros(10, page, 576, dtype=dtype)
+    seq_lens = torch.ones(b, dtype=torch.int32)
+    table = torch.zeros(b, width, dtype=torch.int32)
+    ws = torch.empty(get_workspace_size(page * width, b, 0, 1), dtype=torch.uint8)
+    return [q_nope, q_pe, cache, seq_lens, table, ws]
+
+
+def test_cutlass_contract_accepts_valid_args():
+    check_cutlass_args(*_cutlass_case())
+    check_cutlass_args(*_cutlass_case(heads=128, page=128, width=1, dtype=torch.float16))
+    check_cutlass_args(*_cutlass_case(page=16, width=8))
+
+
+@pytest.mark.parametrize("mutate,exc,msg", [
+    (lambda a: a.__setitem__(0, torch.zeros(2, 129, 512, dtype=torch.bfloat16)) or
+     a.__setitem__(1, torch.zeros(2, 129, 64, dtype=torch.bfloat16)), ValueError, "H must be <= 128"),
+    (lambda a: a.__setitem__(4, torch.zeros(2, 3, dtype=torch.int32)), ValueError, "multiple of 128 / PAGE = 2, got 3"),
+    (lambda a: a.__setitem__(2, torch.zeros(10, 48, 576, dtype=torch.bfloat16)), ValueError, "power of two <= 128, got 48"),
+    (lambda a: a.__setitem__(2, torch.zeros(10, 256, 576, dtype=torch.bfloat16)), ValueError, "power of two <= 128, got 256"),
+    (lambda a: a.__setitem__(0, torch.zeros(2, 16, 256, dtype=torch.bfloat16)), ValueError, "must be 512"),
+    (lambda a: a.__setitem__(1, torch.zeros(2, 16, 32, dtype=torch.bfloat16)), ValueError, "must be 64"),
+    (lambda a: a.__setitem__(2, torch.zeros(10, 64, 512, dtype=torch.bfloat16)), ValueError, "must be 576"),
+    (lambda a: [a.__setitem__(i, a[i].float()) for i in range(3)], TypeError, "float16 or bfloat16, got torch.float32"),
+    (lambda a: a.__setitem__(1, a[1].half()), TypeError, "must share a dtype"),
+    (lambda a: a.__setitem__(3, a[3].long()), TypeError, "seq_lens dtype must be int32"),
+    (lambda a: a.__setitem__(4, a[4].long()), TypeError, "page_table dtype must be int32"),
+    (lambda a: a.__setitem__(4, torch.zeros(3, 4, dtype=torch.int32)), ValueError, "B=2 rows"),
+    (lambda a: a.__setitem__(4, torch.zeros(2, 0, dtype=torch.int32)), ValueError, "block_num must be > 0"),
+    (lambda a: a.__setitem__(5, torch.empty(1000, dtype=torch.uint8)), ValueError, "workspace must hold >= 525312 bytes"),
+    (lambda a: a.__setitem__(5, torch.empty(10**6, dtype=torch.float32)), TypeError, "workspace must be uint8"),
+])
+def test_cutlass_contract_rejects(mutate, exc, msg):
+    a = _cutlass_case()
+    mutate(a)
+    with pytest.raises(exc, match=msg):
+        check_cutlass_args(*a)
+
+
+def test_cutlass_contract_checks_workspace_for_splits():
+    a = _cutlass_case(page=128, width=32, b=1)  # max_seq_len 4096, B=1 -> auto split 32 (132 SMs)
+    with pytest.raises(ValueError, match=f"workspace must hold >= {32 * 262_656} bytes"):
+        check_cutlass_args(*a, num_kv_splits=-1, sm_count=132)
+    check_cutlass_args(*a, num_kv_splits=1)
+
+
+def test_cutlass_impl_says_why_it_cannot_run_here():
+    reason = cutlass_unavailable_reason()
+    if reason is None:  # pragma: no cover - only on Blackwell with sgl_kernel
+        pytest.skip("cutlass_mla_decode can run here")
+    a = _cutlass_case()
+    with pytest.raises(RuntimeError) as e:
+        mla_decode(*a, 1 / math.sqrt(192), impl="cutlass")
+    assert str(e.value) == reason and "\n" not in reason
+    if not torch.cuda.is_available():
+        assert "no GPU" in reason
+    # the contract is checked before availability: bad args give ValueError even here
+    a[4] = torch.zeros(2, 3, dtype=torch.int32)
+    with pytest.raises(ValueError, match="multiple of 128 / PAGE"):
+        mla_decode(*a, 1 / math.sqrt(192), impl="cutlass")
+    with pytest.raises(ValueError, match="always uses stride_policy='size'"):
+        mla_decode(*_cutlass_case(), 0.1, impl="cutlass", stride_policy="stride")

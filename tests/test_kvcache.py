@@ -1,0 +1,163 @@
+import pytest
+import torch
+
+import mla_edu  # noqa: F401
+from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
+
+
+def test_req_to_token_pool_alloc_free_reuse():
+    pool = ReqToTokenPool(4, 32)
+    assert pool.req_to_token.shape == (4, 32) and pool.req_to_token.dtype == torch.int32
+    a = pool.alloc(3)
+    assert a == [0, 1, 2] and pool.available() == 1
+    pool.free([1])
+    assert pool.available() == 2
+    assert pool.alloc(2) == [1, 3]
+    with pytest.raises(PoolExhausted, match="asked for 1 request rows, only 0"):
+        pool.alloc(1)
+    pool.free(0)
+    with pytest.raises(ValueError, match="already free"):
+        pool.free(0)
+    with pytest.raises(ValueError, match=r"in \[0, 4\)"):
+        pool.free(7)
+
+
+def test_paged_allocator_reserves_page0_and_reuses():
+    alloc = PagedAllocator(6, 16)
+    assert alloc.available_pages() == 5
+    p = alloc.alloc_pages(5)
+    assert p.dtype == torch.int64 and 0 not in p.tolist() and sorted(p.tolist()) == [1, 2, 3, 4, 5]
+    with pytest.raises(PoolExhausted, match="asked for 1 pages"):
+        alloc.alloc_pages(1)
+    alloc.free_pages([4, 2])
+    assert alloc.alloc_pages(2).tolist() == [2, 4]  # freed pages come back first
+    with pytest.raises(ValueError, match="reserved padding page"):
+        alloc.free_pages([0])
+    with pytest.raises(ValueError, match="double free"):
+        alloc.free_pages(torch.tensor([2, 2]))
+    alloc.free_pages([2])
+    with pytest.raises(ValueError, match="not allocated"):
+        alloc.free_pages([2])
+    with pytest.raises(ValueError, match="power of two"):
+        PagedAllocator(8, 12)
+    with pytest.raises(TypeError, match="num_pages must be an int"):
+        PagedAllocator(8.0, 16)
+
+
+@pytest.mark.parametrize("page", [1, 16, 64, 128])
+def test_slots_for_grows_request_page_by_page(page):
+    alloc = PagedAllocator(64, page, seed=page)
+    pool = ReqToTokenPool(2, 4 * 128)
+    row = pool.req_to_token[pool.alloc(1)[0]]
+    lens = [0, 3, 3 + page, 3 + page + 1, 2 * page + 5, 2 * page + 6]
+    seen = []
+    for old, new in zip(lens[:-1], lens[1:]):
+        loc = alloc.slots_for(row, old, new)
+        assert loc.shape == (new - old,)
+        seen.append(loc)
+    slots = torch.cat(seen)
+    n = lens[-1]
+    assert torch.equal(row[:n].long(), slots)
+    assert len(set(slots.tolist())) == n  # no slot handed out twice
+    pages = slots // page
+    offs = slots % page
+    assert torch.equal(offs, torch.arange(n) % page)  # position p sits at offset p % PAGE
+    # each logical page maps to exactly one physical page
+    for j in range(-(-n // page)):
+        assert len(set(pages[j * page : (j + 1) * page].tolist())) == 1
+    owned = alloc.pages_of(row, n)
+    assert owned.numel() == -(-n // page) and 0 not in owned.tolist()
+    before = alloc.available_pages()
+    alloc.free_pages(owned)
+    assert alloc.available_pages() == before + owned.numel()
+
+
+def test_slots_for_errors():
+    alloc = PagedAllocator(4, 16)
+    row = torch.zeros(32, dtype=torch.int32)
+    with pytest.raises(ValueError, match="new_len must be >= 5"):
+        alloc.slots_for(row, 5, 3)
+    with pytest.raises(ValueError, match="max_context_len=32"):
+        alloc.slots_for(row, 0, 40)
+    with pytest.raises(TypeError, match="1-D tensor"):
+        alloc.slots_for(torch.zeros(2, 3), 0, 1)
+
+
+def test_latent_cache_set_kv_roundtrip():
+    cache = LatentKVCache(2, 5, 4, kv_lora_rank=8, qk_rope_head_dim=4)
+    assert cache.kv_buffer[1].shape == (5, 4, 12)
+    loc = torch.tensor([3, 17, 4])
+    c, k = torch.randn(3, 8), torch.randn(3, 4)
+    cache.set_kv(1, loc, c, k)
+    rows = cache.kv_buffer[1].view(-1, 12)
+    assert torch.equal(rows[loc, :8], c) and torch.equal(rows[loc, 8:], k)
+    assert torch.equal(cache.c_kv(1)[17], c[1]) and torch.equal(cache.k_pe(1)[4], k[2])
+    assert torch.allclose(rows.abs().sum(), c.abs().sum() + k.abs().sum())  # nothing else written
+    assert cache.kv_buffer[0].abs().sum() == 0
+    assert LatentKVCache(61, 1, 1, dtype=torch.bfloat16).bytes_per_token() == 61 * 1152
+    with pytest.raises(ValueError, match=r"c_kv must have shape \[3, 8\]"):
+        cache.set_kv(0, loc, torch.randn(3, 9), k)
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 2\)"):
+        cache.set_kv(2, loc, c, k)
+    with pytest.raises(TypeError, match="loc must be a 1-D integer tensor"):
+        cache.set_kv(0, loc.float(), c, k)
+
+
+def _dense_fill(req_to_token, req_pool_indices, seq_lens, table, page):
+    out = table.clone()
+    for row, (req, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
+        for p in range(min(-(-n // page), table.size(1))):
+            out[row, p] = req_to_token[req, p * page] // page
+    return out
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("page", [1, 16, 64, 128])
+def test_fill_page_table_matches_sglang_semantics(impl, page):
+    g = torch.Generator().manual_seed(page)
+    ctx = 4 * 128
+    pool_size, bs = 6, 4
+    num_pages = (pool_size * ctx) // page + 1
+    r2t = (torch.randperm(num_pages * page, generator=g)[: pool_size * ctx].view(pool_size, ctx)).to(torch.int32)
+    # make each page-aligned run of a row point into one page, as an allocator does
+    r2t = ((r2t // page) * page + torch.arange(ctx) % page).to(torch.int32)
+    width = (ctx + 128) // page + 1
+    buf = torch.full((bs + 2, width + 3), 7777, dtype=torch.int32)  # persistent buffer, stale ids
+    view = buf[1 : 1 + bs, :width]  # row slice + column slice: non-contiguous, stride != width
+    req_idx = torch.tensor([5, 0, 3, 3], dtype=torch.int32)
+    lens = torch.tensor([1, page, ctx, 2 * page + 1], dtype=torch.int32)
+    expected_buf = buf.clone()
+    expected_buf[1 : 1 + bs, :width] = _dense_fill(r2t, req_idx, lens, view, page)
+    fill_page_table(r2t, req_idx, lens, view, page, impl=impl)
+    assert torch.equal(buf, expected_buf)  # written entries right, everything else untouched
+    assert (buf[0] == 7777).all() and (buf[:, width:] == 7777).all()
+
+
+def test_fill_page_table_errors():
+    r2t = torch.zeros(2, 8, dtype=torch.int32)
+    t = torch.zeros(2, 2, dtype=torch.int32)
+    ok = dict(req_pool_indices=torch.tensor([0, 1]), seq_lens=torch.tensor([1, 2]), page_table=t, page_size=4)
+    with pytest.raises(ValueError, match="impl must be"):
+        fill_page_table(r2t, **ok, impl="cuda")
+    with pytest.raises(TypeError, match="seq_lens must be an integer tensor"):
+        fill_page_table(r2t, **{**ok, "seq_lens": torch.tensor([1.0, 2.0])})
+    with pytest.raises(ValueError, match="one row per request"):
+        fill_page_table(r2t, **{**ok, "page_table": torch.zeros(3, 2, dtype=torch.int32)})
+
+
+def test_fill_page_table_triton_is_one_custom_op():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Rec(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    r2t = torch.arange(64, dtype=torch.int32).view(2, 32)
+    t = torch.zeros(2, 4, dtype=torch.int32)
+    with Rec():
+        fill_page_table(r2t, torch.tensor([1, 0]), torch.tensor([17, 3]), t, 8, impl="triton")
+    assert [s for s in seen if "mla_edu" in s] == ["mla_edu.fill_page_table.default"]
+    assert t.tolist() == [[4, 5, 6, 0], [0, 0, 0, 0]]
