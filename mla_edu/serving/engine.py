@@ -51,14 +51,14 @@ class Req:
 class Engine:
     """``Engine(model, **server_args)``; ``generate(prompts)`` -> list of ``Req`` (same order)."""
 
-    def __init__(self, model, args: ServerArgs | None = None, **kw):
+    def __init__(self, model, args: ServerArgs | None = None, prefill_cache: dict | None = None, **kw):
         if args is None:
             kw.setdefault("context_length", model.config.mla.max_position_embeddings)
             args = ServerArgs(**kw)
         elif kw:
             raise TypeError(f"pass either args or keyword server arguments, got both ({sorted(kw)})")
         self.args = args
-        self.runner = ModelRunner(model, args)
+        self.runner = ModelRunner(model, args, prefill_cache)
         self.vocab_size = model.config.vocab_size
         self.stats = {"decode_steps": 0, "max_running": 0, "graph_steps": 0, "padded_rows": 0}
 
@@ -106,7 +106,7 @@ class Engine:
             self._finish(req, "length")
 
     # --- the two forward kinds ------------------------------------------------------------------
-    def _prefill(self, req: Req, stop: set):
+    def prefill(self, req: Req, stop: set = frozenset()):
         req.req_pool_idx = int(self.runner.req_to_token_pool.alloc(1)[0])
         self._alloc(req, len(req.prompt_ids))
         logits = self.runner.prefill(req.prompt_ids, req.req_pool_idx, req.pages)
@@ -115,7 +115,8 @@ class Engine:
             return self._finish(req, "error", "prefill: non-finite logits")
         self._after_token(req, int(logits.argmax()), stop)
 
-    def _decode(self, running: list, stop: set):
+    def make_batch(self, running: list) -> ForwardBatch:
+        """Give each running request a slot for its fed-back token; build the decode batch (row = list order)."""
         rn = self.runner
         pos, rpi, locs = [], [], []
         for row, req in enumerate(running):
@@ -127,7 +128,7 @@ class Engine:
             req.rows.append(row)
         dev = rn.device
         positions = torch.tensor(pos, dtype=torch.int64)
-        batch = ForwardBatch(
+        return ForwardBatch(
             batch_size=len(running),
             input_ids=torch.tensor([r.output_ids[-1] for r in running], dtype=torch.int64, device=dev),
             positions=positions.to(dev),
@@ -136,11 +137,14 @@ class Engine:
             out_cache_loc=torch.cat(locs),
             seq_lens_cpu=(positions + 1).to(torch.int32),
         )
-        gr = rn.graph_runner
+
+    def _decode(self, running: list, stop: set):
+        batch = self.make_batch(running)
+        gr = self.runner.graph_runner
         if gr is not None and gr.can_run(batch.batch_size):
             self.stats["graph_steps"] += 1
             self.stats["padded_rows"] += gr.padded_size(batch.batch_size) - batch.batch_size
-        next_ids, bad = rn.decode(batch)
+        next_ids, bad, _ = self.runner.decode(batch)
         next_ids, bad = next_ids.tolist(), bad.tolist()
         self.stats["decode_steps"] += 1
         for req, tok, is_bad in zip(running, next_ids, bad):
@@ -175,7 +179,7 @@ class Engine:
             joining = []
             while waiting and len(running) + len(joining) < max_running:
                 req = waiting.popleft()
-                self._prefill(req, stop)
+                self.prefill(req, stop)
                 if req.finished:
                     if progress:
                         progress(1)

@@ -54,7 +54,7 @@ class GraphRunner:
                 bs, batch.req_pool_indices, batch.seq_lens)
             for _ in range(2):  # warm-up, as SGLang does
                 self.runner.decode_forward(batch)
-            g = graphs.Graph()
+            g = graphs.Graph(device=self.runner.device)
             with graphs.graph(g, pool=self.pool):
                 out = self.runner.decode_forward(batch)
             self.pool = g.pool()
@@ -83,5 +83,4 @@ class GraphRunner:
         self.runner.backend.init_forward_metadata_replay_cuda_graph(
             bs, self.req_pool_indices, self.seq_lens, self.seq_lens_cpu)
         self.graphs[bs].replay()
-        next_ids, bad = self.outputs[bs]
-        return next_ids[:raw_bs].clone(), bad[:raw_bs].clone()
+        return tuple(t[:raw_bs].clone() for t in self.outputs[bs])  # next ids, bad flags, logits

@@ -11,6 +11,7 @@ graph capture forbids.
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
 from mla_edu import default_device, kvcache
 from mla_edu.serving.args import ServerArgs
@@ -23,8 +24,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class ModelRunner:
     """Owns the pools (``req_to_token``, pages, latent cache), the backend and the decode step."""
 
-    def __init__(self, model, args: ServerArgs):
+    def __init__(self, model, args: ServerArgs, prefill_cache: dict | None = None):
         self.args = args
+        self.prefill_cache = prefill_cache
         self.device = torch.device(args.device) if args.device else default_device()
         self.dtype = DTYPES[args.dtype]
         self.model = model.to(self.device, self.dtype).eval()
@@ -66,21 +68,64 @@ class ModelRunner:
         self.req_to_token_pool.req_to_token[req_pool_idx, start:end] = locs.to(self.device, torch.int32)
         return locs.to(self.device)
 
-    # --- prefill: the model's contiguous forward; latents go into the paged cache ----------------
+    # --- prefill: one request, contiguous attention; latents go into the paged cache ------------
+    @torch.no_grad()
+    def prefill_forward(self, tokens: torch.Tensor):
+        """Causal forward of one prompt ``tokens [T]`` -> (last logits ``[vocab]``, latents ``[L, T, r + dr]``).
+
+        The model's own ``prefill`` computes attention in the 512-wide latent space (the absorbed
+        order, O(T^2 r)); a serving engine prefills in the naive order (keys and values
+        decompressed per head, then a fused causal attention), which is much cheaper for long
+        prompts. Same weights, same function: ``tests/test_serving.py`` checks it against
+        ``model.prefill``.
+        """
+        model = self.model
+        pos = torch.arange(tokens.shape[0], device=tokens.device)  # [T]
+        h = model.embed_tokens(tokens)  # [T, D]
+        latents = []
+        for layer in model.layers:
+            attn = layer.attn
+            x = layer.attn_norm(h)
+            c_kv, k_pe = attn.latent_kv(x, pos)  # [T, r], [T, dr]
+            latents.append(torch.cat([c_kv, k_pe], dim=-1))  # [T, r + dr]
+            q_nope, q_pe = attn.query(x, pos)  # [T, H, dn], [T, H, dr]
+            w_uk, w_uv = attn.w_uk_uv()  # [H, dn, r], [H, dv, r]
+            k_nope = torch.einsum("tr,hdr->htd", c_kv, w_uk)  # [H, T, dn]
+            v = torch.einsum("tr,hdr->htd", c_kv, w_uv)  # [H, T, dv]
+            n_heads = q_nope.shape[1]
+            q = torch.cat([q_nope, q_pe], dim=-1).transpose(0, 1)  # [H, T, dn + dr]
+            k = torch.cat([k_nope, k_pe[None].expand(n_heads, -1, -1)], dim=-1)  # [H, T, dn + dr]
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.softmax_scale)  # [H, T, dv]
+            h = h + attn.o_proj(o.transpose(0, 1).reshape(tokens.shape[0], -1))
+            h = h + layer.mlp(layer.mlp_norm(h))
+        logits = model.final_logits(h[-1:])[0]  # [vocab]
+        return logits, torch.stack(latents)  # [vocab], [L, T, r + dr]
+
     @torch.no_grad()
     def prefill(self, prompt_ids: list, req_pool_idx: int, pages: list) -> torch.Tensor:
-        """Returns the logits of the last prompt token ``[vocab]``."""
-        n = len(prompt_ids)
-        tokens = torch.tensor([prompt_ids], dtype=torch.int64, device=self.device)  # [1, T]
-        logits, latents = self.model.prefill(tokens)
-        locs = self.assign_slots(req_pool_idx, pages, 0, n)
-        for layer_id, (c_kv, k_pe) in enumerate(latents):
-            self.kv_cache.set_kv(layer_id, locs, c_kv[0], k_pe[0])  # [T, 512], [T, 64]
-        return logits[0, -1]
+        """Prefill one request into its pages; returns the logits of its last prompt token ``[vocab]``.
+
+        With a ``prefill_cache`` (a dict shared by engines over the same model, as the repro
+        does), a prompt seen before reuses its logits and latents: prefill is eager and
+        contiguous in every configuration, so it is the same computation each time.
+        """
+        key = tuple(prompt_ids)
+        hit = self.prefill_cache.get(key) if self.prefill_cache is not None else None
+        if hit is None:
+            tokens = torch.tensor(prompt_ids, dtype=torch.int64, device=self.device)  # [T]
+            hit = self.prefill_forward(tokens)
+            if self.prefill_cache is not None:
+                self.prefill_cache[key] = hit
+        logits, latents = hit
+        locs = self.assign_slots(req_pool_idx, pages, 0, len(prompt_ids))
+        r = self.kv_cache.kv_lora_rank
+        for layer_id in range(self.num_layers):
+            self.kv_cache.set_kv(layer_id, locs, latents[layer_id, :, :r], latents[layer_id, :, r:])
+        return logits
 
     # --- the decode step ----------------------------------------------------------------------
     def decode_forward(self, batch: ForwardBatch):
-        """Whole decode step -> (next token ids [B] int64, logits-not-finite flags [B] bool)."""
+        """Whole decode step -> (next token ids [B] int64, non-finite-logits flags [B] bool, logits [B, vocab])."""
         model, backend = self.model, self.backend
         positions = batch.positions
         h = model.embed_tokens(batch.input_ids)  # [B, D]
@@ -94,7 +139,7 @@ class ModelRunner:
             h = h + layer.mlp(layer.mlp_norm(h))
         logits = model.final_logits(h).float()  # [B, vocab]
         bad = ~torch.isfinite(logits).all(dim=-1)  # [B]
-        return logits.argmax(dim=-1), bad
+        return logits.argmax(dim=-1), bad, logits
 
     @torch.no_grad()
     def decode(self, batch: ForwardBatch):

@@ -1,6 +1,6 @@
 """Attention backends in SGLang's protocol: ``cutlass_mla`` (pre-fix / fixed) and ``triton``."""
 
-from mla_edu.serving.backends.base import AttentionBackend, cutlass_auto_splits
+from mla_edu.serving.backends.base import AttentionBackend
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLABackend
 from mla_edu.serving.backends.triton import TritonBackend
 
@@ -17,4 +17,4 @@ def create_backend(name: str, *args, defects=frozenset(), **kw) -> AttentionBack
 
 
 __all__ = ["AttentionBackend", "CutlassMLABackend", "TritonBackend", "POISON_PAGE",
-           "create_backend", "cutlass_auto_splits", "BACKEND_CLASSES"]
+           "create_backend", "BACKEND_CLASSES"]

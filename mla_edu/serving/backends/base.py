@@ -10,18 +10,10 @@ The engine calls, in this order:
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from mla_edu.kernels import num_kv_splits_for
 from mla_edu.serving.batch import ForwardBatch
-
-
-def cutlass_auto_splits(max_seq_len: int, batch: int, sm_count: int, page_size: int = 128) -> int:
-    """sgl-kernel's split heuristic for ``num_kv_splits=-1`` (host side, from launch shapes)."""
-    max_splits = max(1, math.ceil(max_seq_len / page_size))
-    heur = min(max_splits, max(1, sm_count // max(batch, 1)))
-    return math.ceil(max_splits / math.ceil(max_splits / heur))
 
 
 class AttentionBackend:
@@ -40,12 +32,12 @@ class AttentionBackend:
         self.sm_count = int(sm_count)
         self.device = self.req_to_token.device
         self.forward_metadata = None
+        self.splits_used: set = set()  # split counts the kernel was launched with (host ints)
 
     def splits_for(self, max_seq_len: int, batch: int) -> int:
-        """The split count the kernel's host wrapper would pick for these launch shapes."""
-        if self.num_kv_splits == -1:
-            return cutlass_auto_splits(max_seq_len, batch, self.sm_count, self.page_size)
-        return self.num_kv_splits
+        """The split count the kernel's host wrapper picks for these launch shapes (sgl-kernel's
+        heuristic for -1): a host int, so a graph freezes it at capture."""
+        return num_kv_splits_for(int(max_seq_len), int(batch), self.sm_count, self.num_kv_splits)
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:
         return 1

@@ -108,6 +108,7 @@ class CutlassMLABackend(AttentionBackend):
         table = md.block_kv_indices
         # host wrapper: launch shapes (and so the split count) from the table's size
         splits = self.splits_for(PAGE_SIZE * table.size(1), q_nope.shape[0])
+        self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, table, md.workspace,
             self.sm_scale, splits, impl=self.kernel_impl, stride_policy="size", checked=self.poison)

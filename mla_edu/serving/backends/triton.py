@@ -60,7 +60,9 @@ class TritonBackend(AttentionBackend):
 
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
         bs = q_nope.shape[0]
+        splits = self._splits(bs)
+        self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs],
-            self.workspace, self.sm_scale, self._splits(bs), impl=self.kernel_impl,
+            self.workspace, self.sm_scale, splits, impl=self.kernel_impl,
             stride_policy="stride")
