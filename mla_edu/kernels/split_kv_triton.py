@@ -1,0 +1,211 @@
+"""Two-stage split-KV MLA decode in Triton (flash-decoding), registered as torch custom ops.
+
+Stage 1, grid ``(B, ceil(H / BLOCK_H), S)``: program (b, head block, s) walks the tokens of
+split ``s`` of request ``b`` (pages ``[s * c_b, (s+1) * c_b)``, ``c_b = ceil(n_pages_b / S)``),
+looks each token's page up in the table, and keeps an online softmax over
+``q . [c_kv; k_pe]``. It writes the normalized partial output and its log-sum-exp into the
+workspace (or, with one split, the final output directly). Stage 2, grid ``(B, H)``, merges
+the S partials by LSE. Same algorithm as SGLang's Triton MLA decode
+(``python/sglang/srt/layers/attention/triton_ops/decode_attention.py``), with the cutlass
+contract's page table and workspace.
+
+dtypes: GPU fp16/bf16/fp32. CPU (TRITON_INTERPRET=1): fp32/fp16; bf16 raises TypeError
+because the interpreter computes bf16 wrongly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mla_edu import _env
+from mla_edu.kernels.contract import DecodePlan, flat_table, workspace_views
+
+import triton  # noqa: E402  (after mla_edu._env)
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _stage1_kernel(
+    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_c_page, stride_c_slot,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
+    PAGE: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, CHECKED: tl.constexpr, FINAL: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    b = tl.program_id(0)
+    hb = tl.program_id(1)
+    s = tl.program_id(2)
+
+    seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
+    n_pages = (seq_len + PAGE - 1) // PAGE
+    too_long = n_pages > max_pages
+    n_pages = tl.minimum(n_pages, max_pages)
+    seq_len = tl.minimum(seq_len, n_pages * PAGE)
+    per_split = (n_pages + num_splits - 1) // num_splits
+    t_start = s * per_split * PAGE
+    t_end = tl.minimum((s + 1) * per_split * PAGE, seq_len)
+
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    mask_h = offs_h < H
+    offs_dl = tl.arange(0, BLOCK_DL)
+    offs_dr = tl.arange(0, BLOCK_DR)
+    mask_dl = offs_dl < DL
+    mask_dr = offs_dr < DR
+    q = tl.load(q_nope_ptr + b * stride_qn_b + offs_h[:, None] * stride_qn_h + offs_dl[None, :],
+                mask=mask_h[:, None] & mask_dl[None, :], other=0.0)  # [BLOCK_H, BLOCK_DL]
+    q_pe = tl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :],
+                   mask=mask_h[:, None] & mask_dr[None, :], other=0.0)  # [BLOCK_H, BLOCK_DR]
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DL], dtype=tl.float32)
+    n_bad = tl.zeros([BLOCK_N], dtype=tl.int32)
+
+    for t0 in range(t_start, t_end, BLOCK_N):
+        pos = t0 + tl.arange(0, BLOCK_N)  # [BLOCK_N] token positions
+        mask_n = pos < t_end
+        flat = b * row_stride + pos // PAGE  # flat index into the table's storage
+        flat_ok = flat < table_reach
+        page = tl.load(table_ptr + tl.minimum(flat, table_reach - 1), mask=mask_n, other=0).to(tl.int64)
+        page_ok = (page >= 0) & (page < num_pages)
+        ok = flat_ok & page_ok
+        if CHECKED:
+            n_bad += (mask_n & (ok == 0)).to(tl.int32)
+            ld = mask_n & ok
+        else:
+            ld = mask_n
+        page = tl.minimum(tl.maximum(page, 0), num_pages - 1)
+        row = cache_ptr + page * stride_c_page + (pos % PAGE) * stride_c_slot  # [BLOCK_N] row pointers
+        kv = tl.load(row[:, None] + offs_dl[None, :], mask=ld[:, None] & mask_dl[None, :], other=0.0)  # [N, DL]
+        k_pe = tl.load(row[:, None] + DL + offs_dr[None, :], mask=ld[:, None] & mask_dr[None, :], other=0.0)
+        if IEEE:
+            qk = tl.dot(q, tl.trans(kv), input_precision="ieee")
+            qk += tl.dot(q_pe, tl.trans(k_pe), input_precision="ieee")
+        else:
+            qk = tl.dot(q, tl.trans(kv))
+            qk += tl.dot(q_pe, tl.trans(k_pe))
+        qk = qk * sm_scale
+        qk = tl.where(mask_n[None, :], qk, float("-inf"))  # [BLOCK_H, BLOCK_N]
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv)
+        m_i = m_new
+
+    has = l_i > 0
+    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+    if CHECKED:
+        bad = (tl.sum(n_bad, 0) > 0) | too_long
+        o = tl.where(bad, float("nan"), o)
+    mask_o = mask_h[:, None] & mask_dl[None, :]
+    if FINAL:
+        tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=mask_o)
+    else:
+        base = (b * H + offs_h) * num_splits + s  # [BLOCK_H] row of o_acc [B, H, S, DL]
+        tl.store(o_acc_ptr + base[:, None] * DL + offs_dl[None, :], o, mask=mask_o)
+        tl.store(lse_ptr + base, lse, mask=mask_h)
+
+
+@triton.jit
+def _stage2_kernel(o_acc_ptr, lse_ptr, out_ptr, stride_o_b, stride_o_h, H, num_splits,
+                   DL: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_S: tl.constexpr):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_DL)
+    mask_s = offs_s < num_splits
+    mask_d = offs_d < DL
+    base = (b * H + h) * num_splits
+    lse = tl.load(lse_ptr + base + offs_s, mask=mask_s, other=float("-inf"))  # [S]
+    o = tl.load(o_acc_ptr + (base + offs_s)[:, None] * DL + offs_d[None, :],
+                mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # [S, DL]
+    mx = tl.max(lse, 0)
+    mx = tl.where(mx == float("-inf"), 0.0, mx)
+    w = tl.exp(lse - mx)
+    den = tl.sum(w, 0)
+    res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
+    tl.store(out_ptr + b * stride_o_b + h * stride_o_h + offs_d, res.to(out_ptr.dtype.element_ty), mask=mask_d)
+
+
+def _config(heads: int, on_gpu: bool):
+    """(BLOCK_H, BLOCK_N, num_warps, num_stages)."""
+    if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
+        return max(16, triton.next_power_of_2(heads)), 64, 4, 1
+    block_h = min(64, max(16, triton.next_power_of_2(heads)))
+    if block_h >= 64:
+        return block_h, 32, 8, 2
+    return block_h, 32, 4, 2
+
+
+@torch.library.custom_op("mla_edu::mla_decode_stage1", mutates_args=("o_acc", "lse_acc", "out"))
+def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, seq_lens: torch.Tensor,
+                      table_flat: torch.Tensor, o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor,
+                      sm_scale: float, row_stride: int, max_pages: int, num_splits: int, checked: bool,
+                      final: bool) -> None:
+    b, h, dl = q_nope.shape
+    dr = q_pe.size(2)
+    on_gpu = q_nope.is_cuda
+    block_h, block_n, warps, stages = _config(h, on_gpu)
+    grid = (b, triton.cdiv(h, block_h), num_splits)
+    _stage1_kernel[grid](
+        q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
+        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+        cache.stride(0), cache.stride(1),
+        out.stride(0), out.stride(1),
+        h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
+        PAGE=cache.size(1), DL=dl, DR=dr, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_DR=triton.next_power_of_2(dr),
+        BLOCK_H=block_h, BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=q_nope.dtype == torch.float32,
+        num_warps=warps, num_stages=stages,
+    )
+
+
+@mla_decode_stage1.register_fake
+def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride, max_pages, num_splits,
+      checked, final):
+    return None
+
+
+@torch.library.custom_op("mla_edu::mla_decode_stage2", mutates_args=("out",))
+def mla_decode_stage2(o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor) -> None:
+    b, h, s, dl = o_acc.shape
+    _stage2_kernel[(b, h)](o_acc, lse_acc, out, out.stride(0), out.stride(1), h, s,
+                           DL=dl, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_S=max(2, triton.next_power_of_2(s)))
+
+
+@mla_decode_stage2.register_fake
+def _(o_acc, lse_acc, out):
+    return None
+
+
+def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,
+                      checked: bool = False) -> torch.Tensor:
+    if not q_nope.is_cuda:
+        if not _env.TRITON_INTERPRET:
+            raise RuntimeError("impl='triton' on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported")
+        if q_nope.dtype == torch.bfloat16:
+            raise TypeError("impl='triton' on CPU runs in Triton's interpreter, which computes bfloat16 wrongly: "
+                            "use float32 or float16 on CPU (bfloat16 works on GPU)")
+    if q_nope.stride(-1) != 1 or q_pe.stride(-1) != 1 or cache.stride(-1) != 1:
+        raise ValueError("q_nope, q_pe and kv_c_and_k_pe_cache must be contiguous in their last dim")
+    b, h, dl = q_nope.shape
+    out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
+    table = flat_table(page_table, plan)
+    if plan.num_splits == 1:
+        dummy = out.new_empty((0,), dtype=torch.float32)
+        torch.ops.mla_edu.mla_decode_stage1(q_nope, q_pe, cache, seq_lens, table, dummy, dummy.clone(), out, sm_scale,
+                                            plan.row_stride, plan.max_pages, 1, checked, True)
+        return out
+    o_acc, lse_acc = workspace_views(workspace, plan)
+    torch.ops.mla_edu.mla_decode_stage1(q_nope, q_pe, cache, seq_lens, table, o_acc, lse_acc, out, sm_scale,
+                                        plan.row_stride, plan.max_pages, plan.num_splits, checked, False)
+    torch.ops.mla_edu.mla_decode_stage2(o_acc, lse_acc, out)
+    return out

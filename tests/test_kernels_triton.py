@@ -1,0 +1,126 @@
+"""mla_decode impl="triton" (Triton interpreter on CPU; real kernels on GPU) vs float64 dense."""
+
+import pytest
+import torch
+
+import mla_edu  # noqa: F401
+from mla_edu.kernels import get_workspace_size, mla_decode
+from mla_edu.kernels.cases import random_decode_case
+
+
+def dense_f64(case):
+    d_lat = case.q_nope.size(-1)
+    rows = case.cache.reshape(-1, case.cache.size(-1)).double()
+    outs = []
+    for b, slots in enumerate(case.token_slots):
+        q = torch.cat([case.q_nope[b], case.q_pe[b]], -1).double()  # [H, D]
+        k = rows[slots]  # [L, D]
+        outs.append(torch.softmax(q @ k.T * case.sm_scale, -1) @ k[:, :d_lat])
+    return torch.stack(outs)
+
+
+def rel_err(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def run(case, splits, **kw):
+    return mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
+                      case.sm_scale, splits, impl="triton", **kw)
+
+
+@pytest.mark.parametrize("seed", range(36))
+def test_random_cases_match_float64(seed):
+    g = torch.Generator().manual_seed(20_000 + seed)
+    page = [1, 16, 64, 128][seed % 4]
+    heads = [1, 4, 16, 20][int(torch.randint(0, 4, (1,), generator=g))]
+    batch = int(torch.randint(1, 5, (1,), generator=g))
+    max_len = int(torch.randint(1, 40 if page == 1 else 300, (1,), generator=g))
+    real_dims = seed % 6 == 0
+    case = random_decode_case(seed, batch=batch, heads=heads, page_size=page, max_len=max_len,
+                              d_latent=512 if real_dims else 32, d_rope=64 if real_dims else 16,
+                              extra_cols=int(torch.randint(0, 3, (1,), generator=g)))
+    splits = [1, 2, 3, -1][seed % 4]
+    out = run(case, splits)
+    assert out.shape == case.q_nope.shape
+    assert torch.isfinite(out).all(), "read an unused (NaN) page or slot"
+    assert rel_err(out, dense_f64(case)) < 1e-5
+
+
+def test_fp16():
+    case = random_decode_case(4, batch=3, heads=4, page_size=16, lens=[1, 16, 45], dtype=torch.float16)
+    for s in (1, 2):
+        out = run(case, s)
+        assert out.dtype == torch.float16 and rel_err(out, dense_f64(case)) < 5e-3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="bf16 is refused only under the CPU interpreter")
+def test_bf16_on_cpu_is_refused():
+    case = random_decode_case(4, batch=1, heads=2, page_size=16, lens=[5], d_latent=32, d_rope=16, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="computes bfloat16 wrongly"):
+        run(case, 1)
+
+
+def test_triton_equals_torch_impl_bitwise_close_on_splits():
+    case = random_decode_case(9, batch=3, heads=16, page_size=16, lens=[100, 1, 64], d_latent=32, d_rope=16)
+    for s in (1, 4):
+        ws = case.workspace(s)
+        a = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, s,
+                       impl="torch")
+        b = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, s,
+                       impl="triton")
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_size_policy_on_narrow_view():
+    case = random_decode_case(7, batch=4, heads=4, page_size=16, lens=[40, 33, 17, 48], d_latent=32, d_rope=16,
+                              extra_cols=0)
+    w = case.page_table.size(1)
+    buf = torch.full((6, w + 5), 1, dtype=torch.int32)
+    buf[:4, :w] = case.page_table
+    ref = dense_f64(case)
+    ws = case.workspace(2)
+    args = (case.q_nope, case.q_pe, case.cache, case.seq_lens)
+    bad = mla_decode(*args, buf[:4, :1], ws, case.sm_scale, 2, impl="triton")
+    assert rel_err(bad[0], ref[0]) < 1e-5
+    assert all(not rel_err(bad[b], ref[b]) < 0.1 for b in range(1, 4))
+    good = mla_decode(*args, buf[:4, :1], ws, case.sm_scale, 2, impl="triton", stride_policy="stride")
+    assert rel_err(good, ref) < 1e-5
+    full = mla_decode(*args, buf[:4], ws, case.sm_scale, 2, impl="triton")
+    assert rel_err(full, ref) < 1e-5
+
+
+def test_checked_mode_and_workspace_errors():
+    case = random_decode_case(11, batch=3, heads=4, page_size=16, lens=[20, 5, 33], d_latent=32, d_rope=16)
+    table = case.page_table.clone()
+    table[0, 1] = -3
+    ws = case.workspace(2)
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl="triton",
+                     checked=True)
+    assert torch.isnan(out[0]).all() and torch.isfinite(out[1:]).all()
+    assert rel_err(out[1:], dense_f64(case)[1:]) < 1e-5
+    small = torch.empty(get_workspace_size(48, 3, 0, 1), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="workspace too small for 3 KV splits"):
+        mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 3,
+                   impl="triton")
+
+
+def test_each_launch_is_one_custom_op():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Rec(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    for s, expect in ((1, ["mla_edu.mla_decode_stage1.default"]),
+                      (2, ["mla_edu.mla_decode_stage1.default", "mla_edu.mla_decode_stage2.default"])):
+        seen.clear()
+        ws = case.workspace(s)
+        with Rec():
+            out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, s,
+                             impl="triton")
+        assert [x for x in seen if "mla_edu" in x] == expect
+        assert rel_err(out, dense_f64(case)) < 1e-5
