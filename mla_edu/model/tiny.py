@@ -1,0 +1,277 @@
+"""A tiny DeepSeek-style causal LM whose attention is mla_edu's MLA (DeepSeek-V3 layout).
+
+Each layer: ``h += attn(attn_norm(h))`` then ``h += mlp(mlp_norm(h))`` (pre-norm, RMSNorm,
+dense SwiGLU MLP, no MoE), then a final RMSNorm and ``lm_head``. The attention latent is
+``kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576`` numbers per token per layer: exactly
+what ``cutlass_mla_decode`` reads from ``kv_c_and_k_pe_cache``.
+
+Three ways to run it:
+
+- ``forward(tokens, positions)``: causal over the whole sequence (training, scoring).
+- ``prefill(tokens, positions)``: the same logits plus each layer's latents ``(c_kv, k_pe)``,
+  for an engine to write into a paged cache.
+- ``decode_step(tokens, positions, attend)``: one new token per request, with attention over the
+  cache delegated to ``attend`` (see its docstring: this is the step a serving engine runs).
+
+``generate`` is the reference greedy decoder on a contiguous ``LatentCache``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from mla_edu.attention import AbsorbedMLA, LatentCache, NaiveMLA, RMSNorm
+from mla_edu.config import MLAConfig
+from mla_edu.model import task
+
+
+def default_mla_config() -> MLAConfig:
+    """hidden 128, 4 heads, no q compression, kv_lora_rank 512 + rope 64 (the 576-wide latent)."""
+    return MLAConfig(
+        hidden_size=128, num_attention_heads=4, q_lora_rank=None, kv_lora_rank=512,
+        qk_nope_head_dim=32, qk_rope_head_dim=64, v_head_dim=32, rope_theta=10000.0,
+        rope_scaling=None, rope_interleave=True, max_position_embeddings=task.CONTEXT_LEN,
+        rms_norm_eps=1e-6, attention_bias=False, name="tiny-deepseek",
+    )
+
+
+@dataclass
+class TinyDeepseekConfig:
+    """The whole model: an ``MLAConfig`` for attention plus vocabulary, depth and MLP width."""
+
+    mla: MLAConfig = field(default_factory=default_mla_config)
+    vocab_size: int = task.VOCAB_SIZE
+    num_hidden_layers: int = 2
+    intermediate_size: int = 256
+    rms_norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mla, dict):
+            self.mla = MLAConfig(**self.mla)
+        if not isinstance(self.mla, MLAConfig):
+            raise TypeError(f"TinyDeepseekConfig.mla must be an MLAConfig, got {type(self.mla).__name__}")
+        for key in ("vocab_size", "num_hidden_layers", "intermediate_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TinyDeepseekConfig.{key} must be a positive int, got {value!r}")
+
+    @property
+    def hidden_size(self) -> int:
+        return self.mla.hidden_size
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["mla"].pop("name", None)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TinyDeepseekConfig":
+        return cls(**{**d, "mla": MLAConfig(**d["mla"])})
+
+
+class SwiGLU(nn.Module):
+    """DeepSeek's dense MLP: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """``h + attn(attn_norm(h))``, then ``h + mlp(mlp_norm(h))``."""
+
+    def __init__(self, config: TinyDeepseekConfig, attn_impl: str = "absorbed"):
+        super().__init__()
+        self.attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.attn = (AbsorbedMLA if attn_impl == "absorbed" else NaiveMLA)(config.mla)
+        self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
+
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
+        h = h + self.attn(self.attn_norm(h), positions, cache)
+        return h + self.mlp(self.mlp_norm(h))
+
+
+ATTN_IMPLS = ("absorbed", "naive")
+
+# attend(layer_idx, q_nope [B,H,kv_lora_rank], q_pe [B,H,rope], c_kv [B,kv_lora_rank], k_pe [B,rope])
+#   -> o_latent [B,H,kv_lora_rank]
+AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class TinyDeepseek(nn.Module):
+    """Token embedding -> N x [RMSNorm -> MLA -> residual -> RMSNorm -> SwiGLU -> residual] -> RMSNorm -> lm_head.
+
+    ``attn_impl="absorbed"`` (default; the serving form) or ``"naive"`` (the paper's order, faster
+    for training on long prompts); both have the same parameter names, so state dicts are shared.
+    """
+
+    def __init__(self, config: TinyDeepseekConfig | None = None, attn_impl: str = "absorbed"):
+        super().__init__()
+        config = TinyDeepseekConfig() if config is None else config
+        if not isinstance(config, TinyDeepseekConfig):
+            raise TypeError(f"TinyDeepseek expects a TinyDeepseekConfig, got {type(config).__name__}")
+        if attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl must be one of {ATTN_IMPLS}, got {attn_impl!r}")
+        self.config = config
+        self.attn_impl = attn_impl
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, attn_impl) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    # ---- pieces an engine calls ----------------------------------------------------------
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """token ids ``[...]`` (int64) -> hidden ``[..., D]``."""
+        if tokens.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"tokens must be int32/int64 ids, got dtype {tokens.dtype}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}), got range "
+                f"[{int(tokens.min())}, {int(tokens.max())}]"
+            )
+        return self.embed_tokens(tokens.long())
+
+    def final_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """hidden ``[..., D]`` -> logits ``[..., vocab]`` (final norm, then lm_head)."""
+        return self.lm_head(self.norm(h))
+
+    def _check(self, tokens: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [B, T], got shape {tuple(tokens.shape)}")
+        if positions is None:
+            positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
+        if positions.shape != tokens.shape:
+            raise ValueError(f"positions must match tokens' shape {tuple(tokens.shape)}, got {tuple(positions.shape)}")
+        if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+            raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+        return positions.long()
+
+    # ---- whole-sequence paths --------------------------------------------------------------
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None, caches: list[LatentCache] | None = None
+    ) -> torch.Tensor:
+        """tokens ``[B, T]``, positions ``[B, T]`` (default 0..T-1) -> logits ``[B, T, vocab]``.
+
+        Causal. With ``caches`` (one ``LatentCache`` per layer) the tokens attend to the cached ones
+        too, and their latents are appended.
+        """
+        positions = self._check(tokens, positions)
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"expected one cache per layer ({len(self.layers)}), got {len(caches)}")
+        h = self.embed(tokens)  # [B, T, D]
+        for i, layer in enumerate(self.layers):
+            h = layer(h, positions, None if caches is None else caches[i])
+        return self.final_logits(h)  # [B, T, vocab]
+
+    @torch.no_grad()
+    def prefill(
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Like ``forward`` (no cache), and also returns every layer's latents.
+
+        Returns ``logits [B, T, vocab]`` and ``[(c_kv [B, T, kv_lora_rank], k_pe [B, T, rope]), ...]``
+        (one pair per layer; c_kv after kv_a_layernorm, k_pe rotated): what the engine writes into
+        its cache for these T tokens.
+        """
+        positions = self._check(tokens, positions)
+        h = self.embed(tokens)  # [B, T, D]
+        latents = []
+        for layer in self.layers:
+            x = layer.attn_norm(h)
+            latents.append(layer.attn.latent_kv(x, positions))  # ([B,T,512], [B,T,64])
+            h = h + layer.attn(x, positions)
+            h = h + layer.mlp(layer.mlp_norm(h))
+        return self.final_logits(h), latents
+
+    # ---- the decode step --------------------------------------------------------------------
+    @torch.no_grad()
+    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, attend: AttendFn) -> torch.Tensor:
+        """One decode step for B requests, one new token each. Needs ``attn_impl="absorbed"``.
+
+        tokens ``[B]`` (the last token of each request), positions ``[B]`` (its index in its
+        request: the number of tokens already cached). For each layer ``i``::
+
+            x               = layers[i].attn_norm(h)                        # [B, D]
+            c_kv, k_pe      = layers[i].attn.latent_kv(x, positions)        # [B, 512], [B, 64]
+            q_nope, q_pe    = layers[i].attn.absorbed_query(x, positions)   # [B, H, 512], [B, H, 64]
+            o_latent        = attend(i, q_nope, q_pe, c_kv, k_pe)           # [B, H, 512]
+            h               = h + layers[i].attn.output(o_latent)           # [B, D]
+            h               = h + layers[i].mlp(layers[i].mlp_norm(h))
+
+        then ``logits = final_logits(h)`` ``[B, vocab]``; greedy next token = ``argmax``.
+
+        ``attend`` must first store ``(c_kv, k_pe)`` as this token's cache entry at ``positions``
+        (so the sequence length seen by the kernel is ``positions + 1``), then return
+        ``softmax(scale * (q_nope . c_kv_j + q_pe . k_pe_j)) @ c_kv_j`` over cached tokens
+        ``j = 0..positions`` with ``scale = layers[i].attn.softmax_scale`` (= 1/sqrt(32 + 64)):
+        exactly ``cutlass_mla_decode(q_nope, q_pe, kv_cache, seq_lens=positions+1, ...)``.
+        """
+        if self.attn_impl != "absorbed":
+            raise ValueError(f"decode_step needs attn_impl='absorbed', got {self.attn_impl!r}")
+        if tokens.dim() != 1 or positions.shape != tokens.shape:
+            raise ValueError(
+                f"decode_step expects tokens [B] and positions [B], got {tuple(tokens.shape)} and {tuple(positions.shape)}"
+            )
+        positions = positions.long()
+        h = self.embed(tokens)  # [B, D]
+        for i, layer in enumerate(self.layers):
+            x = layer.attn_norm(h)
+            c_kv, k_pe = layer.attn.latent_kv(x, positions)  # [B, 512], [B, 64]
+            q_nope, q_pe = layer.attn.absorbed_query(x, positions)  # [B, H, 512], [B, H, 64]
+            o_latent = attend(i, q_nope, q_pe, c_kv, k_pe)  # [B, H, 512]
+            h = h + layer.attn.output(o_latent)
+            h = h + layer.mlp(layer.mlp_norm(h))
+        return self.final_logits(h)  # [B, vocab]
+
+    # ---- reference greedy decoding -----------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompt_ids, max_new_tokens: int = task.MAX_NEW_TOKENS, eos_id: int | None = task.EOS) -> list[int]:
+        """Greedy decoding of one prompt with a contiguous ``LatentCache`` per layer.
+
+        Prefill the prompt, then feed back one token at a time; stops after ``eos_id`` (included
+        in the result) or ``max_new_tokens``. Returns the generated ids.
+        """
+        ids = torch.as_tensor(list(prompt_ids) if not torch.is_tensor(prompt_ids) else prompt_ids, dtype=torch.long)
+        if ids.dim() != 1 or ids.numel() == 0:
+            raise ValueError(f"prompt_ids must be a non-empty 1-D sequence of ids, got shape {tuple(ids.shape)}")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        total = ids.numel() + max_new_tokens
+        if total > self.config.mla.max_position_embeddings:
+            raise ValueError(
+                f"prompt ({ids.numel()}) + max_new_tokens ({max_new_tokens}) exceeds the context "
+                f"({self.config.mla.max_position_embeddings})"
+            )
+        device = self.embed_tokens.weight.device
+        caches = [LatentCache() for _ in self.layers]
+        tokens = ids.to(device)[None]  # [1, T]
+        pos = torch.arange(tokens.shape[1], device=device)[None]  # [1, T]
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            logits = self.forward(tokens, pos, caches)  # [1, t, vocab]
+            nxt = int(logits[0, -1].argmax())
+            out.append(nxt)
+            if eos_id is not None and nxt == eos_id:
+                break
+            pos = pos[:, -1:] + 1
+            tokens = torch.tensor([[nxt]], device=device)
+        return out

@@ -1,0 +1,262 @@
+"""Train the tiny DeepSeek-style model on key-value recall, on CPU.
+
+    python -m mla_edu.model.train [--steps N] [--seed S] [--out DIR]
+
+Seeded; a tqdm bar shows loss and answer accuracy. A curriculum on context length makes
+recall form early (a fixed long context stays at chance for many minutes; see
+../shared/brief/mla.md): prompts of 64 tokens, then 160, then the evaluation's own
+distribution (1..4 pages of 128). The loss covers only the answer: two digits and EOS.
+At the end the reference ``generate`` decodes the default evaluation set greedily and the
+weights are written as safetensors with a manifest (config, task, seed, sha256, accuracy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import platform
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from mla_edu.model import task
+from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
+
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+WEIGHTS_FILE = "tiny.safetensors"
+MANIFEST_FILE = "manifest.json"
+
+# (fraction of steps at which the stage starts, prompt length: int or "eval")
+CURRICULUM = ((0.0, 64), (0.3, 160), (0.55, "eval"))
+
+
+def parse_curriculum(text: str) -> tuple:
+    """``"64@0,160@0.3,eval@0.55"`` -> ((0.0, 64), (0.3, 160), (0.55, "eval"))."""
+    stages = []
+    for item in text.split(","):
+        try:
+            length, start = item.split("@")
+            stages.append((float(start), length if length == "eval" else int(length)))
+        except ValueError:
+            raise ValueError(f"curriculum stage must look like LENGTH@FRACTION or eval@FRACTION, got {item!r}") from None
+    if not stages or stages[0][0] != 0.0 or [s for s, _ in stages] != sorted(s for s, _ in stages):
+        raise ValueError(f"curriculum must start at 0 with increasing fractions, got {text!r}")
+    return tuple(stages)
+
+
+def stage_length(step: int, steps: int, rng: random.Random, curriculum: tuple = CURRICULUM) -> int:
+    """The prompt length of the batch at ``step``: all questions in a batch share it (no padding)."""
+    current = curriculum[0][1]
+    for start, length in curriculum:
+        if step >= start * steps:
+            current = length
+    if current == "eval":  # a page count 1..4, then a length inside it, as in task.make_dataset
+        pages = rng.randint(1, 4)
+        return rng.randint(max(task.MIN_PROMPT_LEN, (pages - 1) * task.PAGE_SIZE + 1), min(task.MAX_PROMPT_LEN, pages * task.PAGE_SIZE))
+    return current
+
+
+_FACT_RE = re.compile(r"([A-Z])=(\d\d);")
+
+
+def make_batch(rng: random.Random, batch: int, length: int, n_queries: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` questions of one prompt length -> (inputs [B, S], targets [B, S]) (-100 = no loss).
+
+    Each sequence is an evaluation prompt (BOS, facts in filler, ``?K=``) and its answer, followed,
+    for training only, by up to ``n_queries - 1`` more queries about other facts of the same prompt
+    (``?E=73``): more answers per forward pass, the first one exactly in the evaluation's format.
+    Targets: both digits of every answer, and EOS after the last one.
+    """
+    seqs, targets = [], []
+    for _ in range(batch):
+        q = task.sample_question(rng, length)
+        facts = [(k, v) for k, v in _FACT_RE.findall(q.prompt) if k != q.key]
+        extra = rng.sample(facts, min(len(facts), n_queries - 1))
+        seq, tgt = q.prompt_ids, [-100] * q.prompt_len
+        for i, (key, value) in enumerate([(q.key, q.answer)] + extra):
+            if i:  # the query "?K=" itself: no loss
+                seq += task.encode(f"?{key}=")
+                tgt += [-100] * task.QUERY_LEN
+            digits = task.encode(value)
+            tgt[-1] = digits[0]  # the token before each digit predicts it
+            seq += digits
+            tgt += [digits[1], -100]
+        tgt[-1] = task.EOS  # after the last answer's second digit: EOS
+        seqs.append(seq)
+        targets.append(tgt)
+    width = max(map(len, seqs))  # the number of extra queries can vary with the facts in a prompt
+    inputs = torch.full((batch, width), task.PAD)
+    labels = torch.full((batch, width), -100)
+    for i, (seq, tgt) in enumerate(zip(seqs, targets)):
+        inputs[i, : len(seq)] = torch.tensor(seq)
+        labels[i, : len(tgt)] = torch.tensor(tgt)
+    return inputs, labels
+
+
+def answer_loss(model: TinyDeepseek, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy on the answer positions, and the fraction of answer tokens predicted right."""
+    logits = model(inputs)  # [B, S, vocab]
+    keep = targets != -100
+    picked = logits[keep].float()  # [N, vocab]
+    loss = F.cross_entropy(picked, targets[keep])
+    acc = (picked.argmax(-1) == targets[keep]).float().mean()
+    return loss, acc
+
+
+@torch.no_grad()
+def evaluate(model: TinyDeepseek, questions: list[task.Question], progress: bool = True) -> tuple[float, float]:
+    """Greedy decode each question with the reference ``generate``; score like bench_sglang."""
+    model.eval()
+    outs = []
+    for q in tqdm(questions, desc="eval", disable=not progress, leave=False):
+        outs.append(task.decode(model.generate(q.prompt_ids, task.MAX_NEW_TOKENS)))
+    return task.score(outs, [q.answer for q in questions])
+
+
+def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save(model: TinyDeepseek, out: Path, manifest: dict) -> Path:
+    """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` (with the file's sha256) into ``out``."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    weights = out / WEIGHTS_FILE
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(weights), metadata={"format": "pt", "model": "TinyDeepseek"})
+    manifest = {**manifest, "weights": WEIGHTS_FILE, "sha256": sha256_file(weights),
+                "bytes": weights.stat().st_size}
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    return weights
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m mla_edu.model.train", description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
+    p.add_argument("--batch", type=int, default=32, help="questions per batch at most")
+    p.add_argument("--tokens-per-batch", type=int, default=4096,
+                   help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
+    p.add_argument("--queries", type=int, default=4, help="answers per training sequence (the first as in eval)")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--attn-impl", choices=("naive", "absorbed"), default="naive",
+                   help="attention form used for training (same weights either way)")
+    p.add_argument("--eval-questions", type=int, default=task.EVAL_SIZE,
+                   help="how many questions of the default eval set to decode at the end")
+    p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
+                   help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (0: torch's default); 1 is faster when others share the cores")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.batch < 1:
+        raise SystemExit(f"--steps and --batch must be >= 1, got {args.steps} and {args.batch}")
+    curriculum = parse_curriculum(args.curriculum)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    config = TinyDeepseekConfig()
+    model = TinyDeepseek(config, attn_impl=args.attn_impl)
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr, betas=(0.9, 0.95),
+    )
+    print(f"TinyDeepseek: {n_params:,} parameters, {config.num_hidden_layers} layers, "
+          f"latent {config.mla.kv_cache_dim} per token per layer; training {args.steps} steps, batch {args.batch}")
+
+    t0 = time.time()
+    model.train()
+    bar = tqdm(range(args.steps), desc="train", file=sys.stderr)
+    ema_loss = ema_acc = None
+    for step in bar:
+        length = stage_length(step, args.steps, rng, curriculum)
+        batch = max(1, min(args.batch, args.tokens_per_batch // length))
+        inputs, targets = make_batch(rng, batch, length, args.queries)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        loss, acc = answer_loss(model, inputs, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        opt.step()
+        ema_loss = loss.item() if ema_loss is None else 0.95 * ema_loss + 0.05 * loss.item()
+        ema_acc = acc.item() if ema_acc is None else 0.95 * ema_acc + 0.05 * acc.item()
+        bar.set_postfix(len=length, loss=f"{ema_loss:.3f}", acc=f"{ema_acc:.2f}")
+    train_s = time.time() - t0
+
+    # evaluate with the serving form of attention (absorbed), on the same weights
+    eval_model = TinyDeepseek(config, attn_impl="absorbed")
+    eval_model.load_state_dict(model.state_dict())
+    questions = task.default_eval_set()[: args.eval_questions]
+    t1 = time.time()
+    acc, invalid = evaluate(eval_model, questions)
+    eval_s = time.time() - t1
+    print(f"Accuracy: {acc:.3f}")
+    print(f"Invalid: {invalid:.3f}")
+    print(f"train {train_s:.0f} s, eval {eval_s:.0f} s ({len(questions)} questions)")
+
+    manifest = {
+        "model": "TinyDeepseek",
+        "config": config.to_dict(),
+        "parameters": n_params,
+        "dtype": "float32",
+        "task": {
+            "name": "key-value recall",
+            "vocab_size": task.VOCAB_SIZE,
+            "page_size": task.PAGE_SIZE,
+            "context_len": task.CONTEXT_LEN,
+            "prompt_len": [task.MIN_PROMPT_LEN, task.MAX_PROMPT_LEN],
+            "facts": [task.MIN_FACTS, task.MAX_FACTS],
+            "max_new_tokens": task.MAX_NEW_TOKENS,
+            "eval_seed": task.EVAL_SEED,
+            "eval_size": task.EVAL_SIZE,
+        },
+        "training": {
+            "seed": args.seed, "steps": args.steps, "batch": args.batch,
+            "tokens_per_batch": args.tokens_per_batch, "queries": args.queries, "lr": args.lr,
+            "weight_decay": args.weight_decay, "warmup": args.warmup, "grad_clip": args.grad_clip,
+            "attn_impl": args.attn_impl, "curriculum": args.curriculum,
+            "seconds": round(train_s, 1), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "machine": platform.machine(),
+        },
+        "eval": {
+            "questions": len(questions), "accuracy": round(acc, 4), "invalid": round(invalid, 4),
+            "decoder": "TinyDeepseek.generate (greedy, contiguous LatentCache, absorbed MLA, fp32)",
+        },
+        "command": "python -m mla_edu.model.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
+    path = save(model, args.out, manifest)
+    print(f"wrote {path} and {args.out / MANIFEST_FILE}")
+    return manifest
+
+
+if __name__ == "__main__":
+    main()
