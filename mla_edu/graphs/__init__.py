@@ -5,8 +5,8 @@
 """
 
 from mla_edu.graphs.capture import Graph, graph, is_emulated
-from mla_edu.graphs.emulator import EmulatedPool, FreedMemoryError, GraphCaptureError
+from mla_edu.graphs.emulator import EmulatedPool, FreedMemoryError, GraphCaptureError, host_tensor, is_host_tensor
 from mla_edu.graphs.poison import is_poison, poison_, poison_value
 
-__all__ = ["Graph", "graph", "is_emulated", "EmulatedPool", "FreedMemoryError", "GraphCaptureError",
+__all__ = ["Graph", "graph", "is_emulated", "EmulatedPool", "FreedMemoryError", "GraphCaptureError", "host_tensor", "is_host_tensor",
            "poison_", "poison_value", "is_poison"]

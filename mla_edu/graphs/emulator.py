@@ -40,7 +40,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from mla_edu.graphs.poison import poison_
 
-__all__ = ["GraphCaptureError", "FreedMemoryError", "EmulatedPool", "Program", "Recorder"]
+__all__ = ["GraphCaptureError", "FreedMemoryError", "EmulatedPool", "Program", "Recorder", "host_tensor",
+           "is_host_tensor"]
 
 
 class GraphCaptureError(RuntimeError):
@@ -87,6 +88,40 @@ def _user_refs(cdata: int) -> int:
     kept alive by the storage and counts one; every shadow tensor we hold counts one.
     """
     return _use_count(cdata) - 1 - _INTERNAL_REFS.get(cdata, 0)
+
+
+# Storages marked as host memory (CPU tensors that stand for pinned/pageable host buffers).
+_HOST: dict[int, weakref.ref] = {}
+
+
+def host_tensor(t: torch.Tensor) -> torch.Tensor:
+    """Mark ``t`` as *host* memory for the emulator, and return it.
+
+    On a GPU, host tensors are simply CPU tensors (``seq_lens_cpu``): host code may read them
+    during capture (``int(seq_lens_cpu.max())``), and that value is frozen into the graph. On
+    CPU everything is a CPU tensor, so the emulator needs to be told which ones play the host:
+    ops whose tensor inputs are all host tensors run at capture only (never at replay) and
+    their outputs are host tensors; ``.item()``, ``.tolist()``, printing are allowed on them.
+    A no-op for tensors on a CUDA device.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"host_tensor expects a torch.Tensor, got {type(t).__name__}")
+    if t.device.type == "cpu":
+        storage = t.untyped_storage()
+        _HOST[storage._cdata] = weakref.ref(storage)
+    return t
+
+
+def is_host_tensor(t: torch.Tensor) -> bool:
+    """True if ``t`` lives in memory marked with :func:`host_tensor`."""
+    storage = t.untyped_storage()
+    ref = _HOST.get(storage._cdata)
+    return ref is not None and ref() is storage
+
+
+def _all_host(flat) -> bool:
+    tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+    return bool(tensors) and all(is_host_tensor(x) for x in tensors)
 
 
 def _storage_key(t: torch.Tensor) -> int:
@@ -180,12 +215,14 @@ def _check_capturable(func, args, kwargs) -> None:
             "(like .item() or bool(tensor)), which makes the host wait for the device. CUDA refuses "
             "this while capturing ('operation not permitted when stream is capturing'), and a graph "
             "could not replay it anyway: host code does not run at replay. Keep the value on the device.")
-    if torch.Tag.dynamic_output_shape in tags:
+    is_index = func in (_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.default,
+                        _aten._index_put_impl_.default)
+    if torch.Tag.dynamic_output_shape in tags and not is_index:
         raise GraphCaptureError(
             f"{name} during graph capture: its output shape depends on tensor values, so the host must "
             "wait for the device to size the output. CUDA capture refuses this; a graph has fixed "
             "shapes. Use a fixed-size mask (torch.where, masked_fill) instead.")
-    if func in (_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.default, _aten._index_put_impl_.default):
+    if is_index:
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
         for idx in indices:
             if isinstance(idx, torch.Tensor) and idx.dtype in (torch.bool, torch.uint8):
@@ -339,8 +376,10 @@ class Recorder(TorchDispatchMode):
             self._patches.clear()
 
     def _patch_host_syncs(self) -> None:
-        def refuse(what):
+        def refuse(what, old):
             def method(self_tensor, *a, **k):
+                if is_host_tensor(self_tensor):
+                    return old(self_tensor, *a, **k)
                 raise GraphCaptureError(
                     f"{what} during graph capture: it copies device data to the host and waits for the "
                     "device. CUDA refuses this while capturing, and host code does not run at replay "
@@ -349,8 +388,9 @@ class Recorder(TorchDispatchMode):
 
         for name, what in [("tolist", "tensor.tolist()"), ("cpu", "tensor.cpu()"), ("numpy", "tensor.numpy()"),
                            ("__repr__", "printing a tensor"), ("__array__", "np.asarray(tensor)")]:
-            self._patches.append((torch.Tensor, name, getattr(torch.Tensor, name)))
-            setattr(torch.Tensor, name, refuse(what))
+            old = getattr(torch.Tensor, name)
+            self._patches.append((torch.Tensor, name, old))
+            setattr(torch.Tensor, name, refuse(what, old))
         try:
             from triton.runtime import interpreter
         except Exception:  # triton missing or not in interpreter mode: nothing to patch
@@ -397,11 +437,17 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         prog = self.program
+        flat_args, spec = tree_flatten((args, kwargs))
+        if _all_host(flat_args):  # host work: runs now, never at replay
+            out = func(*args, **kwargs)
+            for o in tree_flatten(out)[0]:
+                if isinstance(o, torch.Tensor):
+                    host_tensor(o)
+            return out
         _check_capturable(func, args, kwargs)
         desc = f"op #{len(prog.ops)} {func}"
         schema = func._schema
         mutated = []
-        flat_args, spec = tree_flatten((args, kwargs))
         for a, v in zip(schema.arguments, _schema_values(schema, args, kwargs)):
             if _is_write(a):
                 mutated += [t for t in tree_flatten(v)[0] if isinstance(t, torch.Tensor)]
