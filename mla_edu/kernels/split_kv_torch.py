@@ -41,10 +41,10 @@ def mla_decode_torch(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_sc
     pid_bad = (pid < 0) | (pid >= plan.num_pages)
     pid = torch.where(page_used, pid.clamp(0, plan.num_pages - 1), 0)
 
-    kv = cache.index_select(0, pid.reshape(-1)).view(b, s_n, cpp * page, -1)  # [B, S, C*PAGE, 576]
+    kv = cache[pid.reshape(-1)].view(b, s_n, cpp * page, -1).float()  # [B, S, C*PAGE, 576] (a fresh gather)
     pos = j[..., None] * page + torch.arange(page, device=dev)  # [B, S, C, PAGE] token position
     tok_ok = (page_used[..., None] & (pos < lens[:, None, None, None])).view(b, s_n, cpp * page)  # [B, S, T]
-    kv = torch.where(tok_ok[..., None], kv.float(), 0.0)  # never let unused (NaN) pages in
+    kv.masked_fill_(~tok_ok[..., None], 0.0)  # never let unused (NaN) pages or slots in
 
     q = torch.cat([q_nope, q_pe], dim=-1).float()  # [B, H, 576]
     scores = torch.einsum("bhd,bstd->bhst", q, kv) * sm_scale  # [B, H, S, T]
