@@ -1,0 +1,292 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Weight absorption: attention inside the latent
+#
+# **You will learn** how MLA avoids rebuilding every head's keys and values at each decode step,
+# why that forces RoPE into a separate part of each head, why the softmax scale stays
+# $1/\sqrt{192}$, and what the two computation orders cost in FLOPs and bytes.
+#
+# **You need** a CPU; about 30 seconds. Notebook 01 first.
+
+# %%
+import math
+import time
+
+import torch
+from einops import einsum
+
+from mla_edu import AbsorbedMLA, LatentCache, MLAConfig, NaiveMLA
+from mla_edu.attention import cost
+from mla_edu.figures import save
+from mla_edu.plots import naive_vs_absorbed_cost
+from mla_edu.rope import apply_rope, cos_sin
+
+torch.manual_seed(0)
+
+
+def rel_err(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+# %% [markdown]
+# ## The identity
+#
+# The content part of head $i$'s score between a query and a cached token is
+# $$ (q^C_i)^\top k^C_{j,i} = (q^C_i)^\top W^{UK}_i c^{KV}_j = \big((W^{UK}_i)^\top q^C_i\big)^\top c^{KV}_j .$$
+# Multiply the query by $(W^{UK}_i)^\top$ once, and it can be dotted straight with the 512-number
+# latent of every cached token: no per-head key is ever built. The value side works the same
+# way: $\sum_j p_j W^{UV}_i c^{KV}_j = W^{UV}_i \sum_j p_j c^{KV}_j$, so attention averages
+# latents, and $W^{UV}_i$ is applied once, to the result.
+#
+# Checked on random numbers at DeepSeek-V3's head size:
+
+# %%
+dn, r, L = 128, 512, 1000
+q_nope = torch.randn(dn, dtype=torch.float64)
+w_uk = torch.randn(dn, r, dtype=torch.float64) / r ** 0.5
+c_kv = torch.randn(L, r, dtype=torch.float64)
+
+literal = (c_kv @ w_uk.T) @ q_nope          # rebuild L keys [L, dn], then dot: L*dn*r + L*dn multiply-adds
+absorbed = c_kv @ (w_uk.T @ q_nope)         # absorb once [r], then dot:        dn*r + L*r
+print(f"same scores: {torch.allclose(literal, absorbed)}; "
+      f"multiply-adds {L * dn * r + L * dn:,} vs {dn * r + L * r:,}")
+assert torch.allclose(literal, absorbed)
+
+# %% [markdown]
+# ## Why RoPE has to be decoupled
+#
+# Suppose positions were applied to the content key itself, $k_j = R_j W^{UK} c^{KV}_j$, with $R_j$
+# the rotation for position $j$. Then
+# $q^\top R_j W^{UK} c_j = \big((W^{UK})^\top R_j^\top q\big)^\top c_j$: the absorbed query now
+# depends on **the key's** position $j$, so it would have to be recomputed for every cached token,
+# which is exactly the work absorption was meant to remove. The paper (section 2.1.3) therefore
+# keeps the content part position-free and adds a small, separately rotated part, $q^R$ and the
+# shared $k^R$.
+#
+# Watch it happen: absorb the query once, as if every key sat at position 0, and the scores
+# against keys at other positions come out wrong.
+
+# %%
+cfg = MLAConfig.tiny(qk_nope_head_dim=8, qk_rope_head_dim=8)
+q = torch.randn(8, dtype=torch.float64)
+w = torch.randn(8, 16, dtype=torch.float64)
+c = torch.randn(5, 16, dtype=torch.float64)                          # 5 cached latents, positions 0..4
+cos, sin = cos_sin(cfg, torch.arange(5))
+
+
+def rotate(x, pos):
+    return apply_rope(x, cos[pos].double(), sin[pos].double(), interleave=True)
+
+
+rope_on_content = torch.stack([q @ rotate(w @ c[j], j) for j in range(5)])     # what we would need
+absorbed_once = c @ (w.T @ q)                  # one absorbed query (R_0 is the identity, so right at position 0)
+print("position 0 right:", torch.allclose(rope_on_content[0], absorbed_once[0]),
+      "| positions 1-4 right:", torch.allclose(rope_on_content[1:], absorbed_once[1:]))
+assert torch.allclose(rope_on_content[0], absorbed_once[0])
+assert not torch.allclose(rope_on_content[1:], absorbed_once[1:])
+
+# %% [markdown]
+# ## `AbsorbedMLA`
+#
+# Same weights as `NaiveMLA` (the state dicts are interchangeable), different order:
+#
+# ```
+# q_nope  [.., H, dn]  --(W_UK^T per head)-->  q_nope [.., H, r]     # absorbed_query
+# scores = q_nope . c_kv + q_pe . k_pe          over the cache        # keys are [c_kv; k_pe]: 576 wide
+# o_latent = softmax(scores * scale) @ c_kv     [.., H, r]            # values are c_kv: 512 wide
+# out = o_proj(W_UV o_latent)                                        # output
+# ```
+#
+# Decode is now **multi-query attention**: all H heads read the same 576-number key per token,
+# and the value is the first 512 numbers of that key. That is the shape of every MLA decode
+# kernel (FlashMLA, SGLang's Triton and cutlass backends, notebook 04).
+
+# %%
+yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 0.8}
+config = MLAConfig.tiny(rope_scaling=yarn, max_position_embeddings=256)
+naive = NaiveMLA(config)
+with torch.no_grad():
+    for p in naive.parameters():
+        p.normal_(0, 0.2) if p.dim() > 1 else p.fill_(1.0)
+absorbed = AbsorbedMLA(config)
+absorbed.load_state_dict(naive.state_dict())
+
+h = torch.randn(2, 50, config.hidden_size)
+positions = torch.arange(50).expand(2, 50)
+with torch.no_grad():
+    exact = NaiveMLA(config).double()
+    exact.load_state_dict(naive.state_dict())
+    reference = exact(h.double(), positions)
+    for dtype in (torch.float32, torch.bfloat16):
+        out_n = naive.to(dtype)(h.to(dtype), positions)
+        out_a = absorbed.to(dtype)(h.to(dtype), positions)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        print(f"{str(dtype):15s} absorbed vs naive < {tol:.0e}: {rel_err(out_a, out_n) < tol}   "
+              f"both vs float64 < {tol:.0e}: {max(rel_err(out_n, reference), rel_err(out_a, reference)) < tol}")
+        assert rel_err(out_a, out_n) < tol and rel_err(out_a, reference) < tol
+
+# %% [markdown]
+# bf16 keeps 8 bits of mantissa, so $10^{-3}$ to $10^{-2}$ is what bf16 operands give; fp32
+# lands near $10^{-7}$.
+#
+# ## The softmax scale does not change
+#
+# Absorption computes *the same number* $q_i^\top k_{j,i}$ in another order, so the scale stays
+# $1/\sqrt{d_h + d_h^R} = 1/\sqrt{192}$, times YaRN's temperature $m^2$ with
+# $m = 0.1 \cdot \text{mscale\_all\_dim} \cdot \ln(\text{factor}) + 1$. It is **not**
+# $1/\sqrt{576}$, although 576 is the key width the kernel sees. A kernel that derives its scale
+# from the key width gets it wrong silently (FlashMLA's default is $1/\sqrt{576}$, and sgl-kernel's
+# cutlass decode hard-coded $1/\sqrt{192}$ until SGLang PR #7184 passed `sm_scale` in, ignoring
+# YaRN; see `../shared/brief/bug.md`).
+
+# %%
+v3 = MLAConfig.deepseek_v3()
+mscale = 0.1 * 1.0 * math.log(40.0) + 1
+print(f"DeepSeek-V3: 1/sqrt(192) = {192 ** -0.5:.5f}, YaRN m^2 = {mscale ** 2:.4f}, "
+      f"softmax_scale = {v3.softmax_scale:.5f}, 1/sqrt(576) = {576 ** -0.5:.5f}")
+assert abs(v3.softmax_scale - 192 ** -0.5 * mscale ** 2) < 1e-12
+
+# how wrong is the output with the wrong scale?
+absorbed = absorbed.float()
+with torch.no_grad():
+    right = absorbed(h, positions)
+    absorbed.softmax_scale = (config.kv_lora_rank + config.qk_rope_head_dim) ** -0.5
+    wrong = absorbed(h, positions)
+    absorbed.softmax_scale = config.softmax_scale
+print(f"tiny layer, scale 1/sqrt(r + dr) instead of the right one: relative error {rel_err(wrong, right):.2f}")
+assert rel_err(wrong, right) > 0.05
+
+# %% [markdown]
+# ## What each order costs
+#
+# `mla_edu.attention.cost` counts one layer of one decode step (projections both orders share
+# are left out). At DeepSeek-V3 dims, batch 64, 4,096 tokens each:
+
+# %%
+lens = [4096] * 64
+for order in ("naive", "absorbed"):
+    c = cost.decode_cost(v3, lens, order)
+    print(f"{order:9s} {c.flops / 1e9:8.1f} GFLOP  {c.bytes / 1e6:6.1f} MB  {c.intensity:7.1f} FLOP/byte")
+core = cost.attention_core_cost(v3, lens)
+print(f"absorbed attention core alone: {core.flops / 1e9:.1f} GFLOP over {1152 * sum(lens) / 1e6:.0f} MB of latent cache")
+assert round(core.flops / 1e9) == 73
+ratio = cost.decode_cost(v3, lens, "naive").flops / cost.decode_cost(v3, lens, "absorbed").flops
+print(f"naive / absorbed arithmetic: {ratio:.0f}x")
+assert ratio > 100
+
+# %% [markdown]
+# Both orders read the same bytes: the latent cache once, plus `kv_b_proj`. The naive order then
+# spends over 100 times the arithmetic rebuilding keys and values that absorption never builds.
+#
+# **Is absorbed decode memory- or compute-bound?** Its intensity is about $2 n_h$ FLOP per byte:
+# each cached byte is used once per head. The H200 this project measured does ~790 TFLOP/s of
+# dense bf16 and ~4.3 TB/s, a ridge at ~184 FLOP/byte. So 128 heads (one GPU holding all heads)
+# are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
+
+# %%
+for heads in (128, 16):
+    c = cost.attention_core_cost(v3.replace(num_attention_heads=heads), lens)
+    bound = "compute" if c.intensity > 790e12 / 4.3e12 else "memory"
+    floor_us = max(c.flops / 790e12, c.bytes / 4.3e12) * 1e6
+    print(f"h_q={heads:3d}: {c.intensity:6.1f} FLOP/byte -> {bound}-bound, floor {floor_us:5.1f} us per layer on the H200")
+
+# %% [markdown]
+# Across context lengths (the left panel is arithmetic, the right the time floor on the H200):
+
+# %%
+fig = naive_vs_absorbed_cost()
+print("saved", save(fig, "naive_vs_absorbed_cost").name)
+
+# %% [markdown]
+# Prefill is the other way round: there every token is a query, the rebuilt keys and values are
+# shared by all T queries, and the naive order does less arithmetic (a 4,096-token prompt):
+
+# %%
+for order in ("naive", "absorbed"):
+    c = cost.prefill_cost(v3, 4096, order)
+    print(f"prefill {order:9s} {c.flops / 1e12:6.2f} TFLOP per layer")
+assert cost.prefill_cost(v3, 4096, "naive").flops < cost.prefill_cost(v3, 4096, "absorbed").flops
+
+# %% [markdown]
+# This is why serving engines (vLLM's `MLACommonImpl` docstring spells it out; SGLang does the
+# same) run prefill in the decompressed, compute-friendly order and decode in the absorbed,
+# data-movement-friendly order.
+#
+# ## Measured on this machine
+#
+# One decode step of a DeepSeek-V2-Lite-sized layer (16 heads) over 2,048 cached tokens, on the CPU:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+lite = MLAConfig.deepseek_v2_lite()
+layers = {"naive": NaiveMLA(lite).eval(), "absorbed": AbsorbedMLA(lite).eval()}
+layers["absorbed"].load_state_dict(layers["naive"].state_dict())
+h_all = torch.randn(1, 2049, lite.hidden_size) * 0.02
+pos = torch.arange(2049)[None]
+timings = {}
+with torch.no_grad():
+    for name, layer in layers.items():
+        cache = LatentCache()
+        layer(h_all[:, :2048], pos[:, :2048], cache)
+        best = float("inf")
+        for _ in range(5):
+            snapshot = LatentCache()
+            snapshot.c_kv, snapshot.k_pe = cache.c_kv, cache.k_pe
+            t0 = time.perf_counter()
+            out = layer(h_all[:, 2048:], pos[:, 2048:], snapshot)
+            best = min(best, time.perf_counter() - t0)
+        timings[name] = (best, out)
+    for name, (seconds, _) in timings.items():
+        print(f"{name:9s} {seconds * 1e3:7.2f} ms per decode step")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"absorbed is {timings['naive'][0] / timings['absorbed'][0]:.1f}x faster here")
+
+# %%
+print(f"same output: {rel_err(timings['absorbed'][1], timings['naive'][1]) < 1e-4}")
+assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
+
+# %% [markdown]
+# Wall-clock times on a shared laptop CPU move around; the arithmetic ratio counted above is the
+# robust fact. On a GPU the gap is what notebook 04's benchmark measures.
+#
+# %% [markdown]
+# ## Should the products be pre-multiplied?
+#
+# One can go further and store $W^{UQ\top} W^{UK}$ (query side) and $W^{O} W^{UV}$ (output side)
+# as single matrices. It is a real trade-off, not a free win: the products are bigger than the
+# factors (for DeepSeek-V2, $1536 \times 512$ per head instead of $1536 \times 128 + 128 \times 512$),
+# so they cost more memory traffic. One public study (madsys-dev/deepseekv2-profile) measured
+# materialised products to be slower than applying the low-rank factors in sequence; FlashInfer
+# PR #551 chose the other way. `AbsorbedMLA` applies the factors in sequence.
+#
+# ## What we saw
+#
+# - Absorption is the associativity of matrix products: the scores and outputs are the same
+#   numbers (fp32 to $10^{-5}$, bf16 to $2\cdot 10^{-2}$), but no per-head key or value is built.
+# - It works only because the position-dependent rotation lives in a separate part of each head.
+# - Decode becomes multi-query attention over a 576-wide key and a 512-wide value; its intensity
+#   is ~$2 n_h$ FLOP/byte, so 128 heads are compute-bound on an H200 and 16 heads memory-bound.
+# - The scale is $1/\sqrt{192}$ (times YaRN's $m^2$), never $1/\sqrt{576}$.
+#
+# ## Exercises
+#
+# 1. In the "why decoupled" cell, absorb the query as $W^\top R_3^\top q$ instead of $W^\top q$.
+#    Which score comes out right now, and why can no single absorbed query get them all?
+# 2. Compute the decode intensity for `num_attention_heads=64`. Which side of the H200's ridge is it?
+# 3. Count the bytes of $W^{UQ\top} W^{UK}$ for all 128 heads of DeepSeek-V3 in bf16, and compare
+#    with the two factors.
