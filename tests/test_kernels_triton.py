@@ -5,7 +5,13 @@ import torch
 
 import mla_edu  # noqa: F401
 from mla_edu.kernels import get_workspace_size, mla_decode
-from mla_edu.kernels.cases import random_decode_case
+from mla_edu.kernels.cases import random_decode_case as _case
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: Triton's interpreter; GPU: real kernels
+
+
+def random_decode_case(*args, **kw):
+    return _case(*args, device=DEV, **kw)
 
 
 def dense_f64(case):
@@ -53,6 +59,13 @@ def test_fp16():
         assert out.dtype == torch.float16 and rel_err(out, dense_f64(case)) < 5e-3
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 runs on GPU only")
+def test_bf16_on_gpu():
+    case = random_decode_case(4, batch=5, heads=16, page_size=64, lens=[1, 64, 300, 129, 77], dtype=torch.bfloat16)
+    for s in (1, 2, -1):
+        assert rel_err(run(case, s), dense_f64(case)) < 2e-2
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="bf16 is refused only under the CPU interpreter")
 def test_bf16_on_cpu_is_refused():
     case = random_decode_case(4, batch=1, heads=2, page_size=16, lens=[5], d_latent=32, d_rope=16, dtype=torch.bfloat16)
@@ -75,7 +88,7 @@ def test_size_policy_on_narrow_view():
     case = random_decode_case(7, batch=4, heads=4, page_size=16, lens=[40, 33, 17, 48], d_latent=32, d_rope=16,
                               extra_cols=0)
     w = case.page_table.size(1)
-    buf = torch.full((6, w + 5), 1, dtype=torch.int32)
+    buf = torch.full((6, w + 5), 1, dtype=torch.int32, device=DEV)
     buf[:4, :w] = case.page_table
     ref = dense_f64(case)
     ws = case.workspace(2)
@@ -98,7 +111,7 @@ def test_checked_mode_and_workspace_errors():
                      checked=True)
     assert torch.isnan(out[0]).all() and torch.isfinite(out[1:]).all()
     assert rel_err(out[1:], dense_f64(case)[1:]) < 1e-5
-    small = torch.empty(get_workspace_size(48, 3, 0, 1), dtype=torch.uint8)
+    small = torch.empty(get_workspace_size(48, 3, 0, 1), dtype=torch.uint8, device=DEV)
     with pytest.raises(ValueError, match="workspace too small for 3 KV splits"):
         mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 3,
                    impl="triton")

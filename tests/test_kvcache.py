@@ -114,6 +114,7 @@ def _dense_fill(req_to_token, req_pool_indices, seq_lens, table, page):
 @pytest.mark.parametrize("impl", ["torch", "triton"])
 @pytest.mark.parametrize("page", [1, 16, 64, 128])
 def test_fill_page_table_matches_sglang_semantics(impl, page):
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(page)
     ctx = 4 * 128
     pool_size, bs = 6, 4
@@ -128,7 +129,10 @@ def test_fill_page_table_matches_sglang_semantics(impl, page):
     lens = torch.tensor([1, page, ctx, 2 * page + 1], dtype=torch.int32)
     expected_buf = buf.clone()
     expected_buf[1 : 1 + bs, :width] = _dense_fill(r2t, req_idx, lens, view, page)
-    fill_page_table(r2t, req_idx, lens, view, page, impl=impl)
+    buf_d = buf.to(dev)
+    view_d = buf_d[1 : 1 + bs, :width]
+    fill_page_table(r2t.to(dev), req_idx.to(dev), lens.to(dev), view_d, page, impl=impl)
+    buf = buf_d.cpu()
     assert torch.equal(buf, expected_buf)  # written entries right, everything else untouched
     assert (buf[0] == 7777).all() and (buf[:, width:] == 7777).all()
 
@@ -155,9 +159,10 @@ def test_fill_page_table_triton_is_one_custom_op():
             seen.append(str(func))
             return func(*args, **(kwargs or {}))
 
-    r2t = torch.arange(64, dtype=torch.int32).view(2, 32)
-    t = torch.zeros(2, 4, dtype=torch.int32)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    r2t = torch.arange(64, dtype=torch.int32, device=dev).view(2, 32)
+    t = torch.zeros(2, 4, dtype=torch.int32, device=dev)
     with Rec():
-        fill_page_table(r2t, torch.tensor([1, 0]), torch.tensor([17, 3]), t, 8, impl="triton")
+        fill_page_table(r2t, torch.tensor([1, 0], device=dev), torch.tensor([17, 3], device=dev), t, 8, impl="triton")
     assert [s for s in seen if "mla_edu" in s] == ["mla_edu.fill_page_table.default"]
     assert t.tolist() == [[4, 5, 6, 0], [0, 0, 0, 0]]

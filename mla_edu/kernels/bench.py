@@ -1,0 +1,259 @@
+"""GPU benchmark of ``mla_decode(impl="triton")``: ``python -m mla_edu.kernels.bench --out DIR``.
+
+Measures, in one run on one GPU: the two ceilings (a large device-to-device copy, counting
+bytes read plus written; a large bf16 matmul), a correctness check of the Triton kernel
+against float64, then the sweep bf16, page {64, 128}, h_q {16, 128}, B {1, 8, 64, 128},
+L {512 .. 32768}: median time (CUDA events via ``triton.testing.do_bench``), achieved TB/s
+(latent cache bytes + q + out) and TFLOP/s (``2 * B * L * h_q * (576 + 512)``), as fractions
+of the measured ceilings. Peers on a subset in the same run: the float32 reference impl and
+a ``torch.compile``d dense gather + attention. Writes ``kernel_bench.json`` and
+``kernel_bench.md`` into ``--out``. ``plot_bench(json, png)`` draws the figure (CPU is fine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import torch
+
+from mla_edu.kernels.workspace import num_kv_splits_for
+
+PAGES = (64, 128)
+HEADS = (16, 128)
+BATCHES = (1, 8, 64, 128)
+LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+PEER_POINTS = [(b, l) for b, l in ((8, 4096), (64, 4096), (128, 2048))]
+D_LAT, D_ROPE = 512, 64
+
+
+def _median_ms(fn, warmup=25, rep=100):
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def ceilings() -> dict:
+    n = 1 << 30  # 1 Gi bf16 elements = 2 GiB per buffer
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms = _median_ms(lambda: dst.copy_(src))
+    copy_tbs = 2 * src.numel() * 2 / (ms * 1e-3) / 1e12
+    del src, dst
+    m = 8192
+    a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    ms = _median_ms(lambda: a @ b)
+    mm_tflops = 2 * m**3 / (ms * 1e-3) / 1e12
+    torch.cuda.empty_cache()
+    return {"copy_TBps": copy_tbs, "matmul_bf16_TFLOPs": mm_tflops}
+
+
+def make_problem(batch, heads, page, length, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    n_pages = math.ceil(length / page)
+    num_pages = batch * n_pages + 1
+    cache = torch.randn(num_pages, page, D_LAT + D_ROPE, device="cuda", dtype=dtype, generator=g)
+    perm = torch.randperm(num_pages - 1, device="cuda", generator=g) + 1
+    table = perm[: batch * n_pages].view(batch, n_pages).to(torch.int32)
+    q_nope = torch.randn(batch, heads, D_LAT, device="cuda", dtype=dtype, generator=g)
+    q_pe = torch.randn(batch, heads, D_ROPE, device="cuda", dtype=dtype, generator=g)
+    seq_lens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
+    return q_nope, q_pe, cache, seq_lens, table
+
+
+def gather_attention(q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float):
+    """The peer: dense gather of every table page, then masked attention (what torch.compile sees)."""
+    b, w = page_table.shape
+    page = cache.size(1)
+    kv = cache[page_table.long()].view(b, w * page, cache.size(-1))  # [B, T, 576]
+    q = torch.cat([q_nope, q_pe], dim=-1)  # [B, H, 576]
+    s = torch.einsum("bhd,btd->bht", q, kv).float() * sm_scale  # [B, H, T]
+    mask = torch.arange(w * page, device=q.device)[None, :] < seq_lens[:, None]
+    s = s.masked_fill(~mask[:, None, :], float("-inf"))
+    p = torch.softmax(s, dim=-1).to(kv.dtype)
+    return torch.einsum("bht,btd->bhd", p, kv[..., : q_nope.size(-1)])  # [B, H, 512]
+
+
+def check_correctness() -> list[dict]:
+    from mla_edu.kernels import mla_decode
+    from mla_edu.kernels.cases import random_decode_case
+
+    rows = []
+    for seed, (page, heads, splits) in enumerate([(64, 16, 1), (64, 128, -1), (128, 16, 4), (128, 128, 1),
+                                                   (16, 16, 3), (128, 20, -1)]):
+        case = random_decode_case(seed, batch=6, heads=heads, page_size=page, max_len=900, dtype=torch.bfloat16,
+                                  device="cuda")
+        out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
+                         case.sm_scale, splits, impl="triton", checked=True)
+        rows_ = case.cache.reshape(-1, case.cache.size(-1)).double()
+        ref = torch.stack([
+            torch.softmax(torch.cat([case.q_nope[b], case.q_pe[b]], -1).double() @ rows_[s].T * case.sm_scale, -1)
+            @ rows_[s][:, :D_LAT] for b, s in enumerate(case.token_slots)])
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        rows.append({"page": page, "heads": heads, "splits": splits, "rel_err_vs_f64": err,
+                     "finite": bool(torch.isfinite(out).all())})
+    return rows
+
+
+def run(out_dir: str, quick: bool = False) -> dict:
+    import triton
+
+    from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    props = torch.cuda.get_device_properties(0)
+    sms = props.multi_processor_count
+    info = {"gpu": props.name, "sm_count": sms, "capability": ".".join(map(str, torch.cuda.get_device_capability())),
+            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+            "command": "python -m mla_edu.kernels.bench " + " ".join(sys.argv[1:]),
+            "cutlass": cutlass_unavailable_reason() or "available"}
+    print(json.dumps(info), flush=True)
+    ceil = ceilings()
+    print("ceilings", json.dumps(ceil), flush=True)
+    checks = check_correctness()
+    for c in checks:
+        print("check", json.dumps(c), flush=True)
+    assert all(c["finite"] and c["rel_err_vs_f64"] < 2e-2 for c in checks), "Triton kernel is wrong on this GPU"
+
+    compiled = torch.compile(gather_attention, dynamic=True)
+    scale = 1 / math.sqrt(192)
+    results = []
+    lens = LENS if not quick else (512, 4096)
+    batches = BATCHES if not quick else (8, 64)
+    for page in PAGES:
+        for heads in HEADS:
+            for b in batches:
+                for length in lens:
+                    q_nope, q_pe, cache, seq_lens, table = make_problem(b, heads, page, length)
+                    max_seq_len = page * table.size(1)
+                    kv_bytes = b * length * (D_LAT + D_ROPE) * 2
+                    io_bytes = kv_bytes + b * heads * (D_LAT + D_ROPE) * 2 + b * heads * D_LAT * 2
+                    flops = 2 * b * length * heads * (D_LAT + D_LAT + D_ROPE)
+                    row = {"page": page, "heads": heads, "batch": b, "seq_len": length, "bytes": io_bytes,
+                           "flops": flops}
+                    auto = num_kv_splits_for(max_seq_len, b, sms, -1)
+                    block_h = min(64, max(16, triton.next_power_of_2(heads)))
+                    wide = min(math.ceil(max_seq_len / page), max(1, math.ceil(2 * sms / (b * math.ceil(heads / block_h)))), 64)
+                    best = None
+                    for name, splits in (("auto", auto), ("wide", wide)):
+                        ws = torch.empty(max(get_workspace_size(max_seq_len, b, sms, splits),
+                                             b * heads * splits * (D_LAT + 1) * 4), dtype=torch.uint8, device="cuda")
+                        fn = lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits,  # noqa: E731
+                                                impl="triton", sm_count=sms)
+                        ms = _median_ms(fn)
+                        row[f"triton_{name}_splits"] = splits
+                        row[f"triton_{name}_us"] = ms * 1e3
+                        best = ms if best is None else min(best, ms)
+                    row["triton_us"] = best * 1e3
+                    row["TBps"] = io_bytes / (best * 1e-3) / 1e12
+                    row["TFLOPs"] = flops / (best * 1e-3) / 1e12
+                    row["frac_copy"] = row["TBps"] / ceil["copy_TBps"]
+                    row["frac_matmul"] = row["TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
+                    if (b, length) in PEER_POINTS:
+                        ws = torch.empty(get_workspace_size(max_seq_len, b, sms, 1), dtype=torch.uint8, device="cuda")
+                        row["reference_us"] = _median_ms(
+                            lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, 1, impl="reference"),
+                            warmup=1, rep=20) * 1e3
+                        t0 = time.time()
+                        ref = compiled(q_nope, q_pe, cache, seq_lens, table, scale)
+                        row["compile_s"] = time.time() - t0
+                        row["compiled_us"] = _median_ms(
+                            lambda: compiled(q_nope, q_pe, cache, seq_lens, table, scale)) * 1e3
+                        ours = mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, 1, impl="triton")
+                        row["compiled_vs_triton_rel_err"] = ((ours.float() - ref.float()).norm()
+                                                             / ref.float().norm()).item()
+                    results.append(row)
+                    print("row", json.dumps(row), flush=True)
+                    del q_nope, q_pe, cache, seq_lens, table
+                    torch.cuda.empty_cache()
+    data = {"info": info, "ceilings": ceil, "checks": checks, "results": results}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "kernel_bench.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(out_dir, "kernel_bench.md"), "w") as f:
+        f.write(to_markdown(data))
+    print(to_markdown(data))
+    return data
+
+
+def to_markdown(data: dict) -> str:
+    info, ceil = data["info"], data["ceilings"]
+    lines = [
+        f"# mla_decode(impl=\"triton\") on {info['gpu']} ({info['sm_count']} SMs, sm{info['capability'].replace('.', '')})",
+        "",
+        f"Command: `{info['command']}`; torch {info['torch']}, triton {info['triton']}, Python {info['python']}.",
+        f"cutlass_mla_decode: {info['cutlass']}.",
+        "",
+        f"Ceilings measured in the same run: device copy {ceil['copy_TBps']:.2f} TB/s (read + write), "
+        f"bf16 matmul 8192^3 {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s.",
+        "",
+        "bf16, uniform lengths, random page permutation; time = median of CUDA-event timings (triton.testing.do_bench); "
+        "best of the cutlass auto split and a wider split (both listed). Bytes = latent cache + q + out.",
+        "",
+        "| page | h_q | B | L | splits auto/wide | triton us (auto / wide) | TB/s | % copy | TFLOP/s | % matmul | reference us | torch.compile us |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["results"]:
+        ref = f"{r['reference_us']:.0f}" if "reference_us" in r else ""
+        comp = f"{r['compiled_us']:.0f}" if "compiled_us" in r else ""
+        lines.append(
+            f"| {r['page']} | {r['heads']} | {r['batch']} | {r['seq_len']} | {r['triton_auto_splits']}/{r['triton_wide_splits']} "
+            f"| {r['triton_auto_us']:.1f} / {r['triton_wide_us']:.1f} | {r['TBps']:.2f} | {100 * r['frac_copy']:.0f}% "
+            f"| {r['TFLOPs']:.1f} | {100 * r['frac_matmul']:.0f}% | {ref} | {comp} |")
+    lines.append("")
+    lines.append("Correctness on this GPU (bf16, checked mode, vs float64 dense): " + ", ".join(
+        f"page {c['page']} h{c['heads']} split {c['splits']}: {c['rel_err_vs_f64']:.1e}" for c in data["checks"]))
+    return "\n".join(lines) + "\n"
+
+
+def plot_bench(json_path: str, png_path: str) -> None:
+    """Achieved TB/s (h_q=16) and TFLOP/s (h_q=128) against L, one line per (page, B), with the ceilings."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(json_path) as f:
+        data = json.load(f)
+    ceil = data["ceilings"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, heads, key, ceil_v, unit in ((axes[0], 16, "TBps", ceil["copy_TBps"], "TB/s"),
+                                         (axes[1], 128, "TFLOPs", ceil["matmul_bf16_TFLOPs"], "TFLOP/s")):
+        for page, style in ((64, "--"), (128, "-")):
+            for b in BATCHES:
+                rows = [r for r in data["results"] if r["heads"] == heads and r["page"] == page and r["batch"] == b]
+                if rows:
+                    ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker="o", ms=3,
+                            label=f"page {page}, B={b}")
+        ax.axhline(ceil_v, color="k", lw=1)
+        ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context length L")
+        ax.set_ylabel(unit)
+        ax.set_title(f"h_q = {heads}: {'memory' if heads == 16 else 'compute'}-bound regime")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"Triton split-KV MLA decode on {data['info']['gpu']} (bf16)")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for kernel_bench.json / .md")
+    ap.add_argument("--quick", action="store_true", help="a few sizes only")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("python -m mla_edu.kernels.bench needs a CUDA GPU; the committed results are in "
+                         "mla_edu/results/kernel_bench_h200.md")
+    run(args.out, args.quick)
+
+
+if __name__ == "__main__":
+    main()
