@@ -79,6 +79,10 @@ class Engine:
                     f"exceed the context length {ctx}")
         return None
 
+    def _new_req(self, prompt, max_new_tokens: int = 3) -> Req:
+        self._next_rid = getattr(self, "_next_rid", 0) + 1
+        return Req(self._next_rid - 1, list(prompt) if isinstance(prompt, (list, tuple)) else prompt, max_new_tokens)
+
     # --- memory ---------------------------------------------------------------------------------
     def _alloc(self, req: Req, n_tokens: int):
         """Make sure ``req`` owns pages for ``n_tokens`` tokens."""
@@ -163,7 +167,7 @@ class Engine:
         ``progress``: an optional callable, called with 1 for every finished request.
         """
         stop = set(stop_token_ids or ())
-        reqs = [Req(i, list(p) if isinstance(p, (list, tuple)) else p, max_new_tokens) for i, p in enumerate(prompts)]
+        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
         waiting = deque()
         for req in reqs:
             err = self._check(req)

@@ -58,7 +58,9 @@ class CutlassMLABackend(AttentionBackend):
         return torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def _fill(self, req_pool_indices, seq_lens, table):
-        kvcache.fill_page_table(self.req_to_token, req_pool_indices, seq_lens, table, PAGE_SIZE)
+        """SGLang's create_flashmla_kv_indices_triton: one row per request, rows [:bs] of ``table``."""
+        bs = req_pool_indices.shape[0]
+        kvcache.fill_page_table(self.req_to_token, req_pool_indices, seq_lens, table[:bs], PAGE_SIZE)
 
     # --- eager: a fresh contiguous table every step (right, whatever the defects) -------------
     def init_forward_metadata(self, batch: ForwardBatch):

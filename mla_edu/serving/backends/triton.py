@@ -44,19 +44,19 @@ class TritonBackend(AttentionBackend):
         if self.page_table is None or bs > self.max_bs:
             self._alloc(max(bs, self.max_bs))
         kvcache.fill_page_table(self.req_to_token, batch.req_pool_indices, batch.seq_lens,
-                                self.page_table, PAGE_SIZE)
+                                self.page_table[:bs], PAGE_SIZE)
         self.forward_metadata = bs
 
     def init_cuda_graph_state(self, max_bs: int):
         self._alloc(max_bs)
 
     def init_forward_metadata_capture_cuda_graph(self, bs, req_pool_indices, seq_lens):
-        kvcache.fill_page_table(self.req_to_token, req_pool_indices, seq_lens, self.page_table, PAGE_SIZE)
+        kvcache.fill_page_table(self.req_to_token, req_pool_indices, seq_lens, self.page_table[:bs], PAGE_SIZE)
         self.forward_metadata = bs
 
     def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_cpu):
         kvcache.fill_page_table(self.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
-                                self.page_table, PAGE_SIZE)
+                                self.page_table[:bs], PAGE_SIZE)
 
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
         bs = q_nope.shape[0]
