@@ -1,0 +1,64 @@
+"""``python -m mla_edu.bench`` and ``python -m mla_edu.repro``: CLI smoke tests on a few questions.
+
+The model is a randomly initialised TinyDeepseek (the CLI's loader is swapped out), so these
+check plumbing, output format and error handling, not accuracy.
+"""
+
+import json
+
+import pytest
+import torch
+
+import mla_edu.bench as bench
+from mla_edu.model import task
+from mla_edu.model.tiny import TinyDeepseek
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    torch.manual_seed(0)
+    return TinyDeepseek().eval()
+
+
+@pytest.fixture
+def patched(monkeypatch, random_model):
+    monkeypatch.setattr(bench, "_load_model", lambda device=None: random_model)
+    return random_model
+
+
+def test_bench_cli_text(patched, capsys):
+    rc = bench.main(["--attention-backend", "cutlass_mla", "--num-questions", "3", "--parallel", "2",
+                     "--cuda-graph-bs", "2", "4", "--max-running-requests", "4"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert out[0].startswith("Accuracy: ") and out[1].startswith("Invalid: ")
+    assert out[2].startswith("Latency: ") and "token/s" in out[3]
+
+
+def test_bench_cli_json_and_scoring(patched, capsys):
+    rc = bench.main(["--attention-backend", "triton", "--num-questions", "4", "--parallel", "4",
+                     "--cuda-graph-bs", "2", "4", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["num_questions"] == 4 and res["cuda_graph"] and res["graph_steps"] > 0
+    assert res["max_running_requests"] == 4
+    # the score is bench_sglang's, recomputed here from the engine's own generations
+    qs = task.default_eval_set()[:4]
+    outs = [patched.generate(q.prompt_ids) for q in qs]
+    acc, inv = task.score([task.decode(o) for o in outs], [q.answer for q in qs])
+    assert (res["accuracy"], res["invalid"]) == (acc, inv)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--defects", "width,typo"], "defects: expected names from"),
+    (["--num-questions", "0"], "num_questions: expected an int >= 1"),
+    (["--max-running-requests", "0"], "max_running_requests: expected an int >= 1"),
+])
+def test_bench_cli_bad_arguments(patched, capsys, argv, msg):
+    assert bench.main(argv + ["--json"]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_bench_cli_unknown_backend(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--attention-backend", "flashinfer"])
+    assert "invalid choice" in capsys.readouterr().err
