@@ -289,7 +289,7 @@ def test_bad_arguments_raise_clear_errors():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="needs a CUDA device"):
             Graph(mode="cuda")
-    with pytest.raises(TypeError, match="strict must be a bool"):
+    with pytest.raises(TypeError, match="strict and track must be bools"):
         Graph(strict=1)
     with pytest.raises(TypeError, match="device must be"):
         Graph(device=3.5)

@@ -43,14 +43,18 @@ class Graph:
     Args:
         device: where the work runs (default: ``cuda`` if present, else ``cpu``).
         mode: ``"auto"`` (real graph on CUDA, emulator elsewhere), ``"cuda"`` or ``"emulated"``.
-        strict: emulator only: replay raises instead of poisoning memory freed after capture.
+        strict: replay raises :class:`FreedMemoryError` instead of poisoning memory freed after
+            capture (on CUDA: needs ``track``).
+        track: CUDA only: also record which storages the graph uses (a dispatch mode beside the
+            real capture), so that ``freed_uses()`` and ``strict`` work there too. The emulator
+            always tracks.
     """
 
-    def __init__(self, device=None, mode: str = "auto", strict: bool = False) -> None:
+    def __init__(self, device=None, mode: str = "auto", strict: bool = False, track: bool = False) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-        if not isinstance(strict, bool):
-            raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+        if not isinstance(strict, bool) or not isinstance(track, bool):
+            raise TypeError(f"strict and track must be bools, got {type(strict).__name__} and {type(track).__name__}")
         self.device = _resolve_device(device)
         if mode == "auto":
             mode = "cuda" if self.device.type == "cuda" else "emulated"
@@ -63,7 +67,7 @@ class Graph:
         self._capturing = False
         if mode == "cuda":
             self._cuda = torch.cuda.CUDAGraph()
-            self._program = None
+            self._program = Program(strict=strict, observe=True) if (track or strict) else None
             self._pool = None
         else:
             self._cuda = None
@@ -75,10 +79,10 @@ class Graph:
         """Run the captured work again, on the same memory, with the same launch parameters."""
         if not self._captured:
             raise RuntimeError("Graph.replay(): nothing captured yet (use `with graph(g): ...` or Graph.capture)")
+        if self._program is not None:
+            self._program.replay()  # emulated: runs the ops; tracked CUDA: only checks freed memory
         if self._cuda is not None:
             self._cuda.replay()
-        else:
-            self._program.replay()
 
     def pool(self):
         """A handle to share this graph's memory pool: ``graph(other, pool=g.pool())``."""
@@ -92,16 +96,16 @@ class Graph:
     @property
     def num_replay_steps(self) -> int:
         """Emulated: closures replay runs (views and allocations cost nothing). CUDA: -1."""
-        return len(self._program.steps) if self._program is not None else -1
+        return len(self._program.steps) if self.backend == "emulated" else -1
 
     def recorded_ops(self) -> list[str]:
-        """Emulated: the names of the recorded ops, in order."""
+        """The names of the recorded ops, in order (emulated, or CUDA with ``track=True``)."""
         if self._program is None:
-            raise RuntimeError("recorded_ops() is only available on an emulated graph")
+            raise RuntimeError("recorded_ops() needs an emulated graph or Graph(..., track=True)")
         return list(self._program.ops)
 
     def freed_uses(self) -> list[str]:
-        """Emulated: memory freed after capture that the last replay touched (empty if none)."""
+        """Memory freed after capture that the last replay touched (emulated, or CUDA with track)."""
         return list(self._program.freed_uses) if self._program is not None else []
 
     def __repr__(self) -> str:
@@ -111,7 +115,7 @@ class Graph:
     # ---- capture -----------------------------------------------------------------------
     @classmethod
     def capture(cls, fn: Callable[[], Any], *, warmup: int = 1, pool=None, device=None,
-                mode: str = "auto", strict: bool = False) -> tuple["Graph", Any]:
+                mode: str = "auto", strict: bool = False, track: bool = False) -> tuple["Graph", Any]:
         """Run ``fn`` ``warmup`` times eagerly (on a side stream on CUDA), then capture it.
 
         Returns ``(graph, outputs)``; ``outputs`` are the static tensors ``fn`` returned at capture:
@@ -121,7 +125,7 @@ class Graph:
             raise TypeError(f"Graph.capture expects a callable, got {type(fn).__name__}")
         if not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-        g = cls(device=device, mode=mode, strict=strict)
+        g = cls(device=device, mode=mode, strict=strict, track=track)
         if warmup:
             if g.backend == "cuda":
                 side = torch.cuda.Stream(device=g.device)
@@ -159,9 +163,15 @@ def graph(g: Graph, pool=None):
         g._capturing = True
         try:
             with torch.cuda.graph(g._cuda, pool=pool):
-                yield g
+                if g._program is not None:
+                    with Recorder(g._program):
+                        yield g
+                else:
+                    yield g
         finally:
             g._capturing = False
+        if g._program is not None:
+            g._program.end_capture()
         g._captured = True
         return
     if pool is not None and not isinstance(pool, EmulatedPool):

@@ -240,8 +240,9 @@ def _check_capturable(func, args, kwargs) -> None:
 class Program:
     """What an emulated capture recorded: blocks, shadow tensors, and the replay steps."""
 
-    def __init__(self, strict: bool = False) -> None:
+    def __init__(self, strict: bool = False, observe: bool = False) -> None:
         self.strict = strict
+        self.observe = observe  # track storages only (alongside a real CUDA capture): no replay steps
         self.blocks: dict[int, _Block] = {}
         self.ops: list[str] = []  # names of recorded ops, in order
         self.steps: list = []  # replay closures
@@ -273,6 +274,8 @@ class Program:
 
     def snapshot(self, t: torch.Tensor) -> None:
         """Remember an external storage's bytes before capture first writes to it."""
+        if self.observe:
+            return
         cdata = _storage_key(t)
         blk = self.blocks.get(cdata)
         if blk is not None and blk.origin == "external" and cdata not in self._snapshots and t.numel():
@@ -288,10 +291,11 @@ class Program:
             for blk in self.blocks.values():
                 if blk.origin == "capture":
                     blk.escaped = _user_refs(blk.cdata) > 0
-                    if blk.escaped:
+                    if blk.escaped and not self.observe:
                         poison_(_whole(blk.poison_view))
         self._watch = [b for b in self.blocks.values() if b.origin == "external" or b.escaped]
-        self.steps = [step for step in (_build_step(*e) for e in self._entries) if step is not None]
+        if not self.observe:
+            self.steps = [step for step in (_build_step(*e) for e in self._entries) if step is not None]
         self._entries.clear()
 
     # ---- replay --------------------------------------------------------------------
@@ -321,10 +325,15 @@ class Program:
                     "replay would touch freed memory: " + "; ".join(self.freed_uses)
                     + ". On a GPU that memory belongs to the next allocation: keep every buffer a graph "
                     "uses alive (allocate it once, before capture) for as long as the graph lives.")
-            with torch.no_grad():
-                for b in freed:
-                    if not b.reassigned:
-                        poison_(_whole(b.poison_view))
+            if not self.observe:
+                with torch.no_grad():
+                    for b in freed:
+                        if not b.reassigned:
+                            poison_(_whole(b.poison_view))
+        else:
+            self.freed_uses = []
+        if self.observe:
+            return
         with torch.no_grad():
             for step in self.steps:
                 step()
@@ -358,13 +367,15 @@ class Recorder(TorchDispatchMode):
         super().__init__()
         self.program = program
         self.pool = pool
-        self._free = pool._free_blocks() if pool is not None else []
+        self.observe = program.observe  # beside a real CUDA capture: CUDA enforces its own rules
+        self._free = pool._free_blocks() if pool is not None and not self.observe else []
         self._depth = 0
         self._patches: list = []
 
     # ---- entering / leaving --------------------------------------------------------
     def __enter__(self):
-        self._patch_host_syncs()
+        if not self.observe:
+            self._patch_host_syncs()
         return super().__enter__()
 
     def __exit__(self, *exc):
@@ -438,13 +449,16 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         prog = self.program
         flat_args, spec = tree_flatten((args, kwargs))
+        if self.observe and not any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in flat_args):
+            return func(*args, **kwargs)  # host work beside a CUDA capture
         if _all_host(flat_args):  # host work: runs now, never at replay
             out = func(*args, **kwargs)
             for o in tree_flatten(out)[0]:
                 if isinstance(o, torch.Tensor):
                     host_tensor(o)
             return out
-        _check_capturable(func, args, kwargs)
+        if not self.observe:
+            _check_capturable(func, args, kwargs)
         desc = f"op #{len(prog.ops)} {func}"
         schema = func._schema
         mutated = []

@@ -47,7 +47,9 @@ def paged_sum_torch(page_table: torch.Tensor, seq_lens: torch.Tensor, kv_cache: 
     """out[b] = sum of the cached vectors of tokens t < min(seq_lens[b], max_tokens).
 
     Page ``j`` of request ``b`` is read at flat index ``b * page_table.size(1) + j`` from the
-    table's first element: right only when the row stride equals the width.
+    table's first element: right only when the row stride equals the width. Checked: a row
+    that meets an out-of-range page id (e.g. poison) comes out NaN instead of reading past
+    the cache.
     """
     B, S = page_table.shape  # [B, S]; S is taken as the row stride
     extent = page_table.untyped_storage().nbytes() // page_table.element_size() - page_table.storage_offset()
@@ -56,22 +58,28 @@ def paged_sum_torch(page_table: torch.Tensor, seq_lens: torch.Tensor, kv_cache: 
     valid = t[None, :] < seq_lens[:, None].long()  # [B, T]
     idx = torch.arange(B, device=kv_cache.device)[:, None] * S + (t // PAGE)[None, :]  # [B, T]
     pages = torch.where(valid, flat[idx.clamp(max=extent - 1)].long(), 0)  # [B, T]
+    bad = ((pages < 0) | (pages >= kv_cache.shape[0])).any(dim=1, keepdim=True)  # [B, 1] out-of-range id
+    pages = pages.clamp(0, kv_cache.shape[0] - 1)
     tok = kv_cache[pages, (t % PAGE)[None, :].expand_as(pages)]  # [B, T, D]
-    return (tok * valid[..., None]).sum(dim=1)  # [B, D]
+    out = torch.where(valid[..., None], tok, 0.0).sum(dim=1)  # [B, D] (masked entries never count)
+    return torch.where(bad, float("nan"), out)  # checked: a poisoned page id gives NaN, not a crash
 
 
 if HAS_TRITON:
     @triton.jit
-    def _paged_sum_kernel(table_ptr, row_stride, seq_lens_ptr, kv_ptr, out_ptr,
+    def _paged_sum_kernel(table_ptr, row_stride, seq_lens_ptr, kv_ptr, out_ptr, num_pages,
                           T: tl.constexpr, PAGE_: tl.constexpr, D_: tl.constexpr):
         b = tl.program_id(0)
         t = tl.arange(0, T)  # [T]
         d = tl.arange(0, D_)  # [D]
         valid = t < tl.load(seq_lens_ptr + b)
         page = tl.load(table_ptr + b * row_stride + t // PAGE_, mask=valid, other=0)  # [T]
+        ok = (page >= 0) & (page < num_pages)
         tok = tl.load(kv_ptr + (page * PAGE_ + t % PAGE_)[:, None] * D_ + d[None, :],
-                      mask=valid[:, None], other=0.0)  # [T, D]
-        tl.store(out_ptr + b * D_ + d, tl.sum(tok, axis=0))
+                      mask=(valid & ok)[:, None], other=0.0)  # [T, D]
+        n_bad = tl.sum((valid & (ok == 0)).to(tl.int32), axis=0)
+        acc = tl.sum(tok, axis=0)  # [D]
+        tl.store(out_ptr + b * D_ + d, tl.where(n_bad > 0, float("nan"), acc))
 
 
 @torch.library.custom_op("mla_edu_graphs::paged_sum", mutates_args=())
@@ -79,7 +87,7 @@ def paged_sum_triton(page_table: torch.Tensor, seq_lens: torch.Tensor, kv_cache:
     """Triton version of :func:`paged_sum_torch`; the launcher passes ``page_table.size(1)`` as row stride."""
     B = page_table.shape[0]
     out = torch.empty(B, kv_cache.shape[-1], dtype=kv_cache.dtype, device=kv_cache.device)
-    _paged_sum_kernel[(B,)](page_table, page_table.size(1), seq_lens, kv_cache, out,
+    _paged_sum_kernel[(B,)](page_table, page_table.size(1), seq_lens, kv_cache, out, kv_cache.shape[0],
                             T=W * PAGE, PAGE_=PAGE, D_=kv_cache.shape[-1])
     return out
 
@@ -145,6 +153,20 @@ class Problem:
     batches: list = field(default_factory=lambda: [CAPTURE_BATCH, *REPLAY_BATCHES])
     persistent: list = field(default_factory=list)  # scratch buffers a replay must not depend on
     safe: bool = False
+    make_batch: Callable | None = None  # (generator, trial) -> (reqs, lens); default: random_batch
+
+    def batch(self, gen: torch.Generator, trial: int):
+        if trial < 0:
+            return self.batches[0]
+        return (self.make_batch or random_batch)(gen, trial)
+
+
+def random_batch(gen: torch.Generator, trial: int):
+    """A random batch between capture buckets: 1..MAX_BS distinct requests, lengths 1..W*PAGE."""
+    bs = int(torch.randint(1, MAX_BS + 1, (1,), generator=gen))
+    reqs = torch.randperm(NUM_REQS, generator=gen)[:bs].tolist()
+    lens = torch.randint(1, W * PAGE + 1, (bs,), generator=gen).tolist()
+    return reqs, lens
 
 
 def _default_prepare(s: ToyServer):
@@ -162,7 +184,8 @@ def frozen_scalar(device="cpu", fixed: bool = False) -> Problem:
         max_tokens = W * PAGE if fixed else int(s.seq_lens_cpu.max())  # host value: frozen at capture
         return paged_sum_torch(s.kv_indices, s.seq_lens, s.kv_cache, max_tokens=max_tokens)
 
-    return Problem("frozen_scalar" + ":fixed" * fixed, s, step, _default_prepare(s), s.truth, safe=fixed)
+    return Problem("frozen_scalar" + ":fixed" * fixed, s, step, _default_prepare(s), s.truth,
+                   persistent=[s.kv_indices], safe=fixed)
 
 
 def narrow_view(device="cpu", fixed: bool = False, impl: str = "torch") -> Problem:
@@ -196,14 +219,14 @@ def stale_buffer(device="cpu", fixed: bool = False) -> Problem:
         return acc * 1.0
 
     return Problem("stale_buffer" + ":fixed" * fixed, s, step, _default_prepare(s), s.truth,
-                   persistent=[acc], safe=fixed)
+                   persistent=[acc, s.kv_indices], safe=fixed)
 
 
 def padded_slots(device="cpu", fixed: bool = False) -> Problem:
     """A batch of 3 padded to the captured 4: the padded row keeps last step's out_cache_loc and token.
 
     Last step, request 7 (row 3) wrote its new token to slot X. It finished; the allocator gave X
-    (with its page) to request 0, which wrote its own token there. This step the padded row 3 writes request 7's
+    (with its page) to request 0, which wrote its own tokens there. This step the padded row 3 writes request 7's
     stale token into X again, over request 0's. SGLang's graph runner pads with seq_lens 1 and
     out_cache_loc 0 (``replay_prepare``; slot 0 is a dummy no request owns).
     """
@@ -213,16 +236,16 @@ def padded_slots(device="cpu", fixed: bool = False) -> Problem:
     flat = s.kv_cache.view(-1, D)  # [P*PAGE, D]
     gen = torch.Generator().manual_seed(1)
     new_tokens = torch.randn(NUM_REQS, D, generator=gen).to(s.device)  # each request's new latent
-    reused = int(s.req_to_token[7, 31])  # slot X: request 7's last token of the full step
-
     def locs(reqs, lens):
         return [int(s.req_to_token[r, n - 1]) for r, n in zip(reqs, lens)]  # the new token's slot
 
     def prepare(reqs, lens):
         bs = len(reqs)
-        if bs < MAX_BS:  # X's page now belongs to request 0, which wrote its tokens there earlier
-            s.req_to_token[0, :PAGE] = s.req_to_token[7, W * PAGE - PAGE:]
-            flat[s.req_to_token[0, :PAGE].long()] = new_tokens[0] * 0.5
+        x = int(out_cache_loc[MAX_BS - 1])  # slot X: what row 3 wrote last step (0 = the dummy)
+        if bs < MAX_BS and x != 0:  # row 3's request finished; X's page now belongs to request 0,
+            page = x // PAGE  # which wrote its own tokens there
+            s.req_to_token[0, :PAGE] = torch.arange(page * PAGE, page * PAGE + PAGE, dtype=torch.int32)
+            flat[page * PAGE: page * PAGE + PAGE] = new_tokens[0] * 0.5
         s.set_batch(reqs, lens)
         out_cache_loc[:bs].copy_(torch.tensor(locs(reqs, lens)))
         new_kv[:bs].copy_(new_tokens[reqs])
@@ -240,9 +263,15 @@ def padded_slots(device="cpu", fixed: bool = False) -> Problem:
             flat[loc] = new_tokens[r]
         return s.truth(reqs, lens)
 
+    def make_batch(gen, trial):  # full batches of requests 4..7, then padded batches of 0..2
+        bs = MAX_BS if trial % 2 == 0 else MAX_BS - 1
+        pool = [4, 5, 6, 7] if bs == MAX_BS else [0, 1, 2]
+        reqs = [pool[i] for i in torch.randperm(len(pool), generator=gen).tolist()]
+        return reqs, torch.randint(1, W * PAGE + 1, (bs,), generator=gen).tolist()
+
     batches = [([0, 1, 2, 3], [1, 1, 1, 1]), ([4, 5, 6, 7], [9, 14, 3, 32]), ([0, 1, 2], [12, 7, 19])]
     return Problem("padded_slots" + ":fixed" * fixed, s, step, prepare, reference, batches=batches,
-                   persistent=[new_kv], safe=fixed)
+                   persistent=[new_kv, s.kv_indices], safe=fixed, make_batch=make_batch)
 
 
 def static_buffers(device="cpu") -> Problem:
@@ -254,7 +283,8 @@ def static_buffers(device="cpu") -> Problem:
         torch.mul(paged_sum_torch(s.kv_indices, s.seq_lens, s.kv_cache), 1.0, out=ws)
         return ws + 0.0
 
-    return Problem("static_buffers", s, step, _default_prepare(s), s.truth, persistent=[ws], safe=True)
+    return Problem("static_buffers", s, step, _default_prepare(s), s.truth, persistent=[ws, s.kv_indices],
+                   safe=True)
 
 
 def sync_in_capture(device="cpu") -> Problem:
@@ -287,24 +317,16 @@ def freed_workspace(device="cpu", fixed: bool = False) -> Problem:
         torch.mul(paged_sum_torch(s.kv_indices, s.seq_lens, s.kv_cache), 1.0, out=backend["workspace"])
         return backend["workspace"] + 0.0
 
-    return Problem("freed_workspace" + ":fixed" * fixed, s, step, prepare, s.truth, safe=fixed)
+    return Problem("freed_workspace" + ":fixed" * fixed, s, step, prepare, s.truth,
+                   persistent=[s.kv_indices], safe=fixed)
 
 
 # ---- running a scenario ---------------------------------------------------------------------
 def classify(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-3) -> str:
-    """'matches eager', 'NaN', 'wrong: rows>0' (row 0 right), 'wrong: all rows' or 'wrong: some rows'."""
-    out = out.float().cpu()
-    ref = ref.float().cpu()
-    if torch.isnan(out).any() and not torch.isnan(ref).any():
-        return "NaN"
-    row_ok = torch.isclose(out, ref, atol=atol, rtol=1e-4).reshape(out.shape[0], -1).all(dim=1)
-    if bool(row_ok.all()):
-        return "matches eager"
-    if bool(row_ok[0]) and not bool(row_ok[1:].any()):
-        return "wrong: rows>0"
-    if not bool(row_ok.any()):
-        return "wrong: all rows"
-    return "wrong: some rows"
+    """'matches eager', 'wrong: rows>0' (row 0 right), 'NaN', 'wrong: all rows' or 'wrong: some rows'."""
+    from mla_edu.graphs.check import _rows_label
+
+    return _rows_label(out, ref, atol=atol, rtol=1e-4)
 
 
 def run_problem(build: Callable[[], Problem], mode: str = "auto") -> str:
@@ -411,6 +433,43 @@ EXPECTED = {
 }
 
 
+# Problems for the checker: (builder(device) -> Problem); `safe` says what it must conclude.
+PROBLEMS: dict[str, Callable] = {
+    "frozen_scalar": lambda dev: frozen_scalar(dev),
+    "frozen_scalar:fixed": lambda dev: frozen_scalar(dev, fixed=True),
+    "narrow_view/torch": lambda dev: narrow_view(dev, impl="torch"),
+    "narrow_view/triton": lambda dev: narrow_view(dev, impl="triton"),
+    "narrow_view/torch:fixed": lambda dev: narrow_view(dev, True, "torch"),
+    "narrow_view/triton:fixed": lambda dev: narrow_view(dev, True, "triton"),
+    "freed_workspace": lambda dev: freed_workspace(dev),
+    "freed_workspace:fixed": lambda dev: freed_workspace(dev, fixed=True),
+    "stale_buffer": lambda dev: stale_buffer(dev),
+    "stale_buffer:fixed": lambda dev: stale_buffer(dev, fixed=True),
+    "padded_slots": lambda dev: padded_slots(dev),
+    "padded_slots:fixed": lambda dev: padded_slots(dev, fixed=True),
+    "static_buffers": lambda dev: static_buffers(dev),
+    "sync_in_capture": lambda dev: sync_in_capture(dev),
+}
+
+
+def check_problem(problem: Problem, n_trials: int = 6, seed: int = 0, mode: str = "auto", poison: bool = True):
+    """Run :func:`mla_edu.graphs.check` on a scenario's step over random batches."""
+    from mla_edu.graphs.check import check
+
+    s = problem.server
+
+    def make_inputs(gen, trial):
+        reqs, lens = problem.batch(gen, trial)
+        return {"reqs": reqs, "lens": lens}
+
+    return check(problem.step, make_inputs,
+                 static_inputs={"seq_lens": s.seq_lens, "req_pool_indices": s.req_pool_indices},
+                 prepare=lambda inp: problem.prepare(inp["reqs"], inp["lens"]),
+                 reference=lambda inp: problem.reference(inp["reqs"], inp["lens"]),
+                 persistent=problem.persistent, model_state=[s.kv_cache, s.req_to_token],
+                 n_trials=n_trials, poison=poison, seed=seed, device=s.device, mode=mode)
+
+
 def run_all(device=None, mode: str = "auto", names=None) -> list[tuple[str, str, str, str]]:
     """Rows (device, backend, scenario, outcome); the sync scenario runs last."""
     from mla_edu._env import default_device
@@ -438,12 +497,35 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="auto", choices=["auto", "cuda", "emulated"])
     ap.add_argument("--device", default=None)
+    ap.add_argument("--check", action="store_true", help="also run the checker on every problem")
+    ap.add_argument("--schedules", type=int, default=3, help="checker: random schedules per problem")
     args = ap.parse_args(argv)
     if torch.cuda.is_available():
         print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__}")
     else:
         print(f"# CPU | torch {torch.__version__}")
-    print(format_table(run_all(args.device, args.mode)))
+    from mla_edu._env import default_device
+
+    dev = torch.device(args.device) if args.device else default_device()
+    names = [n for n in SCENARIOS if n != "sync_in_capture"]  # a refused CUDA capture goes last
+    rows = run_all(dev, args.mode, names)
+    checks = []
+    if args.check:
+        for name in [n for n in PROBLEMS if n != "sync_in_capture"] + ["sync_in_capture"]:
+            if name == "sync_in_capture":
+                rows += run_all(dev, args.mode, ["sync_in_capture"])
+            reports = [check_problem(PROBLEMS[name](dev), seed=k, mode=args.mode) for k in range(args.schedules)]
+            bad = next((r for r in reports if not r.ok), None)
+            checks.append((name, name.endswith(":fixed") or name == "static_buffers",
+                           "".join("." if r.ok else "F" for r in reports), (bad.hint or "")[:90] if bad else ""))
+    else:
+        rows += run_all(dev, args.mode, ["sync_in_capture"])
+    print(format_table(rows))
+    if checks:
+        print(f"\nchecker, {args.schedules} random schedules per problem ('.' = safe, 'F' = flagged)")
+        print("| problem | safe | verdicts | first hint |\n|---|---|---|---|")
+        for c in checks:
+            print("| " + " | ".join(map(str, c)) + " |")
 
 
 if __name__ == "__main__":
