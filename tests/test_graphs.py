@@ -320,3 +320,28 @@ def test_warmup_runs_eagerly_before_capture():
     assert counter.item() == 2.0  # two eager warm-ups; capture itself changed nothing
     g.replay()
     assert counter.item() == 3.0
+
+
+def test_track_mode_flags_only_memory_freed_after_capture():
+    """The observe-only recorder that runs beside a real CUDA capture (here on CPU tensors)."""
+    from mla_edu.graphs.emulator import Program, Recorder
+
+    x = torch.arange(6.0)
+    holder = {}
+
+    def step():
+        t = torch.arange(6)  # a temporary made by a factory: graph-internal, never "freed"
+        holder["ws"] = torch.empty(6)  # kept by the host, dropped later
+        torch.mul(x, t, out=holder["ws"])
+        return holder["ws"] + 1
+
+    prog = Program(observe=True, device_type="cpu")
+    with Recorder(prog):
+        out = step()
+    prog.end_capture()
+    assert not prog.steps and torch.equal(out, x * torch.arange(6) + 1)  # observe: nothing replayable
+    prog.replay()
+    assert prog.freed_uses == []
+    holder.clear()
+    prog.replay()
+    assert len(prog.freed_uses) == 1 and "aten.mul.out" in prog.freed_uses[0]

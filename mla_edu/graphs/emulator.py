@@ -240,8 +240,9 @@ def _check_capturable(func, args, kwargs) -> None:
 class Program:
     """What an emulated capture recorded: blocks, shadow tensors, and the replay steps."""
 
-    def __init__(self, strict: bool = False, observe: bool = False) -> None:
+    def __init__(self, strict: bool = False, observe: bool = False, device_type: str = "cuda") -> None:
         self.strict = strict
+        self.device_type = device_type  # observe mode: ops touching this device type are tracked
         self.observe = observe  # track storages only (alongside a real CUDA capture): no replay steps
         self.blocks: dict[int, _Block] = {}
         self.ops: list[str] = []  # names of recorded ops, in order
@@ -449,8 +450,9 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         prog = self.program
         flat_args, spec = tree_flatten((args, kwargs))
-        if self.observe and not any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in flat_args):
-            return func(*args, **kwargs)  # host work beside a CUDA capture
+        tensors = [x for x in flat_args if isinstance(x, torch.Tensor)]
+        if self.observe and tensors and not any(x.device.type == prog.device_type for x in tensors):
+            return func(*args, **kwargs)  # host work beside a CUDA capture (factories are tracked)
         if _all_host(flat_args):  # host work: runs now, never at replay
             out = func(*args, **kwargs)
             for o in tree_flatten(out)[0]:
