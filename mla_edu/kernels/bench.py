@@ -213,34 +213,16 @@ def to_markdown(data: dict) -> str:
 
 
 def plot_bench(json_path: str, png_path: str) -> None:
-    """Achieved TB/s (h_q=16) and TFLOP/s (h_q=128) against L, one line per (page, B), with the ceilings."""
+    """Draw ``mla_edu.kernels.plots.kernel_bench_figure`` from ``json_path`` into ``png_path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(json_path) as f:
-        data = json.load(f)
-    ceil = data["ceilings"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, heads, key, ceil_v, unit in ((axes[0], 16, "TBps", ceil["copy_TBps"], "TB/s"),
-                                         (axes[1], 128, "TFLOPs", ceil["matmul_bf16_TFLOPs"], "TFLOP/s")):
-        for page, style in ((64, "--"), (128, "-")):
-            for b in BATCHES:
-                rows = [r for r in data["results"] if r["heads"] == heads and r["page"] == page and r["batch"] == b]
-                if rows:
-                    ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker="o", ms=3,
-                            label=f"page {page}, B={b}")
-        ax.axhline(ceil_v, color="k", lw=1)
-        ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("context length L")
-        ax.set_ylabel(unit)
-        ax.set_title(f"h_q = {heads}: {'memory' if heads == 16 else 'compute'}-bound regime")
-    axes[1].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"Triton split-KV MLA decode on {data['info']['gpu']} (bf16)")
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
+    from mla_edu.kernels.plots import kernel_bench_figure
+
+    fig = kernel_bench_figure(json_path)
+    fig.savefig(png_path, dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
 
 

@@ -1,0 +1,43 @@
+"""Figures for notebook 04 and figures/: the committed H200 benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+BENCH_JSON = RESULTS / "kernel_bench_h200.json"
+
+
+def load_bench(path: Path | str = BENCH_JSON) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def kernel_bench_figure(path: Path | str = BENCH_JSON):
+    """Achieved TB/s (h_q=16) and TFLOP/s (h_q=128) against L, with the ceilings measured in the same run."""
+    import matplotlib.pyplot as plt
+
+    data = load_bench(path)
+    ceil = data["ceilings"]
+    batches = sorted({r["batch"] for r in data["results"]})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, heads, key, ceil_v, unit in ((axes[0], 16, "TBps", ceil["copy_TBps"], "TB/s"),
+                                         (axes[1], 128, "TFLOPs", ceil["matmul_bf16_TFLOPs"], "TFLOP/s")):
+        for page, style in ((64, "--"), (128, "-")):
+            for b in batches:
+                rows = [r for r in data["results"] if r["heads"] == heads and r["page"] == page and r["batch"] == b]
+                if rows:
+                    ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker="o", ms=3,
+                            label=f"page {page}, B={b}")
+        ax.axhline(ceil_v, color="k", lw=1)
+        ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, ceil_v * 1.05)
+        ax.set_xlabel("context length L (tokens per request)")
+        ax.set_ylabel(unit)
+        ax.set_title(f"h_q = {heads}: {'memory' if heads == 16 else 'compute'}-bound regime")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"Triton split-KV MLA decode on {data['info']['gpu']} (bf16)")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,241 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · The paged latent KV cache
+#
+# **You will learn** how a serving engine stores MLA's latent cache: token slots grouped into
+# pages, a `req_to_token` table that maps each request's positions to slots, and the small
+# *page table* a decode kernel reads. You will see why pages beat one contiguous block per
+# request, what "stale" entries in a reused page table are, and how a page table read with the
+# wrong row stride hands a request somebody else's pages: the mechanism of SGLang PR #6998.
+#
+# **You need** a CPU; about 20 seconds. Triton runs in its CPU interpreter here.
+#
+# Vocabulary follows SGLang (`python/sglang/srt/mem_cache/memory_pool.py`,
+# `python/sglang/srt/layers/attention/utils.py`), so you can read this next to its code.
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+
+import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
+from mla_edu.figures import save
+from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
+from mla_edu.kvcache.plots import page_table_figure, page_table_scenario, pages_read
+
+_ = torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1. What one token costs
+#
+# MLA caches, per token and per layer, the compressed KV `c_kv` (`kv_lora_rank` = 512 numbers)
+# and the shared RoPE key `k_pe` (64 numbers): one row of 576. SGLang stores them side by side
+# in one tensor per layer, `kv_c_and_k_pe_cache` of shape `[num_pages, PAGE, 576]`.
+
+# %%
+v3 = LatentKVCache(num_layers=61, num_pages=1, page_size=1, dtype=torch.bfloat16)
+print("DeepSeek-V3, bf16: bytes per token, all 61 layers:", v3.bytes_per_token())
+print("per layer:", v3.bytes_per_token() // 61)
+assert v3.bytes_per_token() == 61 * 576 * 2
+print("a 4096-token request:", round(4096 * v3.bytes_per_token() / 2**20, 1), "MiB")
+
+# %% [markdown]
+# ## 2. Why pages
+#
+# A naive engine reserves `max_context_len` slots per request up front. Requests are ragged,
+# so most of that is never used. Paging hands out fixed-size pages on demand: the only waste is
+# the unfilled tail of each request's last page, under one page per request. Let's measure both
+# on 1000 requests with lengths uniform in [1, 4096].
+
+# %%
+g = torch.Generator().manual_seed(0)
+lens = torch.randint(1, 4097, (1000,), generator=g)
+used = lens.sum().item()
+contiguous = 1000 * 4096
+print(f"contiguous reservation: {used / contiguous:.3f} of the slots hold tokens")
+for page in (1, 16, 64, 128):
+    slots = (torch.div(lens + page - 1, page, rounding_mode="floor") * page).sum().item()
+    print(f"page {page:3d}: {used / slots:.4f} of the allocated slots hold tokens, "
+          f"waste per request {(slots - used) / 1000:.1f} slots (about PAGE/2 = {page / 2})")
+
+# %% [markdown]
+# Small pages waste less but make the table longer and the kernel's gathers smaller. Kernels
+# pick a page size they can read efficiently: FlashMLA uses 64, the cutlass MLA kernel 128.
+#
+# ## 3. The request pool and the page allocator
+#
+# `ReqToTokenPool` owns `req_to_token`, an int32 `[size, max_context_len]` table: row `r` lists
+# the cache slot of every position of the request living in row `r`. `PagedAllocator` hands out
+# whole pages; slot = `page * PAGE + offset`. Page 0 is reserved as the padding page (SGLang
+# reserves slot 0 for padded tokens in the same way), so a dummy request may always point there.
+
+# %%
+PAGE = 4
+pool = ReqToTokenPool(size=3, max_context_len=16)
+alloc = PagedAllocator(num_pages=9, page_size=PAGE, seed=1)  # seed: shuffled free list, pages not in order
+rows = pool.alloc(2)
+print("request rows:", rows, "| free pages:", alloc.available_pages())
+
+# prefill: 6 and 3 tokens
+for r, n in zip(rows, (6, 3)):
+    loc = alloc.slots_for(pool.req_to_token[r], 0, n)
+    print(f"row {r} prefill slots {loc.tolist()}  pages {sorted(set((loc // PAGE).tolist()))}")
+
+# three decode steps: one token each
+lens_now = [6, 3]
+for step in range(3):
+    for i, r in enumerate(rows):
+        alloc.slots_for(pool.req_to_token[r], lens_now[i], lens_now[i] + 1)
+        lens_now[i] += 1
+for i, r in enumerate(rows):
+    print(f"row {r} len {lens_now[i]}: req_to_token = {pool.req_to_token[r, :lens_now[i]].tolist()}")
+print("free pages left:", alloc.available_pages())
+
+# %% [markdown]
+# Position `p` of a request always sits at offset `p % PAGE` of its page, and every page of a
+# request is whole: that is what lets a kernel read a page table (one id per page) instead of
+# one slot per token. Let's check it for both requests.
+
+# %%
+for i, r in enumerate(rows):
+    slots = pool.req_to_token[r, : lens_now[i]].long()
+    assert torch.equal(slots % PAGE, torch.arange(lens_now[i]) % PAGE)
+    pages = slots // PAGE
+    for j in range(0, lens_now[i], PAGE):
+        assert (pages[j : j + PAGE] == pages[j]).all()
+print("every position sits at offset p % PAGE of one page per PAGE positions: True")
+
+# %% [markdown]
+# When a request finishes its pages go back to the front of the free list, so the next request
+# reuses them, in whatever order they were freed. After some churn a request's pages are
+# scattered: that is the permuted page table the kernels must handle.
+
+# %%
+first = pool.req_to_token[rows[0], : lens_now[0]]
+freed = alloc.pages_of(first, lens_now[0])
+alloc.free_pages(freed)
+pool.free(rows[0])
+new_row = pool.alloc(1)[0]
+loc = alloc.slots_for(pool.req_to_token[new_row], 0, 10)
+print("freed pages", freed.tolist(), "-> the new request got pages", sorted(set((loc // PAGE).tolist())))
+assert set((loc // PAGE).tolist()) == set(freed.tolist())  # freed pages come back first
+try:
+    alloc.alloc_pages(100)
+except PoolExhausted as e:
+    print("PoolExhausted:", e)
+
+# %% [markdown]
+# ## 4. Writing a step's latents
+#
+# Each layer writes the new tokens' `c_kv` and `k_pe` into their slots with one `index_copy_`.
+# No host sync, so this runs inside a captured CUDA graph.
+
+# %%
+cache = LatentKVCache(num_layers=2, num_pages=9, page_size=PAGE, kv_lora_rank=8, qk_rope_head_dim=4)
+c_kv, k_pe = torch.randn(10, 8), torch.randn(10, 4)
+cache.set_kv(1, loc, c_kv, k_pe)
+rows_l1 = cache.get_kv_buffer(1).view(-1, 12)
+print("kv_buffer[1] shape:", tuple(cache.get_kv_buffer(1).shape))
+print("written rows equal the inputs:", torch.equal(rows_l1[loc], torch.cat([c_kv, k_pe], -1)))
+print("rows written:", int((rows_l1.abs().sum(-1) > 0).sum()), "of", rows_l1.size(0))
+
+# %% [markdown]
+# ## 5. The page table
+#
+# Decode kernels read a page table: int32 `[B, block_num]`, row `b` listing request `b`'s pages.
+# SGLang builds it with a small Triton kernel, `create_flashmla_kv_indices_triton`: one program
+# per request writes
+#
+# $$\text{table}[b, p] = \text{req\_to\_token}[\text{req}_b,\ p \cdot \text{PAGE}]\ /\!/\ \text{PAGE}
+# \quad\text{for } p < \lceil \text{len}_b / \text{PAGE} \rceil$$
+#
+# and **leaves every other entry of the row untouched**. Under CUDA graphs the table is a
+# persistent buffer allocated once (`cuda_graph_kv_indices`, filled with 1, width
+# `(max_context_len + 128) // 128` in the cutlass backend), and its rows are reused step after
+# step. `fill_page_table` has both versions: vectorized torch ops and the Triton kernel
+# registered as the custom op `mla_edu::fill_page_table`.
+
+# %%
+sc = page_table_scenario()
+buf = sc["buf"]
+print("page size", sc["page_size"], "| seq_lens", sc["seq_lens"].tolist(), "| pages each", sc["n_pages"])
+for b in range(4):
+    print(f"row {b}: {buf[b].tolist()}")
+
+# %% [markdown]
+# The scenario first served four long requests in rows 0-3, then four shorter ones reused the
+# rows. Only the first `ceil(len / 64)` entries of each row were rewritten: the rest are
+# *stale* ids of freed pages (some already handed to other requests) or the initial 1.
+# Harmless, as long as the kernel reads exactly `ceil(len / PAGE)` entries of the right row.
+#
+# The torch and Triton fills agree, write through a non-contiguous row-slice of the buffer, and
+# touch nothing else:
+
+# %%
+for impl in ("torch", "triton"):
+    b2 = torch.full_like(buf, -7)
+    view = b2[:4, 2:]  # a view whose row stride (10) is not its width (8)
+    fill_page_table(sc["req_to_token"], sc["req_pool_indices"], sc["seq_lens"], view, 64, impl=impl)
+    live = [view[b, : n].tolist() for b, n in enumerate(sc["n_pages"])]
+    untouched = int((b2 == -7).sum())
+    print(f"{impl:6s} live entries {live}  untouched entries {untouched} of {b2.numel()}")
+    assert live == [buf[b, : n].tolist() for b, n in enumerate(sc["n_pages"])]
+    assert untouched == b2.numel() - sum(sc["n_pages"])
+
+# %% [markdown]
+# ## 6. Reading the table with the wrong row stride
+#
+# A kernel finds page `j` of request `b` at flat index `b * row_stride + j` of the table's
+# storage. sgl-kernel's `cutlass_mla_decode` takes `row_stride = page_table.size(1)` (its C++
+# wrapper builds the stride from `page_table.sizes()[1]`, `sgl-kernel/csrc/attention/cutlass_mla_kernel.cu`);
+# FlashMLA takes `block_table.stride(0)`. For a contiguous table both are the same. For the
+# narrow view `buf[:bs, :1]`, which SGLang's cutlass backend captured in its CUDA graph
+# before PR #6998, they differ: width 1, real stride 10.
+
+# %%
+right = pages_read(buf, sc["n_pages"], row_stride=buf.size(1))
+wrong = pages_read(buf, sc["n_pages"], row_stride=1)
+for b in range(4):
+    print(f"request {b}: needs {right[b]}, reads {wrong[b]}, correct: {right[b] == wrong[b]}")
+assert right[0] == wrong[0] and all(right[b] != wrong[b] for b in range(1, 4))
+
+# %% [markdown]
+# Request 0 reads its own row. Every other request reads request 0's row shifted by `b`, then
+# whatever follows in memory: stale ids and other requests' pages. The picture:
+
+# %%
+fig = page_table_figure()
+print("saved", save(fig, "page_table").name)
+
+# %% [markdown]
+# ## What we saw
+#
+# - MLA caches 576 numbers per token per layer (70,272 bytes per token for all of DeepSeek-V3 in bf16).
+# - Paging wastes under one page per request; contiguous reservation wasted half of the memory here.
+# - `req_to_token` maps positions to slots; position `p` sits at offset `p % PAGE` of one page, so a
+#   page table with one id per page is enough. Freed pages are reused first, so tables are permuted.
+# - The page-table fill writes `ceil(len / PAGE)` entries per row and leaves the rest stale.
+# - Read with the row stride of a narrow view (`size(1)` instead of `stride(0)`), only request 0
+#   gets its own pages. Notebook 04 runs the decode kernel on such a table; notebooks 06-07 show
+#   the whole bug under CUDA graphs.
+#
+# ## Exercises
+#
+# 1. With page 128 and lengths uniform in [1, 512], what fraction of allocated slots is wasted?
+#    Compute it, then check with the code of section 2.
+# 2. Change `pages_read` so that it returns `None` for any entry it reads outside the buffer.
+#    With row stride 1, which request is the first to need such an entry in a batch of 6?
+# 3. Poison the buffer (fill it with `-1`) before the fill in section 5. Which entries stay `-1`?
+#    Why does that make a mis-strided read loud instead of silent?
