@@ -97,6 +97,17 @@ def _(page_table, seq_lens, kv_cache):
     return kv_cache.new_empty(page_table.shape[0], kv_cache.shape[-1])
 
 
+def pages_read(page_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+    """The page id each (request b, page slot j) reads with the size-derived stride; -1 if unused. [B, W]"""
+    B, S = page_table.shape
+    extent = page_table.untyped_storage().nbytes() // page_table.element_size() - page_table.storage_offset()
+    flat = page_table.as_strided((extent,), (1,))
+    j = torch.arange(W, device=page_table.device)
+    idx = (torch.arange(B, device=page_table.device)[:, None] * S + j[None, :]).clamp(max=extent - 1)
+    used = j[None, :] < ((seq_lens.long() + PAGE - 1) // PAGE)[:, None]
+    return torch.where(used, flat[idx].long(), -1).cpu()
+
+
 # ---- the shared state of the toy server ------------------------------------------------------
 class ToyServer:
     """Persistent buffers (allocated once, at maximum size) and host helpers."""
