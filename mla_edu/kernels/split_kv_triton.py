@@ -15,6 +15,9 @@ because the interpreter computes bf16 wrongly.
 
 from __future__ import annotations
 
+import contextlib
+
+import numpy as np
 import torch
 
 from mla_edu import _env
@@ -136,6 +139,11 @@ def _stage2_kernel(o_acc_ptr, lse_ptr, out_ptr, stride_o_b, stride_o_h, H, num_s
     tl.store(out_ptr + b * stride_o_b + h * stride_o_h + offs_d, res.to(out_ptr.dtype.element_ty), mask=mask_d)
 
 
+def _quiet(on_gpu: bool):
+    """The interpreter computes with numpy, which warns on NaN/inf arithmetic; NaN poison is expected here."""
+    return contextlib.nullcontext() if on_gpu else np.errstate(invalid="ignore", over="ignore", divide="ignore")
+
+
 def _config(heads: int, on_gpu: bool):
     """(BLOCK_H, BLOCK_N, num_warps, num_stages)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
@@ -156,6 +164,15 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
     on_gpu = q_nope.is_cuda
     block_h, block_n, warps, stages = _config(h, on_gpu)
     grid = (b, triton.cdiv(h, block_h), num_splits)
+    with _quiet(on_gpu):
+        _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
+                       max_pages, num_splits, checked, final, block_h, block_n, warps, stages)
+
+
+def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
+                   max_pages, num_splits, checked, final, block_h, block_n, warps, stages):
+    b, h, dl = q_nope.shape
+    dr = q_pe.size(2)
     _stage1_kernel[grid](
         q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
@@ -177,8 +194,9 @@ def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, 
 @torch.library.custom_op("mla_edu::mla_decode_stage2", mutates_args=("out",))
 def mla_decode_stage2(o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor) -> None:
     b, h, s, dl = o_acc.shape
-    _stage2_kernel[(b, h)](o_acc, lse_acc, out, out.stride(0), out.stride(1), h, s,
-                           DL=dl, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_S=max(2, triton.next_power_of_2(s)))
+    with _quiet(out.is_cuda):
+        _stage2_kernel[(b, h)](o_acc, lse_acc, out, out.stride(0), out.stride(1), h, s,
+                               DL=dl, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_S=max(2, triton.next_power_of_2(s)))
 
 
 @mla_decode_stage2.register_fake
