@@ -1,0 +1,471 @@
+"""A control panel for the bug: pick a backend, defects, split mode and batch size; see accuracy and page reads.
+
+    from mla_edu.panel import ControlPanel
+    panel = ControlPanel()                 # the shipped tiny model, a small slice of the eval set
+    result = panel.run()                   # default settings: prints a rounded summary, draws the figure
+    panel.show()                           # ipywidgets: change settings, press "run", the figure is redrawn
+
+Every number comes from the real mini engine (``mla_edu.serving``): real CUDA graphs on a GPU,
+the CPU graph emulator otherwise. Two measurements per setting:
+
+(a) accuracy: ``mla_edu.bench.run_bench`` eagerly (``--disable-cuda-graph``) and with graphs;
+(b) page reads of one decode step: the page id each (request row, page slot) *should* read (a
+    fresh table filled from ``req_to_token``) against the one the captured kernel *did* read:
+    entry ``offset + b * row_stride + j`` of the persistent index buffer, with the row stride
+    frozen into the graph at capture (``page_table.size(1)`` for cutlass_mla, as sgl-kernel's
+    wrapper derives it; ``stride(0)`` for triton). The row stride is recorded from the very
+    tensor the backend handed the kernel while the graph was captured.
+
+``panel.callback(values)`` is what the "run" button calls: a dict of widget values in, a
+:class:`PanelResult` out; tests call it directly, no browser needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX, Engine, ServerArgs
+from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
+
+PAGE_SIZE = 128
+UNUSED = -1  # page slot past the request's pages: not read
+POISON = -2  # the kernel read the poison id (stale defect off): NaN, a loud failure
+OUTSIDE = -3  # the kernel read past the end of the index buffer
+SPLIT_MODES = {"1": 1, "auto": -1}
+
+
+def _split_mode_value(mode) -> int:
+    if mode in SPLIT_MODES:
+        return SPLIT_MODES[mode]
+    if mode in (1, -1) and not isinstance(mode, bool):
+        return int(mode)
+    raise ValueError(f"split mode: expected '1' or 'auto' (or 1 / -1), got {mode!r}")
+
+
+@dataclass(frozen=True)
+class PanelSettings:
+    """One setting of the panel (SGLang's flag names).
+
+    ``max_running_requests`` is also the batch size of the measured decode step; graphs are
+    captured for ``(max_running_requests // 2, max_running_requests)``, as SGLang's
+    ``--cuda-graph-bs 64 128 --max-running-requests 128``. ``defects`` applies to cutlass_mla.
+    """
+
+    attention_backend: str = "cutlass_mla"
+    defects: frozenset = PRE_FIX
+    num_kv_splits: int = 1
+    max_running_requests: int = 8
+    num_questions: int = 32
+
+    def __post_init__(self):
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"attention_backend: expected one of {BACKENDS}, got {self.attention_backend!r}")
+        defects = self.defects
+        if isinstance(defects, str) or not all(isinstance(d, str) for d in defects):
+            raise TypeError(f"defects: expected a set of names from {DEFECTS}, got {defects!r}")
+        bad = sorted(set(defects) - set(DEFECTS))
+        if bad:
+            raise ValueError(f"defects: expected names from {DEFECTS}, got {bad}")
+        object.__setattr__(self, "defects", frozenset(defects))
+        object.__setattr__(self, "num_kv_splits", _split_mode_value(self.num_kv_splits))
+        for name, lo, hi in (("max_running_requests", 2, 64), ("num_questions", 1, 256)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{name}: expected an int in [{lo}, {hi}], got {v!r}")
+
+    @property
+    def cuda_graph_bs(self) -> tuple:
+        return (max(1, self.max_running_requests // 2), self.max_running_requests)
+
+    @property
+    def active_defects(self) -> frozenset:
+        return self.defects if self.attention_backend == "cutlass_mla" else frozenset()
+
+    def server_args(self, cuda_graph: bool) -> dict:
+        """Keyword ``ServerArgs`` for the eager (``cuda_graph=False``) or graph run."""
+        return dict(attention_backend=self.attention_backend, defects=self.active_defects,
+                    num_kv_splits=self.num_kv_splits, max_running_requests=self.max_running_requests,
+                    cuda_graph_bs=self.cuda_graph_bs, disable_cuda_graph=not cuda_graph)
+
+    def label(self) -> str:
+        d = ",".join(sorted(self.active_defects)) or "none"
+        split = "auto" if self.num_kv_splits == -1 else "1"
+        defects = f", defects={d}" if self.attention_backend == "cutlass_mla" else ""
+        return (f"{self.attention_backend}{defects}, splits={split}, max running {self.max_running_requests} "
+                f"(graphs for {self.cuda_graph_bs[0]}, {self.cuda_graph_bs[1]}), {self.num_questions} questions")
+
+
+@dataclass(frozen=True)
+class FrozenLaunch:
+    """What the kernel launch captured for one batch size froze (host ints)."""
+
+    bs: int
+    width: int  # page_table.size(1)
+    row_stride: int  # the row stride the kernel indexes with
+    buffer_row_stride: int  # page_table.stride(0): the buffer's real row stride
+    max_seq_len: int  # PAGE * size(1), as the cutlass wrapper computes it
+    num_splits: int
+
+
+@dataclass
+class PageReads:
+    """One decode step of ``bs`` real rows, by graph replay. Page ids as ints; see ``UNUSED/POISON/OUTSIDE``."""
+
+    seq_lens: list  # [bs]
+    intended: torch.Tensor  # [bs, max_pages] int64: fresh table from req_to_token
+    read: torch.Tensor  # [bs, max_pages] int64: what the captured kernel read
+    buffer: torch.Tensor  # [padded bs, W] int64: the persistent index buffer at this step
+    live: torch.Tensor  # [padded bs, W] bool: entries written this step
+    launch: FrozenLaunch
+    row_err: list  # [bs] max |graph logits - eager logits| (inf where the graph gave NaN)
+
+    @property
+    def rows_ok(self) -> list:
+        return (self.read == self.intended).all(dim=1).tolist()
+
+    @property
+    def wrong_reads(self) -> int:
+        return int((self.read != self.intended).sum())
+
+
+@dataclass
+class PanelResult:
+    settings: PanelSettings
+    eager: dict  # run_bench result
+    graph: dict  # run_bench result
+    reads: PageReads
+    device: str = field(default="")
+
+    def summary(self) -> str:
+        r, e, g = self.reads, self.eager, self.graph
+        n_ok = sum(r.rows_ok)
+        n_close = sum(err < 1e-3 for err in r.row_err)
+        lines = [
+            f"settings: {self.settings.label()}",
+            f"accuracy: eager {e['accuracy']:.3f} | graph {g['accuracy']:.3f} "
+            f"(invalid {g['invalid']:.3f}, errors {g['errors']})",
+            f"one decode step, {len(r.seq_lens)} rows: {n_ok} read their own pages, "
+            f"{n_close} match eager; {r.wrong_reads} wrong page reads",
+            f"frozen at capture (bs {r.launch.bs}): width {r.launch.width}, row stride {r.launch.row_stride} "
+            f"(buffer's {r.launch.buffer_row_stride}), max_seq_len {r.launch.max_seq_len}, "
+            f"splits {r.launch.num_splits}",
+        ]
+        return "\n".join(lines)
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+def _record_launches(backend) -> dict:
+    """Wrap ``backend.forward_decode`` (this instance only) to note each launch's table geometry.
+
+    Under capture the Python runs once per batch size; a replay runs only the recorded kernels,
+    so what is noted at capture is exactly what every replay of that graph uses.
+    """
+    launches: dict = {}
+    inner = backend.forward_decode
+
+    def forward_decode(q_nope, q_pe, layer_id, batch):
+        bs = q_nope.shape[0]
+        md = backend.forward_metadata
+        if hasattr(md, "block_kv_indices"):  # cutlass_mla: the view in metadata, read with stride = size(1)
+            table, row_stride = md.block_kv_indices, md.block_kv_indices.size(1)
+        else:  # triton: rows of the full-width table, read with its real stride
+            table = backend.page_table[:bs]
+            row_stride = table.stride(0)
+        max_seq_len = PAGE_SIZE * table.size(1)
+        launches[bs] = (table, FrozenLaunch(bs, table.size(1), row_stride, table.stride(0), max_seq_len,
+                                            backend.splits_for(max_seq_len, bs)))
+        return inner(q_nope, q_pe, layer_id, batch)
+
+    backend.forward_decode = forward_decode
+    return launches
+
+
+def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages: int) -> torch.Tensor:
+    """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``."""
+    reach = table.untyped_storage().nbytes() // table.element_size() - table.storage_offset()
+    flat = torch.as_strided(table, (reach,), (1,), table.storage_offset()).cpu().long()  # [reach]
+    out = torch.full((len(n_pages), max_pages), UNUSED, dtype=torch.int64)
+    for b, n in enumerate(n_pages):
+        for j in range(n):
+            i = b * row_stride + j
+            out[b, j] = OUTSIDE if i >= reach else (POISON if flat[i] == POISON_PAGE else flat[i])
+    return out
+
+
+@torch.no_grad()
+def measure_page_reads(model, questions, settings: PanelSettings) -> PageReads:
+    """One graph-replayed decode step of ``max_running_requests`` rows after an earlier wave finished.
+
+    The earlier wave (the next questions, one decode step) leaves its page ids in the rows of
+    the persistent buffer, as a running server does; then the measured batch is prefilled and
+    decoded by graph replay, and the same step is computed eagerly for comparison.
+    """
+    from mla_edu.serving.graph_runner import GraphRunner
+
+    bs = settings.max_running_requests
+    if len(questions) < 2 * bs:
+        raise ValueError(f"questions: expected at least {2 * bs} (two waves of {bs}), got {len(questions)}")
+    engine = Engine(model, ServerArgs(**settings.server_args(cuda_graph=False),
+                                      context_length=model.config.mla.max_position_embeddings))
+    runner = engine.runner
+    launches = _record_launches(runner.backend)
+    runner.graph_runner = GraphRunner(runner, settings.cuda_graph_bs)  # captures every size now
+    engine.args.disable_cuda_graph = False
+
+    def prefill(qs):
+        reqs = [engine._new_req(q.prompt_ids) for q in qs]
+        for r in reqs:
+            engine.prefill(r)  # no stop tokens: every request stays running
+        return reqs
+
+    earlier = prefill(sorted(questions[bs: 2 * bs], key=lambda q: -q.prompt_len))  # long ones first
+    runner.decode(engine.make_batch(earlier))
+    for r in earlier:
+        engine._free(r)
+    reqs = prefill(questions[:bs])
+    batch = engine.make_batch(reqs)
+    _, bad_g, logits_g = runner.decode(batch)  # graph replay
+    table, launch = launches[runner.graph_runner.padded_size(bs)]
+    # what the kernel read, from the buffer as the replay hook left it
+    seq_lens = batch.seq_lens_cpu.tolist()
+    n_pages = [-(-n // PAGE_SIZE) for n in seq_lens]
+    max_pages = max(n_pages)
+    read = _read_through(table, launch.row_stride, n_pages, max_pages)
+    # what it should have read: a fresh, contiguous table (what the eager path builds)
+    from mla_edu import kvcache
+
+    fresh = torch.full((bs, max_pages), UNUSED, dtype=torch.int32, device=runner.device)
+    kvcache.fill_page_table(runner.backend.req_to_token, batch.req_pool_indices, batch.seq_lens, fresh, PAGE_SIZE)
+    intended = fresh.cpu().long()
+    base = runner.backend.cuda_graph_kv_indices if hasattr(runner.backend, "cuda_graph_kv_indices") \
+        else runner.backend.page_table
+    padded = launch.bs
+    buffer = base[:padded].cpu().long()
+    live = torch.zeros_like(buffer, dtype=torch.bool)
+    pad_pages = n_pages + [1] * (padded - bs)  # padded rows have seq_len 1: one page written
+    for b, n in enumerate(pad_pages):
+        live[b, :n] = True
+    # the same step eagerly
+    runner.backend.init_forward_metadata(batch)
+    _, _, logits_e = runner.decode_forward(batch)
+    err = (logits_g.float() - logits_e.float()).abs().amax(dim=-1).nan_to_num(float("inf")).cpu()  # [bs]
+    for r in reqs:
+        engine._free(r)
+    return PageReads(seq_lens, intended, read, buffer, live, launch, err.tolist())
+
+
+class PanelRunner:
+    """Runs settings on one model and question set; shares prefill work and memoizes results."""
+
+    def __init__(self, model=None, questions=None):
+        from mla_edu.model import load_pretrained, task
+
+        self.model = load_pretrained() if model is None else model
+        self.questions = task.default_eval_set() if questions is None else list(questions)
+        self.prefill_cache: dict = {}
+        self.results: dict = {}
+
+    def __call__(self, settings: PanelSettings) -> PanelResult:
+        if not isinstance(settings, PanelSettings):
+            raise TypeError(f"expected PanelSettings, got {type(settings).__name__}")
+        if settings not in self.results:
+            from mla_edu.bench import run_bench
+
+            qs = self.questions[: settings.num_questions]
+            runs = {}
+            for graph in (False, True):
+                runs[graph] = run_bench(self.model, qs, parallel=settings.max_running_requests,
+                                        prefill_cache=self.prefill_cache, **settings.server_args(graph))
+            reads = measure_page_reads(self.model, self.questions, settings)
+            self.results[settings] = PanelResult(settings, runs[False], runs[True], reads, runs[True]["device"])
+        return self.results[settings]
+
+
+# ---- drawing -----------------------------------------------------------------------------------
+def _annotate(ax, data):
+    for b in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            v = int(data[b, j])
+            text = {UNUSED: "", POISON: "P", OUTSIDE: "X"}.get(v, str(v))
+            ax.text(j, b, text, ha="center", va="center", fontsize=7)
+
+
+def draw_accuracy(ax, result: PanelResult):
+    """Bars: eager and graph accuracy (hatched: invalid answers) for one setting."""
+    e, g = result.eager, result.graph
+    names = ["eager", "graph" + (" (emulated)" if g["device"] == "cpu" else "")]
+    accs = [e["accuracy"], g["accuracy"]]
+    bars = ax.bar(names, accs, color=["#4c72b0", "#d62728" if g["accuracy"] < e["accuracy"] - 0.05 else "#55a868"])
+    ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color="none", edgecolor="#777", hatch="//",
+           label="invalid")
+    for bar, a in zip(bars, accs):
+        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"{result.settings.num_questions} questions", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads):
+    """The index buffer (live vs stale), the intended pages, and the pages read (green right, red wrong)."""
+    from matplotlib.colors import ListedColormap
+
+    buf = reads.buffer
+    state = torch.where(reads.live, 2, torch.where(buf == POISON_PAGE, 0, 1))  # 0 poison, 1 stale, 2 live
+    ax_buf.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4b6b6", "#cfe8cf"]), vmin=0, vmax=2,
+                  aspect="auto")
+    shown = torch.where(buf == POISON_PAGE, POISON, buf)
+    _annotate(ax_buf, shown)
+    ax_buf.set_title(f"index buffer, rows 0..{buf.shape[0] - 1}\n(green written now, red stale, grey P = poison)",
+                     fontsize=8)
+    ax_buf.set_xlabel("page slot")
+    ax_buf.set_ylabel("request row")
+    used = reads.intended != UNUSED
+    ax_int.imshow(used.numpy(), cmap=ListedColormap(["white", "#dde6f5"]), vmin=0, vmax=1, aspect="auto")
+    _annotate(ax_int, reads.intended)
+    ax_int.set_title("intended page ids", fontsize=8)
+    ax_int.set_xlabel("page j of the request")
+    ok = torch.where(used, (reads.read == reads.intended).long(), 2)  # 0 wrong, 1 right, 2 unused
+    ax_read.imshow(ok.numpy(), cmap=ListedColormap(["#e07070", "#70b070", "white"]), vmin=0, vmax=2, aspect="auto")
+    _annotate(ax_read, reads.read)
+    ax_read.set_title(f"page ids read under replay\n(row stride {reads.launch.row_stride}, "
+                      f"buffer's {reads.launch.buffer_row_stride})", fontsize=8)
+    ax_read.set_xlabel("page j of the request")
+    for ax in (ax_int, ax_read):
+        ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
+                      fontsize=7)
+        ax.set_xticks(range(reads.intended.shape[1]))
+    ax_buf.set_yticks(range(buf.shape[0]))
+    ax_buf.set_xticks(range(buf.shape[1]))
+
+
+def panel_figure(result: PanelResult):
+    """One figure: accuracy bars, then the page reads of one decode step."""
+    import matplotlib.pyplot as plt
+
+    w = result.reads.buffer.shape[1]
+    p = result.reads.intended.shape[1]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6), gridspec_kw={"width_ratios": [2.2, w, p, p]})
+    draw_accuracy(axes[0], result)
+    draw_page_reads(axes[1], axes[2], axes[3], result.reads)
+    fig.suptitle(result.settings.label(), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def panel_default():
+    """figures/panel_default.png: the pre-fix cutlass_mla backend at the panel's default setting."""
+    return panel_figure(PanelRunner()(PanelSettings()))
+
+
+def panel_fixed():
+    """figures/panel_fixed.png: SGLang's merged fix (only ``stale`` left) at the same setting."""
+    return panel_figure(PanelRunner()(PanelSettings(defects=frozenset({"stale"}))))
+
+
+# ---- the widgets -------------------------------------------------------------------------------
+class ControlPanel:
+    """Widgets over :class:`PanelRunner`. ``run()`` for static output, ``show()`` for the widgets."""
+
+    def __init__(self, model=None, questions=None, settings: PanelSettings | None = None):
+        self.runner = PanelRunner(model, questions)
+        self.settings = settings or PanelSettings()
+        self.result: PanelResult | None = None
+        self.figure = None
+        self._widgets = None
+
+    def run(self, settings: PanelSettings | None = None, *, draw: bool = True, verbose: bool = True) -> PanelResult:
+        """Measure ``settings`` (default: the current ones), print the summary, draw the figure."""
+        if settings is not None:
+            self.settings = settings
+        self.result = self.runner(self.settings)
+        if verbose:
+            print(self.result.summary())
+        if draw:
+            import matplotlib.pyplot as plt
+
+            if self.figure is not None:
+                plt.close(self.figure)
+            self.figure = panel_figure(self.result)
+        return self.result
+
+    @staticmethod
+    def settings_from_values(values: dict) -> PanelSettings:
+        """Widget values -> settings. Keys: backend, width, workspace, stale (bools), split ("1"/"auto"),
+        max_running_requests, num_questions."""
+        if not isinstance(values, dict):
+            raise TypeError(f"values: expected a dict of widget values, got {type(values).__name__}")
+        known = {"backend", "split", "max_running_requests", "num_questions", *DEFECTS}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"values: expected keys from {sorted(known)}, got unknown {unknown}")
+        d = PanelSettings()
+        for name in DEFECTS:
+            if name in values and not isinstance(values[name], bool):
+                raise TypeError(f"{name}: expected a bool (defect on/off), got {values[name]!r}")
+        defects = frozenset(n for n in DEFECTS if values.get(n, n in d.defects))
+        return PanelSettings(values.get("backend", d.attention_backend), defects,
+                             _split_mode_value(values.get("split", "1")),
+                             values.get("max_running_requests", d.max_running_requests),
+                             values.get("num_questions", d.num_questions))
+
+    def callback(self, values: dict, draw: bool = True) -> PanelResult:
+        """What the "run" button does: settings from widget values, measure, redraw."""
+        return self.run(self.settings_from_values(values), draw=draw)
+
+    def widgets(self):
+        """Build (once) and return the widget box."""
+        if self._widgets is not None:
+            return self._widgets["box"]
+        import ipywidgets as w
+
+        s = self.settings
+        wd = {
+            "backend": w.ToggleButtons(options=list(BACKENDS), value=s.attention_backend, description="backend"),
+            **{n: w.Checkbox(value=n in s.defects, description=f"defect: {n}") for n in DEFECTS},
+            "split": w.ToggleButtons(options=list(SPLIT_MODES), value="auto" if s.num_kv_splits == -1 else "1",
+                                     description="splits"),
+            "max_running_requests": w.IntSlider(value=s.max_running_requests, min=2, max=16, step=2,
+                                                description="max running"),
+            "num_questions": w.IntSlider(value=s.num_questions, min=8, max=128, step=8, description="questions"),
+        }
+        button = w.Button(description="run", button_style="primary")
+        out = w.Output()
+
+        def on_click(_):
+            values = {k: v.value for k, v in wd.items()}
+            with out:
+                out.clear_output(wait=True)
+                try:
+                    self.callback(values)
+                    from IPython.display import display
+
+                    display(self.figure)
+                except (ValueError, TypeError) as e:
+                    print(f"error: {e}")
+
+        button.on_click(on_click)
+        box = w.VBox([w.HBox([wd["backend"], wd["split"]]), w.HBox([wd[n] for n in DEFECTS]),
+                      w.HBox([wd["max_running_requests"], wd["num_questions"], button]), out])
+        self._widgets = {"box": box, "button": button, "out": out, **wd}
+        return box
+
+    def set_values(self, **values):
+        """Set widget values by key (as a user would click them)."""
+        self.widgets()
+        for k, v in values.items():
+            if k not in self._widgets or k in ("box", "button", "out"):
+                raise ValueError(f"set_values: expected widget keys from {sorted(set(self._widgets) - {'box', 'button', 'out'})}, got {k!r}")
+            self._widgets[k].value = v
+
+    def click(self):
+        """Press the run button (also works without a browser)."""
+        self.widgets()
+        self._widgets["button"].click()
+
+    def show(self):
+        from IPython.display import display
+
+        display(self.widgets())
