@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -21,6 +22,15 @@ WEIGHTS_FILE = "tiny.safetensors"
 MANIFEST_FILE = "manifest.json"
 
 __all__ = ["TinyDeepseek", "TinyDeepseekConfig", "load_manifest", "load_pretrained", "task", "WEIGHTS_DIR"]
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def load_manifest(weights_dir: str | Path | None = None) -> dict:
@@ -40,8 +50,6 @@ def load_pretrained(
 ) -> TinyDeepseek:
     """The shipped ``TinyDeepseek`` in eval mode, after checking the file's sha256 against the manifest."""
     from safetensors.torch import load_file
-
-    from mla_edu.model.train import sha256_file
 
     weights_dir = Path(weights_dir or WEIGHTS_DIR)
     manifest = load_manifest(weights_dir)

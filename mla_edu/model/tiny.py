@@ -23,6 +23,7 @@ from typing import Callable
 
 import torch
 from torch import nn
+from einops import einsum, rearrange
 from torch.nn import functional as F
 
 from mla_edu.attention import AbsorbedMLA, LatentCache, NaiveMLA, RMSNorm
@@ -87,22 +88,46 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def mla_sdpa(attn: AbsorbedMLA | NaiveMLA, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Causal MLA over ``hidden [B, T, D]`` in the paper's order, with PyTorch's fused attention.
+
+    The same numbers as ``NaiveMLA.forward`` (no cache), from the same module's pieces
+    (``query``, ``latent_kv``, ``w_uk_uv``, ``o_proj``); ``F.scaled_dot_product_attention``
+    replaces the explicit score matrix, which makes training on CPU several times faster.
+    """
+    H = attn.config.num_attention_heads
+    q_nope, q_pe = attn.query(hidden, positions)  # [B, T, H, dn], [B, T, H, dr]
+    c_kv, k_pe = attn.latent_kv(hidden, positions)  # [B, T, r], [B, T, dr]
+    w_uk, w_uv = attn.w_uk_uv()  # [H, dn, r], [H, dv, r]
+    k_nope = einsum(c_kv, w_uk, "b l r, h d r -> b h l d")  # [B, H, T, dn]
+    v = einsum(c_kv, w_uv, "b l r, h d r -> b h l d")  # [B, H, T, dv]
+    q = rearrange(torch.cat([q_nope, q_pe], dim=-1), "b t h d -> b h t d")  # [B, H, T, dn + dr]
+    k = torch.cat([k_nope, k_pe[:, None].expand(-1, H, -1, -1)], dim=-1)  # [B, H, T, dn + dr]
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.softmax_scale)  # [B, H, T, dv]
+    return attn.o_proj(rearrange(o, "b h t d -> b t (h d)"))
+
+
 class DecoderLayer(nn.Module):
     """``h + attn(attn_norm(h))``, then ``h + mlp(mlp_norm(h))``."""
 
     def __init__(self, config: TinyDeepseekConfig, attn_impl: str = "absorbed"):
         super().__init__()
+        self.attn_impl = attn_impl
         self.attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.attn = (AbsorbedMLA if attn_impl == "absorbed" else NaiveMLA)(config.mla)
+        self.attn = (NaiveMLA if attn_impl == "naive" else AbsorbedMLA)(config.mla)
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
 
     def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
-        h = h + self.attn(self.attn_norm(h), positions, cache)
+        x = self.attn_norm(h)
+        if self.attn_impl == "sdpa" and cache is None:
+            h = h + mla_sdpa(self.attn, x, positions)
+        else:
+            h = h + self.attn(x, positions, cache)
         return h + self.mlp(self.mlp_norm(h))
 
 
-ATTN_IMPLS = ("absorbed", "naive")
+ATTN_IMPLS = ("absorbed", "naive", "sdpa")
 
 # attend(layer_idx, q_nope [B,H,kv_lora_rank], q_pe [B,H,rope], c_kv [B,kv_lora_rank], k_pe [B,rope])
 #   -> o_latent [B,H,kv_lora_rank]
@@ -112,8 +137,9 @@ AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 class TinyDeepseek(nn.Module):
     """Token embedding -> N x [RMSNorm -> MLA -> residual -> RMSNorm -> SwiGLU -> residual] -> RMSNorm -> lm_head.
 
-    ``attn_impl="absorbed"`` (default; the serving form) or ``"naive"`` (the paper's order, faster
-    for training on long prompts); both have the same parameter names, so state dicts are shared.
+    ``attn_impl``: ``"absorbed"`` (default; the serving form), ``"naive"`` (the paper's order) or
+    ``"sdpa"`` (the paper's order through ``F.scaled_dot_product_attention`` for whole sequences,
+    absorbed with a cache; used for training). All have the same parameter names: one state dict.
     """
 
     def __init__(self, config: TinyDeepseekConfig | None = None, attn_impl: str = "absorbed"):
@@ -198,7 +224,7 @@ class TinyDeepseek(nn.Module):
         for layer in self.layers:
             x = layer.attn_norm(h)
             latents.append(layer.attn.latent_kv(x, positions))  # ([B,T,512], [B,T,64])
-            h = h + layer.attn(x, positions)
+            h = h + (mla_sdpa(layer.attn, x, positions) if self.attn_impl == "sdpa" else layer.attn(x, positions))
             h = h + layer.mlp(layer.mlp_norm(h))
         return self.final_logits(h), latents
 
@@ -225,8 +251,8 @@ class TinyDeepseek(nn.Module):
         ``j = 0..positions`` with ``scale = layers[i].attn.softmax_scale`` (= 1/sqrt(32 + 64)):
         exactly ``cutlass_mla_decode(q_nope, q_pe, kv_cache, seq_lens=positions+1, ...)``.
         """
-        if self.attn_impl != "absorbed":
-            raise ValueError(f"decode_step needs attn_impl='absorbed', got {self.attn_impl!r}")
+        if self.attn_impl == "naive":
+            raise ValueError("decode_step needs the absorbed pieces: attn_impl 'absorbed' or 'sdpa', got 'naive'")
         if tokens.dim() != 1 or positions.shape != tokens.shape:
             raise ValueError(
                 f"decode_step expects tokens [B] and positions [B], got {tuple(tokens.shape)} and {tuple(positions.shape)}"

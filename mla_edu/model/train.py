@@ -13,7 +13,6 @@ weights are written as safetensors with a manifest (config, task, seed, sha256, 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import platform
@@ -28,11 +27,9 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from mla_edu.model import task
-from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
+from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
 
-WEIGHTS_DIR = Path(__file__).parent / "weights"
-WEIGHTS_FILE = "tiny.safetensors"
-MANIFEST_FILE = "manifest.json"
+from mla_edu.model import MANIFEST_FILE, WEIGHTS_DIR, WEIGHTS_FILE, sha256_file
 
 # (fraction of steps at which the stage starts, prompt length: int or "eval")
 CURRICULUM = ((0.0, 64), (0.3, 160), (0.55, "eval"))
@@ -64,35 +61,39 @@ def stage_length(step: int, steps: int, rng: random.Random, curriculum: tuple = 
     return current
 
 
-_FACT_RE = re.compile(r"([A-Z])=(\d\d);")
+_FACT_RE = re.compile(r"([A-Z])=(\d);")
 
 
 def make_batch(rng: random.Random, batch: int, length: int, n_queries: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch`` questions of one prompt length -> (inputs [B, S], targets [B, S]) (-100 = no loss).
 
-    Each sequence is an evaluation prompt (BOS, facts in filler, ``?K=``) and its answer, followed,
-    for training only, by up to ``n_queries - 1`` more queries about other facts of the same prompt
-    (``?E=73``): more answers per forward pass, the first one exactly in the evaluation's format.
+    Each sequence is an evaluation prompt (BOS, facts in filler, ``?KE=``) and its answer, followed,
+    for training only, by up to ``n_queries - 1`` more queries about other pairs of facts of the
+    same prompt (``?AB=73``): more answers per forward pass, the first exactly as in evaluation.
     Targets: both digits of every answer, and EOS after the last one.
     """
     seqs, targets = [], []
     for _ in range(batch):
         q = task.sample_question(rng, length)
-        facts = [(k, v) for k, v in _FACT_RE.findall(q.prompt) if k != q.key]
-        extra = rng.sample(facts, min(len(facts), n_queries - 1))
+        facts = dict(_FACT_RE.findall(q.prompt))
+        queries = [(q.keys, q.answer)]
+        for _ in range(n_queries - 1):
+            k1, k2 = rng.sample(sorted(facts), 2)
+            if facts[k1] != "0" and all(k1 + k2 != keys for keys, _ in queries):
+                queries.append((k1 + k2, facts[k1] + facts[k2]))
         seq, tgt = q.prompt_ids, [-100] * q.prompt_len
-        for i, (key, value) in enumerate([(q.key, q.answer)] + extra):
-            if i:  # the query "?K=" itself: no loss
-                seq += task.encode(f"?{key}=")
+        for i, (keys, answer) in enumerate(queries):
+            if i:  # the query "?KE=" itself: no loss
+                seq += task.encode(f"?{keys}=")
                 tgt += [-100] * task.QUERY_LEN
-            digits = task.encode(value)
+            digits = task.encode(answer)
             tgt[-1] = digits[0]  # the token before each digit predicts it
             seq += digits
             tgt += [digits[1], -100]
         tgt[-1] = task.EOS  # after the last answer's second digit: EOS
         seqs.append(seq)
         targets.append(tgt)
-    width = max(map(len, seqs))  # the number of extra queries can vary with the facts in a prompt
+    width = max(map(len, seqs))  # some extra queries are skipped (first value 0, repeats): lengths vary
     inputs = torch.full((batch, width), task.PAD)
     labels = torch.full((batch, width), -100)
     for i, (seq, tgt) in enumerate(zip(seqs, targets)):
@@ -128,15 +129,7 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def save(model: TinyDeepseek, out: Path, manifest: dict) -> Path:
+def save(model: TinyDeepseek, out: Path, manifest: dict) -> dict:
     """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` (with the file's sha256) into ``out``."""
     from safetensors.torch import save_file
 
@@ -147,7 +140,7 @@ def save(model: TinyDeepseek, out: Path, manifest: dict) -> Path:
     manifest = {**manifest, "weights": WEIGHTS_FILE, "sha256": sha256_file(weights),
                 "bytes": weights.stat().st_size}
     (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-    return weights
+    return manifest
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -163,10 +156,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--attn-impl", choices=("naive", "absorbed"), default="naive",
+    p.add_argument("--attn-impl", choices=("sdpa", "naive", "absorbed"), default="sdpa",
                    help="attention form used for training (same weights either way)")
     p.add_argument("--eval-questions", type=int, default=task.EVAL_SIZE,
                    help="how many questions of the default eval set to decode at the end")
+    p.add_argument("--hidden", type=int, default=128, help="hidden_size")
+    p.add_argument("--heads", type=int, default=4, help="num_attention_heads")
+    p.add_argument("--head-dim", type=int, default=32, help="qk_nope_head_dim = v_head_dim")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--intermediate", type=int, default=256, help="SwiGLU intermediate_size")
     p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
     p.add_argument("--threads", type=int, default=1,
@@ -180,7 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    config = TinyDeepseekConfig()
+    mla = default_mla_config().replace(hidden_size=args.hidden, num_attention_heads=args.heads,
+                                       qk_nope_head_dim=args.head_dim, v_head_dim=args.head_dim)
+    config = TinyDeepseekConfig(mla=mla, num_hidden_layers=args.layers, intermediate_size=args.intermediate)
     model = TinyDeepseek(config, attn_impl=args.attn_impl)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "command": "python -m mla_edu.model.train " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
-    path = save(model, args.out, manifest)
-    print(f"wrote {path} and {args.out / MANIFEST_FILE}")
+    manifest = save(model, args.out, manifest)
+    print(f"wrote {args.out / WEIGHTS_FILE} ({manifest['bytes']:,} bytes) and {args.out / MANIFEST_FILE}")
     return manifest
 
 
