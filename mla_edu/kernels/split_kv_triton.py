@@ -36,7 +36,7 @@ def _stage1_kernel(
     H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
     PAGE: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, CHECKED: tl.constexpr, FINAL: tl.constexpr,
-    IEEE: tl.constexpr,
+    IEEE: tl.constexpr, SAME_PAGE: tl.constexpr,
 ):
     b = tl.program_id(0)
     hb = tl.program_id(1)
@@ -70,11 +70,16 @@ def _stage1_kernel(
     for t0 in range(t_start, t_end, BLOCK_N):
         pos = t0 + tl.arange(0, BLOCK_N)  # [BLOCK_N] token positions
         mask_n = pos < t_end
-        flat = b * row_stride + pos // PAGE  # flat index into the table's storage
-        flat_ok = flat < table_reach
-        page = tl.load(table_ptr + tl.minimum(flat, table_reach - 1), mask=mask_n, other=0).to(tl.int64)
-        page_ok = (page >= 0) & (page < num_pages)
-        ok = flat_ok & page_ok
+        if SAME_PAGE:  # PAGE % BLOCK_N == 0 and splits start on page boundaries: one page per block
+            flat = b * row_stride + t0 // PAGE  # flat index into the table's storage
+            ok_f = flat < table_reach
+            page = tl.load(table_ptr + tl.minimum(flat, table_reach - 1)).to(tl.int64)
+            ok = ok_f & (page >= 0) & (page < num_pages)
+        else:
+            flat = b * row_stride + pos // PAGE
+            ok_f = flat < table_reach
+            page = tl.load(table_ptr + tl.minimum(flat, table_reach - 1), mask=mask_n, other=0).to(tl.int64)
+            ok = ok_f & (page >= 0) & (page < num_pages)
         if CHECKED:
             n_bad += (mask_n & (ok == 0)).to(tl.int32)
             ld = mask_n & ok
@@ -144,14 +149,19 @@ def _quiet(on_gpu: bool):
     return contextlib.nullcontext() if on_gpu else np.errstate(invalid="ignore", over="ignore", divide="ignore")
 
 
+#: GPU launch configs (BLOCK_N, num_warps, num_stages) per head-block size; the benchmark's
+#: tuning pass may override them (``TUNED``) and records what it used.
+GPU_CONFIGS = {16: (32, 4, 2), 32: (32, 4, 2), 64: (32, 8, 2)}
+TUNED: dict[int, tuple[int, int, int]] = {}
+
+
 def _config(heads: int, on_gpu: bool):
     """(BLOCK_H, BLOCK_N, num_warps, num_stages)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
         return max(16, triton.next_power_of_2(heads)), 64, 4, 1
     block_h = min(64, max(16, triton.next_power_of_2(heads)))
-    if block_h >= 64:
-        return block_h, 32, 8, 2
-    return block_h, 32, 4, 2
+    block_n, warps, stages = TUNED.get(block_h, GPU_CONFIGS[block_h])
+    return block_h, block_n, warps, stages
 
 
 @torch.library.custom_op("mla_edu::mla_decode_stage1", mutates_args=("o_acc", "lse_acc", "out"))
@@ -181,6 +191,7 @@ def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_a
         h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
         PAGE=cache.size(1), DL=dl, DR=dr, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_DR=triton.next_power_of_2(dr),
         BLOCK_H=block_h, BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=q_nope.dtype == torch.float32,
+        SAME_PAGE=cache.size(1) % block_n == 0,
         num_warps=warps, num_stages=stages,
     )
 
