@@ -345,3 +345,16 @@ def test_track_mode_flags_only_memory_freed_after_capture():
     holder.clear()
     prog.replay()
     assert len(prog.freed_uses) == 1 and "aten.mul.out" in prog.freed_uses[0]
+
+
+@pytest.mark.parametrize("capture_inference, replay_inference", [(True, False), (False, True), (True, True)])
+def test_inference_mode_on_either_side(capture_inference, replay_inference):
+    w = torch.randn(4, 4)
+    with torch.inference_mode(capture_inference):
+        x, acc = torch.randn(3, 4), torch.zeros(3, 4)
+        g, out = Graph.capture(lambda: torch.softmax(acc.add_(x @ w), -1), warmup=0)
+    with torch.inference_mode(replay_inference):
+        g.replay()
+        g.replay()
+    torch.testing.assert_close(acc, 2 * (x @ w))
+    torch.testing.assert_close(out, torch.softmax(2 * (x @ w), -1))

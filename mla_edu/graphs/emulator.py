@@ -327,7 +327,7 @@ class Program:
                     + ". On a GPU that memory belongs to the next allocation: keep every buffer a graph "
                     "uses alive (allocate it once, before capture) for as long as the graph lives.")
             if not self.observe:
-                with torch.no_grad():
+                with torch.inference_mode():
                     for b in freed:
                         if not b.reassigned:
                             poison_(_whole(b.poison_view))
@@ -335,7 +335,7 @@ class Program:
             self.freed_uses = []
         if self.observe:
             return
-        with torch.no_grad():
+        with torch.inference_mode():
             for step in self.steps:
                 step()
 

@@ -48,7 +48,7 @@ def page_reads(intended: torch.Tensor, read: torch.Tensor, title: str):
             ax.text(j, b, str(int(v)), ha="center", va="center", fontsize=7,
                     color="white" if v < vmax / 2 else "black")
     fig.colorbar(im, ax=axes, shrink=0.8)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=10, y=1.06)
     return fig
 
 
