@@ -1,0 +1,1 @@
+"""Worked solutions to the notebooks' exercises (kept apart from the notebooks; try first)."""

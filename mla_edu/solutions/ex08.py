@@ -1,0 +1,58 @@
+"""Solutions to notebook 08 (workshop exercises). Each passes its checker in ``mla_edu.exercises``.
+
+    from mla_edu import exercises as ex
+    from mla_edu.solutions import ex08
+    ex.check_replay(ex08.replay)
+"""
+
+from __future__ import annotations
+
+from mla_edu import kvcache
+
+PAGE_SIZE = 128
+
+
+# 1. The replay hook of the fixed cutlass_mla backend (SGLang e58423b2b): only the *contents* of the
+#    captured buffer change; the view, its width and the workspace stay what capture froze.
+def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
+                            backend.cuda_graph_kv_indices[:bs], PAGE_SIZE)
+
+
+# 2. Mystery 1: rows > 0 read wrong pages and hit the poison (P): width frozen, stale fixed.
+#    Mystery 2: every row reads its own pages; old page ids (red) sit past each request's pages.
+#    Mystery 3: rows > 0 read wrong pages, no poison anywhere: the pre-fix code.
+MYSTERY_ANSWERS = {1: "b", 2: "c", 3: "a"}
+
+# 3. Capture fills seq_lens with 1 -> max_seqlen_pad = ceil(1 / 128) = 1 -> view [:8, :1], size(1) = 1.
+#    Buffer: W = (640 + 128) // 128 = 6. Row 3, page 2: flat 3 * 1 + 2 = 5, which is row 0's slot 5
+#    (row 0 owns at most 4 pages of a 512-token context: slot 5 is never written, a stale entry).
+ROW_STRIDE_ANSWERS = (1, (640 + 128) // 128, 3 * 1 + 2)
+
+
+# 4. sgl-kernel's cutlass_mla_get_workspace_size.
+def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
+    if num_kv_splits == -1:
+        max_splits = -(-max_seq_len // 128)
+        heur = min(max_splits, max(1, sm_count // num_batches))
+        split = -(-max_splits // -(-max_splits // heur))
+    else:
+        split = num_kv_splits
+    per_batch_split = (4 * 512 + 4) * 128  # float32 o_acc [128, 512] + lse [128]
+    return per_batch_split * split * num_batches
+
+
+# 5. A read of flat index i lands in buffer row i // W, slot i % W; fresh iff that slot is among the
+#    pages written for that row this step (ceil(len / 128); padded rows have length 1).
+def stale_reads(buffer, seq_lens, row_stride):
+    rows, width = buffer.shape
+    lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+    written = [-(-n // PAGE_SIZE) for n in lens]
+    out = set()
+    for b, n in enumerate(seq_lens):
+        for j in range(-(-n // PAGE_SIZE)):
+            i = b * row_stride + j
+            r, slot = divmod(i, width)
+            if r >= rows or slot >= written[r]:
+                out.add((b, j))
+    return out
