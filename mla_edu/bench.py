@@ -103,11 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device", default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     return p
 
 
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
     try:
         defects = parse_defects(a.defects)
         res = run_bench(num_questions=a.num_questions, parallel=a.parallel, progress=not a.json,

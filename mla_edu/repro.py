@@ -91,7 +91,13 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--json-out", default=None, help="also write every measured result as JSON here")
     p.add_argument("--progress", action="store_true", help="tqdm bar per run on stderr")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: the ops are small, and one thread avoids OpenMP "
+                        "synchronisation, which dominates on a busy 2-core machine)")
     a = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(a.threads)
 
     from mla_edu.model import load_pretrained, task
 

@@ -4,7 +4,8 @@
   backend's fill value (1).
 - ``capture``: every size in ``cuda_graph_bs``, largest first (SGLang reverses the list "to
   enable better memory sharing across cuda graphs"); for each: the backend's capture hook on
-  the host, two warm-up runs, then the whole decode step under ``mla_edu.graphs.graph``.
+  the host, warm-up runs (two on a GPU, as SGLang; one on the emulator, which has no lazy
+  initialisation to get out of the way), then the whole decode step under ``mla_edu.graphs.graph``.
 - ``replay``: pick the smallest captured size >= the real batch (``bisect_left``); when padding,
   ``seq_lens`` is refilled with the fill value and ``out_cache_loc`` zeroed (slot 0: the
   engine's reserved pad page); ``req_pool_indices`` of padded rows keep whatever they held.
@@ -24,7 +25,7 @@ from mla_edu.serving.batch import ForwardBatch
 
 
 class GraphRunner:
-    def __init__(self, runner, cuda_graph_bs):
+    def __init__(self, runner, cuda_graph_bs, num_warmup: int | None = None):
         self.runner = runner
         self.capture_bs = sorted(set(int(b) for b in cuda_graph_bs))
         self.max_bs = self.capture_bs[-1]
@@ -38,6 +39,7 @@ class GraphRunner:
         self.seq_lens = torch.full((self.max_bs,), self.seq_len_fill_value, dtype=torch.int32, device=dev)
         self.seq_lens_cpu = torch.full((self.max_bs,), self.seq_len_fill_value, dtype=torch.int32)
         self.out_cache_loc = torch.full((self.max_bs,), runner.pad_loc, dtype=torch.int64, device=dev)
+        self.num_warmup = num_warmup if num_warmup is not None else (2 if dev.type == "cuda" else 1)
         self.graphs, self.outputs = {}, {}
         self.pool = None
         self.capture()
@@ -52,7 +54,7 @@ class GraphRunner:
             batch = self._batch(bs)
             self.runner.backend.init_forward_metadata_capture_cuda_graph(
                 bs, batch.req_pool_indices, batch.seq_lens)
-            for _ in range(2):  # warm-up, as SGLang does
+            for _ in range(self.num_warmup):
                 self.runner.decode_forward(batch)
             g = graphs.Graph(device=self.runner.device)
             with graphs.graph(g, pool=self.pool):
