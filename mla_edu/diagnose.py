@@ -1,0 +1,406 @@
+"""Taking the zero-accuracy bug apart: one decode step under a graph, what it froze, what it read.
+
+Used by notebooks 06 (the bug) and 07 (the fix).
+
+    with record_launches() as log:              # launch parameters of every mla_decode call
+        ...
+    d = diagnose_step(model, prompts, earlier=older_prompts)   # one decode step, graph vs eager
+    d.row_err, d.read, d.intended, d.captured, d.needed, d.check_err
+    page_reads_figure(d); page_table_figure(d)
+
+Everything is measured on the mini engine (``mla_edu.serving``): real CUDA graphs on a GPU,
+the CPU graph emulator otherwise. Nothing here re-derives what the graph "should" do from
+the backend's code: launch parameters are recorded from the kernel's own plan while the
+graph is captured, and the predicted page reads are checked by re-running the reference
+kernel on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+from mla_edu import kernels
+from mla_edu.serving import PRE_FIX, Engine, ServerArgs
+from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLADecodeMetadata
+
+PAGE_SIZE = 128
+DEFAULT_GRAPH_BS = (4, 8)
+
+
+# ---- launch parameters, recorded from the kernel's own plan ---------------------------------------
+@dataclass(frozen=True)
+class Launch:
+    """Host-side launch parameters of one ``mla_decode`` call (what a CUDA graph freezes)."""
+
+    bs: int
+    width: int  # page_table.size(1)
+    row_stride: int  # the row stride the kernel indexes the table with
+    buffer_row_stride: int  # page_table.stride(0): the real one
+    max_seq_len: int  # PAGE * size(1), as the cutlass wrapper computes it
+    num_splits: int
+    workspace_ptr: int
+    workspace_bytes: int
+
+
+@dataclass
+class LaunchRecord:
+    launch: Launch
+    page_table: torch.Tensor  # the very view the kernel got (keeps no copy: it is the persistent buffer)
+    workspace: torch.Tensor | None = None  # kept only with keep_workspace=True
+
+
+@contextlib.contextmanager
+def record_launches(keep_workspace: bool = False):
+    """Record the plan of every ``mla_decode`` call made inside the block (a list of ``LaunchRecord``).
+
+    Under capture the host code runs once per graph, so the last record of a batch size is
+    what every replay of that graph uses; a replay adds no record (no host code runs).
+    ``keep_workspace``: also hold the workspace tensor (so that it is never freed).
+    """
+    from mla_edu.kernels import decode as dec
+
+    log: list = []
+    inner = dec.make_plan
+
+    def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
+                  sm_count=None):
+        plan = inner(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy, sm_count)
+        launch = Launch(plan.batch, page_table.size(1), plan.row_stride, page_table.stride(0), plan.max_seq_len,
+                        plan.num_splits, workspace.data_ptr(), workspace.numel())
+        log.append(LaunchRecord(launch, page_table, workspace if keep_workspace else None))
+        return plan
+
+    dec.make_plan = make_plan
+    try:
+        yield log
+    finally:
+        dec.make_plan = inner
+
+
+def last_launch(log: list, bs: int) -> LaunchRecord:
+    """The last record with batch size ``bs``."""
+    for rec in reversed(log):
+        if rec.launch.bs == bs:
+            return rec
+    raise ValueError(f"no mla_decode launch with batch size {bs} was recorded (sizes seen: "
+                     f"{sorted({r.launch.bs for r in log})})")
+
+
+# ---- one decode step, taken apart ----------------------------------------------------------------
+@dataclass
+class StepDiagnosis:
+    """One decode step of ``bs`` real rows by graph replay, next to the same step done eagerly."""
+
+    defects: frozenset
+    seq_lens: list  # [bs]
+    padded_bs: int
+    logits_graph: torch.Tensor  # [bs, vocab] float32, cpu
+    logits_eager: torch.Tensor  # [bs, vocab]
+    intended: list  # per padded row: the page ids it owns (req_to_token), in order
+    read: list  # per padded row: the page ids the captured launch read
+    buffer: torch.Tensor  # [padded_bs, W] int64: the persistent index buffer as the replay read it
+    fresh: torch.Tensor  # [padded_bs, W] bool: entries the replay hook wrote for this step
+    captured: Launch  # frozen at capture, used by the replay
+    needed: Launch  # what the eager path launched for the same batch
+    launches_during_replay: int  # host-side kernel plans made while the graph replayed
+    check_err: list  # [bs] |replay logits - reference kernel on the predicted reads|
+    poison: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def row_err(self) -> list:
+        """[bs] max |graph - eager| logits per row (inf where the graph gave NaN)."""
+        err = (self.logits_graph - self.logits_eager).abs().amax(dim=-1)
+        return err.nan_to_num(float("inf")).tolist()
+
+    @property
+    def rows_reading_own_pages(self) -> list:
+        return [self.read[b] == self.intended[b] for b in range(len(self.seq_lens))]
+
+    @property
+    def nan_rows(self) -> list:
+        return torch.isnan(self.logits_graph).any(dim=-1).tolist()
+
+
+def _read_pages(table: torch.Tensor, row_stride: int, n_pages: list) -> list:
+    """Page ids a kernel reads, row ``b`` page ``j`` at flat index ``b * row_stride + j`` of the table's storage
+    (from its first element), clamped to the storage as the unchecked kernel does."""
+    reach = table.untyped_storage().nbytes() // table.element_size() - table.storage_offset()
+    flat = torch.as_strided(table, (reach,), (1,), table.storage_offset()).cpu().tolist()
+    return [[flat[min(b * row_stride + j, reach - 1)] for j in range(n)] for b, n in enumerate(n_pages)]
+
+
+def _owned_pages(req_to_token: torch.Tensor, req_pool_indices: list, seq_lens: list) -> list:
+    rows = req_to_token.cpu()
+    return [[int(rows[r, j * PAGE_SIZE]) // PAGE_SIZE for j in range(-(-n // PAGE_SIZE))]
+            for r, n in zip(req_pool_indices, seq_lens)]
+
+
+def default_dtype(device=None) -> str:
+    """bf16 on a GPU, float32 on CPU (the emulator's reference runs)."""
+    from mla_edu import default_device
+
+    dev = torch.device(device) if device is not None else default_device()
+    return "bfloat16" if dev.type == "cuda" else "float32"
+
+
+def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs=DEFAULT_GRAPH_BS,
+                dtype: str | None = None, device=None, prefill_cache: dict | None = None, **kw) -> Engine:
+    """A cutlass_mla engine with graphs captured for ``cuda_graph_bs`` (call inside ``record_launches``)."""
+    args = ServerArgs(attention_backend="cutlass_mla", defects=defects, num_kv_splits=num_kv_splits,
+                      cuda_graph_bs=tuple(cuda_graph_bs), max_running_requests=max(cuda_graph_bs),
+                      context_length=model.config.mla.max_position_embeddings,
+                      dtype=dtype or default_dtype(device), device=device, **kw)
+    return Engine(model, args, prefill_cache=prefill_cache)
+
+
+@torch.no_grad()
+def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_splits: int = 1,
+                  cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None) -> StepDiagnosis:
+    """Prefill ``prompts`` (token-id lists), decode one step by graph replay and eagerly, and take it apart.
+
+    ``earlier``: prompts decoded (one step) and finished first, so that their page ids stay in the
+    rows of the persistent index buffer, as on a running server.
+    The predicted reads are checked against the kernel: the same step is re-run eagerly with
+    the reference kernel on a contiguous table holding exactly the predicted page ids;
+    ``check_err`` is its distance to the replay's logits.
+    """
+    if not prompts or len(prompts) > max(cuda_graph_bs):
+        raise ValueError(f"prompts: expected 1..{max(cuda_graph_bs)} prompts (the largest captured size), "
+                         f"got {len(prompts) if prompts is not None else None}")
+    with record_launches() as log:
+        engine = make_engine(model, defects, num_kv_splits=num_kv_splits, cuda_graph_bs=cuda_graph_bs,
+                             dtype=dtype, device=device)
+        runner, backend = engine.runner, engine.runner.backend
+        gr = runner.graph_runner
+
+        def prefill(ps):
+            reqs = [engine._new_req(list(p)) for p in ps]
+            for r in reqs:
+                engine.prefill(r)  # no stop token: every request stays running
+            return reqs
+
+        if earlier:
+            old = prefill(earlier)
+            runner.decode(engine.make_batch(old))
+            for r in old:
+                engine._free(r)
+        reqs = prefill(prompts)
+        batch = engine.make_batch(reqs)
+        bs, padded = batch.batch_size, gr.padded_size(batch.batch_size)
+        captured = last_launch(log, padded)  # recorded while this graph was captured
+        n_before = len(log)
+        _, _, logits_g = runner.decode(batch)  # graph replay
+        during = len(log) - n_before
+        buffer = backend.cuda_graph_kv_indices[:padded].cpu().long()
+        # what each (padded) row owns and what the frozen launch reads
+        lens = gr.seq_lens_cpu[:padded].tolist()
+        rpi = gr.req_pool_indices[:padded].tolist()
+        n_pages = [-(-n // PAGE_SIZE) for n in lens]
+        intended = _owned_pages(runner.req_to_token_pool.req_to_token, rpi, lens)
+        read = _read_pages(captured.page_table, captured.launch.row_stride, n_pages)
+        fresh = torch.zeros_like(buffer, dtype=torch.bool)
+        for b, n in enumerate(n_pages):
+            fresh[b, :n] = True
+        # check against the kernel: reference kernel, contiguous table of the predicted page ids
+        width = max(n_pages)
+        table = torch.zeros((padded, width), dtype=torch.int32)
+        for b, pages in enumerate(read):
+            table[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        splits = backend.splits_for(PAGE_SIZE * width, padded)
+        ws = torch.empty(kernels.get_workspace_size(PAGE_SIZE * width, padded, backend.sm_count, splits),
+                         dtype=torch.uint8, device=runner.device)
+        saved_md, saved_impl = backend.forward_metadata, backend.kernel_impl
+        backend.forward_metadata = CutlassMLADecodeMetadata(ws, table.to(runner.device))
+        backend.kernel_impl = "reference"
+        try:
+            _, _, logits_ref = runner.decode_forward(gr._batch(padded))
+        finally:
+            backend.forward_metadata, backend.kernel_impl = saved_md, saved_impl
+        # the same step eagerly: a fresh contiguous table (what eager mode always did)
+        backend.init_forward_metadata(batch)
+        _, _, logits_e = runner.decode_forward(batch)
+        needed = log[-1].launch
+    lg, le, lr = (t.float().cpu() for t in (logits_g, logits_e, logits_ref[:bs]))
+    both_nan = torch.isnan(lg).all(dim=-1) & torch.isnan(lr).all(dim=-1)  # [bs]
+    check = torch.where(both_nan, 0.0, (lg - lr).abs().amax(dim=-1).nan_to_num(float("inf")))  # [bs]
+    for r in reqs:
+        engine._free(r)
+    return StepDiagnosis(frozenset(engine.args.defects), batch.seq_lens_cpu.tolist(), padded, lg, le,
+                         intended, read, buffer, fresh, captured.launch, needed, during, check.tolist(),
+                         poison=backend.poison)
+
+
+def stale_entries(d: StepDiagnosis) -> torch.Tensor:
+    """[padded_bs, W] bool: entries of the index buffer not written for this step and not poison."""
+    return ~d.fresh & (d.buffer != POISON_PAGE)
+
+
+def launch_table(captured: Launch, needed: Launch) -> list:
+    """Rows (parameter, frozen at capture, what this batch needed) for printing."""
+    rows = [("page_table width  size(1)", captured.width, needed.width),
+            ("row stride the kernel used", captured.row_stride, needed.row_stride),
+            ("row stride of the table  stride(0)", captured.buffer_row_stride, needed.buffer_row_stride),
+            ("max_seq_len = 128 * size(1)", captured.max_seq_len, needed.max_seq_len),
+            ("KV splits", captured.num_splits, needed.num_splits),
+            ("batch rows launched", captured.bs, needed.bs)]
+    return rows
+
+
+# ---- the workspace hazard -------------------------------------------------------------------------
+@dataclass
+class WorkspaceHazard:
+    defects: frozenset
+    splits: int  # the split count frozen into the largest graph
+    graph_workspace_held: bool  # does the backend still hold the workspace the graph writes?
+    freed_uses: list  # what the emulator reports the replay touched after it was freed ([] on CUDA)
+    owner_bytes_changed: float  # fraction of the new owner's bytes one replay overwrote
+    row_err: list  # [bs] max |graph - eager| logits
+
+
+@torch.no_grad()
+def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv_splits: int = -1,
+                     cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None) -> WorkspaceHazard:
+    """The capture-time workspace, dropped by the host, written by every replay.
+
+    Graphs are captured largest first; with the ``workspace`` defect each capture allocates a
+    workspace and stores it on the backend, dropping the previous one, which the graph captured
+    before still writes. Two engines, one decode step each (a batch only the largest graph runs):
+
+    1. nothing else holds the workspace: the emulator reports the replay touching freed memory
+       (``freed_uses``; a real CUDA graph does not report anything);
+    2. the bytes of the largest graph's workspace are handed to a new owner (on a GPU the caching
+       allocator does that with a later allocation of that size; here we do it explicitly, so that
+       it happens every time): the owner writes its data, one step is replayed, and we measure
+       how much of the owner's data the replay overwrote.
+    """
+    sizes = sorted(set(int(b) for b in cuda_graph_bs))
+    lo = sizes[-2] if len(sizes) > 1 else 0
+    if not lo < len(prompts) <= sizes[-1]:
+        raise ValueError(f"prompts: expected {lo + 1}..{sizes[-1]} prompts (a batch only the largest graph runs), "
+                         f"got {len(prompts)}")
+    big, cache = sizes[-1], {}
+
+    def one_step(engine):
+        reqs = [engine._new_req(list(p)) for p in prompts]
+        for r in reqs:
+            engine.prefill(r)
+        batch = engine.make_batch(reqs)
+        _, _, logits_g = engine.runner.decode(batch)  # graph replay
+        return reqs, batch, logits_g
+
+    # 1. the emulator's view of the freed workspace
+    with record_launches() as log:
+        engine = make_engine(model, defects, num_kv_splits=num_kv_splits, cuda_graph_bs=sizes, dtype=dtype,
+                             device=device, prefill_cache=cache)
+    launch = last_launch(log, big).launch
+    held = engine.runner.backend.cuda_graph_mla_workspace.data_ptr() == launch.workspace_ptr
+    del log
+    reqs, batch, logits_g = one_step(engine)
+    freed = engine.runner.graph_runner.graphs[big].freed_uses()
+    runner = engine.runner
+    runner.backend.init_forward_metadata(batch)
+    _, _, logits_e = runner.decode_forward(batch)
+    err = (logits_g.float() - logits_e.float()).abs().amax(dim=-1).nan_to_num(float("inf")).cpu().tolist()
+    # 2. a new owner for those bytes
+    with record_launches(keep_workspace=True) as log:
+        engine = make_engine(model, defects, num_kv_splits=num_kv_splits, cuda_graph_bs=sizes, dtype=dtype,
+                             device=device, prefill_cache=cache)
+    owner = last_launch(log, big).workspace  # [bytes] uint8: the largest graph's workspace
+    log.clear()
+    owner.fill_(0x5A)  # the new owner's data
+    one_step(engine)
+    changed = float((owner != 0x5A).float().mean())
+    return WorkspaceHazard(frozenset(engine.args.defects), launch.num_splits, held, freed, changed, err)
+
+
+# ---- figures ---------------------------------------------------------------------------------------
+def _grid(ax, values: list, width: int, colors: list, title: str, labels: list):
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    n = len(values)
+    codes = np.full((n, width), 2)
+    for b, row in enumerate(values):
+        for j, (v, c) in enumerate(row):
+            codes[b, j] = c
+            ax.text(j, b, str(v), ha="center", va="center", fontsize=8)
+    ax.imshow(codes, cmap=ListedColormap(colors), vmin=0, vmax=2, aspect="auto")
+    ax.set_xticks(range(width))
+    ax.set_yticks(range(n), labels, fontsize=8)
+    ax.set_xlabel("page j of the request")
+    ax.set_title(title, fontsize=9)
+
+
+def page_reads_figure(d: StepDiagnosis):
+    """Left: the pages each request owns. Right: the pages the replayed kernel read (red: wrong)."""
+    import matplotlib.pyplot as plt
+
+    bs = len(d.seq_lens)
+    width = max(len(p) for p in d.intended[:bs])
+    labels = [f"row {b}: {n} tokens" for b, n in enumerate(d.seq_lens)]
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 0.45 * bs + 1.6), sharey=True)
+    _grid(ax0, [[(p, 1) for p in d.intended[b]] for b in range(bs)], width,
+          ["#f4b6b6", "#dde6f5", "white"], "pages each request owns (intended)", labels)
+    _grid(ax1, [[(r, int(r == i)) for r, i in zip(d.read[b], d.intended[b])] for b in range(bs)], width,
+          ["#f4b6b6", "#cfe8cf", "white"],
+          f"pages read under replay (row stride {d.captured.row_stride}; red = wrong)", labels)
+    fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def page_table_figure(d: StepDiagnosis):
+    """The persistent index buffer at replay: entries written for this step, stale ones (x), and
+    the entries the mis-strided rows b > 0 actually read (red frame)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    buf = d.buffer
+    stale = stale_entries(d)
+    state = torch.where(d.fresh, 2, torch.where(stale, 1, 0))  # 0 poison, 1 stale, 2 written now
+    fig, ax = plt.subplots(figsize=(0.7 * buf.shape[1] + 2.5, 0.42 * buf.shape[0] + 1.4))
+    ax.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4d6a0", "#cfe8cf"]), vmin=0, vmax=2, aspect="auto")
+    for b in range(buf.shape[0]):
+        for j in range(buf.shape[1]):
+            v = int(buf[b, j])
+            text = "P" if v == POISON_PAGE else str(v)
+            ax.text(j, b, text + (" x" if bool(stale[b, j]) else ""), ha="center", va="center", fontsize=8)
+    stride = d.captured.row_stride
+    w = buf.shape[1]
+    for b in range(1, len(d.seq_lens)):
+        for j in range(len(d.read[b])):
+            flat = b * stride + j
+            r, c = divmod(flat, w)
+            if r < buf.shape[0]:
+                ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
+    ax.set_xticks(range(w))
+    ax.set_yticks(range(buf.shape[0]))
+    ax.set_xlabel("column of cuda_graph_kv_indices")
+    ax.set_ylabel("row (request slot)")
+    ax.set_title("index buffer at replay: green written now, orange x stale, grey P poison;\n"
+                 "red frames: entries rows 1.. read with the frozen row stride", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def accuracy_bars_figure(rows: list, title: str = ""):
+    """Bars of accuracy: ``rows`` = [(label, accuracy, invalid)]."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1.3 * len(rows) + 2, 3.2))
+    names = [r[0] for r in rows]
+    accs = [r[1] for r in rows]
+    bars = ax.bar(range(len(rows)), accs, color=["#4c72b0" if a > 0.5 else "#d62728" for a in accs])
+    for bar, a in zip(bars, accs):
+        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)), names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("accuracy")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
