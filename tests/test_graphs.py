@@ -358,3 +358,33 @@ def test_inference_mode_on_either_side(capture_inference, replay_inference):
         g.replay()
     torch.testing.assert_close(acc, 2 * (x @ w))
     torch.testing.assert_close(out, torch.softmax(2 * (x @ w), -1))
+
+
+def test_host_tensors_are_read_at_capture_only():
+    from mla_edu.graphs import host_tensor, is_host_tensor
+
+    seq_lens_cpu = host_tensor(torch.tensor([3, 5, 2], dtype=torch.int32))  # plays SGLang's seq_lens_cpu
+    x = torch.arange(8.0)
+
+    def step():
+        n = int(seq_lens_cpu.max())  # allowed: host memory; frozen into the graph
+        return x[:n].sum(dim=0, keepdim=True)
+
+    g, out = Graph.capture(step, warmup=0)
+    assert is_host_tensor(seq_lens_cpu) and not is_host_tensor(x)
+    seq_lens_cpu[0] = 8
+    g.replay()
+    assert out.item() == sum(range(5))  # still the capture-time max (5)
+    assert all("max" not in op for op in g.recorded_ops())  # host work is not recorded
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        host_tensor([1, 2])
+
+
+def test_capture_into_a_shared_pool_with_the_convenience_form():
+    a, b = torch.ones(4), torch.ones(4)
+    g1, o1 = Graph.capture(lambda: a * 2, warmup=0)
+    g2, o2 = Graph.capture(lambda: b * 3, warmup=0, pool=g1.pool())
+    assert g2.pool() is g1.pool()
+    g1.replay()
+    g2.replay()
+    assert o1.tolist() == [2.0] * 4 and o2.tolist() == [3.0] * 4  # live outputs are never reused
