@@ -195,6 +195,9 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         n_before = len(log)
         _, _, logits_g = runner.decode(batch)  # graph replay
         during = len(log) - n_before
+        md = backend.forward_metadata  # what the replay hook left for the graph (which never reads it)
+        extra = {"metadata_width_after_replay": md.block_kv_indices.size(1),
+                 "metadata_workspace_ptr_after_replay": md.workspace.data_ptr()}
         buffer = backend.cuda_graph_kv_indices[:padded].cpu().long()
         # what each (padded) row owns and what the frozen launch reads
         lens = gr.seq_lens_cpu[:padded].tolist()
@@ -231,7 +234,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         engine._free(r)
     return StepDiagnosis(frozenset(engine.args.defects), batch.seq_lens_cpu.tolist(), padded, lg, le,
                          intended, read, buffer, fresh, captured.launch, needed, during, check.tolist(),
-                         poison=backend.poison)
+                         poison=backend.poison, extra=extra)
 
 
 def stale_entries(d: StepDiagnosis) -> torch.Tensor:

@@ -1,0 +1,256 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Reproducing the zero-accuracy bug
+#
+# **You will learn** how SGLang's `cutlass_mla` backend scored 0.060 on GSM8K with CUDA graphs and
+# 0.917 without (PR #6998), reproduced on a tiny model; and how to take such a bug apart the way an
+# engineer would: graph against eager on one batch, which rows are wrong, which pages each request
+# actually read, what the page-table buffer held, and which launch parameters the graph froze.
+#
+# **You need** a CPU (about two minutes). Without a GPU the graphs are the CPU emulator of
+# `mla_edu.graphs` (notebook 05); with one, the same code captures real `torch.cuda.CUDAGraph`s
+# and runs in bf16. Notebooks 03 (page tables) and 05 (graph rules) help.
+#
+# The facts about SGLang come from `../shared/brief/bug.md`, which was read from SGLang's
+# `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at the buggy parent `7059ae16f`
+# and at the fix `e58423b2b` (PR #6998, 2025-06-10).
+
+# %%
+import torch
+
+import mla_edu
+from mla_edu import diagnose as dg
+from mla_edu.figures import save
+from mla_edu.model import load_pretrained, task
+from mla_edu.repro import SEED, Runner
+from mla_edu.serving import MERGED_FIX, PRE_FIX
+
+torch.set_num_threads(1)  # the ops are small; one thread avoids OpenMP overhead on a busy CPU
+DEVICE = mla_edu.default_device()
+DTYPE = dg.default_dtype(DEVICE)  # bf16 on a GPU, float32 on CPU
+TOL = 1e-3 if DTYPE == "float32" else 0.25  # logits: same computation, different summation order
+model = load_pretrained()
+questions = task.default_eval_set()
+print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len for q in questions)} to "
+      f"{max(q.prompt_len for q in questions)} tokens (1 to 4 pages of 128)")
+
+# %% [markdown]
+# ## 1. The seed's table, in miniature
+#
+# The PR's author served DeepSeek-V3 with `--attention-backend cutlass_mla --cuda-graph-bs 64 128
+# --max-running-requests 128` (TP8, DP-attention 8) and ran GSM8K:
+#
+# | run | GSM8K accuracy |
+# |---|---|
+# | `--disable-cuda-graph` | 0.910-0.920 |
+# | CUDA graph (master, `7059ae16f`) | **0.060** |
+# | CUDA graph (the PR, `e58423b2b`) | 0.906-0.917 |
+# | triton backend, CUDA graph | 0.927-0.937 |
+#
+# Our stand-in: a 2-layer DeepSeek-style model with a real 576-wide MLA latent, trained on a recall
+# task (a key's two-digit value, stated pages earlier in the prompt), decoded greedily by the mini
+# engine and scored like `benchmark/gsm8k/bench_sglang.py` (last integer in the answer). To fit a
+# CPU we run 64 questions with 16 running requests and graphs for batch sizes 8 and 16 (each DP
+# worker of the seed ran 128 / 8 = 16 requests). The full table (256 questions, `--cuda-graph-bs 64
+# 128`) is `python -m mla_edu.repro`.
+
+# %%
+N = 64
+common = dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=DTYPE, device=None)
+run = Runner(model, questions[:N], common, progress=False)
+table = {
+    "cutlass_mla --disable-cuda-graph": (run(disable_cuda_graph=True, defects=PRE_FIX), SEED["eager"]),
+    "cutlass_mla, graph, pre-fix (7059ae16f)": (run(defects=PRE_FIX), SEED["prefix"]),
+    "cutlass_mla, graph, fixed (e58423b2b)": (run(defects=MERGED_FIX), SEED["fixed"]),
+    "triton, graph": (run(attention_backend="triton"), SEED["triton"]),
+}
+print(f"{N} questions, {'real CUDA graphs' if DEVICE.type == 'cuda' else 'CPU graph emulator'}, {DTYPE}")
+print(f"{'run':42s} {'accuracy':>8s} {'invalid':>8s}   seed (V3, GSM8K)")
+for name, (r, seed) in table.items():
+    print(f"{name:42s} {r['accuracy']:8.3f} {r['invalid']:8.3f}   {seed}")
+eager, prefix, fixed, triton = (r for r, _ in table.values())
+assert prefix["accuracy"] < eager["accuracy"] - 0.5  # the collapse
+assert abs(fixed["accuracy"] - eager["accuracy"]) <= 0.03 and abs(triton["accuracy"] - eager["accuracy"]) <= 0.03
+assert eager["graph_steps"] == 0 and prefix["graph_steps"] == prefix["decode_steps"] > 0
+
+# %% [markdown]
+# Same shape as the seed: eager right, the pre-fix graph near zero, the fix and the Triton backend
+# back at the eager accuracy. Every decode step of the graph runs went through a graph replay.
+# Now the diagnosis, one step at a time.
+#
+# ## 2. Graph against eager, on one batch
+#
+# First make the failure small: six requests of different lengths, one decode step, replayed by
+# the graph captured for batch size 8 (the batch is padded to 8, as SGLang pads), then the same
+# step computed eagerly. Before it, eight longer requests ran a step and finished, so their page ids
+# stay behind in the rows of the persistent index buffer, as on a busy server.
+# `diagnose_step` also records the kernel's launch parameters while the graphs are captured.
+
+# %%
+prompts = [q.prompt_ids for q in questions[:6]]
+earlier = [q.prompt_ids for q in sorted(questions[6:14], key=lambda q: -q.prompt_len)]
+d = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), dtype=DTYPE)
+next_g, next_e = d.logits_graph.argmax(-1).tolist(), d.logits_eager.argmax(-1).tolist()
+print(f"one decode step, {len(d.seq_lens)} rows padded to {d.padded_bs}")
+print(f"{'row':>3s} {'tokens':>6s} {'pages':>5s} {'max |graph - eager| logit':>26s} {'same next token':>16s}")
+for b, n in enumerate(d.seq_lens):
+    print(f"{b:3d} {n:6d} {-(-n // 128):5d} {min(d.row_err[b], 99):26.3f} {str(next_g[b] == next_e[b]):>16s}")
+assert d.row_err[0] < TOL and all(e > 100 * TOL for e in d.row_err[1:])
+
+# %% [markdown]
+# ## 3. Which requests are wrong: all but the first row
+#
+# Row 0 matches eager; every other row is off by whole logits. A pattern "row 0 right, the rest
+# wrong" points at addressing: something that is right for offset zero and wrong for every other
+# row, such as a row stride. Which pages did each row read?
+
+# %%
+own = d.rows_reading_own_pages[: len(d.seq_lens)]
+print("reads its own pages:", own)
+for b in range(len(d.seq_lens)):
+    print(f"row {b}: owns {d.intended[b]}, read {d.read[b]}")
+assert own[0] and not any(own[1:])
+assert all((e < TOL) == o for e, o in zip(d.row_err, own))  # wrong logits exactly where wrong pages
+
+# %% [markdown]
+# ## 4. What the kernel actually read, and a check of that claim
+#
+# The "read" lists above are *computed*: take the page-table view the kernel got while the graph
+# was captured, index its memory the way sgl-kernel's wrapper does (`row_stride =
+# page_table.size(1)`, `sgl-kernel/csrc/attention/cutlass_mla_kernel.cu`), row `b` page `j` at flat
+# index `b * row_stride + j`. A computation is a claim, so check it against the kernel: re-run the
+# same step eagerly with the float32 *reference* kernel on a contiguous table that holds exactly the
+# predicted page ids. If the prediction is right, its logits equal the replay's.
+
+# %%
+print(f"max |replay - reference kernel on the predicted pages| over rows: {max(d.check_err):.1e} "
+      f"(below {TOL:g}: {max(d.check_err) < TOL})")
+print(f"max |replay - eager| over rows 1..: {min(d.row_err[1:]):.2f} or more")
+assert max(d.check_err) < TOL
+fig = dg.page_reads_figure(d)
+print("saved", save(fig, "bug_page_reads").name)
+
+# %% [markdown]
+# The prediction holds to float rounding on every row: the graph's kernel read exactly the pages
+# computed from the frozen view. Row `b` reads row 0's entries shifted by `b`, then whatever follows
+# in memory.
+#
+# ## 5. The page-table buffer, stale entries marked
+#
+# SGLang allocates `cuda_graph_kv_indices` once, `(max_bs, W)` with `W = (context + 128) // 128`,
+# filled with 1. Before each replay a small Triton kernel writes `ceil(len / 128)` entries per row
+# and leaves the rest alone: whatever an earlier, longer request left there stays (stale), and
+# columns no request ever reached still hold the initial 1.
+
+# %%
+stale = dg.stale_entries(d)
+rows_read = len(d.seq_lens)
+W = d.buffer.shape[1]
+read_flat = {b * d.captured.row_stride + j for b in range(1, rows_read) for j in range(len(d.read[b]))}
+read_stale = sum(bool(stale.reshape(-1)[i]) for i in read_flat)
+read_other = sum(i // W != b for b in range(1, rows_read) for i in
+                 (b * d.captured.row_stride + j for j in range(len(d.read[b]))))
+print(f"buffer {tuple(d.buffer.shape)}: {int(d.fresh.sum())} entries written for this step, {int(stale.sum())} stale")
+print(f"rows 1..{rows_read - 1} made {sum(len(d.read[b]) for b in range(1, rows_read))} page reads: "
+      f"{read_other} of them in another row's slot, {read_stale} of the entries read were stale")
+assert read_other > 0 and read_stale > 0
+fig = dg.page_table_figure(d)
+print("saved", save(fig, "bug_page_table").name)
+
+# %% [markdown]
+# ## 6. The launch parameters the graph froze
+#
+# At capture the runner fills `seq_lens` with 1 (`get_cuda_graph_seq_len_fill_value`), so the
+# pre-fix capture hook computed `max_seqlen_pad = ceil(1 / 128) = 1` and handed the kernel the
+# view `cuda_graph_kv_indices[:bs, :1]`. The host wrapper turned that view into launch parameters,
+# and a graph replays launches with the parameters they were recorded with. Below: the parameters
+# recorded while the graph for batch 8 was captured, against those the eager path launched for this
+# very batch.
+
+# %%
+print(f"{'':38s} {'frozen at capture':>18s} {'this batch needed':>18s}")
+for name, cap, need in dg.launch_table(d.captured, d.needed):
+    print(f"{name:38s} {cap:18d} {need:18d}")
+print(f"\nkernel plans made on the host during the replay: {d.launches_during_replay}")
+print(f"the replay hook recomputed max_seqlen_pad and stored a view of width "
+      f"{d.extra['metadata_width_after_replay']} in the metadata; the graph never read it")
+assert (d.captured.width, d.captured.row_stride, d.captured.max_seq_len) == (1, 1, 128)
+assert d.captured.buffer_row_stride == W != d.captured.row_stride
+assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] == d.needed.width
+
+# %% [markdown]
+# Width 1, row stride 1 against a buffer whose rows are `W` apart, and `max_seq_len` 128. The split
+# count is 1 both ways here (SGLang ran with one split), which is why the workspace, the second
+# defect, did no visible harm; notebook 07 makes it harmful. Eager mode built a fresh contiguous
+# `(bs, max_seqlen_pad)` table every step, so its stride always matched: eager was right.
+#
+# ## 7. An open question: why 0.060 and not 0?
+#
+# Under the bug only row 0 reads its own pages. In the seed each DP worker ran at most 16 requests,
+# so a first guess is `0.917 / 16 = 0.057`, close to 0.060. But a request is right only if *every*
+# one of its decode steps read the right pages, so what matters is how often a request decodes
+# entirely in row 0, which depends on how the engine orders rows as requests finish and join.
+# SGLang's `ScheduleBatch.filter_batch` keeps survivors in order and `merge_batch` appends joining
+# requests (`schedule_batch.py`): `row_order="append"`. We measure, rather than assume, accuracy
+# under the bug against the number of running requests and the row order.
+
+# %%
+print(f"eager accuracy {eager['accuracy']:.3f}; pre-fix graph runs, {N} questions each:")
+print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s} {'decoded only in row 0':>22s} "
+      f"{'their accuracy':>14s} {'guess eager/max running':>24s}")
+open_q = []
+for mr in (4, 8, 16):
+    for order in ("append", "prepend"):
+        r = run(defects=PRE_FIX, max_running_requests=mr, cuda_graph_bs=(mr // 2, mr), row_order=order)
+        open_q.append(r)
+        print(f"{mr:11d} {order:>9s} {r['accuracy']:8.3f} {r['only_row0']:>14d} of {N:<5d} "
+              f"{r['accuracy_only_row0']:14.3f} {eager['accuracy'] / mr:24.3f}")
+for r in open_q:
+    n_right = round(r["accuracy"] * N)
+    n_right_row0 = round(r["accuracy_only_row0"] * r["only_row0"]) if r["only_row0"] else 0
+    assert n_right_row0 <= n_right <= r["only_row0"] + 2  # right answers come (almost) only from row-0 requests
+
+# %% [markdown]
+# What this measures (numbers above, on this model): the requests that decoded only in row 0 are
+# right about as often as eager, and hardly any other request is right, so accuracy under the bug is
+# about (share of requests that stayed in row 0) x (eager accuracy). That share is not
+# `1 / max_running`: here each request decodes two tokens, and with `append` the request in row 0
+# stays there until it finishes, while `prepend` moves it down as soon as another joins. The
+# seed's 0.060 is consistent with "about one request in 16 stayed in row 0", but GSM8K answers take
+# hundreds of decode steps, so how many stayed in row 0 for all of them depends on finish times
+# we do not have; treat the 0.057 guess as a plausible explanation, not a proof.
+#
+# ## What we saw
+#
+# - The miniature reproduces the seed's table: eager right, pre-fix graph near zero, the merged fix
+#   and the Triton backend back at the eager accuracy.
+# - On one batch, row 0 matches eager and every other row is wrong; wrong logits appear exactly in
+#   the rows that read wrong pages.
+# - The pages read were computed from the captured view and the `size(1)` row stride, then checked:
+#   the reference kernel on those pages gives the replay's logits to rounding.
+# - The index buffer keeps stale page ids; the mis-strided rows read other rows' entries and stale ones.
+# - The graph froze width 1, row stride 1 and `max_seq_len` 128 at capture; the replay hook's
+#   recomputation changed nothing the graph reads.
+# - Under the bug, the right answers come from requests that decoded only in row 0.
+#
+# ## Exercises
+#
+# 1. Run `dg.diagnose_step` with `defects=MERGED_FIX`. Which launch parameters change, and do the
+#    stale entries disappear from the buffer? Why are they harmless now?
+# 2. Predict the pages row 3 reads if the captured width had been 2 instead of 1; check your
+#    answer with `dg._read_pages(view, 2, n_pages)` on the buffer.
+# 3. With `max_running_requests=1`, what accuracy does the pre-fix graph give? Measure it with `run(...)`.
+# 4. Find the row order that makes the pre-fix accuracy lowest for 8 running requests, and explain it.
