@@ -67,11 +67,11 @@ class Graph:
         self._capturing = False
         if mode == "cuda":
             self._cuda = torch.cuda.CUDAGraph()
-            self._program = Program(strict=strict, observe=True) if (track or strict) else None
+            self._program = Program(strict=strict, observe=True, device_type="cuda") if (track or strict) else None
             self._pool = None
         else:
             self._cuda = None
-            self._program = Program(strict=strict)
+            self._program = Program(strict=strict, device_type=self.device.type)
             self._pool = EmulatedPool()
 
     # ---- replay and pools --------------------------------------------------------------

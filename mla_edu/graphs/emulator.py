@@ -102,6 +102,7 @@ def host_tensor(t: torch.Tensor) -> torch.Tensor:
     CPU everything is a CPU tensor, so the emulator needs to be told which ones play the host:
     ops whose tensor inputs are all host tensors run at capture only (never at replay) and
     their outputs are host tensors; ``.item()``, ``.tolist()``, printing are allowed on them.
+    When the graph's device is a GPU (real or emulated), every CPU tensor is host memory anyway.
     A no-op for tensors on a CUDA device.
     """
     if not isinstance(t, torch.Tensor):
@@ -119,9 +120,14 @@ def is_host_tensor(t: torch.Tensor) -> bool:
     return ref is not None and ref() is storage
 
 
-def _all_host(flat) -> bool:
+def _is_host(t: torch.Tensor, device_type: str) -> bool:
+    """Host memory for a graph on ``device_type``: marked tensors, and any CPU tensor beside a GPU."""
+    return (t.device.type == "cpu" and device_type != "cpu") or is_host_tensor(t)
+
+
+def _all_host(flat, device_type: str) -> bool:
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
-    return bool(tensors) and all(is_host_tensor(x) for x in tensors)
+    return bool(tensors) and all(_is_host(x, device_type) for x in tensors)
 
 
 def _storage_key(t: torch.Tensor) -> int:
@@ -388,9 +394,10 @@ class Recorder(TorchDispatchMode):
             self._patches.clear()
 
     def _patch_host_syncs(self) -> None:
+        device_type = self.program.device_type
         def refuse(what, old):
             def method(self_tensor, *a, **k):
-                if is_host_tensor(self_tensor):
+                if _is_host(self_tensor, device_type):
                     return old(self_tensor, *a, **k)
                 raise GraphCaptureError(
                     f"{what} during graph capture: it copies device data to the host and waits for the "
@@ -453,7 +460,7 @@ class Recorder(TorchDispatchMode):
         tensors = [x for x in flat_args if isinstance(x, torch.Tensor)]
         if self.observe and tensors and not any(x.device.type == prog.device_type for x in tensors):
             return func(*args, **kwargs)  # host work beside a CUDA capture (factories are tracked)
-        if _all_host(flat_args):  # host work: runs now, never at replay
+        if _all_host(flat_args, prog.device_type):  # host work: runs now, never at replay
             out = func(*args, **kwargs)
             for o in tree_flatten(out)[0]:
                 if isinstance(o, torch.Tensor):
