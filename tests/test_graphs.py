@@ -107,6 +107,29 @@ def test_replay_equals_eager_on_random_programs(seed, use_triton):
         torch.testing.assert_close(static["acc"], eager["acc"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_replay_equals_eager_on_random_programs_with_triton(seed):
+    rng = random.Random(seed)
+    prog = _random_program(rng, use_triton=False)
+    prog[rng.randrange(len(prog)):rng.randrange(len(prog))] = ["triton_op", "acc_update", "triton_raw"]
+    state = _make_state(rng)
+    static = {k: v.clone() for k, v in state.items()}
+    eager = {k: v.clone() for k, v in state.items()}
+    g = Graph(device="cpu")
+    with graph(g):
+        out = _run(prog, static)
+    assert "mla_edu_test_graphs.axpy.default" in g.recorded_ops()
+    assert "triton launch _axpy_kernel" in g.recorded_ops()
+    for trial in range(2):
+        new_x = torch.randn(state["x"].shape, generator=torch.Generator().manual_seed(100 + trial))
+        static["x"].copy_(new_x)
+        eager["x"].copy_(new_x)
+        ref = _run(prog, eager)
+        g.replay()
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(static["acc"], eager["acc"], rtol=1e-5, atol=1e-5)
+
+
 # ---- the rules, one by one --------------------------------------------------------------------
 def test_host_python_runs_only_at_capture_and_values_freeze():
     calls = []
