@@ -1,0 +1,312 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · The fix
+#
+# **You will learn** what SGLang's merged fix (PR #6998, commit `e58423b2b`) changed and why each
+# piece matters, measured piece by piece; why a second, latent defect (the workspace) did no harm in
+# the seed's runs and when it would; how a poison fill turns silent garbage into a loud failure;
+# what the automated PR summary and the review got right and wrong; and how to catch this class of
+# bug before it reaches a benchmark.
+#
+# **You need** a CPU (about two minutes) and notebook 06. On a GPU the same cells capture real CUDA
+# graphs and run in bf16.
+#
+# Facts about SGLang come from `../shared/brief/bug.md`, read from
+# `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at `7059ae16f` (before) and
+# `e58423b2b` (after). The mini engine's `cutlass_mla` backend has each pre-fix defect behind a
+# switch: `width` (capture hands the kernel the view `cuda_graph_kv_indices[:bs, :1]`), `workspace`
+# (capture and replay allocate workspaces the graph does or does not use) and `stale` (index rows
+# never reset; turning it off fills the buffer with an out-of-range page id before every fill and
+# runs the kernel checked).
+
+# %%
+import torch
+
+import mla_edu
+from mla_edu import diagnose as dg
+from mla_edu.figures import save
+from mla_edu.graphs import scenarios as sc
+from mla_edu.model import load_pretrained, task
+from mla_edu.repro import Runner
+from mla_edu.serving import MERGED_FIX, PRE_FIX
+
+torch.set_num_threads(1)
+DEVICE = mla_edu.default_device()
+DTYPE = dg.default_dtype(DEVICE)
+TOL = 1e-3 if DTYPE == "float32" else 0.25
+model = load_pretrained()
+questions = task.default_eval_set()
+N = 64
+run = Runner(model, questions[:N], dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=DTYPE, device=None),
+             progress=False)
+eager = run(disable_cuda_graph=True, defects=PRE_FIX)
+print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
+
+# %% [markdown]
+# ## 1. The merged fix, piece by piece
+#
+# The diff of `e58423b2b` is small (+2/-19 in the backend):
+#
+# 1. **width**: the capture hook sets `max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]`, so the
+#    captured view is the full width `W` and its `size(1)` equals its real row stride;
+# 2. **workspace**: the capture and replay hooks no longer allocate workspaces; the one allocated
+#    for the maximum in `init_cuda_graph_state` is the only one, and the graph keeps using it;
+# 3. it does **not** reset the index rows (stale tails stay). We add that last, as a poison fill.
+#
+# Each piece applied on top of the previous one, accuracy after each:
+
+# %%
+steps = [("pre-fix (7059ae16f)", PRE_FIX),
+         ("+ width fixed", frozenset({"workspace", "stale"})),
+         ("+ workspace fixed = merged fix (e58423b2b)", MERGED_FIX),
+         ("+ poison fill (not in SGLang)", frozenset())]
+piece = [(name, run(defects=defects)) for name, defects in steps]
+print(f"{'cutlass_mla with graphs':44s} {'accuracy':>8s} {'invalid':>8s} {'failed loudly':>14s}")
+print(f"{'(eager, for reference)':44s} {eager['accuracy']:8.3f} {eager['invalid']:8.3f} {eager['errors']:14d}")
+for name, r in piece:
+    print(f"{name:44s} {r['accuracy']:8.3f} {r['invalid']:8.3f} {r['errors']:14d}")
+accs = [r["accuracy"] for _, r in piece]
+assert accs[0] < eager["accuracy"] - 0.5
+assert all(abs(a - eager["accuracy"]) <= 0.03 for a in accs[1:])
+assert all(r["errors"] == 0 for _, r in piece)
+fig = dg.accuracy_bars_figure([("eager", eager["accuracy"], eager["invalid"])]
+                              + [(n.split(" (")[0].split(" =")[0], r["accuracy"], r["invalid"]) for n, r in piece],
+                              f"cutlass_mla, {N} questions: the merged fix piece by piece")
+print("saved", save(fig, "fix_piece_by_piece").name)
+
+# %% [markdown]
+# The width alone brings accuracy back; the workspace and the reset change nothing *here*. What the
+# width fix changed in the launch, on the same batch as notebook 06:
+
+# %%
+prompts = [q.prompt_ids for q in questions[:6]]
+earlier = [q.prompt_ids for q in sorted(questions[6:14], key=lambda q: -q.prompt_len)]
+d_fix = dg.diagnose_step(model, prompts, earlier=earlier, defects=MERGED_FIX, cuda_graph_bs=(4, 8), dtype=DTYPE)
+print(f"frozen at capture: width {d_fix.captured.width}, row stride {d_fix.captured.row_stride} "
+      f"(the buffer's {d_fix.captured.buffer_row_stride}), max_seq_len {d_fix.captured.max_seq_len}")
+print("rows reading their own pages:", d_fix.rows_reading_own_pages[: len(d_fix.seq_lens)])
+print(f"stale entries still in the buffer: {int(dg.stale_entries(d_fix).sum())}; "
+      f"max |graph - eager| logit: {max(d_fix.row_err):.1e}")
+assert d_fix.captured.width == d_fix.captured.row_stride == d_fix.captured.buffer_row_stride
+assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.stale_entries(d_fix).any()
+
+# %% [markdown]
+# Full width: `size(1) = stride(0) = W`, so row `b` starts at `b * W`, its own row. The kernel reads
+# `ceil(len / 128)` entries per row from device memory (`seq_lens`), so the graph never needed the
+# real lengths on the host; `max_seq_len = 128 W` is simply the maximum. The stale tails are still
+# there, and no row reads them.
+#
+# ## 2. The ablation: each defect alone, at one split and at the automatic split count
+#
+# One split is what SGLang ran (`num_kv_splits=1`). With `-1` the kernel picks the split count on
+# the host from `max_seq_len`, the batch size and the SM count (sgl-kernel's heuristic), and
+# writes split partials through the workspace.
+
+# %%
+ablation = []
+for defects in (("width",), ("workspace",), ("stale",), ("width", "workspace", "stale")):
+    for splits in (1, -1):
+        r = run(defects=frozenset(defects), num_kv_splits=splits)
+        ablation.append((defects, splits, r))
+print(f"{'defects':24s} {'splits':>6s} {'max used':>8s} {'accuracy':>8s} {'failed loudly':>14s}")
+for defects, splits, r in ablation:
+    print(f"{','.join(defects):24s} {'auto' if splits == -1 else '1':>6s} {r['max_splits_used']:8d} "
+          f"{r['accuracy']:8.3f} {r['errors']:14d}")
+res = {(d, s): r for d, s, r in ablation}
+e = eager["accuracy"]
+assert res[("width",), 1]["accuracy"] < e - 0.5 and res[("width",), 1]["errors"] > 0
+assert res[("width", "workspace", "stale"), 1]["errors"] == 0 and res[("width", "workspace", "stale"), 1]["accuracy"] < e - 0.5
+for s in (1, -1):
+    assert abs(res[("workspace",), s]["accuracy"] - e) <= 0.03 and abs(res[("stale",), s]["accuracy"] - e) <= 0.03
+assert res[("workspace",), -1]["max_splits_used"] > 1 and res[("width", "workspace", "stale"), -1]["max_splits_used"] == 1
+
+# %% [markdown]
+# Each row, from the mechanism:
+#
+# - **width alone**: the frozen row stride 1 sends rows 1.. into other rows' entries. With the poison
+#   fill on (stale fixed), many of those entries are the poison id: those requests fail loudly (NaN
+#   logits, reported as errors); the others read live but foreign pages and answer wrong. With `-1`
+#   the frozen `max_seq_len = 128` makes the automatic split count 1 ("max used" 1).
+# - **workspace alone**: at one split the kernel never touches the workspace, so a dangling one is
+#   harmless. At the automatic split count every graph writes its partials through a workspace the
+#   host dropped after capture; the answers stay right because each replay writes every partial
+#   before it reads it back. The harm lands elsewhere (section 3).
+# - **stale alone**: with the right stride the kernel reads only the `ceil(len / 128)` entries that
+#   were just written; stale tails are never read. Harmless.
+# - **all three** (the pre-fix code): silent and wrong. With `-1` the frozen `max_seq_len = 128`
+#   makes the automatic split count 1 too ("max used" 1), so even then the workspace is never touched.
+#
+# ## 3. The workspace hazard, made real
+#
+# Correct width, automatic splits, and the pre-fix workspace handling: the graphs are captured
+# largest first, each capture stores a fresh workspace on the backend and so drops the one the
+# previous (larger) graph writes. `workspace_hazard` captures graphs for 4 and 8, then decodes six
+# requests with the graph for 8.
+
+# %%
+hz = dg.workspace_hazard(model, prompts, cuda_graph_bs=(4, 8), dtype=DTYPE)
+ok = dg.workspace_hazard(model, prompts, defects=frozenset(), cuda_graph_bs=(4, 8), dtype=DTYPE)
+for name, h in (("workspace defect", hz), ("fixed", ok)):
+    print(f"{name:16s}: splits frozen in graph 8: {h.splits}; backend still holds its workspace: "
+          f"{h.graph_workspace_held}; max |graph - eager| logit: {max(h.row_err):.1e}")
+print(f"a new owner of the dropped workspace's bytes: one replay overwrote {hz.owner_bytes_changed:.1%} of its data")
+assert hz.splits > 1 and not hz.graph_workspace_held and ok.graph_workspace_held
+assert hz.owner_bytes_changed > 0 and max(hz.row_err) < TOL
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# what the graph layer itself reports (the CPU emulator tracks storages; a plain CUDA graph does not)
+print(hz.freed_uses[0] if hz.freed_uses else "no report (real CUDA graph without tracking)")
+if not DEVICE.type == "cuda":
+    assert hz.freed_uses and not ok.freed_uses
+
+# %% [markdown]
+# After capture the backend no longer holds the workspace the graph for 8 writes. On a GPU the
+# caching allocator hands such a block to the next allocation that fits; here we hand it to a new
+# owner explicitly, so it happens every time. Every replay then writes split partials into the new
+# owner's data. The graph's own answers stay right (it writes each partial before reading it back);
+# the corruption is someone else's: a tensor of the next request, a buffer of another graph. With
+# one split the kernel never writes the workspace, which is why the seed's runs did not show it.
+# The fix allocates one workspace, for the maximum, before any capture, and never replaces it.
+#
+# ## 4. The poison fill: silent garbage becomes a loud failure
+#
+# FlashMLA's tests fill unused table entries with an out-of-range id and unused pages with NaN, so
+# any stray read shows. The same idea here: before every fill, the index buffer is filled with an
+# out-of-range page id (`POISON_PAGE`) and the kernel runs checked, giving NaN to a request that
+# reads one. Same batch as notebook 06, pre-fix width and workspace, stale rows on or poisoned:
+
+# %%
+d_silent = dg.diagnose_step(model, prompts, earlier=earlier, defects=PRE_FIX, cuda_graph_bs=(4, 8), dtype=DTYPE)
+d_loud = dg.diagnose_step(model, prompts, earlier=earlier, defects={"width", "workspace"}, cuda_graph_bs=(4, 8),
+                          dtype=DTYPE)
+for name, d in (("stale rows (pre-fix)", d_silent), ("poisoned rows", d_loud)):
+    wrong = sum(e > TOL for e in d.row_err)
+    print(f"{name:20s}: rows wrong {wrong} of {len(d.seq_lens)}, NaN rows {sum(d.nan_rows)}")
+print("which rows read a poison entry:", [dg.POISON_PAGE in r for r in d_loud.read[: len(d_loud.seq_lens)]])
+assert sum(d_silent.nan_rows) == 0 and sum(e > TOL for e in d_silent.row_err) == len(d_silent.seq_lens) - 1
+assert d_loud.nan_rows == [dg.POISON_PAGE in r for r in d_loud.read[: len(d_loud.seq_lens)]] and any(d_loud.nan_rows)
+w1 = res[("width",), 1]
+print(f"over {N} questions, width alone with the poison fill: {w1['errors']} requests failed loudly")
+
+# %% [markdown]
+# With stale rows every wrong row is silently wrong. With poisoned rows, a row that reads past
+# the entries written this step gets NaN, and the engine ends that request with an error: the bug
+# announces itself. A row that reads only live entries of *other* rows is still silently wrong,
+# which is why poisoning helps but does not replace a graph-vs-eager test (section 6).
+#
+# ## 5. What the PR summary and the review got right and wrong
+#
+# The seed text (`../shared/seed/000_c4de29e4d63ce604.txt`) holds an automated summary of the PR
+# (gemini-code-assist) and an automated review. Checked against the diff (as `bug.md` records it:
+# `7059ae16f` vs `e58423b2b`; a later version of the file, read for this notebook, the one that
+# passes `sm_scale=layer.scaling` after #7184, still has `max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]`
+# at capture, no workspace allocation in the hooks and no reset in the replay hook) and against the
+# measurements above:
+#
+# | claim | verdict | evidence |
+# |---|---|---|
+# | summary: capture now takes `max_seqlen_pad` from the pre-allocated buffer | right | the diff; section 1: that piece alone restores accuracy |
+# | summary: adds "initialization of `cuda_graph_kv_indices` to -1" before replay | wrong about the merged code | the diff has no such line (a revision of the PR may have had it: the review comments on one); section 1: merged fix right with stale entries still in the buffer |
+# | summary: removes workspace allocation in the capture and replay hooks | right | the diff; section 3: why it matters |
+# | review: replay must recompute `max_seqlen_pad`, else "incorrect attention results" | wrong | replay cannot change a launch parameter; the pre-fix replay hook did recompute it, to no effect (notebook 06 section 6, and below) |
+# | review: resetting the buffer prevents stale indices from interfering | half right | stale entries only matter through a wrong stride (section 2, "stale alone"); a reset to an *invalid* id with a checked kernel makes stray reads loud (section 4) |
+#
+# The review's recompute claim, tested: the pre-fix replay hook computes `max_seqlen_pad` from the
+# real lengths and stores a matching view in the metadata. What did the graph use?
+
+# %%
+print(f"replay hook's view width: {d_silent.extra['metadata_width_after_replay']}; width frozen in the graph: "
+      f"{d_silent.captured.width}; host kernel plans during replay: {d_silent.launches_during_replay}")
+assert d_silent.extra["metadata_width_after_replay"] == d_silent.needed.width > d_silent.captured.width
+assert d_silent.launches_during_replay == 0
+
+# %% [markdown]
+# The recomputed value reached the metadata object and nothing else: under replay the Python that
+# would read it does not run. The author's own remark, "non-cuda-graph still has bug", is a separate
+# matter: sgl-kernel's kernel then hard-coded the softmax scale `1/sqrt(128 + 64)`, ignoring YaRN's
+# mscale; PR #7184 ("add sm_scale for sgl-kernel cutlass_mla") passed `sm_scale` explicitly.
+#
+# ## 6. How to catch this class of bug
+#
+# **A graph-safety checker.** `mla_edu.graphs.check` captures a step once, then replays it against
+# eager on random batches, poisoning persistent buffers before each replay, and names the first
+# divergence with a hint. Here on the toy version of this very bug (a paged sum reading the table
+# with `size(1)` as row stride; notebook 05) and on a workspace allocated during capture:
+
+# %%
+for name in ("narrow_view/torch", "narrow_view/torch:fixed", "freed_workspace", "freed_workspace:fixed"):
+    rep = sc.check_problem(sc.PROBLEMS[name](DEVICE), n_trials=4)
+    print(f"{name:24s} {'OK' if rep.ok else 'UNSAFE'}  {(rep.hint or '')[:95]}")
+    assert rep.ok == name.endswith(":fixed")
+
+# %% [markdown]
+# **A differential test on the engine.** The test that would have caught #6998 before a benchmark:
+# decode the same batch by graph replay and eagerly, at batch sizes between the captured ones, and
+# compare row by row, for each backend configuration. Two batches (3 and 6 requests, padded to 4
+# and 8):
+
+# %%
+print(f"{'defects':22s} {'batch':>5s} {'rows != eager':>13s} {'NaN rows':>8s}")
+verdict = {}
+for defects in (PRE_FIX, frozenset({"workspace", "stale"}), MERGED_FIX, frozenset()):
+    bad = 0
+    for ps in (prompts[:3], prompts):
+        d = dg.diagnose_step(model, ps, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8), dtype=DTYPE)
+        n_bad = sum(e > TOL for e in d.row_err)
+        bad += n_bad
+        print(f"{','.join(sorted(defects)) or 'none':22s} {len(ps):5d} {n_bad:13d} {sum(d.nan_rows):8d}")
+    verdict[defects] = bad
+assert verdict[PRE_FIX] > 0 and all(verdict[k] == 0 for k in verdict if k != PRE_FIX)
+
+# %% [markdown]
+# Poisoned buffers make such a test stronger: a stray read that happens to hit a plausible page id is
+# silent, one that hits the poison id is NaN. SGLang's own CI ran GSM8K, which caught the bug only
+# as an accuracy number; a row-by-row comparison names the rows (row 0 right, the rest wrong) and
+# so points at the stride.
+#
+# **The same bug elsewhere.** Launch parameters derived on the host from capture-time dummy lengths:
+#
+# | where | what was frozen | reference |
+# |---|---|---|
+# | SGLang `trtllm_mla` backend | the capture hook computed the padded block count from the dummy `seq_lens.max()` and handed the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, the same shape as here | SGLang PR #9675 (bug.md); a stored version of SGLang's `trtllm_mla_backend.py` computes `max_seqlen_pad = self._calc_padded_blocks(seq_lens.max().item())` in its capture hook |
+# | Hugging Face `transformers` continuous batching | `max_seqlen_q` / `max_seqlen_k`, Python ints baked into graphs as FlashAttention launch constants; a graph was reused for batches with another `max_seqlen_k`; GSM8K fell from about 0.45 to 0.23 | transformers PR #45323 "[CB] Fix capture of max_seqlen" |
+# | FlashInfer `trtllm_batch_decode_with_kv_cache` | output depends on the host `max_seq_len` argument, so eager and full-CUDA-graph runs differ | flashinfer issue #4647 |
+# | FlashAttention varlen under graphs | "max_seqlen_k is a variable on CPU. After the kernel is captured, changing this value will have no effect" (T. Dao) | Dao-AILab/flash-attention issue #1164 |
+#
+# ## What we saw
+#
+# - The merged fix's first piece (full-width capture: `size(1)` equals the row stride) alone restores
+#   accuracy; the workspace piece matters only with splits; SGLang did not add a reset.
+# - The ablation, row by row, follows from the mechanism: width is the trigger; workspace is latent at
+#   one split; stale entries are harmless with a correct stride.
+# - With automatic splits a dropped capture-time workspace is written by every replay: someone else's
+#   data is overwritten while the graph's own answers look fine.
+# - A poison fill turns stray reads into NaN and errors; reads of live foreign entries stay silent.
+# - The automated summary invented a reset; the review asked for a recompute that a graph cannot use.
+# - A graph-vs-eager differential test with poisoned buffers catches the whole class; the checker
+#   flags the toy versions with hints that point at the cause.
+#
+# ## Exercises
+#
+# 1. Fix only the workspace (`defects={"width", "stale"}`) and run with `num_kv_splits=-1`. Which
+#    split count does the graph freeze, and why? (Hint: `max_seq_len`.)
+# 2. Change the poison value to 1 (the buffer's initial fill). Which rows of section 4 still fail
+#    loudly? What does that tell you about choosing a poison value?
+# 3. Write the replay hook of a backend that passes the differential test of section 6 without
+#    relying on a full-width view: what must the kernel read from device memory instead?
+# 4. The seed's graphs were captured for 64 and 128 with 16 running requests per worker. Which
+#    graph did every decode step replay, and how many padded rows did it carry?
