@@ -82,13 +82,28 @@ print(f"{'run':42s} {'accuracy':>8s} {'invalid':>8s}   seed (V3, GSM8K)")
 for name, (r, seed) in table.items():
     print(f"{name:42s} {r['accuracy']:8.3f} {r['invalid']:8.3f}   {seed}")
 eager, prefix, fixed, triton = (r for r, _ in table.values())
-assert prefix["accuracy"] < eager["accuracy"] - 0.5  # the collapse
+assert eager["accuracy"] > 0.5 and prefix["accuracy"] < 0.25 * eager["accuracy"]  # the collapse
 assert abs(fixed["accuracy"] - eager["accuracy"]) <= 0.03 and abs(triton["accuracy"] - eager["accuracy"]) <= 0.03
 assert eager["graph_steps"] == 0 and prefix["graph_steps"] == prefix["decode_steps"] > 0
 
 # %% [markdown]
 # Same shape as the seed: eager right, the pre-fix graph near zero, the fix and the Triton backend
 # back at the eager accuracy. Every decode step of the graph runs went through a graph replay.
+# The whole eval set, as `python -m mla_edu.repro` measured it (read from the committed results,
+# where present):
+
+# %%
+from pathlib import Path
+
+committed = sorted((Path(mla_edu.__file__).parent / "results").glob("repro*.md"))
+for path in committed:
+    lines = path.read_text().splitlines()
+    print(f"--- mla_edu/results/{path.name} (first table)")
+    print("\n".join(lines[: next((i for i, l in enumerate(lines[3:], 3) if not l.strip()), len(lines))][:12]))
+if not committed:
+    print("no committed repro results yet: run  python -m mla_edu.repro")
+
+# %% [markdown]
 # Now the diagnosis, one step at a time.
 #
 # ## 2. Graph against eager, on one batch
@@ -108,7 +123,7 @@ print(f"one decode step, {len(d.seq_lens)} rows padded to {d.padded_bs}")
 print(f"{'row':>3s} {'tokens':>6s} {'pages':>5s} {'max |graph - eager| logit':>26s} {'same next token':>16s}")
 for b, n in enumerate(d.seq_lens):
     print(f"{b:3d} {n:6d} {-(-n // 128):5d} {min(d.row_err[b], 99):26.3f} {str(next_g[b] == next_e[b]):>16s}")
-assert d.row_err[0] < TOL and all(e > 100 * TOL for e in d.row_err[1:])
+assert d.row_err[0] < TOL and all(e > TOL for e in d.row_err[1:])
 
 # %% [markdown]
 # ## 3. Which requests are wrong: all but the first row
@@ -210,23 +225,32 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 # %%
 print(f"eager accuracy {eager['accuracy']:.3f}; pre-fix graph runs, {N} questions each:")
 print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s} {'decoded only in row 0':>22s} "
-      f"{'their accuracy':>14s} {'guess eager/max running':>24s}")
+      f"{'their acc':>9s} {'others acc':>10s} {'guess eager/max running':>24s}")
 open_q = []
 for mr in (4, 8, 16):
     for order in ("append", "prepend"):
         r = run(defects=PRE_FIX, max_running_requests=mr, cuda_graph_bs=(mr // 2, mr), row_order=order)
+        n0 = r["only_row0"]
+        right0 = round(r["accuracy_only_row0"] * n0) if n0 else 0
+        r["others_acc"] = (round(r["accuracy"] * N) - right0) / (N - n0)
         open_q.append(r)
-        print(f"{mr:11d} {order:>9s} {r['accuracy']:8.3f} {r['only_row0']:>14d} of {N:<5d} "
-              f"{r['accuracy_only_row0']:14.3f} {eager['accuracy'] / mr:24.3f}")
-for r in open_q:
-    n_right = round(r["accuracy"] * N)
-    n_right_row0 = round(r["accuracy_only_row0"] * r["only_row0"]) if r["only_row0"] else 0
-    assert n_right_row0 <= n_right <= r["only_row0"] + 2  # right answers come (almost) only from row-0 requests
+        print(f"{mr:11d} {order:>9s} {r['accuracy']:8.3f} {n0:>14d} of {N:<5d} "
+              f"{r['accuracy_only_row0'] if n0 else float('nan'):9.3f} {r['others_acc']:10.3f} "
+              f"{eager['accuracy'] / mr:24.3f}")
+row0_all = sum(r["only_row0"] for r in open_q)
+row0_right = sum(round(r["accuracy_only_row0"] * r["only_row0"]) for r in open_q if r["only_row0"])
+others_right = sum(r["others_acc"] * (N - r["only_row0"]) for r in open_q)
+print(f"\nall six runs: requests decoded only in row 0 right {row0_right / row0_all:.3f}, "
+      f"the others right {others_right / (6 * N - row0_all):.3f}")
+assert row0_right / row0_all > eager["accuracy"] - 0.15  # row-0 requests are right about as often as eager
+assert others_right / (6 * N - row0_all) < 0.25 * eager["accuracy"]  # the rest are mostly wrong
 
 # %% [markdown]
 # What this measures (numbers above, on this model): the requests that decoded only in row 0 are
-# right about as often as eager, and hardly any other request is right, so accuracy under the bug is
-# about (share of requests that stayed in row 0) x (eager accuracy). That share is not
+# right about as often as eager, and the others are mostly wrong (some are right by luck: the first
+# digit comes from the prefill, which is correct, and only the second is decoded from wrong pages).
+# So accuracy under the bug is roughly (share of requests that stayed in row 0) x (eager accuracy),
+# plus the lucky guesses. That share is not
 # `1 / max_running`: here each request decodes two tokens, and with `append` the request in row 0
 # stays there until it finishes, while `prepend` moves it down as soon as another joins. The
 # seed's 0.060 is consistent with "about one request in 16 stayed in row 0", but GSM8K answers take
