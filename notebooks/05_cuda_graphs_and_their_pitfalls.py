@@ -59,12 +59,14 @@ for r in h200["rows"]:
 row = min(h200["rows"], key=lambda r: abs(r["kernels"] - 120))
 print(f"\nat {row['kernels']} kernels: {row['eager_ms'] / row['kernels'] * 1000:.1f} us per kernel eager, "
       f"{row['replay_ms'] / row['kernels'] * 1000:.1f} us replayed")
-assert all(r["speedup"] > 4 and r["max_abs_err"] == 0 for r in h200["rows"])
+speedups = [r["speedup"] for r in h200["rows"]]
+print(f"speed-up range: {min(speedups):.1f}x to {max(speedups):.1f}x")
+assert min(speedups) > 4.5 and all(r["max_abs_err"] == 0 for r in h200["rows"])
 
 # %% [markdown]
-# Replay is about 4.7x faster at every size, and the cost per kernel stays flat: eager pays about
-# 9 us of Python and launch per kernel, replay under 2 us, so the saving grows with the number of
-# kernels. (An earlier note quoted 5.5x for a 120-kernel step; this run measured 4.7x at 117.)
+# Replay is 4.6x to 4.9x faster at every size, and the cost per kernel stays flat: eager pays about
+# 9 us of Python and launch per kernel, replay about 2 us, so the time saved grows with the number
+# of kernels. (An earlier note quoted 5.5x for a 120-kernel step; this run measured 4.7x at 117.)
 #
 # The emulator does not make anything faster: it exists so that the rules can be seen and tested
 # on a laptop. Its replay costs about 1.3x an eager run (right panel; target: at most 2x).
