@@ -310,7 +310,7 @@ def stale_case(k: int):
     from mla_edu.model import task
     from mla_edu.panel import PanelSettings, measure_page_reads
 
-    bs = (6, 4, 8)[k]
+    bs = (6, 5, 8)[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
                                PanelSettings(defects=PRE_FIX, max_running_requests=bs))
     rs, width = reads.launch.row_stride, reads.buffer.shape[1]

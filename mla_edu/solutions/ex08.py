@@ -26,7 +26,7 @@ MYSTERY_ANSWERS = {1: "b", 2: "c", 3: "a"}
 
 # 3. Capture fills seq_lens with 1 -> max_seqlen_pad = ceil(1 / 128) = 1 -> view [:8, :1], size(1) = 1.
 #    Buffer: W = (640 + 128) // 128 = 6. Row 3, page 2: flat 3 * 1 + 2 = 5, which is row 0's slot 5
-#    (row 0 owns at most 4 pages of a 512-token context: slot 5 is never written, a stale entry).
+#    (a 640-token context is at most 5 pages, slots 0..4: slot 5 is never written, it still holds the initial 1).
 ROW_STRIDE_ANSWERS = (1, (640 + 128) // 128, 3 * 1 + 2)
 
 

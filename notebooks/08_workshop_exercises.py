@@ -1,0 +1,259 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · Workshop: a control panel and exercises
+#
+# **You will learn** to read the bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060 with CUDA
+# graphs, 0.917 without) from its symptoms, by switching each defect on and off in a live engine,
+# and then to reproduce each step of the diagnosis and the fix yourself: write the replay hook,
+# name the defect behind a plot, compute the row stride the kernel used, size the workspace, and
+# find the stale entries the broken kernel read. Each exercise has an automatic checker that says
+# PASS or gives a precise hint.
+#
+# **You need** a CPU (a GPU is used when present: real CUDA graphs instead of the emulator), and
+# notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). About two minutes to run.
+# Solutions are in `mla_edu/solutions/ex08.py`: try first.
+#
+# Facts about SGLang are from `../shared/brief/bug.md` (the buggy parent `7059ae16f`, the fix
+# `e58423b2b` of `python/sglang/srt/layers/attention/cutlass_mla_backend.py`).
+
+# %%
+import torch
+
+import mla_edu
+from mla_edu import exercises as ex
+from mla_edu.figures import save
+from mla_edu.panel import ControlPanel, PanelSettings
+
+DEVICE = mla_edu.default_device()
+if DEVICE.type == "cpu":
+    torch.set_num_threads(1)  # small ops: one thread is faster on a shared CPU, and deterministic
+
+# %% [markdown]
+# ## 1. The control panel
+#
+# `ControlPanel` drives the mini serving engine (`mla_edu.serving`) with the shipped tiny model on
+# the first questions of the eval set. For one setting (backend, defects of the cutlass_mla
+# backend, split mode, max running requests = batch size, number of questions) it measures:
+#
+# - **accuracy**, eager (`--disable-cuda-graph`) and with graphs, scored like SGLang's
+#   `bench_sglang.py` (`mla_edu.bench.run_bench`);
+# - **page reads** of one decode step by graph replay: the page id each (request row, page) should
+#   read, against the one the captured kernel did read, through the persistent index buffer and the
+#   row stride frozen at capture.
+#
+# Graphs are captured for `max_running_requests // 2` and `max_running_requests`, as SGLang's
+# `--cuda-graph-bs 64 128 --max-running-requests 128`. First the default: the pre-fix code.
+
+# %%
+panel = ControlPanel(settings=PanelSettings())  # cutlass_mla, all three defects, 1 split, 8 rows, 32 questions
+result = panel.run()
+print("saved", save(panel.figure, "panel_default").name)
+reads = result.reads
+assert reads.rows_ok == [True] + [False] * 7  # only row 0 reads its own pages
+assert reads.launch.row_stride == 1 and reads.launch.buffer_row_stride == 5
+assert result.graph["accuracy"] < result.eager["accuracy"] - 0.5
+
+# %% [markdown]
+# Read the figure from left to right. The bars: eager is right, the graph is not. The index buffer
+# (`cuda_graph_kv_indices`, 8 rows of width `W = (512 + 128) // 128 = 5`): green entries were
+# written for this step, red ones still hold page ids of earlier requests (or the initial 1). The
+# intended page ids, then what the kernel read: row 0 reads its own pages, row `b > 0` reads
+# entries `b, b+1, ...` of the buffer's storage, i.e. row 0's pages shifted by `b`, then stale ids.
+# The graph froze `size(1) = 1`, the width of the view sliced at capture with dummy lengths of 1.
+#
+# Now the same panel over the settings that matter (each line is one click of the widgets below):
+
+# %%
+settings = {
+    "pre-fix (width+workspace+stale)": PanelSettings(),
+    "merged fix (stale only)": PanelSettings(defects=frozenset({"stale"})),
+    "all fixed + poison fill": PanelSettings(defects=frozenset()),
+    "width only + poison fill": PanelSettings(defects=frozenset({"width"})),
+    "workspace only, auto split": PanelSettings(defects=frozenset({"workspace"}), num_kv_splits="auto"),
+    "triton backend": PanelSettings(attention_backend="triton"),
+}
+print(f"{'setting':34s} {'eager':>6s} {'graph':>6s} {'invalid':>7s} {'rows right':>10s} {'stride':>6s} {'splits':>6s}")
+table = {}
+for name, s in settings.items():
+    r = panel.run(s, draw=False, verbose=False)
+    table[name] = r
+    print(f"{name:34s} {r.eager['accuracy']:6.3f} {r.graph['accuracy']:6.3f} {r.graph['invalid']:7.3f} "
+          f"{sum(r.reads.rows_ok):>6d} of {len(r.reads.rows_ok)} {r.reads.launch.row_stride:6d} "
+          f"{r.reads.launch.num_splits:6d}")
+for name in ["merged fix (stale only)", "all fixed + poison fill", "triton backend"]:
+    r = table[name]
+    assert all(r.reads.rows_ok) and abs(r.graph["accuracy"] - r.eager["accuracy"]) <= 0.02
+assert table["width only + poison fill"].graph["errors"] > 0  # loud: NaN where poison was read
+
+# %% [markdown]
+# - The **width** defect alone is enough to break accuracy: it is the trigger.
+# - With the **poison fill** (stale off), the same wrong reads hit out-of-range page ids and give
+#   NaN: errors and invalid answers instead of silently wrong ones.
+# - **Stale** entries alone are harmless: with the full width the kernel reads only the entries
+#   written for this step.
+# - **Workspace** alone, with automatic splits: the partials go through a workspace that capture
+#   allocated and the host has since dropped. On the emulator the kernel writes every partial it
+#   reads within the same replay, so this one step shows no harm (notebook 07 makes it real).
+# - The triton backend is graph-safe by construction: full width, real stride, fixed split count.
+#
+# The widgets (run in JupyterLab; a static page shows nothing here): pick a setting, press "run".
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+panel.show()
+
+# %% [markdown]
+# ## 2. Exercises
+#
+# Each exercise cell holds a starting stub; the checker below it reports "NOT YET" with a hint until
+# your answer is right. Replace the stub, re-run the two cells.
+#
+# ### Exercise 1: write the replay hook
+#
+# SGLang's graph runner calls `init_forward_metadata_replay_cuda_graph(bs, req_pool_indices,
+# seq_lens, seq_lens_cpu)` on the host before each replay. The fixed backend captured its kernel
+# with the full-width view `cuda_graph_kv_indices[:bs, :W]`. Write the hook: it must make the
+# captured graph read the right pages. You have `backend.req_to_token` (`[pool, context]`, the
+# cache slot of each token), `backend.cuda_graph_kv_indices` (`[max_bs, W]` int32) and
+# `mla_edu.kvcache.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, 128)`.
+# Remember what a replay can and cannot see.
+#
+# The checker captures graphs for batch sizes 2 and 4, fills the index buffer with a poison page
+# id before every replay, calls your function, replays batches of 1 to 4 requests of random
+# lengths, and compares with eager decoding.
+
+# %%
+def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    raise NotImplementedError("exercise 1: fill the page table the graph reads")
+
+
+# %%
+r1 = ex.check_replay(replay)
+
+# %% [markdown]
+# ### Exercise 2: which defect produced this plot?
+#
+# Three engines, each with some of the cutlass_mla defects, decoded one step by graph replay.
+# For each plot pick the option that produced it (`ex.OPTIONS`):
+
+# %%
+for key, text in ex.OPTIONS.items():
+    print(f"({key}) {text}")
+for k in ex.MYSTERIES:
+    fig = ex.mystery_figure(k)
+
+# %%
+mystery_answers = {1: None, 2: None, 3: None}  # exercise 2: "a", "b", "c" or "d"
+
+# %%
+r2 = [ex.check_mystery(k, a) for k, a in mystery_answers.items()]
+
+# %% [markdown]
+# ### Exercise 3: the row stride the kernel used
+#
+# A pre-fix cutlass_mla engine is launched with `--context-length 640 --cuda-graph-bs 4 8`. At a
+# replay of batch size 8, give (1) the row stride the kernel indexes the page table with, (2) the
+# index buffer's real row stride, and (3) the flat index (counted from the buffer's first entry)
+# where request row 3 reads its page `j = 2`. The checker captures that engine and reads the
+# answers off the launch it recorded. (Hint: how does sgl-kernel's wrapper get the stride, and
+# what were `seq_lens` during capture?)
+
+# %%
+used_row_stride, buffer_row_stride, flat_index = None, None, None  # exercise 3: three ints
+
+# %%
+r3 = ex.check_row_stride(used_row_stride, buffer_row_stride, flat_index)
+
+# %% [markdown]
+# ### Exercise 4: size the workspace
+#
+# `cutlass_mla_get_workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits)` returns the
+# bytes the kernel needs for its split partials: float32 `o_acc [B, 128, split, 512]` and
+# `lse_acc [B, 128, split]` (heads padded to 128). `num_kv_splits = -1` is the automatic count:
+# `max_splits = ceil(max_seq_len / 128)`, `heur = min(max_splits, max(1, sm_count // B))`,
+# `split = ceil(max_splits / ceil(max_splits / heur))`. Write it; the checker compares it with the
+# library's version (`mla_edu.kernels.get_workspace_size`) on nine cases.
+
+# %%
+def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
+    raise NotImplementedError("exercise 4: bytes of workspace")
+
+
+# %%
+r4 = ex.check_workspace_size(workspace_size)
+
+# %% [markdown]
+# Then look at what the pre-fix capture did: it sized the workspace with `max_seq_len = 128` (one
+# page, from the dummy lengths). Here is the library's formula (your function gives the same once it
+# passes) at capture's size and at the most the kernel can need at replay, for batch 64, automatic
+# splits, 132 SMs, context 4096 (`W = 33` pages):
+
+# %%
+from mla_edu.kernels import get_workspace_size, num_kv_splits_for  # noqa: E402
+
+for name, max_seq_len in [("at capture (dummy lengths)", 128), ("full width, 33 pages", 33 * 128)]:
+    print(f"{name:28s} split {num_kv_splits_for(max_seq_len, 64, 132, -1)}: "
+          f"{get_workspace_size(max_seq_len, 64, 132, -1):,} bytes")
+assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 64, 132, -1)
+
+# %% [markdown]
+# Two splits need twice the bytes capture allocated. That is why the workspace was harmless at
+# one split (the kernel never touches it) and becomes real corruption once splits and the width
+# are right, unless it is allocated once, at maximum size, before any capture (the fix).
+
+# %% [markdown]
+# ### Exercise 5: find the stale entries the pre-fix kernel read
+#
+# Under the frozen row stride, row `b` reads page `j` at flat index `b * row_stride + j` of the
+# buffer. Some of those entries were written for this step (by some row: a wrong page, but a live
+# one), others hold page ids left over from earlier requests or the initial 1: stale. Write
+# `stale_reads(buffer, seq_lens, row_stride)` returning the set of `(b, j)` whose read hits an entry
+# not written this step. `buffer` is `[rows, W]` (rows past `len(seq_lens)` are padded rows with
+# `seq_len = 1`, which also write their first entry); row `r` writes its first
+# `ceil(seq_len_r / 128)` entries. The checker uses three real engine states.
+
+# %%
+def stale_reads(buffer, seq_lens, row_stride):
+    raise NotImplementedError("exercise 5: the set of (row, j) that read a stale entry")
+
+
+# %%
+r5 = ex.check_stale_reads(stale_reads)
+
+# %%
+solved = [r1.passed, all(r.passed for r in r2), r3.passed, r4.passed, r5.passed]
+print(f"solved {sum(solved)} of {len(solved)} exercises")
+
+# %% [markdown]
+# ## What we saw
+#
+# - One switch, the frozen page-table **width**, turns the served accuracy from eager's level to
+#   near zero; only batch row 0 reads its own pages. The **stale** entries are what the mis-strided
+#   reads pick up; alone they are harmless. The **poison fill** turns silent garbage into NaN.
+# - The replay hook may only change the *contents* of buffers the graph already reads; a new tensor
+#   handed to the metadata is never seen (exercise 1's checker tells you so).
+# - Launch parameters (row stride, `max_seq_len`, split count, workspace pointer) come from the host
+#   at capture and stay frozen; the checkers read them off the recorded launch, not off the code.
+#
+# ## More exercises (no checker)
+#
+# 1. In the panel, set max running requests to 4, then 16, with the pre-fix code. bug.md's first
+#    guess for the graph accuracy is `eager / max_running_requests`. Does it hold? Which requests
+#    still answer right (hint: `Req.rows`, and which token comes from prefill)?
+# 2. With `workspace` only and automatic splits, which condition would make the freed workspace
+#    corrupt answers on a GPU? Compare with notebook 07.
+# 3. Port exercise 1 to the triton backend: why does its replay hook not need a poison fill to be
+#    correct?
