@@ -407,3 +407,82 @@ def accuracy_bars_figure(rows: list, title: str = ""):
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# ---- the runs notebooks 06-07 show, and the figures figures/ holds ----------------------------------
+MERGED_FIX_STEPS = (("pre-fix (7059ae16f)", PRE_FIX),
+                    ("+ width fixed", frozenset({"workspace", "stale"})),
+                    ("+ workspace fixed = merged fix (e58423b2b)", frozenset({"stale"})),
+                    ("+ poison fill (not in SGLang)", frozenset()))
+
+
+def example_batch(questions=None) -> tuple:
+    """(prompts, earlier): the eval set's first 6 questions, decoded after 8 longer ones (6..13) finished."""
+    from mla_edu.model import task
+
+    questions = task.default_eval_set() if questions is None else questions
+    if len(questions) < 14:
+        raise ValueError(f"questions: expected at least 14, got {len(questions)}")
+    prompts = [q.prompt_ids for q in questions[:6]]
+    earlier = [q.prompt_ids for q in sorted(questions[6:14], key=lambda q: -q.prompt_len)]
+    return prompts, earlier
+
+
+def accuracy_runner(model, questions, n: int = 64, dtype: str | None = None):
+    """``mla_edu.repro.Runner`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
+    from mla_edu.repro import Runner
+
+    common = dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=dtype or default_dtype(), device=None)
+    return Runner(model, questions[:n], common, progress=False)
+
+
+_CACHE: dict = {}
+
+
+def _shipped():
+    if "model" not in _CACHE:
+        from mla_edu.model import load_pretrained, task
+
+        _CACHE["model"], _CACHE["questions"] = load_pretrained(), task.default_eval_set()
+    return _CACHE["model"], _CACHE["questions"]
+
+
+def _example_diagnosis(defects=PRE_FIX) -> StepDiagnosis:
+    key = ("diag", frozenset(defects))
+    if key not in _CACHE:
+        model, questions = _shipped()
+        prompts, earlier = example_batch(questions)
+        _CACHE[key] = diagnose_step(model, prompts, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8))
+    return _CACHE[key]
+
+
+def bug_page_reads():
+    """figures/bug_page_reads.png: pages owned vs read under replay, pre-fix, the example batch."""
+    return page_reads_figure(_example_diagnosis())
+
+
+def bug_page_table():
+    """figures/bug_page_table.png: the index buffer at that replay, stale entries and mis-strided reads marked."""
+    return page_table_figure(_example_diagnosis())
+
+
+def piece_by_piece_rows(run) -> list:
+    """[(label, accuracy, invalid)]: eager, then each step of the merged fix (``run``: an ``accuracy_runner``)."""
+    eager = run(disable_cuda_graph=True, defects=PRE_FIX)
+    rows = [("eager", eager["accuracy"], eager["invalid"])]
+    for name, defects in MERGED_FIX_STEPS:
+        r = run(defects=defects)
+        rows.append((name.split(" (")[0].split(" =")[0], r["accuracy"], r["invalid"]))
+    return rows
+
+
+def piece_by_piece_figure(run):
+    """Accuracy bars: eager, then each step of the merged fix (``run``: an ``accuracy_runner``)."""
+    return accuracy_bars_figure(piece_by_piece_rows(run),
+                                f"cutlass_mla with graphs, {len(run.questions)} questions: the merged fix piece by piece")
+
+
+def fix_piece_by_piece():
+    """figures/fix_piece_by_piece.png: accuracy after each piece of SGLang's merged fix (64 questions)."""
+    model, questions = _shipped()
+    return piece_by_piece_figure(accuracy_runner(model, questions))

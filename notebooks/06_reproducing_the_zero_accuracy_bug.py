@@ -35,7 +35,7 @@ import mla_edu
 from mla_edu import diagnose as dg
 from mla_edu.figures import save
 from mla_edu.model import load_pretrained, task
-from mla_edu.repro import SEED, Runner
+from mla_edu.repro import SEED
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
 torch.set_num_threads(1)  # the ops are small; one thread avoids OpenMP overhead on a busy CPU
@@ -69,8 +69,7 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 
 # %%
 N = 64
-common = dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=DTYPE, device=None)
-run = Runner(model, questions[:N], common, progress=False)
+run = dg.accuracy_runner(model, questions, N, DTYPE)  # mla_edu.repro's runner: 16 running, graphs for 8 and 16
 table = {
     "cutlass_mla --disable-cuda-graph": (run(disable_cuda_graph=True, defects=PRE_FIX), SEED["eager"]),
     "cutlass_mla, graph, pre-fix (7059ae16f)": (run(defects=PRE_FIX), SEED["prefix"]),
@@ -115,8 +114,7 @@ if not committed:
 # `diagnose_step` also records the kernel's launch parameters while the graphs are captured.
 
 # %%
-prompts = [q.prompt_ids for q in questions[:6]]
-earlier = [q.prompt_ids for q in sorted(questions[6:14], key=lambda q: -q.prompt_len)]
+prompts, earlier = dg.example_batch(questions)
 d = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), dtype=DTYPE)
 next_g, next_e = d.logits_graph.argmax(-1).tolist(), d.logits_eager.argmax(-1).tolist()
 print(f"one decode step, {len(d.seq_lens)} rows padded to {d.padded_bs}")

@@ -40,7 +40,6 @@ from mla_edu import diagnose as dg
 from mla_edu.figures import save
 from mla_edu.graphs import scenarios as sc
 from mla_edu.model import load_pretrained, task
-from mla_edu.repro import Runner
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
 torch.set_num_threads(1)
@@ -50,8 +49,7 @@ TOL = 1e-3 if DTYPE == "float32" else 0.25
 model = load_pretrained()
 questions = task.default_eval_set()
 N = 64
-run = Runner(model, questions[:N], dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=DTYPE, device=None),
-             progress=False)
+run = dg.accuracy_runner(model, questions, N, DTYPE)  # 16 running requests, graphs for 8 and 16
 eager = run(disable_cuda_graph=True, defects=PRE_FIX)
 print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
 
@@ -69,11 +67,7 @@ print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
 # Each piece applied on top of the previous one, accuracy after each:
 
 # %%
-steps = [("pre-fix (7059ae16f)", PRE_FIX),
-         ("+ width fixed", frozenset({"workspace", "stale"})),
-         ("+ workspace fixed = merged fix (e58423b2b)", MERGED_FIX),
-         ("+ poison fill (not in SGLang)", frozenset())]
-piece = [(name, run(defects=defects)) for name, defects in steps]
+piece = [(name, run(defects=defects)) for name, defects in dg.MERGED_FIX_STEPS]
 print(f"{'cutlass_mla with graphs':44s} {'accuracy':>8s} {'invalid':>8s} {'failed loudly':>14s}")
 print(f"{'(eager, for reference)':44s} {eager['accuracy']:8.3f} {eager['invalid']:8.3f} {eager['errors']:14d}")
 for name, r in piece:
@@ -82,9 +76,7 @@ accs = [r["accuracy"] for _, r in piece]
 assert accs[0] < 0.25 * eager["accuracy"]
 assert all(abs(a - eager["accuracy"]) <= 0.03 for a in accs[1:])
 assert all(r["errors"] == 0 for _, r in piece)
-fig = dg.accuracy_bars_figure([("eager", eager["accuracy"], eager["invalid"])]
-                              + [(n.split(" (")[0].split(" =")[0], r["accuracy"], r["invalid"]) for n, r in piece],
-                              f"cutlass_mla, {N} questions: the merged fix piece by piece")
+fig = dg.piece_by_piece_figure(run)  # the runs above (memoized), drawn as figures/ draws them
 print("saved", save(fig, "fix_piece_by_piece").name)
 
 # %% [markdown]
@@ -92,8 +84,7 @@ print("saved", save(fig, "fix_piece_by_piece").name)
 # width fix changed in the launch, on the same batch as notebook 06:
 
 # %%
-prompts = [q.prompt_ids for q in questions[:6]]
-earlier = [q.prompt_ids for q in sorted(questions[6:14], key=lambda q: -q.prompt_len)]
+prompts, earlier = dg.example_batch(questions)  # 6 requests, after 8 longer ones finished
 d_fix = dg.diagnose_step(model, prompts, earlier=earlier, defects=MERGED_FIX, cuda_graph_bs=(4, 8), dtype=DTYPE)
 print(f"frozen at capture: width {d_fix.captured.width}, row stride {d_fix.captured.row_stride} "
       f"(the buffer's {d_fix.captured.buffer_row_stride}), max_seq_len {d_fix.captured.max_seq_len}")

@@ -118,3 +118,14 @@ def test_figures(prefix):
         plt.close(fig)
     rows = dg.launch_table(prefix.captured, prefix.needed)
     assert rows[1] == ("row stride the kernel used", 1, prefix.needed.row_stride)
+
+
+def test_example_batch():
+    from mla_edu.model import task
+
+    qs = task.default_eval_set()
+    prompts, earlier = dg.example_batch(qs)
+    assert prompts == [q.prompt_ids for q in qs[:6]] and len(earlier) == 8
+    assert [len(p) for p in earlier] == sorted((len(p) for p in earlier), reverse=True)
+    with pytest.raises(ValueError, match="expected at least 14, got 3"):
+        dg.example_batch(qs[:3])
