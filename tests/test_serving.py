@@ -168,6 +168,13 @@ def test_bad_server_args(kw, msg):
         ServerArgs(**kw)
 
 
+def test_too_many_running_requests_for_the_pool(model):
+    with pytest.raises(ValueError, match="too many running requests: max_running_requests=64 x 4 pages"):
+        Engine(model, max_running_requests=64, max_total_pages=100, disable_cuda_graph=True)
+    eng = Engine(model, max_running_requests=24, max_total_pages=100, disable_cuda_graph=True)  # 97 pages: fits
+    assert eng.runner.allocator.num_pages == 97
+
+
 def test_parse_defects():
     assert parse_defects("none") == frozenset()
     assert parse_defects("width, stale") == {"width", "stale"}

@@ -50,6 +50,7 @@ class ServerArgs:
     sm_count: int | None = None  # None: the GPU's, or 132 (an H200's) on CPU
     dtype: str = "float32"
     device: str | None = None
+    max_total_pages: int | None = None  # KV pool size cap; None: whatever max_running_requests needs
 
     def __post_init__(self):
         if self.attention_backend not in BACKENDS:
@@ -69,5 +70,7 @@ class ServerArgs:
             raise ValueError(f"row_order: expected one of {ROW_ORDERS}, got {self.row_order!r}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype: expected float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.max_total_pages is not None and (not isinstance(self.max_total_pages, int) or self.max_total_pages < 2):
+            raise ValueError(f"max_total_pages: expected an int >= 2 or None, got {self.max_total_pages!r}")
         if self.kernel_impl not in (None, "torch", "triton", "reference"):
             raise ValueError(f"kernel_impl: expected torch, triton or reference, got {self.kernel_impl!r}")

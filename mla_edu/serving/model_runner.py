@@ -39,6 +39,11 @@ class ModelRunner:
         # the allocator never hands out: padded graph rows write their latents there (slot 0)
         self.req_to_token_pool = kvcache.ReqToTokenPool(args.max_running_requests, self.context_length, self.device)
         num_pages = args.max_running_requests * self.pages_per_req + 1
+        if args.max_total_pages is not None and num_pages > args.max_total_pages:
+            raise ValueError(
+                f"too many running requests: max_running_requests={args.max_running_requests} x "
+                f"{self.pages_per_req} pages (context {self.context_length}) + the padding page need {num_pages} "
+                f"pages, but max_total_pages is {args.max_total_pages}")
         self.allocator = kvcache.PagedAllocator(num_pages, self.page_size, self.device)
         self.kv_cache = kvcache.LatentKVCache(self.num_layers, num_pages, self.page_size,
                                               kv_lora_rank=mla.kv_lora_rank, qk_rope_head_dim=mla.qk_rope_head_dim,
