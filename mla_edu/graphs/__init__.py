@@ -1,12 +1,28 @@
 """CUDA graphs on any machine: one API (real ``torch.cuda.CUDAGraph`` on a GPU, an emulator on CPU).
 
-* :class:`Graph`, :func:`graph`, :func:`is_emulated`: capture and replay (``capture.py``).
-* The emulator and its semantics: ``emulator.py``; poison values: ``poison.py``.
+Capture and replay (``capture.py``)::
+
+    g = Graph(device=None, mode="auto", strict=False, track=False)  # "auto": cuda on a GPU, else emulated
+    with graph(g, pool=None):          # like torch.cuda.graph
+        out = step()
+    g.replay(); g.pool(); g.backend    # "cuda" or "emulated"; is_emulated(g)
+    g, out = Graph.capture(step, warmup=1, pool=None, device=None, mode="auto", strict=False)
+
+The emulator (``emulator.py``) records aten ops and custom ops (one op each) with a
+TorchDispatchMode and replays them on the same storages; its exact semantics are in that
+module's docstring. Mark CPU tensors that play host memory (``seq_lens_cpu``) with
+:func:`host_tensor` when the graph runs on CPU. Poison values: ``poison.py``.
+
+Checking (``check.py``): ``check(step, make_inputs, static_inputs=..., prepare=..., reference=...,
+persistent=..., model_state=...) -> CheckReport`` replays against eager on random inputs with
+poisoned buffers. Pitfalls with their fixes: ``scenarios.py`` (``python -m mla_edu.graphs.scenarios``).
+Launch overhead: ``python -m mla_edu.graphs.bench``.
 """
 
 from mla_edu.graphs.capture import Graph, graph, is_emulated
+from mla_edu.graphs.check import CheckReport, check
 from mla_edu.graphs.emulator import EmulatedPool, FreedMemoryError, GraphCaptureError, host_tensor, is_host_tensor
 from mla_edu.graphs.poison import is_poison, poison_, poison_value
 
-__all__ = ["Graph", "graph", "is_emulated", "EmulatedPool", "FreedMemoryError", "GraphCaptureError", "host_tensor", "is_host_tensor",
-           "poison_", "poison_value", "is_poison"]
+__all__ = ["Graph", "graph", "is_emulated", "check", "CheckReport", "EmulatedPool", "FreedMemoryError",
+           "GraphCaptureError", "host_tensor", "is_host_tensor", "poison_", "poison_value", "is_poison"]
