@@ -316,3 +316,17 @@ def test_cutlass_impl_says_why_it_cannot_run_here():
         mla_decode(*a, 1 / math.sqrt(192), impl="cutlass")
     with pytest.raises(ValueError, match="always uses stride_policy='size'"):
         mla_decode(*_cutlass_case(), 0.1, impl="cutlass", stride_policy="stride")
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(lens=st.lists(st.integers(1, 70), min_size=1, max_size=5), page=st.sampled_from([1, 8, 16, 64]),
+       heads=st.integers(1, 6), splits=st.sampled_from([1, 2, 5, -1]), seed=st.integers(0, 10**6))
+def test_property_torch_impl_matches_float64(lens, page, heads, splits, seed):
+    case = random_decode_case(seed, heads=heads, page_size=page, lens=lens, d_latent=16, d_rope=8)
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
+                     case.sm_scale, splits, impl="torch", checked=True)
+    assert torch.isfinite(out).all() and rel_err(out, dense_f64(case)) < 1e-5

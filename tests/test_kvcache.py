@@ -166,3 +166,53 @@ def test_fill_page_table_triton_is_one_custom_op():
         fill_page_table(r2t, torch.tensor([1, 0], device=dev), torch.tensor([17, 3], device=dev), t, 8, impl="triton")
     assert [s for s in seen if "mla_edu" in s] == ["mla_edu.fill_page_table.default"]
     assert t.tolist() == [[4, 5, 6, 0], [0, 0, 0, 0]]
+
+
+def test_fill_page_table_torch_has_no_host_sync():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = []
+
+    class Rec(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    r2t = torch.arange(4 * 64, dtype=torch.int32).view(4, 64)
+    buf = torch.full((5, 6), -1, dtype=torch.int32)
+    with Rec():
+        fill_page_table(r2t, torch.tensor([3, 1]), torch.tensor([33, 1]), buf[1:3], 16, impl="torch")
+    assert not {"aten._local_scalar_dense", "aten.nonzero", "aten.item"} & set(ops)
+    assert buf[1].tolist() == [12, 13, 14, -1, -1, -1] and buf[2].tolist() == [4, -1, -1, -1, -1, -1]
+    assert (buf[0] == -1).all() and (buf[3:] == -1).all()
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(page=st.sampled_from([1, 2, 4, 16]), steps=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9)),
+                                                           min_size=1, max_size=25))
+def test_allocator_invariants_under_random_growth_and_frees(page, steps):
+    """Random prefill/decode growth and finishes across 3 rows: slots never shared, offsets right, pages recycled."""
+    alloc = PagedAllocator(200, page, seed=page)
+    pool = ReqToTokenPool(3, 96)
+    lens = {}
+    for row_pick, grow in steps:
+        if row_pick not in lens:
+            lens[row_pick] = 0
+        row = pool.req_to_token[row_pick]
+        new = min(lens[row_pick] + grow, 96)
+        alloc.slots_for(row, lens[row_pick], new)
+        lens[row_pick] = new
+        if new == 96:  # finished: free its pages
+            alloc.free_pages(alloc.pages_of(row, new))
+            del lens[row_pick]
+    live = [pool.req_to_token[r, :n].long() for r, n in lens.items()]
+    all_slots = torch.cat(live) if live else torch.empty(0, dtype=torch.long)
+    assert all_slots.unique().numel() == all_slots.numel()  # no slot owned twice
+    for s in live:
+        assert torch.equal(s % page, torch.arange(s.numel()) % page)
+    used_pages = sum(-(-n // page) for n in lens.values())
+    assert alloc.available_pages() == 199 - used_pages  # nothing leaked
