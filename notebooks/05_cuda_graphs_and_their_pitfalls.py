@@ -228,12 +228,15 @@ print("saved", save(fig, "graph_narrow_view_reads").name)
 # %% [markdown]
 # ### Pitfall 3: memory freed after capture, handed to the next capture
 #
-# The pre-fix backend allocated its workspace while capturing and replaced it when the next batch
-# size was captured (SGLang captures every size into one shared memory pool, largest first). The
-# first graph keeps writing the old workspace; the allocator hands that memory to the next
-# capture's output. Every replay of graph 1 then overwrites graph 2's output. In SGLang this did
-# no harm only because the kernel touched the workspace only when `split_kv > 1`.
-# **Fix:** allocate the workspace once, at maximum size, before any capture.
+# The pre-fix backend allocated a workspace in its capture hook, on the host just before each
+# capture, and replaced it when the next batch size was captured: the previous graph kept writing
+# memory the allocator considered free. In SGLang this did no harm only because the kernel touched
+# the workspace only when `split_kv > 1`. This scenario makes the reuse concrete: graph 1
+# allocates its workspace while capturing, the host drops it, and graph 2 is captured into the
+# same memory pool (SGLang captures every batch size into one shared pool, `pool=` in
+# `cuda_graph_runner.py`, e.g. at commit 0021673c). The caching allocator hands graph 1's block to
+# graph 2's output, and every replay of graph 1 overwrites it.
+# **Fix:** allocate the workspace once, at maximum size, before any capture (SGLang's merged fix).
 
 # %%
 show("freed_pool_reuse")
@@ -255,8 +258,10 @@ show("stale_buffer:fixed")
 #
 # A real batch of 3 is padded to the captured 4. If the padded row keeps last step's
 # `out_cache_loc`, it writes a stale token into a cache slot that now belongs to a live request.
-# **Fix (SGLang's `replay_prepare`):** padded rows get `seq_len = 1` and `out_cache_loc = 0`, a
-# dummy slot no request owns.
+# **Fix (SGLang's `replay_prepare` in `cuda_graph_runner.py`, e.g. at commit 0021673c):** padded
+# rows get `seq_lens.fill_(1)` and `out_cache_loc.zero_()`; slot 0 is a dummy no request owns
+# ("The padded slot 0 is used for writing dummy outputs from padded tokens", SGLang's
+# `mem_cache/memory_pool.py`; its allocators hand out pages from 1).
 
 # %%
 show("padded_slots")

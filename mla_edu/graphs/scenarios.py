@@ -310,9 +310,10 @@ def sync_in_capture(device="cpu") -> Problem:
 
 
 def freed_workspace(device="cpu", fixed: bool = False) -> Problem:
-    """The pre-fix cutlass backend's workspace: allocated while capturing, re-allocated at every replay.
+    """A workspace allocated for the capture (here: inside it) and re-allocated at every replay.
 
-    The graph keeps writing the capture-time workspace, which the host dropped.
+    Like the pre-fix cutlass backend: the graph keeps writing the capture-time workspace,
+    which the host dropped when it assigned a new one.
     """
     s = ToyServer(device)
     backend = {"workspace": torch.empty(MAX_BS, D, device=s.device) if fixed else None}
