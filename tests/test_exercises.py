@@ -10,6 +10,15 @@ from mla_edu import exercises as ex, kvcache  # noqa: E402
 from mla_edu.solutions import ex08  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small ops: one torch thread is faster on a shared 2-core machine (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def test_replay_solution_passes_and_mistakes_fail(capsys):
     assert ex.check_replay(ex08.replay).passed
 
@@ -31,7 +40,7 @@ def test_replay_solution_passes_and_mistakes_fail(capsys):
     for fn, hint in [(stub, "raised NotImplementedError"), (nothing, "rows 0, 1, 2 read the poison"),
                      (new_table, "new tensor"), (first_row_only, "rows 1, 2 read the poison"),
                      ("replay", "expected a function")]:
-        r = ex.check_replay(fn)
+        r = ex.check_replay(fn, n_trials=1)
         assert not r.passed and hint in r.message, r.message
     out = capsys.readouterr().out
     assert out.count("NOT YET") == 5 and out.count("PASS") == 1

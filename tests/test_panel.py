@@ -14,6 +14,15 @@ from mla_edu.serving import PRE_FIX  # noqa: E402
 SMALL = dict(max_running_requests=4, num_questions=12)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small ops: one torch thread is faster on a shared 2-core machine (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def panel():
     return ControlPanel(toy_model(), task.default_eval_set()[:40], PanelSettings(**SMALL))
