@@ -56,3 +56,16 @@ def _ndenumerate(t: torch.Tensor):
     for b in range(t.shape[0]):
         for j in range(t.shape[1]):
             yield (b, j), t[b, j].item()
+
+
+def narrow_view_reads():
+    """figures/graph_narrow_view_reads.png without arguments (for ``python -m mla_edu.figures``)."""
+    from mla_edu.graphs import scenarios as sc
+
+    srv = sc.ToyServer("cpu")
+    reqs, lens = sc.REPLAY_BATCHES[0]
+    srv.set_batch(reqs, lens)
+    srv.fill_page_table(srv.kv_indices, len(reqs))
+    intended = sc.pages_read(srv.kv_indices[:, : sc.W], srv.seq_lens)
+    read = sc.pages_read(srv.kv_indices[:, :1], srv.seq_lens)
+    return page_reads(intended, read, "kv_indices[:4, :1] at replay: row stride 1 instead of 8")
