@@ -181,7 +181,7 @@ def mystery_figure(k: int):
 
     reads = _mystery_reads(k)
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})
-    draw_page_reads(*axes, reads)
+    draw_page_reads(*axes, reads, show_stride=False)
     fig.suptitle(f"mystery {k}: one decode step by graph replay", fontsize=9)
     fig.tight_layout()
     return fig

@@ -308,7 +308,7 @@ def draw_accuracy(ax, result: PanelResult):
     ax.legend(fontsize=7, loc="upper right")
 
 
-def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads):
+def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
     """The index buffer (live vs stale), the intended pages, and the pages read (green right, red wrong)."""
     from matplotlib.colors import ListedColormap
 
@@ -330,8 +330,9 @@ def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads):
     ok = torch.where(used, (reads.read == reads.intended).long(), 2)  # 0 wrong, 1 right, 2 unused
     ax_read.imshow(ok.numpy(), cmap=ListedColormap(["#e07070", "#70b070", "white"]), vmin=0, vmax=2, aspect="auto")
     _annotate(ax_read, reads.read)
-    ax_read.set_title(f"page ids read under replay\n(row stride {reads.launch.row_stride}, "
-                      f"buffer's {reads.launch.buffer_row_stride})", fontsize=8)
+    stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
+              if show_stride else "\n(green: the intended page, red: another one)")
+    ax_read.set_title("page ids read under replay" + stride, fontsize=8)
     ax_read.set_xlabel("page j of the request")
     for ax in (ax_int, ax_read):
         ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],

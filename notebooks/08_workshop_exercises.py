@@ -99,6 +99,15 @@ for name in ["merged fix (stale only)", "all fixed + poison fill", "triton backe
 assert table["width only + poison fill"].graph["errors"] > 0  # loud: NaN where poison was read
 
 # %% [markdown]
+# The merged fix (SGLang `e58423b2b`) in the same picture: full width, every row reads its own pages,
+# and the stale ids in the buffer's tails are never read.
+
+# %%
+fixed = panel.run(settings["merged fix (stale only)"], verbose=False)
+print("saved", save(panel.figure, "panel_fixed").name)
+assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
+
+# %% [markdown]
 # - The **width** defect alone is enough to break accuracy: it is the trigger.
 # - With the **poison fill** (stale off), the same wrong reads hit out-of-range page ids and give
 #   NaN: errors and invalid answers instead of silently wrong ones.
