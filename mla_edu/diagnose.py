@@ -385,8 +385,8 @@ def page_table_figure(d: StepDiagnosis):
     ax.set_yticks(range(buf.shape[0]))
     ax.set_xlabel("column of cuda_graph_kv_indices")
     ax.set_ylabel("row (request slot)")
-    ax.set_title("index buffer at replay: green written now, orange x stale, grey P poison;\n"
-                 "red frames: entries rows 1.. read with the frozen row stride", fontsize=9)
+    ax.set_title("index buffer at replay: green written for this step, orange x stale (old ids or the\n"
+                 "initial 1), grey P poison; red frames: entries rows 1.. read with the frozen row stride", fontsize=9)
     fig.tight_layout()
     return fig
 
