@@ -58,7 +58,9 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     latency = time.perf_counter() - t0
     if bar:
         bar.close()
-    texts = [task.decode(r.output_ids) for r in reqs]
+    # a request that ended in an error (bad input, or NaN from a poisoned page id) has no answer:
+    # it scores as invalid, as a failed request would in bench_sglang.py
+    texts = ["" if r.error else task.decode(r.output_ids) for r in reqs]
     accuracy, invalid = task.score(texts, [q.answer for q in questions])
     correct = [task.get_answer_value(t) == q.label for t, q in zip(texts, questions)]
     row0 = [r.decoded_only_in_row0 for r in reqs]

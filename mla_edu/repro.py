@@ -60,7 +60,8 @@ def explain(defects: frozenset, splits: int, r: dict, eager: float) -> str:
         if "stale" in defects:
             why += "; the rest silently attend to other requests' (or stale) pages"
         else:
-            why += f"; entries past row 0's pages hold the poison id -> NaN (loud): {inv:.0%} invalid"
+            why += (f"; entries past the pages of the row they fall in hold the poison id -> NaN (loud): "
+                    f"{r['errors']} requests failed")
         if "workspace" in defects:
             why += "; max_seq_len=128 makes even auto split 1, so the workspace is never touched"
         verdict = "destroyed, as expected" if acc <= min(0.10, eager / 2) else "NOT destroyed (unexpected)"
