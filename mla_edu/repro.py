@@ -25,7 +25,7 @@ from mla_edu.bench import run_bench
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
 SEED = {"eager": "0.910-0.920", "prefix": "0.060", "fixed": "0.906-0.917", "triton": "0.927-0.937"}
-ABLATION = [("width",), ("workspace",), ("stale",), ("width", "workspace", "stale")]
+ABLATION = [("width",), ("workspace",), ("stale",), ("width", "workspace", "stale"), ()]
 
 
 def _key(cfg: dict) -> tuple:
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         for splits in (1, -1):
             r = run(attention_backend="cutlass_mla", defects=frozenset(names), num_kv_splits=splits)
             ablation.append(r)
-            label = ",".join(names)
+            label = ",".join(names) or "none (fix + poison fill)"
             print(f"| {label:<25} | {'auto' if splits == -1 else '1':>6} | {r['accuracy']:.3f} | {r['invalid']:.3f} | "
                   f"{explain(frozenset(names), splits, r, e)}")
 
