@@ -18,6 +18,10 @@ FIGURES_DIR = Path(__file__).resolve().parents[1] / "figures"
 FIGURES: dict[str, str] = {
     "kv_cache_bytes_per_token": "mla_edu.plots:kv_cache_bytes_per_token",
     "naive_vs_absorbed_cost": "mla_edu.plots:naive_vs_absorbed_cost",
+    "page_table": "mla_edu.kvcache.plots:page_table_figure",
+    "kernel_bench_h200": "mla_edu.kernels.plots:kernel_bench_figure",
+    "graph_launch_overhead": "mla_edu.graphs.plots:launch_overhead",
+    "graph_narrow_view_reads": "mla_edu.graphs.plots:narrow_view_reads",
 }
 
 
