@@ -1,24 +1,28 @@
-"""The synthetic task that plays GSM8K's role: two-key recall over 1 to 4 pages of 128 tokens.
+"""The synthetic task that plays GSM8K's role: key-value recall over 1 to 4 pages of 128 tokens.
 
-A prompt is filler text (lowercase letters) with 4 to 8 facts ``K=4;`` scattered through it
-(``K`` one of 24 upper-case keys, the value one digit), ending with a query ``?KE=`` naming two
-of the keys. The answer is the two values side by side, a two-digit number, then ``EOS``::
+A prompt is filler text (lowercase letters) with 4 to 8 facts ``K42`` scattered through it
+(``K`` one of 10 upper-case keys, the value two digits 10..99), ending with a query ``?K``.
+The model answers the two digits of that key's value, then ``EOS``::
 
-    <BOS> qwhzk...E=7;...pxK=4;ab...mn?KE=    ->    4 7 <EOS>
+    <BOS> qwhzk...E73...pxK42ab...mn?K    ->    4 2 <EOS>
 
-The two facts sit anywhere in the prompt, often pages apart and pages before the query: a
-decode step that reads the wrong pages of the KV cache cannot get the answer right, and
-guessing both digits succeeds 1 time in 90.
+The queried fact sits anywhere in the prompt, most often pages before the query: a decode
+step that reads the wrong pages of the KV cache cannot get the answer right, and guessing
+succeeds 1 time in 90.
 
-(Why not one fact with a two-digit value? We tried: within the CPU training budget a 2-layer
-model learned to recall the first digit but not the second, which needs a second, different
-circuit; here both digits are the same lookup: "the value of the key two tokens back".)
+The format is the one induction heads learn fastest: "after K came 4, after 4 came 2". Values
+in one prompt have distinct first digits, so "after 4 came 2" names one fact and a single
+lookup circuit answers both digits. We tried three others first; within the CPU training
+budget a 2-layer model learned only the first digit of ``K=42;`` (query ``?K=``) and of
+``K42`` with repeated first digits, and neither digit of a two-key ``?KE=`` query; with 24
+keys it learned the second digit perfectly but picked the first digit of a random fact
+(it could not yet tell 24 keys apart), so there are 10 keys, as many as digits.
 
 Scoring mirrors SGLang's ``benchmark/gsm8k/bench_sglang.py`` (sgl-project/sglang, read at
 commit 0126b5f4): ``get_answer_value`` drops commas, takes the *last* ``\\d+`` in the
 completion and ``ast.literal_eval``s it; no digits (or a literal Python rejects, such as
 ``07``) is ``INVALID = -9999999``. Accuracy = mean(pred == label), invalid = mean(pred == INVALID).
-Answers are therefore 10..99 (the first value is never 0), so that every label parses.
+Values are therefore drawn from 10..99, so that every label parses.
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ from typing import Sequence
 PAD, BOS, EOS = 0, 1, 2
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")
 DIGITS = "0123456789"
-KEYS = "ABCDEFGHIJKLMNOPQRSTUVWX"  # 24 keys
+KEYS = "ABCDEFGHIJ"  # 10 keys
 FILLER = "abcdefghijklmnopqrstuvwxyz"
-SEPARATORS = "=;?"
+SEPARATORS = "=;?"  # only "?" (the query mark) appears in prompts; "=" and ";" are spare
 CHARS = DIGITS + KEYS + SEPARATORS + FILLER
-VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARS)  # 3 + 10 + 24 + 3 + 26 = 66
+VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARS)  # 3 + 10 + 10 + 3 + 26 = 52
 
 _CHAR_TO_ID = {c: i + len(SPECIAL_TOKENS) for i, c in enumerate(CHARS)}
 _ID_TO_TEXT = list(SPECIAL_TOKENS) + list(CHARS)
@@ -53,8 +57,8 @@ MIN_PROMPT_LEN = 100
 # the cache holds the prompt plus every generated token fed back (both digits): <= CONTEXT_LEN
 MAX_PROMPT_LEN = CONTEXT_LEN - MAX_NEW_TOKENS - 1  # 508
 MIN_FACTS, MAX_FACTS = 4, 8
-FACT_LEN = 4  # "K=4;"
-QUERY_LEN = 4  # "?KE="
+FACT_LEN = 3  # "K42"
+QUERY_LEN = 2  # "?K"
 # lengths around page boundaries, where an off-by-one page count shows up
 BOUNDARY_LENGTHS = (127, 128, 129, 255, 256, 257, 383, 384, 385, MAX_PROMPT_LEN)
 EVAL_SEED = 1234
@@ -104,12 +108,12 @@ def decode(ids: Sequence[int], stop_at_eos: bool = True) -> str:
 
 @dataclass(frozen=True)
 class Question:
-    """One recall question: ``prompt`` text (without BOS), the ``answer`` text and where its facts are."""
+    """One recall question: ``prompt`` text (without BOS), the ``answer`` text and where its fact is."""
 
     prompt: str
     answer: str
-    keys: str  # the two queried keys, in answer order
-    fact_pos: tuple[int, int]  # token index (BOS counted) of each queried key's fact in the prompt
+    key: str
+    fact_pos: int  # token index (BOS counted) of the queried fact's key in the prompt
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -133,13 +137,11 @@ def sample_question(rng: random.Random, length: int, n_facts: int | None = None)
         n_facts = rng.randint(MIN_FACTS, MAX_FACTS)
     body_len = length - 1 - QUERY_LEN
     n_facts = min(n_facts, body_len // FACT_LEN)
-    if n_facts < 2:
-        raise ValueError(f"length must leave room for two facts: expected >= {1 + QUERY_LEN + 2 * FACT_LEN}, got {length}")
+    if n_facts < 1:
+        raise ValueError(f"length must leave room for one fact: expected >= {1 + QUERY_LEN + FACT_LEN}, got {length}")
     keys = rng.sample(KEYS, n_facts)
-    values = [rng.randint(0, 9) for _ in keys]
-    q1, q2 = rng.sample(range(n_facts), 2)
-    if values[q1] == 0:  # "07" would not parse (see get_answer_value): the first digit is never 0
-        values[q1] = rng.randint(1, 9)
+    # distinct first digits: "after 4 came 2" then names one fact, so both digits are one lookup
+    values = [10 * d + rng.randint(0, 9) for d in rng.sample(range(1, 10), n_facts)]
     # split the filler into n_facts + 1 gaps (a random composition of n_filler)
     n_filler = body_len - n_facts * FACT_LEN
     cuts = sorted(rng.randint(0, n_filler) for _ in range(n_facts))
@@ -150,13 +152,13 @@ def sample_question(rng: random.Random, length: int, n_facts: int | None = None)
         parts.append("".join(rng.choices(FILLER, k=gap)))
         pos += gap
         fact_start.append(pos)
-        parts.append(f"{key}={value};")
+        parts.append(f"{key}{value}")
         pos += FACT_LEN
     parts.append("".join(rng.choices(FILLER, k=gaps[-1])))
-    prompt = "".join(parts) + f"?{keys[q1]}{keys[q2]}="
+    q = rng.randrange(n_facts)
+    prompt = "".join(parts) + f"?{keys[q]}"
     assert len(prompt) + 1 == length
-    return Question(prompt=prompt, answer=f"{values[q1]}{values[q2]}", keys=keys[q1] + keys[q2],
-                    fact_pos=(fact_start[q1], fact_start[q2]))
+    return Question(prompt=prompt, answer=str(values[q]), key=keys[q], fact_pos=fact_start[q])
 
 
 def make_dataset(

@@ -61,39 +61,35 @@ def stage_length(step: int, steps: int, rng: random.Random, curriculum: tuple = 
     return current
 
 
-_FACT_RE = re.compile(r"([A-Z])=(\d);")
+_FACT_RE = re.compile(r"([A-Z])(\d\d)")
 
 
 def make_batch(rng: random.Random, batch: int, length: int, n_queries: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch`` questions of one prompt length -> (inputs [B, S], targets [B, S]) (-100 = no loss).
 
-    Each sequence is an evaluation prompt (BOS, facts in filler, ``?KE=``) and its answer, followed,
-    for training only, by up to ``n_queries - 1`` more queries about other pairs of facts of the
-    same prompt (``?AB=73``): more answers per forward pass, the first exactly as in evaluation.
+    Each sequence is an evaluation prompt (BOS, facts in filler, ``?K``) and its answer, followed,
+    for training only, by up to ``n_queries - 1`` more queries about other facts of the same
+    prompt (``?E73``): more answers per forward pass, the first exactly as in evaluation.
     Targets: both digits of every answer, and EOS after the last one.
     """
     seqs, targets = [], []
     for _ in range(batch):
         q = task.sample_question(rng, length)
-        facts = dict(_FACT_RE.findall(q.prompt))
-        queries = [(q.keys, q.answer)]
-        for _ in range(n_queries - 1):
-            k1, k2 = rng.sample(sorted(facts), 2)
-            if facts[k1] != "0" and all(k1 + k2 != keys for keys, _ in queries):
-                queries.append((k1 + k2, facts[k1] + facts[k2]))
+        facts = [(k, v) for k, v in _FACT_RE.findall(q.prompt) if k != q.key]
+        extra = rng.sample(facts, min(len(facts), n_queries - 1))
         seq, tgt = q.prompt_ids, [-100] * q.prompt_len
-        for i, (keys, answer) in enumerate(queries):
-            if i:  # the query "?KE=" itself: no loss
-                seq += task.encode(f"?{keys}=")
+        for i, (key, value) in enumerate([(q.key, q.answer)] + extra):
+            if i:  # the query "?K" itself: no loss
+                seq += task.encode(f"?{key}")
                 tgt += [-100] * task.QUERY_LEN
-            digits = task.encode(answer)
+            digits = task.encode(value)
             tgt[-1] = digits[0]  # the token before each digit predicts it
             seq += digits
             tgt += [digits[1], -100]
         tgt[-1] = task.EOS  # after the last answer's second digit: EOS
         seqs.append(seq)
         targets.append(tgt)
-    width = max(map(len, seqs))  # some extra queries are skipped (first value 0, repeats): lengths vary
+    width = max(map(len, seqs))  # short prompts may hold fewer facts: lengths vary
     inputs = torch.full((batch, width), task.PAD)
     labels = torch.full((batch, width), -100)
     for i, (seq, tgt) in enumerate(zip(seqs, targets)):
@@ -167,6 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--intermediate", type=int, default=256, help="SwiGLU intermediate_size")
     p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
+    p.add_argument("--init", type=Path, default=None,
+                   help="start from the weights in this directory (a manifest + safetensors) instead of random")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (0: torch's default); 1 is faster when others share the cores")
     args = p.parse_args(argv)
@@ -182,6 +180,14 @@ def main(argv: list[str] | None = None) -> dict:
                                        qk_nope_head_dim=args.head_dim, v_head_dim=args.head_dim)
     config = TinyDeepseekConfig(mla=mla, num_hidden_layers=args.layers, intermediate_size=args.intermediate)
     model = TinyDeepseek(config, attn_impl=args.attn_impl)
+    if args.init is not None:
+        from mla_edu.model import load_pretrained
+
+        init = load_pretrained(args.init, attn_impl=args.attn_impl)
+        if init.config.to_dict() != config.to_dict():
+            raise SystemExit(f"--init {args.init}: its config {init.config.to_dict()} differs from this run's {config.to_dict()}")
+        model.load_state_dict(init.state_dict())
+        model.train()
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -243,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
             "seed": args.seed, "steps": args.steps, "batch": args.batch,
             "tokens_per_batch": args.tokens_per_batch, "queries": args.queries, "lr": args.lr,
             "weight_decay": args.weight_decay, "warmup": args.warmup, "grad_clip": args.grad_clip,
-            "attn_impl": args.attn_impl, "curriculum": args.curriculum,
+            "attn_impl": args.attn_impl, "init": None if args.init is None else str(args.init), "curriculum": args.curriculum,
             "seconds": round(train_s, 1), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "machine": platform.machine(),
         },
@@ -253,6 +259,10 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "command": "python -m mla_edu.model.train " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
+    if args.init is not None:  # the run this one continued, with its own command: the full recipe
+        from mla_edu.model import load_manifest
+
+        manifest["init_manifest"] = load_manifest(args.init)
     manifest = save(model, args.out, manifest)
     print(f"wrote {args.out / WEIGHTS_FILE} ({manifest['bytes']:,} bytes) and {args.out / MANIFEST_FILE}")
     return manifest
