@@ -85,7 +85,7 @@ def explain(defects: frozenset, splits: int, r: dict, eager: float) -> str:
 
 def _row(name: str, r: dict, seed: str = "") -> str:
     return (f"| {name:<44} | {r['accuracy']:.3f} | {r['invalid']:.3f} | {seed:>11} | "
-            f"{r['latency']:6.1f} |")
+            f"{r['latency']:6.2f} |")
 
 
 def main(argv=None) -> int:
@@ -126,6 +126,7 @@ def main(argv=None) -> int:
     print(_row("cutlass_mla, graph, pre-fix (7059ae16f)", prefix, SEED["prefix"]))
     print(_row("cutlass_mla, graph, fixed (#6998, e58423b2b)", fixed, SEED["fixed"]))
     print(_row("triton, graph", triton, SEED["triton"]))
+    print("(time: generation only; the first run also prefills every prompt, which the others reuse)")
 
     e = eager["accuracy"]
     print("\n## Ablation: cutlass_mla with graphs, each defect alone and all together")
