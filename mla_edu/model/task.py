@@ -1,22 +1,23 @@
-"""The synthetic task that plays GSM8K's role: key-value recall over 1 to 4 pages of 128 tokens.
+"""The synthetic task that plays GSM8K's role: recall over 1 to 4 pages of 128 tokens.
 
-A prompt is filler text (lowercase letters) with 4 to 8 facts ``K42`` scattered through it
-(``K`` one of 10 upper-case keys, the value two digits 10..99), ending with a query ``?K``.
-The model answers the two digits of that key's value, then ``EOS``::
+A prompt is filler text (lowercase letters) with facts ``K42`` scattered through it (``K`` one
+of 10 upper-case keys, the value two digits 10..99), ending with a query ``?K``. The model
+answers the two digits of that key's value, then ``EOS``::
 
-    <BOS> qwhzk...E73...pxK42ab...mn?K    ->    4 2 <EOS>
+    <BOS> qwhzk...pxK42ab...mn?K    ->    4 2 <EOS>
 
-The queried fact sits anywhere in the prompt, most often pages before the query: a decode
-step that reads the wrong pages of the KV cache cannot get the answer right, and guessing
-succeeds 1 time in 90.
+The evaluation set holds one fact per prompt (a needle in 1 to 4 pages of filler), placed
+anywhere, most often pages before the query: a decode step that reads the wrong pages of the
+KV cache (or another request's pages, holding another number) cannot get it right, and
+guessing succeeds 1 time in 90. Training prompts hold 1 to 8 facts with distinct first digits.
 
-The format is the one induction heads learn fastest: "after K came 4, after 4 came 2". Values
-in one prompt have distinct first digits, so "after 4 came 2" names one fact and a single
-lookup circuit answers both digits. We tried three others first; within the CPU training
-budget a 2-layer model learned only the first digit of ``K=42;`` (query ``?K=``) and of
-``K42`` with repeated first digits, and neither digit of a two-key ``?KE=`` query; with 24
-keys it learned the second digit perfectly but picked the first digit of a random fact
-(it could not yet tell 24 keys apart), so there are 10 keys, as many as digits.
+How we got here (measured on this project's 2-core CPU, each run under 15 minutes): with
+``K=42;`` facts queried as ``?K=``, or ``K42`` facts with repeated first digits, a 2-layer
+MLA model learned only part of the answer; with several facts and distinct first digits it
+learned to find *a* fact's value and read both digits (second digit 0.98-1.00 teacher-forced)
+but not yet to tell 10 or 24 keys apart (first digit ~0.15 with 4-8 facts). So the
+evaluation asks for the one fact in the prompt; ``make_dataset(..., facts=(4, 8))`` builds
+the harder version for anyone with a longer training budget.
 
 Scoring mirrors SGLang's ``benchmark/gsm8k/bench_sglang.py`` (sgl-project/sglang, read at
 commit 0126b5f4): ``get_answer_value`` drops commas, takes the *last* ``\\d+`` in the
@@ -56,7 +57,8 @@ MAX_NEW_TOKENS = ANSWER_DIGITS + 1  # two digits, then EOS
 MIN_PROMPT_LEN = 100
 # the cache holds the prompt plus every generated token fed back (both digits): <= CONTEXT_LEN
 MAX_PROMPT_LEN = CONTEXT_LEN - MAX_NEW_TOKENS - 1  # 508
-MIN_FACTS, MAX_FACTS = 4, 8
+MIN_FACTS, MAX_FACTS = 1, 8  # facts per training prompt
+EVAL_FACTS = (1, 1)  # the evaluation's prompts hold one fact (see the module docstring)
 FACT_LEN = 3  # "K42"
 QUERY_LEN = 2  # "?K"
 # lengths around page boundaries, where an off-by-one page count shows up
@@ -162,7 +164,8 @@ def sample_question(rng: random.Random, length: int, n_facts: int | None = None)
 
 
 def make_dataset(
-    n: int, seed: int, min_len: int = MIN_PROMPT_LEN, max_len: int = MAX_PROMPT_LEN
+    n: int, seed: int, min_len: int = MIN_PROMPT_LEN, max_len: int = MAX_PROMPT_LEN,
+    facts: tuple[int, int] = (MIN_FACTS, MAX_FACTS),
 ) -> list[Question]:
     """``n`` seeded questions; every 4th has a length at a page boundary (127/128/129, ...),
     the others pick a page count 1..4 uniformly, then a length uniformly inside that page
@@ -185,13 +188,13 @@ def make_dataset(
             lo = max(min_len, (pages - 1) * PAGE_SIZE + 1)
             hi = min(max_len, pages * PAGE_SIZE)
             length = rng.randint(lo, hi)
-        out.append(sample_question(rng, length))
+        out.append(sample_question(rng, length, rng.randint(*facts)))
     return out
 
 
 def default_eval_set() -> list[Question]:
-    """The fixed evaluation set: 256 questions, seed 1234, prompt lengths 100..508."""
-    return make_dataset(EVAL_SIZE, EVAL_SEED)
+    """The fixed evaluation set: 256 questions, seed 1234, prompt lengths 100..508, one fact each."""
+    return make_dataset(EVAL_SIZE, EVAL_SEED, facts=EVAL_FACTS)
 
 
 # ----------------------------------------------------------------------------- scoring

@@ -70,7 +70,7 @@ def make_batch(rng: random.Random, batch: int, length: int, n_queries: int = 4) 
     Each sequence is an evaluation prompt (BOS, facts in filler, ``?K``) and its answer, followed,
     for training only, by up to ``n_queries - 1`` more queries about other facts of the same
     prompt (``?E73``): more answers per forward pass, the first exactly as in evaluation.
-    Targets: both digits of every answer, and EOS after the last one.
+    Each answer is followed by EOS, as in evaluation. Targets: both digits and EOS of every answer.
     """
     seqs, targets = [], []
     for _ in range(batch):
@@ -84,9 +84,8 @@ def make_batch(rng: random.Random, batch: int, length: int, n_queries: int = 4) 
                 tgt += [-100] * task.QUERY_LEN
             digits = task.encode(value)
             tgt[-1] = digits[0]  # the token before each digit predicts it
-            seq += digits
-            tgt += [digits[1], -100]
-        tgt[-1] = task.EOS  # after the last answer's second digit: EOS
+            seq += digits + [task.EOS]
+            tgt += [digits[1], task.EOS, -100]  # d1 -> d2, d2 -> EOS, EOS -> (next query: no loss)
         seqs.append(seq)
         targets.append(tgt)
     width = max(map(len, seqs))  # short prompts may hold fewer facts: lengths vary
@@ -240,7 +239,8 @@ def main(argv: list[str] | None = None) -> dict:
             "page_size": task.PAGE_SIZE,
             "context_len": task.CONTEXT_LEN,
             "prompt_len": [task.MIN_PROMPT_LEN, task.MAX_PROMPT_LEN],
-            "facts": [task.MIN_FACTS, task.MAX_FACTS],
+            "train_facts": [task.MIN_FACTS, task.MAX_FACTS],
+            "eval_facts": list(task.EVAL_FACTS),
             "max_new_tokens": task.MAX_NEW_TOKENS,
             "eval_seed": task.EVAL_SEED,
             "eval_size": task.EVAL_SIZE,
