@@ -32,10 +32,10 @@ from mla_edu.model import task
 
 
 def default_mla_config() -> MLAConfig:
-    """hidden 128, 4 heads, no q compression, kv_lora_rank 512 + rope 64 (the 576-wide latent)."""
+    """hidden 64, 4 heads, no q compression, kv_lora_rank 512 + rope 64 (the 576-wide latent)."""
     return MLAConfig(
-        hidden_size=128, num_attention_heads=4, q_lora_rank=None, kv_lora_rank=512,
-        qk_nope_head_dim=32, qk_rope_head_dim=64, v_head_dim=32, rope_theta=10000.0,
+        hidden_size=64, num_attention_heads=4, q_lora_rank=None, kv_lora_rank=512,
+        qk_nope_head_dim=16, qk_rope_head_dim=64, v_head_dim=16, rope_theta=10000.0,
         rope_scaling=None, rope_interleave=True, max_position_embeddings=task.CONTEXT_LEN,
         rms_norm_eps=1e-6, attention_bias=False, name="tiny-deepseek",
     )
@@ -48,7 +48,7 @@ class TinyDeepseekConfig:
     mla: MLAConfig = field(default_factory=default_mla_config)
     vocab_size: int = task.VOCAB_SIZE
     num_hidden_layers: int = 2
-    intermediate_size: int = 256
+    intermediate_size: int = 128
     rms_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:

@@ -32,7 +32,7 @@ from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_con
 from mla_edu.model import MANIFEST_FILE, WEIGHTS_DIR, WEIGHTS_FILE, sha256_file
 
 # (fraction of steps at which the stage starts, prompt length: int or "eval")
-CURRICULUM = ((0.0, 64), (0.3, 160), (0.55, "eval"))
+CURRICULUM = ((0.0, 64), (0.5, 160), (0.7, "eval"))
 
 
 def parse_curriculum(text: str) -> tuple:
@@ -64,7 +64,9 @@ def stage_length(step: int, steps: int, rng: random.Random, curriculum: tuple = 
 _FACT_RE = re.compile(r"([A-Z])(\d\d)")
 
 
-def make_batch(rng: random.Random, batch: int, length: int, n_queries: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    rng: random.Random, batch: int, length: int, n_queries: int = 4, facts: tuple[int, int] = (task.MIN_FACTS, task.MAX_FACTS)
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch`` questions of one prompt length -> (inputs [B, S], targets [B, S]) (-100 = no loss).
 
     Each sequence is an evaluation prompt (BOS, facts in filler, ``?K``) and its answer, followed,
@@ -74,9 +76,9 @@ def make_batch(rng: random.Random, batch: int, length: int, n_queries: int = 4) 
     """
     seqs, targets = [], []
     for _ in range(batch):
-        q = task.sample_question(rng, length)
-        facts = [(k, v) for k, v in _FACT_RE.findall(q.prompt) if k != q.key]
-        extra = rng.sample(facts, min(len(facts), n_queries - 1))
+        q = task.sample_question(rng, length, rng.randint(*facts))
+        others = [(k, v) for k, v in _FACT_RE.findall(q.prompt) if k != q.key]
+        extra = rng.sample(others, min(len(others), n_queries - 1))
         seq, tgt = q.prompt_ids, [-100] * q.prompt_len
         for i, (key, value) in enumerate([(q.key, q.answer)] + extra):
             if i:  # the query "?K" itself: no loss
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--tokens-per-batch", type=int, default=4096,
                    help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
     p.add_argument("--queries", type=int, default=4, help="answers per training sequence (the first as in eval)")
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--grad-clip", type=float, default=1.0)
@@ -155,11 +157,12 @@ def main(argv: list[str] | None = None) -> dict:
                    help="attention form used for training (same weights either way)")
     p.add_argument("--eval-questions", type=int, default=task.EVAL_SIZE,
                    help="how many questions of the default eval set to decode at the end")
-    p.add_argument("--hidden", type=int, default=128, help="hidden_size")
+    p.add_argument("--hidden", type=int, default=64, help="hidden_size")
     p.add_argument("--heads", type=int, default=4, help="num_attention_heads")
-    p.add_argument("--head-dim", type=int, default=32, help="qk_nope_head_dim = v_head_dim")
+    p.add_argument("--head-dim", type=int, default=16, help="qk_nope_head_dim = v_head_dim")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--intermediate", type=int, default=256, help="SwiGLU intermediate_size")
+    p.add_argument("--intermediate", type=int, default=128, help="SwiGLU intermediate_size")
+    p.add_argument("--facts", default=f"{task.MIN_FACTS},{task.MAX_FACTS}", help="MIN,MAX facts per training prompt")
     p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
     p.add_argument("--init", type=Path, default=None,
@@ -170,6 +173,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.steps < 1 or args.batch < 1:
         raise SystemExit(f"--steps and --batch must be >= 1, got {args.steps} and {args.batch}")
     curriculum = parse_curriculum(args.curriculum)
+    try:
+        facts = tuple(int(x) for x in args.facts.split(","))
+        assert len(facts) == 2 and 1 <= facts[0] <= facts[1] <= len(task.KEYS) and facts[1] <= 9
+    except (ValueError, AssertionError):
+        raise SystemExit(f"--facts must be MIN,MAX with 1 <= MIN <= MAX <= 9, got {args.facts!r}") from None
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -204,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     for step in bar:
         length = stage_length(step, args.steps, rng, curriculum)
         batch = max(1, min(args.batch, args.tokens_per_batch // length))
-        inputs, targets = make_batch(rng, batch, length, args.queries)
+        inputs, targets = make_batch(rng, batch, length, args.queries, facts)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
         loss, acc = answer_loss(model, inputs, targets)
@@ -239,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
             "page_size": task.PAGE_SIZE,
             "context_len": task.CONTEXT_LEN,
             "prompt_len": [task.MIN_PROMPT_LEN, task.MAX_PROMPT_LEN],
-            "train_facts": [task.MIN_FACTS, task.MAX_FACTS],
+            "train_facts": list(facts),
             "eval_facts": list(task.EVAL_FACTS),
             "max_new_tokens": task.MAX_NEW_TOKENS,
             "eval_seed": task.EVAL_SEED,
