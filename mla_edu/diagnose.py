@@ -486,3 +486,45 @@ def fix_piece_by_piece():
     """figures/fix_piece_by_piece.png: accuracy after each piece of SGLang's merged fix (64 questions)."""
     model, questions = _shipped()
     return piece_by_piece_figure(accuracy_runner(model, questions))
+
+
+# ---- why 0.060 and not 0: which requests are right under the bug -------------------------------------
+@torch.no_grad()
+def row0_study(model, questions, *, max_running_requests: int, row_order: str = "append", defects=PRE_FIX,
+               prefill_cache: dict | None = None, dtype: str | None = None, device=None) -> dict:
+    """Run ``questions`` through the pre-fix graph engine and score each request against the rows it
+    decoded in (``Req.rows``: the batch row of each decode step).
+
+    Returns counts and accuracies of three disjoint groups: requests that decoded only in row 0;
+    those whose *first* decode step (the one that produces the answer's second digit; the first
+    digit comes from the prefill) ran in row 0 but a later one did not; the rest (first decode
+    step in another row).
+    """
+    from mla_edu.model import task
+
+    mr = max_running_requests
+    if isinstance(mr, bool) or not isinstance(mr, int) or mr < 1:
+        raise ValueError(f"max_running_requests: expected an int >= 1, got {mr!r}")
+    args = ServerArgs(attention_backend="cutlass_mla", defects=defects, cuda_graph_bs=(max(1, mr // 2), mr),
+                      max_running_requests=mr, row_order=row_order,
+                      context_length=model.config.mla.max_position_embeddings,
+                      dtype=dtype or default_dtype(device), device=device)
+    engine = Engine(model, args, prefill_cache=prefill_cache)
+    reqs = engine.generate([q.prompt_ids for q in questions], max_new_tokens=task.MAX_NEW_TOKENS,
+                           stop_token_ids=(task.EOS,))
+    right = [task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, questions)]
+    first0 = [bool(r.rows) and r.rows[0] == 0 for r in reqs]
+    only0 = [bool(r.rows) and r.decoded_only_in_row0 for r in reqs]
+
+    def acc(mask):
+        sel = [c for c, m in zip(right, mask) if m]
+        return (sum(sel) / len(sel)) if sel else float("nan")
+
+    first_only = [f and not o for f, o in zip(first0, only0)]
+    rest = [not f for f in first0]
+    out = {"max_running_requests": mr, "row_order": row_order, "n": len(reqs), "accuracy": sum(right) / len(reqs)}
+    for name, mask in (("only_row0", only0), ("first_row0", first_only), ("rest", rest)):
+        out[name] = sum(mask)
+        out[f"right_{name}"] = sum(c for c, m in zip(right, mask) if m)
+        out[f"acc_{name}"] = acc(mask)
+    return out

@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -213,47 +214,49 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 # ## 7. An open question: why 0.060 and not 0?
 #
 # Under the bug only row 0 reads its own pages. In the seed each DP worker ran at most 16 requests,
-# so a first guess is `0.917 / 16 = 0.057`, close to 0.060. But a request is right only if *every*
-# one of its decode steps read the right pages, so what matters is how often a request decodes
-# entirely in row 0, which depends on how the engine orders rows as requests finish and join.
+# so a first guess is `0.917 / 16 = 0.057`, close to 0.060. But a request is right only if the
+# decode steps that decide its answer read the right pages, so what matters is how often those steps
+# run in row 0, which depends on how the engine orders rows as requests finish and join.
 # SGLang's `ScheduleBatch.filter_batch` keeps survivors in order and `merge_batch` appends joining
 # requests (`schedule_batch.py`): `row_order="append"`. We measure, rather than assume, accuracy
 # under the bug against the number of running requests and the row order.
 
 # %%
-print(f"eager accuracy {eager['accuracy']:.3f}; pre-fix graph runs, {N} questions each:")
-print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s} {'decoded only in row 0':>22s} "
-      f"{'their acc':>9s} {'others acc':>10s} {'guess eager/max running':>24s}")
-open_q = []
-for mr in (4, 8, 16):
-    for order in ("append", "prepend"):
-        r = run(defects=PRE_FIX, max_running_requests=mr, cuda_graph_bs=(mr // 2, mr), row_order=order)
-        n0 = r["only_row0"]
-        right0 = round(r["accuracy_only_row0"] * n0) if n0 else 0
-        r["others_acc"] = (round(r["accuracy"] * N) - right0) / (N - n0)
-        open_q.append(r)
-        print(f"{mr:11d} {order:>9s} {r['accuracy']:8.3f} {n0:>14d} of {N:<5d} "
-              f"{r['accuracy_only_row0'] if n0 else float('nan'):9.3f} {r['others_acc']:10.3f} "
-              f"{eager['accuracy'] / mr:24.3f}")
-row0_all = sum(r["only_row0"] for r in open_q)
-row0_right = sum(round(r["accuracy_only_row0"] * r["only_row0"]) for r in open_q if r["only_row0"])
-others_right = sum(r["others_acc"] * (N - r["only_row0"]) for r in open_q)
-print(f"\nall six runs: requests decoded only in row 0 right {row0_right / row0_all:.3f}, "
-      f"the others right {others_right / (6 * N - row0_all):.3f}")
-assert row0_right / row0_all > eager["accuracy"] - 0.15  # row-0 requests are right about as often as eager
-assert others_right / (6 * N - row0_all) < 0.25 * eager["accuracy"]  # the rest are mostly wrong
+print(f"eager accuracy {eager['accuracy']:.3f}; pre-fix graph, {N} questions per run; right / requests in each group")
+print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s} {'all steps in row 0':>18s} "
+      f"{'only 1st step in row 0':>22s} {'1st step elsewhere':>18s} {'eager/max running':>17s}")
+cache = {}
+open_q = [dg.row0_study(model, questions[:N], max_running_requests=mr, row_order=order, prefill_cache=cache,
+                        dtype=DTYPE)
+          for mr in (4, 8, 16) for order in ("append", "prepend")]
+for r in open_q:
+    groups = "".join(f"{r['right_' + g]:>{w - 6}d} / {r[g]:<3d}" for g, w in
+                     (("only_row0", 19), ("first_row0", 23), ("rest", 19)))
+    print(f"{r['max_running_requests']:11d} {r['row_order']:>9s} {r['accuracy']:8.3f}{groups} "
+          f"{eager['accuracy'] / r['max_running_requests']:17.3f}")
+tot = {g: (sum(r["right_" + g] for r in open_q), sum(r[g] for r in open_q)) for g in ("only_row0", "first_row0", "rest")}
+print("\nall six runs: " + "; ".join(f"{g}: {k} right of {n} ({k / n:.2f})" for g, (k, n) in tot.items()))
+assert tot["only_row0"][0] / tot["only_row0"][1] > eager["accuracy"] - 0.05  # all steps in row 0: as right as eager
+assert tot["first_row0"][0] / tot["first_row0"][1] > 0.5  # the digit read from the right pages, usually kept
+assert tot["rest"][0] / tot["rest"][1] < 0.25 * eager["accuracy"]  # digit decoded elsewhere: mostly wrong
+assert open_q[1]["first_row0"] > open_q[0]["first_row0"]  # prepend gives every newcomer's first step row 0
 
 # %% [markdown]
-# What this measures (numbers above, on this model): the requests that decoded only in row 0 are
-# right about as often as eager, and the others are mostly wrong (some are right by luck: the first
-# digit comes from the prefill, which is correct, and only the second is decoded from wrong pages).
-# So accuracy under the bug is roughly (share of requests that stayed in row 0) x (eager accuracy),
-# plus the lucky guesses. That share is not
-# `1 / max_running`: here each request decodes two tokens, and with `append` the request in row 0
-# stays there until it finishes, while `prepend` moves it down as soon as another joins. The
-# seed's 0.060 is consistent with "about one request in 16 stayed in row 0", but GSM8K answers take
-# hundreds of decode steps, so how many stayed in row 0 for all of them depends on finish times
-# we do not have; treat the 0.057 guess as a plausible explanation, not a proof.
+# What this measures (numbers above, on this model). A request's answer has two digits: the first
+# comes from the prefill, which is always right; the second is decoded in the request's first decode
+# step, and the next step only has to emit the end marker. Requests that decoded only in row 0 are
+# right like eager. Those whose first decode step ran in row 0 are mostly right: the end-marker step,
+# run in another row on wrong pages, sometimes emits a third digit instead. The rest are rarely right.
+# The row order decides how many first steps run in row 0: with `prepend` every joining request takes
+# row 0 for its first step, with SGLang's `append` essentially only a request that joins an empty
+# batch does. So the accuracy under the bug is not `eager / max running`: it depends on the row order
+# and on how many of a request's steps decide its answer.
+#
+# For the seed, GSM8K answers take hundreds of decode steps, every one of which must read the right
+# pages, under SGLang's `append` order; how many requests managed that depends on finish times we do
+# not have (and every request shares the same 5-shot prefix, so a mis-read page is often a plausible
+# page). The 0.057 guess is close to 0.060, but this mini engine does not confirm it: treat it as an
+# open question, not an explanation.
 #
 # ## What we saw
 #
@@ -266,7 +269,8 @@ assert others_right / (6 * N - row0_all) < 0.25 * eager["accuracy"]  # the rest 
 # - The index buffer keeps stale page ids; the mis-strided rows read other rows' entries and stale ones.
 # - The graph froze width 1, row stride 1 and `max_seq_len` 128 at capture; the replay hook's
 #   recomputation changed nothing the graph reads.
-# - Under the bug, the right answers come from requests that decoded only in row 0.
+# - Under the bug, a request is right when its answer-deciding decode step ran in row 0; how often that
+#   happens depends on the row order, so `eager / max running` is only a rough guess.
 #
 # ## Exercises
 #
@@ -275,4 +279,5 @@ assert others_right / (6 * N - row0_all) < 0.25 * eager["accuracy"]  # the rest 
 # 2. Predict the pages row 3 reads if the captured width had been 2 instead of 1; check your
 #    answer with `dg._read_pages(view, 2, n_pages)` on the buffer.
 # 3. With `max_running_requests=1`, what accuracy does the pre-fix graph give? Measure it with `run(...)`.
-# 4. Find the row order that makes the pre-fix accuracy lowest for 8 running requests, and explain it.
+# 4. With `append`, which requests get their first decode step in row 0? Count them for 8 running
+#    requests from the engine's schedule and compare with the table.
