@@ -295,7 +295,7 @@ def _annotate(ax, data):
 def draw_accuracy(ax, result: PanelResult):
     """Bars: eager and graph accuracy (hatched: invalid answers) for one setting."""
     e, g = result.eager, result.graph
-    names = ["eager", "graph" + (" (emulated)" if g["device"] == "cpu" else "")]
+    names = ["eager", "graph" + ("\n(emulated)" if g["device"] == "cpu" else "")]
     accs = [e["accuracy"], g["accuracy"]]
     bars = ax.bar(names, accs, color=["#4c72b0", "#d62728" if g["accuracy"] < e["accuracy"] - 0.05 else "#55a868"])
     ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color="none", edgecolor="#777", hatch="//",
