@@ -302,7 +302,7 @@ def draw_accuracy(ax, result: PanelResult):
            label="invalid")
     for bar, a in zip(bars, accs):
         ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=9)
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.3)
     ax.set_ylabel("accuracy")
     ax.set_title(f"{result.settings.num_questions} questions", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")

@@ -75,6 +75,18 @@ assert result.graph["accuracy"] < result.eager["accuracy"] - 0.5
 # entries `b, b+1, ...` of the buffer's storage, i.e. row 0's pages shifted by `b`, then stale ids.
 # The graph froze `size(1) = 1`, the width of the view sliced at capture with dummy lengths of 1.
 #
+# Who still answers right under the bug? `run_bench` records each request's batch row at every decode
+# step. A request that decoded only in row 0 read its own pages at every step:
+
+# %%
+g = result.graph
+print(f"requests that decoded only in row 0: {g['only_row0']} of {g['num_questions']}, "
+      f"their accuracy {g['accuracy_only_row0']:.3f}")
+print(f"graph accuracy {g['accuracy']:.3f}; bug.md's first guess eager / max running = "
+      f"{result.eager['accuracy'] / 8:.3f}")
+assert g["only_row0"] >= 1 and g["accuracy_only_row0"] >= 0.9
+
+# %% [markdown]
 # Now the same panel over the settings that matter (each line is one click of the widgets below):
 
 # %%
