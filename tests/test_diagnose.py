@@ -129,3 +129,19 @@ def test_example_batch():
     assert [len(p) for p in earlier] == sorted((len(p) for p in earlier), reverse=True)
     with pytest.raises(ValueError, match="expected at least 14, got 3"):
         dg.example_batch(qs[:3])
+
+
+def test_row0_study_partitions_requests():
+    from mla_edu.model import load_pretrained, task
+
+    torch.set_num_threads(1)
+    m, qs = load_pretrained(), task.default_eval_set()[:12]
+    cache = {}
+    res = {o: dg.row0_study(m, qs, max_running_requests=4, row_order=o, prefill_cache=cache, dtype="float32",
+                            device="cpu") for o in ("append", "prepend")}
+    for r in res.values():
+        assert r["only_row0"] + r["first_row0"] + r["rest"] == r["n"] == 12
+        assert r["right_only_row0"] + r["right_first_row0"] + r["right_rest"] == round(r["accuracy"] * 12)
+    assert res["prepend"]["first_row0"] + res["prepend"]["only_row0"] > res["append"]["first_row0"] + res["append"]["only_row0"]
+    with pytest.raises(ValueError, match="max_running_requests: expected an int >= 1, got 0"):
+        dg.row0_study(m, qs, max_running_requests=0)
