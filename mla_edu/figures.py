@@ -22,6 +22,8 @@ FIGURES: dict[str, str] = {
     "kernel_bench_h200": "mla_edu.kernels.plots:kernel_bench_figure",
     "graph_launch_overhead": "mla_edu.graphs.plots:launch_overhead",
     "graph_narrow_view_reads": "mla_edu.graphs.plots:narrow_view_reads",
+    "panel_default": "mla_edu.panel:panel_default",
+    "panel_fixed": "mla_edu.panel:panel_fixed",
 }
 
 
