@@ -89,19 +89,25 @@ assert eager["graph_steps"] == 0 and prefix["graph_steps"] == prefix["decode_ste
 # %% [markdown]
 # Same shape as the seed: eager right, the pre-fix graph near zero, the fix and the Triton backend
 # back at the eager accuracy. Every decode step of the graph runs went through a graph replay.
-# The whole eval set, as `python -m mla_edu.repro` measured it (read from the committed results,
-# where present):
+# The whole eval set with SGLang's sizes (`--cuda-graph-bs 64 128 --max-running-requests 128`), as
+# `python -m mla_edu.repro` measured it on CPU and on an H200 with real CUDA graphs in bf16 (read from
+# the committed `mla_edu/results/repro_*.json`):
 
 # %%
+import json
 from pathlib import Path
 
-committed = sorted((Path(mla_edu.__file__).parent / "results").glob("repro*.md"))
-for path in committed:
-    lines = path.read_text().splitlines()
-    print(f"--- mla_edu/results/{path.name} (first table)")
-    print("\n".join(lines[: next((i for i, l in enumerate(lines[3:], 3) if not l.strip()), len(lines))][:12]))
-if not committed:
-    print("no committed repro results yet: run  python -m mla_edu.repro")
+RESULTS = Path(mla_edu.__file__).parent / "results"
+full = {name: json.loads((RESULTS / f"repro_{name}.json").read_text())
+        for name in ("cpu", "h200_bfloat16") if (RESULTS / f"repro_{name}.json").is_file()}
+names = {"eager": "cutlass_mla --disable-cuda-graph", "prefix": "cutlass_mla, graph, pre-fix",
+         "fixed": "cutlass_mla, graph, fixed", "triton": "triton, graph"}
+heads = {"cpu": "CPU emulator fp32", "h200_bfloat16": "H200 graphs bf16"}
+print(f"{'python -m mla_edu.repro, 256 questions':38s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
+for key, name in names.items():
+    print(f"{name:38s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" for k in full) + f"   {SEED[key]}")
+for k, res in full.items():
+    assert res["table"]["prefix"]["accuracy"] < 0.25 * res["table"]["eager"]["accuracy"]
 
 # %% [markdown]
 # Now the diagnosis, one step at a time.
@@ -240,6 +246,17 @@ assert tot["only_row0"][0] / tot["only_row0"][1] > eager["accuracy"] - 0.05  # a
 assert tot["first_row0"][0] / tot["first_row0"][1] > 0.5  # the digit read from the right pages, usually kept
 assert tot["rest"][0] / tot["rest"][1] < 0.25 * eager["accuracy"]  # digit decoded elsewhere: mostly wrong
 assert open_q[1]["first_row0"] > open_q[0]["first_row0"]  # prepend gives every newcomer's first step row 0
+
+# %% [markdown]
+# The committed full-size runs (256 questions, graphs for 64 and 128) point the same way:
+
+# %%
+for k, res in full.items():
+    oq = res["open_question"]
+    print(f"{heads[k]:18s}: " + ", ".join(f"{r['max_running_requests']} running, {r['row_order']}: {r['accuracy']:.3f}"
+                                          for r in oq))
+    for a, p in zip(oq[::2], oq[1::2]):
+        assert a["row_order"] == "append" and p["row_order"] == "prepend" and p["accuracy"] >= a["accuracy"]
 
 # %% [markdown]
 # What this measures (numbers above, on this model). A request's answer has two digits: the first
