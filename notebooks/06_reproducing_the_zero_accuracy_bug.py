@@ -269,11 +269,12 @@ for k, res in full.items():
 # batch does. So the accuracy under the bug is not `eager / max running`: it depends on the row order
 # and on how many of a request's steps decide its answer.
 #
-# For the seed, GSM8K answers take hundreds of decode steps, every one of which must read the right
-# pages, under SGLang's `append` order; how many requests managed that depends on finish times we do
-# not have (and every request shares the same 5-shot prefix, so a mis-read page is often a plausible
-# page). The 0.057 guess is close to 0.060, but this mini engine does not confirm it: treat it as an
-# open question, not an explanation.
+# For the seed, GSM8K answers take hundreds of decode steps, many of which decide the final number,
+# under SGLang's `append` order; how many requests got those steps right depends on finish times we
+# do not have. Also, `bench_sglang.py` puts the same five examples in front of every question
+# (`get_few_shot_examples` takes the first `k` of the set), so a mis-read page often holds the same
+# text as the right one. The 0.057 guess is close to 0.060, but this mini engine does not confirm it:
+# treat it as an open question, not an explanation.
 #
 # ## What we saw
 #
