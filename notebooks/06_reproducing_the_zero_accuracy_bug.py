@@ -42,7 +42,7 @@ from mla_edu.serving import MERGED_FIX, PRE_FIX
 torch.set_num_threads(1)  # the ops are small; one thread avoids OpenMP overhead on a busy CPU
 DEVICE = mla_edu.default_device()
 DTYPE = dg.default_dtype(DEVICE)  # bf16 on a GPU, float32 on CPU
-TOL = 1e-3 if DTYPE == "float32" else 0.25  # logits: same computation, different summation order
+TOL = 1e-3 if DTYPE == "float32" else 0.5  # logits: same computation, different rounding or summation order
 model = load_pretrained()
 questions = task.default_eval_set()
 print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len for q in questions)} to "
@@ -77,7 +77,6 @@ table = {
     "cutlass_mla, graph, fixed (e58423b2b)": (run(defects=MERGED_FIX), SEED["fixed"]),
     "triton, graph": (run(attention_backend="triton"), SEED["triton"]),
 }
-print(f"{N} questions, {'real CUDA graphs' if DEVICE.type == 'cuda' else 'CPU graph emulator'}, {DTYPE}")
 print(f"{'run':42s} {'accuracy':>8s} {'invalid':>8s}   seed (V3, GSM8K)")
 for name, (r, seed) in table.items():
     print(f"{name:42s} {r['accuracy']:8.3f} {r['invalid']:8.3f}   {seed}")
@@ -85,6 +84,10 @@ eager, prefix, fixed, triton = (r for r, _ in table.values())
 assert eager["accuracy"] > 0.5 and prefix["accuracy"] < 0.25 * eager["accuracy"]  # the collapse
 assert abs(fixed["accuracy"] - eager["accuracy"]) <= 0.03 and abs(triton["accuracy"] - eager["accuracy"]) <= 0.03
 assert eager["graph_steps"] == 0 and prefix["graph_steps"] == prefix["decode_steps"] > 0
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{N} questions, {'real CUDA graphs' if DEVICE.type == 'cuda' else 'CPU graph emulator'}, {DTYPE}")
 
 # %% [markdown]
 # Same shape as the seed: eager right, the pre-fix graph near zero, the fix and the Triton backend
@@ -125,10 +128,15 @@ prompts, earlier = dg.example_batch(questions)
 d = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), dtype=DTYPE)
 next_g, next_e = d.logits_graph.argmax(-1).tolist(), d.logits_eager.argmax(-1).tolist()
 print(f"one decode step, {len(d.seq_lens)} rows padded to {d.padded_bs}")
-print(f"{'row':>3s} {'tokens':>6s} {'pages':>5s} {'max |graph - eager| logit':>26s} {'same next token':>16s}")
+print(f"{'row':>3s} {'tokens':>6s} {'pages':>5s} {'logits match eager':>19s} {'same next token':>16s}")
 for b, n in enumerate(d.seq_lens):
-    print(f"{b:3d} {n:6d} {-(-n // 128):5d} {min(d.row_err[b], 99):26.3f} {str(next_g[b] == next_e[b]):>16s}")
+    print(f"{b:3d} {n:6d} {-(-n // 128):5d} {str(d.row_err[b] < TOL):>19s} {str(next_g[b] == next_e[b]):>16s}")
 assert d.row_err[0] < TOL and all(e > TOL for e in d.row_err[1:])
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# the sizes behind "match" (float32 on CPU, bf16 on a GPU): max |graph - eager| logit per row
+print([round(min(e, 99.0), 3) for e in d.row_err])
 
 # %% [markdown]
 # ## 3. Which requests are wrong: all but the first row
@@ -156,12 +164,16 @@ assert all((e < TOL) == o for e, o in zip(d.row_err, own))  # wrong logits exact
 # predicted page ids. If the prediction is right, its logits equal the replay's.
 
 # %%
-print(f"max |replay - reference kernel on the predicted pages| over rows: {max(d.check_err):.1e} "
-      f"(below {TOL:g}: {max(d.check_err) < TOL})")
-print(f"max |replay - eager| over rows 1..: {min(d.row_err[1:]):.2f} or more")
+print("replay == reference kernel on the predicted pages, every row:", max(d.check_err) < TOL)
+print("replay == eager on rows 1..:", any(e < TOL for e in d.row_err[1:]))
 assert max(d.check_err) < TOL
 fig = dg.page_reads_figure(d)
 print("saved", save(fig, "bug_page_reads").name)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"max |replay - reference on the predicted pages| {max(d.check_err):.1e}; "
+      f"min |replay - eager| over rows 1.. {min(d.row_err[1:]):.2f}")
 
 # %% [markdown]
 # The prediction holds to float rounding on every row: the graph's kernel read exactly the pages

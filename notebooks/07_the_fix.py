@@ -46,7 +46,7 @@ from mla_edu.serving import MERGED_FIX, PRE_FIX
 torch.set_num_threads(1)
 DEVICE = mla_edu.default_device()
 DTYPE = dg.default_dtype(DEVICE)
-TOL = 1e-3 if DTYPE == "float32" else 0.25
+TOL = 1e-3 if DTYPE == "float32" else 0.5
 model = load_pretrained()
 questions = task.default_eval_set()
 N = 64
@@ -91,7 +91,7 @@ print(f"frozen at capture: width {d_fix.captured.width}, row stride {d_fix.captu
       f"(the buffer's {d_fix.captured.buffer_row_stride}), max_seq_len {d_fix.captured.max_seq_len}")
 print("rows reading their own pages:", d_fix.rows_reading_own_pages[: len(d_fix.seq_lens)])
 print(f"stale entries still in the buffer: {int(dg.stale_entries(d_fix).sum())}; "
-      f"max |graph - eager| logit: {max(d_fix.row_err):.1e}")
+      f"every row's logits match eager: {max(d_fix.row_err) < TOL}")
 assert d_fix.captured.width == d_fix.captured.row_stride == d_fix.captured.buffer_row_stride
 assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.stale_entries(d_fix).any()
 
@@ -153,15 +153,17 @@ hz = dg.workspace_hazard(model, prompts, cuda_graph_bs=(4, 8), dtype=DTYPE)
 ok = dg.workspace_hazard(model, prompts, defects=frozenset(), cuda_graph_bs=(4, 8), dtype=DTYPE)
 for name, h in (("workspace defect", hz), ("fixed", ok)):
     print(f"{name:16s}: splits frozen in graph 8: {h.splits}; backend still holds its workspace: "
-          f"{h.graph_workspace_held}; max |graph - eager| logit: {max(h.row_err):.1e}")
-print(f"a new owner of the dropped workspace's bytes: one replay overwrote {hz.owner_bytes_changed:.1%} of its data")
+          f"{h.graph_workspace_held}; logits match eager: {max(h.row_err) < TOL}")
+print(f"a new owner of the dropped workspace's bytes: one replay overwrote part of its data: {hz.owner_bytes_changed > 0}")
 assert hz.splits > 1 and not hz.graph_workspace_held and ok.graph_workspace_held
 assert hz.owner_bytes_changed > 0 and max(hz.row_err) < TOL
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-# what the graph layer itself reports (the CPU emulator tracks storages; a plain CUDA graph does not)
+# what the graph layer itself reports (the CPU emulator tracks storages; a plain CUDA graph does not),
+# and how much of the new owner's data one replay overwrote (depends on the kernel's workspace layout)
 print(hz.freed_uses[0] if hz.freed_uses else "no report (real CUDA graph without tracking)")
+print(f"overwritten: {hz.owner_bytes_changed:.1%} of the owner's bytes")
 if not DEVICE.type == "cuda":
     assert hz.freed_uses and not ok.freed_uses
 
