@@ -24,6 +24,9 @@ FIGURES: dict[str, str] = {
     "graph_narrow_view_reads": "mla_edu.graphs.plots:narrow_view_reads",
     "panel_default": "mla_edu.panel:panel_default",
     "panel_fixed": "mla_edu.panel:panel_fixed",
+    "bug_page_reads": "mla_edu.diagnose:bug_page_reads",
+    "bug_page_table": "mla_edu.diagnose:bug_page_table",
+    "fix_piece_by_piece": "mla_edu.diagnose:fix_piece_by_piece",
 }
 
 
