@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -25,12 +26,53 @@ def _load_model(device=None):
     return load_pretrained(device=device) if device else load_pretrained()
 
 
+_IN_CHILD = "MLA_EDU_BENCH_CHILD"  # set in the child process, which then runs the configuration itself
+
+
+def may_crash_the_gpu(args: ServerArgs) -> bool:
+    """True for the pre-fix workspace handling with split partials under real CUDA graphs.
+
+    Measured on the H200 (mla_edu/results/workspace_hazard_h200.md): a graph keeps writing the
+    capture-time workspace that Python dropped when the next size was captured;
+    ``torch.cuda.graph`` empties the allocator's cache when a capture starts, so the memory can
+    be unmapped, and the replay dies with "an illegal memory access". That error poisons the
+    whole process's CUDA context, so ``run_bench`` runs such a configuration in a child process.
+    """
+    import torch
+
+    device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph and args.attention_backend == "cutlass_mla"
+            and "workspace" in args.defects and args.num_kv_splits != 1)
+
+
+def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
+    """``python -m mla_edu.bench --json`` in a child process; a crash becomes the result."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "mla_edu.bench", "--json", "--attention-backend", args.attention_backend,
+           "--defects", ",".join(sorted(args.defects)) or "none", "--num-kv-splits", str(args.num_kv_splits),
+           "--num-questions", str(num_questions), "--parallel", str(parallel),
+           "--cuda-graph-bs", *map(str, args.cuda_graph_bs), "--max-running-requests", str(args.max_running_requests),
+           "--row-order", args.row_order, "--dtype", args.dtype] + (["--device", str(args.device)] if args.device else [])
+    env = {**os.environ, _IN_CHILD: "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode == 0:
+        return {**json.loads(proc.stdout.strip().splitlines()[-1]), "crashed": None}
+    lines = [ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or proc.stderr.strip().splitlines()[-1:]
+    return {"attention_backend": args.attention_backend, "cuda_graph": True, "defects": sorted(args.defects),
+            "num_kv_splits": args.num_kv_splits, "max_running_requests": args.max_running_requests,
+            "num_questions": num_questions, "accuracy": 0.0, "invalid": 1.0, "errors": num_questions,
+            "max_splits_used": None, "crashed": lines[-1][:300] if lines else f"exit code {proc.returncode}",
+            "device": "cuda", "dtype": args.dtype}
+
+
 def run_bench(model=None, questions=None, *, num_questions: int | None = None, parallel: int = 128,
               progress: bool = False, prefill_cache: dict | None = None, **server_args) -> dict:
     """Run the eval set through an ``Engine`` and score it like bench_sglang.py.
 
     ``server_args``: any ``ServerArgs`` field. Returns a dict with ``accuracy``, ``invalid``,
-    ``latency`` (s), ``output_throughput`` (tok/s), ``errors`` and row statistics.
+    ``latency`` (s), ``output_throughput`` (tok/s), ``errors``, ``crashed`` (None, or the error
+    of a configuration that ``may_crash_the_gpu`` and did) and row statistics.
     """
     from mla_edu.model import task
 
@@ -46,7 +88,13 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
         raise ValueError(f"parallel: expected an int >= 1, got {parallel!r}")
     server_args["max_running_requests"] = min(parallel, server_args.get("max_running_requests", 128))
     server_args.setdefault("context_length", model.config.mla.max_position_embeddings)
-    engine = Engine(model, ServerArgs(**server_args), prefill_cache=prefill_cache)
+    args = ServerArgs(**server_args)
+    if may_crash_the_gpu(args):
+        if list(questions) != task.default_eval_set()[:len(questions)]:
+            raise ValueError("this configuration runs in a child process, which reads the default eval set: "
+                             "expected questions = task.default_eval_set()[:n], got another list")
+        return _run_in_child(args, len(questions), parallel)
+    engine = Engine(model, args, prefill_cache=prefill_cache)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -86,6 +134,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
         "accuracy_only_row0": (sum(c for c, r in zip(correct, row0) if r) / n_row0) if n_row0 else float("nan"),
         "device": str(engine.runner.device),
         "dtype": engine.args.dtype,
+        "crashed": None,
     }
 
 

@@ -271,8 +271,13 @@ class PanelRunner:
         if not isinstance(settings, PanelSettings):
             raise TypeError(f"expected PanelSettings, got {type(settings).__name__}")
         if settings not in self.results:
-            from mla_edu.bench import run_bench
+            from mla_edu.bench import may_crash_the_gpu, run_bench
+            from mla_edu.serving import ServerArgs
 
+            if may_crash_the_gpu(ServerArgs(**settings.server_args(True))):
+                raise RuntimeError("this setting (workspace defect, automatic splits) can kill the CUDA context on a "
+                                   "GPU, and the panel replays it in-process: see notebook 07, section 3, or run it "
+                                   "with python -m mla_edu.bench, which isolates it in a child process")
             qs = self.questions[: settings.num_questions]
             runs = {}
             for graph in (False, True):

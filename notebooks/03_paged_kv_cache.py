@@ -184,10 +184,12 @@ for b in range(4):
 # touch nothing else:
 
 # %%
+dev = mla_edu.default_device()  # Triton runs natively on a GPU, in its interpreter on CPU
 for impl in ("torch", "triton"):
-    b2 = torch.full_like(buf, -7)
+    b2 = torch.full_like(buf, -7, device=dev)
     view = b2[:4, 2:]  # a view whose row stride (10) is not its width (8)
-    fill_page_table(sc["req_to_token"], sc["req_pool_indices"], sc["seq_lens"], view, 64, impl=impl)
+    fill_page_table(sc["req_to_token"].to(dev), sc["req_pool_indices"].to(dev), sc["seq_lens"].to(dev), view, 64,
+                    impl=impl)
     live = [view[b, : n].tolist() for b, n in enumerate(sc["n_pages"])]
     untouched = int((b2 == -7).sum())
     print(f"{impl:6s} live entries {live}  untouched entries {untouched} of {b2.numel()}")

@@ -91,7 +91,8 @@ for heads in (16, 128):
 # out-of-range id. A kernel that reads anything it should not returns NaN.
 
 # %%
-case = random_decode_case(0, heads=8, page_size=16, lens=[1, 16, 50, 37], extra_cols=2)
+DEVICE = mla_edu.default_device()  # the GPU when there is one: Triton then runs natively
+case = random_decode_case(0, heads=8, page_size=16, lens=[1, 16, 50, 37], extra_cols=2, device=DEVICE)
 print("seq_lens  ", case.seq_lens.tolist())
 print("page_table", case.page_table.tolist())
 print("cache", tuple(case.cache.shape), "| NaN rows:", int(case.cache.isnan().any(-1).sum()), "of",
@@ -193,7 +194,7 @@ assert get_workspace_size(128, 1, 132, 1) == 262_656
 # split is too small for them. `mla_decode` raises instead of writing past its end:
 
 # %%
-ws_small = torch.empty(get_workspace_size(16 * case.page_table.size(1), 4, 132, 1), dtype=torch.uint8)
+ws_small = torch.empty(get_workspace_size(16 * case.page_table.size(1), 4, 132, 1), dtype=torch.uint8, device=DEVICE)
 try:
     mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws_small, case.sm_scale, 4,
                impl="torch")
@@ -248,7 +249,7 @@ for splits in (1, 3):
 
 # %%
 w = case.page_table.size(1)
-buf = torch.full((6, w + 4), 1, dtype=torch.int32)  # persistent buffer, initialised to 1 like SGLang's
+buf = torch.full((6, w + 4), 1, dtype=torch.int32, device=DEVICE)  # persistent buffer, initialised to 1 like SGLang's
 buf[:4, :w] = case.page_table
 for name, table, policy in (("narrow view [:B, :1]", buf[:4, :1], "size"),
                             ("narrow view [:B, :1]", buf[:4, :1], "stride"),

@@ -115,6 +115,9 @@ for defects in (("width",), ("workspace",), ("stale",), ("width", "workspace", "
         ablation.append((defects, splits, r))
 print(f"{'defects':24s} {'splits':>6s} {'max used':>8s} {'accuracy':>8s} {'failed loudly':>14s}")
 for defects, splits, r in ablation:
+    if r["crashed"]:  # only on a GPU: see section 3
+        print(f"{','.join(defects):24s} {'auto' if splits == -1 else '1':>6s}  crashed: {r['crashed'][:60]}")
+        continue
     print(f"{','.join(defects):24s} {'auto' if splits == -1 else '1':>6s} {r['max_splits_used']:8d} "
           f"{r['accuracy']:8.3f} {r['errors']:14d}")
 res = {(d, s): r for d, s, r in ablation}
@@ -122,8 +125,14 @@ e = eager["accuracy"]
 assert res[("width",), 1]["accuracy"] < 0.25 * e and res[("width",), 1]["errors"] > 0
 assert res[("width", "workspace", "stale"), 1]["errors"] == 0 and res[("width", "workspace", "stale"), 1]["accuracy"] < 0.25 * e
 for s in (1, -1):
-    assert abs(res[("workspace",), s]["accuracy"] - e) <= 0.03 and abs(res[("stale",), s]["accuracy"] - e) <= 0.03
-assert res[("workspace",), -1]["max_splits_used"] > 1 and res[("width", "workspace", "stale"), -1]["max_splits_used"] == 1
+    assert abs(res[("stale",), s]["accuracy"] - e) <= 0.03
+assert abs(res[("workspace",), 1]["accuracy"] - e) <= 0.03
+ws_auto = res[("workspace",), -1]
+if DEVICE.type == "cuda":  # harmless, or a crash of the whole CUDA context, depending on the allocator
+    assert ws_auto["crashed"] or abs(ws_auto["accuracy"] - e) <= 0.03
+else:
+    assert abs(ws_auto["accuracy"] - e) <= 0.03 and ws_auto["max_splits_used"] > 1
+assert res[("width", "workspace", "stale"), -1]["max_splits_used"] == 1
 
 # %% [markdown]
 # Each row, from the mechanism:
@@ -148,23 +157,35 @@ assert res[("workspace",), -1]["max_splits_used"] > 1 and res[("width", "workspa
 # previous (larger) graph writes. `workspace_hazard` captures graphs for 4 and 8, then decodes six
 # requests with the graph for 8.
 
+# On a GPU this is not a thought experiment. There `torch.cuda.graph` empties the allocator's cache
+# as each capture starts, so the dropped workspace can be handed back to the driver; the next replay
+# of the larger graph then writes unmapped memory and dies with "an illegal memory access", which
+# poisons the process's whole CUDA context. The H200 run in `mla_edu/results/workspace_hazard_h200.md`
+# shows it (graphs for 8 and 16, auto splits): `run_bench` runs such a setting in a child process, and
+# the ablation above printed "crashed" for it when this notebook ran on a GPU. In-process, only the
+# CPU emulator can take the hazard apart safely:
+
 # %%
-hz = dg.workspace_hazard(model, prompts, cuda_graph_bs=(4, 8), dtype=DTYPE)
-ok = dg.workspace_hazard(model, prompts, defects=frozenset(), cuda_graph_bs=(4, 8), dtype=DTYPE)
-for name, h in (("workspace defect", hz), ("fixed", ok)):
-    print(f"{name:16s}: splits frozen in graph 8: {h.splits}; backend still holds its workspace: "
-          f"{h.graph_workspace_held}; logits match eager: {max(h.row_err) < TOL}")
-print(f"a new owner of the dropped workspace's bytes: one replay overwrote part of its data: {hz.owner_bytes_changed > 0}")
-assert hz.splits > 1 and not hz.graph_workspace_held and ok.graph_workspace_held
-assert hz.owner_bytes_changed > 0 and max(hz.row_err) < TOL
+if DEVICE.type == "cuda":
+    print("skipped on the GPU: an in-process replay of the dropped workspace can kill the CUDA context")
+    print(f"the same setting in a child process: {ws_auto['crashed'] or 'ran through this time (allocator luck)'}")
+else:
+    hz = dg.workspace_hazard(model, prompts, cuda_graph_bs=(4, 8), dtype=DTYPE)
+    ok = dg.workspace_hazard(model, prompts, defects=frozenset(), cuda_graph_bs=(4, 8), dtype=DTYPE)
+    for name, h in (("workspace defect", hz), ("fixed", ok)):
+        print(f"{name:16s}: splits frozen in graph 8: {h.splits}; backend still holds its workspace: "
+              f"{h.graph_workspace_held}; logits match eager: {max(h.row_err) < TOL}")
+    print(f"a new owner of the dropped workspace's bytes: one replay overwrote part of its data: {hz.owner_bytes_changed > 0}")
+    assert hz.splits > 1 and not hz.graph_workspace_held and ok.graph_workspace_held
+    assert hz.owner_bytes_changed > 0 and max(hz.row_err) < TOL
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 # what the graph layer itself reports (the CPU emulator tracks storages; a plain CUDA graph does not),
 # and how much of the new owner's data one replay overwrote (depends on the kernel's workspace layout)
-print(hz.freed_uses[0] if hz.freed_uses else "no report (real CUDA graph without tracking)")
-print(f"overwritten: {hz.owner_bytes_changed:.1%} of the owner's bytes")
-if not DEVICE.type == "cuda":
+if DEVICE.type != "cuda":
+    print(hz.freed_uses[0])
+    print(f"overwritten: {hz.owner_bytes_changed:.1%} of the owner's bytes")
     assert hz.freed_uses and not ok.freed_uses
 
 # %% [markdown]

@@ -98,6 +98,8 @@ settings = {
     "workspace only, auto split": PanelSettings(defects=frozenset({"workspace"}), num_kv_splits="auto"),
     "triton backend": PanelSettings(attention_backend="triton"),
 }
+if DEVICE.type == "cuda":  # can kill the CUDA context on a GPU: notebook 07, section 3
+    del settings["workspace only, auto split"]
 print(f"{'setting':34s} {'eager':>6s} {'graph':>6s} {'invalid':>7s} {'rows right':>10s} {'stride':>6s} {'splits':>6s}")
 table = {}
 for name, s in settings.items():
