@@ -75,7 +75,10 @@ def explain(defects: frozenset, splits: int, r: dict, eager: float) -> str:
                "freed when the next size was captured and again at replay")
         if ok:
             return (f"{why}; harmless in this run: each replay writes the partials before it reads them, and "
-                    "nothing else was handed that memory meanwhile (a real allocator may, then it corrupts)")
+                    "nothing else was handed that memory meanwhile (a real allocator may: on the H200 with graphs "
+                    "for 8 and 16 the replay died with an illegal memory access, results/workspace_hazard_h200.md)")
+        if r.get("crashed"):
+            return f"{why}: the replay crashed the CUDA context ({r['crashed'][:80]})"
         return f"{why}: corrupted (freed memory reused under the graph)"
     if "stale" in defects:
         return ("full width, true stride: the kernel reads only ceil(len/128) freshly written entries, so stale "
