@@ -4,38 +4,24 @@ A small random model is enough: the checks compare graph replay with eager decod
 the reference kernel on the predicted page reads, whatever the weights.
 """
 
-import random
-
 import matplotlib
 import pytest
-import torch
+from tiny_models import random_prompts, random_tiny_model
 
 from mla_edu import diagnose as dg
-from mla_edu.config import MLAConfig
-from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 
 matplotlib.use("Agg")
-VOCAB = 40
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    mla = MLAConfig(hidden_size=32, num_attention_heads=2, q_lora_rank=None, kv_lora_rank=32,
-                    qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, rope_theta=10000.0,
-                    rope_scaling=None, rope_interleave=True, max_position_embeddings=512,
-                    rms_norm_eps=1e-6, attention_bias=False)
-    m = TinyDeepseek(TinyDeepseekConfig(mla=mla, vocab_size=VOCAB, num_hidden_layers=2, intermediate_size=64))
-    for p in m.parameters():  # larger weights: attention that depends on what it reads
-        p.data.mul_(8.0)
-    return m.eval()
+    return random_tiny_model(qk_rope_head_dim=8)
 
 
 def prompts(seed, n, lo=100, hi=380):
-    rng = random.Random(seed)
-    return [[rng.randrange(3, VOCAB) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+    return random_prompts(seed, n, lo, hi)
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +117,9 @@ def test_example_batch():
         dg.example_batch(qs[:3])
 
 
-def test_row0_study_partitions_requests():
+def test_row0_study_partitions_requests(one_thread):
     from mla_edu.model import load_pretrained, task
 
-    torch.set_num_threads(1)
     m, qs = load_pretrained(), task.default_eval_set()[:12]
     cache = {}
     res = {o: dg.row0_study(m, qs, max_running_requests=4, row_order=o, prefill_cache=cache, dtype="float32",

@@ -10,13 +10,7 @@ from mla_edu import exercises as ex, kvcache  # noqa: E402
 from mla_edu.solutions import ex08  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small ops: one torch thread is faster on a shared 2-core machine (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_replay_solution_passes_and_mistakes_fail(capsys):

@@ -2,7 +2,6 @@
 
 import matplotlib
 import pytest
-import torch
 
 matplotlib.use("Agg")
 
@@ -14,13 +13,7 @@ from mla_edu.serving import PRE_FIX  # noqa: E402
 SMALL = dict(max_running_requests=4, num_questions=12)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small ops: one torch thread is faster on a shared 2-core machine (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -8,31 +8,20 @@ import random
 
 import pytest
 import torch
+from tiny_models import VOCAB, random_prompts, random_tiny_model
 
-from mla_edu.config import MLAConfig
-from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
 from mla_edu.serving import Engine, ServerArgs, parse_defects
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 
-VOCAB = 40
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)  # rope 16, latent 32: the smallest dims Triton's tl.dot takes on a GPU (K >= 16)
-    mla = MLAConfig(hidden_size=32, num_attention_heads=2, q_lora_rank=None, kv_lora_rank=32,
-                    qk_nope_head_dim=8, qk_rope_head_dim=16, v_head_dim=8, rope_theta=10000.0,
-                    rope_scaling=None, rope_interleave=True, max_position_embeddings=512,
-                    rms_norm_eps=1e-6, attention_bias=False)
-    m = TinyDeepseek(TinyDeepseekConfig(mla=mla, vocab_size=VOCAB, num_hidden_layers=2, intermediate_size=64))
-    for p in m.parameters():  # larger weights: attention that depends on what it reads
-        p.data.mul_(8.0)
-    return m.eval()
+    return random_tiny_model(qk_rope_head_dim=16)
 
 
 def prompts(seed, n, lo=20, hi=300):
-    rng = random.Random(seed)
-    return [[rng.randrange(3, VOCAB) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+    return random_prompts(seed, n, lo, hi)
 
 
 def outputs(model, ps, max_new=6, **kw):
