@@ -125,14 +125,6 @@ class StepDiagnosis:
         return torch.isnan(self.logits_graph).any(dim=-1).tolist()
 
 
-def _read_pages(table: torch.Tensor, row_stride: int, n_pages: list) -> list:
-    """Page ids a kernel reads, row ``b`` page ``j`` at flat index ``b * row_stride + j`` of the table's storage
-    (from its first element), clamped to the storage as the unchecked kernel does."""
-    reach = table.untyped_storage().nbytes() // table.element_size() - table.storage_offset()
-    flat = torch.as_strided(table, (reach,), (1,), table.storage_offset()).cpu().tolist()
-    return [[flat[min(b * row_stride + j, reach - 1)] for j in range(n)] for b, n in enumerate(n_pages)]
-
-
 def _owned_pages(req_to_token: torch.Tensor, req_pool_indices: list, seq_lens: list) -> list:
     rows = req_to_token.cpu()
     return [[int(rows[r, j * PAGE_SIZE]) // PAGE_SIZE for j in range(-(-n // PAGE_SIZE))]
@@ -204,7 +196,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         rpi = gr.req_pool_indices[:padded].tolist()
         n_pages = [-(-n // PAGE_SIZE) for n in lens]
         intended = _owned_pages(runner.req_to_token_pool.req_to_token, rpi, lens)
-        read = _read_pages(captured.page_table, captured.launch.row_stride, n_pages)
+        read = kernels.pages_read(captured.page_table, n_pages, captured.launch.row_stride)
         fresh = torch.zeros_like(buffer, dtype=torch.bool)
         for b, n in enumerate(n_pages):
             fresh[b, :n] = True

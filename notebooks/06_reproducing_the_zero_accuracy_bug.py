@@ -307,7 +307,7 @@ for k, res in full.items():
 # 1. Run `dg.diagnose_step` with `defects=MERGED_FIX`. Which launch parameters change, and do the
 #    stale entries disappear from the buffer? Why are they harmless now?
 # 2. Predict the pages row 3 reads if the captured width had been 2 instead of 1; check your
-#    answer with `dg._read_pages(view, 2, n_pages)` on the buffer.
+#    answer with `mla_edu.kernels.pages_read(view, n_pages, 2)` on the buffer.
 # 3. With `max_running_requests=1`, what accuracy does the pre-fix graph give? Measure it with `run(...)`.
 # 4. With `append`, which requests get their first decode step in row 0? Count them for 8 running
 #    requests from the engine's schedule and compare with the table.

@@ -1,6 +1,6 @@
 """MLA decode kernels with sgl-kernel's ``cutlass_mla_decode`` contract."""
 
-from mla_edu.kernels.contract import DecodePlan, make_plan
+from mla_edu.kernels.contract import DecodePlan, make_plan, pages_read
 from mla_edu.kernels.cutlass import check_cutlass_args, cutlass_unavailable_reason
 from mla_edu.kernels.decode import IMPLS, mla_decode
 from mla_edu.kernels.workspace import DEFAULT_SM_COUNT, get_workspace_size, num_kv_splits_for
@@ -15,4 +15,5 @@ __all__ = [
     "make_plan",
     "mla_decode",
     "num_kv_splits_for",
+    "pages_read",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from mla_edu.kernels import pages_read  # noqa: F401  (re-exported for notebook 03)
 from mla_edu.kvcache.page_table import fill_page_table
 from mla_edu.kvcache.pool import PagedAllocator, ReqToTokenPool
 
@@ -43,12 +44,6 @@ def page_table_scenario():
     n_pages = [-(-n // PAGE) for n in lens]
     return {"buf": buf, "seq_lens": seq_lens, "req_pool_indices": idx, "req_to_token": pool.req_to_token,
             "n_pages": n_pages, "page_size": PAGE}
-
-
-def pages_read(buf: torch.Tensor, n_pages: list[int], row_stride: int) -> list[list[int]]:
-    """Page ids a kernel reads for each request when it indexes ``buf``'s storage with ``row_stride``."""
-    flat = buf.reshape(-1).tolist()
-    return [[flat[b * row_stride + j] for j in range(n)] for b, n in enumerate(n_pages)]
 
 
 def page_table_figure():
