@@ -83,6 +83,18 @@ def _run(prog, s):
     return h
 
 
+def _replay_matches_eager(g, prog, out, static, eager, seeds):
+    """For each seed: new input into the static buffer and the eager state, replay, compare."""
+    for seed in seeds:
+        new_x = torch.randn(static["x"].shape, generator=torch.Generator().manual_seed(seed))
+        static["x"].copy_(new_x)
+        eager["x"].copy_(new_x)
+        ref = _run(prog, eager)
+        g.replay()
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(static["acc"], eager["acc"], rtol=1e-5, atol=1e-5)
+
+
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**31 - 1), use_triton=st.booleans())
 def test_replay_equals_eager_on_random_programs(seed, use_triton):
@@ -97,14 +109,7 @@ def test_replay_equals_eager_on_random_programs(seed, use_triton):
         out = _run(prog, static)
     for k in state:  # capture only records: old buffers hold what they held
         assert torch.equal(static[k], state[k]), k
-    for trial in range(3):
-        new_x = torch.randn(state["x"].shape, generator=torch.Generator().manual_seed(seed + trial))
-        static["x"].copy_(new_x)
-        eager["x"].copy_(new_x)
-        ref = _run(prog, eager)
-        g.replay()
-        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(static["acc"], eager["acc"], rtol=1e-5, atol=1e-5)
+    _replay_matches_eager(g, prog, out, static, eager, seeds=[seed + t for t in range(3)])
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -120,14 +125,7 @@ def test_replay_equals_eager_on_random_programs_with_triton(seed):
         out = _run(prog, static)
     assert "mla_edu_test_graphs.axpy.default" in g.recorded_ops()
     assert "triton launch _axpy_kernel" in g.recorded_ops()
-    for trial in range(2):
-        new_x = torch.randn(state["x"].shape, generator=torch.Generator().manual_seed(100 + trial))
-        static["x"].copy_(new_x)
-        eager["x"].copy_(new_x)
-        ref = _run(prog, eager)
-        g.replay()
-        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(static["acc"], eager["acc"], rtol=1e-5, atol=1e-5)
+    _replay_matches_eager(g, prog, out, static, eager, seeds=[100, 101])
 
 
 # ---- the rules, one by one --------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from mla_edu.kernels.contract import _tensor
 from mla_edu.kernels.workspace import get_workspace_size
 
 MAX_HEADS = 128
@@ -22,8 +23,7 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
     """Raise ValueError/TypeError where ``cutlass_mla_decode`` would reject (or misbehave on) its arguments."""
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache), ("seq_lens", seq_lens),
                     ("page_table", page_table), ("workspace", workspace)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        _tensor(name, t)
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache)):
         if t.dim() != 3:
             raise ValueError(f"{name} must be a 3-D tensor, got {t.dim()}-D {tuple(t.shape)}")
