@@ -301,10 +301,10 @@ def test_cutlass_contract_checks_workspace_for_splits():
 
 
 def test_cutlass_impl_says_why_it_cannot_run_here():
-    reason = cutlass_unavailable_reason()
+    a = _cutlass_case()
+    reason = cutlass_unavailable_reason(a[0].device)
     if reason is None:  # pragma: no cover - only on Blackwell with sgl_kernel
         pytest.skip("cutlass_mla_decode can run here")
-    a = _cutlass_case()
     with pytest.raises(RuntimeError) as e:
         mla_decode(*a, 1 / math.sqrt(192), impl="cutlass")
     assert str(e.value) == reason and "\n" not in reason

@@ -155,6 +155,13 @@ GPU_CONFIGS = {16: (32, 4, 2), 32: (32, 4, 2), 64: (64, 8, 2)}  # tuned on the H
 TUNED: dict[int, tuple[int, int, int]] = {}
 
 
+def _dot_width(d: int) -> int:
+    """Block width for a head dimension of ``d`` that feeds ``tl.dot`` as K: a power of two, and at
+    least 16, since compiled Triton rejects a dot with K < 16 ("Input shapes should have ... K >= 16",
+    seen on the H200 with a rope width of 8); the interpreter accepts any K. The padding is masked."""
+    return max(16, triton.next_power_of_2(d))
+
+
 def _config(heads: int, on_gpu: bool):
     """(BLOCK_H, BLOCK_N, num_warps, num_stages)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
@@ -189,7 +196,7 @@ def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_a
         cache.stride(0), cache.stride(1),
         out.stride(0), out.stride(1),
         h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
-        PAGE=cache.size(1), DL=dl, DR=dr, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_DR=triton.next_power_of_2(dr),
+        PAGE=cache.size(1), DL=dl, DR=dr, BLOCK_DL=_dot_width(dl), BLOCK_DR=_dot_width(dr),
         BLOCK_H=block_h, BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=q_nope.dtype == torch.float32,
         SAME_PAGE=cache.size(1) % block_n == 0,
         num_warps=warps, num_stages=stages,
