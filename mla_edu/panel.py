@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mla_edu import kernels
 from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 
@@ -183,14 +184,12 @@ def _record_launches(backend) -> dict:
 
 
 def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages: int) -> torch.Tensor:
-    """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``."""
-    reach = table.untyped_storage().nbytes() // table.element_size() - table.storage_offset()
-    flat = torch.as_strided(table, (reach,), (1,), table.storage_offset()).cpu().long()  # [reach]
+    """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``,
+    as ``[B, max_pages]``: ``OUTSIDE`` past the storage, ``POISON`` for a poisoned entry, ``UNUSED`` after."""
     out = torch.full((len(n_pages), max_pages), UNUSED, dtype=torch.int64)
-    for b, n in enumerate(n_pages):
-        for j in range(n):
-            i = b * row_stride + j
-            out[b, j] = OUTSIDE if i >= reach else (POISON if flat[i] == POISON_PAGE else flat[i])
+    for b, row in enumerate(kernels.pages_read(table, n_pages, row_stride, clamp=False)):
+        for j, page in enumerate(row):
+            out[b, j] = OUTSIDE if page is None else (POISON if page == POISON_PAGE else page)
     return out
 
 

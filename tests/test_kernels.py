@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import mla_edu  # noqa: F401
-from mla_edu.kernels import check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode, num_kv_splits_for
+from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
+                            num_kv_splits_for, pages_read)
 from mla_edu.kernels.cases import random_decode_case
 
 
@@ -361,3 +362,14 @@ def test_graph_replay_equals_eager_with_static_buffers(impl):
         cache[: case.cache.size(0)] = case.cache
         g.replay()
         assert rel_err(out, dense_f64(case)) < 1e-5
+
+
+def test_pages_read_walks_the_storage_from_the_views_first_element():
+    buf = torch.arange(12, dtype=torch.int32).view(3, 4)  # a persistent [3, 4] page-table buffer
+    narrow = buf[:, :2]  # what a capture at width 2 sees
+    assert pages_read(narrow, [2, 2, 1], row_stride=4) == [[0, 1], [4, 5], [8]]  # the buffer's stride: right
+    assert pages_read(narrow, [2, 2, 1], row_stride=2) == [[0, 1], [2, 3], [4]]  # size(1): rows > 0 wrong
+    tail = buf[2:]  # a view that starts inside the storage: indices count from its first element
+    assert pages_read(tail, [3], row_stride=4) == [[8, 9, 10]]
+    assert pages_read(buf, [1, 1, 3], row_stride=5) == [[0], [5], [10, 11, 11]]  # clamped like the kernel
+    assert pages_read(buf, [1, 1, 3], row_stride=5, clamp=False) == [[0], [5], [10, 11, None]]

@@ -99,13 +99,13 @@ def _(page_table, seq_lens, kv_cache):
 
 def pages_read(page_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
     """The page id each (request b, page slot j) reads with the size-derived stride; -1 if unused. [B, W]"""
-    B, S = page_table.shape
-    extent = page_table.untyped_storage().nbytes() // page_table.element_size() - page_table.storage_offset()
-    flat = page_table.as_strided((extent,), (1,))
-    j = torch.arange(W, device=page_table.device)
-    idx = (torch.arange(B, device=page_table.device)[:, None] * S + j[None, :]).clamp(max=extent - 1)
-    used = j[None, :] < ((seq_lens.long() + PAGE - 1) // PAGE)[:, None]
-    return torch.where(used, flat[idx].long(), -1).cpu()
+    from mla_edu.kernels import pages_read as kernel_pages_read
+
+    n_pages = ((seq_lens.long() + PAGE - 1) // PAGE).clamp(max=W).tolist()
+    out = torch.full((page_table.size(0), W), -1, dtype=torch.int64)
+    for b, row in enumerate(kernel_pages_read(page_table, n_pages, row_stride=page_table.size(1))):
+        out[b, : len(row)] = torch.tensor(row, dtype=torch.int64)
+    return out
 
 
 # ---- the shared state of the toy server ------------------------------------------------------

@@ -134,13 +134,19 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     return plan
 
 
-def pages_read(page_table: torch.Tensor, n_pages: list[int], row_stride: int) -> list[list[int]]:
+def pages_read(page_table: torch.Tensor, n_pages: list[int], row_stride: int,
+               clamp: bool = True) -> list[list[int | None]]:
     """The page ids the kernel reads: request ``b``'s page ``j`` at flat index ``b * row_stride + j``
     of the table's storage, counted from the view's first element (so a narrow view reads past its
-    own columns), clamped to the end of the storage as the unchecked kernel does."""
+    own columns). An index past the end of the storage is clamped to its last element, as the
+    unchecked kernel does, or with ``clamp=False`` gives ``None`` (a read outside the buffer)."""
     reach = page_table.untyped_storage().nbytes() // page_table.element_size() - page_table.storage_offset()
     flat = torch.as_strided(page_table, (reach,), (1,), page_table.storage_offset()).tolist()
-    return [[flat[min(b * row_stride + j, reach - 1)] for j in range(n)] for b, n in enumerate(n_pages)]
+
+    def at(i: int):
+        return flat[min(i, reach - 1)] if clamp or i < reach else None
+
+    return [[at(b * row_stride + j) for j in range(n)] for b, n in enumerate(n_pages)]
 
 
 def flat_table(page_table: torch.Tensor, plan: DecodePlan) -> torch.Tensor:
