@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -360,9 +361,12 @@ print("saved", save(fig, "kernel_bench_h200").name)
 # (h_q = 128) flattens near a third of the matmul ceiling, short of the 40% target: a Triton
 # kernel with `BLOCK_H = 64` head tiles (so the 128 heads read each page twice) and the softmax
 # between two dependent matmuls is far from a hand-scheduled kernel (FlashMLA reports 580-660
-# TFLOP/s on H800). Both beat the `torch.compile`d gather + attention, which materializes the
-# gathered cache. Times are CUDA-graph replays; the eager column of the results table shows what
-# host overhead adds to small calls.
+# TFLOP/s on H800). It is not a tuning problem: a sweep of 16 launch configs (head and token block
+# sizes, warps, stages) times 3 split counts at B = 64, L = 4096 found none faster than the default,
+# 33% at best (`mla_edu/results/kernel_sweep_h200.md`, `python -m mla_edu.kernels.sweep`).
+# Both beat the `torch.compile`d gather + attention, which materializes the gathered cache.
+# Times are CUDA-graph replays; the eager column of the results table shows what host overhead
+# adds to small calls.
 #
 # ## What we saw
 #
