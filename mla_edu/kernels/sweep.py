@@ -16,6 +16,7 @@ import json
 import math
 import os
 import platform
+import sys
 
 import torch
 
@@ -74,7 +75,7 @@ def main(argv=None) -> None:
     skt.FORCE = None
     info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "batch": b, "heads": h, "len": length, "page": args.page,
-            "command": "python -m mla_edu.kernels.sweep " + " ".join(argv if argv is not None else __import__("sys").argv[1:])}
+            "command": "python -m mla_edu.kernels.sweep " + " ".join(sys.argv[1:] if argv is None else argv)}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "kernel_sweep.json"), "w") as f:
         json.dump({"info": info, "ceilings": ceil, "rows": rows}, f, indent=1)
