@@ -147,17 +147,17 @@ def test_each_launch_is_one_custom_op():
         assert rel_err(out, dense_f64(case)) < 1e-5
 
 
-def test_launch_configs_default_forced_and_interpreted():
+def test_launch_configs_default_tuned_and_interpreted():
     from mla_edu.kernels import split_kv_triton as skt
 
     assert skt._config(128, on_gpu=True) == (64, *skt.GPU_CONFIGS[64])  # 128 heads: two 64-head blocks
     assert skt._config(20, on_gpu=True)[0] == 32
-    skt.FORCE = (32, 64, 4, 2)  # what the sweep sets
+    skt.TUNED[64] = (32, 64, 4, 2)  # what the sweep or the tuning pass sets
     try:
         assert skt._config(128, on_gpu=True) == (32, 64, 4, 2)
         assert skt._config(128, on_gpu=False)[:2] == (128, 64)  # the interpreter keeps its own
     finally:
-        skt.FORCE = None
+        del skt.TUNED[64]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")

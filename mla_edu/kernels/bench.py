@@ -55,13 +55,13 @@ def tune(sms: int) -> dict:
     scale = 1 / math.sqrt(192)
     chosen, log = {}, []
     for heads in (16, 128):
-        block_h = min(64, max(16, 1 << (heads - 1).bit_length()))
+        block_h = skt.gpu_block_h(heads)
         q_nope, q_pe, cache, seq_lens, table = make_problem(64, heads, 64, 4096)
         best = None
         cfgs = ([(32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 8, 3), (16, 4, 3)] if heads == 16 else
                 [(32, 8, 2), (32, 8, 3), (64, 8, 2), (32, 4, 2)])
         for cfg in cfgs:
-            skt.TUNED[block_h] = cfg
+            skt.TUNED[block_h] = (block_h, *cfg)
             for splits in ((2, 8) if heads == 16 else (2, 4)):
                 ws = torch.empty(get_workspace_size(64 * table.size(1), 64, sms, splits), dtype=torch.uint8,
                                  device="cuda")
@@ -75,7 +75,7 @@ def tune(sms: int) -> dict:
                 print("tune", json.dumps(log[-1]), flush=True)
                 if best is None or us < best[0]:
                     best = (us, cfg, splits)
-        skt.TUNED[block_h] = best[1]
+        skt.TUNED[block_h] = (block_h, *best[1])
         chosen[block_h] = {"cfg": best[1], "splits_at_B64_L4096": best[2], "us": best[0]}
         del q_nope, q_pe, cache, seq_lens, table
         torch.cuda.empty_cache()
@@ -149,6 +149,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
     import triton
 
     from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode
+    from mla_edu.kernels import split_kv_triton as skt
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
@@ -184,8 +185,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
                     row = {"page": page, "heads": heads, "batch": b, "seq_len": length, "bytes": io_bytes,
                            "flops": flops}
                     auto = num_kv_splits_for(max_seq_len, b, sms, -1)
-                    block_h = min(64, max(16, triton.next_power_of_2(heads)))
-                    hb = math.ceil(heads / block_h)
+                    hb = math.ceil(heads / skt._config(heads, on_gpu=True)[0])  # head blocks per request
                     max_splits = math.ceil(max_seq_len / page)
                     wide = min(max_splits, max(1, math.ceil(4 * sms / (b * hb))), 64)
                     best = None

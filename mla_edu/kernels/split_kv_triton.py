@@ -149,13 +149,16 @@ def _quiet(on_gpu: bool):
     return contextlib.nullcontext() if on_gpu else np.errstate(invalid="ignore", over="ignore", divide="ignore")
 
 
-#: GPU launch configs (BLOCK_N, num_warps, num_stages) per head-block size; the benchmark's
-#: tuning pass may override them (``TUNED``) and records what it used.
+#: GPU launch configs (BLOCK_N, num_warps, num_stages) per head-block size (``gpu_block_h``).
 GPU_CONFIGS = {16: (32, 4, 2), 32: (32, 4, 2), 64: (64, 8, 2)}  # tuned on the H200 (kernel_bench_h200.json)
-TUNED: dict[int, tuple[int, int, int]] = {}
-#: A full (BLOCK_H, BLOCK_N, num_warps, num_stages) for every GPU launch, or None: set only by
-#: the launch-config sweep (``python -m mla_edu.kernels.sweep``).
-FORCE: tuple[int, int, int, int] | None = None
+#: Overrides, keyed like GPU_CONFIGS, each a full (BLOCK_H, BLOCK_N, num_warps, num_stages): set by
+#: the benchmark's tuning pass and by the launch-config sweep (``python -m mla_edu.kernels.sweep``).
+TUNED: dict[int, tuple[int, int, int, int]] = {}
+
+
+def gpu_block_h(heads: int) -> int:
+    """The default head-block size on a GPU for ``heads`` query heads (the key of GPU_CONFIGS)."""
+    return min(64, max(16, triton.next_power_of_2(heads)))
 
 
 def _dot_width(d: int) -> int:
@@ -169,11 +172,8 @@ def _config(heads: int, on_gpu: bool):
     """(BLOCK_H, BLOCK_N, num_warps, num_stages)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
         return max(16, triton.next_power_of_2(heads)), 64, 4, 1
-    if FORCE is not None:
-        return FORCE
-    block_h = min(64, max(16, triton.next_power_of_2(heads)))
-    block_n, warps, stages = TUNED.get(block_h, GPU_CONFIGS[block_h])
-    return block_h, block_n, warps, stages
+    block_h = gpu_block_h(heads)
+    return TUNED.get(block_h, (block_h, *GPU_CONFIGS[block_h]))
 
 
 @torch.library.custom_op("mla_edu::mla_decode_stage1", mutates_args=("o_acc", "lse_acc", "out"))

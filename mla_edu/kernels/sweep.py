@@ -54,8 +54,9 @@ def main(argv=None) -> None:
     ws1 = torch.empty(get_workspace_size(args.page * table.size(1), b, 0, 1), dtype=torch.uint8, device="cuda")
     ref = mla_decode(q_nope, q_pe, cache, seq_lens, table, ws1, scale, 1, impl="torch").float()
     rows = []
+    key = skt.gpu_block_h(h)
     for cfg in CONFIGS:
-        skt.FORCE = cfg
+        skt.TUNED[key] = cfg
         for splits in map(int, args.splits.split(",")):
             ws = torch.empty(get_workspace_size(args.page * table.size(1), b, 0, splits), dtype=torch.uint8,
                              device="cuda")
@@ -72,7 +73,7 @@ def main(argv=None) -> None:
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
             rows.append(row)
             print(json.dumps(row), flush=True)
-    skt.FORCE = None
+    skt.TUNED.pop(key)
     info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "batch": b, "heads": h, "len": length, "page": args.page,
             "command": "python -m mla_edu.kernels.sweep " + " ".join(sys.argv[1:] if argv is None else argv)}
