@@ -50,16 +50,17 @@ class DecodePlan:
     stride_policy: str
 
 
-def _tensor(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+def check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace) -> None:
+    """TypeError naming the first decode argument that is not a torch.Tensor."""
+    for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache), ("seq_lens", seq_lens),
+                    ("page_table", page_table), ("workspace", workspace)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
 
 
 def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
     """Shape/dtype checks every impl applies (ValueError/TypeError naming expected vs got)."""
-    for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache), ("seq_lens", seq_lens),
-                    ("page_table", page_table), ("workspace", workspace)):
-        _tensor(name, t)
+    check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace)
     if q_nope.dim() != 3 or q_pe.dim() != 3:
         raise ValueError(f"q_nope and q_pe must be 3-D [B, H, D], got {tuple(q_nope.shape)} and {tuple(q_pe.shape)}")
     if cache.dim() != 3:

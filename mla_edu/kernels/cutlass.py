@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.kernels.contract import _tensor
+from mla_edu.kernels.contract import check_tensors
 from mla_edu.kernels.workspace import get_workspace_size
 
 MAX_HEADS = 128
@@ -21,9 +21,7 @@ D_LATENT, D_ROPE = 512, 64
 
 def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits=1, sm_count=0) -> None:
     """Raise ValueError/TypeError where ``cutlass_mla_decode`` would reject (or misbehave on) its arguments."""
-    for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache), ("seq_lens", seq_lens),
-                    ("page_table", page_table), ("workspace", workspace)):
-        _tensor(name, t)
+    check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace)
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache)):
         if t.dim() != 3:
             raise ValueError(f"{name} must be a 3-D tensor, got {t.dim()}-D {tuple(t.shape)}")
