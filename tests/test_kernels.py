@@ -13,6 +13,7 @@ import mla_edu  # noqa: F401
 from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
                             num_kv_splits_for, pages_read)
 from mla_edu.kernels.cases import random_decode_case
+from op_log import OpLog
 
 
 def dense_f64(case):
@@ -196,28 +197,18 @@ def test_torch_and_reference_agree_unchecked_on_garbage_tables():
 
 # ---- graph safety of the torch impl -----------------------------------------------------------
 def test_torch_impl_has_no_host_sync_and_fixed_shapes():
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    ops = []
-
-    class Rec(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            ops.append(str(func.overloadpacket))
-            return func(*args, **(kwargs or {}))
-
     shapes = set()
     for lens in ([1, 2, 3], [40, 17, 48]):
         case = random_decode_case(2, batch=3, heads=4, page_size=16, lens=lens, d_latent=32, d_rope=16, extra_cols=3 - 
                                   max(-(-n // 16) for n in lens))
         assert case.page_table.shape == (3, 3)
-        ops.clear()
-        with Rec():
+        with OpLog() as log:
             out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(2),
                              case.sm_scale, 2, impl="torch", checked=True)
         assert rel_err(out, dense_f64(case)) < 1e-5
         banned = {"aten._local_scalar_dense", "aten.nonzero", "aten.item", "aten.masked_select", "aten.unique"}
-        assert not banned & set(ops), banned & set(ops)
-        shapes.add(tuple(ops))
+        assert not banned & set(log.packets), banned & set(log.packets)
+        shapes.add(tuple(log.packets))
     assert len(shapes) == 1  # the same op sequence whatever the lengths
 
 

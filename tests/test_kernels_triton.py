@@ -6,6 +6,7 @@ import torch
 import mla_edu  # noqa: F401
 from mla_edu.kernels import get_workspace_size, mla_decode
 from mla_edu.kernels.cases import random_decode_case as _case
+from op_log import OpLog
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: Triton's interpreter; GPU: real kernels
 
@@ -126,24 +127,14 @@ def test_checked_mode_and_workspace_errors():
 
 
 def test_each_launch_is_one_custom_op():
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen = []
-
-    class Rec(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
     for s, expect in ((1, ["mla_edu.mla_decode_stage1.default"]),
                       (2, ["mla_edu.mla_decode_stage1.default", "mla_edu.mla_decode_stage2.default"])):
-        seen.clear()
         ws = case.workspace(s)
-        with Rec():
+        with OpLog() as log:
             out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, s,
                              impl="triton")
-        assert [x for x in seen if "mla_edu" in x] == expect
+        assert [x for x in log.ops if "mla_edu" in x] == expect
         assert rel_err(out, dense_f64(case)) < 1e-5
 
 

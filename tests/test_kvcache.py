@@ -3,6 +3,7 @@ import torch
 
 import mla_edu  # noqa: F401
 from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
+from op_log import OpLog
 
 
 def test_req_to_token_pool_alloc_free_reuse():
@@ -150,39 +151,21 @@ def test_fill_page_table_errors():
 
 
 def test_fill_page_table_triton_is_one_custom_op():
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen = []
-
-    class Rec(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     r2t = torch.arange(64, dtype=torch.int32, device=dev).view(2, 32)
     t = torch.zeros(2, 4, dtype=torch.int32, device=dev)
-    with Rec():
+    with OpLog() as log:
         fill_page_table(r2t, torch.tensor([1, 0], device=dev), torch.tensor([17, 3], device=dev), t, 8, impl="triton")
-    assert [s for s in seen if "mla_edu" in s] == ["mla_edu.fill_page_table.default"]
+    assert [s for s in log.ops if "mla_edu" in s] == ["mla_edu.fill_page_table.default"]
     assert t.tolist() == [[4, 5, 6, 0], [0, 0, 0, 0]]
 
 
 def test_fill_page_table_torch_has_no_host_sync():
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    ops = []
-
-    class Rec(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            ops.append(str(func.overloadpacket))
-            return func(*args, **(kwargs or {}))
-
     r2t = torch.arange(4 * 64, dtype=torch.int32).view(4, 64)
     buf = torch.full((5, 6), -1, dtype=torch.int32)
-    with Rec():
+    with OpLog() as log:
         fill_page_table(r2t, torch.tensor([3, 1]), torch.tensor([33, 1]), buf[1:3], 16, impl="torch")
-    assert not {"aten._local_scalar_dense", "aten.nonzero", "aten.item"} & set(ops)
+    assert not {"aten._local_scalar_dense", "aten.nonzero", "aten.item"} & set(log.packets)
     assert buf[1].tolist() == [12, 13, 14, -1, -1, -1] and buf[2].tolist() == [4, -1, -1, -1, -1, -1]
     assert (buf[0] == -1).all() and (buf[3:] == -1).all()
 
