@@ -1,35 +1,40 @@
-# Two commands do everything on a fresh machine (Python 3.10+):
+# Two commands do everything on a fresh machine (Linux, Python 3.11; see README):
 #   make repro   the main job: the bug reproduction on the shipped model
 #   make test    every test: unit tests, then pytest --nbval over all notebooks
-# Both create .venv on first use. Without a GPU, torch's CPU build is installed (never a CUDA download).
+# Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
+# (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
+# More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make test-latest
+# (the tests against the newest release of every dependency), make lock (refresh the locks).
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-TORCH_VERSION   ?= 2.13.0
+HAS_GPU := $(shell if nvidia-smi -L >/dev/null 2>&1; then echo 1; fi)
+LOCK   := requirements/$(if $(HAS_GPU),gpu,cpu).txt
+TORCH_PIN := $(shell grep -E '^torch==' $(LOCK))
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+PIP    := -m pip install -q --disable-pip-version-check
 # The notebooks' recorded outputs are the CPU run's (emulated graphs, fp32). On a GPU the same cells
 # print other text in places (backend names, bf16 accuracies), so there nbval runs every cell and
 # every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs.
-NBVAL ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo --nbval-lax; else echo --nbval; fi)
+NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 
-.PHONY: repro test unit nbval figures notebooks bench-kernels clean-venv
+.PHONY: repro test unit nbval test-lab book test-latest lock figures notebooks clean-venv
 
-$(VENV)/.ready: pyproject.toml
+# torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
+# (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
+$(VENV)/.ready: pyproject.toml $(LOCK)
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-		echo "GPU found: installing torch with CUDA"; \
-		$(PY) -m pip install -q "torch>=2.4"; \
-	else \
-		echo "no GPU: installing torch $(TORCH_VERSION) (CPU build)"; \
-		if $(PY) -m pip install -q --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null; then \
-			$(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
-		else \
-			$(PY) -m pip install -q "torch==$(TORCH_VERSION)" --extra-index-url $(TORCH_CPU_INDEX); \
-		fi; \
-	fi
-	$(PY) -m pip install -q -e ".[dev]"
+ifeq ($(HAS_GPU),1)
+	@echo "GPU found: installing $(LOCK) (torch's CUDA build)"
+else
+	@echo "no GPU: installing $(LOCK) ($(TORCH_PIN), CPU build)"
+	$(PY) $(PIP) --no-deps "$(TORCH_PIN)" 2>/dev/null || $(PY) $(PIP) --no-deps "$(TORCH_PIN)" --extra-index-url $(TORCH_CPU_INDEX)
+endif
+	$(PY) $(PIP) -r $(LOCK)
+	$(PY) $(PIP) --no-deps -e .
+	$(PY) -m pip check
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
@@ -46,6 +51,50 @@ unit: $(VENV)/.ready
 nbval: $(VENV)/.ready
 	$(PY) -m pytest -q $(NBVAL) notebooks/*.ipynb
 
+# JupyterLab from .venv on 127.0.0.1, driven by headless Chromium: Run All in every notebook, the panel's
+# run button in notebook 08, and the book's pages. Installs Debian's chromium + chromium-driver if missing.
+test-lab: $(VENV)/.ready book
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+	$(PY) -m pytest -q -m lab tests/lab
+
+# A static HTML site of the executed notebooks (Sphinx + MyST-NB; the stored outputs, nothing re-run).
+book: $(VENV)/.ready
+	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs build/book
+
+# The same tests in a separate environment with the newest release of every dependency that
+# pyproject.toml allows (torch: the newest CPU build reachable). Run it before refreshing the lock.
+LATEST := .venv-latest
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python $(PIP) --upgrade pip
+ifeq ($(HAS_GPU),1)
+	$(LATEST)/bin/python $(PIP) torch
+else
+	$(LATEST)/bin/python $(PIP) --retries 0 --timeout 20 --index-url $(TORCH_CPU_INDEX) torch
+endif
+	$(LATEST)/bin/python $(PIP) --upgrade --upgrade-strategy eager -e ".[dev,lab,book]" \
+		"torch==$$($(LATEST)/bin/python -c 'import torch; print(torch.__version__)')"
+	$(LATEST)/bin/python -m pip check
+	$(LATEST)/bin/python -m pip list --format=freeze | grep -i -E '^(torch|triton|transformers|numpy|matplotlib|jupyterlab|nbval)=='
+	$(LATEST)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	$(LATEST)/bin/python -m pytest -q tests
+	$(LATEST)/bin/python -m pytest -q $(NBVAL) notebooks/*.ipynb
+
+# Refresh both locks with uv's resolver (for Python 3.11 on Linux x86_64), then run make test-latest and
+# make test. uv lives in its own small venv, so that this works before .venv exists.
+UV_VERSION := 0.13.9
+UV := .venv-uv/bin/uv
+LOCK_ARGS = pyproject.toml --extra dev --extra lab --extra book --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --no-config --custom-compile-command "make lock"
+lock:
+	test -x $(UV) || ($(PYTHON) -m venv .venv-uv && .venv-uv/bin/python $(PIP) "uv==$(UV_VERSION)")
+	$(UV) pip compile $(LOCK_ARGS) requirements/cpu.in -o requirements/cpu.txt \
+		$$(ls /opt/wheels/torch-*+cpu-*.whl >/dev/null 2>&1 && echo --find-links /opt/wheels || \
+		   echo --extra-index-url $(TORCH_CPU_INDEX) --index-strategy unsafe-best-match)
+	$(UV) pip compile $(LOCK_ARGS) requirements/gpu.in -o requirements/gpu.txt
+
 # Regenerate every figure in figures/ (deterministic).
 figures: $(VENV)/.ready
 	$(PY) -m mla_edu.figures
@@ -56,4 +105,4 @@ notebooks: $(VENV)/.ready
 	for nb in notebooks/*.ipynb; do $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace $$nb || exit 1; done
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LATEST) .venv-uv
