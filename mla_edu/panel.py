@@ -347,17 +347,35 @@ def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool
 
 
 def panel_figure(result: PanelResult):
-    """One figure: accuracy bars, then the page reads of one decode step."""
-    import matplotlib.pyplot as plt
+    """One figure: accuracy bars, then the page reads of one decode step.
+
+    Built as a bare ``Figure`` with its own Agg canvas, outside pyplot's global state: the panel's
+    button handler runs on a kernel subshell thread in JupyterLab >= 4.4, while matplotlib's inline
+    backend flushes pyplot's figures from the main thread after each cell. A pyplot figure drawn
+    from the handler can be shown half drawn or blank; a bare one is touched by one thread only.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     w = result.reads.buffer.shape[1]
     p = result.reads.intended.shape[1]
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6), gridspec_kw={"width_ratios": [2.2, w, p, p]})
+    fig = Figure(figsize=(14, 3.6))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [2.2, w, p, p]})
     draw_accuracy(axes[0], result)
     draw_page_reads(axes[1], axes[2], axes[3], result.reads)
     fig.suptitle(result.settings.label(), fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes, as the panel shows it (a bare Figure has no notebook display of its own)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
 
 
 def panel_default():
@@ -389,12 +407,16 @@ class ControlPanel:
         if verbose:
             print(self.result.summary())
         if draw:
-            import matplotlib.pyplot as plt
-
-            if self.figure is not None:
-                plt.close(self.figure)
             self.figure = panel_figure(self.result)
         return self.result
+
+    def show_figure(self):
+        """Display the current figure (as PNG) in the notebook or in the panel's output widget."""
+        from IPython.display import Image, display
+
+        if self.figure is None:
+            raise ValueError("show_figure: no figure yet; call run() first")
+        display(Image(figure_png(self.figure)))
 
     @staticmethod
     def settings_from_values(values: dict) -> PanelSettings:
@@ -433,9 +455,11 @@ class ControlPanel:
             "split": w.ToggleButtons(options=list(SPLIT_MODES), value="auto" if s.num_kv_splits == -1 else "1",
                                      description="splits"),
             "max_running_requests": w.IntSlider(value=s.max_running_requests, min=2, max=16, step=2,
-                                                description="max running"),
+                                                description="max running requests"),
             "num_questions": w.IntSlider(value=s.num_questions, min=8, max=128, step=8, description="questions"),
         }
+        for widget in wd.values():  # labels in full, not cut at the default 80 px
+            widget.style.description_width = "initial"
         button = w.Button(description="run", button_style="primary")
         out = w.Output()
 
@@ -445,9 +469,7 @@ class ControlPanel:
                 out.clear_output(wait=True)
                 try:
                     self.callback(values)
-                    from IPython.display import display
-
-                    display(self.figure)
+                    self.show_figure()
                 except (ValueError, TypeError) as e:
                     print(f"error: {e}")
 
@@ -471,6 +493,16 @@ class ControlPanel:
         self._widgets["button"].click()
 
     def show(self):
+        """Display the widgets, opened on the figure of the current settings (measured now if needed)."""
         from IPython.display import display
 
-        display(self.widgets())
+        box = self.widgets()
+        out = self._widgets["out"]
+        with out:
+            out.clear_output(wait=True)
+            if self.result is None or self.figure is None:
+                self.run()
+            else:
+                print(self.result.summary())
+            self.show_figure()
+        display(box)

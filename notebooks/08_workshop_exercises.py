@@ -35,7 +35,6 @@ import torch
 
 import mla_edu
 from mla_edu import exercises as ex
-from mla_edu.figures import save
 from mla_edu.panel import ControlPanel, PanelSettings
 
 DEVICE = mla_edu.default_device()
@@ -61,7 +60,7 @@ if DEVICE.type == "cpu":
 # %%
 panel = ControlPanel(settings=PanelSettings())  # cutlass_mla, all three defects, 1 split, 8 rows, 32 questions
 result = panel.run()
-print("saved", save(panel.figure, "panel_default").name)
+panel.show_figure()  # also figures/panel_default.png (python -m mla_edu.figures)
 reads = result.reads
 assert reads.rows_ok == [True] + [False] * 7  # only row 0 reads its own pages
 assert reads.launch.row_stride == 1 and reads.launch.buffer_row_stride == 5
@@ -119,7 +118,7 @@ assert table["width only + poison fill"].graph["errors"] > 0  # loud: NaN where 
 
 # %%
 fixed = panel.run(settings["merged fix (stale only)"], verbose=False)
-print("saved", save(panel.figure, "panel_fixed").name)
+panel.show_figure()  # also figures/panel_fixed.png
 assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 
 # %% [markdown]
