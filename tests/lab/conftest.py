@@ -1,0 +1,146 @@
+"""JupyterLab and the book, driven in headless Chromium (``make test-lab``; marker ``lab``).
+
+A JupyterLab server from this environment on 127.0.0.1 over a copy of ``notebooks/`` (so Run All
+never touches the committed notebooks), Debian's ``chromium`` driven through ``chromedriver`` by
+Selenium, and a static server over the built book (``make book``).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOK = ROOT / "build" / "book"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """(base URL, token) of a JupyterLab server rooted at a copy of notebooks/."""
+    home = tmp_path_factory.mktemp("lab")
+    root = home / "notebooks"
+    shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns("gpu", "*.py", ".ipynb_checkpoints"))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"), "JUPYTER_RUNTIME_DIR": str(home / "runtime")}
+    log = open(home / "lab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None", "--LabApp.check_for_updates_class="
+         "jupyterlab.NeverCheckForUpdate", *(["--allow-root"] if os.geteuid() == 0 else [])],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        try:
+            _wait_for(f"http://127.0.0.1:{port}/api/status?token={token}", 90, proc)
+        except (RuntimeError, TimeoutError) as e:
+            log.flush()
+            raise RuntimeError(f"{e}; JupyterLab's log ends:\n{(home / 'lab.log').read_text()[-3000:]}") from None
+        yield f"http://127.0.0.1:{port}", token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory):
+    """Headless Chromium (Debian's package) through its chromedriver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        pytest.fail("make test-lab needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1600,1200", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    driver.set_script_timeout(600)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="session")
+def book_url():
+    """Base URL of a static server over build/book (built by ``make book``)."""
+    if not (BOOK / "index.html").exists():
+        pytest.fail(f"{BOOK / 'index.html'} is missing: run make book first (make test-lab does)")
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(BOOK))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def run_times():
+    """Run All wall times per notebook, written to build/lab_run_all_seconds.json at the end."""
+    times: dict[str, float] = {}
+    yield times
+    if times:
+        out = ROOT / "build" / "lab_run_all_seconds.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failure, keep a screenshot and the page's HTML in build/lab-failures/ to look at."""
+    outcome = yield
+    report = outcome.get_result()
+    driver = item.funcargs.get("browser") if hasattr(item, "funcargs") else None
+    if report.when == "call" and report.failed and driver is not None:
+        out = ROOT / "build" / "lab-failures"
+        out.mkdir(parents=True, exist_ok=True)
+        stem = "".join(c if c.isalnum() else "_" for c in item.name)
+        driver.save_screenshot(str(out / f"{stem}.png"))
+        (out / f"{stem}.html").write_text(driver.page_source)
