@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from mla_edu import MLAConfig
-from mla_edu.attention.cost import attention_core_cost, decode_cost, kv_cache_bytes_per_token, prefill_cost
+from mla_edu.attention.cost import (attention_core_cost, decode_cost, kv_cache_bytes_per_token, kv_cache_layout,
+                                    prefill_cost)
 from mla_edu.rope import apply_rope, cos_sin
 
 
@@ -29,6 +30,14 @@ def test_from_hf_round_trip(preset, version):
 
 def test_kv_cache_bytes_match_the_brief():
     assert kv_cache_bytes_per_token(MLAConfig.deepseek_v3()) == {"MHA": 81920, "GQA-8": 4096, "MQA": 512, "MLA": 1152}
+
+
+def test_kv_cache_layout_states_each_key_width():
+    # MHA keeps DeepSeek's 192-wide key; GQA/MQA use 128-wide heads; MLA is 2.25 MQA caches (paper, section 2.1.4)
+    layout = kv_cache_layout(MLAConfig.deepseek_v3())
+    assert layout == {"MHA": (128, 192, 128), "GQA-8": (8, 128, 128), "MQA": (1, 128, 128), "MLA": (1, 576, 0)}
+    sizes = kv_cache_bytes_per_token(MLAConfig.deepseek_v3())
+    assert sizes["MLA"] / sizes["MQA"] == 2.25
 
 
 def test_decode_roofline_numbers_match_the_brief():
