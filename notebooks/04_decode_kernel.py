@@ -50,8 +50,9 @@ _ = torch.manual_seed(0)
 # $$o_{b,h} = \sum_t \operatorname{softmax}_t\big(s \cdot [q^{nope}_{b,h}; q^{pe}_{b,h}] \cdot [c_t; k^{pe}_t]\big)\, c_t,
 # \qquad s = \tfrac{1}{\sqrt{128 + 64}}\ (\times\ \text{YaRN } m^2)$$
 #
-# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py`, unchanged since SGLang
-# PR #7184 added `sm_scale` and `num_kv_splits`):
+# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py` as of SGLang PR #7184: PR #7145
+# split the query into `q_nope` and `q_pe` and added `num_kv_splits`, #7184 added `sm_scale` and
+# made one split the default):
 #
 # | argument | shape | dtype |
 # |---|---|---|

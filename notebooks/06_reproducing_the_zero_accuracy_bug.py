@@ -25,9 +25,9 @@
 # `mla_edu.graphs` (notebook 05); with one, the same code captures real `torch.cuda.CUDAGraph`s
 # and runs in bf16. Notebooks 03 (page tables) and 05 (graph rules) help.
 #
-# The facts about SGLang come from `../shared/brief/bug.md`, which was read from SGLang's
+# The facts about SGLang come from its
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at the buggy parent `7059ae16f`
-# and at the fix `e58423b2b` (PR #6998, 2025-06-10).
+# and at the fix `e58423b2b` (PR #6998, 2025-06-10); every source is listed in `docs/sources.md`.
 
 # %%
 import torch
@@ -238,18 +238,27 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 # SGLang's `ScheduleBatch.filter_batch` keeps survivors in order and `merge_batch` appends joining
 # requests (`schedule_batch.py`): `row_order="append"`. We measure, rather than assume, accuracy
 # under the bug against the number of running requests and the row order.
+#
+# `dg.row0_study` sorts the requests of each run into three groups, by the batch rows their decode
+# steps ran in; the table prints, per group, the requests that answered right out of the group:
+#
+# | column (key) | the requests whose decode steps ran |
+# |---|---|
+# | `only_row0` | all in row 0 |
+# | `first_row0` | the first in row 0, a later one elsewhere |
+# | `rest` | the first elsewhere |
 
 # %%
 print(f"eager accuracy {eager['accuracy']:.3f}; pre-fix graph, {N} questions per run; right / requests in each group")
-print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s} {'all steps in row 0':>18s} "
-      f"{'only 1st step in row 0':>22s} {'1st step elsewhere':>18s} {'eager/max running':>17s}")
+GROUPS = (("only_row0", 19), ("first_row0", 23), ("rest", 19))  # summary key, column width
+print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s}" + "".join(f"{g:>{w}s}" for g, w in GROUPS)
+      + f" {'eager/max running':>17s}")
 cache = {}
 open_q = [dg.row0_study(model, questions[:N], max_running_requests=mr, row_order=order, prefill_cache=cache,
                         dtype=DTYPE)
           for mr in (4, 8, 16) for order in ("append", "prepend")]
 for r in open_q:
-    groups = "".join(f"{r['right_' + g]:>{w - 6}d} / {r[g]:<3d}" for g, w in
-                     (("only_row0", 19), ("first_row0", 23), ("rest", 19)))
+    groups = "".join(f"{r['right_' + g]:>{w - 6}d} / {r[g]:<3d}" for g, w in GROUPS)
     print(f"{r['max_running_requests']:11d} {r['row_order']:>9s} {r['accuracy']:8.3f}{groups} "
           f"{eager['accuracy'] / r['max_running_requests']:17.3f}")
 tot = {g: (sum(r["right_" + g] for r in open_q), sum(r[g] for r in open_q)) for g in ("only_row0", "first_row0", "rest")}
