@@ -17,7 +17,7 @@
 # # 06 · Reproducing the zero-accuracy bug
 #
 # **You will learn** how SGLang's `cutlass_mla` backend scored 0.060 on GSM8K with CUDA graphs and
-# 0.917 without (PR #6998), reproduced on a tiny model; and how to take such a bug apart the way an
+# 0.910 to 0.920 without (PR #6998), reproduced on a tiny model; and how to take such a bug apart the way an
 # engineer would: graph against eager on one batch, which rows are wrong, which pages each request
 # actually read, what the page-table buffer held, and which launch parameters the graph froze.
 #
@@ -232,7 +232,8 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 # ## 7. An open question: why 0.060 and not 0?
 #
 # Under the bug only row 0 reads its own pages. In the seed each DP worker ran at most 16 requests,
-# so a first guess is `0.917 / 16 = 0.057`, close to 0.060. But a request is right only if the
+# so a first guess is `0.916 / 16 = 0.057` (0.916: the mean of the five runs without graphs), close
+# to 0.060. But a request is right only if the
 # decode steps that decide its answer read the right pages, so what matters is how often those steps
 # run in row 0, which depends on how the engine orders rows as requests finish and join.
 # SGLang's `ScheduleBatch.filter_batch` keeps survivors in order and `merge_batch` appends joining
