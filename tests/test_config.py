@@ -91,3 +91,15 @@ def test_rope_is_a_rotation_and_relative(interleave):
     assert (rot(q, 11) @ rot(k, 4)).item() == pytest.approx((rot(q, 27) @ rot(k, 20)).item(), rel=1e-5)
     with pytest.raises(TypeError, match="integer"):
         cos_sin(c, torch.tensor([1.0]))
+
+
+def test_h200_ceilings_come_from_the_committed_bench():
+    from mla_edu.kernels.plots import load_bench
+    from mla_edu.plots import h200_ceilings
+
+    flop_per_s, bytes_per_s = h200_ceilings()
+    ceil = load_bench()["ceilings"]
+    assert (flop_per_s, bytes_per_s) == (ceil["matmul_bf16_TFLOPs"] * 1e12, ceil["copy_TBps"] * 1e12)
+    assert round(flop_per_s / bytes_per_s) == 163  # not the 184 of an unmeasured 790 TFLOP/s
+    core = attention_core_cost(MLAConfig.deepseek_v3(), [4096] * 64)
+    assert round(core.flops / flop_per_s * 1e6) == 105  # the floor notebook 04 prints for the same point
