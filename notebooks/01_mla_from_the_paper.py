@@ -24,7 +24,7 @@
 # The source is section 2.1 of the DeepSeek-V2 paper ([arXiv 2405.04434](https://arxiv.org/abs/2405.04434)).
 # DeepSeek-V3's attention has exactly DeepSeek-V2's shapes (128 heads, $d_c = 512$, $d_c' = 1536$,
 # head widths 128 / 64 / 128); only the model around it grows: hidden size 7168 instead of 5120,
-# 61 layers instead of 60 (and YaRN's `mscale` is 1.0 instead of 0.707). Sources: `docs/sources.md`.
+# 61 layers instead of 60 (and YaRN's `mscale_all_dim` is 1.0 instead of 0.707). Sources: `docs/sources.md`.
 
 # %%
 import torch

@@ -193,15 +193,15 @@ assert ratio > 100
 # The bytes counted here are the least each order must move: the latent cache once, plus
 # `kv_b_proj`. The naive order reaches that minimum only in an idealized kernel that rebuilds each
 # key and value in registers and uses it at once. `NaiveMLA` (like `transformers`) does not: it
-# writes the rebuilt per-head `k_nope` and `v` to memory and reads them back, which at this size is
-# fifty times the cache:
+# writes the rebuilt per-head `k_nope` and `v` to memory and reads them back; at this size that
+# write alone is fifty times the minimum:
 
 # %%
 B, H, dn, dv = len(lens), v3.num_attention_heads, v3.qk_nope_head_dim, v3.v_head_dim
 written = 2 * B * lens[0] * H * (dn + dv)  # bf16 k_nope [B, L, H, dn] and v [B, L, H, dv]
 least = cost.decode_cost(v3, lens, "naive").bytes
 print(f"NaiveMLA writes {written / 1e9:.1f} GB of per-head keys and values per layer; "
-      f"the least any order must read is {least / 1e9:.2f} GB")
+      f"the least any order must move is {least / 1e9:.2f} GB")
 assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
 
 # %% [markdown]
