@@ -79,17 +79,56 @@ def _rows(mask) -> str:
     return ", ".join(str(i) for i, m in enumerate(mask) if m)
 
 
+def _replay_diagnosis(buf: torch.Tensor, want: torch.Tensor, n_pages: list) -> str:
+    """What a replay hook wrote into the rows ``[:bs]`` of the index buffer, against ``want``."""
+    rows = buf[: len(n_pages)].cpu()
+    want = want.cpu()
+    untouched = [b for b, n in enumerate(n_pages) if bool((rows[b, :n] == POISON_PAGE).all())]
+    if len(untouched) == len(n_pages):
+        return "nothing"
+    if not untouched and all(int(rows[b, 0]) == int(want[b, 0]) and bool((rows[b, 1:n] == POISON_PAGE).all())
+                             for b, n in enumerate(n_pages)) and max(n_pages) > 1:
+        return "first_column"
+    if untouched:
+        return "rows:" + ", ".join(map(str, untouched))
+    if any(not torch.equal(rows[b, :n], want[b, :n]) for b, n in enumerate(n_pages)):
+        return "wrong_pages"
+    return "right"
+
+
+#: one hint per classic mistake of exercise 1 (what the buffer held after the learner's hook)
+REPLAY_HINTS = {
+    "rebound": "you bound backend.cuda_graph_kv_indices to a new tensor. The graph holds the address of the "
+               "buffer it was captured with and never looks the attribute up again: write into that buffer",
+    "new_table": "you handed the metadata a new tensor. The graph was captured reading "
+                 "backend.cuda_graph_kv_indices and never looks at forward_metadata again: write the page ids "
+                 "into that buffer, in place",
+    "nothing": "backend.cuda_graph_kv_indices still held the poison page id in every entry after your function "
+               "ran: the graph takes each row's page ids from this buffer, so the hook has to put them there",
+    "first_column": "only the first page id of each row was written, as through a 1-wide view; the graph reads "
+                    "as many entries of each row as the request has pages",
+    "rows": "rows {rows} of the {bs} the hook was called with still held the poison page id after your "
+            "function ran: it wrote nothing into them",
+    "wrong_pages": "rows {rows} read wrong (but valid) pages: row b belongs to request req_pool_indices[b], "
+                   "and its page p holds the cache page of that request's token p * 128",
+    "right": "the buffer held the right page ids after your function ran, yet the replay differs from eager: "
+             "did your function change something else the graph reads (the workspace, the metadata)?",
+}
+
+
 def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
     """Run ``fn`` as the fixed cutlass_mla backend's replay hook; graph replay must equal eager.
 
     ``fn(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)`` is called before every replay,
     after the index buffer ``backend.cuda_graph_kv_indices`` has been filled with a poison page id
     (so rows it does not write give NaN). Graphs are captured for batch sizes 2 and 4 with the full
-    width (the fix); batches of 1..4 requests of random lengths (1..3 pages) are replayed.
+    width (the fix); batches of 1..4 requests of random lengths (1..3 pages) are replayed. A wrong
+    replay gets the hint of what the buffer held after ``fn`` ran (``REPLAY_HINTS``).
     """
     if not callable(fn):
         return _report(False, f"expected a function (backend, bs, req_pool_indices, seq_lens, seq_lens_cpu), "
                               f"got {type(fn).__name__}")
+    from mla_edu.kvcache import fill_page_table
     from mla_edu.model import task
 
     model = toy_model()
@@ -97,15 +136,23 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
                     max_running_requests=4, context_length=384)
     runner, backend = engine.runner, engine.runner.backend
     buf = backend.cuda_graph_kv_indices
-    state = {"error": None, "new_table": False}
+    state = {"error": None, "mistake": None}
 
     def hook(bs, req_pool_indices, seq_lens, seq_lens_cpu):
         buf.fill_(POISON_PAGE)
         _, err = _call(fn, backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)
         state["error"] = state["error"] or err
+        if backend.cuda_graph_kv_indices is not buf:
+            backend.cuda_graph_kv_indices = buf  # the graph reads buf whatever the attribute says
+            state["mistake"] = state["mistake"] or "rebound"
         md = backend.forward_metadata.block_kv_indices
         if md.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
-            state["new_table"] = True
+            state["mistake"] = state["mistake"] or "new_table"
+        want = torch.full_like(buf[:bs], POISON_PAGE)
+        fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], want, PAGE_SIZE)
+        n_pages = [-(-n // PAGE_SIZE) for n in seq_lens[:bs].tolist()]
+        state["mistake"] = state["mistake"] or _replay_diagnosis(buf, want, n_pages)
+        state["bs"] = bs
 
     backend.init_forward_metadata_replay_cuda_graph = hook
     rng = random.Random(seed)
@@ -115,7 +162,9 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
         reqs = [engine._new_req(p) for p in prompts]
         for r in reqs:
             engine.prefill(r)
+        rng.shuffle(reqs)  # batch row b is not pool row b: req_pool_indices matters
         batch = engine.make_batch(reqs)
+        state["mistake"] = None
         with torch.no_grad():
             _, bad, logits_g = runner.decode(batch)
             backend.init_forward_metadata(batch)
@@ -126,21 +175,16 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
         where = f"trial {trial} (batch of {bs}, lengths {batch.seq_lens_cpu.tolist()})"
         if state["error"]:
             return _report(False, f"{where}: your function raised {state['error']}")
-        nan = bad.cpu().tolist()
         err = (logits_g - logits_e).abs().amax(dim=-1).nan_to_num(float("inf")).cpu()
         wrong = (err > 1e-3).tolist()
         if not any(wrong):
             continue
-        if state["new_table"]:
-            return _report(False, f"{where}: you handed the metadata a new tensor. The graph was captured "
-                                  "reading backend.cuda_graph_kv_indices and never looks at forward_metadata "
-                                  "again: write the page ids into that buffer, in place.")
-        if any(nan):
-            return _report(False, f"{where}: rows {_rows(nan)} read the poison page id: their rows of "
-                                  "backend.cuda_graph_kv_indices were not written. Fill the first "
-                                  "ceil(seq_lens[row] / 128) entries of each of the bs rows, in place.")
-        return _report(False, f"{where}: rows {_rows(wrong)} read wrong (but valid) pages: row b belongs to "
-                              "request req_pool_indices[b]; its page p is req_to_token[req, p * 128] // 128.")
+        mistake = state["mistake"]
+        if mistake.startswith("rows:"):
+            return _report(False, f"{where}: " + REPLAY_HINTS["rows"].format(rows=mistake[5:], bs=state["bs"]) + ".")
+        if mistake == "wrong_pages":
+            return _report(False, f"{where}: " + REPLAY_HINTS["wrong_pages"].format(rows=_rows(wrong)) + ".")
+        return _report(False, f"{where}: " + REPLAY_HINTS[mistake] + ".")
     return _report(True, f"graph replay equals eager on {n_trials} batches of random lengths, with the "
                          "index buffer poisoned before every replay.")
 
@@ -187,7 +231,12 @@ def mystery_figure(k: int):
     return fig
 
 
+#: per option: (only row 0 reads its own pages, entries not written this step hold old page ids)
+_OPTION_CLAIMS = {"a": (True, True), "b": (True, False), "c": (False, True), "d": (False, False)}
+
+
 def check_mystery(k: int, answer) -> ExerciseResult:
+    """A wrong answer is told which of its two claims the figure contradicts, and where to look; not the answer."""
     if k not in MYSTERIES:
         return _report(False, f"expected a mystery number from {sorted(MYSTERIES)}, got {k!r}")
     if answer is None:
@@ -198,15 +247,18 @@ def check_mystery(k: int, answer) -> ExerciseResult:
     if answer == truth:
         return _report(True, f"mystery {k} is ({truth}) {OPTIONS[truth]}")
     reads = _mystery_reads(k)
-    rows_ok = reads.rows_ok
-    stride_hint = ("every row reads its own pages, so the width was not frozen at 1"
-                   if all(rows_ok) else "only row 0 reads its own pages: the row stride was frozen at 1")
+    frozen = not all(reads.rows_ok)  # measured, not read off the answer key
     stale = bool((~reads.live & (reads.buffer != POISON_PAGE) & (reads.buffer != 1)).any())
-    poison = bool((reads.buffer == POISON_PAGE).any())
-    fill_hint = ("entries not written this step hold the poison id (grey P)" if poison else
-                 "entries not written this step hold old page ids (red)" if stale else
-                 "look at the entries not written this step")
-    return _report(False, f"mystery {k}: not ({answer}). Look again: {stride_hint}; {fill_hint}.")
+    claim_frozen, claim_stale = _OPTION_CLAIMS[answer]
+    hints = []
+    if claim_frozen != frozen:
+        hints.append(f"({answer}) says {'only row 0 reads' if claim_frozen else 'every row reads'} its own pages: "
+                     "compare the 'page ids read under replay' panel with 'intended page ids', row by row")
+    if claim_stale != stale:
+        hints.append(f"({answer}) says the entries not written this step hold "
+                     f"{'old page ids' if claim_stale else 'the poison id'}: look at the index buffer's entries "
+                     "that are not green")
+    return _report(False, f"mystery {k}: not ({answer}). " + "; ".join(hints) + ".")
 
 
 # ---- 3. the row stride the kernel used ------------------------------------------------------------
@@ -264,56 +316,97 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
 WORKSPACE_CASES = [  # (max_seq_len, num_batches, sm_count, num_kv_splits)
     (4096, 64, 132, 1), (4096, 128, 132, 1), (128, 64, 132, 1), (4096, 2, 132, 4),
     (4096, 64, 132, -1), (4096, 8, 132, -1), (640, 8, 132, -1), (128, 64, 132, -1), (33 * 128, 1, 148, -1),
+    (4224, 8, 132, -1),    # the last step matters: heur 16, split 11
+    (4224, 16, 132, -1),   # heur 8, split 7
+    (200, 1, 132, -1),     # max_seq_len not a multiple of 128
+    (4096, 200, 132, -1),  # more requests than SMs: sm_count // B is 0
 ]
 
 
+def _workspace_variant(max_seq_len, num_batches, sm_count, num_kv_splits, *, round_up=True, last_step=True,
+                       float_bytes=4, with_lse=True, per_request=True, auto=True, fixed=True):
+    """sgl-kernel's workspace size, with one step optionally done wrong (each keyword: one classic mistake)."""
+    from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT
+
+    if (num_kv_splits == -1 and auto) or not fixed:
+        max_splits = -(-max_seq_len // 128) if round_up else max_seq_len // 128
+        heur = min(max_splits, max(1, sm_count // num_batches))
+        split = -(-max_splits // -(-max_splits // heur)) if last_step else heur
+    else:
+        split = max(num_kv_splits, 1)
+    per_split = (float_bytes * D_LATENT + (float_bytes if with_lse else 0)) * CUTLASS_HEADS
+    return per_split * split * (num_batches if per_request else 1)
+
+
+#: the classic mistakes: the ``_workspace_variant`` keyword that makes each, and its hint
+WORKSPACE_MISTAKES = {
+    "round_up": (False, "max_splits counts 128-token chunks of max_seq_len, and a partial chunk is a chunk too"),
+    "last_step": (False, "your automatic split count stops at heur; the formula has one more step, which spreads "
+                         "the chunks evenly over the waves of CTAs (it changes the count for some shapes)"),
+    "float_bytes": (2, "the partials are float32 (4 bytes each) whatever the dtype of q and the cache: the kernel "
+                       "accumulates in fp32"),
+    "with_lse": (False, "you counted o_acc but not lse_acc (one float32 per (batch, head, split))"),
+    "per_request": (False, "every request of the batch has its own partials"),
+    "auto": (False, "num_kv_splits = -1 is not a split count: it asks for the automatic one"),
+    "fixed": (False, "a num_kv_splits >= 1 is used as is; only -1 asks for the automatic count"),
+}
+
+
 def check_workspace_size(fn) -> ExerciseResult:
-    """``fn(max_seq_len, num_batches, sm_count, num_kv_splits) -> bytes`` against sgl-kernel's formula."""
-    from mla_edu.kernels import get_workspace_size, num_kv_splits_for
-    from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, CUTLASS_HEADS, D_LATENT
+    """``fn(max_seq_len, num_batches, sm_count, num_kv_splits) -> bytes`` against sgl-kernel's formula.
+
+    Every case is run first; an answer that one classic mistake explains on all of them gets that
+    mistake's hint (``WORKSPACE_MISTAKES``), any other the first case it gets wrong.
+    """
+    from mla_edu.kernels import get_workspace_size
 
     if not callable(fn):
         return _report(False, f"expected a function (max_seq_len, num_batches, sm_count, num_kv_splits), "
                               f"got {type(fn).__name__}")
+    got = []
     for case in WORKSPACE_CASES:
-        got, err = _call(fn, *case)
+        value, err = _call(fn, *case)
         if err:
-            return _report(False, f"workspace_size{case} raised {err}")
-        want = get_workspace_size(*case)
-        if got == want:
-            continue
-        L, B, sms, ns = case
-        split = num_kv_splits_for(L, B, sms, ns)
-        if got is None:
-            hint = "it returned None: return the number of bytes"
-        elif got == 0:
-            hint = "it is not 0 at one split: sgl-kernel sizes it for one split anyway"
-        elif got == B * split * 4 * D_LATENT * CUTLASS_HEADS:
-            hint = "you counted o_acc but not lse_acc (one float32 per (batch, head, split))"
-        elif isinstance(got, int) and got % BYTES_PER_BATCH_SPLIT == 0 and got // BYTES_PER_BATCH_SPLIT != B * split:
-            hint = (f"{got // BYTES_PER_BATCH_SPLIT} (batch, split) pairs, expected {B} x {split}: "
-                    + ("check the automatic split count: max_splits = ceil(L / 128), heur = min(max_splits, "
-                       "max(1, sm_count // B)), split = ceil(max_splits / ceil(max_splits / heur))"
-                       if ns == -1 else "a fixed num_kv_splits is used as is"))
-        else:
-            hint = ("per (batch, split): float32 o_acc [128 heads, 512] + float32 lse [128 heads] = "
-                    f"{BYTES_PER_BATCH_SPLIT:,} bytes (heads are padded to 128 whatever H is)")
-        return _report(False, f"workspace_size{case}: expected {want:,} bytes, got {got!r}; {hint}")
-    return _report(True, f"all {len(WORKSPACE_CASES)} cases equal sgl-kernel's cutlass_mla_get_workspace_size "
-                         f"(e.g. {WORKSPACE_CASES[4]} -> {get_workspace_size(*WORKSPACE_CASES[4]):,} bytes).")
+            L, B, sms, ns = case
+            hint = (": with more requests than SMs, sm_count // B is 0, and heur has a floor"
+                    if err.startswith("ZeroDivisionError") and ns == -1 and sms // B == 0 else "")
+            return _report(False, f"workspace_size{case} raised {err}{hint}")
+        got.append(value)
+    want = [get_workspace_size(*case) for case in WORKSPACE_CASES]
+    if got == want:
+        return _report(True, f"all {len(WORKSPACE_CASES)} cases equal sgl-kernel's cutlass_mla_get_workspace_size "
+                             f"(e.g. {WORKSPACE_CASES[9]} -> {want[9]:,} bytes).")
+    for name, (wrong, hint) in WORKSPACE_MISTAKES.items():
+        if got == [_workspace_variant(*case, **{name: wrong}) for case in WORKSPACE_CASES]:
+            n_wrong = sum(g != w for g, w in zip(got, want))
+            return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: {hint}.")
+    i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
+    if got[i] is None:
+        hint = "it returned None: return the number of bytes"
+    elif got[i] == 0:
+        hint = "it is not 0 at one split: sgl-kernel sizes it for one split anyway"
+    else:
+        hint = ("per (batch, split): float32 o_acc [128 heads, 512] + float32 lse [128 heads] (heads are padded "
+                "to 128 whatever H is), times the split count (the automatic one for -1)")
+    return _report(False, f"workspace_size{WORKSPACE_CASES[i]}: expected {want[i]:,} bytes, got {got[i]!r}; {hint}")
 
 
 # ---- 5. find the stale entries the pre-fix kernel read ------------------------------------------
+#: (max running requests, requests in the measured step): the last two are padded to the captured size
+STALE_CASES = ((6, 6), (5, 5), (8, 8), (8, 6), (6, 5))
+
+
 @lru_cache(maxsize=None)
 def stale_case(k: int):
-    """``(buffer [rows, W] int64, seq_lens [bs], row_stride)`` of one pre-fix decode step, and the truth."""
+    """``(buffer [rows, W] int64, seq_lens [bs], row_stride)`` of one pre-fix decode step, the truth (read
+    off the entries the step wrote, ``PageReads.live``) and the ``PageReads``."""
     from mla_edu.model import task
     from mla_edu.panel import PanelSettings, measure_page_reads
 
-    bs = (6, 5, 8)[k]
+    mr, bs = STALE_CASES[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
-                               PanelSettings(defects=PRE_FIX, max_running_requests=bs))
-    rs, width = reads.launch.row_stride, reads.buffer.shape[1]
+                               PanelSettings(defects=PRE_FIX, max_running_requests=mr), batch_size=bs)
+    rs = reads.launch.row_stride
     live = reads.live.reshape(-1)
     truth = set()
     for b, n in enumerate(reads.seq_lens):
@@ -324,40 +417,83 @@ def stale_case(k: int):
     return (reads.buffer.clone(), list(reads.seq_lens), rs), truth, reads
 
 
+def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_stride=True, buffer_rows=True,
+                   slot_past_end=True):
+    """The stale reads, with one step optionally done wrong (each keyword: one classic mistake)."""
+    rows, width = buffer.shape
+    if not buffer_rows:  # one buffer row per request: the padded rows forgotten
+        rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
+    lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+    written = [-(-n // PAGE_SIZE) for n in lens]
+    out = set()
+    for b, n in enumerate(seq_lens):
+        for j in range(-(-n // PAGE_SIZE)):
+            r, slot = divmod(b * (row_stride if frozen_stride else width) + j, width)
+            limit = written[r] if landing_row else written[b]
+            if r >= rows or (slot >= limit if slot_past_end else slot > limit):
+                out.add((b, j))
+    return out
+
+
+#: the classic mistakes: the ``_stale_variant`` keyword that makes each, and its hint
+STALE_MISTAKES = {
+    "landing_row": "you compared the slot with the page count of the request that reads; an entry belongs to "
+                   "the buffer row it sits in, and that row's request decides whether it was written",
+    "frozen_stride": "you found no stale read, which is what reads through the buffer's own row stride give "
+                     "(each row reads its own row); the captured kernel uses the row stride it was given "
+                     "(row_stride), so a read can land in another row",
+    "buffer_rows": "you took one buffer row per request; the buffer has a row per captured slot, padded rows "
+                   "included, so it can have more rows than seq_lens has entries",
+    "slot_past_end": "a row that writes n entries writes slots 0 .. n-1: slot n is not written",
+}
+
+
 def check_stale_reads(fn) -> ExerciseResult:
     """``fn(buffer, seq_lens, row_stride) -> set of (row, j)``: the reads that hit an entry not written
     this step. ``buffer`` is the index buffer's rows ``[padded bs, W]`` (padded rows have seq_len 1
     and own one page, also written this step); row ``b`` reads page ``j`` at flat index
-    ``b * row_stride + j`` for ``j < ceil(seq_lens[b] / 128)``."""
+    ``b * row_stride + j`` for ``j < ceil(seq_lens[b] / 128)``. Steps 3 and 4 have padded rows.
+
+    Every step is run first; an answer that one classic mistake explains on all of them gets that
+    mistake's hint (``STALE_MISTAKES``), any other a hint on the first step it gets wrong.
+    """
     if not callable(fn):
         return _report(False, f"expected a function (buffer, seq_lens, row_stride), got {type(fn).__name__}")
-    for k in range(3):
-        (buffer, seq_lens, rs), truth, reads = stale_case(k)
+    cases = [stale_case(k) for k in range(len(STALE_CASES))]
+    got_all = []
+    for k, ((buffer, seq_lens, rs), _, _) in enumerate(cases):
         got, err = _call(fn, buffer.clone(), list(seq_lens), rs)
         if err:
             return _report(False, f"case {k}: your function raised {err}")
         try:
-            got = {(int(b), int(j)) for b, j in got}
+            got_all.append({(int(b), int(j)) for b, j in got})
         except Exception:
             return _report(False, f"case {k}: expected a set of (row, j) pairs, got {type(got).__name__}")
-        if got == truth:
-            continue
-        wrong = {(b, j) for b in range(len(seq_lens)) for j in range(-(-seq_lens[b] // PAGE_SIZE))
-                 if int(reads.read[b, j]) != int(reads.intended[b, j])}
-        missing, extra = sorted(truth - got), sorted(got - truth)
-        if got == wrong:
-            hint = ("those are the *wrong* reads; a wrong read can land on an entry another row wrote this "
-                    "step (fresh, just not its own). Stale = past ceil(len/128) of the row it lands in")
-        elif extra and all(j >= -(-seq_lens[b] // PAGE_SIZE) for b, j in extra):
-            hint = "a request reads only j < ceil(seq_len / 128) pages"
-        else:
-            hint = ("entry at flat index i sits in buffer row i // W, slot i % W; it was written this step "
-                    "iff slot < ceil(seq_len of that row / 128) (padded rows: seq_len 1)")
-        return _report(False, f"case {k} (seq_lens {seq_lens}, row stride {rs}, W {buffer.shape[1]}): "
-                              f"missing {missing[:4]}, extra {extra[:4]}; {hint}")
-    n = sum(len(stale_case(k)[1]) for k in range(3))
-    return _report(True, f"all 3 steps right ({n} stale reads in all): these entries are what the "
-                         "pre-fix kernel attended over instead of the request's own pages.")
+    truths = [truth for _, truth, _ in cases]
+    if got_all == truths:
+        n = sum(len(t) for t in truths)
+        return _report(True, f"all {len(cases)} steps right ({n} stale reads in all): these entries are what the "
+                             "pre-fix kernel attended over instead of the request's own pages.")
+    n_wrong = sum(g != t for g, t in zip(got_all, truths))
+    for name, hint in STALE_MISTAKES.items():
+        if got_all == [_stale_variant(*args, **{name: False}) for args, _, _ in cases]:
+            return _report(False, f"{n_wrong} of {len(cases)} steps wrong, all by one mistake: {hint}.")
+    k = next(k for k, (g, t) in enumerate(zip(got_all, truths)) if g != t)
+    (buffer, seq_lens, rs), truth, reads = cases[k]
+    got = got_all[k]
+    wrong = {(b, j) for b in range(len(seq_lens)) for j in range(-(-seq_lens[b] // PAGE_SIZE))
+             if int(reads.read[b, j]) != int(reads.intended[b, j])}
+    missing, extra = sorted(truth - got), sorted(got - truth)
+    if got == wrong:
+        hint = ("those are the *wrong* reads; a wrong read can land on an entry another row wrote this "
+                "step (fresh, just not its own). Stale = not written this step, by any row")
+    elif extra and all(j >= -(-seq_lens[b] // PAGE_SIZE) for b, j in extra):
+        hint = "a request reads only j < ceil(seq_len / 128) pages"
+    else:
+        hint = ("entry at flat index i sits in buffer row i // W, slot i % W; it was written this step "
+                "iff slot < ceil(seq_len of that row / 128) (padded rows: seq_len 1)")
+    return _report(False, f"case {k} (seq_lens {seq_lens}, row stride {rs}, buffer {list(buffer.shape)}): "
+                          f"missing {missing[:4]}, extra {extra[:4]}; {hint}")
 
 
 __all__ = ["ExerciseResult", "OPTIONS", "MYSTERIES", "check_mystery", "check_replay", "check_row_stride",

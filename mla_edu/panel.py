@@ -194,18 +194,23 @@ def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages
 
 
 @torch.no_grad()
-def measure_page_reads(model, questions, settings: PanelSettings) -> PageReads:
-    """One graph-replayed decode step of ``max_running_requests`` rows after an earlier wave finished.
+def measure_page_reads(model, questions, settings: PanelSettings, batch_size: int | None = None) -> PageReads:
+    """One graph-replayed decode step of ``batch_size`` requests (default ``max_running_requests``) after
+    an earlier wave of ``max_running_requests`` finished.
 
     The earlier wave (the next questions, one decode step) leaves its page ids in the rows of
     the persistent buffer, as a running server does; then the measured batch is prefilled and
-    decoded by graph replay, and the same step is computed eagerly for comparison.
+    decoded by graph replay (padded to the next captured size, as SGLang pads), and the same step
+    is computed eagerly for comparison.
     """
     from mla_edu.serving.graph_runner import GraphRunner
 
-    bs = settings.max_running_requests
-    if len(questions) < 2 * bs:
-        raise ValueError(f"questions: expected at least {2 * bs} (two waves of {bs}), got {len(questions)}")
+    mr = settings.max_running_requests
+    bs = mr if batch_size is None else batch_size
+    if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= mr:
+        raise ValueError(f"batch_size: expected an int in [1, {mr}], got {batch_size!r}")
+    if len(questions) < bs + mr:
+        raise ValueError(f"questions: expected at least {bs + mr} (a wave of {mr}, then {bs}), got {len(questions)}")
     engine = Engine(model, ServerArgs(**settings.server_args(cuda_graph=False),
                                       context_length=model.config.mla.max_position_embeddings))
     runner = engine.runner
@@ -219,7 +224,7 @@ def measure_page_reads(model, questions, settings: PanelSettings) -> PageReads:
             engine.prefill(r)  # no stop tokens: every request stays running
         return reqs
 
-    earlier = prefill(sorted(questions[bs: 2 * bs], key=lambda q: -q.prompt_len))  # long ones first
+    earlier = prefill(sorted(questions[bs: bs + mr], key=lambda q: -q.prompt_len))  # long ones first
     runner.decode(engine.make_batch(earlier))
     for r in earlier:
         engine._free(r)

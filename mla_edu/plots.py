@@ -7,9 +7,14 @@ import numpy as np
 
 from mla_edu.attention import cost
 from mla_edu.config import MLAConfig
+from mla_edu.kernels.plots import load_bench
 
-H200_BYTES_PER_S = 4.3e12     # device-to-device copy measured on this project's H200 (brief mla.md)
-H200_FLOP_PER_S = 790e12      # dense bf16 matmul measured on the same card
+
+def h200_ceilings() -> tuple[float, float]:
+    """``(FLOP/s, bytes/s)``: bf16 matmul and device-to-device copy, as measured on this project's H200
+    by ``python -m mla_edu.kernels.bench`` (``mla_edu/results/kernel_bench_h200.json``)."""
+    ceil = load_bench()["ceilings"]
+    return ceil["matmul_bf16_TFLOPs"] * 1e12, ceil["copy_TBps"] * 1e12
 
 
 def kv_cache_bytes_per_token():
@@ -31,18 +36,20 @@ def kv_cache_bytes_per_token():
 def naive_vs_absorbed_cost():
     """Decode step of one layer at DeepSeek-V3 dims, batch 64: FLOPs and time floor vs context length."""
     v3 = MLAConfig.deepseek_v3()
+    flop_per_s, bytes_per_s = h200_ceilings()
     lengths = np.array([256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for order, color in (("naive", "#7f7f7f"), ("absorbed", "#d62728")):
         costs = [cost.decode_cost(v3, [int(L)] * 64, order) for L in lengths]
         flops = np.array([c.flops for c in costs])
-        floor = np.array([max(c.flops / H200_FLOP_PER_S, c.bytes / H200_BYTES_PER_S) for c in costs])
+        floor = np.array([max(c.flops / flop_per_s, c.bytes / bytes_per_s) for c in costs])
         ax1.loglog(lengths, flops / 1e9, "o-", color=color, label=order)
         ax2.loglog(lengths, floor * 1e6, "o-", color=color, label=order)
-    memory_only = [cost.decode_cost(v3, [int(L)] * 64, "absorbed").bytes / H200_BYTES_PER_S * 1e6 for L in lengths]
+    memory_only = [cost.decode_cost(v3, [int(L)] * 64, "absorbed").bytes / bytes_per_s * 1e6 for L in lengths]
     ax2.loglog(lengths, memory_only, "--", color="#1f77b4", label="bytes alone (latent cache + kv_b_proj)")
     ax1.set(xlabel="context length L", ylabel="GFLOP per layer per step", title="work (batch 64)")
-    ax2.set(xlabel="context length L", ylabel="floor, us per layer", title="H200 floor: max(FLOPs/790T, bytes/4.3T)")
+    ax2.set(xlabel="context length L", ylabel="floor, us per layer",
+            title=f"H200 floor: max(FLOPs / {flop_per_s / 1e12:.0f}T, bytes / {bytes_per_s / 1e12:.2f}T)")
     for ax in (ax1, ax2):
         ax.legend(fontsize=8)
         ax.grid(True, which="major", alpha=0.3)

@@ -10,7 +10,7 @@ emulator otherwise. Three parts:
    Triton backend graph;
 2. the ablation: each defect of the pre-fix code alone, and all together, at 1 split (as SGLang
    ran it) and at the automatic split count, each row explained from the mechanism;
-3. the open question of ``bug.md`` (why 0.060 and not 0?): accuracy under the bug against
+3. the open question (why 0.060 and not 0?): accuracy under the bug against
    running requests per batch and the row order of joining requests.
 """
 

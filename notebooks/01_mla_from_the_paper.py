@@ -16,13 +16,15 @@
 # # 01 · Multi-head Latent Attention, from the paper
 #
 # **You will learn** what DeepSeek's Multi-head Latent Attention (MLA) computes, why its KV cache is
-# 1.4% of a normal one, and how to check an implementation against the reference one in
-# Hugging Face `transformers`, number for number.
+# under 2% of multi-head attention's, and how to check an implementation against the reference one
+# in Hugging Face `transformers`, number for number.
 #
 # **You need** a CPU. Nothing here uses a GPU. About 30 seconds.
 #
 # The source is section 2.1 of the DeepSeek-V2 paper ([arXiv 2405.04434](https://arxiv.org/abs/2405.04434)).
-# DeepSeek-V3 uses the same attention with bigger numbers.
+# DeepSeek-V3's attention has exactly DeepSeek-V2's shapes (128 heads, $d_c = 512$, $d_c' = 1536$,
+# head widths 128 / 64 / 128); only the model around it grows: hidden size 7168 instead of 5120,
+# 61 layers instead of 60 (and YaRN's `mscale_all_dim` is 1.0 instead of 0.707). Sources: `docs/sources.md`.
 
 # %%
 import torch
@@ -58,6 +60,9 @@ for preset in (MLAConfig.deepseek_v3(), MLAConfig.deepseek_v2(), MLAConfig.deeps
     print(f"{c.name:17s} hidden={c.hidden_size:5d} heads={c.num_attention_heads:3d} q_lora_rank={str(c.q_lora_rank):5s} "
           f"kv_lora_rank={c.kv_lora_rank} nope={c.qk_nope_head_dim} rope={c.qk_rope_head_dim} v={c.v_head_dim} "
           f"cached/token={c.kv_cache_dim}")
+attention_dims = ("num_attention_heads", "q_lora_rank", "kv_lora_rank",
+                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+assert all(getattr(MLAConfig.deepseek_v3(), k) == getattr(MLAConfig.deepseek_v2(), k) for k in attention_dims)
 
 # %% [markdown]
 # ## The equations
@@ -222,19 +227,35 @@ assert err < 1e-5
 #
 # ## What the small cache buys
 #
-# Bytes cached per token per layer in bf16, at DeepSeek-V3's sizes, for multi-head attention
-# (full K of 192 and V of 128 per head), grouped-query attention with 8 KV heads, multi-query
-# attention, and MLA:
+# Bytes cached per token per layer in bf16, at DeepSeek-V3's sizes, for multi-head attention,
+# grouped-query attention with 8 KV heads, multi-query attention, and MLA. Mind the key widths:
+# the MHA row caches DeepSeek's full 192-wide key (RoPE part included), the GQA and MQA rows the
+# usual 128-wide heads, and MLA one 576-wide row whose first 512 numbers are also the value.
 
 # %%
-sizes = cost.kv_cache_bytes_per_token(MLAConfig.deepseek_v3())
-for scheme, nbytes in sizes.items():
-    print(f"{scheme:6s} {nbytes:7,d} bytes   {nbytes / sizes['MHA']:7.2%} of MHA")
+v3 = MLAConfig.deepseek_v3()
+sizes = cost.kv_cache_bytes_per_token(v3)
+print(f"{'scheme':6s} {'KV heads':>8s} {'K width':>7s} {'V width':>7s} {'bytes':>7s} {'of MHA':>7s} {'x MQA':>6s}")
+for scheme, (kv_heads, k_width, v_width) in cost.kv_cache_layout(v3).items():
+    nbytes = sizes[scheme]
+    print(f"{scheme:6s} {kv_heads:8d} {k_width:7d} {v_width:7d} {nbytes:7,d} {nbytes / sizes['MHA']:7.2%} "
+          f"{nbytes / sizes['MQA']:6.2f}")
 layers = 61
 print(f"MLA over DeepSeek-V3's {layers} layers: {sizes['MLA'] * layers / 1000:.1f} KB per token")
 for scheme in ("MLA", "MHA"):
     print(f"a 4,096-token request, {scheme}: {sizes[scheme] * layers * 4096 / 1e9:.2f} GB")
 assert sizes["MLA"] == 1152 and round(sizes["MLA"] / sizes["MHA"], 3) == 0.014
+assert sizes["MLA"] / sizes["MQA"] == 2.25
+
+# %% [markdown]
+# The paper's Table 1 counts MHA's cache as $2 n_h d_h$ numbers per token and layer, keys as wide
+# as values (128), without the 64 RoPE numbers. On that basis MLA's share is a little larger:
+
+# %%
+mha_paper = 2 * v3.num_attention_heads * v3.qk_nope_head_dim  # 2 n_h d_h = 32,768 numbers
+print(f"MLA / MHA, paper's basis: {v3.kv_cache_dim} / {mha_paper:,} = {v3.kv_cache_dim / mha_paper:.2%}; "
+      f"with the 192-wide key: {sizes['MLA'] / sizes['MHA']:.2%}")
+assert round(v3.kv_cache_dim / mha_paper, 4) == 0.0176
 
 # %%
 fig = kv_cache_bytes_per_token()
@@ -243,8 +264,9 @@ print("saved", save(fig, "kv_cache_bytes_per_token").name)
 # %% [markdown]
 # A 4,096-token request holds 0.29 GB of MLA cache; with DeepSeek-V3's real MHA dimensions
 # (128 heads $\times$ 320 numbers $\times$ 2 bytes $\times$ 61 layers per token) it would hold
-# 20.5 GB. MLA's cache is a little more than an MQA cache of
-# the same head width, yet every head still gets its own keys and values.
+# 20.5 GB. MLA's cache is 2.25 times an MQA cache of 128-wide heads (1,152 against 512 bytes; the
+# paper puts it as "equal to GQA with only 2.25 groups"), yet every head still gets its own keys
+# and values.
 #
 # ## What we saw
 #

@@ -31,7 +31,7 @@ from einops import einsum
 from mla_edu import AbsorbedMLA, LatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
 from mla_edu.figures import save
-from mla_edu.plots import naive_vs_absorbed_cost
+from mla_edu.plots import h200_ceilings, naive_vs_absorbed_cost
 from mla_edu.rope import apply_rope, cos_sin
 
 torch.manual_seed(0)
@@ -139,8 +139,10 @@ with torch.no_grad():
         assert rel_err(out_a, out_n) < tol and rel_err(out_a, reference) < tol
 
 # %% [markdown]
-# bf16 keeps 8 bits of mantissa, so $10^{-3}$ to $10^{-2}$ is what bf16 operands give; fp32
-# lands near $10^{-7}$.
+# bf16 stores 7 mantissa bits (an 8-bit significand, counting the implicit leading 1), so each
+# rounding is off by up to $2^{-8} \approx 4 \cdot 10^{-3}$ and $10^{-3}$ to $10^{-2}$ is what bf16
+# operands give. fp32 has a 24-bit significand ($2^{-24} \approx 6 \cdot 10^{-8}$ per rounding); over
+# this layer's sums its error comes out at a few times $10^{-7}$, well inside the $10^{-5}$ checked.
 #
 # ## The softmax scale does not change
 #
@@ -150,7 +152,7 @@ with torch.no_grad():
 # $1/\sqrt{576}$, although 576 is the key width the kernel sees. A kernel that derives its scale
 # from the key width gets it wrong silently (FlashMLA's default is $1/\sqrt{576}$, and sgl-kernel's
 # cutlass decode hard-coded $1/\sqrt{192}$ until SGLang PR #7184 passed `sm_scale` in, ignoring
-# YaRN; see `../shared/brief/bug.md`).
+# YaRN; sources in `docs/sources.md`).
 
 # %%
 v3 = MLAConfig.deepseek_v3()
@@ -188,20 +190,40 @@ print(f"naive / absorbed arithmetic: {ratio:.0f}x")
 assert ratio > 100
 
 # %% [markdown]
-# Both orders read the same bytes: the latent cache once, plus `kv_b_proj`. The naive order then
-# spends over 100 times the arithmetic rebuilding keys and values that absorption never builds.
-#
-# **Is absorbed decode memory- or compute-bound?** Its intensity is about $2 n_h$ FLOP per byte:
-# each cached byte is used once per head. The H200 this project measured does ~790 TFLOP/s of
-# dense bf16 and ~4.3 TB/s, a ridge at ~184 FLOP/byte. So 128 heads (one GPU holding all heads)
-# are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
+# The bytes counted here are the least each order must move: the latent cache once, plus
+# `kv_b_proj`. The naive order reaches that minimum only in an idealized kernel that rebuilds each
+# key and value in registers and uses it at once. `NaiveMLA` (like `transformers`) does not: it
+# writes the rebuilt per-head `k_nope` and `v` to memory and reads them back; at this size that
+# write alone is fifty times the minimum:
 
 # %%
+B, H, dn, dv = len(lens), v3.num_attention_heads, v3.qk_nope_head_dim, v3.v_head_dim
+written = 2 * B * lens[0] * H * (dn + dv)  # bf16 k_nope [B, L, H, dn] and v [B, L, H, dv]
+least = cost.decode_cost(v3, lens, "naive").bytes
+print(f"NaiveMLA writes {written / 1e9:.1f} GB of per-head keys and values per layer; "
+      f"the least any order must move is {least / 1e9:.2f} GB")
+assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
+
+# %% [markdown]
+# Even at its idealized minimum of bytes, the naive order spends over 100 times the arithmetic
+# rebuilding keys and values that absorption never builds.
+#
+# **Is absorbed decode memory- or compute-bound?** Its intensity is about $2 n_h$ FLOP per byte:
+# each cached byte is used once per head. The ceilings come from the project's committed H200
+# benchmark (`mla_edu/results/kernel_bench_h200.json`, notebook 04): dense bf16 matmul and a
+# device-to-device copy, measured in the same run. Their ratio is the ridge. 128 heads (one GPU
+# holding all heads) are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
+
+# %%
+flop_per_s, bytes_per_s = h200_ceilings()
+print(f"H200, measured: {flop_per_s / 1e12:.0f} TFLOP/s bf16 matmul, {bytes_per_s / 1e12:.2f} TB/s copy, "
+      f"ridge {flop_per_s / bytes_per_s:.0f} FLOP/byte")
 for heads in (128, 16):
     c = cost.attention_core_cost(v3.replace(num_attention_heads=heads), lens)
-    bound = "compute" if c.intensity > 790e12 / 4.3e12 else "memory"
-    floor_us = max(c.flops / 790e12, c.bytes / 4.3e12) * 1e6
+    bound = "compute" if c.intensity > flop_per_s / bytes_per_s else "memory"
+    floor_us = max(c.flops / flop_per_s, c.bytes / bytes_per_s) * 1e6
     print(f"h_q={heads:3d}: {c.intensity:6.1f} FLOP/byte -> {bound}-bound, floor {floor_us:5.1f} us per layer on the H200")
+assert round(flop_per_s / bytes_per_s) == 163
 
 # %% [markdown]
 # Across context lengths (the left panel is arithmetic, the right the time floor on the H200):

@@ -42,7 +42,9 @@ _ = torch.manual_seed(0)
 #
 # MLA caches, per token and per layer, the compressed KV `c_kv` (`kv_lora_rank` = 512 numbers)
 # and the shared RoPE key `k_pe` (64 numbers): one row of 576. SGLang stores them side by side
-# in one tensor per layer, `kv_c_and_k_pe_cache` of shape `[num_pages, PAGE, 576]`.
+# in one tensor per layer of shape `[slots + PAGE, 1, 576]` (`MLATokenToKVPool`: one row per token
+# slot, plus one page of padding), and its cutlass backend hands the kernel the view
+# `[num_pages, PAGE, 576]` of it as `kv_c_and_k_pe_cache`.
 
 # %%
 v3 = LatentKVCache(num_layers=61, num_pages=1, page_size=1, dtype=torch.bfloat16)
@@ -161,10 +163,14 @@ print("rows written:", int((rows_l1.abs().sum(-1) > 0).sum()), "of", rows_l1.siz
 # $$\text{table}[b, p] = \text{req\_to\_token}[\text{req}_b,\ p \cdot \text{PAGE}]\ /\!/\ \text{PAGE}
 # \quad\text{for } p < \lceil \text{len}_b / \text{PAGE} \rceil$$
 #
-# and **leaves every other entry of the row untouched**. Under CUDA graphs the table is a
-# persistent buffer allocated once (`cuda_graph_kv_indices`, filled with 1, width
-# `(max_context_len + 128) // 128` in the cutlass backend), and its rows are reused step after
-# step. `fill_page_table` has both versions: vectorized torch ops and the Triton kernel
+# and **leaves every other entry of the row untouched**. That is the kernel at SGLang commit
+# `7059ae16f` (the parent of the #6998 fix): its store mask is `paged_offset_out < num_paged`, so
+# exactly $\lceil \text{len}_b / \text{PAGE} \rceil$ entries are written. Versions before PR #6109
+# (May 2025) masked with `<= num_paged` and wrote one entry more: the page of whatever
+# `req_to_token` holds at position `num_paged * PAGE`, past the request's end. Under CUDA graphs the table is a persistent buffer
+# allocated once (`cuda_graph_kv_indices`, filled with 1, width `(max_context_len + 128) // 128` in
+# the cutlass backend), and its rows are reused step after step. `fill_page_table` implements the
+# `7059ae16f` kernel twice: in vectorized torch ops, and in Triton,
 # registered as the custom op `mla_edu::fill_page_table`.
 
 # %%

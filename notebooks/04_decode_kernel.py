@@ -50,8 +50,9 @@ _ = torch.manual_seed(0)
 # $$o_{b,h} = \sum_t \operatorname{softmax}_t\big(s \cdot [q^{nope}_{b,h}; q^{pe}_{b,h}] \cdot [c_t; k^{pe}_t]\big)\, c_t,
 # \qquad s = \tfrac{1}{\sqrt{128 + 64}}\ (\times\ \text{YaRN } m^2)$$
 #
-# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py`, unchanged since SGLang
-# PR #7184 added `sm_scale` and `num_kv_splits`):
+# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py` as of SGLang PR #7184: PR #7145
+# split the query into `q_nope` and `q_pe` and added `num_kv_splits`, #7184 added `sm_scale` and
+# made one split the default):
 #
 # | argument | shape | dtype |
 # |---|---|---|
@@ -176,7 +177,9 @@ print("merge of 2 splits equals the full softmax:", torch.allclose(merged, truth
 # with `max_seq_len = PAGE * page_table.size(1)`,
 # `max_splits = ceil(max_seq_len / 128)`, `heur = min(max_splits, max(1, sm_count // B))`,
 # `split = ceil(max_splits / ceil(max_splits / heur))`. The workspace holds fp32
-# `o_acc [B, 128, split, 512]` and `lse [B, 128, split]`: 262,656 bytes per (batch, split).
+# `o_acc [B, 128, split, 512]` and then `lse [B, split, 128]`
+# (`kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `to_underlying_arguments`): 262,656 bytes per
+# (batch, split). `mla_edu`'s kernels keep their LSE as `[B, H, split]`; the byte count is the same.
 
 # %%
 print(" B | max_seq_len | auto split | workspace MiB")
@@ -185,14 +188,16 @@ for bsz in (1, 8, 64, 128):
         s = num_kv_splits_for(msl, bsz, 132, -1)
         print(f"{bsz:3d} | {msl:11d} | {s:10d} | {get_workspace_size(msl, bsz, 132, -1) / 2**20:8.1f}")
 assert get_workspace_size(128, 1, 132, 1) == 262_656
+assert [b for b in range(1, 129) if num_kv_splits_for(4224, b, 132, -1) > 1] == list(range(1, 67))
 
 # %% [markdown]
 # Read the `max_seq_len = 128` rows as "a page table one page wide". That is what SGLang's
 # cutlass backend captured before PR #6998: dummy lengths of 1 at capture gave
 # `max_seqlen_pad = 1`, a table view `[:bs, :1]`, one split and a workspace sized for it. A CUDA
-# graph freezes all of that. With 4224 (33 pages, the full buffer width at context 4096) the
-# same batch gets more splits and needs a bigger workspace: a workspace sized at capture for one
-# split is too small for them. `mla_decode` raises instead of writing past its end:
+# graph freezes all of that. With 4224 (33 pages, the full buffer width at context 4096) a batch
+# of up to 66 requests gets more splits on 132 SMs (from 67 on, `sm_count // B` is 1 and so is the
+# split) and needs a bigger workspace: a workspace sized at capture for one split is too small for
+# them. `mla_decode` raises instead of writing past its end:
 
 # %%
 ws_small = torch.empty(get_workspace_size(16 * case.page_table.size(1), 4, 132, 1), dtype=torch.uint8, device=DEVICE)
@@ -274,20 +279,31 @@ for name, table, policy in (("narrow view [:B, :1]", buf[:4, :1], "size"),
 #
 # ## 8. Checked mode
 #
-# The real kernel reads whatever memory an out-of-range page id points at. `checked=True` turns
-# such a read into NaN for that request (clamp + mask, no host sync) and leaves the others alone.
-# Without it the id is clamped to the last page. Here the last page is an unused, NaN-poisoned
-# one, so request 3 comes out NaN either way: poison makes even unchecked stray reads loud. In a
-# real cache that page would hold another request's tokens and the answer would be silently wrong.
+# The real kernel reads whatever memory an out-of-range page id points at. Without `checked`, the
+# impls here clamp such an id to the last page; `checked=True` turns the read into NaN for that
+# request (clamp + mask, no host sync) and leaves the others alone. To see the difference, the last
+# page must hold what a real cache holds there, another request's tokens, not poison: copy request
+# 2's first page into it. Then point request 3's second page at id $10^6$:
 
 # %%
 bad = case.page_table.clone()
 bad[3, 1] = 10**6
+last = case.cache.size(0) - 1
+assert last not in case.page_table.flatten().tolist()  # the last page belongs to no request
+cache = case.cache.clone()
+cache[last] = case.cache[case.page_table[2, 0]]  # 16 finite tokens of request 2
 for checked in (False, True):
-    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, bad, case.workspace(2), case.sm_scale, 2,
+    out = mla_decode(case.q_nope, case.q_pe, cache, case.seq_lens, bad, case.workspace(2), case.sm_scale, 2,
                      impl="triton", checked=checked)
-    print(f"checked={checked}: NaN per request {[bool(out[i].isnan().any()) for i in range(4)]}, "
-          f"requests 0-2 still right {rel_err(torch.cat([out[:3], truth[3:].to(out.dtype)])) < 1e-5}")
+    err3 = ((out[3].double() - truth[3]).norm() / truth[3].norm()).item()
+    others_right = rel_err(torch.cat([out[:3], truth[3:].to(out.dtype)])) < 1e-5
+    print(f"checked={checked!s:5s}: request 3 NaN {bool(out[3].isnan().any())}, "
+          f"request 3 right {err3 < 1e-5}, requests 0-2 right {others_right}")
+    assert others_right and bool(out[3].isnan().any()) == checked and not err3 < 1e-5
+
+# %% [markdown]
+# Unchecked, request 3 gets a finite answer computed partly over request 2's tokens: silently
+# wrong. Checked, the same request is NaN, and the three others are unchanged.
 
 # %% [markdown]
 # ## 9. The real kernel, and why it cannot run here

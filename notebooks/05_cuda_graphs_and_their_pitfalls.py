@@ -16,9 +16,10 @@
 # # 05 · CUDA graphs and their pitfalls
 #
 # **You will learn** why serving engines replay decode steps as CUDA graphs, the rules a graph
-# imposes (what is frozen at capture, what is not), and six ways those rules silently break a
-# decode backend, each shown failing, then fixed, then caught by a checker. One of them is the
-# bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060 with graphs, 0.917 without).
+# imposes (what is frozen at capture, what is not), and six ways those rules break a decode
+# backend (five silently, one with an error at capture), each shown failing, then fixed, then
+# caught by a checker. One of them is the bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060
+# with graphs, 0.910 to 0.920 over five runs without).
 #
 # **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *emulator* of CUDA graphs; with a GPU,
 # the same code captures real `torch.cuda.CUDAGraph`s. Every pitfall below was also run on an H200
@@ -26,7 +27,8 @@
 # one minute.
 #
 # The rules come from PyTorch's notes on CUDA graphs (`docs/source/notes/cuda.rst`, section
-# "CUDA Graphs"); the facts about SGLang from `../shared/brief/bug.md`.
+# "CUDA Graphs") and `torch/cuda/graphs.py`; the facts about SGLang from its code at the commits
+# named below. Every source is listed in `docs/sources.md`.
 
 # %%
 import torch
@@ -66,7 +68,7 @@ assert min(speedups) > 4.5 and all(r["max_abs_err"] == 0 for r in h200["rows"])
 # %% [markdown]
 # Replay is 4.6x to 4.9x faster at every size, and the cost per kernel stays flat: eager pays about
 # 9 us of Python and launch per kernel, replay about 2 us, so the time saved grows with the number
-# of kernels. (An earlier note quoted 5.5x for a 120-kernel step; this run measured 4.7x at 117.)
+# of kernels.
 #
 # The emulator does not make anything faster: it exists so that the rules can be seen and tested
 # on a laptop. Its replay costs about 1.3x an eager run (right panel; target: at most 2x).
@@ -126,9 +128,20 @@ print("host code ran", len(host_calls), "time(s); replay output:", out.item(), "
 assert out.item() == 110.0  # still x[:2]: the slice was frozen at capture
 
 # %% [markdown]
-# **Rule 3: memory is addressed, not owned.** A graph keeps the address of every buffer it used.
-# If the host drops one, the memory goes back to the allocator while the graph still writes it.
-# The emulator poisons such memory before every replay, or, with `strict=True`, refuses to replay.
+# **Rule 3: memory is addressed, not owned.** A graph keeps the address of every buffer it used,
+# but no reference to it. What a dropped buffer becomes depends on when it was allocated
+# (PyTorch's notes, "Graph memory management"):
+#
+# - *during capture*: PyTorch serves capture-time allocations from a private memory pool that lives
+#   as long as the graph. Dropped after capture, the block goes back to that pool, not to the
+#   general cache: ordinary allocations never get it, but a later capture that shares the pool
+#   (`pool=`) can, and then two graphs write the same bytes (pitfall 3);
+# - *before capture* (SGLang's workspace, allocated by the host): dropped, the block goes back to
+#   the general cache, where any later allocation can take it; and entering the next
+#   `torch.cuda.graph` calls `torch.cuda.empty_cache()`, which can hand it back to the driver.
+#
+# Either way the graph still writes there at every replay. The emulator poisons memory its graph
+# used and the host dropped before every replay, or, with `strict=True`, refuses to replay.
 
 # %%
 holder = {}
@@ -246,8 +259,9 @@ show("freed_pool_reuse:fixed")
 # ### Pitfall 4: a buffer that is never reset inside the graph
 #
 # Split partial sums accumulate into a persistent buffer that was zeroed once, eagerly, before
-# capture (ROCm/aiter #4715 is this class). The first replay is right; every later one adds to the
-# last. **Fix:** zero it inside the graph.
+# capture. The first replay is right; every later one adds to the last. **Fix:** zero it inside
+# the graph. Same class in the wild: ROCm/aiter PR #4715 (open) fixes a split-K semaphore that was
+# zeroed once before capture and never again at replay; there the symptom is a hang.
 
 # %%
 show("stale_buffer")

@@ -17,7 +17,7 @@
 # # 06 · Reproducing the zero-accuracy bug
 #
 # **You will learn** how SGLang's `cutlass_mla` backend scored 0.060 on GSM8K with CUDA graphs and
-# 0.917 without (PR #6998), reproduced on a tiny model; and how to take such a bug apart the way an
+# 0.910 to 0.920 without (PR #6998), reproduced on a tiny model; and how to take such a bug apart the way an
 # engineer would: graph against eager on one batch, which rows are wrong, which pages each request
 # actually read, what the page-table buffer held, and which launch parameters the graph froze.
 #
@@ -25,9 +25,9 @@
 # `mla_edu.graphs` (notebook 05); with one, the same code captures real `torch.cuda.CUDAGraph`s
 # and runs in bf16. Notebooks 03 (page tables) and 05 (graph rules) help.
 #
-# The facts about SGLang come from `../shared/brief/bug.md`, which was read from SGLang's
+# The facts about SGLang come from its
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at the buggy parent `7059ae16f`
-# and at the fix `e58423b2b` (PR #6998, 2025-06-10).
+# and at the fix `e58423b2b` (PR #6998, 2025-06-10); every source is listed in `docs/sources.md`.
 
 # %%
 import torch
@@ -232,24 +232,34 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 # ## 7. An open question: why 0.060 and not 0?
 #
 # Under the bug only row 0 reads its own pages. In the seed each DP worker ran at most 16 requests,
-# so a first guess is `0.917 / 16 = 0.057`, close to 0.060. But a request is right only if the
+# so a first guess is `0.916 / 16 = 0.057` (0.916: the mean of the five runs without graphs), close
+# to 0.060. But a request is right only if the
 # decode steps that decide its answer read the right pages, so what matters is how often those steps
 # run in row 0, which depends on how the engine orders rows as requests finish and join.
 # SGLang's `ScheduleBatch.filter_batch` keeps survivors in order and `merge_batch` appends joining
 # requests (`schedule_batch.py`): `row_order="append"`. We measure, rather than assume, accuracy
 # under the bug against the number of running requests and the row order.
+#
+# `dg.row0_study` sorts the requests of each run into three groups, by the batch rows their decode
+# steps ran in; the table prints, per group, the requests that answered right out of the group:
+#
+# | column (key) | the requests whose decode steps ran |
+# |---|---|
+# | `only_row0` | all in row 0 |
+# | `first_row0` | the first in row 0, a later one elsewhere |
+# | `rest` | the first elsewhere |
 
 # %%
 print(f"eager accuracy {eager['accuracy']:.3f}; pre-fix graph, {N} questions per run; right / requests in each group")
-print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s} {'all steps in row 0':>18s} "
-      f"{'only 1st step in row 0':>22s} {'1st step elsewhere':>18s} {'eager/max running':>17s}")
+GROUPS = (("only_row0", 19), ("first_row0", 23), ("rest", 19))  # summary key, column width
+print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s}" + "".join(f"{g:>{w}s}" for g, w in GROUPS)
+      + f" {'eager/max running':>17s}")
 cache = {}
 open_q = [dg.row0_study(model, questions[:N], max_running_requests=mr, row_order=order, prefill_cache=cache,
                         dtype=DTYPE)
           for mr in (4, 8, 16) for order in ("append", "prepend")]
 for r in open_q:
-    groups = "".join(f"{r['right_' + g]:>{w - 6}d} / {r[g]:<3d}" for g, w in
-                     (("only_row0", 19), ("first_row0", 23), ("rest", 19)))
+    groups = "".join(f"{r['right_' + g]:>{w - 6}d} / {r[g]:<3d}" for g, w in GROUPS)
     print(f"{r['max_running_requests']:11d} {r['row_order']:>9s} {r['accuracy']:8.3f}{groups} "
           f"{eager['accuracy'] / r['max_running_requests']:17.3f}")
 tot = {g: (sum(r["right_" + g] for r in open_q), sum(r[g] for r in open_q)) for g in ("only_row0", "first_row0", "rest")}

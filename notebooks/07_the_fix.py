@@ -25,9 +25,9 @@
 # **You need** a CPU (about two minutes) and notebook 06. On a GPU the same cells capture real CUDA
 # graphs and run in bf16.
 #
-# Facts about SGLang come from `../shared/brief/bug.md`, read from
+# Facts about SGLang come from its
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at `7059ae16f` (before) and
-# `e58423b2b` (after). The mini engine's `cutlass_mla` backend has each pre-fix defect behind a
+# `e58423b2b` (after); every source is listed in `docs/sources.md`. The mini engine's `cutlass_mla` backend has each pre-fix defect behind a
 # switch: `width` (capture hands the kernel the view `cuda_graph_kv_indices[:bs, :1]`), `workspace`
 # (capture and replay allocate workspaces the graph does or does not use) and `stale` (index rows
 # never reset; turning it off fills the buffer with an out-of-range page id before every fill and
@@ -225,9 +225,8 @@ print(f"over {N} questions, width alone with the poison fill: {w1['errors']} req
 #
 # ## 5. What the PR summary and the review got right and wrong
 #
-# The seed text (`../shared/seed/000_c4de29e4d63ce604.txt`) holds an automated summary of the PR
-# (gemini-code-assist) and an automated review. Checked against the diff (as `bug.md` records it:
-# `7059ae16f` vs `e58423b2b`; a later version of the file, read for this notebook, the one that
+# PR #6998's conversation on GitHub holds an automated summary of the PR (gemini-code-assist) and
+# an automated review. Checked against the diff (`7059ae16f` vs `e58423b2b`; a later version of the file, read for this notebook, the one that
 # passes `sm_scale=layer.scaling` after #7184, still has `max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]`
 # at capture, no workspace allocation in the hooks and no reset in the replay hook) and against the
 # measurements above:
@@ -263,7 +262,7 @@ assert d_silent.launches_during_replay == 0
 # with `size(1)` as row stride; notebook 05) and on a workspace allocated during capture:
 
 # %%
-for name in ("narrow_view/torch", "narrow_view/torch:fixed", "freed_workspace", "freed_workspace:fixed"):
+for name in ("narrow_view/torch", "narrow_view/torch:fixed", "freed_pool_reuse", "freed_pool_reuse:fixed"):
     rep = sc.check_problem(sc.PROBLEMS[name](DEVICE), n_trials=4)
     print(f"{name:24s} {'OK' if rep.ok else 'UNSAFE'}  {(rep.hint or '')[:95]}")
     assert rep.ok == name.endswith(":fixed")
@@ -297,7 +296,7 @@ assert verdict[PRE_FIX] > 0 and all(verdict[k] == 0 for k in verdict if k != PRE
 #
 # | where | what was frozen | reference |
 # |---|---|---|
-# | SGLang `trtllm_mla` backend | the capture hook computed the padded block count from the dummy `seq_lens.max()` and handed the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, the same shape as here | SGLang PR #9675 (bug.md); a stored version of SGLang's `trtllm_mla_backend.py` computes `max_seqlen_pad = self._calc_padded_blocks(seq_lens.max().item())` in its capture hook |
+# | SGLang `trtllm_mla` backend | the capture hook computed the padded block count from the dummy `seq_lens.max()` and handed the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, the same shape as here | SGLang PR #9675; a stored version of SGLang's `trtllm_mla_backend.py` computes `max_seqlen_pad = self._calc_padded_blocks(seq_lens.max().item())` in its capture hook |
 # | Hugging Face `transformers` continuous batching | `max_seqlen_q` / `max_seqlen_k`, Python ints baked into graphs as FlashAttention launch constants; a graph was reused for batches with another `max_seqlen_k`; GSM8K fell from about 0.45 to 0.23 | transformers PR #45323 "[CB] Fix capture of max_seqlen" |
 # | FlashInfer `trtllm_batch_decode_with_kv_cache` | output depends on the host `max_seq_len` argument, so eager and full-CUDA-graph runs differ | flashinfer issue #4647 |
 # | FlashAttention varlen under graphs | "max_seqlen_k is a variable on CPU. After the kernel is captured, changing this value will have no effect" (T. Dao) | Dao-AILab/flash-attention issue #1164 |

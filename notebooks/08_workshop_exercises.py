@@ -17,7 +17,7 @@
 # # 08 · Workshop: a control panel and exercises
 #
 # **You will learn** to read the bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060 with CUDA
-# graphs, 0.917 without) from its symptoms, by switching each defect on and off in a live engine,
+# graphs, 0.910 to 0.920 without) from its symptoms, by switching each defect on and off in a live engine,
 # and then to reproduce each step of the diagnosis and the fix yourself: write the replay hook,
 # name the defect behind a plot, compute the row stride the kernel used, size the workspace, and
 # find the stale entries the broken kernel read. Each exercise has an automatic checker that says
@@ -27,8 +27,8 @@
 # notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). About two minutes to run.
 # Solutions are in `mla_edu/solutions/ex08.py`: try first.
 #
-# Facts about SGLang are from `../shared/brief/bug.md` (the buggy parent `7059ae16f`, the fix
-# `e58423b2b` of `python/sglang/srt/layers/attention/cutlass_mla_backend.py`).
+# Facts about SGLang are from its code (the buggy parent `7059ae16f`, the fix `e58423b2b` of
+# `python/sglang/srt/layers/attention/cutlass_mla_backend.py`); sources in `docs/sources.md`.
 
 # %%
 import torch
@@ -81,7 +81,7 @@ assert result.graph["accuracy"] < result.eager["accuracy"] - 0.5
 g = result.graph
 print(f"requests that decoded only in row 0: {g['only_row0']} of {g['num_questions']}, "
       f"their accuracy {g['accuracy_only_row0']:.3f}")
-print(f"graph accuracy {g['accuracy']:.3f}; bug.md's first guess eager / max running = "
+print(f"graph accuracy {g['accuracy']:.3f}; the first guess eager / max running = "
       f"{result.eager['accuracy'] / 8:.3f}")
 assert g["only_row0"] >= 1 and g["accuracy_only_row0"] >= 0.9
 
@@ -205,10 +205,11 @@ r3 = ex.check_row_stride(used_row_stride, buffer_row_stride, flat_index)
 #
 # `cutlass_mla_get_workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits)` returns the
 # bytes the kernel needs for its split partials: float32 `o_acc [B, 128, split, 512]` and
-# `lse_acc [B, 128, split]` (heads padded to 128). `num_kv_splits = -1` is the automatic count:
+# `lse_acc [B, split, 128]` (heads padded to 128). `num_kv_splits = -1` is the automatic count:
 # `max_splits = ceil(max_seq_len / 128)`, `heur = min(max_splits, max(1, sm_count // B))`,
 # `split = ceil(max_splits / ceil(max_splits / heur))`. Write it; the checker compares it with the
-# library's version (`mla_edu.kernels.get_workspace_size`) on nine cases.
+# library's version (`mla_edu.kernels.get_workspace_size`) on the cases of `ex.WORKSPACE_CASES`, chosen
+# so that each step of the formula changes the answer somewhere.
 
 # %%
 def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
@@ -246,7 +247,9 @@ assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 
 # `stale_reads(buffer, seq_lens, row_stride)` returning the set of `(b, j)` whose read hits an entry
 # not written this step. `buffer` is `[rows, W]` (rows past `len(seq_lens)` are padded rows with
 # `seq_len = 1`, which also write their first entry); row `r` writes its first
-# `ceil(seq_len_r / 128)` entries. The checker uses three real engine states.
+# `ceil(seq_len_r / 128)` entries. The checker uses five real engine states, the last two with
+# padded rows (a batch smaller than the captured size). Once it passes: can any read of the
+# pre-fix kernel land in a padded row?
 
 # %%
 def stale_reads(buffer, seq_lens, row_stride):
@@ -273,7 +276,7 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 #
 # ## More exercises (no checker)
 #
-# 1. In the panel, set max running requests to 4, then 16, with the pre-fix code. bug.md's first
+# 1. In the panel, set max running requests to 4, then 16, with the pre-fix code. The first
 #    guess for the graph accuracy is `eager / max_running_requests`. Does it hold? Which requests
 #    still answer right (hint: `Req.rows`, and which token comes from prefill)?
 # 2. With `workspace` only and automatic splits, which condition would make the freed workspace

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from mla_edu import MLAConfig
-from mla_edu.attention.cost import attention_core_cost, decode_cost, kv_cache_bytes_per_token, prefill_cost
+from mla_edu.attention.cost import (attention_core_cost, decode_cost, kv_cache_bytes_per_token, kv_cache_layout,
+                                    prefill_cost)
 from mla_edu.rope import apply_rope, cos_sin
 
 
@@ -29,6 +30,14 @@ def test_from_hf_round_trip(preset, version):
 
 def test_kv_cache_bytes_match_the_brief():
     assert kv_cache_bytes_per_token(MLAConfig.deepseek_v3()) == {"MHA": 81920, "GQA-8": 4096, "MQA": 512, "MLA": 1152}
+
+
+def test_kv_cache_layout_states_each_key_width():
+    # MHA keeps DeepSeek's 192-wide key; GQA/MQA use 128-wide heads; MLA is 2.25 MQA caches (paper, section 2.1.4)
+    layout = kv_cache_layout(MLAConfig.deepseek_v3())
+    assert layout == {"MHA": (128, 192, 128), "GQA-8": (8, 128, 128), "MQA": (1, 128, 128), "MLA": (1, 576, 0)}
+    sizes = kv_cache_bytes_per_token(MLAConfig.deepseek_v3())
+    assert sizes["MLA"] / sizes["MQA"] == 2.25
 
 
 def test_decode_roofline_numbers_match_the_brief():
@@ -82,3 +91,15 @@ def test_rope_is_a_rotation_and_relative(interleave):
     assert (rot(q, 11) @ rot(k, 4)).item() == pytest.approx((rot(q, 27) @ rot(k, 20)).item(), rel=1e-5)
     with pytest.raises(TypeError, match="integer"):
         cos_sin(c, torch.tensor([1.0]))
+
+
+def test_h200_ceilings_come_from_the_committed_bench():
+    from mla_edu.kernels.plots import load_bench
+    from mla_edu.plots import h200_ceilings
+
+    flop_per_s, bytes_per_s = h200_ceilings()
+    ceil = load_bench()["ceilings"]
+    assert (flop_per_s, bytes_per_s) == (ceil["matmul_bf16_TFLOPs"] * 1e12, ceil["copy_TBps"] * 1e12)
+    assert round(flop_per_s / bytes_per_s) == 163  # not the 184 of an unmeasured 790 TFLOP/s
+    core = attention_core_cost(MLAConfig.deepseek_v3(), [4096] * 64)
+    assert round(core.flops / flop_per_s * 1e6) == 105  # the floor notebook 04 prints for the same point

@@ -1,4 +1,5 @@
-"""Notebook 08's checkers: every solution passes, stubs and typical mistakes fail with a hint, nothing raises."""
+"""Notebook 08's checkers: every solution passes; each classic wrong answer, written the way a learner
+would write it, is rejected with its own hint; nothing raises."""
 
 import matplotlib
 import pytest
@@ -7,39 +8,76 @@ import torch
 matplotlib.use("Agg")
 
 from mla_edu import exercises as ex, kvcache  # noqa: E402
+from mla_edu.kernels import get_workspace_size  # noqa: E402
 from mla_edu.solutions import ex08  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_replay_solution_passes_and_mistakes_fail(capsys):
+# ---- 1. the replay hook ---------------------------------------------------------------------------
+def _stub(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    raise NotImplementedError("write me")
+
+
+def _nothing(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    pass
+
+
+def _rebind(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # a fresh table bound to the attribute
+    table = backend.cuda_graph_kv_indices.clone()
+    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], table[:bs], 128)
+    backend.cuda_graph_kv_indices = table
+
+
+def _one_wide(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix view [:bs, :1]
+    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
+                            backend.cuda_graph_kv_indices[:bs, :1], 128)
+
+
+def _new_table(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix replay's habit
+    t = torch.full((bs, 4), -1, dtype=torch.int32, device=backend.device)
+    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], t, 128)
+    backend.forward_metadata.block_kv_indices = t
+
+
+def _first_row_only(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:1], seq_lens[:1],
+                            backend.cuda_graph_kv_indices[:1], 128)
+
+
+def _row_as_pool_index(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # batch row b = pool row b
+    rows = torch.arange(bs, dtype=req_pool_indices.dtype, device=req_pool_indices.device)
+    kvcache.fill_page_table(backend.req_to_token, rows, seq_lens[:bs], backend.cuda_graph_kv_indices[:bs], 128)
+
+
+REPLAY_MISTAKES = [
+    (_stub, "raised NotImplementedError"),
+    (_nothing, ex.REPLAY_HINTS["nothing"]),
+    (_rebind, ex.REPLAY_HINTS["rebound"]),
+    (_one_wide, ex.REPLAY_HINTS["first_column"]),
+    (_new_table, ex.REPLAY_HINTS["new_table"]),
+    (_first_row_only, "rows 1, 2, 3 of the 4 the hook was called with still held the poison page id"),
+    (_row_as_pool_index, "read wrong (but valid) pages: row b belongs to request req_pool_indices[b]"),
+    ("replay", "expected a function"),
+]
+
+
+def test_replay_solution_passes(capsys):
     assert ex.check_replay(ex08.replay).passed
-
-    def stub(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
-        raise NotImplementedError("write me")
-
-    def nothing(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
-        pass
-
-    def new_table(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix replay's habit
-        t = torch.full((bs, 4), -1, dtype=torch.int32, device=backend.device)
-        kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], t, 128)
-        backend.forward_metadata.block_kv_indices = t
-
-    def first_row_only(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
-        kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:1], seq_lens[:1],
-                                backend.cuda_graph_kv_indices[:1], 128)
-
-    for fn, hint in [(stub, "raised NotImplementedError"), (nothing, "rows 0, 1, 2 read the poison"),
-                     (new_table, "new tensor"), (first_row_only, "rows 1, 2 read the poison"),
-                     ("replay", "expected a function")]:
-        r = ex.check_replay(fn, n_trials=1)
-        assert not r.passed and hint in r.message, r.message
-    out = capsys.readouterr().out
-    assert out.count("NOT YET") == 5 and out.count("PASS") == 1
+    assert capsys.readouterr().out.startswith("PASS")
 
 
+@pytest.mark.parametrize("fn, hint", REPLAY_MISTAKES, ids=[getattr(f, "__name__", "str") for f, _ in REPLAY_MISTAKES])
+def test_replay_mistake_gets_its_own_hint(fn, hint, capsys):
+    r = ex.check_replay(fn)
+    assert not r.passed and hint in r.message, r.message
+    others = [h for f, h in REPLAY_MISTAKES if f is not fn]
+    assert not any(h in r.message for h in others), r.message
+    assert capsys.readouterr().out.startswith("NOT YET")
+
+
+# ---- 2. mysteries ---------------------------------------------------------------------------------
 def test_mysteries():
     for k, answer in ex08.MYSTERY_ANSWERS.items():
         assert answer == ex.option_for(ex.MYSTERIES[k])
@@ -52,11 +90,22 @@ def test_mysteries():
     assert len(ex.mystery_figure(1).axes) == 3
     with pytest.raises(ValueError, match="expected one of"):
         ex.mystery_figure(7)
-    # the hint is read from the measured step, not from the answer key
-    assert "only row 0" in ex.check_mystery(1, "d").message
-    assert "every row reads its own pages" in ex.check_mystery(2, "a").message
 
 
+def test_mystery_hints_point_at_the_contradicted_claim_without_giving_the_answer():
+    for k, answer in ex08.MYSTERY_ANSWERS.items():
+        for other in set(ex.OPTIONS) - {answer}:
+            msg = ex.check_mystery(k, other).message
+            assert f"({answer})" not in msg and ex.OPTIONS[answer] not in msg, msg  # the answer is never named
+    # the hint names what the wrong option claims and which panel contradicts it
+    assert "(d) says every row reads its own pages" in ex.check_mystery(1, "d").message
+    assert "entries not written" not in ex.check_mystery(1, "d").message  # d's fill claim (poison) is right
+    msg = ex.check_mystery(2, "a").message
+    assert "(a) says only row 0 reads its own pages" in msg and "not green" not in msg
+    assert "(a) says the entries not written this step hold old page ids" in ex.check_mystery(1, "a").message
+
+
+# ---- 3. row stride --------------------------------------------------------------------------------
 def test_row_stride():
     assert ex.check_row_stride(*ex08.ROW_STRIDE_ANSWERS).passed
     for answers, hint in [((None, None, None), "not answered"), ((6, 6, 20), "That is the buffer's stride"),
@@ -65,27 +114,111 @@ def test_row_stride():
         assert not r.passed and hint in r.message, r.message
 
 
-def test_workspace_size():
+# ---- 4. workspace size ----------------------------------------------------------------------------
+def _auto_split(L, B, sms, n, *, last_step=True, round_up=True):
+    if n != -1:
+        return n
+    max_splits = -(-L // 128) if round_up else L // 128
+    heur = min(max_splits, max(1, sms // B))
+    return -(-max_splits // -(-max_splits // heur)) if last_step else heur
+
+
+WORKSPACE_MISTAKES = [  # (a learner's answer, the hint it must get)
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, n, last_step=False), "last_step"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, n, round_up=False), "round_up"),
+    (lambda L, B, s, n: B * (2 * 512 + 2) * 128 * _auto_split(L, B, s, n), "float_bytes"),  # bf16 partials
+    (lambda L, B, s, n: B * 4 * 512 * 128 * _auto_split(L, B, s, n), "with_lse"),
+    (lambda L, B, s, n: (4 * 512 + 4) * 128 * _auto_split(L, B, s, n), "per_request"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * max(n, 1), "auto"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, -1), "fixed"),
+]
+
+
+def test_workspace_solution_passes_and_the_cases_hit_every_mistake():
     assert ex.check_workspace_size(ex08.workspace_size).passed
-    no_lse = lambda L, B, s, n: B * 4 * 512 * 128 * max(n, 1)  # noqa: E731
-    no_auto = lambda L, B, s, n: B * (4 * 512 + 4) * 128 * max(n, 1)  # noqa: E731
-    for fn, hint in [(lambda *a: 0, "not 0"), (no_lse, "lse"), (no_auto, "automatic split"),
-                     (lambda *a: None, "returned None"), (lambda *a: 1 / 0, "ZeroDivisionError")]:
+    assert (4224, 8, 132, -1) in ex.WORKSPACE_CASES
+    assert _auto_split(4224, 8, 132, -1) == 11 and _auto_split(4224, 8, 132, -1, last_step=False) == 16
+    want = [get_workspace_size(*c) for c in ex.WORKSPACE_CASES]
+    assert [ex._workspace_variant(*c) for c in ex.WORKSPACE_CASES] == want
+    answers = {name: tuple(ex._workspace_variant(*c, **{name: wrong}) for c in ex.WORKSPACE_CASES)
+               for name, (wrong, _) in ex.WORKSPACE_MISTAKES.items()}
+    assert all(a != tuple(want) for a in answers.values())
+    assert len(set(answers.values())) == len(answers)  # no two mistakes look alike on these cases
+
+
+@pytest.mark.parametrize("fn, name", WORKSPACE_MISTAKES, ids=[n for _, n in WORKSPACE_MISTAKES])
+def test_workspace_mistake_gets_its_own_hint(fn, name):
+    r = ex.check_workspace_size(fn)
+    hint = ex.WORKSPACE_MISTAKES[name][1]
+    assert not r.passed and hint in r.message, r.message
+    assert not any(h in r.message for n, (_, h) in ex.WORKSPACE_MISTAKES.items() if n != name)
+
+
+def test_workspace_other_failures():
+    def no_floor(L, B, s, n):  # heur = min(max_splits, s // B): 0 with more requests than SMs
+        if n != -1:
+            return B * (4 * 512 + 4) * 128 * n
+        ms = -(-L // 128)
+        heur = min(ms, s // B)
+        return B * (4 * 512 + 4) * 128 * -(-ms // -(-ms // heur))
+
+    for fn, hint in [(lambda *a: 0, "not 0"), (lambda *a: None, "returned None"),
+                     (lambda *a: 1 / 0, "ZeroDivisionError"), (no_floor, "heur has a floor"),
+                     (lambda L, B, s, n: get_workspace_size(L, B, s, n) + 1, "per (batch, split)"), (3, "expected a function")]:
         r = ex.check_workspace_size(fn)
         assert not r.passed and hint in r.message, r.message
 
 
-def test_stale_reads():
-    assert ex.check_stale_reads(ex08.stale_reads).passed
+# ---- 5. stale reads -------------------------------------------------------------------------------
+def _stale(buffer, seq_lens, row_stride, *, reader_len=False, own_stride=False, one_row_per_request=False,
+           off_by_one=False):
+    """A learner's stale_reads, with one classic mistake switched on."""
+    rows, width = buffer.shape
+    if one_row_per_request:
+        rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
+    lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+    written = [-(-n // 128) for n in lens]
+    out = set()
+    for b, n in enumerate(seq_lens):
+        for j in range(-(-n // 128)):
+            r, slot = divmod(b * (width if own_stride else row_stride) + j, width)
+            limit = written[b] if reader_len else written[r]
+            if r >= rows or (slot > limit if off_by_one else slot >= limit):
+                out.add((b, j))
+    return out
 
+
+STALE_MISTAKES = [("reader_len", "landing_row"), ("own_stride", "frozen_stride"),
+                  ("one_row_per_request", "buffer_rows"), ("off_by_one", "slot_past_end")]
+
+
+def test_stale_solution_passes_and_cases_have_padded_rows():
+    assert ex.check_stale_reads(ex08.stale_reads).passed
+    padded = [k for k in range(len(ex.STALE_CASES)) if ex.stale_case(k)[0][0].shape[0] > len(ex.stale_case(k)[0][1])]
+    assert len(padded) >= 2
+    for k in range(len(ex.STALE_CASES)):
+        (buffer, seq_lens, rs), truth, _ = ex.stale_case(k)
+        assert len(truth) > 0  # some stale reads in every case under the bug
+        assert ex._stale_variant(buffer, seq_lens, rs) == truth == _stale(buffer, seq_lens, rs)
+
+
+@pytest.mark.parametrize("mistake, name", STALE_MISTAKES, ids=[m for m, _ in STALE_MISTAKES])
+def test_stale_mistake_gets_its_own_hint(mistake, name):
+    r = ex.check_stale_reads(lambda buffer, seq_lens, rs: _stale(buffer, seq_lens, rs, **{mistake: True}))
+    assert not r.passed and ex.STALE_MISTAKES[name] in r.message, r.message
+    assert not any(h in r.message for n, h in ex.STALE_MISTAKES.items() if n != name)
+
+
+def test_stale_other_failures():
     def wrong_reads(buffer, seq_lens, row_stride):  # a plausible mistake: every misdirected read
-        _, _, reads = next(ex.stale_case(k) for k in range(3) if ex.stale_case(k)[0][1] == seq_lens)
+        _, _, reads = next(ex.stale_case(k) for k in range(len(ex.STALE_CASES)) if ex.stale_case(k)[0][1] == seq_lens)
         return {(b, j) for b in range(len(seq_lens)) for j in range(-(-seq_lens[b] // 128))
                 if int(reads.read[b, j]) != int(reads.intended[b, j])}
 
     r = ex.check_stale_reads(wrong_reads)
-    assert not r.passed and "wrong* reads" in r.message
-    assert not ex.check_stale_reads(lambda *a: set()).passed
-    assert not ex.check_stale_reads(lambda *a: 5).passed
-    # the truth counts reads that land in unwritten slots: some in every case under the bug
-    assert all(len(ex.stale_case(k)[1]) > 0 for k in range(3))
+    assert not r.passed and "wrong* reads" in r.message, r.message
+    for fn, hint in [(lambda *a: set(), ex.STALE_MISTAKES["frozen_stride"]), (lambda *a: 5, "expected a set"),
+                     (lambda *a: 1 / 0, "raised"), (lambda b, s, r: ex08.stale_reads(b, s, r) | {(0, 0)}, "missing []"),
+                     ("stale", "expected a function")]:
+        r = ex.check_stale_reads(fn)
+        assert not r.passed and hint in r.message, r.message

@@ -70,7 +70,7 @@ def test_checker_flags_every_unsafe_scenario(name):
         report = check_problem(PROBLEMS[name]("cpu"), n_trials=4, seed=seed)
         assert not report.ok and report.hint, f"{name}, seed {seed}"
     expected_hint = {"frozen_scalar": "host value", "narrow_view/torch": "row stride",
-                     "narrow_view/triton": "row stride", "freed_workspace": "freed capture-time allocation",
+                     "narrow_view/triton": "row stride", "freed_pool_reuse": "freed capture-time allocation",
                      "stale_buffer": "never writes", "padded_slots": "never writes",
                      "sync_in_capture": "capture refused"}[name]
     assert expected_hint in report.hint

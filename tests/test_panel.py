@@ -112,3 +112,14 @@ def test_too_few_questions():
 
     with pytest.raises(ValueError, match="at least 8"):
         measure_page_reads(toy_model(), task.default_eval_set()[:5], PanelSettings(max_running_requests=4))
+
+
+def test_measured_batch_can_be_padded():
+    from mla_edu.panel import measure_page_reads
+
+    qs = task.default_eval_set()
+    with pytest.raises(ValueError, match="batch_size"):
+        measure_page_reads(toy_model(), qs, PanelSettings(max_running_requests=4), batch_size=5)
+    reads = measure_page_reads(toy_model(), qs, PanelSettings(max_running_requests=4), batch_size=3)
+    assert len(reads.seq_lens) == 3 and reads.buffer.shape[0] == 4  # padded to the captured 4
+    assert reads.live[3].tolist()[:1] == [True] and not reads.live[3, 1:].any()  # the padded row writes one page

@@ -92,17 +92,24 @@ def prefill_cost(config: MLAConfig, num_tokens: int, order: str, dtype_bytes: in
     return Cost(flops=float(flops), bytes=float(nbytes))
 
 
-def kv_cache_bytes_per_token(config: MLAConfig, dtype_bytes: int = 2) -> dict[str, int]:
-    """Bytes cached per token per layer for MHA, GQA-8, MQA and MLA at this config's dims.
+def kv_cache_layout(config: MLAConfig) -> dict[str, tuple[int, int, int]]:
+    """``scheme -> (kv_heads, key_width, value_width)``: what MHA, GQA-8, MQA and MLA cache per token and layer.
 
-    MHA caches full K (dn + dr) and V (dv) for every head; GQA-8 and MQA use head_dim = dv (8 and 1 KV heads);
-    MLA caches c_kv + k_pe.
+    MHA caches every head's full key (``qk_nope_head_dim + qk_rope_head_dim`` = 192 wide at DeepSeek dims,
+    RoPE part included) and value. GQA-8 and MQA are the usual 128-wide heads (``v_head_dim``) for keys
+    and values, with 8 and 1 KV heads. MLA caches one row ``[c_kv; k_pe]`` shared by every head, whose
+    first ``kv_lora_rank`` numbers are also the value (value width 0: nothing more is stored).
     """
     c = config
-    H = c.num_attention_heads
+    d = c.v_head_dim
     return {
-        "MHA": H * (c.qk_head_dim + c.v_head_dim) * dtype_bytes,
-        "GQA-8": 2 * 8 * c.v_head_dim * dtype_bytes,
-        "MQA": 2 * c.v_head_dim * dtype_bytes,
-        "MLA": c.kv_cache_dim * dtype_bytes,
+        "MHA": (c.num_attention_heads, c.qk_head_dim, c.v_head_dim),
+        "GQA-8": (8, d, d),
+        "MQA": (1, d, d),
+        "MLA": (1, c.kv_cache_dim, 0),
     }
+
+
+def kv_cache_bytes_per_token(config: MLAConfig, dtype_bytes: int = 2) -> dict[str, int]:
+    """Bytes cached per token per layer for each scheme of :func:`kv_cache_layout`."""
+    return {scheme: heads * (k + v) * dtype_bytes for scheme, (heads, k, v) in kv_cache_layout(config).items()}

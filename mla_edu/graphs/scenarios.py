@@ -5,7 +5,7 @@ A toy paged decode: a latent-like cache ``kv_cache [num_pages, PAGE, D]``, SGLan
 SGLang's ``cuda_graph_kv_indices``) and a "decode kernel" that, per request ``b``, sums the
 cached vectors of its ``seq_lens[b]`` tokens, reading page ``j`` at flat index
 ``b * page_table.size(1) + j`` (the row stride taken from the *size*, as sgl-kernel's cutlass
-MLA wrapper does; see ../shared/brief/bug.md).
+MLA wrapper does; sources in docs/sources.md).
 
     python -m mla_edu.graphs.scenarios [--mode auto|cuda|emulated]
 
@@ -329,7 +329,7 @@ def freed_workspace(device="cpu", fixed: bool = False) -> Problem:
         torch.mul(paged_sum_torch(s.kv_indices, s.seq_lens, s.kv_cache), 1.0, out=backend["workspace"])
         return backend["workspace"] + 0.0
 
-    return Problem("freed_workspace" + ":fixed" * fixed, s, step, prepare, s.truth,
+    return Problem("freed_pool_reuse" + ":fixed" * fixed, s, step, prepare, s.truth,
                    persistent=[s.kv_indices], safe=fixed)
 
 
@@ -453,8 +453,8 @@ PROBLEMS: dict[str, Callable] = {
     "narrow_view/triton": lambda dev: narrow_view(dev, impl="triton"),
     "narrow_view/torch:fixed": lambda dev: narrow_view(dev, True, "torch"),
     "narrow_view/triton:fixed": lambda dev: narrow_view(dev, True, "triton"),
-    "freed_workspace": lambda dev: freed_workspace(dev),
-    "freed_workspace:fixed": lambda dev: freed_workspace(dev, fixed=True),
+    "freed_pool_reuse": lambda dev: freed_workspace(dev),  # pitfall 3, as scenario freed_pool_reuse
+    "freed_pool_reuse:fixed": lambda dev: freed_workspace(dev, fixed=True),
     "stale_buffer": lambda dev: stale_buffer(dev),
     "stale_buffer:fixed": lambda dev: stale_buffer(dev, fixed=True),
     "padded_slots": lambda dev: padded_slots(dev),

@@ -16,7 +16,8 @@ DEFAULT_SM_COUNT = 132
 #: cutlass pads heads to its 128-row tile; workspace is sized for 128 heads whatever H is.
 CUTLASS_HEADS = 128
 D_LATENT = 512
-#: float32 o_acc [B, 128, split, 512] + float32 lse [B, 128, split], per (batch, split).
+#: float32 o_acc [B, 128, split, 512] + float32 lse [B, split, 128], per (batch, split); the kernel's LSE
+#: layout (ptr_lse_acc + H * split, batch stride H * split_kv); mla_edu's kernels use [B, H, split], same bytes.
 BYTES_PER_BATCH_SPLIT = (4 * D_LATENT + 4) * CUTLASS_HEADS  # 262,656
 
 
