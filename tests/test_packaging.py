@@ -1,30 +1,75 @@
-"""The two ways to install list the same packages, and CI runs the README's test command."""
+"""The locks, pyproject.toml, environment.yml, the Makefile and CI agree with one another."""
 
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+LOCKS = {name: ROOT / "requirements" / f"{name}.txt" for name in ("cpu", "gpu")}
 
 
 def _name(requirement: str) -> str:
-    return re.split(r"[<>=!~\[ ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+    return re.split(r"[<>=!~\[ ;]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-").replace(".", "-")
 
 
-def test_environment_yml_matches_pyproject():
+def _pyproject_requirements() -> set[str]:
     pyproject = (ROOT / "pyproject.toml").read_text()  # (no tomllib: Python 3.10 is supported)
-    blocks = re.findall(r"^(?:dependencies|dev) = \[(.*?)\]", pyproject, flags=re.M | re.S)
-    assert len(blocks) == 2, "pyproject.toml: expected a dependencies list and a dev extra"
-    wanted = {_name(r) for block in blocks for r in re.findall(r'"([^"]+)"', block)}
-    assert {"torch", "triton", "nbval", "transformers"} <= wanted
-    wanted = {"pytorch" if n == "torch" else n for n in wanted}
+    blocks = re.findall(r"^(?:dependencies|dev|lab|book) = \[(.*?)\]", pyproject, flags=re.M | re.S)
+    assert len(blocks) == 4, "pyproject.toml: expected dependencies and the dev, lab and book extras"
+    return {_name(r) for block in blocks for r in re.findall(r'"([^"]+)"', block)}
+
+
+def _lock(name: str) -> dict[str, str]:
+    pins = {}
+    for line in LOCKS[name].read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][\w.\-]*)==([\w.+!\-]+)", line)
+        assert m, f"{LOCKS[name].name}: expected 'name==version' lines only, got {line!r}"
+        pins[_name(m[1])] = m[2]
+    return pins
+
+
+@pytest.mark.parametrize("lock", sorted(LOCKS))
+def test_lock_pins_every_requirement_exactly(lock):
+    pins = _lock(lock)
+    missing = _pyproject_requirements() - set(pins)
+    assert not missing, f"{LOCKS[lock].name} lacks {sorted(missing)}: run make lock"
+    assert "make lock" in LOCKS[lock].read_text().splitlines()[1], "the lock should say the command that made it"
+
+
+def test_cpu_lock_is_the_cpu_build_with_the_gpu_locks_triton():
+    cpu, gpu = _lock("cpu"), _lock("gpu")
+    assert cpu["torch"].endswith("+cpu"), f"the CPU lock must pin torch's CPU build, got {cpu['torch']}"
+    assert cpu["torch"].split("+")[0] == gpu["torch"], (cpu["torch"], gpu["torch"])
+    assert cpu["triton"] == gpu["triton"], "CPU and GPU machines should run one Triton"
+    assert not any(n.startswith("nvidia-") for n in cpu), "the CPU lock pulls CUDA libraries"
+    shared = set(cpu) & set(gpu) - {"torch"}
+    differ = sorted(n for n in shared if cpu[n] != gpu[n])
+    assert not differ, f"the two locks disagree on {differ}"
+
+
+def test_environment_yml_installs_the_cpu_lock():
     text = (ROOT / "environment.yml").read_text()
-    listed = {_name(m) for m in re.findall(r"^\s*-\s+([A-Za-z][\w.\-]*[^\n]*)$", text, flags=re.M)}
-    missing = wanted - listed
-    assert not missing, f"environment.yml lacks {sorted(missing)} (listed in pyproject.toml)"
+    assert re.search(r"^\s*-\s*python=3\.11\s*$", text, flags=re.M), "environment.yml: python=3.11, as the lock"
+    assert re.search(r"^\s*-\s*-r requirements/cpu\.txt\s*$", text, flags=re.M)
+    assert "download.pytorch.org/whl/cpu" in text  # where torch's +cpu build lives
+    assert "--python-version 3.11" in (ROOT / "Makefile").read_text()
 
 
-def test_ci_runs_the_readme_test_command():
+def test_makefile_installs_exactly_the_lock():
+    make = (ROOT / "Makefile").read_text()
+    assert re.search(r"^LOCK\s*:=\s*requirements/\$\(if \$\(HAS_GPU\),gpu,cpu\)\.txt", make, flags=re.M)
+    assert "$(PIP) -r $(LOCK)" in make and "--no-deps -e ." in make and "pip check" in make
+    for target in ("repro:", "test:", "test-latest:", "test-lab:", "book:", "lock:"):
+        assert re.search(rf"^{re.escape(target)}", make, flags=re.M), f"Makefile lacks {target}"
+
+
+def test_ci_runs_the_readme_test_commands():
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    assert "make test" in ci
-    assert "make test" in readme and "make repro" in readme
+    assert "make test\n" in ci and "make test-lab" in ci
+    for command in ("make test", "make repro", "make test-lab", "make test-latest", "make book", "make lock"):
+        assert command in readme, f"README does not mention {command}"
