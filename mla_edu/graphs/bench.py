@@ -18,6 +18,7 @@ import time
 import torch
 
 import mla_edu  # noqa: F401
+from mla_edu import _cli
 from mla_edu.graphs.capture import Graph, graph
 
 LAYERS = (1, 2, 4, 8, 13, 16, 27)
@@ -108,8 +109,8 @@ def format_rows(rows, device_name: str) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--device", type=_cli.device, default=None)
+    ap.add_argument("--reps", type=_cli.positive_int, default=30)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
