@@ -388,23 +388,24 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.parametrize("module,argv,msg", CLI_CASES)
-def test_cli_flags_validated_up_front(capsys, module, argv, msg):
+def _run_cli(module, argv, capsys):
+    """``module.main(argv)`` -> (exit status, stderr); it must exit through argparse."""
     import importlib
 
-    main = importlib.import_module(module).main
     with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and msg in err and "Traceback" not in err
+        importlib.import_module(module).main(argv)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module,argv,msg", CLI_CASES)
+def test_cli_flags_validated_up_front(capsys, module, argv, msg):
+    code, err = _run_cli(module, argv, capsys)
+    assert code == 2 and msg in err and "Traceback" not in err
     assert len([line for line in err.splitlines() if "error:" in line]) == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
 @pytest.mark.parametrize("module", ["mla_edu.repro", "mla_edu.bench", "mla_edu.graphs.bench"])
 def test_cli_cuda_device_without_cuda(capsys, module):
-    import importlib
-
-    with pytest.raises(SystemExit):
-        importlib.import_module(module).main(["--device", "cuda"])
-    assert "'cuda' asked for, but CUDA is not available here" in capsys.readouterr().err
+    code, err = _run_cli(module, ["--device", "cuda"], capsys)
+    assert code == 2 and "'cuda' asked for, but CUDA is not available here" in err
