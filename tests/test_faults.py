@@ -271,9 +271,10 @@ def test_joining_requests_take_the_last_rows_with_append():
 
 
 # ---- 5, 8, 11b: the kernel contract -------------------------------------------------------------------
-def _case(batch=2, lens=(20, 40), extra_cols=0):
+def _case(batch=2, lens=(20, 40), extra_cols=0, impl="torch"):
+    device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"  # Triton: the GPU, else its interpreter
     return random_decode_case(7, batch=batch, heads=2, page_size=16, lens=list(lens), d_latent=32, d_rope=16,
-                              extra_cols=extra_cols)
+                              extra_cols=extra_cols, device=device)
 
 
 @pytest.mark.parametrize("policy", ["size", "stride"])
@@ -312,8 +313,8 @@ def test_non_finite_sm_scale_refused(scale):
 
 @pytest.mark.parametrize("impl", ["reference", "torch", "triton"])
 def test_negative_seq_len_flagged_when_checked(impl):
-    c = _case()
-    lens = torch.tensor([-5, 40], dtype=torch.int32)
+    c = _case(impl=impl)
+    lens = torch.tensor([-5, 40], dtype=torch.int32, device=c.seq_lens.device)
     out = mla_decode(c.q_nope, c.q_pe, c.cache, lens, c.page_table, c.workspace(1), c.sm_scale, impl=impl,
                      checked=True)
     assert torch.isnan(out[0]).all() and torch.isfinite(out[1]).all()
@@ -355,12 +356,12 @@ def test_checked_and_sm_count_validated(kw, err, msg):
 
 @pytest.mark.parametrize("impl", ["reference", "torch", "triton"])
 def test_checked_more_pages_than_the_row_with_valid_ids(impl):
-    c = _case(lens=(20, 40))  # rows of 3 pages: request 0 holds 2 pages, request 1 holds 3
+    c = _case(lens=(20, 40), impl=impl)  # rows of 3 pages: request 0 holds 2 pages, request 1 holds 3
     table = c.page_table.clone()
     table[0, 2] = table[1, 0]  # every entry a valid page id (no poison id to make the NaN instead)
     cache = c.cache.nan_to_num(0.5)  # and no NaN in unused slots either
     assert table.shape == (2, 3) and bool(((table >= 0) & (table < c.cache.size(0))).all())
-    lens = torch.tensor([60, 40], dtype=torch.int32)  # request 0 claims 4 pages; its row holds 3
+    lens = torch.tensor([60, 40], dtype=torch.int32, device=table.device)  # request 0 claims 4 pages; its row holds 3
     # the 4th entry request 0 would read is row 1's first: a valid page id, inside the storage
     args = (c.q_nope, c.q_pe, cache, lens, table, c.workspace(1), c.sm_scale)
     out = mla_decode(*args, impl=impl, checked=True)

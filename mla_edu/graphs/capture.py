@@ -179,8 +179,9 @@ def graph(g: Graph, pool=None):
     if _CAPTURING:
         raise GraphCaptureError(
             f"nested capture: {g!r} cannot start capturing while {_CAPTURING[-1]!r} is capturing. CUDA "
-            "refuses it too (torch.cuda.graph synchronizes the device on entry, which is not permitted "
-            "while a stream is capturing). Capture the two graphs one after the other.")
+            "refuses it too: torch.cuda.graph synchronizes the device on entry, and on the H200 that fails with "
+            "'operation not permitted when stream is capturing' (cudaErrorStreamCaptureUnsupported), which "
+            "invalidates the outer capture. Capture the two graphs one after the other.")
     if g.backend == "cuda":
         if pool is not None and isinstance(pool, EmulatedPool):
             raise TypeError("pool: a CUDA graph needs a CUDA pool handle (cuda_graph.pool()), "
