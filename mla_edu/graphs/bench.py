@@ -19,7 +19,7 @@ import torch
 
 import mla_edu  # noqa: F401
 from mla_edu import _cli
-from mla_edu.graphs.capture import Graph, graph
+from mla_edu.graphs.capture import Graph, graph, warm_up
 
 LAYERS = (1, 2, 4, 8, 13, 16, 27)
 
@@ -44,6 +44,7 @@ def make_step(n_layers: int, batch: int = 8, hidden: int = 256, device="cpu", se
 
 def count_kernels(n_layers: int, device="cpu") -> int:
     step, _ = make_step(n_layers, device=device)
+    warm_up(step, 1, device, real_cuda=False)
     g = Graph(device=device, mode="emulated")
     with graph(g):
         step()
