@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["device", "int_at_least", "kv_splits", "positive_int"]
+__all__ = ["device", "int_at_least", "kv_splits", "positive_float", "positive_int"]
 
 
 def int_at_least(minimum: int):
@@ -24,6 +24,17 @@ def int_at_least(minimum: int):
 
 
 positive_int = int_at_least(1)
+
+
+def positive_float(text: str) -> float:
+    """A ``type=`` for finite floats > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
 
 
 def kv_splits(text: str) -> int:

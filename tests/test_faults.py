@@ -384,6 +384,8 @@ CLI_CASES = [
     ("mla_edu.kernels.sweep", ["--splits", "1,100000"], "argument --splits: expected -1 (auto) or an int in"),
     ("mla_edu.model.train", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
     ("mla_edu.model.train", ["--threads", "-1"], "argument --threads: expected an int >= 0, got -1"),
+    ("mla_edu.model.train", ["--lr", "nan"], "argument --lr: expected a finite number > 0, got nan"),
+    ("mla_edu.model.train", ["--hidden", "0"], "argument --hidden: expected an int >= 1, got 0"),
     ("mla_edu.run_notebooks", ["--out", "x", "--timeout", "0"], "argument --timeout: expected an int >= 1"),
     ("mla_edu.figures", ["no_such_figure"], "unknown figure(s) ['no_such_figure']"),
 ]

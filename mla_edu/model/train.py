@@ -165,22 +165,22 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
     p.add_argument("--batch", type=_cli.positive_int, default=32, help="questions per batch at most")
-    p.add_argument("--tokens-per-batch", type=int, default=4096,
+    p.add_argument("--tokens-per-batch", type=_cli.positive_int, default=4096,
                    help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
-    p.add_argument("--queries", type=int, default=4, help="answers per training sequence (the first as in eval)")
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--queries", type=_cli.positive_int, default=4, help="answers per training sequence (the first as in eval)")
+    p.add_argument("--lr", type=_cli.positive_float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--warmup", type=_cli.int_at_least(0), default=100)
+    p.add_argument("--grad-clip", type=_cli.positive_float, default=1.0)
     p.add_argument("--attn-impl", choices=("sdpa", "naive", "absorbed"), default="sdpa",
                    help="attention form used for training (same weights either way)")
-    p.add_argument("--eval-questions", type=int, default=task.EVAL_SIZE,
+    p.add_argument("--eval-questions", type=_cli.positive_int, default=task.EVAL_SIZE,
                    help="how many questions of the default eval set to decode at the end")
-    p.add_argument("--hidden", type=int, default=64, help="hidden_size")
-    p.add_argument("--heads", type=int, default=4, help="num_attention_heads")
-    p.add_argument("--head-dim", type=int, default=16, help="qk_nope_head_dim = v_head_dim")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--intermediate", type=int, default=128, help="SwiGLU intermediate_size")
+    p.add_argument("--hidden", type=_cli.positive_int, default=64, help="hidden_size")
+    p.add_argument("--heads", type=_cli.positive_int, default=4, help="num_attention_heads")
+    p.add_argument("--head-dim", type=_cli.positive_int, default=16, help="qk_nope_head_dim = v_head_dim")
+    p.add_argument("--layers", type=_cli.positive_int, default=2)
+    p.add_argument("--intermediate", type=_cli.positive_int, default=128, help="SwiGLU intermediate_size")
     p.add_argument("--facts", default="1,1", help="MIN,MAX facts per training prompt (the eval set has 1)")
     p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
