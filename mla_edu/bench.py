@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from mla_edu import _cli
 from mla_edu.serving import DEFECTS, ROW_ORDERS, Engine, ServerArgs, parse_defects
 
 
@@ -145,16 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--defects", default="width,workspace,stale",
                    help=f"comma list from {','.join(DEFECTS)} or 'none' (cutlass_mla only; "
                         "'stale' alone = SGLang's merged fix)")
-    p.add_argument("--num-kv-splits", type=int, default=1, help="1, or -1 for the automatic split count")
-    p.add_argument("--num-questions", type=int, default=None, help="default: the whole eval set")
-    p.add_argument("--parallel", type=int, default=128)
-    p.add_argument("--cuda-graph-bs", type=int, nargs="+", default=[64, 128])
-    p.add_argument("--max-running-requests", type=int, default=128)
+    p.add_argument("--num-kv-splits", type=_cli.kv_splits, default=1, help="1, or -1 for the automatic split count")
+    p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
+    p.add_argument("--parallel", type=_cli.positive_int, default=128)
+    p.add_argument("--cuda-graph-bs", type=_cli.positive_int, nargs="+", default=[64, 128])
+    p.add_argument("--max-running-requests", type=_cli.positive_int, default=128)
     p.add_argument("--row-order", default="append", choices=list(ROW_ORDERS))
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", type=_cli.device, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=_cli.positive_int, default=None, help="torch CPU threads (default: torch's)")
     return p
 
 

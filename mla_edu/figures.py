@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"figures to draw (default: all of {sorted(FIGURES)})")
     args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figure(s) {unknown}; known: {sorted(FIGURES)}")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -21,6 +21,7 @@ import json
 import sys
 import time
 
+from mla_edu import _cli
 from mla_edu.bench import run_bench
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
@@ -93,12 +94,12 @@ def _row(name: str, r: dict, seed: str = "") -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m mla_edu.repro", description=__doc__.split("\n\n")[0])
-    p.add_argument("--num-questions", type=int, default=None, help="default: the whole eval set")
-    p.add_argument("--device", default=None)
+    p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
+    p.add_argument("--device", type=_cli.device, default=None)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--json-out", default=None, help="also write every measured result as JSON here")
     p.add_argument("--progress", action="store_true", help="tqdm bar per run on stderr")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=_cli.positive_int, default=1,
                    help="torch CPU threads (default 1: the ops are small, and one thread avoids OpenMP "
                         "synchronisation, which dominates on a busy 2-core machine)")
     a = p.parse_args(argv)

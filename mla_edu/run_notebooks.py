@@ -13,13 +13,15 @@ import sys
 import time
 from pathlib import Path
 
+from mla_edu import _cli
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="folder for the executed copies")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--timeout", type=_cli.positive_int, default=600, help="seconds per cell")
     parser.add_argument("names", nargs="*", help="notebook file names (default: all in notebooks/)")
     args = parser.parse_args(argv)
     import nbformat

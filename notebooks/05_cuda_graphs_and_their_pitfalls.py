@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -161,6 +162,72 @@ try:
     gs.replay()
 except FreedMemoryError as e:
     print("strict replay refused:", str(e)[:160], "...")
+
+# %% [markdown]
+# **Rule 4: warm up before capturing.** Some libraries set themselves up on first use, and that
+# setup is not allowed while a stream captures: cuBLAS creates its handle at the first matmul.
+# Capturing a step whose first matmul runs inside the capture fails on the H200 with
+# `CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)`, then
+# `cudaErrorStreamCaptureInvalidated` at capture end. PyTorch's rule
+# (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs): run the step a few times on a
+# side stream before capturing it. The emulator cannot fail as cuBLAS does; it warns instead
+# (`GraphWarmupWarning`) when a capture runs a matmul that no warm-up ran on that device.
+
+# %%
+import warnings  # noqa: E402
+
+from mla_edu.graphs import GraphWarmupWarning  # noqa: E402
+
+w = torch.eye(4, device=DEVICE) * 3
+
+
+def matmul_step():
+    return x[None] @ w  # [1, 4]: the first matmul this process runs on DEVICE
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with graph(Graph(device=DEVICE, mode="emulated")):  # no warm-up
+        matmul_step()
+cold = [str(c.message) for c in caught if c.category is GraphWarmupWarning]
+print("GraphWarmupWarning:", cold[0][:118], "...")
+assert len(cold) == 1 and "warm up on a side stream" in cold[0]
+
+# %% [markdown]
+# **Fix:** `Graph.capture(fn, warmup=1)` runs `fn` once eagerly (on a side stream on a GPU), then
+# captures it; `mla_edu.graphs.warm_up(fn)` does the same before a `with graph(g):` block.
+
+# %%
+with warnings.catch_warnings():
+    warnings.simplefilter("error")  # any warning would fail this cell
+    gw, out_w = Graph.capture(matmul_step, warmup=1)
+gw.replay()
+print("captured after a warm-up, replay:", out_w.tolist())
+assert out_w.tolist() == [[15.0, 18.0, 21.0, 24.0]]
+
+# %% [markdown]
+# On a GPU, the next cell starts a fresh Python process (nothing initialised yet) that captures a
+# matmul with no warm-up, and prints the real error; without a GPU it prints the H200's.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+COLD_CAPTURE = """
+import torch
+x = torch.randn(64, 64, device="cuda")
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    y = x @ x
+"""
+if torch.cuda.is_available():
+    run = subprocess.run([sys.executable, "-c", COLD_CAPTURE], capture_output=True, text=True)
+    lines = [ln for ln in run.stderr.splitlines() if "CUBLAS" in ln or "cudaError" in ln]
+    print(f"exit status {run.returncode}:", *lines[-2:], sep="\n")
+else:
+    print("no GPU here; on the H200:\nCUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)\n"
+          "cudaErrorStreamCaptureInvalidated")
 
 # %% [markdown]
 # ## 3. A toy paged decode, and six pitfalls

@@ -239,7 +239,7 @@ def test_bad_inputs_raise_clear_errors():
         mla_decode(*a, 0)
     with pytest.raises(ValueError, match="seq_lens must be \\[B=2\\]"):
         mla_decode(c.q_nope, c.q_pe, c.cache, c.seq_lens[:1], c.page_table, ws, c.sm_scale)
-    with pytest.raises(ValueError, match="sm_scale must be > 0"):
+    with pytest.raises(ValueError, match="sm_scale must be a finite float > 0"):
         mla_decode(*a[:6], -1.0)
 
 

@@ -34,7 +34,7 @@ def test_prefill_matches_model(model):
     eng = Engine(model, disable_cuda_graph=True, max_running_requests=2)
     tokens = torch.tensor(prompts(1, 1, 200, 200)[0], device=eng.runner.device)
     logits, latents = eng.runner.prefill_forward(tokens)
-    ref_logits, ref_latents = model.prefill(tokens[None])
+    ref_logits, ref_latents = eng.runner.model.prefill(tokens[None])  # the engine's copy, on its device
     assert torch.allclose(logits, ref_logits[0, -1], rtol=1e-4, atol=1e-3)
     for i, (c_kv, k_pe) in enumerate(ref_latents):
         assert torch.allclose(latents[i], torch.cat([c_kv[0], k_pe[0]], -1), rtol=1e-4, atol=1e-3)

@@ -7,6 +7,10 @@ Capture and replay (``capture.py``)::
         out = step()
     g.replay(); g.pool(); g.backend    # "cuda" or "emulated"; is_emulated(g)
     g, out = Graph.capture(step, warmup=1, pool=None, device=None, mode="auto", strict=False)
+    warm_up(step, n=1, device=None)    # eager runs before a capture (side stream on CUDA)
+
+A failed capture leaves ``g`` empty and usable; a capture inside another capture is refused;
+a capture of a matmul with no warm-up on that device warns (``GraphWarmupWarning``).
 
 The emulator (``emulator.py``) records aten ops and custom ops (one op each) with a
 TorchDispatchMode and replays them on the same storages; its exact semantics are in that
@@ -19,10 +23,11 @@ poisoned buffers. Pitfalls with their fixes: ``scenarios.py`` (``python -m mla_e
 Launch overhead: ``python -m mla_edu.graphs.bench``.
 """
 
-from mla_edu.graphs.capture import Graph, graph, is_emulated
+from mla_edu.graphs.capture import Graph, graph, is_emulated, warm_up
 from mla_edu.graphs.check import CheckReport, check
-from mla_edu.graphs.emulator import EmulatedPool, FreedMemoryError, GraphCaptureError, host_tensor, is_host_tensor
+from mla_edu.graphs.emulator import (EmulatedPool, FreedMemoryError, GraphCaptureError, GraphWarmupWarning,
+                                     host_tensor, is_host_tensor)
 from mla_edu.graphs.poison import is_poison, poison_, poison_value
 
-__all__ = ["Graph", "graph", "is_emulated", "check", "CheckReport", "EmulatedPool", "FreedMemoryError",
-           "GraphCaptureError", "host_tensor", "is_host_tensor", "poison_", "poison_value", "is_poison"]
+__all__ = ["Graph", "graph", "is_emulated", "warm_up", "check", "CheckReport", "EmulatedPool", "FreedMemoryError",
+           "GraphCaptureError", "GraphWarmupWarning", "host_tensor", "is_host_tensor", "poison_", "poison_value", "is_poison"]

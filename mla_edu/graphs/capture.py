@@ -20,9 +20,9 @@ from typing import Any, Callable
 import torch
 
 from mla_edu._env import default_device
-from mla_edu.graphs.emulator import EmulatedPool, Program, Recorder
+from mla_edu.graphs.emulator import EmulatedPool, GraphCaptureError, Program, Recorder, watch_warmup
 
-__all__ = ["Graph", "graph", "is_emulated"]
+__all__ = ["Graph", "graph", "is_emulated", "warm_up"]
 
 _MODES = ("auto", "cuda", "emulated")
 
@@ -126,20 +126,40 @@ class Graph:
         if not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
         g = cls(device=device, mode=mode, strict=strict, track=track)
-        if warmup:
-            if g.backend == "cuda":
-                side = torch.cuda.Stream(device=g.device)
-                side.wait_stream(torch.cuda.current_stream(g.device))
-                with torch.cuda.stream(side):
-                    for _ in range(warmup):
-                        fn()
-                torch.cuda.current_stream(g.device).wait_stream(side)
-            else:
-                for _ in range(warmup):
-                    fn()
+        warm_up(fn, warmup, g.device, real_cuda=g.backend == "cuda")
         with graph(g, pool=pool):
             outputs = fn()
         return g, outputs
+
+
+def warm_up(fn: Callable[[], Any], n: int = 1, device=None, *, real_cuda: bool | None = None) -> None:
+    """Run ``fn`` ``n`` times eagerly before a capture, as PyTorch's CUDA-graph notes ask.
+
+    On CUDA the runs go on a side stream (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs:
+    "warm up on a side stream before capture"): lazy initialisation such as cuBLAS's handle happens
+    there, not inside the capture. The emulator also notes which ops ran, so that a later capture of
+    a matmul that never ran eagerly on this device warns (``GraphWarmupWarning``).
+    """
+    if not callable(fn):
+        raise TypeError(f"warm_up expects a callable, got {type(fn).__name__}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"warm-up runs must be an int >= 0, got {n!r}")
+    device = _resolve_device(device)
+    if real_cuda is None:
+        real_cuda = device.type == "cuda"
+    if not n:
+        return
+    with watch_warmup():
+        if real_cuda:
+            side = torch.cuda.Stream(device=device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(n):
+                    fn()
+            torch.cuda.current_stream(device).wait_stream(side)
+        else:
+            for _ in range(n):
+                fn()
 
 
 def is_emulated(g: Graph) -> bool:
@@ -156,20 +176,23 @@ def graph(g: Graph, pool=None):
         raise TypeError(f"graph() expects a mla_edu.graphs.Graph, got {type(g).__name__}")
     if g._captured or g._capturing:
         raise RuntimeError(f"{g!r} was already captured; make a new Graph for a new capture")
+    if _CAPTURING:
+        raise GraphCaptureError(
+            f"nested capture: {g!r} cannot start capturing while {_CAPTURING[-1]!r} is capturing. CUDA "
+            "refuses it too: torch.cuda.graph synchronizes the device on entry, and on the H200 that fails with "
+            "'operation not permitted when stream is capturing' (cudaErrorStreamCaptureUnsupported), which "
+            "invalidates the outer capture. Capture the two graphs one after the other.")
     if g.backend == "cuda":
         if pool is not None and isinstance(pool, EmulatedPool):
             raise TypeError("pool: a CUDA graph needs a CUDA pool handle (cuda_graph.pool()), "
                             "got an EmulatedPool")
-        g._capturing = True
-        try:
+        with _capturing(g):
             with torch.cuda.graph(g._cuda, pool=pool):
                 if g._program is not None:
                     with Recorder(g._program):
                         yield g
                 else:
                     yield g
-        finally:
-            g._capturing = False
         if g._program is not None:
             g._program.end_capture()
         g._captured = True
@@ -180,12 +203,35 @@ def graph(g: Graph, pool=None):
     if pool is not None:
         g._pool = pool
     recorder = Recorder(g._program, pool=g._pool)
-    g._capturing = True
-    try:
+    with _capturing(g):
         with recorder:
             yield g
-    finally:
-        g._capturing = False
     g._program.end_capture()
     g._pool._add(g._program)
     g._captured = True
+
+
+_CAPTURING: list[Graph] = []  # graphs being captured now (at most one: nesting is refused)
+
+
+@contextlib.contextmanager
+def _capturing(g: Graph):
+    """Mark ``g`` as capturing; if the capture fails, give ``g`` a fresh, empty recording.
+
+    A failed capture records nothing usable (CUDA invalidates it), so nothing it recorded may
+    leak into the next capture of the same ``Graph``; buffers it wrote get their old bytes back.
+    """
+    g._capturing = True
+    _CAPTURING.append(g)
+    try:
+        yield
+    except BaseException:
+        if g._program is not None:
+            g._program.abort_capture()
+            g._program = Program(strict=g.strict, observe=g._program.observe, device_type=g._program.device_type)
+        if g._cuda is not None:
+            g._cuda = torch.cuda.CUDAGraph()
+        raise
+    finally:
+        g._capturing = False
+        _CAPTURING.remove(g)

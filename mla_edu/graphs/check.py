@@ -7,7 +7,9 @@
 For each trial: new inputs are copied into the leading slice of the static buffers, the
 eager reference runs (on a snapshot of the state, restored afterwards), the persistent
 buffers are poisoned (NaN / int max), the host ``prepare`` hook refills what it owns, and the
-graph replays twice. The first divergence is reported with a hint at its cause.
+graph replays twice. The first divergence is reported with a hint at its cause; when the two
+replays on the same inputs differ from each other, the cause is state leaking between replays
+(an accumulating buffer), whatever replay 0 looked like.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
-from mla_edu.graphs.capture import Graph, graph
+from mla_edu.graphs.capture import Graph, graph, warm_up
 from mla_edu.graphs.emulator import FreedMemoryError, GraphCaptureError
 from mla_edu.graphs.poison import poison_
 
@@ -160,14 +162,14 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
     # warm up eagerly (compiles kernels), then capture on the capture inputs
     cap = make_inputs(gen, -1)
     feed(cap)
+    g = Graph(device=device, mode=mode, track=(mode != "emulated"))
     saved = [t.clone() for t in state]
     try:
-        step()
+        warm_up(step, 1, g.device, real_cuda=g.backend == "cuda")
     except GraphCaptureError:
         pass
     for t, s in zip(state, saved):
         t.copy_(s)
-    g = Graph(device=device, mode=mode, track=(mode != "emulated"))
     backend = g.backend
     try:
         with graph(g):
@@ -213,11 +215,20 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, pois
             return CheckReport(False, backend, trial, f"trial {trial}, replay {rep}: freed memory",
                                HINTS["freed"].format(what=g.freed_uses()[0]), {"freed_uses": g.freed_uses()})
         label, where = _compare(outs, refs, atol, rtol)
-        if label == "matches eager":
+        if rep == 0:
+            first = None if label == "matches eager" else (label, where, [o.clone() for o in outs])
             continue
-        failure = f"trial {trial}, replay {rep}: {label} ({where})"
-        if rep == 1:  # replay 0 on the same inputs matched
-            return CheckReport(False, backend, trial, failure, HINTS["stale"], {"label": label})
+        if first is None:  # replay 0 on the same inputs matched
+            if label == "matches eager":
+                return None
+            return CheckReport(False, backend, trial, f"trial {trial}, replay 1: {label} ({where})", HINTS["stale"],
+                               {"label": label})
+        label, where, outs0 = first
+        failure = f"trial {trial}, replay 0: {label} ({where})"
+        if not all(torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True)
+                   for a, b in zip(outs, outs0)):  # replays on the same inputs differ: accumulating state
+            return CheckReport(False, backend, trial, failure + "; replay 1 differs from replay 0", HINTS["stale"],
+                               {"label": "stale"})
         hint = HINTS[label]
         if label == "NaN":
             culprits = _nan_culprits(g, persistent, clean, outs, feed, inputs, refs, atol, rtol) if poison else []

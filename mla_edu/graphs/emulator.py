@@ -17,7 +17,15 @@ on the same storages, with the same scalar arguments. So, exactly as with a CUDA
   the CUDA caching allocator does (smallest free block that fits);
 * syncing calls during capture raise :class:`GraphCaptureError` (``.item()``, ``bool(t)``,
   ``.tolist()``, ``.cpu()``, ``.numpy()``, printing a tensor, ``torch.tensor(data)``, and
-  ops whose output shape depends on data: ``nonzero``, boolean-mask indexing, ``unique``...).
+  ops whose output shape depends on data: ``nonzero``, boolean-mask indexing, ``unique``...);
+* a capture that fails records nothing: the next capture into the same graph starts empty;
+  capturing a graph while another one is capturing raises :class:`GraphCaptureError`;
+* a capture that runs a matmul (cuBLAS on a GPU) that never ran in a warm-up on that device
+  warns (:class:`GraphWarmupWarning`): on a GPU, the first matmul creates cuBLAS's handle, which
+  capture refuses (``CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)``, then
+  ``cudaErrorStreamCaptureInvalidated``). PyTorch's rule: warm up on a side stream before
+  capturing (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs);
+  ``Graph.capture(fn, warmup=1)`` and ``mla_edu.graphs.warm_up`` do, and tell the emulator.
 
 Random ops re-run at replay, so each replay draws fresh numbers (CUDA graphs advance the
 Philox offset per replay too). Raw Triton launches (not wrapped in a custom op) are
@@ -30,7 +38,9 @@ through their ``out=`` overload when one exists.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import warnings
 import weakref
 from dataclasses import dataclass, field
 
@@ -40,12 +50,16 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from mla_edu.graphs.poison import poison_
 
-__all__ = ["GraphCaptureError", "FreedMemoryError", "EmulatedPool", "Program", "Recorder", "host_tensor",
-           "is_host_tensor"]
+__all__ = ["GraphCaptureError", "GraphWarmupWarning", "FreedMemoryError", "EmulatedPool", "Program", "Recorder",
+           "host_tensor", "is_host_tensor", "watch_warmup"]
 
 
 class GraphCaptureError(RuntimeError):
     """An operation that a CUDA graph capture refuses (it needs the host to wait for the device)."""
+
+
+class GraphWarmupWarning(UserWarning):
+    """A capture ran an op that lazily initialises a library on a GPU, with no warm-up before it."""
 
 
 class FreedMemoryError(RuntimeError):
@@ -62,6 +76,36 @@ _EMPTY_FACTORIES = {
 }
 _METADATA_OPS = {_aten.set_.source_Storage_storage_offset, _aten.set_.source_Storage, _aten.set_.source_Tensor,
                  _aten.set_.default, _aten.resize_.default, _aten.resize_as_.default}
+
+# Ops that create cuBLAS's handle on their first call on a GPU: not permitted inside a capture.
+_CUBLAS_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "_addmm_activation"}
+# Device types on which a warm-up ran such an op (mla_edu.graphs.warm_up, Graph.capture(warmup>=1)).
+_WARMED: set[str] = set()
+
+
+class _WarmupWatch(TorchDispatchMode):
+    """Notes the device types on which a warm-up ran a cuBLAS op (only while warming up)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in _CUBLAS_OPS:
+            _WARMED.update(t.device.type for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+        return out
+
+
+@contextlib.contextmanager
+def watch_warmup():
+    """Note the cuBLAS ops run inside the block as warmed up on their device (see ``warm_up``)."""
+    with _WarmupWatch():
+        yield
+
+
+def _unwarmed_cublas(ops: list[str], device_type: str) -> list[str]:
+    """The recorded cuBLAS ops (``aten.mm.default``...) when no warm-up ran one on ``device_type``."""
+    if device_type in _WARMED:
+        return []
+    return sorted({op for op in ops if op.startswith("aten.") and op.split(".")[1] in _CUBLAS_OPS})
+
 
 # Storage reference counts we hold ourselves (shadow tensors), across all programs.
 _INTERNAL_REFS: dict[int, int] = {}
@@ -289,8 +333,28 @@ class Program:
             storage = t.untyped_storage()
             self._snapshots[cdata] = (storage, storage.clone())
 
+    def abort_capture(self) -> None:
+        """A capture failed: give old buffers their bytes back and keep no recorded work."""
+        with torch.no_grad():
+            for storage, saved in self._snapshots.values():
+                storage.copy_(saved)
+        self._snapshots.clear()
+        self._entries.clear()
+        self.ops.clear()
+
     def end_capture(self) -> None:
         """Capture only records: undo its writes to old buffers, poison what it allocated, build replay."""
+        if not self.observe:
+            cold = _unwarmed_cublas(self.ops, self.device_type)
+            if cold:
+                warnings.warn(
+                    f"this capture ran {', '.join(cold)} with no warm-up on {self.device_type}. On a GPU the "
+                    "first matmul creates cuBLAS's handle, which a capture refuses: 'CUBLAS_STATUS_NOT_INITIALIZED "
+                    "when calling cublasCreate(handle)', then cudaErrorStreamCaptureInvalidated at capture end. "
+                    "PyTorch's rule: warm up on a side stream before capturing "
+                    "(https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs); "
+                    "Graph.capture(fn, warmup=1) or mla_edu.graphs.warm_up(fn) does.",
+                    GraphWarmupWarning, stacklevel=4)
         for storage, saved in self._snapshots.values():
             storage.copy_(saved)
         self._snapshots.clear()

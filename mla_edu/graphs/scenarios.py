@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 import mla_edu  # noqa: F401  (TRITON_INTERPRET before triton)
+from mla_edu import _cli
 from mla_edu.graphs.capture import Graph, graph
 from mla_edu.graphs.emulator import GraphCaptureError, host_tensor
 
@@ -508,9 +509,9 @@ def format_table(rows) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="auto", choices=["auto", "cuda", "emulated"])
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--device", type=_cli.device, default=None)
     ap.add_argument("--check", action="store_true", help="also run the checker on every problem")
-    ap.add_argument("--schedules", type=int, default=3, help="checker: random schedules per problem")
+    ap.add_argument("--schedules", type=_cli.positive_int, default=3, help="checker: random schedules per problem")
     args = ap.parse_args(argv)
     if torch.cuda.is_available():
         print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__}")

@@ -21,6 +21,7 @@ outside ``[0, num_pages)`` are "invalid reads": ``checked=True`` gives NaN for t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,39 @@ class DecodePlan:
     max_seq_len: int  # PAGE * page_table.size(1), as the cutlass wrapper computes it
     num_splits: int
     stride_policy: str
+
+
+def check_page_table_layout(page_table: torch.Tensor) -> None:
+    """ValueError unless each row's entries are adjacent in memory (``stride(1) == 1``).
+
+    Every kernel here steps through a row one int32 at a time, as cutlass does (its wrapper's
+    ``stride_PT = make_stride(_1{}, ...)``: the column stride is the constant 1), so a column-strided view (``buf[:, ::2]``) or a column-major table (``buf.t()``) would be read at
+    the wrong entries under either stride policy. Rows may be strided (that is ``stride(0)``).
+    """
+    if page_table.dim() == 2 and page_table.size(1) > 1 and page_table.stride(1) != 1:
+        raise ValueError(
+            f"page_table entries of a row must be contiguous (stride(1) == 1), got strides {tuple(page_table.stride())} "
+            f"for shape {tuple(page_table.shape)}: a column-strided or column-major table; pass .contiguous() "
+            "or a row slice of a row-major buffer")
+
+
+def check_flags(checked, sm_count) -> None:
+    """TypeError/ValueError for a non-bool ``checked`` or an ``sm_count`` that is not None or an int > 0."""
+    if not isinstance(checked, bool):
+        raise TypeError(f"checked must be a bool, got {type(checked).__name__}")
+    if sm_count is not None and (isinstance(sm_count, bool) or not isinstance(sm_count, int)):
+        raise TypeError(f"sm_count must be None or an int, got {type(sm_count).__name__}")
+    if sm_count is not None and sm_count < 1:
+        raise ValueError(f"sm_count must be >= 1 (None: the GPU's count), got {sm_count}")
+
+
+def check_workspace_layout(workspace: torch.Tensor) -> None:
+    """ValueError unless the workspace bytes are contiguous and start 4-byte aligned (float32 partials)."""
+    if workspace.numel() > 1 and workspace.stride(0) != 1:
+        raise ValueError(f"workspace must be contiguous bytes, got stride {workspace.stride(0)}")
+    if workspace.data_ptr() % 4:
+        raise ValueError(f"workspace must start on a 4-byte boundary (it holds float32 partials), got an address "
+                         f"{workspace.data_ptr() % 4} bytes past one (storage offset {workspace.storage_offset()})")
 
 
 def check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace) -> None:
@@ -84,6 +118,7 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
         raise ValueError(f"page_table must be [B={b}, block_num], got {tuple(page_table.shape)}")
     if page_table.size(1) < 1:
         raise ValueError(f"page_table must have block_num >= 1 columns, got {page_table.size(1)}")
+    check_page_table_layout(page_table)
     if workspace.dtype != torch.uint8 or workspace.dim() != 1:
         raise TypeError(f"workspace must be a 1-D uint8 tensor, got {workspace.dtype} of shape {tuple(workspace.shape)}")
     devs = {t.device for t in (q_nope, q_pe, cache, seq_lens, page_table, workspace)}
@@ -91,8 +126,8 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devs)}")
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
         raise TypeError(f"sm_scale must be a float, got {type(sm_scale).__name__}")
-    if not sm_scale > 0:
-        raise ValueError(f"sm_scale must be > 0, got {sm_scale}")
+    if not (sm_scale > 0 and math.isfinite(sm_scale)):
+        raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale}")
     if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, int):
         raise TypeError(f"num_kv_splits must be an int, got {type(num_kv_splits).__name__}")
     if not (num_kv_splits == -1 or 1 <= num_kv_splits <= MAX_SPLITS):
@@ -125,6 +160,7 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     plan = DecodePlan(b, h, dl, dr, page, num_pages, row_stride, max_pages, offset, reach, max_seq_len, splits,
                       stride_policy)
     if splits > 1:
+        check_workspace_layout(workspace)
         need = workspace_bytes_needed(plan)
         if workspace.numel() < need:
             raise ValueError(

@@ -4,7 +4,8 @@
 ``sgl-kernel/python/sgl_kernel/attention.py`` as of SGLang PR #7184: ``q_nope``/``q_pe`` and
 ``num_kv_splits`` from PR #7145, ``sm_scale`` and one split by default from #7184) plus the C++ ``can_implement`` page-size
 rules (``sm100_fmha_mla_tma_warpspecialized.hpp``: power-of-two page <= 128 on the cp.async path,
-exactly 128 on the TMA path) and a workspace-size check the real wrapper does not do. It runs
+exactly 128 on the TMA path) and two checks the real wrapper does not do: the workspace size, and
+a page table whose rows are contiguous (the kernel's column stride is the constant 1). It runs
 on any machine, so the contract is tested on CPU.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.kernels.contract import check_tensors
+from mla_edu.kernels.contract import check_page_table_layout, check_tensors
 from mla_edu.kernels.workspace import get_workspace_size
 
 MAX_HEADS = 128
@@ -48,6 +49,7 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
         raise ValueError(f"block_num must be > 0, got {block_num}")
     if block_num % (128 // page) != 0:
         raise ValueError(f"block_num must be a multiple of 128 / PAGE = {128 // page}, got {block_num}")
+    check_page_table_layout(page_table)
     if q_nope.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"q_nope dtype must be float16 or bfloat16, got {q_nope.dtype}")
     if not q_nope.dtype == q_pe.dtype == cache.dtype:

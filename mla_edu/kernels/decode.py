@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.kernels.contract import check_common, make_plan
+from mla_edu.kernels.contract import check_common, check_flags, make_plan
 
 IMPLS = ("reference", "torch", "triton", "cutlass")
 #: stride policy each impl uses when ``stride_policy=None``: all follow the cutlass contract.
@@ -36,12 +36,22 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
       page_table.size(1) and sm_count, host-side and shape-only). With > 1 split, partial
       outputs go through the workspace, which must be large enough (ValueError otherwise).
     checked: NaN output for a request that reads an out-of-range page id, a table entry past
-      the storage, or more pages than the table row holds; unchecked clamps (documented in
-      ``mla_edu.kernels.contract``). Table entries past ceil(len/PAGE) are never read.
-    sm_count: SM count for the auto split (default: GPU 0's, or 132 on CPU).
+      the storage, or more pages than the table row holds, or whose seq_len is negative; unchecked
+      clamps (documented in ``mla_edu.kernels.contract``; a negative length attends to nothing:
+      zeros). Table entries past ceil(len/PAGE) are never read. Must be a bool.
+    sm_count: SM count for the auto split (None: GPU 0's, or 132 on CPU; else an int >= 1).
+
+    Refused up front (ValueError/TypeError): a non-finite or non-positive ``sm_scale``, a page table
+    whose rows are not contiguous (``stride(1) != 1``), a misaligned or strided workspace when
+    splits > 1. ``B = 0`` returns an empty ``[0, H, D_latent]`` output for every impl.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    check_flags(checked, sm_count)
+    if isinstance(q_nope, torch.Tensor) and q_nope.dim() == 3 and q_nope.size(0) == 0:
+        # B = 0: no kernel runs, every impl returns an empty output (after the general checks)
+        check_common(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
+        return q_nope.new_empty((0, q_nope.size(1), q_nope.size(2)))
     if impl == "cutlass":
         if stride_policy not in (None, "size"):
             raise ValueError(f"impl='cutlass' always uses stride_policy='size' (its wrapper's contract), got {stride_policy!r}")
@@ -56,14 +66,18 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
     if impl == "reference":
         from mla_edu.kernels.reference import mla_decode_reference
 
-        return mla_decode_reference(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, float(sm_scale), plan,
-                                    checked).to(q_nope.dtype)
-    if impl == "torch":
+        out = mla_decode_reference(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, float(sm_scale), plan,
+                                   checked).to(q_nope.dtype)
+    elif impl == "torch":
         from mla_edu.kernels.split_kv_torch import mla_decode_torch
 
-        return mla_decode_torch(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale),
-                                plan, checked)
-    from mla_edu.kernels.split_kv_triton import mla_decode_triton
+        out = mla_decode_torch(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale),
+                               plan, checked)
+    else:
+        from mla_edu.kernels.split_kv_triton import mla_decode_triton
 
-    return mla_decode_triton(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale),
-                             plan, checked)
+        out = mla_decode_triton(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale),
+                                plan, checked)
+    if checked:  # a negative length is an invalid request too; a device op, no host sync (graph-safe)
+        out = torch.where((seq_lens < 0)[:, None, None], float("nan"), out)
+    return out

@@ -20,6 +20,8 @@ import sys
 
 import torch
 
+from mla_edu import _cli
+
 #: (BLOCK_H, BLOCK_N, num_warps, num_stages); the first is the current default for 128 heads.
 CONFIGS = [
     (64, 64, 8, 2), (64, 64, 8, 1), (64, 64, 8, 3), (64, 32, 8, 2), (64, 32, 4, 3), (64, 128, 8, 1),
@@ -29,13 +31,18 @@ CONFIGS = [
 ]
 
 
+def _split_list(text: str) -> list[int]:
+    """``"1,2,4"`` -> [1, 2, 4], each a split count the contract accepts."""
+    return [_cli.kv_splits(s) for s in text.split(",")]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--heads", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--len", type=int, default=4096, dest="length")
-    ap.add_argument("--page", type=int, default=64)
-    ap.add_argument("--splits", default="1,2,4", help="split counts to try, comma-separated")
+    ap.add_argument("--heads", type=_cli.positive_int, default=128)
+    ap.add_argument("--batch", type=_cli.positive_int, default=64)
+    ap.add_argument("--len", type=_cli.positive_int, default=4096, dest="length")
+    ap.add_argument("--page", type=_cli.positive_int, default=64)
+    ap.add_argument("--splits", type=_split_list, default=[1, 2, 4], help="split counts to try, comma-separated")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -57,7 +64,7 @@ def main(argv=None) -> None:
     key = skt.gpu_block_h(h)
     for cfg in CONFIGS:
         skt.TUNED[key] = cfg
-        for splits in map(int, args.splits.split(",")):
+        for splits in args.splits:
             ws = torch.empty(get_workspace_size(args.page * table.size(1), b, 0, splits), dtype=torch.uint8,
                              device="cuda")
             fn = lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits,  # noqa: E731

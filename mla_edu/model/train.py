@@ -7,7 +7,8 @@ recall form early (a fixed long context stays at chance for many minutes; see
 ../shared/brief/mla.md): prompts of 64 tokens, then 160, then the evaluation's own
 distribution (1..4 pages of 128). The loss covers only the answer: two digits and EOS.
 At the end the reference ``generate`` decodes the default evaluation set greedily and the
-weights are written as safetensors with a manifest (config, task, seed, sha256, accuracy).
+weights are written as safetensors with a manifest (config, task, seed, the weights' and the
+config's sha256, accuracy).
 
 Speed on this project's 2-core CPU (shared with other jobs): 2-5 steps/s at 64 tokens, about
 1-2 steps/s on 1-4 pages; one torch thread (``--threads 1``, the default) beats two when the
@@ -43,10 +44,11 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from mla_edu import _cli
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
 
-from mla_edu.model import MANIFEST_FILE, WEIGHTS_DIR, WEIGHTS_FILE, sha256_file
+from mla_edu.model import MANIFEST_FILE, WEIGHTS_DIR, WEIGHTS_FILE, config_sha256, sha256_file
 
 # (fraction of steps at which the stage starts, prompt length: int or "eval")
 CURRICULUM = ((0.0, 64), (0.5, 160), (0.7, "eval"))
@@ -144,7 +146,7 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 
 
 def save(model: TinyDeepseek, out: Path, manifest: dict) -> dict:
-    """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` (with the file's sha256) into ``out``."""
+    """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` (with the file's and the config's sha256) into ``out``."""
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -152,43 +154,41 @@ def save(model: TinyDeepseek, out: Path, manifest: dict) -> dict:
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, str(weights), metadata={"format": "pt", "model": "TinyDeepseek"})
     manifest = {**manifest, "weights": WEIGHTS_FILE, "sha256": sha256_file(weights),
-                "bytes": weights.stat().st_size}
+                "config_sha256": config_sha256(manifest["config"]), "bytes": weights.stat().st_size}
     (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m mla_edu.model.train", description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=_cli.positive_int, default=1200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
-    p.add_argument("--batch", type=int, default=32, help="questions per batch at most")
-    p.add_argument("--tokens-per-batch", type=int, default=4096,
+    p.add_argument("--batch", type=_cli.positive_int, default=32, help="questions per batch at most")
+    p.add_argument("--tokens-per-batch", type=_cli.positive_int, default=4096,
                    help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
-    p.add_argument("--queries", type=int, default=4, help="answers per training sequence (the first as in eval)")
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--queries", type=_cli.positive_int, default=4, help="answers per training sequence (the first as in eval)")
+    p.add_argument("--lr", type=_cli.positive_float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--warmup", type=_cli.int_at_least(0), default=100)
+    p.add_argument("--grad-clip", type=_cli.positive_float, default=1.0)
     p.add_argument("--attn-impl", choices=("sdpa", "naive", "absorbed"), default="sdpa",
                    help="attention form used for training (same weights either way)")
-    p.add_argument("--eval-questions", type=int, default=task.EVAL_SIZE,
+    p.add_argument("--eval-questions", type=_cli.positive_int, default=task.EVAL_SIZE,
                    help="how many questions of the default eval set to decode at the end")
-    p.add_argument("--hidden", type=int, default=64, help="hidden_size")
-    p.add_argument("--heads", type=int, default=4, help="num_attention_heads")
-    p.add_argument("--head-dim", type=int, default=16, help="qk_nope_head_dim = v_head_dim")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--intermediate", type=int, default=128, help="SwiGLU intermediate_size")
+    p.add_argument("--hidden", type=_cli.positive_int, default=64, help="hidden_size")
+    p.add_argument("--heads", type=_cli.positive_int, default=4, help="num_attention_heads")
+    p.add_argument("--head-dim", type=_cli.positive_int, default=16, help="qk_nope_head_dim = v_head_dim")
+    p.add_argument("--layers", type=_cli.positive_int, default=2)
+    p.add_argument("--intermediate", type=_cli.positive_int, default=128, help="SwiGLU intermediate_size")
     p.add_argument("--facts", default="1,1", help="MIN,MAX facts per training prompt (the eval set has 1)")
     p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
     p.add_argument("--init", type=Path, default=None,
                    help="start from the weights in this directory (a manifest + safetensors) instead of random")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=_cli.int_at_least(0), default=1,
                    help="torch threads (0: torch's default); 1 is faster when others share the cores")
     args = p.parse_args(argv)
-    if args.steps < 1 or args.batch < 1:
-        raise SystemExit(f"--steps and --batch must be >= 1, got {args.steps} and {args.batch}")
     curriculum = parse_curriculum(args.curriculum)
     try:
         facts = tuple(int(x) for x in args.facts.split(","))

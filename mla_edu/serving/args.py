@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mla_edu.kernels.contract import MAX_SPLITS
+
 BACKENDS = ("cutlass_mla", "triton")
 DEFECTS = ("width", "workspace", "stale")
 ROW_ORDERS = ("append", "prepend")
@@ -56,8 +58,13 @@ class ServerArgs:
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"attention_backend: expected one of {BACKENDS}, got {self.attention_backend!r}")
         self.defects = parse_defects(self.defects)
-        if self.num_kv_splits not in (1, -1) and not (isinstance(self.num_kv_splits, int) and self.num_kv_splits > 1):
-            raise ValueError(f"num_kv_splits: expected 1, -1 (auto) or an int > 1, got {self.num_kv_splits!r}")
+        splits = self.num_kv_splits
+        if isinstance(splits, bool) or not isinstance(splits, int) or not (splits == -1 or 1 <= splits <= MAX_SPLITS):
+            raise ValueError(f"num_kv_splits: expected -1 (auto) or an int in [1, {MAX_SPLITS}] (the kernel "
+                             f"contract's limit), got {splits!r}")
+        if self.sm_count is not None and (isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int)
+                                          or self.sm_count < 1):
+            raise ValueError(f"sm_count: expected None (the GPU's) or an int >= 1, got {self.sm_count!r}")
         bs = tuple(int(b) for b in self.cuda_graph_bs)
         if not bs or any(b < 1 for b in bs):
             raise ValueError(f"cuda_graph_bs: expected positive batch sizes, got {self.cuda_graph_bs!r}")

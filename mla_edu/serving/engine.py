@@ -159,24 +159,7 @@ class Engine:
                 self._after_token(req, tok, stop)
 
     # --- the loop ---------------------------------------------------------------------------------
-    def generate(self, prompts, max_new_tokens: int = 3, stop_token_ids=(2,), progress=None) -> list:
-        """Greedy-decode every prompt (a list of token-id lists) with continuous batching.
-
-        Returns one ``Req`` per prompt, in order; a bad request comes back with ``error`` set and
-        ``finished_reason == "error"``, the others run as if it were not there.
-        ``progress``: an optional callable, called with 1 for every finished request.
-        """
-        stop = set(stop_token_ids or ())
-        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
-        waiting = deque()
-        for req in reqs:
-            err = self._check(req)
-            if err:
-                req.finished_reason, req.error = "error", err
-                if progress:
-                    progress(1)
-            else:
-                waiting.append(req)
+    def _loop(self, waiting: deque, stop: set, progress) -> None:
         running: list = []
         max_running = self.args.max_running_requests
         while waiting or running:
@@ -199,6 +182,41 @@ class Engine:
                     if req.finished:
                         progress(1)
             running = [r for r in running if not r.finished]  # filter_batch: order kept
+
+    def _abandon(self, reqs: list, exc: BaseException) -> None:
+        """``generate`` was interrupted: every unfinished request gives back its row and pages."""
+        for req in reqs:
+            if not req.finished:
+                self._finish(req, "error", f"interrupted: {type(exc).__name__}")
+            elif req.req_pool_idx is not None or req.pages:
+                self._free(req)
+
+    def generate(self, prompts, max_new_tokens: int = 3, stop_token_ids=(2,), progress=None) -> list:
+        """Greedy-decode every prompt (a list of token-id lists) with continuous batching.
+
+        Returns one ``Req`` per prompt, in order; a bad request comes back with ``error`` set and
+        ``finished_reason == "error"``, the others run as if it were not there.
+        ``progress``: an optional callable, called with 1 for every finished request.
+        If anything interrupts it (``KeyboardInterrupt``, an exception at any step), the unfinished
+        requests end with ``error="interrupted: ..."`` and free their rows and pages, then the
+        exception propagates: the engine stays usable.
+        """
+        stop = set(stop_token_ids or ())
+        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
+        waiting = deque()
+        for req in reqs:
+            err = self._check(req)
+            if err:
+                req.finished_reason, req.error = "error", err
+                if progress:
+                    progress(1)
+            else:
+                waiting.append(req)
+        try:
+            self._loop(waiting, stop, progress)
+        except BaseException as e:  # an interrupt (Jupyter's stop button) or an error at any step
+            self._abandon(reqs, e)
+            raise
         return reqs
 
 

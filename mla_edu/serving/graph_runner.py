@@ -54,8 +54,7 @@ class GraphRunner:
             batch = self._batch(bs)
             self.runner.backend.init_forward_metadata_capture_cuda_graph(
                 bs, batch.req_pool_indices, batch.seq_lens)
-            for _ in range(self.num_warmup):
-                self.runner.decode_forward(batch)
+            graphs.warm_up(lambda: self.runner.decode_forward(batch), self.num_warmup, self.runner.device)
             g = graphs.Graph(device=self.runner.device)
             with graphs.graph(g, pool=self.pool):
                 out = self.runner.decode_forward(batch)

@@ -10,6 +10,8 @@ graph capture forbids.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch.nn import functional as F
 
@@ -29,7 +31,8 @@ class ModelRunner:
         self.prefill_cache = prefill_cache
         self.device = torch.device(args.device) if args.device else default_device()
         self.dtype = DTYPES[args.dtype]
-        self.model = model.to(self.device, self.dtype).eval()
+        # a copy: the caller's model keeps its device, dtype and mode (``.to`` would convert it in place)
+        self.model = copy.deepcopy(model).to(self.device, self.dtype).eval()
         mla = model.config.mla
         self.num_layers = len(model.layers)
         self.context_length = args.context_length

@@ -1,0 +1,69 @@
+"""argparse ``type=`` validators shared by the command-line tools: a bad flag is a one-line
+``error: argument --x: ...`` from argparse (exit status 2) before anything runs, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["device", "int_at_least", "kv_splits", "positive_float", "positive_int"]
+
+
+def int_at_least(minimum: int):
+    """A ``type=`` for ints >= ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"int >= {minimum}"
+    return parse
+
+
+positive_int = int_at_least(1)
+
+
+def positive_float(text: str) -> float:
+    """A ``type=`` for finite floats > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def kv_splits(text: str) -> int:
+    """A split count the kernel contract accepts: -1 (auto) or 1..MAX_SPLITS (checked before allocating)."""
+    from mla_edu.kernels.contract import MAX_SPLITS
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected -1 (auto) or an int in [1, {MAX_SPLITS}], got {text!r}") from None
+    if not (value == -1 or 1 <= value <= MAX_SPLITS):
+        raise argparse.ArgumentTypeError(f"expected -1 (auto) or an int in [1, {MAX_SPLITS}], got {value}")
+    return value
+
+
+def device(text: str) -> str:
+    """A torch device string that exists here: ``cpu``, or ``cuda[:N]`` with CUDA present."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"expected a device such as cpu, cuda or cuda:0, got {text!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu or cuda[:N], got {text!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(f"{text!r} asked for, but CUDA is not available here "
+                                             f"(torch {torch.__version__}); use cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"{text!r} asked for, but there are {torch.cuda.device_count()} GPUs")
+    return text
