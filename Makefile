@@ -39,7 +39,7 @@ endif
 	touch $@
 
 repro: $(VENV)/.ready
-	$(PY) -m mla_edu.repro
+	$(PY) -m mla_edu.case_study.repro
 
 test: $(VENV)/.ready
 	$(PY) -m pytest -q tests
@@ -97,7 +97,7 @@ lock:
 
 # Regenerate every figure in figures/ (deterministic).
 figures: $(VENV)/.ready
-	$(PY) -m mla_edu.figures
+	$(PY) -m tools.figures
 
 # Re-execute every notebook in place (after editing the paired .py files).
 notebooks: $(VENV)/.ready

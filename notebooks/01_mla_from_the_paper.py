@@ -33,8 +33,8 @@ from einops import einsum, rearrange
 import mla_edu
 from mla_edu import LatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
-from mla_edu.figures import save
-from mla_edu.plots import kv_cache_bytes_per_token
+from tools.figures import save
+from mla_edu.attention.plots import kv_cache_bytes_per_token
 
 torch.manual_seed(0)
 torch.set_printoptions(precision=4)

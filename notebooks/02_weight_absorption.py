@@ -30,8 +30,8 @@ from einops import einsum
 
 from mla_edu import AbsorbedMLA, LatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
-from mla_edu.figures import save
-from mla_edu.plots import h200_ceilings, naive_vs_absorbed_cost
+from tools.figures import save
+from mla_edu.attention.plots import h200_ceilings, naive_vs_absorbed_cost
 from mla_edu.rope import apply_rope, cos_sin
 
 torch.manual_seed(0)
@@ -210,7 +210,7 @@ assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
 #
 # **Is absorbed decode memory- or compute-bound?** Its intensity is about $2 n_h$ FLOP per byte:
 # each cached byte is used once per head. The ceilings come from the project's committed H200
-# benchmark (`mla_edu/results/kernel_bench_h200.json`, notebook 04): dense bf16 matmul and a
+# benchmark (`results/kernel_bench_h200.json`, notebook 04): dense bf16 matmul and a
 # device-to-device copy, measured in the same run. Their ratio is the ridge. 128 heads (one GPU
 # holding all heads) are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
 

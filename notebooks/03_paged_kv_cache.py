@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
-from mla_edu.figures import save
+from tools.figures import save
 from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
 from mla_edu.kvcache.plots import page_table_figure, page_table_scenario, pages_read
 

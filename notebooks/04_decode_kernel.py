@@ -32,7 +32,7 @@ import math
 import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
-from mla_edu.figures import save
+from tools.figures import save
 from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
                              num_kv_splits_for)
 from mla_edu.kernels.cases import random_decode_case
@@ -344,12 +344,12 @@ except RuntimeError as e:
 # %% [markdown]
 # ## 10. On the H200
 #
-# `python -m mla_edu.kernels.bench` ran the Triton kernel on one H200 (through this project's
+# `python -m tools.kernel_bench` ran the Triton kernel on one H200 (through this project's
 # device tool) in bf16 over page {64, 128}, h_q {16, 128}, B {1, 8, 64, 128},
 # L {512 ... 32768}, measuring the two ceilings in the same run. It first tunes the launch
 # configuration (block sizes, warps, pipeline stages) on B = 64, L = 4096, then times each size
 # as CUDA-graph replays with two split counts: cutlass's auto split and a wider one. The committed results:
-# `mla_edu/results/kernel_bench_h200.md` (table) and `.json` (all numbers).
+# `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
 
 # %%
 info = bench["info"]
@@ -387,7 +387,7 @@ print("saved", save(fig, "kernel_bench_h200").name)
 # between two dependent matmuls is far from a hand-scheduled kernel (FlashMLA reports 580-660
 # TFLOP/s on H800). It is not a tuning problem: a sweep of 16 launch configs (head and token block
 # sizes, warps, stages) times 3 split counts at B = 64, L = 4096 found none faster than the default,
-# 33% at best (`mla_edu/results/kernel_sweep_h200.md`, `python -m mla_edu.kernels.sweep`).
+# 33% at best (`results/kernel_sweep_h200.md`, `python -m tools.kernel_sweep`).
 # Both beat the `torch.compile`d gather + attention, which materializes the gathered cache.
 # Times are CUDA-graph replays; the eager column of the results table shows what host overhead
 # adds to small calls.

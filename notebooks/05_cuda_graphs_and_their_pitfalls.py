@@ -24,7 +24,7 @@
 #
 # **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *emulator* of CUDA graphs; with a GPU,
 # the same code captures real `torch.cuda.CUDAGraph`s. Every pitfall below was also run on an H200
-# with real graphs (`mla_edu/results/graph_scenarios_h200_cuda.md`), with the same outcome. About
+# with real graphs (`results/graph_scenarios_h200_cuda.md`), with the same outcome. About
 # one minute.
 #
 # The rules come from PyTorch's notes on CUDA graphs (`docs/source/notes/cuda.rst`, section
@@ -35,7 +35,7 @@
 import torch
 
 import mla_edu
-from mla_edu.figures import save
+from tools.figures import save
 from mla_edu.graphs import FreedMemoryError, Graph, GraphCaptureError, check, graph, is_emulated
 from mla_edu.graphs import scenarios as sc
 from mla_edu.graphs.plots import launch_overhead, load_launch_results, page_reads
@@ -48,7 +48,7 @@ _ = torch.manual_seed(0)
 #
 # A decode step of a large model launches hundreds of small kernels per token, each doing little
 # work. Launched one by one from Python, the GPU waits for the CPU. A CUDA graph records the
-# launches once and replays them with one call. `python -m mla_edu.graphs.bench` times a toy
+# launches once and replays them with one call. `python -m tools.launch_bench` times a toy
 # decoder step (per layer: RMSNorm, a matmul, SiLU, the residual add: 9 kernels) eagerly and as
 # a graph. The H200 numbers below are read from the committed run.
 

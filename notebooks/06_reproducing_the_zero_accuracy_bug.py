@@ -33,10 +33,10 @@
 import torch
 
 import mla_edu
-from mla_edu import diagnose as dg
-from mla_edu.figures import save
+from mla_edu.case_study import diagnose as dg
+from tools.figures import save
 from mla_edu.model import load_pretrained, task
-from mla_edu.repro import SEED
+from mla_edu.case_study.repro import SEED
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
 torch.set_num_threads(1)  # the ops are small; one thread avoids OpenMP overhead on a busy CPU
@@ -66,11 +66,11 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 # engine and scored like `benchmark/gsm8k/bench_sglang.py` (last integer in the answer). To fit a
 # CPU we run 64 questions with 16 running requests and graphs for batch sizes 8 and 16 (each DP
 # worker of the seed ran 128 / 8 = 16 requests). The full table (256 questions, `--cuda-graph-bs 64
-# 128`) is `python -m mla_edu.repro`.
+# 128`) is `python -m mla_edu.case_study.repro`.
 
 # %%
 N = 64
-run = dg.accuracy_runner(model, questions, N, DTYPE)  # mla_edu.repro's runner: 16 running, graphs for 8 and 16
+run = dg.accuracy_runner(model, questions, N, DTYPE)  # mla_edu.case_study.repro's runner: 16 running, graphs for 8 and 16
 table = {
     "cutlass_mla --disable-cuda-graph": (run(disable_cuda_graph=True, defects=PRE_FIX), SEED["eager"]),
     "cutlass_mla, graph, pre-fix (7059ae16f)": (run(defects=PRE_FIX), SEED["prefix"]),
@@ -93,20 +93,19 @@ print(f"{N} questions, {'real CUDA graphs' if DEVICE.type == 'cuda' else 'CPU gr
 # Same shape as the seed: eager right, the pre-fix graph near zero, the fix and the Triton backend
 # back at the eager accuracy. Every decode step of the graph runs went through a graph replay.
 # The whole eval set with SGLang's sizes (`--cuda-graph-bs 64 128 --max-running-requests 128`), as
-# `python -m mla_edu.repro` measured it on CPU and on an H200 with real CUDA graphs in bf16 (read from
-# the committed `mla_edu/results/repro_*.json`):
+# `python -m mla_edu.case_study.repro` measured it on CPU and on an H200 with real CUDA graphs in bf16 (read from
+# the committed `results/repro_*.json`):
 
 # %%
 import json
-from pathlib import Path
 
-RESULTS = Path(mla_edu.__file__).parent / "results"
+from mla_edu.paths import RESULTS_DIR as RESULTS
 full = {name: json.loads((RESULTS / f"repro_{name}.json").read_text())
         for name in ("cpu", "h200_bfloat16") if (RESULTS / f"repro_{name}.json").is_file()}
 names = {"eager": "cutlass_mla --disable-cuda-graph", "prefix": "cutlass_mla, graph, pre-fix",
          "fixed": "cutlass_mla, graph, fixed", "triton": "triton, graph"}
 heads = {"cpu": "CPU emulator fp32", "h200_bfloat16": "H200 graphs bf16"}
-print(f"{'python -m mla_edu.repro, 256 questions':38s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
+print(f"{'python -m mla_edu.case_study.repro, 256 questions':38s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
 for key, name in names.items():
     print(f"{name:38s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" for k in full) + f"   {SEED[key]}")
 for k, res in full.items():

@@ -37,8 +37,8 @@
 import torch
 
 import mla_edu
-from mla_edu import diagnose as dg
-from mla_edu.figures import save
+from mla_edu.case_study import diagnose as dg
+from tools.figures import save
 from mla_edu.graphs import scenarios as sc
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX
@@ -160,7 +160,7 @@ assert res[("width", "workspace", "stale"), -1]["max_splits_used"] == 1
 # On a GPU this is not a thought experiment. There `torch.cuda.graph` empties the allocator's cache
 # as each capture starts, so the dropped workspace can be handed back to the driver; the next replay
 # of the larger graph then writes unmapped memory and dies with "an illegal memory access", which
-# poisons the process's whole CUDA context. The H200 run in `mla_edu/results/workspace_hazard_h200.md`
+# poisons the process's whole CUDA context. The H200 run in `results/workspace_hazard_h200.md`
 # shows it (graphs for 8 and 16, auto splits): `run_bench` runs such a setting in a child process, and
 # the ablation above printed "crashed" for it when this notebook ran on a GPU. In-process, only the
 # CPU emulator can take the hazard apart safely:

@@ -95,7 +95,7 @@ def test_rope_is_a_rotation_and_relative(interleave):
 
 def test_h200_ceilings_come_from_the_committed_bench():
     from mla_edu.kernels.plots import load_bench
-    from mla_edu.plots import h200_ceilings
+    from mla_edu.attention.plots import h200_ceilings
 
     flop_per_s, bytes_per_s = h200_ceilings()
     ceil = load_bench()["ceilings"]

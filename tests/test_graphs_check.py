@@ -12,7 +12,7 @@ from mla_edu.graphs import Graph, graph
 from mla_edu.graphs.check import CheckReport, check
 from mla_edu.graphs.scenarios import EXPECTED, PROBLEMS, SCENARIOS, check_problem, classify, run_all
 
-RESULTS = Path(mla_edu.__file__).parent / "results"
+from mla_edu.paths import RESULTS_DIR as RESULTS
 # Every test here runs the emulator on CPU tensors; the Triton scenarios then need Triton's
 # interpreter (the default without a GPU). On a GPU machine they are left out here, and
 # test_real_graphs_match_the_h200_log runs all of them, Triton included, on real graphs.

@@ -434,7 +434,7 @@ SCENARIOS: dict[str, Callable] = {
     "sync_in_capture": lambda dev, mode: run_problem(lambda: sync_in_capture(dev), mode),
 }
 
-# What each scenario does under a CUDA graph (the GPU log in mla_edu/results/ is the evidence).
+# What each scenario does under a CUDA graph (the GPU log in results/ is the evidence).
 EXPECTED = {
     "frozen_scalar": "wrong: all rows",
     "narrow_view/torch": "wrong: rows>0",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
-BENCH_JSON = RESULTS / "kernel_bench_h200.json"
+from mla_edu.paths import RESULTS_DIR
+
+BENCH_JSON = RESULTS_DIR / "kernel_bench_h200.json"
 
 
 def load_bench(path: Path | str = BENCH_JSON) -> dict:

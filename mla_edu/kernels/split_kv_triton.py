@@ -152,7 +152,7 @@ def _quiet(on_gpu: bool):
 #: GPU launch configs (BLOCK_N, num_warps, num_stages) per head-block size (``gpu_block_h``).
 GPU_CONFIGS = {16: (32, 4, 2), 32: (32, 4, 2), 64: (64, 8, 2)}  # tuned on the H200 (kernel_bench_h200.json)
 #: Overrides, keyed like GPU_CONFIGS, each a full (BLOCK_H, BLOCK_N, num_warps, num_stages): set by
-#: the benchmark's tuning pass and by the launch-config sweep (``python -m mla_edu.kernels.sweep``).
+#: the benchmark's tuning pass and by the launch-config sweep (``python -m tools.kernel_sweep``).
 TUNED: dict[int, tuple[int, int, int, int]] = {}
 
 

@@ -124,7 +124,7 @@ def _reference(settings):
     """The summary and, per axes, its box and ink fraction, as the library draws this setting here."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401  (panel_figure's canvas)
 
-    from mla_edu.panel import PanelRunner, figure_png, panel_figure
+    from mla_edu.workshop.panel import PanelRunner, figure_png, panel_figure
 
     result = PanelRunner()(settings)
     fig = panel_figure(result)
@@ -147,7 +147,7 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from mla_edu.panel import PanelSettings
+    from mla_edu.workshop.panel import PanelSettings
 
     name = "08_workshop_exercises.ipynb"
     result = _run_all(browser, lab, name)

@@ -1,6 +1,6 @@
 """Reproduce SGLang PR #6998's accuracy table in miniature, then take the bug apart.
 
-    python -m mla_edu.repro            # the README's main job (< 3 min on 2 CPU cores)
+    python -m mla_edu.case_study.repro            # the README's main job (< 3 min on 2 CPU cores)
 
 Every number is measured by running the shipped tiny model through the mini engine
 (``mla_edu.serving``) on the whole default eval set: real CUDA graphs on a GPU, the CPU graph
@@ -22,7 +22,7 @@ import sys
 import time
 
 from mla_edu import _cli
-from mla_edu.bench import run_bench
+from mla_edu.case_study.accuracy import run_bench
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
 SEED = {"eager": "0.910-0.920", "prefix": "0.060", "fixed": "0.906-0.917", "triton": "0.927-0.937"}
@@ -93,7 +93,7 @@ def _row(name: str, r: dict, seed: str = "") -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mla_edu.repro", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mla_edu.case_study.repro", description=__doc__.split("\n\n")[0])
     p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
     p.add_argument("--device", type=_cli.device, default=None)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

@@ -1,4 +1,4 @@
-"""GPU benchmark of ``mla_decode(impl="triton")``: ``python -m mla_edu.kernels.bench --out DIR``.
+"""GPU benchmark of ``mla_decode(impl="triton")``: ``python -m tools.kernel_bench --out DIR``.
 
 Measures, in one run on one GPU: the two ceilings (a large device-to-device copy, counting
 bytes read plus written; a large bf16 matmul), a correctness check of the Triton kernel
@@ -156,7 +156,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
     sms = props.multi_processor_count
     info = {"gpu": props.name, "sm_count": sms, "capability": ".".join(map(str, torch.cuda.get_device_capability())),
             "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-            "command": "python -m mla_edu.kernels.bench " + " ".join(sys.argv[1:]),
+            "command": "python -m tools.kernel_bench " + " ".join(sys.argv[1:]),
             "cutlass": cutlass_unavailable_reason() or "available"}
     print(json.dumps(info), flush=True)
     ceil = ceilings()
@@ -300,8 +300,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a few sizes only")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("python -m mla_edu.kernels.bench needs a CUDA GPU; the committed results are in "
-                         "mla_edu/results/kernel_bench_h200.md")
+        raise SystemExit("python -m tools.kernel_bench needs a CUDA GPU; the committed results are in "
+                         "results/kernel_bench_h200.md")
     run(args.out, args.quick)
 
 

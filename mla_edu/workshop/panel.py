@@ -1,6 +1,6 @@
 """A control panel for the bug: pick a backend, defects, split mode and batch size; see accuracy and page reads.
 
-    from mla_edu.panel import ControlPanel
+    from mla_edu.workshop.panel import ControlPanel
     panel = ControlPanel()                 # the shipped tiny model, a small slice of the eval set
     result = panel.run()                   # default settings: prints a rounded summary, draws the figure
     panel.show()                           # ipywidgets: change settings, press "run", the figure is redrawn
@@ -8,7 +8,7 @@
 Every number comes from the real mini engine (``mla_edu.serving``): real CUDA graphs on a GPU,
 the CPU graph emulator otherwise. Two measurements per setting:
 
-(a) accuracy: ``mla_edu.bench.run_bench`` eagerly (``--disable-cuda-graph``) and with graphs;
+(a) accuracy: ``mla_edu.case_study.accuracy.run_bench`` eagerly (``--disable-cuda-graph``) and with graphs;
 (b) page reads of one decode step: the page id each (request row, page slot) *should* read (a
     fresh table filled from ``req_to_token``) against the one the captured kernel *did* read:
     entry ``offset + b * row_stride + j`` of the persistent index buffer, with the row stride
@@ -275,13 +275,13 @@ class PanelRunner:
         if not isinstance(settings, PanelSettings):
             raise TypeError(f"expected PanelSettings, got {type(settings).__name__}")
         if settings not in self.results:
-            from mla_edu.bench import may_crash_the_gpu, run_bench
+            from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
             from mla_edu.serving import ServerArgs
 
             if may_crash_the_gpu(ServerArgs(**settings.server_args(True))):
                 raise RuntimeError("this setting (workspace defect, automatic splits) can kill the CUDA context on a "
                                    "GPU, and the panel replays it in-process: see notebook 07, section 3, or run it "
-                                   "with python -m mla_edu.bench, which isolates it in a child process")
+                                   "with python -m mla_edu.case_study.accuracy, which isolates it in a child process")
             qs = self.questions[: settings.num_questions]
             runs = {}
             for graph in (False, True):

@@ -1,7 +1,7 @@
-"""Solutions to notebook 08 (workshop exercises). Each passes its checker in ``mla_edu.exercises``.
+"""Solutions to notebook 08 (workshop exercises). Each passes its checker in ``mla_edu.workshop.exercises``.
 
-    from mla_edu import exercises as ex
-    from mla_edu.solutions import ex08
+    from mla_edu.workshop import exercises as ex
+    from mla_edu.workshop.solutions import ex08
     ex.check_replay(ex08.replay)
 """
 

@@ -421,8 +421,8 @@ def example_batch(questions=None) -> tuple:
 
 
 def accuracy_runner(model, questions, n: int = 64, dtype: str | None = None):
-    """``mla_edu.repro.Runner`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
-    from mla_edu.repro import Runner
+    """``mla_edu.case_study.repro.Runner`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
+    from mla_edu.case_study.repro import Runner
 
     common = dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=dtype or default_dtype(), device=None)
     return Runner(model, questions[:n], common, progress=False)

@@ -209,7 +209,7 @@ def option_for(defects: frozenset) -> str:
 @lru_cache(maxsize=None)
 def _mystery_reads(k: int):
     from mla_edu.model import task
-    from mla_edu.panel import PanelSettings, measure_page_reads
+    from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
     settings = PanelSettings(defects=MYSTERIES[k], max_running_requests=6)
     return measure_page_reads(toy_model(), task.default_eval_set()[20:], settings)
@@ -221,7 +221,7 @@ def mystery_figure(k: int):
         raise ValueError(f"mystery: expected one of {sorted(MYSTERIES)}, got {k!r}")
     import matplotlib.pyplot as plt
 
-    from mla_edu.panel import draw_page_reads
+    from mla_edu.workshop.panel import draw_page_reads
 
     reads = _mystery_reads(k)
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})
@@ -268,7 +268,7 @@ ROW_STRIDE_SETUP = dict(context_length=640, cuda_graph_bs=(4, 8), max_running_re
 @lru_cache(maxsize=1)
 def _row_stride_truth():
     """Capture the pre-fix engine of ``ROW_STRIDE_SETUP`` and read what the bs-8 graph froze."""
-    from mla_edu.panel import _record_launches
+    from mla_edu.workshop.panel import _record_launches
     from mla_edu.serving.graph_runner import GraphRunner
 
     s = ROW_STRIDE_SETUP
@@ -401,7 +401,7 @@ def stale_case(k: int):
     """``(buffer [rows, W] int64, seq_lens [bs], row_stride)`` of one pre-fix decode step, the truth (read
     off the entries the step wrote, ``PageReads.live``) and the ``PageReads``."""
     from mla_edu.model import task
-    from mla_edu.panel import PanelSettings, measure_page_reads
+    from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
     mr, bs = STALE_CASES[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
