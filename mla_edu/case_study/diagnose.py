@@ -25,8 +25,8 @@ import torch
 from mla_edu import kernels
 from mla_edu.serving import PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLADecodeMetadata
+from mla_edu.util import PAGE_SIZE, cdiv, is_int
 
-PAGE_SIZE = 128
 DEFAULT_GRAPH_BS = (4, 8)
 
 
@@ -127,7 +127,7 @@ class StepDiagnosis:
 
 def _owned_pages(req_to_token: torch.Tensor, req_pool_indices: list, seq_lens: list) -> list:
     rows = req_to_token.cpu()
-    return [[int(rows[r, j * PAGE_SIZE]) // PAGE_SIZE for j in range(-(-n // PAGE_SIZE))]
+    return [[int(rows[r, j * PAGE_SIZE]) // PAGE_SIZE for j in range(cdiv(n, PAGE_SIZE))]
             for r, n in zip(req_pool_indices, seq_lens)]
 
 
@@ -194,7 +194,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         # what each (padded) row owns and what the frozen launch reads
         lens = gr.seq_lens_cpu[:padded].tolist()
         rpi = gr.req_pool_indices[:padded].tolist()
-        n_pages = [-(-n // PAGE_SIZE) for n in lens]
+        n_pages = [cdiv(n, PAGE_SIZE) for n in lens]
         intended = _owned_pages(runner.req_to_token_pool.req_to_token, rpi, lens)
         read = kernels.pages_read(captured.page_table, n_pages, captured.launch.row_stride)
         fresh = torch.zeros_like(buffer, dtype=torch.bool)
@@ -495,7 +495,7 @@ def row0_study(model, questions, *, max_running_requests: int, row_order: str = 
     from mla_edu.model import task
 
     mr = max_running_requests
-    if isinstance(mr, bool) or not isinstance(mr, int) or mr < 1:
+    if not is_int(mr) or mr < 1:
         raise ValueError(f"max_running_requests: expected an int >= 1, got {mr!r}")
     args = ServerArgs(attention_backend="cutlass_mla", defects=defects, cuda_graph_bs=(max(1, mr // 2), mr),
                       max_running_requests=mr, row_order=row_order,

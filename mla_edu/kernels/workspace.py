@@ -10,6 +10,7 @@ split count is a launch parameter, so under a CUDA graph it is frozen at capture
 from __future__ import annotations
 
 import torch
+from mla_edu.util import cdiv, is_int
 
 #: H100 / H200 SXM have 132 SMs; used where no GPU can be asked (CPU runs).
 DEFAULT_SM_COUNT = 132
@@ -22,7 +23,7 @@ BYTES_PER_BATCH_SPLIT = (4 * D_LATENT + 4) * CUTLASS_HEADS  # 262,656
 
 
 def _pos_int(name: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
+    if not is_int(v):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if v <= 0:
         raise ValueError(f"{name} must be > 0, got {v}")
@@ -44,19 +45,19 @@ def num_kv_splits_for(max_seq_len: int, num_batches: int, sm_count: int = 0, num
     """
     _pos_int("max_seq_len", max_seq_len)
     _pos_int("num_batches", num_batches)
-    if isinstance(sm_count, bool) or not isinstance(sm_count, int):
+    if not is_int(sm_count):
         raise TypeError(f"sm_count must be an int, got {type(sm_count).__name__}")
-    if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, int):
+    if not is_int(num_kv_splits):
         raise TypeError(f"num_kv_splits must be an int, got {type(num_kv_splits).__name__}")
     if num_kv_splits >= 1:
         return num_kv_splits
     if num_kv_splits != -1:
         raise ValueError(f"num_kv_splits must be -1 (auto) or >= 1, got {num_kv_splits}")
     sms = sm_count if sm_count > 0 else device_sm_count()
-    max_splits = -(-max_seq_len // 128)
+    max_splits = cdiv(max_seq_len, 128)
     heur = min(max_splits, max(1, sms // num_batches))
-    k_waves = -(-max_splits // heur)
-    return -(-max_splits // k_waves)
+    k_waves = cdiv(max_splits, heur)
+    return cdiv(max_splits, k_waves)
 
 
 def get_workspace_size(max_seq_len: int, num_batches: int, sm_count: int = 0, num_kv_splits: int = 1) -> int:

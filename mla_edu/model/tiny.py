@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from mla_edu.attention import AbsorbedMLA, LatentCache, NaiveMLA, RMSNorm
 from mla_edu.config import MLAConfig
 from mla_edu.model import task
+from mla_edu.util import is_int
 
 
 def default_mla_config() -> MLAConfig:
@@ -58,7 +59,7 @@ class TinyDeepseekConfig:
             raise TypeError(f"TinyDeepseekConfig.mla must be an MLAConfig, got {type(self.mla).__name__}")
         for key in ("vocab_size", "num_hidden_layers", "intermediate_size"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"TinyDeepseekConfig.{key} must be a positive int, got {value!r}")
 
     @property

@@ -19,6 +19,7 @@ from mla_edu import default_device, kvcache
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.backends import create_backend
 from mla_edu.serving.batch import ForwardBatch
+from mla_edu.util import cdiv
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,7 +38,7 @@ class ModelRunner:
         self.num_layers = len(model.layers)
         self.context_length = args.context_length
         self.page_size = 128
-        self.pages_per_req = -(-self.context_length // self.page_size)
+        self.pages_per_req = cdiv(self.context_length, self.page_size)
         # one row per running request; a context's worth of pages per request, plus page 0, which
         # the allocator never hands out: padded graph rows write their latents there (slot 0)
         self.req_to_token_pool = kvcache.ReqToTokenPool(args.max_running_requests, self.context_length, self.device)

@@ -23,8 +23,8 @@ import torch
 
 from mla_edu.serving import DEFECTS, PRE_FIX, Engine
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
+from mla_edu.util import PAGE_SIZE, cdiv
 
-PAGE_SIZE = 128
 
 
 @dataclass
@@ -150,7 +150,7 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
             state["mistake"] = state["mistake"] or "new_table"
         want = torch.full_like(buf[:bs], POISON_PAGE)
         fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], want, PAGE_SIZE)
-        n_pages = [-(-n // PAGE_SIZE) for n in seq_lens[:bs].tolist()]
+        n_pages = [cdiv(n, PAGE_SIZE) for n in seq_lens[:bs].tolist()]
         state["mistake"] = state["mistake"] or _replay_diagnosis(buf, want, n_pages)
         state["bs"] = bs
 
@@ -294,7 +294,7 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
     s = ROW_STRIDE_SETUP
     if buffer_row_stride != real:
         hint = (" SGLang sizes the buffer with (max_context_len + 128) // 128: one page more than "
-                "ceil(640 / 128)." if buffer_row_stride == -(-s["context_length"] // PAGE_SIZE) else
+                "ceil(640 / 128)." if buffer_row_stride == cdiv(s["context_length"], PAGE_SIZE) else
                 " The buffer is int32 (max_bs, W) with W = (max_context_len + PAGE) // PAGE.")
         return _report(False, f"buffer row stride: not {buffer_row_stride}.{hint}")
     if used_row_stride != used:
@@ -329,9 +329,9 @@ def _workspace_variant(max_seq_len, num_batches, sm_count, num_kv_splits, *, rou
     from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT
 
     if (num_kv_splits == -1 and auto) or not fixed:
-        max_splits = -(-max_seq_len // 128) if round_up else max_seq_len // 128
+        max_splits = cdiv(max_seq_len, 128) if round_up else max_seq_len // 128
         heur = min(max_splits, max(1, sm_count // num_batches))
-        split = -(-max_splits // -(-max_splits // heur)) if last_step else heur
+        split = cdiv(max_splits, cdiv(max_splits, heur)) if last_step else heur
     else:
         split = max(num_kv_splits, 1)
     per_split = (float_bytes * D_LATENT + (float_bytes if with_lse else 0)) * CUTLASS_HEADS
@@ -410,7 +410,7 @@ def stale_case(k: int):
     live = reads.live.reshape(-1)
     truth = set()
     for b, n in enumerate(reads.seq_lens):
-        for j in range(-(-n // PAGE_SIZE)):
+        for j in range(cdiv(n, PAGE_SIZE)):
             i = b * rs + j
             if i >= live.numel() or not bool(live[i]):
                 truth.add((b, j))
@@ -424,10 +424,10 @@ def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_str
     if not buffer_rows:  # one buffer row per request: the padded rows forgotten
         rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
-    written = [-(-n // PAGE_SIZE) for n in lens]
+    written = [cdiv(n, PAGE_SIZE) for n in lens]
     out = set()
     for b, n in enumerate(seq_lens):
-        for j in range(-(-n // PAGE_SIZE)):
+        for j in range(cdiv(n, PAGE_SIZE)):
             r, slot = divmod(b * (row_stride if frozen_stride else width) + j, width)
             limit = written[r] if landing_row else written[b]
             if r >= rows or (slot >= limit if slot_past_end else slot > limit):
@@ -481,13 +481,13 @@ def check_stale_reads(fn) -> ExerciseResult:
     k = next(k for k, (g, t) in enumerate(zip(got_all, truths)) if g != t)
     (buffer, seq_lens, rs), truth, reads = cases[k]
     got = got_all[k]
-    wrong = {(b, j) for b in range(len(seq_lens)) for j in range(-(-seq_lens[b] // PAGE_SIZE))
+    wrong = {(b, j) for b in range(len(seq_lens)) for j in range(cdiv(seq_lens[b], PAGE_SIZE))
              if int(reads.read[b, j]) != int(reads.intended[b, j])}
     missing, extra = sorted(truth - got), sorted(got - truth)
     if got == wrong:
         hint = ("those are the *wrong* reads; a wrong read can land on an entry another row wrote this "
                 "step (fresh, just not its own). Stale = not written this step, by any row")
-    elif extra and all(j >= -(-seq_lens[b] // PAGE_SIZE) for b, j in extra):
+    elif extra and all(j >= cdiv(seq_lens[b], PAGE_SIZE) for b, j in extra):
         hint = "a request reads only j < ceil(seq_len / 128) pages"
     else:
         hint = ("entry at flat index i sits in buffer row i // W, slot i % W; it was written this step "

@@ -29,8 +29,8 @@ import torch
 from mla_edu import kernels
 from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
+from mla_edu.util import PAGE_SIZE, cdiv, is_int
 
-PAGE_SIZE = 128
 UNUSED = -1  # page slot past the request's pages: not read
 POISON = -2  # the kernel read the poison id (stale defect off): NaN, a loud failure
 OUTSIDE = -3  # the kernel read past the end of the index buffer
@@ -73,7 +73,7 @@ class PanelSettings:
         object.__setattr__(self, "num_kv_splits", _split_mode_value(self.num_kv_splits))
         for name, lo, hi in (("max_running_requests", 2, 64), ("num_questions", 1, 256)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            if not is_int(v) or not lo <= v <= hi:
                 raise ValueError(f"{name}: expected an int in [{lo}, {hi}], got {v!r}")
 
     @property
@@ -207,7 +207,7 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
 
     mr = settings.max_running_requests
     bs = mr if batch_size is None else batch_size
-    if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= mr:
+    if not is_int(bs) or not 1 <= bs <= mr:
         raise ValueError(f"batch_size: expected an int in [1, {mr}], got {batch_size!r}")
     if len(questions) < bs + mr:
         raise ValueError(f"questions: expected at least {bs + mr} (a wave of {mr}, then {bs}), got {len(questions)}")
@@ -234,7 +234,7 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
     table, launch = launches[runner.graph_runner.padded_size(bs)]
     # what the kernel read, from the buffer as the replay hook left it
     seq_lens = batch.seq_lens_cpu.tolist()
-    n_pages = [-(-n // PAGE_SIZE) for n in seq_lens]
+    n_pages = [cdiv(n, PAGE_SIZE) for n in seq_lens]
     max_pages = max(n_pages)
     read = _read_through(table, launch.row_stride, n_pages, max_pages)
     # what it should have read: a fresh, contiguous table (what the eager path builds)

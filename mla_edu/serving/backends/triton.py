@@ -15,8 +15,8 @@ import torch
 from mla_edu import kernels, kvcache
 from mla_edu.serving.backends.base import AttentionBackend
 from mla_edu.serving.batch import ForwardBatch
+from mla_edu.util import PAGE_SIZE
 
-PAGE_SIZE = 128
 
 
 class TritonBackend(AttentionBackend):
