@@ -38,7 +38,7 @@ def _median_ms(fn, warmup=25, rep=100):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
-def _graph_us(fn) -> float:
+def graph_us(fn) -> float:
     """Median replay time (us) of ``fn`` captured in a CUDA graph: launch overhead removed, as in serving."""
     import triton.testing
 
@@ -66,7 +66,7 @@ def tune(sms: int) -> dict:
                 ws = torch.empty(get_workspace_size(64 * table.size(1), 64, sms, splits), dtype=torch.uint8,
                                  device="cuda")
                 try:
-                    us = _graph_us(lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits,
+                    us = graph_us(lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits,
                                                       impl="triton", sm_count=sms))
                 except Exception as e:  # a config that does not compile (shared memory, registers)
                     log.append({"heads": heads, "cfg": cfg, "splits": splits, "error": type(e).__name__})
@@ -194,7 +194,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
                                              b * heads * splits * (D_LAT + 1) * 4), dtype=torch.uint8, device="cuda")
                         fn = lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits,  # noqa: E731
                                                 impl="triton", sm_count=sms)
-                        us = _graph_us(fn)
+                        us = graph_us(fn)
                         row[f"triton_{name}_splits"] = splits
                         row[f"triton_{name}_us"] = us
                         if name == "auto" and (b, length) in PEER_POINTS:
@@ -215,7 +215,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
                         row["compile_s"] = time.time() - t0
                         peer = lambda: compiled(q_nope, q_pe, cache, seq_lens, table, scale)  # noqa: E731
                         try:
-                            row["compiled_us"] = _graph_us(peer)
+                            row["compiled_us"] = graph_us(peer)
                         except Exception as e:  # fall back to eager timing if the compiled peer cannot be captured
                             row["compiled_graph_error"] = type(e).__name__
                             row["compiled_us"] = _median_ms(peer) * 1e3

@@ -51,7 +51,7 @@ def main(argv=None) -> None:
 
     from mla_edu.kernels import get_workspace_size, mla_decode
     from mla_edu.kernels import split_kv_triton as skt
-    from tools.kernel_bench import D_LAT, D_ROPE, _graph_us, ceilings, make_problem
+    from tools.kernel_bench import D_LAT, D_ROPE, graph_us, ceilings, make_problem
 
     ceil = ceilings()
     b, h, length = args.batch, args.heads, args.length
@@ -73,7 +73,7 @@ def main(argv=None) -> None:
                    "programs": b * triton.cdiv(h, cfg[0]) * splits}
             try:
                 err = ((fn().float() - ref).abs().max() / ref.abs().max()).item()
-                us = _graph_us(fn)
+                us = graph_us(fn)
                 row.update(us=us, TFLOPs=flops / (us * 1e-6) / 1e12, rel_err=err)
                 row["pct_matmul"] = 100 * row["TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
             except Exception as e:  # a config that does not compile (shared memory, registers)

@@ -337,9 +337,9 @@ def freed_workspace(device="cpu", fixed: bool = False) -> Problem:
 # ---- running a scenario ---------------------------------------------------------------------
 def classify(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-3) -> str:
     """'matches eager', 'wrong: rows>0' (row 0 right), 'NaN', 'wrong: all rows' or 'wrong: some rows'."""
-    from mla_edu.graphs.check import _rows_label
+    from mla_edu.graphs.check import rows_label
 
-    return _rows_label(out, ref, atol=atol, rtol=1e-4)
+    return rows_label(out, ref, atol=atol, rtol=1e-4)
 
 
 def run_problem(build: Callable[[], Problem], mode: str = "auto") -> str:

@@ -268,15 +268,15 @@ ROW_STRIDE_SETUP = dict(context_length=640, cuda_graph_bs=(4, 8), max_running_re
 @lru_cache(maxsize=1)
 def _row_stride_truth():
     """Capture the pre-fix engine of ``ROW_STRIDE_SETUP`` and read what the bs-8 graph froze."""
-    from mla_edu.workshop.panel import _record_launches
-    from mla_edu.serving.graph_runner import GraphRunner
+    from mla_edu.case_study.diagnose import last_launch, record_launches
 
     s = ROW_STRIDE_SETUP
-    engine = Engine(toy_model(), attention_backend="cutlass_mla", defects=PRE_FIX, disable_cuda_graph=True,
-                    context_length=s["context_length"], max_running_requests=s["max_running_requests"])
-    launches = _record_launches(engine.runner.backend)
-    engine.runner.graph_runner = GraphRunner(engine.runner, s["cuda_graph_bs"])
-    table, launch = launches[8]
+    with record_launches() as log:  # the engine captures its graphs here
+        engine = Engine(toy_model(), attention_backend="cutlass_mla", defects=PRE_FIX,
+                        context_length=s["context_length"], max_running_requests=s["max_running_requests"],
+                        cuda_graph_bs=s["cuda_graph_bs"])
+    rec = last_launch(log, 8)
+    table, launch = rec.page_table, rec.launch
     return launch.row_stride, engine.runner.backend.cuda_graph_kv_indices.stride(0), \
         table.storage_offset() + s["row"] * launch.row_stride + s["page"]
 

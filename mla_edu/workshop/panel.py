@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mla_edu import kernels
+from mla_edu.case_study.diagnose import Launch, last_launch, record_launches
 from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
@@ -98,18 +99,6 @@ class PanelSettings:
                 f"(graphs for {self.cuda_graph_bs[0]}, {self.cuda_graph_bs[1]}), {self.num_questions} questions")
 
 
-@dataclass(frozen=True)
-class FrozenLaunch:
-    """What the kernel launch captured for one batch size froze (host ints)."""
-
-    bs: int
-    width: int  # page_table.size(1)
-    row_stride: int  # the row stride the kernel indexes with
-    buffer_row_stride: int  # page_table.stride(0): the buffer's real row stride
-    max_seq_len: int  # PAGE * size(1), as the cutlass wrapper computes it
-    num_splits: int
-
-
 @dataclass
 class PageReads:
     """One decode step of ``bs`` real rows, by graph replay. Page ids as ints; see ``UNUSED/POISON/OUTSIDE``."""
@@ -119,7 +108,7 @@ class PageReads:
     read: torch.Tensor  # [bs, max_pages] int64: what the captured kernel read
     buffer: torch.Tensor  # [padded bs, W] int64: the persistent index buffer at this step
     live: torch.Tensor  # [padded bs, W] bool: entries written this step
-    launch: FrozenLaunch
+    launch: Launch  # frozen at capture for the padded batch size
     row_err: list  # [bs] max |graph logits - eager logits| (inf where the graph gave NaN)
 
     @property
@@ -157,32 +146,6 @@ class PanelResult:
 
 
 # ---- measuring ---------------------------------------------------------------------------------
-def _record_launches(backend) -> dict:
-    """Wrap ``backend.forward_decode`` (this instance only) to note each launch's table geometry.
-
-    Under capture the Python runs once per batch size; a replay runs only the recorded kernels,
-    so what is noted at capture is exactly what every replay of that graph uses.
-    """
-    launches: dict = {}
-    inner = backend.forward_decode
-
-    def forward_decode(q_nope, q_pe, layer_id, batch):
-        bs = q_nope.shape[0]
-        md = backend.forward_metadata
-        if hasattr(md, "block_kv_indices"):  # cutlass_mla: the view in metadata, read with stride = size(1)
-            table, row_stride = md.block_kv_indices, md.block_kv_indices.size(1)
-        else:  # triton: rows of the full-width table, read with its real stride
-            table = backend.page_table[:bs]
-            row_stride = table.stride(0)
-        max_seq_len = PAGE_SIZE * table.size(1)
-        launches[bs] = (table, FrozenLaunch(bs, table.size(1), row_stride, table.stride(0), max_seq_len,
-                                            backend.splits_for(max_seq_len, bs)))
-        return inner(q_nope, q_pe, layer_id, batch)
-
-    backend.forward_decode = forward_decode
-    return launches
-
-
 def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages: int) -> torch.Tensor:
     """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``,
     as ``[B, max_pages]``: ``OUTSIDE`` past the storage, ``POISON`` for a poisoned entry, ``UNUSED`` after."""
@@ -203,20 +166,16 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
     decoded by graph replay (padded to the next captured size, as SGLang pads), and the same step
     is computed eagerly for comparison.
     """
-    from mla_edu.serving.graph_runner import GraphRunner
-
     mr = settings.max_running_requests
     bs = mr if batch_size is None else batch_size
     if not is_int(bs) or not 1 <= bs <= mr:
         raise ValueError(f"batch_size: expected an int in [1, {mr}], got {batch_size!r}")
     if len(questions) < bs + mr:
         raise ValueError(f"questions: expected at least {bs + mr} (a wave of {mr}, then {bs}), got {len(questions)}")
-    engine = Engine(model, ServerArgs(**settings.server_args(cuda_graph=False),
-                                      context_length=model.config.mla.max_position_embeddings))
+    with record_launches() as log:  # the engine captures every graph size here
+        engine = Engine(model, ServerArgs(**settings.server_args(cuda_graph=True),
+                                          context_length=model.config.mla.max_position_embeddings))
     runner = engine.runner
-    launches = _record_launches(runner.backend)
-    runner.graph_runner = GraphRunner(runner, settings.cuda_graph_bs)  # captures every size now
-    engine.args.disable_cuda_graph = False
 
     def prefill(qs):
         reqs = [engine._new_req(q.prompt_ids) for q in qs]
@@ -231,7 +190,8 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
     reqs = prefill(questions[:bs])
     batch = engine.make_batch(reqs)
     _, bad_g, logits_g = runner.decode(batch)  # graph replay
-    table, launch = launches[runner.graph_runner.padded_size(bs)]
+    rec = last_launch(log, runner.graph_runner.padded_size(bs))
+    table, launch = rec.page_table, rec.launch
     # what the kernel read, from the buffer as the replay hook left it
     seq_lens = batch.seq_lens_cpu.tolist()
     n_pages = [cdiv(n, PAGE_SIZE) for n in seq_lens]
