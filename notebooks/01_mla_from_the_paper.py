@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -30,10 +31,9 @@
 import torch
 from einops import einsum, rearrange
 
-import mla_edu
+import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
 from mla_edu import LatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
-from tools.figures import save
 from mla_edu.attention.plots import kv_cache_bytes_per_token
 
 torch.manual_seed(0)
@@ -259,7 +259,6 @@ assert round(v3.kv_cache_dim / mha_paper, 4) == 0.0176
 
 # %%
 fig = kv_cache_bytes_per_token()
-print("saved", save(fig, "kv_cache_bytes_per_token").name)
 
 # %% [markdown]
 # A 4,096-token request holds 0.29 GB of MLA cache; with DeepSeek-V3's real MHA dimensions

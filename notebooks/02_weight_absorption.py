@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -26,11 +27,9 @@ import math
 import time
 
 import torch
-from einops import einsum
 
 from mla_edu import AbsorbedMLA, LatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
-from tools.figures import save
 from mla_edu.attention.plots import h200_ceilings, naive_vs_absorbed_cost
 from mla_edu.rope import apply_rope, cos_sin
 
@@ -230,7 +229,6 @@ assert round(flop_per_s / bytes_per_s) == 163
 
 # %%
 fig = naive_vs_absorbed_cost()
-print("saved", save(fig, "naive_vs_absorbed_cost").name)
 
 # %% [markdown]
 # Prefill is the other way round: there every token is a query, the rebuilt keys and values are

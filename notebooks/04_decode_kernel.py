@@ -32,7 +32,6 @@ import math
 import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
-from tools.figures import save
 from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
                              num_kv_splits_for)
 from mla_edu.kernels.cases import random_decode_case
@@ -375,7 +374,6 @@ print(f"best h_q=128: {best128['TFLOPs']:.0f} TFLOP/s at B={best128['batch']}, L
 
 # %%
 fig = kernel_bench_figure()
-print("saved", save(fig, "kernel_bench_h200").name)
 
 # %% [markdown]
 # Reading the plot: the memory-bound side (h_q = 16) climbs with B and L as more work per launch

@@ -34,10 +34,10 @@ import torch
 
 import mla_edu
 from mla_edu.case_study import diagnose as dg
-from tools.figures import save
-from mla_edu.model import load_pretrained, task
 from mla_edu.case_study.repro import SEED
+from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX
+from mla_edu.util import PAGE_SIZE, cdiv
 
 torch.set_num_threads(1)  # the ops are small; one thread avoids OpenMP overhead on a busy CPU
 DEVICE = mla_edu.default_device()
@@ -129,7 +129,7 @@ next_g, next_e = d.logits_graph.argmax(-1).tolist(), d.logits_eager.argmax(-1).t
 print(f"one decode step, {len(d.seq_lens)} rows padded to {d.padded_bs}")
 print(f"{'row':>3s} {'tokens':>6s} {'pages':>5s} {'logits match eager':>19s} {'same next token':>16s}")
 for b, n in enumerate(d.seq_lens):
-    print(f"{b:3d} {n:6d} {-(-n // 128):5d} {str(d.row_err[b] < TOL):>19s} {str(next_g[b] == next_e[b]):>16s}")
+    print(f"{b:3d} {n:6d} {cdiv(n, PAGE_SIZE):5d} {str(d.row_err[b] < TOL):>19s} {str(next_g[b] == next_e[b]):>16s}")
 assert d.row_err[0] < TOL and all(e > TOL for e in d.row_err[1:])
 
 # %%
@@ -167,7 +167,6 @@ print("replay == reference kernel on the predicted pages, every row:", max(d.che
 print("replay == eager on rows 1..:", any(e < TOL for e in d.row_err[1:]))
 assert max(d.check_err) < TOL
 fig = dg.page_reads_figure(d)
-print("saved", save(fig, "bug_page_reads").name)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -199,7 +198,6 @@ print(f"rows 1..{rows_read - 1} made {sum(len(d.read[b]) for b in range(1, rows_
       f"{read_other} of them in another row's slot, {read_stale} of the entries read were stale")
 assert read_other > 0 and read_stale > 0
 fig = dg.page_table_figure(d)
-print("saved", save(fig, "bug_page_table").name)
 
 # %% [markdown]
 # ## 6. The launch parameters the graph froze
@@ -210,6 +208,25 @@ print("saved", save(fig, "bug_page_table").name)
 # and a graph replays launches with the parameters they were recorded with. Below: the parameters
 # recorded while the graph for batch 8 was captured, against those the eager path launched for this
 # very batch.
+#
+# First the code. The mini backend's two graph hooks, read against SGLang's
+# `cutlass_mla_backend.py` at `7059ae16f`; each pre-fix line sits under its defect's switch
+# (`"width" in self.defects`, `"workspace" in self.defects`), and `forward_decode` is the launch the
+# graph records:
+
+# %%
+import inspect
+
+from mla_edu.serving.backends.cutlass_mla import CutlassMLABackend
+
+for hook in (CutlassMLABackend.init_forward_metadata_capture_cuda_graph,
+             CutlassMLABackend.init_forward_metadata_replay_cuda_graph, CutlassMLABackend.forward_decode):
+    print(inspect.getsource(hook))
+
+# %% [markdown]
+# The capture hook hands the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, and
+# `forward_decode` derives the launch from `table.size(1)`: that is what the graph freezes. The
+# replay hook rebuilds `block_kv_indices` on the metadata, which no replay reads. Measured:
 
 # %%
 print(f"{'':38s} {'frozen at capture':>18s} {'this batch needed':>18s}")

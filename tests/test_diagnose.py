@@ -9,7 +9,7 @@ import pytest
 from tiny_models import random_prompts, random_tiny_model
 
 from mla_edu.case_study import diagnose as dg
-from mla_edu.serving import MERGED_FIX, PRE_FIX
+from mla_edu.serving import MERGED_FIX
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 
 matplotlib.use("Agg")

@@ -53,7 +53,7 @@ class Runner:
 
 def explain(defects: frozenset, splits: int, r: dict, eager: float) -> str:
     """One line: what the mechanism predicts for this row, and whether the measurement agrees."""
-    acc, inv = r["accuracy"], r["invalid"]
+    acc = r["accuracy"]
     ok = abs(acc - eager) <= 0.02
     if "width" in defects:
         why = ("frozen size(1)=1 -> row stride 1: row b reads table entries b..b+n-1 of row 0's row; "

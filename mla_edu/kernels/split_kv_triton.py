@@ -182,7 +182,6 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                       sm_scale: float, row_stride: int, max_pages: int, num_splits: int, checked: bool,
                       final: bool) -> None:
     b, h, dl = q_nope.shape
-    dr = q_pe.size(2)
     on_gpu = q_nope.is_cuda
     block_h, block_n, warps, stages = _config(h, on_gpu)
     grid = (b, triton.cdiv(h, block_h), num_splits)
