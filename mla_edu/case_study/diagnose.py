@@ -106,7 +106,8 @@ class StepDiagnosis:
     captured: Launch  # frozen at capture, used by the replay
     needed: Launch  # what the eager path launched for the same batch
     launches_during_replay: int  # host-side kernel plans made while the graph replayed
-    check_err: list  # [bs] |replay logits - reference kernel on the predicted reads|
+    check_err: list | None  # [bs] |replay logits - reference kernel on the predicted reads| (cutlass_mla only)
+    captured_table: torch.Tensor | None = None  # the page-table view the captured launch got
     poison: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -140,9 +141,11 @@ def default_dtype(device=None) -> str:
 
 
 def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs=DEFAULT_GRAPH_BS,
-                dtype: str | None = None, device=None, prefill_cache: dict | None = None, **kw) -> Engine:
-    """A cutlass_mla engine with graphs captured for ``cuda_graph_bs`` (call inside ``record_launches``)."""
-    args = ServerArgs(attention_backend="cutlass_mla", defects=defects, num_kv_splits=num_kv_splits,
+                dtype: str | None = None, device=None, prefill_cache: dict | None = None,
+                attention_backend: str = "cutlass_mla", **kw) -> Engine:
+    """An engine (cutlass_mla unless told) with graphs captured for ``cuda_graph_bs`` (call inside
+    ``record_launches`` to record what each capture froze)."""
+    args = ServerArgs(attention_backend=attention_backend, defects=defects, num_kv_splits=num_kv_splits,
                       cuda_graph_bs=tuple(cuda_graph_bs), max_running_requests=max(cuda_graph_bs),
                       context_length=model.config.mla.max_position_embeddings,
                       dtype=dtype or default_dtype(device), device=device, **kw)
@@ -151,22 +154,25 @@ def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs
 
 @torch.no_grad()
 def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_splits: int = 1,
-                  cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None) -> StepDiagnosis:
+                  cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None,
+                  attention_backend: str = "cutlass_mla") -> StepDiagnosis:
     """Prefill ``prompts`` (token-id lists), decode one step by graph replay and eagerly, and take it apart.
 
     ``earlier``: prompts decoded (one step) and finished first, so that their page ids stay in the
     rows of the persistent index buffer, as on a running server.
     The predicted reads are checked against the kernel: the same step is re-run eagerly with
     the reference kernel on a contiguous table holding exactly the predicted page ids;
-    ``check_err`` is its distance to the replay's logits.
+    ``check_err`` is its distance to the replay's logits (cutlass_mla; None for triton, whose
+    launch reads the buffer with its real row stride).
     """
     if not prompts or len(prompts) > max(cuda_graph_bs):
         raise ValueError(f"prompts: expected 1..{max(cuda_graph_bs)} prompts (the largest captured size), "
                          f"got {len(prompts) if prompts is not None else None}")
     with record_launches() as log:
         engine = make_engine(model, defects, num_kv_splits=num_kv_splits, cuda_graph_bs=cuda_graph_bs,
-                             dtype=dtype, device=device)
+                             dtype=dtype, device=device, attention_backend=attention_backend)
         runner, backend = engine.runner, engine.runner.backend
+        cutlass = attention_backend == "cutlass_mla"
         gr = runner.graph_runner
 
         def prefill(ps):
@@ -187,10 +193,13 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         n_before = len(log)
         _, _, logits_g = runner.decode(batch)  # graph replay
         during = len(log) - n_before
-        md = backend.forward_metadata  # what the replay hook left for the graph (which never reads it)
-        extra = {"metadata_width_after_replay": md.block_kv_indices.size(1),
-                 "metadata_workspace_ptr_after_replay": md.workspace.data_ptr()}
-        buffer = backend.cuda_graph_kv_indices[:padded].cpu().long()
+        extra = {}
+        if cutlass:  # what the replay hook left in the metadata for the graph (which never reads it)
+            md = backend.forward_metadata
+            extra = {"metadata_width_after_replay": md.block_kv_indices.size(1),
+                     "metadata_workspace_ptr_after_replay": md.workspace.data_ptr()}
+        # the persistent index buffer: (max_bs, W) int32, cutlass_mla's cuda_graph_kv_indices, triton's page_table
+        buffer = (backend.cuda_graph_kv_indices if cutlass else backend.page_table)[:padded].cpu().long()
         # what each (padded) row owns and what the frozen launch reads
         lens = gr.seq_lens_cpu[:padded].tolist()
         rpi = gr.req_pool_indices[:padded].tolist()
@@ -201,32 +210,37 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         for b, n in enumerate(n_pages):
             fresh[b, :n] = True
         # check against the kernel: reference kernel, contiguous table of the predicted page ids
-        width = max(n_pages)
-        table = torch.zeros((padded, width), dtype=torch.int32)
-        for b, pages in enumerate(read):
-            table[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
-        splits = backend.splits_for(PAGE_SIZE * width, padded)
-        ws = torch.empty(kernels.get_workspace_size(PAGE_SIZE * width, padded, backend.sm_count, splits),
-                         dtype=torch.uint8, device=runner.device)
-        saved_md, saved_impl = backend.forward_metadata, backend.kernel_impl
-        backend.forward_metadata = CutlassMLADecodeMetadata(ws, table.to(runner.device))
-        backend.kernel_impl = "reference"
-        try:
-            _, _, logits_ref = runner.decode_forward(gr._batch(padded))
-        finally:
-            backend.forward_metadata, backend.kernel_impl = saved_md, saved_impl
+        logits_ref = None
+        if cutlass:
+            width = max(n_pages)
+            table = torch.zeros((padded, width), dtype=torch.int32)
+            for b, pages in enumerate(read):
+                table[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
+            splits = backend.splits_for(PAGE_SIZE * width, padded)
+            ws = torch.empty(kernels.get_workspace_size(PAGE_SIZE * width, padded, backend.sm_count, splits),
+                             dtype=torch.uint8, device=runner.device)
+            saved_md, saved_impl = backend.forward_metadata, backend.kernel_impl
+            backend.forward_metadata = CutlassMLADecodeMetadata(ws, table.to(runner.device))
+            backend.kernel_impl = "reference"
+            try:
+                _, _, logits_ref = runner.decode_forward(gr._batch(padded))
+            finally:
+                backend.forward_metadata, backend.kernel_impl = saved_md, saved_impl
         # the same step eagerly: a fresh contiguous table (what eager mode always did)
         backend.init_forward_metadata(batch)
         _, _, logits_e = runner.decode_forward(batch)
         needed = log[-1].launch
-    lg, le, lr = (t.float().cpu() for t in (logits_g, logits_e, logits_ref[:bs]))
-    both_nan = torch.isnan(lg).all(dim=-1) & torch.isnan(lr).all(dim=-1)  # [bs]
-    check = torch.where(both_nan, 0.0, (lg - lr).abs().amax(dim=-1).nan_to_num(float("inf")))  # [bs]
+    lg, le = logits_g.float().cpu(), logits_e.float().cpu()
+    check = None
+    if logits_ref is not None:
+        lr = logits_ref[:bs].float().cpu()
+        both_nan = torch.isnan(lg).all(dim=-1) & torch.isnan(lr).all(dim=-1)  # [bs]
+        check = torch.where(both_nan, 0.0, (lg - lr).abs().amax(dim=-1).nan_to_num(float("inf"))).tolist()  # [bs]
     for r in reqs:
         engine._free(r)
     return StepDiagnosis(frozenset(engine.args.defects), batch.seq_lens_cpu.tolist(), padded, lg, le,
-                         intended, read, buffer, fresh, captured.launch, needed, during, check.tolist(),
-                         poison=backend.poison, extra=extra)
+                         intended, read, buffer, fresh, captured.launch, needed, during, check,
+                         captured_table=captured.page_table, poison=getattr(backend, "poison", False), extra=extra)
 
 
 def stale_entries(d: StepDiagnosis) -> torch.Tensor:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from mla_edu import kernels
-from mla_edu.case_study.diagnose import Launch, last_launch, record_launches
-from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX, Engine, ServerArgs
+from mla_edu.case_study.diagnose import Launch, diagnose_step
+from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
 
@@ -156,15 +156,14 @@ def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages
     return out
 
 
-@torch.no_grad()
 def measure_page_reads(model, questions, settings: PanelSettings, batch_size: int | None = None) -> PageReads:
     """One graph-replayed decode step of ``batch_size`` requests (default ``max_running_requests``) after
-    an earlier wave of ``max_running_requests`` finished.
+    an earlier wave of ``max_running_requests`` finished, measured by ``case_study.diagnose.diagnose_step``
+    and laid out as grids (page ids, ``UNUSED``/``POISON``/``OUTSIDE``).
 
-    The earlier wave (the next questions, one decode step) leaves its page ids in the rows of
-    the persistent buffer, as a running server does; then the measured batch is prefilled and
-    decoded by graph replay (padded to the next captured size, as SGLang pads), and the same step
-    is computed eagerly for comparison.
+    The earlier wave (the next questions, longest first, one decode step) leaves its page ids in the
+    rows of the persistent buffer, as a running server does; then the measured batch is prefilled and
+    decoded by graph replay (padded to the next captured size, as SGLang pads) and eagerly.
     """
     mr = settings.max_running_requests
     bs = mr if batch_size is None else batch_size
@@ -172,52 +171,17 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
         raise ValueError(f"batch_size: expected an int in [1, {mr}], got {batch_size!r}")
     if len(questions) < bs + mr:
         raise ValueError(f"questions: expected at least {bs + mr} (a wave of {mr}, then {bs}), got {len(questions)}")
-    with record_launches() as log:  # the engine captures every graph size here
-        engine = Engine(model, ServerArgs(**settings.server_args(cuda_graph=True),
-                                          context_length=model.config.mla.max_position_embeddings))
-    runner = engine.runner
-
-    def prefill(qs):
-        reqs = [engine._new_req(q.prompt_ids) for q in qs]
-        for r in reqs:
-            engine.prefill(r)  # no stop tokens: every request stays running
-        return reqs
-
-    earlier = prefill(sorted(questions[bs: bs + mr], key=lambda q: -q.prompt_len))  # long ones first
-    runner.decode(engine.make_batch(earlier))
-    for r in earlier:
-        engine._free(r)
-    reqs = prefill(questions[:bs])
-    batch = engine.make_batch(reqs)
-    _, bad_g, logits_g = runner.decode(batch)  # graph replay
-    rec = last_launch(log, runner.graph_runner.padded_size(bs))
-    table, launch = rec.page_table, rec.launch
-    # what the kernel read, from the buffer as the replay hook left it
-    seq_lens = batch.seq_lens_cpu.tolist()
-    n_pages = [cdiv(n, PAGE_SIZE) for n in seq_lens]
+    earlier = sorted(questions[bs: bs + mr], key=lambda q: -q.prompt_len)  # long ones first
+    d = diagnose_step(model, [q.prompt_ids for q in questions[:bs]], earlier=[q.prompt_ids for q in earlier],
+                      attention_backend=settings.attention_backend, defects=settings.active_defects,
+                      num_kv_splits=settings.num_kv_splits, cuda_graph_bs=settings.cuda_graph_bs, dtype="float32")
+    n_pages = [cdiv(n, PAGE_SIZE) for n in d.seq_lens]
     max_pages = max(n_pages)
-    read = _read_through(table, launch.row_stride, n_pages, max_pages)
-    # what it should have read: a fresh, contiguous table (what the eager path builds)
-    from mla_edu import kvcache
-
-    fresh = torch.full((bs, max_pages), UNUSED, dtype=torch.int32, device=runner.device)
-    kvcache.fill_page_table(runner.backend.req_to_token, batch.req_pool_indices, batch.seq_lens, fresh, PAGE_SIZE)
-    intended = fresh.cpu().long()
-    base = runner.backend.cuda_graph_kv_indices if hasattr(runner.backend, "cuda_graph_kv_indices") \
-        else runner.backend.page_table
-    padded = launch.bs
-    buffer = base[:padded].cpu().long()
-    live = torch.zeros_like(buffer, dtype=torch.bool)
-    pad_pages = n_pages + [1] * (padded - bs)  # padded rows have seq_len 1: one page written
-    for b, n in enumerate(pad_pages):
-        live[b, :n] = True
-    # the same step eagerly
-    runner.backend.init_forward_metadata(batch)
-    _, _, logits_e = runner.decode_forward(batch)
-    err = (logits_g.float() - logits_e.float()).abs().amax(dim=-1).nan_to_num(float("inf")).cpu()  # [bs]
-    for r in reqs:
-        engine._free(r)
-    return PageReads(seq_lens, intended, read, buffer, live, launch, err.tolist())
+    read = _read_through(d.captured_table, d.captured.row_stride, n_pages, max_pages)
+    intended = torch.full((bs, max_pages), UNUSED, dtype=torch.int64)  # what a fresh table holds
+    for b, pages in enumerate(d.intended[:bs]):
+        intended[b, :len(pages)] = torch.tensor(pages, dtype=torch.int64)
+    return PageReads(d.seq_lens, intended, read, d.buffer, d.fresh, d.captured, d.row_err)
 
 
 class PanelRunner:
