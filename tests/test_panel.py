@@ -7,7 +7,8 @@ matplotlib.use("Agg")
 
 from mla_edu.workshop.exercises import toy_model  # noqa: E402
 from mla_edu.model import task  # noqa: E402
-from mla_edu.workshop.panel import POISON, UNUSED, ControlPanel, PanelSettings, panel_figure  # noqa: E402
+from mla_edu.case_study.diagnose import POISON, UNUSED  # noqa: E402
+from mla_edu.workshop.panel import ControlPanel, PanelSettings, panel_figure  # noqa: E402
 from mla_edu.serving import PRE_FIX  # noqa: E402
 
 SMALL = dict(max_running_requests=4, num_questions=12)

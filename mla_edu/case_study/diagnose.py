@@ -28,6 +28,10 @@ from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLADecodeMe
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
 
 DEFAULT_GRAPH_BS = (4, 8)
+# grid codes of PageReads (page ids are >= 0)
+UNUSED = -1  # page slot past the request's pages: not read
+POISON = -2  # the kernel read the poison id (stale defect off): NaN, a loud failure
+OUTSIDE = -3  # the kernel read past the end of the index buffer
 
 
 # ---- launch parameters, recorded from the kernel's own plan ---------------------------------------
@@ -124,6 +128,27 @@ class StepDiagnosis:
     @property
     def nan_rows(self) -> list:
         return torch.isnan(self.logits_graph).any(dim=-1).tolist()
+
+
+@dataclass
+class PageReads:
+    """One decode step of ``bs`` real rows, by graph replay. Page ids as ints; see ``UNUSED/POISON/OUTSIDE``."""
+
+    seq_lens: list  # [bs]
+    intended: torch.Tensor  # [bs, max_pages] int64: fresh table from req_to_token
+    read: torch.Tensor  # [bs, max_pages] int64: what the captured kernel read
+    buffer: torch.Tensor  # [padded bs, W] int64: the persistent index buffer at this step
+    live: torch.Tensor  # [padded bs, W] bool: entries written this step
+    launch: Launch  # frozen at capture for the padded batch size
+    row_err: list  # [bs] max |graph logits - eager logits| (inf where the graph gave NaN)
+
+    @property
+    def rows_ok(self) -> list:
+        return (self.read == self.intended).all(dim=1).tolist()
+
+    @property
+    def wrong_reads(self) -> int:
+        return int((self.read != self.intended).sum())
 
 
 def _owned_pages(req_to_token: torch.Tensor, req_pool_indices: list, seq_lens: list) -> list:
@@ -245,7 +270,35 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
 
 def stale_entries(d: StepDiagnosis) -> torch.Tensor:
     """[padded_bs, W] bool: entries of the index buffer not written for this step and not poison."""
-    return ~d.fresh & (d.buffer != POISON_PAGE)
+    return stale_mask(d.buffer, d.fresh)
+
+
+def stale_mask(buffer: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+    """[rows, W] bool: entries of ``buffer`` not written for this step (``fresh``) and not poison."""
+    return ~fresh & (buffer != POISON_PAGE)
+
+
+def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages: int) -> torch.Tensor:
+    """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``,
+    as ``[B, max_pages]``: ``OUTSIDE`` past the storage, ``POISON`` for a poisoned entry, ``UNUSED`` after."""
+    out = torch.full((len(n_pages), max_pages), UNUSED, dtype=torch.int64)
+    for b, row in enumerate(kernels.pages_read(table, n_pages, row_stride, clamp=False)):
+        for j, page in enumerate(row):
+            out[b, j] = OUTSIDE if page is None else (POISON if page == POISON_PAGE else page)
+    return out
+
+
+def page_reads(d: StepDiagnosis) -> PageReads:
+    """``d``'s real rows laid out as grids: the pages each row owns, the pages the captured launch read
+    (from the very view it got, ``OUTSIDE`` past the buffer's end, ``POISON`` for the poison id)."""
+    bs = len(d.seq_lens)
+    n_pages = [cdiv(n, PAGE_SIZE) for n in d.seq_lens]
+    max_pages = max(n_pages)
+    read = _read_through(d.captured_table, d.captured.row_stride, n_pages, max_pages)
+    intended = torch.full((bs, max_pages), UNUSED, dtype=torch.int64)  # what a fresh table holds
+    for b, pages in enumerate(d.intended[:bs]):
+        intended[b, :len(pages)] = torch.tensor(pages, dtype=torch.int64)
+    return PageReads(d.seq_lens, intended, read, d.buffer, d.fresh, d.captured, d.row_err)
 
 
 def launch_table(captured: Launch, needed: Launch) -> list:
@@ -327,36 +380,73 @@ def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv
 
 
 # ---- figures ---------------------------------------------------------------------------------------
-def _grid(ax, values: list, width: int, colors: list, title: str, labels: list):
-    import numpy as np
+def _annotate(ax, data):
+    for b in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            v = int(data[b, j])
+            text = {UNUSED: "", POISON: "P", OUTSIDE: "X"}.get(v, str(v))
+            ax.text(j, b, text, ha="center", va="center", fontsize=7)
+
+
+def draw_buffer(ax, buffer: torch.Tensor, fresh: torch.Tensor, frames=()):
+    """The persistent index buffer ``[padded bs, W]``: entries written for this step (green), stale ones
+    (orange, x: old ids or the initial 1), poison (grey, P); ``frames``: flat indices framed in red."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    stale = stale_mask(buffer, fresh)
+    state = torch.where(fresh, 2, torch.where(stale, 1, 0))  # 0 poison, 1 stale, 2 written now
+    ax.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4d6a0", "#cfe8cf"]), vmin=0, vmax=2, aspect="auto")
+    rows, w = buffer.shape
+    for b in range(rows):
+        for j in range(w):
+            v = int(buffer[b, j])
+            text = "P" if v == POISON_PAGE else str(v)
+            ax.text(j, b, text + (" x" if bool(stale[b, j]) else ""), ha="center", va="center", fontsize=7)
+    for flat in frames:
+        r, c = divmod(flat, w)
+        if r < rows:
+            ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
+    ax.set_xticks(range(w))
+    ax.set_yticks(range(rows))
+    ax.set_xlabel("column of the index buffer")
+    ax.set_ylabel("row (request slot)")
+
+
+def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
+    """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (green right, red wrong)."""
     from matplotlib.colors import ListedColormap
 
-    n = len(values)
-    codes = np.full((n, width), 2)
-    for b, row in enumerate(values):
-        for j, (v, c) in enumerate(row):
-            codes[b, j] = c
-            ax.text(j, b, str(v), ha="center", va="center", fontsize=8)
-    ax.imshow(codes, cmap=ListedColormap(colors), vmin=0, vmax=2, aspect="auto")
-    ax.set_xticks(range(width))
-    ax.set_yticks(range(n), labels, fontsize=8)
-    ax.set_xlabel("page j of the request")
-    ax.set_title(title, fontsize=9)
+    if ax_buf is not None:
+        draw_buffer(ax_buf, reads.buffer, reads.live)
+        ax_buf.set_title(f"index buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
+                         "(green written now, orange x stale, grey P poison)", fontsize=8)
+    used = reads.intended != UNUSED
+    ax_int.imshow(used.numpy(), cmap=ListedColormap(["white", "#dde6f5"]), vmin=0, vmax=1, aspect="auto")
+    _annotate(ax_int, reads.intended)
+    ax_int.set_title("intended page ids", fontsize=8)
+    ax_int.set_xlabel("page j of the request")
+    ok = torch.where(used, (reads.read == reads.intended).long(), 2)  # 0 wrong, 1 right, 2 unused
+    ax_read.imshow(ok.numpy(), cmap=ListedColormap(["#e07070", "#70b070", "white"]), vmin=0, vmax=2, aspect="auto")
+    _annotate(ax_read, reads.read)
+    stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
+              if show_stride else "\n(green: the intended page, red: another one)")
+    ax_read.set_title("page ids read under replay" + stride, fontsize=8)
+    ax_read.set_xlabel("page j of the request")
+    for ax in (ax_int, ax_read):
+        ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
+                      fontsize=7)
+        ax.set_xticks(range(reads.intended.shape[1]))
 
 
 def page_reads_figure(d: StepDiagnosis):
     """Left: the pages each request owns. Right: the pages the replayed kernel read (red: wrong)."""
     import matplotlib.pyplot as plt
 
-    bs = len(d.seq_lens)
-    width = max(len(p) for p in d.intended[:bs])
-    labels = [f"row {b}: {n} tokens" for b, n in enumerate(d.seq_lens)]
+    reads = page_reads(d)
+    bs, p = reads.intended.shape
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 0.45 * bs + 1.6), sharey=True)
-    _grid(ax0, [[(p, 1) for p in d.intended[b]] for b in range(bs)], width,
-          ["#f4b6b6", "#dde6f5", "white"], "pages each request owns (intended)", labels)
-    _grid(ax1, [[(r, int(r == i)) for r, i in zip(d.read[b], d.intended[b])] for b in range(bs)], width,
-          ["#f4b6b6", "#cfe8cf", "white"],
-          f"pages read under replay (row stride {d.captured.row_stride}; red = wrong)", labels)
+    draw_page_reads(None, ax0, ax1, reads)
     fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}", fontsize=10)
     fig.tight_layout()
     return fig
@@ -366,31 +456,12 @@ def page_table_figure(d: StepDiagnosis):
     """The persistent index buffer at replay: entries written for this step, stale ones (x), and
     the entries the mis-strided rows b > 0 actually read (red frame)."""
     import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Rectangle
 
     buf = d.buffer
-    stale = stale_entries(d)
-    state = torch.where(d.fresh, 2, torch.where(stale, 1, 0))  # 0 poison, 1 stale, 2 written now
     fig, ax = plt.subplots(figsize=(0.7 * buf.shape[1] + 2.5, 0.42 * buf.shape[0] + 1.4))
-    ax.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4d6a0", "#cfe8cf"]), vmin=0, vmax=2, aspect="auto")
-    for b in range(buf.shape[0]):
-        for j in range(buf.shape[1]):
-            v = int(buf[b, j])
-            text = "P" if v == POISON_PAGE else str(v)
-            ax.text(j, b, text + (" x" if bool(stale[b, j]) else ""), ha="center", va="center", fontsize=8)
     stride = d.captured.row_stride
-    w = buf.shape[1]
-    for b in range(1, len(d.seq_lens)):
-        for j in range(len(d.read[b])):
-            flat = b * stride + j
-            r, c = divmod(flat, w)
-            if r < buf.shape[0]:
-                ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
-    ax.set_xticks(range(w))
-    ax.set_yticks(range(buf.shape[0]))
-    ax.set_xlabel("column of cuda_graph_kv_indices")
-    ax.set_ylabel("row (request slot)")
+    frames = [b * stride + j for b in range(1, len(d.seq_lens)) for j in range(len(d.read[b]))]
+    draw_buffer(ax, buf, d.fresh, frames)
     ax.set_title("index buffer at replay: green written for this step, orange x stale (old ids or the\n"
                  "initial 1), grey P poison; red frames: entries rows 1.. read with the frozen row stride", fontsize=9)
     fig.tight_layout()

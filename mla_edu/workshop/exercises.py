@@ -221,7 +221,7 @@ def mystery_figure(k: int):
         raise ValueError(f"mystery: expected one of {sorted(MYSTERIES)}, got {k!r}")
     import matplotlib.pyplot as plt
 
-    from mla_edu.workshop.panel import draw_page_reads
+    from mla_edu.case_study.diagnose import draw_page_reads
 
     reads = _mystery_reads(k)
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})

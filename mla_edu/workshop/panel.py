@@ -24,17 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
-from mla_edu import kernels
-from mla_edu.case_study.diagnose import Launch, diagnose_step
+from mla_edu.case_study.diagnose import PageReads, diagnose_step, draw_page_reads, page_reads
 from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX
-from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
-from mla_edu.util import PAGE_SIZE, cdiv, is_int
+from mla_edu.util import is_int
 
-UNUSED = -1  # page slot past the request's pages: not read
-POISON = -2  # the kernel read the poison id (stale defect off): NaN, a loud failure
-OUTSIDE = -3  # the kernel read past the end of the index buffer
 SPLIT_MODES = {"1": 1, "auto": -1}
 
 
@@ -100,27 +93,6 @@ class PanelSettings:
 
 
 @dataclass
-class PageReads:
-    """One decode step of ``bs`` real rows, by graph replay. Page ids as ints; see ``UNUSED/POISON/OUTSIDE``."""
-
-    seq_lens: list  # [bs]
-    intended: torch.Tensor  # [bs, max_pages] int64: fresh table from req_to_token
-    read: torch.Tensor  # [bs, max_pages] int64: what the captured kernel read
-    buffer: torch.Tensor  # [padded bs, W] int64: the persistent index buffer at this step
-    live: torch.Tensor  # [padded bs, W] bool: entries written this step
-    launch: Launch  # frozen at capture for the padded batch size
-    row_err: list  # [bs] max |graph logits - eager logits| (inf where the graph gave NaN)
-
-    @property
-    def rows_ok(self) -> list:
-        return (self.read == self.intended).all(dim=1).tolist()
-
-    @property
-    def wrong_reads(self) -> int:
-        return int((self.read != self.intended).sum())
-
-
-@dataclass
 class PanelResult:
     settings: PanelSettings
     eager: dict  # run_bench result
@@ -146,16 +118,6 @@ class PanelResult:
 
 
 # ---- measuring ---------------------------------------------------------------------------------
-def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages: int) -> torch.Tensor:
-    """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``,
-    as ``[B, max_pages]``: ``OUTSIDE`` past the storage, ``POISON`` for a poisoned entry, ``UNUSED`` after."""
-    out = torch.full((len(n_pages), max_pages), UNUSED, dtype=torch.int64)
-    for b, row in enumerate(kernels.pages_read(table, n_pages, row_stride, clamp=False)):
-        for j, page in enumerate(row):
-            out[b, j] = OUTSIDE if page is None else (POISON if page == POISON_PAGE else page)
-    return out
-
-
 def measure_page_reads(model, questions, settings: PanelSettings, batch_size: int | None = None) -> PageReads:
     """One graph-replayed decode step of ``batch_size`` requests (default ``max_running_requests``) after
     an earlier wave of ``max_running_requests`` finished, measured by ``case_study.diagnose.diagnose_step``
@@ -175,13 +137,7 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
     d = diagnose_step(model, [q.prompt_ids for q in questions[:bs]], earlier=[q.prompt_ids for q in earlier],
                       attention_backend=settings.attention_backend, defects=settings.active_defects,
                       num_kv_splits=settings.num_kv_splits, cuda_graph_bs=settings.cuda_graph_bs, dtype="float32")
-    n_pages = [cdiv(n, PAGE_SIZE) for n in d.seq_lens]
-    max_pages = max(n_pages)
-    read = _read_through(d.captured_table, d.captured.row_stride, n_pages, max_pages)
-    intended = torch.full((bs, max_pages), UNUSED, dtype=torch.int64)  # what a fresh table holds
-    for b, pages in enumerate(d.intended[:bs]):
-        intended[b, :len(pages)] = torch.tensor(pages, dtype=torch.int64)
-    return PageReads(d.seq_lens, intended, read, d.buffer, d.fresh, d.captured, d.row_err)
+    return page_reads(d)
 
 
 class PanelRunner:
@@ -217,14 +173,6 @@ class PanelRunner:
 
 
 # ---- drawing -----------------------------------------------------------------------------------
-def _annotate(ax, data):
-    for b in range(data.shape[0]):
-        for j in range(data.shape[1]):
-            v = int(data[b, j])
-            text = {UNUSED: "", POISON: "P", OUTSIDE: "X"}.get(v, str(v))
-            ax.text(j, b, text, ha="center", va="center", fontsize=7)
-
-
 def draw_accuracy(ax, result: PanelResult):
     """Bars: eager and graph accuracy (hatched: invalid answers) for one setting."""
     e, g = result.eager, result.graph
@@ -239,40 +187,6 @@ def draw_accuracy(ax, result: PanelResult):
     ax.set_ylabel("accuracy")
     ax.set_title(f"{result.settings.num_questions} questions", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
-
-
-def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
-    """The index buffer (live vs stale), the intended pages, and the pages read (green right, red wrong)."""
-    from matplotlib.colors import ListedColormap
-
-    buf = reads.buffer
-    state = torch.where(reads.live, 2, torch.where(buf == POISON_PAGE, 0, 1))  # 0 poison, 1 stale, 2 live
-    ax_buf.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4b6b6", "#cfe8cf"]), vmin=0, vmax=2,
-                  aspect="auto")
-    shown = torch.where(buf == POISON_PAGE, POISON, buf)
-    _annotate(ax_buf, shown)
-    ax_buf.set_title(f"index buffer, rows 0..{buf.shape[0] - 1}\n(green written now, red stale, grey P = poison)",
-                     fontsize=8)
-    ax_buf.set_xlabel("page slot")
-    ax_buf.set_ylabel("request row")
-    used = reads.intended != UNUSED
-    ax_int.imshow(used.numpy(), cmap=ListedColormap(["white", "#dde6f5"]), vmin=0, vmax=1, aspect="auto")
-    _annotate(ax_int, reads.intended)
-    ax_int.set_title("intended page ids", fontsize=8)
-    ax_int.set_xlabel("page j of the request")
-    ok = torch.where(used, (reads.read == reads.intended).long(), 2)  # 0 wrong, 1 right, 2 unused
-    ax_read.imshow(ok.numpy(), cmap=ListedColormap(["#e07070", "#70b070", "white"]), vmin=0, vmax=2, aspect="auto")
-    _annotate(ax_read, reads.read)
-    stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
-              if show_stride else "\n(green: the intended page, red: another one)")
-    ax_read.set_title("page ids read under replay" + stride, fontsize=8)
-    ax_read.set_xlabel("page j of the request")
-    for ax in (ax_int, ax_read):
-        ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
-                      fontsize=7)
-        ax.set_xticks(range(reads.intended.shape[1]))
-    ax_buf.set_yticks(range(buf.shape[0]))
-    ax_buf.set_xticks(range(buf.shape[1]))
 
 
 def panel_figure(result: PanelResult):
