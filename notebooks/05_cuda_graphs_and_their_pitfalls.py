@@ -245,7 +245,7 @@ else:
 # %%
 import re  # noqa: E402
 
-from mla_edu.graphs.plots import RESULTS  # noqa: E402
+from mla_edu.paths import RESULTS_DIR as RESULTS  # noqa: E402
 
 h200_outcomes = {}
 for line in (RESULTS / "graph_scenarios_h200_cuda.md").read_text().splitlines():
