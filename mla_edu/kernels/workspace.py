@@ -58,6 +58,54 @@ def num_kv_splits_for(max_seq_len: int, num_batches: int, sm_count: int = 0, num
     return -(-max_splits // k_waves)
 
 
+#: Split counts the Triton kernel's split rule chooses from (and the benchmark times).
+SPLIT_CHOICES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
+#: Programs per SM the split rule aims for: one program per SM (the GPU configs use most of an SM's
+#: shared memory) leaves HBM under-used at h_q=16 (B=64, L=4096 on the H200: 2 splits = 128 programs
+#: 125 us, 4 splits = 256 programs 88 us), so a "wave" in the rule is two programs per SM.
+PROGRAMS_PER_SM = 2
+#: Fixed cost of splitting, in page-times of one program (the second launch, the LSE merge).
+SPLIT_COST_PAGES = 1.0
+
+
+def gpu_block_h(heads: int) -> int:
+    """Query heads per program of the Triton kernel on a GPU: a power of two in [16, 64]."""
+    _pos_int("heads", heads)
+    return min(64, max(16, 1 << (heads - 1).bit_length()))
+
+
+def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, page_size: int,
+                         sm_count: int = 0, d_latent: int = D_LATENT, d_rope: int = 64) -> int:
+    """The split count for ``mla_decode(impl="triton")``: host side, from shapes only (graph-safe).
+
+    Cost model in page-times (the time one program takes for one page): the ``P * S`` programs
+    (``P = B * ceil(H / gpu_block_h(H))``) run in ``ceil(P * S / (PROGRAMS_PER_SM * sm_count))``
+    waves of ``ceil(n_pages / S)`` pages each; with
+    ``S > 1`` add ``SPLIT_COST_PAGES`` and the merge's float32 partials (written and read:
+    ``B * H * S * d_latent * 8`` bytes) in page-times of all SMs. The rule picks the cheapest ``S`` in
+    ``SPLIT_CHOICES`` (at most ``n_pages``). Unlike sgl-kernel's rule it counts head blocks, whole
+    waves and the merge.
+    """
+    _pos_int("max_seq_len", max_seq_len)
+    _pos_int("num_batches", num_batches)
+    _pos_int("num_heads", num_heads)
+    _pos_int("page_size", page_size)
+    sms = sm_count if sm_count > 0 else device_sm_count()
+    programs = num_batches * -(-num_heads // gpu_block_h(num_heads))
+    n_pages = -(-max_seq_len // page_size)
+    page_bytes = page_size * (d_latent + d_rope) * 2  # bf16 rows of one page
+    best, best_cost = 1, None
+    for s in SPLIT_CHOICES:
+        if s > n_pages:
+            break
+        cost = -(-programs * s // (PROGRAMS_PER_SM * sms)) * -(-n_pages // s)
+        if s > 1:
+            cost += SPLIT_COST_PAGES + num_batches * num_heads * s * d_latent * 8 / (sms * page_bytes)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
 def get_workspace_size(max_seq_len: int, num_batches: int, sm_count: int = 0, num_kv_splits: int = 1) -> int:
     """Bytes of workspace ``cutlass_mla_decode`` needs: 262,656 per (batch, split).
 
