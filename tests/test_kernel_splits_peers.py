@@ -13,6 +13,13 @@ def test_gpu_block_h(heads, expected):
     assert gpu_block_h(heads) == expected
 
 
+def test_gpu_block_h_takes_16_heads_for_tiny_problems():
+    # 1 request x 2 head blocks x 8 pages = 16 programs at most: 16-head programs give 4x as many
+    assert gpu_block_h(128, batch=1, n_pages=8) == 16
+    assert gpu_block_h(128, batch=1, n_pages=32) == 64  # 64 programs of 64 heads: large enough
+    assert gpu_block_h(128, batch=8, n_pages=8) == 64
+
+
 @pytest.mark.parametrize("length", [64, 512, 4096, 32768])
 @pytest.mark.parametrize("batch", [1, 8, 64, 128])
 @pytest.mark.parametrize("heads", [16, 128])

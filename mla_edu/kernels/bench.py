@@ -153,7 +153,7 @@ def _us_per_split(fn_of_splits, splits) -> dict:
     return {s: _graph_us(lambda: fn_of_splits(s)) for s in splits}
 
 
-def run(out_dir: str, quick: bool = False) -> dict:
+def run(out_dir: str, quick: bool = False, pages=PAGES) -> dict:
     import triton
 
     from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode, peers
@@ -170,7 +170,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
             "command": "python -m mla_edu.kernels.bench " + " ".join(sys.argv[1:]),
             "cutlass": cutlass_unavailable_reason() or "available",
             "sglang": sglang_why or f"sglang {_version('sglang')}: {peers.SGLANG_MODULE}",
-            "flash_mla": flash_why or f"flash_mla from {os.path.dirname(flash_mla.__file__)}",
+            "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
             "configs": {k: skt._config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES)}
     print(json.dumps(info), flush=True)
     ceil = ceilings()
@@ -184,7 +184,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
     results = []
     lens = LENS if not quick else (512, 4096)
     batches = BATCHES if not quick else (8, 64)
-    for page in PAGES:
+    for page in pages:
         for heads in HEADS:
             for b in batches:
                 for length in lens:
@@ -223,7 +223,7 @@ def run(out_dir: str, quick: bool = False) -> dict:
                         row["sglang_skipped"] = "cache of 2^31 elements or more (int32 offsets in the kernel)"
                     elif sglang is not None:
                         peer = peers.SGLangTriton(sglang, q_nope, q_pe, cache, seq_lens, table, scale, max(splits))
-                        per = _us_per_split(peer.run, splits)
+                        per = _us_per_split(peer.run, [s for s in splits if s & (s - 1) == 0])  # 1, 2, 4, .., 32
                         row["sglang_split_us"] = per
                         row["sglang_best_splits"] = min(per, key=per.get)
                         row["sglang_us"] = per[row["sglang_best_splits"]]
@@ -259,6 +259,24 @@ def run(out_dir: str, quick: bool = False) -> dict:
     data = {"info": info, "ceilings": ceil, "checks": checks, "results": results}
     _write(out_dir, data)
     print(to_markdown(data))
+    return data
+
+
+def apply_split_rule(data: dict, note: str) -> dict:
+    """Recompute the rule's columns of a bench run from its per-split times with the current
+    ``triton_num_kv_splits`` (every split the rule can choose was timed), noting why in ``info``."""
+    from mla_edu.kernels.workspace import triton_num_kv_splits
+
+    ceil = data["ceilings"]
+    for r in data["results"]:
+        per = {int(k): v for k, v in r["triton_split_us"].items()}
+        rule = triton_num_kv_splits(r["page"] * -(-r["seq_len"] // r["page"]), r["batch"], r["heads"], r["page"],
+                                    data["info"]["sm_count"])
+        us = per[rule]
+        r.update(triton_rule_splits=rule, triton_rule_us=us, triton_us=us, TBps=r["bytes"] / (us * 1e-6) / 1e12,
+                 TFLOPs=r["flops"] / (us * 1e-6) / 1e12)
+        r.update(frac_copy=r["TBps"] / ceil["copy_TBps"], frac_matmul=r["TFLOPs"] / ceil["matmul_bf16_TFLOPs"])
+    data["info"]["rule_note"] = note
     return data
 
 
@@ -321,6 +339,7 @@ def to_markdown(data: dict) -> str:
         f"{info.get('flash_mla')}. Launch configs (BLOCK_H, BLOCK_N, warps, stages) for h_q 16 / 128: "
         f"{info.get('configs')}.",
         "",
+        *([f"Split rule: {info['rule_note']}", ""] if info.get("rule_note") else []),
         f"Ceilings measured in the same run: device copy {ceil['copy_TBps']:.2f} TB/s (read + write), "
         f"bf16 matmul 8192^3 {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s.",
         "",
@@ -328,8 +347,8 @@ def to_markdown(data: dict) -> str:
         "CUDA-graph replay (launch overhead removed, as in serving). 'mla_edu' = `mla_decode(impl=\"triton\")` at "
         "the split count of `triton_num_kv_splits` (the triton backend's rule); 'best' = the fastest of the split "
         f"counts {info.get('split_choices')} (at most one per page); 'cutlass auto' = sgl-kernel's heuristic. "
-        "SGLang = its Triton MLA decode kernel (`decode_attention_fwd`, sglang 0.4.7) at its best split of the same "
-        "choices; FlashMLA = `flash_mla_with_kvcache` with its own scheduler (page 64 only). 'x SGLang' and "
+        "SGLang = its Triton MLA decode kernel (`decode_attention_fwd`, sglang 0.4.7) at its best split of the "
+        "powers of two among them (1 .. 32); FlashMLA = `flash_mla_with_kvcache` with its own scheduler (page 64 only). 'x SGLang' and "
         "'x FlashMLA' = their time / mla_edu's (above 1: mla_edu is faster). % copy / % matmul: bytes (latent "
         "cache + q + out) and FLOPs (`2 B L h_q (576 + 512)`) over the time, as fractions of the ceilings. "
         "err: max |out - float64| / max |float64| over the first and last request (mla_edu at 1, rule and most "
@@ -341,7 +360,8 @@ def to_markdown(data: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["results"]:
-        sg = f"{r['sglang_us']:.1f} ({r['sglang_best_splits']})" if "sglang_us" in r else ""
+        sg = (f"{r['sglang_us']:.1f} ({r['sglang_best_splits']})" if "sglang_us" in r else
+              "cannot run: int32 offsets" if "sglang_skipped" in r else "")
         fm = f"{r['flashmla_us']:.1f}" if "flashmla_us" in r else ""
         xsg = f"{r['sglang_us'] / r['triton_us']:.2f}" if "sglang_us" in r else ""
         xfm = f"{r['flashmla_us'] / r['triton_us']:.2f}" if "flashmla_us" in r else ""
@@ -390,16 +410,26 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for kernel_bench.json / .md")
     ap.add_argument("--quick", action="store_true", help="a few sizes only")
+    ap.add_argument("--pages", default=",".join(map(str, PAGES)), help="page sizes, comma-separated (default 64,128)")
     ap.add_argument("--once", metavar="H,B,L", help="no benchmark: run mla_edu (its rule's split) and each installed "
                     "peer once at h_q=H, batch B, length L, page 64 (for a profiler such as ncu)")
+    ap.add_argument("--rerule", metavar="JSON", help="no GPU: recompute the split rule's columns of a bench run's "
+                    "kernel_bench.json with the current rule, write --out (with --note saying why)")
+    ap.add_argument("--note", default="", help="with --rerule: why the rule's columns were recomputed")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
+    if not args.rerule and not torch.cuda.is_available():
         raise SystemExit("python -m mla_edu.kernels.bench needs a CUDA GPU; the committed results are in "
                          "mla_edu/results/kernel_bench_h200.md")
+    if args.rerule:
+        with open(args.rerule) as f:
+            data = apply_split_rule(json.load(f), args.note)
+        _write(args.out, data)
+        print(to_markdown(data))
+        return
     if args.once:
         run_once(*map(int, args.once.split(",")))
     else:
-        run(args.out, args.quick)
+        run(args.out, args.quick, tuple(map(int, args.pages.split(","))))
 
 
 def run_once(heads: int, batch: int, length: int, page: int = 64) -> None:

@@ -30,6 +30,13 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
                 if rows:
                     ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker="o", ms=3,
                             label=f"page {page}, B={b}")
+        for peer, style in (("flashmla_us", ":"), ("sglang_us", "-.")):  # peers of the same run, B=64, page 64
+            rows = [r for r in data["results"]
+                    if r["heads"] == heads and r["page"] == 64 and r["batch"] == 64 and peer in r]
+            if rows:
+                r_unit = "bytes" if key == "TBps" else "flops"
+                ax.plot([r["seq_len"] for r in rows], [r[r_unit] / r[peer] / 1e6 for r in rows], style, color="gray",
+                        marker="s", ms=3, label=f"{'FlashMLA' if peer == 'flashmla_us' else 'SGLang Triton'}, B=64")
         ax.axhline(ceil_v, color="k", lw=1)
         ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
         ax.set_xscale("log", base=2)
@@ -37,7 +44,8 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
         ax.set_xlabel("context length L (tokens per request)")
         ax.set_ylabel(unit)
         ax.set_title(f"h_q = {heads}: {'memory' if heads == 16 else 'compute'}-bound regime")
-    axes[1].legend(fontsize=7, ncol=2)
+    for ax in axes:
+        ax.legend(fontsize=6, ncol=2)
     fig.suptitle(f"Triton split-KV MLA decode on {data['info']['gpu']} (bf16)")
     fig.tight_layout()
     return fig
