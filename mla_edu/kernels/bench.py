@@ -2,14 +2,19 @@
 
 Measures, in one run on one GPU: the two ceilings (a large device-to-device copy, counting
 bytes read plus written; a large bf16 matmul), a correctness check of the Triton kernel
-against float64, then the sweep bf16, page {64, 128}, h_q {16, 128}, B {1, 8, 64, 128},
-L {512 .. 32768}: median time (CUDA events via ``triton.testing.do_bench``), achieved TB/s
-(latent cache bytes + q + out) and TFLOP/s (``2 * B * L * h_q * (576 + 512)``), as fractions
-of the measured ceilings. Peers on a subset in the same run: the float32 reference impl and
-a ``torch.compile``d dense gather + attention. Writes ``kernel_bench.json`` and
-``kernel_bench.md`` into ``--out``. ``plot_bench(json, png)`` draws the figure (CPU is fine).
+against float64, then the grid bf16, page {64, 128} (``--pages``), h_q {16, 128}, B {1, 8, 64,
+128}, L {512 .. 32768}: median CUDA-graph replay time of every split count in ``SPLIT_CHOICES``
+(so the split rule ``triton_num_kv_splits`` is seen next to the best split and sgl-kernel's
+auto split), achieved TB/s (latent cache bytes + q + out) and TFLOP/s
+(``2 * B * L * h_q * (576 + 512)``) as fractions of the measured ceilings, and the error of the
+first and last request against float64. Peers on the same cache bytes in the same process
+(``mla_edu.kernels.peers``): SGLang's Triton MLA decode kernel at its best split when the sglang
+wheel is installed, FlashMLA when ``flash_mla`` is importable (page 64), and at a few sizes the
+float32 reference impl and a ``torch.compile``d dense gather + attention. Writes
+``kernel_bench.json`` and ``kernel_bench.md`` into ``--out``. ``--once H,B,L`` runs each kernel
+once (for ``ncu``); ``--rerule JSON`` recomputes the rule's columns of a run on the CPU.
+``plot_bench(json, png)`` draws the figure (CPU is fine).
 """
-
 from __future__ import annotations
 
 import argparse
