@@ -23,7 +23,7 @@
 # SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
 # hinges on: the page table's row stride and the split count.
 #
-# **You need** a CPU; about 40 seconds (Triton runs in its CPU interpreter). GPU numbers are read
+# **You need** a CPU; Run All takes about 10 seconds on a 2-core CPU (Triton runs in its CPU interpreter). GPU numbers are read
 # from a committed H200 run.
 
 # %%
