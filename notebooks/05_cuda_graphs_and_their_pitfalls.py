@@ -24,8 +24,8 @@
 #
 # **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *emulator* of CUDA graphs; with a GPU,
 # the same code captures real `torch.cuda.CUDAGraph`s. Every pitfall below was also run on an H200
-# with real graphs (`results/graph_scenarios_h200_cuda.md`), with the same outcome. About
-# one minute.
+# with real graphs (`results/graph_scenarios_h200_cuda.md`), with the same outcome. Run All
+# takes about 10 seconds on a 2-core CPU.
 #
 # The rules come from PyTorch's notes on CUDA graphs (`docs/source/notes/cuda.rst`, section
 # "CUDA Graphs") and `torch/cuda/graphs.py`; the facts about SGLang from its code at the commits
