@@ -129,3 +129,10 @@ def test_check_rejects_bad_arguments():
         check(lambda: x + 1, lambda g, t: {"x": torch.zeros(5)}, static_inputs={"x": x})
     assert isinstance(check(lambda: x + 1, lambda g, t: {"x": torch.ones(2)}, static_inputs={"x": x},
                             n_trials=1), CheckReport)
+
+
+def test_run_scenario_refuses_an_unknown_name():
+    from mla_edu.graphs.scenarios import run_scenario
+
+    with pytest.raises(ValueError, match="scenario: expected one of"):
+        run_scenario("narrow_view", "cpu")
