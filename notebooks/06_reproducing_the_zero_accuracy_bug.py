@@ -70,7 +70,7 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 
 # %%
 N = 64
-run = dg.accuracy_runner(model, questions, N, DTYPE)  # mla_edu.case_study.repro's runner: 16 running, graphs for 8 and 16
+run = dg.accuracy_runs(model, questions, N, DTYPE)  # memoized accuracy runs: 16 running, graphs for 8 and 16
 table = {
     "cutlass_mla --disable-cuda-graph": (run(disable_cuda_graph=True, defects=PRE_FIX), SEED["eager"]),
     "cutlass_mla, graph, pre-fix (7059ae16f)": (run(defects=PRE_FIX), SEED["prefix"]),

@@ -49,7 +49,7 @@ TOL = 1e-3 if DTYPE == "float32" else 0.5
 model = load_pretrained()
 questions = task.default_eval_set()
 N = 64
-run = dg.accuracy_runner(model, questions, N, DTYPE)  # 16 running requests, graphs for 8 and 16
+run = dg.accuracy_runs(model, questions, N, DTYPE)  # 16 running requests, graphs for 8 and 16
 eager = run(disable_cuda_graph=True, defects=PRE_FIX)
 print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
 

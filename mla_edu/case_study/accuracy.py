@@ -159,6 +159,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _key(cfg: dict) -> tuple:
+    return tuple(sorted((k, tuple(sorted(v)) if isinstance(v, (set, frozenset)) else v) for k, v in cfg.items()))
+
+
+class AccuracyRuns:
+    """``run_bench`` of one model on one question set, called with server arguments; shares the prefill
+    cache between runs and memoizes each result (``python -m mla_edu.case_study.repro``, notebooks 06-07)."""
+
+    def __init__(self, model, questions, common: dict, progress: bool):
+        self.model, self.questions, self.common, self.progress = model, questions, common, progress
+        self.prefill_cache: dict = {}
+        self.results: dict = {}
+
+    def __call__(self, **cfg) -> dict:
+        key = _key(cfg)
+        if key not in self.results:
+            args = {**self.common, **cfg}
+            parallel = args.pop("parallel", 128)
+            self.results[key] = run_bench(self.model, self.questions, parallel=parallel, progress=self.progress,
+                                          prefill_cache=self.prefill_cache, **args)
+        return self.results[key]
+
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     if a.threads:

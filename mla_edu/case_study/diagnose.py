@@ -505,12 +505,12 @@ def example_batch(questions=None) -> tuple:
     return prompts, earlier
 
 
-def accuracy_runner(model, questions, n: int = 64, dtype: str | None = None):
-    """``mla_edu.case_study.repro.Runner`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
-    from mla_edu.case_study.repro import Runner
+def accuracy_runs(model, questions, n: int = 64, dtype: str | None = None):
+    """``AccuracyRuns`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
+    from mla_edu.case_study.accuracy import AccuracyRuns
 
     common = dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=dtype or default_dtype(), device=None)
-    return Runner(model, questions[:n], common, progress=False)
+    return AccuracyRuns(model, questions[:n], common, progress=False)
 
 
 _CACHE: dict = {}
@@ -544,7 +544,7 @@ def bug_page_table():
 
 
 def piece_by_piece_rows(run) -> list:
-    """[(label, accuracy, invalid)]: eager, then each step of the merged fix (``run``: an ``accuracy_runner``)."""
+    """[(label, accuracy, invalid)]: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
     eager = run(disable_cuda_graph=True, defects=PRE_FIX)
     rows = [("eager", eager["accuracy"], eager["invalid"])]
     for name, defects in MERGED_FIX_STEPS:
@@ -554,7 +554,7 @@ def piece_by_piece_rows(run) -> list:
 
 
 def piece_by_piece_figure(run):
-    """Accuracy bars: eager, then each step of the merged fix (``run``: an ``accuracy_runner``)."""
+    """Accuracy bars: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
     return accuracy_bars_figure(piece_by_piece_rows(run),
                                 f"cutlass_mla with graphs, {len(run.questions)} questions: the merged fix piece by piece")
 
@@ -562,7 +562,7 @@ def piece_by_piece_figure(run):
 def fix_piece_by_piece():
     """figures/fix_piece_by_piece.png: accuracy after each piece of SGLang's merged fix (64 questions)."""
     model, questions = _shipped()
-    return piece_by_piece_figure(accuracy_runner(model, questions))
+    return piece_by_piece_figure(accuracy_runs(model, questions))
 
 
 # ---- why 0.060 and not 0: which requests are right under the bug -------------------------------------

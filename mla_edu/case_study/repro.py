@@ -22,33 +22,11 @@ import sys
 import time
 
 from mla_edu import _cli
-from mla_edu.case_study.accuracy import run_bench
+from mla_edu.case_study.accuracy import AccuracyRuns
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
 SEED = {"eager": "0.910-0.920", "prefix": "0.060", "fixed": "0.906-0.917", "triton": "0.927-0.937"}
 ABLATION = [("width",), ("workspace",), ("stale",), ("width", "workspace", "stale"), ()]
-
-
-def _key(cfg: dict) -> tuple:
-    return tuple(sorted((k, tuple(sorted(v)) if isinstance(v, (set, frozenset)) else v) for k, v in cfg.items()))
-
-
-class Runner:
-    """Runs bench configurations on one model, sharing the prefill cache and memoizing results."""
-
-    def __init__(self, model, questions, common: dict, progress: bool):
-        self.model, self.questions, self.common, self.progress = model, questions, common, progress
-        self.prefill_cache: dict = {}
-        self.results: dict = {}
-
-    def __call__(self, **cfg) -> dict:
-        key = _key(cfg)
-        if key not in self.results:
-            args = {**self.common, **cfg}
-            parallel = args.pop("parallel", 128)
-            self.results[key] = run_bench(self.model, self.questions, parallel=parallel, progress=self.progress,
-                                          prefill_cache=self.prefill_cache, **args)
-        return self.results[key]
 
 
 def explain(defects: frozenset, splits: int, r: dict, eager: float) -> str:
@@ -115,7 +93,7 @@ def main(argv=None) -> int:
     if a.num_questions is not None:
         questions = questions[: a.num_questions]
     common = dict(cuda_graph_bs=(64, 128), max_running_requests=128, dtype=a.dtype, device=a.device)
-    run = Runner(model, questions, common, a.progress)
+    run = AccuracyRuns(model, questions, common, a.progress)
 
     eager = run(attention_backend="cutlass_mla", disable_cuda_graph=True, defects=PRE_FIX)
     prefix = run(attention_backend="cutlass_mla", defects=PRE_FIX)

@@ -140,7 +140,7 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
     return page_reads(d)
 
 
-class PanelRunner:
+class PanelRuns:
     """Runs settings on one model and question set; shares prefill work and memoizes results."""
 
     def __init__(self, model=None, questions=None):
@@ -223,20 +223,20 @@ def figure_png(fig) -> bytes:
 
 def panel_default():
     """figures/panel_default.png: the pre-fix cutlass_mla backend at the panel's default setting."""
-    return panel_figure(PanelRunner()(PanelSettings()))
+    return panel_figure(PanelRuns()(PanelSettings()))
 
 
 def panel_fixed():
     """figures/panel_fixed.png: SGLang's merged fix (only ``stale`` left) at the same setting."""
-    return panel_figure(PanelRunner()(PanelSettings(defects=frozenset({"stale"}))))
+    return panel_figure(PanelRuns()(PanelSettings(defects=frozenset({"stale"}))))
 
 
 # ---- the widgets -------------------------------------------------------------------------------
 class ControlPanel:
-    """Widgets over :class:`PanelRunner`. ``run()`` for static output, ``show()`` for the widgets."""
+    """Widgets over :class:`PanelRuns`. ``run()`` for static output, ``show()`` for the widgets."""
 
     def __init__(self, model=None, questions=None, settings: PanelSettings | None = None):
-        self.runner = PanelRunner(model, questions)
+        self.runner = PanelRuns(model, questions)
         self.settings = settings or PanelSettings()
         self.result: PanelResult | None = None
         self.figure = None

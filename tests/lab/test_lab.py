@@ -122,9 +122,9 @@ def _reference(settings):
     """The summary and, per axes, its box and ink fraction, as the library draws this setting here."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401  (panel_figure's canvas)
 
-    from mla_edu.workshop.panel import PanelRunner, figure_png, panel_figure
+    from mla_edu.workshop.panel import PanelRuns, figure_png, panel_figure
 
-    result = PanelRunner()(settings)
+    result = PanelRuns()(settings)
     fig = panel_figure(result)
     renderer = fig.canvas.get_renderer()
     tight = fig.get_tightbbox(renderer).padded(0.1)  # what bbox_inches="tight" keeps, in inches
