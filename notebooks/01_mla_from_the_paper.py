@@ -32,7 +32,7 @@ import torch
 from einops import einsum, rearrange
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
-from mla_edu import LatentCache, MLAConfig, NaiveMLA
+from mla_edu import ContiguousLatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
 from mla_edu.attention.plots import kv_cache_bytes_per_token
 
@@ -204,12 +204,12 @@ assert err < 1e-5
 # ## Decoding with the latent cache
 #
 # At decode time each new token attends to everything before it. MLA caches only $c^{KV}$ and
-# $k^R$; `LatentCache` holds them. Prefill 30 tokens, then decode the last 10 one at a time: the
+# $k^R$; `ContiguousLatentCache` holds them. Prefill 30 tokens, then decode the last 10 one at a time: the
 # outputs equal the full causal pass above.
 
 # %%
 layer = NaiveMLA.from_hf(hf_attn)
-cache = LatentCache()
+cache = ContiguousLatentCache()
 with torch.no_grad():
     outputs = [layer(h[:, :30], positions[:, :30], cache)]
     for t in range(30, T):

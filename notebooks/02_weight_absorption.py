@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from mla_edu import AbsorbedMLA, LatentCache, MLAConfig, NaiveMLA
+from mla_edu import AbsorbedMLA, ContiguousLatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
 from mla_edu.attention.plots import h200_ceilings, naive_vs_absorbed_cost
 from mla_edu.rope import apply_rope, cos_sin
@@ -262,11 +262,11 @@ pos = torch.arange(2049)[None]
 timings = {}
 with torch.no_grad():
     for name, layer in layers.items():
-        cache = LatentCache()
+        cache = ContiguousLatentCache()
         layer(h_all[:, :2048], pos[:, :2048], cache)
         best = float("inf")
         for _ in range(5):
-            snapshot = LatentCache()
+            snapshot = ContiguousLatentCache()
             snapshot.c_kv, snapshot.k_pe = cache.c_kv, cache.k_pe
             t0 = time.perf_counter()
             out = layer(h_all[:, 2048:], pos[:, 2048:], snapshot)

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "eval": {
             "questions": len(questions), "accuracy": round(acc, 4), "invalid": round(invalid, 4),
-            "decoder": "TinyDeepseek.generate (greedy, contiguous LatentCache, absorbed MLA, fp32)",
+            "decoder": "TinyDeepseek.generate (greedy, contiguous ContiguousLatentCache, absorbed MLA, fp32)",
         },
         "command": "python -m mla_edu.model.train " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
