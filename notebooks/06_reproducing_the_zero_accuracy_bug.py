@@ -105,9 +105,9 @@ full = {name: json.loads((RESULTS / f"repro_{name}.json").read_text())
 names = {"eager": "cutlass_mla --disable-cuda-graph", "prefix": "cutlass_mla, graph, pre-fix",
          "fixed": "cutlass_mla, graph, fixed", "triton": "triton, graph"}
 heads = {"cpu": "CPU emulator fp32", "h200_bfloat16": "H200 graphs bf16"}
-print(f"{'python -m mla_edu.case_study.repro, 256 questions':38s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
+print(f"{'python -m mla_edu.case_study.repro, 256 questions':50s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
 for key, name in names.items():
-    print(f"{name:38s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" for k in full) + f"   {SEED[key]}")
+    print(f"{name:50s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" for k in full) + f"   {SEED[key]}")
 for k, res in full.items():
     assert res["table"]["prefix"]["accuracy"] < 0.25 * res["table"]["eager"]["accuracy"]
 
