@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         except CellExecutionError as err:
             status = "error: " + str(err).strip().splitlines()[-1][:200]
             failures += 1
+        except Exception as err:  # the kernel process died (nbclient may then fail in its cleanup too)
+            ran = [c.get("execution_count") for c in nb.cells if c.cell_type == "code"]
+            last = max((i for i, n in enumerate(ran) if n is not None), default=-1)
+            status = f"error: {type(err).__name__} after code cell {last + 1} of {len(ran)} ran (kernel died?)"
+            failures += 1
         nbformat.write(nb, args.out / path.name)
         print(f"{path.name:45s} {time.perf_counter() - t0:7.1f} s  {status}  ({device})", flush=True)
     return 1 if failures else 0
