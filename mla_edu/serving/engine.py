@@ -63,7 +63,8 @@ class Engine:
         self.stats = {"decode_steps": 0, "max_running": 0, "graph_steps": 0, "padded_rows": 0}
 
     # --- request checks: a bad request fails alone --------------------------------------------
-    def _check(self, req: Req) -> str | None:
+    def check(self, req: Req) -> str | None:
+        """What is wrong with ``req`` (a message), or None."""
         ids = req.prompt_ids
         if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             return f"prompt: expected a list of int token ids, got {type(ids).__name__}"
@@ -142,13 +143,15 @@ class Engine:
             seq_lens_cpu=(positions + 1).to(torch.int32),
         )
 
-    def _decode(self, running: list, stop: set):
+    def decode_step(self, running: list, stop: set, graph_bs: int | None = None, eager: bool = False):
+        """Decode one token for each request of ``running`` (row = list order); finished ones free
+        their row and pages. ``graph_bs`` / ``eager``: as ``ModelRunner.decode`` (DP attention)."""
         batch = self.make_batch(running)
         gr = self.runner.graph_runner
-        if gr is not None and gr.can_run(batch.batch_size):
+        if graph_bs is not None or (not eager and gr is not None and gr.can_run(batch.batch_size)):
             self.stats["graph_steps"] += 1
-            self.stats["padded_rows"] += gr.padded_size(batch.batch_size) - batch.batch_size
-        next_ids, bad, _ = self.runner.decode(batch)
+            self.stats["padded_rows"] += (graph_bs or gr.padded_size(batch.batch_size)) - batch.batch_size
+        next_ids, bad, _ = self.runner.decode(batch, graph_bs, eager)
         next_ids, bad = next_ids.tolist(), bad.tolist()
         self.stats["decode_steps"] += 1
         for req, tok, is_bad in zip(running, next_ids, bad):
@@ -161,7 +164,7 @@ class Engine:
     # --- the loop ---------------------------------------------------------------------------------
     def _loop(self, waiting: deque, stop: set, progress) -> None:
         running: list = []
-        max_running = self.args.max_running_requests
+        max_running = self.args.max_running_requests_per_rank
         while waiting or running:
             joining = []
             while waiting and len(running) + len(joining) < max_running:
@@ -176,14 +179,14 @@ class Engine:
             if not running:
                 continue
             self.stats["max_running"] = max(self.stats["max_running"], len(running))
-            self._decode(running, stop)
+            self.decode_step(running, stop)
             if progress:
                 for req in running:
                     if req.finished:
                         progress(1)
             running = [r for r in running if not r.finished]  # filter_batch: order kept
 
-    def _abandon(self, reqs: list, exc: BaseException) -> None:
+    def abandon(self, reqs: list, exc: BaseException) -> None:
         """``generate`` was interrupted: every unfinished request gives back its row and pages."""
         for req in reqs:
             if not req.finished:
@@ -205,7 +208,7 @@ class Engine:
         reqs = [self._new_req(p, max_new_tokens) for p in prompts]
         waiting = deque()
         for req in reqs:
-            err = self._check(req)
+            err = self.check(req)
             if err:
                 req.finished_reason, req.error = "error", err
                 if progress:
@@ -215,7 +218,7 @@ class Engine:
         try:
             self._loop(waiting, stop, progress)
         except BaseException as e:  # an interrupt (Jupyter's stop button) or an error at any step
-            self._abandon(reqs, e)
+            self.abandon(reqs, e)
             raise
         return reqs
 
