@@ -117,3 +117,16 @@ def test_dp_multiprocess_matches_lockstep(one_thread):
     assert [r.output_ids for r in multi] == [r.output_ids for r in lock]
     assert [r.rows for r in multi] == [r.rows for r in lock]
     assert sum(s["graph"] for s in steps) > 0
+
+
+def test_tiny_yarn_variant_needs_the_scale():
+    from mla_edu.config import yarn_get_mscale
+    from mla_edu.model import load_pretrained, load_manifest, VARIANTS
+
+    model = load_pretrained("tiny-yarn")  # checks the weights' and the config's sha256
+    mla = model.config.mla
+    assert mla.rope_scaling["factor"] == 40 and load_manifest(VARIANTS["tiny-yarn"])["eval"]["accuracy"] >= 0.95
+    mscale = yarn_get_mscale(40.0, 1.0)
+    assert abs(mscale - 1.3689) < 1e-4
+    assert math.isclose(model.layers[0].attn.softmax_scale, mscale ** 2 / math.sqrt(mla.qk_head_dim))
+    assert model.layers[0].attn.softmax_scale / BUG_ERA_SM_SCALE > 2.8

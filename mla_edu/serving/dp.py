@@ -40,7 +40,7 @@ import torch
 
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.batch import ForwardBatch
-from mla_edu.serving.engine import Engine, Req
+from mla_edu.serving.engine import Engine, server_args_for
 
 EXTEND, DECODE, IDLE = "extend", "decode", "idle"
 
@@ -129,30 +129,10 @@ def idle_batch(device) -> ForwardBatch:
 
 
 def _dp_args(model, args: ServerArgs | None, kw: dict) -> ServerArgs:
-    if args is None:
-        kw.setdefault("context_length", model.config.mla.max_position_embeddings)
-        args = ServerArgs(**kw)
-    elif kw:
-        raise TypeError(f"pass either args or keyword server arguments, got both ({sorted(kw)})")
+    args = server_args_for(model, args, kw)
     if not args.enable_dp_attention:
         raise ValueError("DP attention: expected enable_dp_attention=True and dp_size > 1")
     return args
-
-
-def _make_reqs(engine: Engine, prompts, max_new_tokens, progress) -> tuple:
-    """One ``Req`` per prompt (rid = its index); the bad ones finished with their error."""
-    reqs, good = [], []
-    for i, p in enumerate(prompts):
-        req = Req(i, list(p) if isinstance(p, (list, tuple)) else p, max_new_tokens)
-        err = engine.check(req)
-        if err:
-            req.finished_reason, req.error = "error", err
-            if progress:
-                progress(1)
-        else:
-            good.append(req)
-        reqs.append(req)
-    return reqs, good
 
 
 class DPEngine:
@@ -171,7 +151,7 @@ class DPEngine:
         self.global_steps = 0
 
     def generate(self, prompts, max_new_tokens: int = 3, stop_token_ids=(2,), progress=None) -> list:
-        reqs, good = _make_reqs(self.ranks[0].engine, prompts, max_new_tokens, progress)
+        reqs, good = self.ranks[0].engine.new_requests(prompts, max_new_tokens, progress)
         for i, req in enumerate(good):  # round robin
             self.ranks[i % len(self.ranks)].waiting.append(req)
         for rank in self.ranks:
@@ -203,8 +183,9 @@ def _worker(rank: int, world: int, model, args: ServerArgs, prompts, max_new_tok
             torch.cuda.set_device(rank)
             args = ServerArgs(**{**args.__dict__, "device": f"cuda:{rank}"})
         dp = DPRank(Engine(model, args, {}), rank)
-        reqs, good = _make_reqs(dp.engine, prompts, max_new_tokens, None)
+        reqs, good = dp.engine.new_requests(prompts, max_new_tokens)
         mine = [r for i, r in enumerate(good) if i % world == rank]  # round robin
+        index = {id(r): i for i, r in enumerate(reqs)}
         dp.waiting.extend(mine)
         dp.stop = set(stop_token_ids or ())
         dev = dp.engine.runner.device
@@ -217,7 +198,7 @@ def _worker(rank: int, world: int, model, args: ServerArgs, prompts, max_new_tok
             if not any(busy for _, _, busy in info):
                 break
             dp.run([g[0] for g in info], min(g[1] for g in info))
-        out = {r.rid: {"output_ids": r.output_ids, "finished_reason": r.finished_reason, "error": r.error,
+        out = {index[id(r)]: {"output_ids": r.output_ids, "finished_reason": r.finished_reason, "error": r.error,
                        "rows": r.rows} for r in mine}
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"reqs": out, "steps": dp.steps}))
     finally:
@@ -236,7 +217,7 @@ def run_dp_multiprocess(model, prompts, *, max_new_tokens: int = 3, stop_token_i
         raise ValueError(f"run_dp_multiprocess: dp_size={world} on CUDA needs {world} GPUs, "
                          f"found {torch.cuda.device_count()}")
     small = ServerArgs(**{**args.__dict__, "disable_cuda_graph": True, "max_running_requests": world, "device": "cpu"})
-    reqs, _ = _make_reqs(Engine(model, small), prompts, max_new_tokens, None)  # the same checks as the ranks'
+    reqs, _ = Engine(model, small).new_requests(prompts, max_new_tokens)  # the same checks as the ranks'
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         torch.multiprocessing.spawn(

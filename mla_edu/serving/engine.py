@@ -48,16 +48,21 @@ class Req:
         return all(r == 0 for r in self.rows)
 
 
+def server_args_for(model, args: ServerArgs | None, kw: dict) -> ServerArgs:
+    """``args``, or ``ServerArgs(**kw)`` with the model's context by default; not both."""
+    if args is None:
+        kw.setdefault("context_length", model.config.mla.max_position_embeddings)
+        return ServerArgs(**kw)
+    if kw:
+        raise TypeError(f"pass either args or keyword server arguments, got both ({sorted(kw)})")
+    return args
+
+
 class Engine:
     """``Engine(model, **server_args)``; ``generate(prompts)`` -> list of ``Req`` (same order)."""
 
     def __init__(self, model, args: ServerArgs | None = None, prefill_cache: dict | None = None, **kw):
-        if args is None:
-            kw.setdefault("context_length", model.config.mla.max_position_embeddings)
-            args = ServerArgs(**kw)
-        elif kw:
-            raise TypeError(f"pass either args or keyword server arguments, got both ({sorted(kw)})")
-        self.args = args
+        self.args = args = server_args_for(model, args, kw)
         self.runner = ModelRunner(model, args, prefill_cache)
         self.vocab_size = model.config.vocab_size
         self.stats = {"decode_steps": 0, "max_running": 0, "graph_steps": 0, "padded_rows": 0}
@@ -194,6 +199,21 @@ class Engine:
             elif req.req_pool_idx is not None or req.pages:
                 self._free(req)
 
+    def new_requests(self, prompts, max_new_tokens: int = 3, progress=None) -> tuple:
+        """``(reqs, good)``: one ``Req`` per prompt, in order, and those that passed ``check``;
+        the others are finished with their error (and counted by ``progress``)."""
+        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
+        good = []
+        for req in reqs:
+            err = self.check(req)
+            if err:
+                req.finished_reason, req.error = "error", err
+                if progress:
+                    progress(1)
+            else:
+                good.append(req)
+        return reqs, good
+
     def generate(self, prompts, max_new_tokens: int = 3, stop_token_ids=(2,), progress=None) -> list:
         """Greedy-decode every prompt (a list of token-id lists) with continuous batching.
 
@@ -205,16 +225,8 @@ class Engine:
         exception propagates: the engine stays usable.
         """
         stop = set(stop_token_ids or ())
-        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
-        waiting = deque()
-        for req in reqs:
-            err = self.check(req)
-            if err:
-                req.finished_reason, req.error = "error", err
-                if progress:
-                    progress(1)
-            else:
-                waiting.append(req)
+        reqs, good = self.new_requests(prompts, max_new_tokens, progress)
+        waiting = deque(good)
         try:
             self._loop(waiting, stop, progress)
         except BaseException as e:  # an interrupt (Jupyter's stop button) or an error at any step

@@ -47,7 +47,8 @@ class ModelRunner:
         num_pages = running * self.pages_per_req + 1
         if args.max_total_pages is not None and num_pages > args.max_total_pages:
             raise ValueError(
-                f"too many running requests: {running} running requests x "
+                f"too many running requests: max_running_requests={args.max_running_requests}"
+                + (f" // dp_size {args.dp_size} = {running}" if args.enable_dp_attention else "") + " x "
                 f"{self.pages_per_req} pages (context {self.context_length}) + the padding page need {num_pages} "
                 f"pages, but max_total_pages is {args.max_total_pages}")
         self.allocator = kvcache.PagedAllocator(num_pages, self.page_size, self.device)
