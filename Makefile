@@ -19,7 +19,7 @@ PIP    := -m pip install -q --disable-pip-version-check
 # every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs.
 NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 
-.PHONY: repro test unit nbval test-lab book test-latest lock figures notebooks clean-venv
+.PHONY: repro test lint unit nbval test-lab book test-latest lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -39,11 +39,15 @@ endif
 	touch $@
 
 repro: $(VENV)/.ready
-	$(PY) -m mla_edu.repro
+	$(PY) -m mla_edu.case_study.repro
 
-test: $(VENV)/.ready
+test: $(VENV)/.ready lint
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q $(NBVAL) notebooks/*.ipynb
+
+# ruff (pyproject.toml's [tool.ruff]) over the library, tools, tests and the notebooks' .py sources.
+lint: $(VENV)/.ready
+	$(VENV)/bin/ruff check mla_edu tools tests notebooks/*.py
 
 unit: $(VENV)/.ready
 	$(PY) -m pytest -q tests
@@ -97,7 +101,7 @@ lock:
 
 # Regenerate every figure in figures/ (deterministic).
 figures: $(VENV)/.ready
-	$(PY) -m mla_edu.figures
+	$(PY) -m tools.figures
 
 # Re-execute every notebook in place (after editing the paired .py files).
 notebooks: $(VENV)/.ready

@@ -2,8 +2,8 @@
 
 from mla_edu import _env  # noqa: F401  (must run before anything imports triton)
 from mla_edu._env import HAS_CUDA, default_device
-from mla_edu.attention import AbsorbedMLA, LatentCache, NaiveMLA
+from mla_edu.attention import AbsorbedMLA, ContiguousLatentCache, NaiveMLA
 from mla_edu.config import MLAConfig
 
 __version__ = "0.1.0"
-__all__ = ["AbsorbedMLA", "HAS_CUDA", "LatentCache", "MLAConfig", "NaiveMLA", "default_device", "__version__"]
+__all__ = ["AbsorbedMLA", "HAS_CUDA", "ContiguousLatentCache", "MLAConfig", "NaiveMLA", "default_device", "__version__"]

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
+from mla_edu.util import is_int
 
 ROPE_TYPES = ("default", "yarn")
 
@@ -49,10 +50,10 @@ class MLAConfig:
         for key in ("hidden_size", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
                     "qk_rope_head_dim", "v_head_dim", "max_position_embeddings"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"MLAConfig.{key} must be a positive int, got {value!r}")
         if self.q_lora_rank is not None and (
-            isinstance(self.q_lora_rank, bool) or not isinstance(self.q_lora_rank, int) or self.q_lora_rank <= 0
+            not is_int(self.q_lora_rank) or self.q_lora_rank <= 0
         ):
             raise ValueError(f"MLAConfig.q_lora_rank must be None or a positive int, got {self.q_lora_rank!r}")
         if self.qk_rope_head_dim % 2:

@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -19,7 +20,7 @@
 # under 2% of multi-head attention's, and how to check an implementation against the reference one
 # in Hugging Face `transformers`, number for number.
 #
-# **You need** a CPU. Nothing here uses a GPU. About 30 seconds.
+# **You need** a CPU. Nothing here uses a GPU. Run All takes about 10 seconds on a 2-core CPU.
 #
 # The source is section 2.1 of the DeepSeek-V2 paper ([arXiv 2405.04434](https://arxiv.org/abs/2405.04434)).
 # DeepSeek-V3's attention has exactly DeepSeek-V2's shapes (128 heads, $d_c = 512$, $d_c' = 1536$,
@@ -30,11 +31,10 @@
 import torch
 from einops import einsum, rearrange
 
-import mla_edu
-from mla_edu import LatentCache, MLAConfig, NaiveMLA
+import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
+from mla_edu import ContiguousLatentCache, MLAConfig, NaiveMLA
 from mla_edu.attention import cost
-from mla_edu.figures import save
-from mla_edu.plots import kv_cache_bytes_per_token
+from mla_edu.attention.plots import kv_cache_bytes_per_token
 
 torch.manual_seed(0)
 torch.set_printoptions(precision=4)
@@ -204,12 +204,12 @@ assert err < 1e-5
 # ## Decoding with the latent cache
 #
 # At decode time each new token attends to everything before it. MLA caches only $c^{KV}$ and
-# $k^R$; `LatentCache` holds them. Prefill 30 tokens, then decode the last 10 one at a time: the
+# $k^R$; `ContiguousLatentCache` holds them. Prefill 30 tokens, then decode the last 10 one at a time: the
 # outputs equal the full causal pass above.
 
 # %%
 layer = NaiveMLA.from_hf(hf_attn)
-cache = LatentCache()
+cache = ContiguousLatentCache()
 with torch.no_grad():
     outputs = [layer(h[:, :30], positions[:, :30], cache)]
     for t in range(30, T):
@@ -259,7 +259,6 @@ assert round(v3.kv_cache_dim / mha_paper, 4) == 0.0176
 
 # %%
 fig = kv_cache_bytes_per_token()
-print("saved", save(fig, "kv_cache_bytes_per_token").name)
 
 # %% [markdown]
 # A 4,096-token request holds 0.29 GB of MLA cache; with DeepSeek-V3's real MHA dimensions

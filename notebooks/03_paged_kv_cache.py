@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -21,17 +22,15 @@
 # request, what "stale" entries in a reused page table are, and how a page table read with the
 # wrong row stride hands a request somebody else's pages: the mechanism of SGLang PR #6998.
 #
-# **You need** a CPU; about 20 seconds. Triton runs in its CPU interpreter here.
+# **You need** a CPU (Run All: about 5 seconds on a 2-core CPU). Triton runs in its CPU interpreter here.
 #
 # Vocabulary follows SGLang (`python/sglang/srt/mem_cache/memory_pool.py`,
 # `python/sglang/srt/layers/attention/utils.py`), so you can read this next to its code.
 
 # %%
-import matplotlib.pyplot as plt
 import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
-from mla_edu.figures import save
 from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
 from mla_edu.kvcache.plots import page_table_figure, page_table_scenario, pages_read
 
@@ -225,7 +224,6 @@ assert right[0] == wrong[0] and all(right[b] != wrong[b] for b in range(1, 4))
 
 # %%
 fig = page_table_figure()
-print("saved", save(fig, "page_table").name)
 
 # %% [markdown]
 # ## What we saw

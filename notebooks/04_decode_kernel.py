@@ -23,7 +23,7 @@
 # SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
 # hinges on: the page table's row stride and the split count.
 #
-# **You need** a CPU; about 40 seconds (Triton runs in its CPU interpreter). GPU numbers are read
+# **You need** a CPU; Run All takes about 10 seconds on a 2-core CPU (Triton runs in its CPU interpreter). GPU numbers are read
 # from a committed H200 run.
 
 # %%
@@ -32,7 +32,6 @@ import math
 import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
-from mla_edu.figures import save
 from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
                              num_kv_splits_for)
 from mla_edu.kernels.cases import random_decode_case
@@ -344,53 +343,75 @@ except RuntimeError as e:
 # %% [markdown]
 # ## 10. On the H200
 #
-# `python -m mla_edu.kernels.bench` ran the Triton kernel on one H200 (through this project's
-# device tool) in bf16 over page {64, 128}, h_q {16, 128}, B {1, 8, 64, 128},
-# L {512 ... 32768}, measuring the two ceilings in the same run. It first tunes the launch
-# configuration (block sizes, warps, pipeline stages) on B = 64, L = 4096, then times each size
-# as CUDA-graph replays with two split counts: cutlass's auto split and a wider one. The committed results:
-# `mla_edu/results/kernel_bench_h200.md` (table) and `.json` (all numbers).
+# `python -m tools.kernel_bench --pages 64` ran the Triton kernel on one H200 (through this
+# project's device tool) in bf16 over h_q {16, 128}, B {1, 8, 64, 128}, L {512 ... 32768}, page 64,
+# measuring the two ceilings in the same run, and two peers on the same cache bytes in the same
+# process: SGLang's own Triton MLA decode kernel (`decode_attention_fwd` from the sglang 0.4.7 wheel,
+# the kernel behind its `triton` backend) and FlashMLA (DeepSeek's Hopper kernel, built from source
+# on that machine). Times are CUDA-graph replays. Every split count the rule below can pick was
+# timed, so the table shows the rule's split next to the best one. The results:
+# `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
+#
+# **The split rule.** sgl-kernel's heuristic (section 5) looks at B and the SM count only. The Triton
+# kernel has its own, `triton_num_kv_splits`: a program is one (request, head block, split); the GPU
+# configs fit 2 programs on an SM (16 heads) or 1 (64 heads, 221 KB of shared memory); the rule
+# counts whole waves of programs times the pages each walks, plus the cost of the merge, and takes
+# the cheapest split. The triton serving backend uses it for `num_kv_splits=-1`; the cutlass backend
+# keeps sgl-kernel's heuristic, whose choice is also in the table ("cutlass auto").
 
 # %%
+from mla_edu.kernels.plots import summary  # noqa: E402
+
 info = bench["info"]
 print(f"{info['gpu']}, {info['sm_count']} SMs, torch {info['torch']}, triton {info['triton']}")
-print("cutlass there:", info["cutlass"])
-print("correctness there (bf16 vs float64, all < 2e-2):",
-      all(c["rel_err_vs_f64"] < 2e-2 and c["finite"] for c in bench["checks"]))
-rows = {(r["page"], r["heads"], r["batch"], r["seq_len"]): r for r in bench["results"]}
-for page in (64, 128):
-    r16, r128 = rows[(page, 16, 64, 4096)], rows[(page, 128, 64, 4096)]
-    print(f"page {page}, B=64, L=4096: h_q=16 {r16['triton_us']:.0f} us = {r16['TBps']:.2f} TB/s "
-          f"({100 * r16['frac_copy']:.0f}% of copy, target 70%); h_q=128 {r128['triton_us']:.0f} us = "
-          f"{r128['TFLOPs']:.0f} TFLOP/s ({100 * r128['frac_matmul']:.0f}% of matmul, target 40%)")
-    for r in (r16, r128):
-        print(f"   h_q={r['heads']:3d}: torch.compile'd gather+attention {r['compiled_us']:.0f} us, "
-              f"reference {r['reference_us'] / 1000:.1f} ms -> Triton {r['compiled_us'] / r['triton_us']:.1f}x "
-              f"faster than the compiled peer")
-best16 = max((r for r in bench["results"] if r["heads"] == 16), key=lambda r: r["TBps"])
-best128 = max((r for r in bench["results"] if r["heads"] == 128), key=lambda r: r["TFLOPs"])
-print("tuned launch configs (BLOCK_H: BLOCK_N, warps, stages):", {k: tuple(v["cfg"]) for k, v in bench["tuning"]["chosen"].items()})
-print(f"best h_q=16: {best16['TBps']:.2f} TB/s at B={best16['batch']}, L={best16['seq_len']}, page {best16['page']}")
-print(f"best h_q=128: {best128['TFLOPs']:.0f} TFLOP/s at B={best128['batch']}, L={best128['seq_len']}, page {best128['page']}")
+print("peers:", info["sglang"].split(":")[0], "|", info["flash_mla"].split(" (")[0])
+sm = summary(bench)
+print(f"{sm['shapes']} shapes; the rule's split within 10% of the best split at {sm['rule_within_10pct']} "
+      f"(worst {sm['rule_worst_ratio']:.2f}x)")
+print(f"faster than SGLang's Triton kernel at {sm['faster_than_sglang']} of the {sm['sglang_shapes']} shapes it "
+      f"runs (at least {sm['min_speedup_vs_sglang']:.2f}x)")
+print("every output within 2e-2 of float64 (bf16):", sm["max_rel_err"] < 2e-2)
+for h in (16, 128):
+    p = sm[f"h{h}_B64_L4096"]
+    print(f"h_q={h:3d}, B=64, L=4096: {p['us']:.0f} us = {p['pct_copy']:.0f}% of copy, {p['pct_matmul']:.0f}% of matmul;"
+          f" FlashMLA {p['flashmla_us']:.0f} us ({p['flashmla_pct_copy']:.0f}% / {p['flashmla_pct_matmul']:.0f}%),"
+          f" mla_edu at {p['speed_vs_flashmla']:.2f}x its speed; SGLang {p['sglang_us']:.0f} us")
 
 # %%
 fig = kernel_bench_figure()
-print("saved", save(fig, "kernel_bench_h200").name)
 
 # %% [markdown]
-# Reading the plot: the memory-bound side (h_q = 16) climbs with B and L as more work per launch
-# hides latency; from B = 64 and L = 4096 on it runs at 66-82% of the copy ceiling (75% at the issue's
-# point B = 64, L = 4096; target 70%). The wider split matters there: cutlass's heuristic gives B = 64 only 2 splits
-# (128 programs for 132 SMs), the benchmark's "wide" choice 9. The compute-bound side
-# (h_q = 128) flattens near a third of the matmul ceiling, short of the 40% target: a Triton
-# kernel with `BLOCK_H = 64` head tiles (so the 128 heads read each page twice) and the softmax
-# between two dependent matmuls is far from a hand-scheduled kernel (FlashMLA reports 580-660
-# TFLOP/s on H800). It is not a tuning problem: a sweep of 16 launch configs (head and token block
-# sizes, warps, stages) times 3 split counts at B = 64, L = 4096 found none faster than the default,
-# 33% at best (`mla_edu/results/kernel_sweep_h200.md`, `python -m mla_edu.kernels.sweep`).
-# Both beat the `torch.compile`d gather + attention, which materializes the gathered cache.
-# Times are CUDA-graph replays; the eager column of the results table shows what host overhead
-# adds to small calls.
+# Reading the plot. **h_q = 16** is memory-bound (about 32 FLOP per byte, far under the ridge):
+# each program holds 16 heads and streams one 64-token page per step (72 KB, two stages), two
+# programs per SM. At B = 64 and 128 with L >= 4096 it runs at 79-101% of the copy ceiling (a
+# stream that only reads can pass a copy's read + write rate) and at 0.91-1.00x FlashMLA's speed;
+# FlashMLA leads most at large batch and short context (0.68x at B = 128, L = 512). **h_q = 128** is
+# compute-bound (256 FLOP per byte): for B >= 8 the Triton kernel stays at 22-33% of the matmul
+# ceiling while FlashMLA, on the same bytes, reaches 57-94% (0.33-0.42x its speed at B >= 64). Both
+# hold 64 heads per program, so the `64 x 512` float32 accumulator takes half of an SM's registers:
+# one program per SM. The difference is how the two warpgroups share a tile of 64 tokens:
+#
+# - FlashMLA (`csrc/kernels/splitkv_mla.cu` at commit 9edee0c: `wg0_subroutine`, `wg1_subroutine`):
+#   the program walks two 64-token blocks per step; warpgroup 0 computes the scores of the first,
+#   warpgroup 1 those of the second, in phases over the nine 64-wide slices of the 576, each slice
+#   waited for as TMA brings it in. Each warpgroup owns one half of the 512 output columns for P V
+#   and reads the other's P from shared memory. While one warpgroup runs its softmax the other
+#   keeps the tensor cores busy.
+# - Triton: `tl.dot` lets the compiler place the warps. Because the scores feed a second dot, it
+#   lays Q K^T out over the rows (the flash-attention layout), and with only 64 rows both
+#   warpgroups compute the same 64 x 64 score tile: Q K^T is done twice. Load, Q K^T, softmax and
+#   P V run one after another in both warpgroups. The profiler (`ncu`, in
+#   `results/kernel_profile_h200_ncu.txt`) shows the tensor pipe busy 36% of the time and
+#   DRAM at 20% of its peak: neither roof is reached, the kernel is bound by this serial chain.
+#   Variants in `mla_edu/kernels/NOTES.md` (scores transposed so each warpgroup owns its tokens,
+#   P through memory so Q K^T is split between the warpgroups, more stages) ran slower; one fewer
+#   reduction per step won 2%. Giving two warpgroups different work is beyond `tl`; it needs warp
+#   specialization.
+#
+# SGLang's Triton kernel is slower at every shape it runs (its 16-head programs read every page
+# 8 times at h_q = 128; its int32 offsets cannot address a cache of 2^31 elements, the two largest
+# B = 128 shapes). The cutlass-auto column shows what sgl-kernel's heuristic costs this kernel:
+# at h_q = 16, B = 64 it picks 2 splits, 128 programs for 132 SMs with room for 264.
 #
 # ## What we saw
 #

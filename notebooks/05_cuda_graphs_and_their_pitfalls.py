@@ -24,19 +24,20 @@
 #
 # **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *emulator* of CUDA graphs; with a GPU,
 # the same code captures real `torch.cuda.CUDAGraph`s. Every pitfall below was also run on an H200
-# with real graphs (`mla_edu/results/graph_scenarios_h200_cuda.md`), with the same outcome. About
-# one minute.
+# with real graphs (`results/graph_scenarios_h200_cuda.md`), with the same outcome. Run All
+# takes about 10 seconds on a 2-core CPU.
 #
 # The rules come from PyTorch's notes on CUDA graphs (`docs/source/notes/cuda.rst`, section
 # "CUDA Graphs") and `torch/cuda/graphs.py`; the facts about SGLang from its code at the commits
 # named below. Every source is listed in `docs/sources.md`.
 
 # %%
+import inspect
+
 import torch
 
 import mla_edu
-from mla_edu.figures import save
-from mla_edu.graphs import FreedMemoryError, Graph, GraphCaptureError, check, graph, is_emulated
+from mla_edu.graphs import FreedMemoryError, Graph, GraphCaptureError, graph, is_emulated
 from mla_edu.graphs import scenarios as sc
 from mla_edu.graphs.plots import launch_overhead, load_launch_results, page_reads
 
@@ -48,7 +49,7 @@ _ = torch.manual_seed(0)
 #
 # A decode step of a large model launches hundreds of small kernels per token, each doing little
 # work. Launched one by one from Python, the GPU waits for the CPU. A CUDA graph records the
-# launches once and replays them with one call. `python -m mla_edu.graphs.bench` times a toy
+# launches once and replays them with one call. `python -m tools.launch_bench` times a toy
 # decoder step (per layer: RMSNorm, a matmul, SiLU, the residual add: 9 kernels) eagerly and as
 # a graph. The H200 numbers below are read from the committed run.
 
@@ -79,7 +80,6 @@ assert all(r["replay_over_eager"] <= 2.0 for r in cpu["rows"])
 print(f"emulator replay / eager on CPU: {min(r['replay_over_eager'] for r in cpu['rows']):.1f}x "
       f"to {max(r['replay_over_eager'] for r in cpu['rows']):.1f}x")
 fig = launch_overhead()
-print("saved", save(fig, "graph_launch_overhead").name)
 
 # %% [markdown]
 # ## 2. The rules, seen on a small step
@@ -245,7 +245,7 @@ else:
 # %%
 import re  # noqa: E402
 
-from mla_edu.graphs.plots import RESULTS  # noqa: E402
+from mla_edu.paths import RESULTS_DIR as RESULTS  # noqa: E402
 
 h200_outcomes = {}
 for line in (RESULTS / "graph_scenarios_h200_cuda.md").read_text().splitlines():
@@ -268,6 +268,7 @@ def show(name):
 # **Fix:** size the loop for the maximum context; mask by the lengths in device memory.
 
 # %%
+print(inspect.getsource(sc.frozen_scalar))  # the step, as the graph captures it
 show("frozen_scalar")
 show("frozen_scalar:fixed")
 
@@ -283,6 +284,7 @@ show("frozen_scalar:fixed")
 # **Fix (SGLang's merged fix, commit e58423b2b):** capture with the full width.
 
 # %%
+print(inspect.getsource(sc.narrow_view))  # the step, as the graph captures it
 for name in ["narrow_view/torch", "narrow_view/triton", "narrow_view/torch:fixed", "narrow_view/triton:fixed"]:
     show(name)
 
@@ -303,7 +305,6 @@ row_ok = (intended == read).all(dim=1).tolist()
 print("rows reading the right pages:", row_ok)
 assert row_ok == [True, False, False, False]
 fig = page_reads(intended, read, "kv_indices[:4, :1] at replay: row stride 1 instead of 8")
-print("saved", save(fig, "graph_narrow_view_reads").name)
 
 # %% [markdown]
 # ### Pitfall 3: memory freed after capture, handed to the next capture
@@ -319,6 +320,7 @@ print("saved", save(fig, "graph_narrow_view_reads").name)
 # **Fix:** allocate the workspace once, at maximum size, before any capture (SGLang's merged fix).
 
 # %%
+print(inspect.getsource(sc.freed_pool_reuse))  # the step, as the graph captures it
 show("freed_pool_reuse")
 show("freed_pool_reuse:fixed")
 
@@ -331,6 +333,7 @@ show("freed_pool_reuse:fixed")
 # zeroed once before capture and never again at replay; there the symptom is a hang.
 
 # %%
+print(inspect.getsource(sc.stale_buffer))  # the step, as the graph captures it
 show("stale_buffer")
 show("stale_buffer:fixed")
 
@@ -345,6 +348,7 @@ show("stale_buffer:fixed")
 # `mem_cache/memory_pool.py`; its allocators hand out pages from 1).
 
 # %%
+print(inspect.getsource(sc.padded_slots))  # the step, as the graph captures it
 show("padded_slots")
 show("padded_slots:fixed")
 
@@ -355,6 +359,7 @@ show("padded_slots:fixed")
 # inputs copied into the captured buffers:
 
 # %%
+print(inspect.getsource(sc.static_buffers))  # the step, as the graph captures it
 show("static_buffers")
 
 # %% [markdown]
@@ -415,6 +420,7 @@ for name, bad in [(".item()", lambda: x.sum().item()), ("x[x > 5]", lambda: x[x 
 # checker reports it.
 
 # %%
+print(inspect.getsource(sc.sync_in_capture))  # the step, as the graph captures it
 show("sync_in_capture")
 r = sc.check_problem(sc.PROBLEMS["sync_in_capture"](DEVICE), n_trials=2)
 print(r.hint[:100])

@@ -21,7 +21,7 @@
 # engineer would: graph against eager on one batch, which rows are wrong, which pages each request
 # actually read, what the page-table buffer held, and which launch parameters the graph froze.
 #
-# **You need** a CPU (about two minutes). Without a GPU the graphs are the CPU emulator of
+# **You need** a CPU (Run All: about 15 seconds on a 2-core CPU). Without a GPU the graphs are the CPU emulator of
 # `mla_edu.graphs` (notebook 05); with one, the same code captures real `torch.cuda.CUDAGraph`s
 # and runs in bf16. Notebooks 03 (page tables) and 05 (graph rules) help.
 #
@@ -33,11 +33,11 @@
 import torch
 
 import mla_edu
-from mla_edu import diagnose as dg
-from mla_edu.figures import save
+from mla_edu.case_study import diagnose as dg
+from mla_edu.case_study.repro import SEED
 from mla_edu.model import load_pretrained, task
-from mla_edu.repro import SEED
 from mla_edu.serving import MERGED_FIX, PRE_FIX
+from mla_edu.util import PAGE_SIZE, cdiv
 
 torch.set_num_threads(1)  # the ops are small; one thread avoids OpenMP overhead on a busy CPU
 DEVICE = mla_edu.default_device()
@@ -66,11 +66,11 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 # engine and scored like `benchmark/gsm8k/bench_sglang.py` (last integer in the answer). To fit a
 # CPU we run 64 questions with 16 running requests and graphs for batch sizes 8 and 16 (each DP
 # worker of the seed ran 128 / 8 = 16 requests). The full table (256 questions, `--cuda-graph-bs 64
-# 128`) is `python -m mla_edu.repro`.
+# 128`) is `python -m mla_edu.case_study.repro`.
 
 # %%
 N = 64
-run = dg.accuracy_runner(model, questions, N, DTYPE)  # mla_edu.repro's runner: 16 running, graphs for 8 and 16
+run = dg.accuracy_runs(model, questions, N, DTYPE)  # memoized accuracy runs: 16 running, graphs for 8 and 16
 table = {
     "cutlass_mla --disable-cuda-graph": (run(disable_cuda_graph=True, defects=PRE_FIX), SEED["eager"]),
     "cutlass_mla, graph, pre-fix (7059ae16f)": (run(defects=PRE_FIX), SEED["prefix"]),
@@ -93,22 +93,21 @@ print(f"{N} questions, {'real CUDA graphs' if DEVICE.type == 'cuda' else 'CPU gr
 # Same shape as the seed: eager right, the pre-fix graph near zero, the fix and the Triton backend
 # back at the eager accuracy. Every decode step of the graph runs went through a graph replay.
 # The whole eval set with SGLang's sizes (`--cuda-graph-bs 64 128 --max-running-requests 128`), as
-# `python -m mla_edu.repro` measured it on CPU and on an H200 with real CUDA graphs in bf16 (read from
-# the committed `mla_edu/results/repro_*.json`):
+# `python -m mla_edu.case_study.repro` measured it on CPU and on an H200 with real CUDA graphs in bf16 (read from
+# the committed `results/repro_*.json`):
 
 # %%
 import json
-from pathlib import Path
 
-RESULTS = Path(mla_edu.__file__).parent / "results"
+from mla_edu.paths import RESULTS_DIR as RESULTS
 full = {name: json.loads((RESULTS / f"repro_{name}.json").read_text())
         for name in ("cpu", "h200_bfloat16") if (RESULTS / f"repro_{name}.json").is_file()}
 names = {"eager": "cutlass_mla --disable-cuda-graph", "prefix": "cutlass_mla, graph, pre-fix",
          "fixed": "cutlass_mla, graph, fixed", "triton": "triton, graph"}
 heads = {"cpu": "CPU emulator fp32", "h200_bfloat16": "H200 graphs bf16"}
-print(f"{'python -m mla_edu.repro, 256 questions':38s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
+print(f"{'python -m mla_edu.case_study.repro, 256 questions':50s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
 for key, name in names.items():
-    print(f"{name:38s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" for k in full) + f"   {SEED[key]}")
+    print(f"{name:50s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" for k in full) + f"   {SEED[key]}")
 for k, res in full.items():
     assert res["table"]["prefix"]["accuracy"] < 0.25 * res["table"]["eager"]["accuracy"]
 
@@ -130,7 +129,7 @@ next_g, next_e = d.logits_graph.argmax(-1).tolist(), d.logits_eager.argmax(-1).t
 print(f"one decode step, {len(d.seq_lens)} rows padded to {d.padded_bs}")
 print(f"{'row':>3s} {'tokens':>6s} {'pages':>5s} {'logits match eager':>19s} {'same next token':>16s}")
 for b, n in enumerate(d.seq_lens):
-    print(f"{b:3d} {n:6d} {-(-n // 128):5d} {str(d.row_err[b] < TOL):>19s} {str(next_g[b] == next_e[b]):>16s}")
+    print(f"{b:3d} {n:6d} {cdiv(n, PAGE_SIZE):5d} {str(d.row_err[b] < TOL):>19s} {str(next_g[b] == next_e[b]):>16s}")
 assert d.row_err[0] < TOL and all(e > TOL for e in d.row_err[1:])
 
 # %%
@@ -168,7 +167,6 @@ print("replay == reference kernel on the predicted pages, every row:", max(d.che
 print("replay == eager on rows 1..:", any(e < TOL for e in d.row_err[1:]))
 assert max(d.check_err) < TOL
 fig = dg.page_reads_figure(d)
-print("saved", save(fig, "bug_page_reads").name)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -200,7 +198,6 @@ print(f"rows 1..{rows_read - 1} made {sum(len(d.read[b]) for b in range(1, rows_
       f"{read_other} of them in another row's slot, {read_stale} of the entries read were stale")
 assert read_other > 0 and read_stale > 0
 fig = dg.page_table_figure(d)
-print("saved", save(fig, "bug_page_table").name)
 
 # %% [markdown]
 # ## 6. The launch parameters the graph froze
@@ -211,6 +208,25 @@ print("saved", save(fig, "bug_page_table").name)
 # and a graph replays launches with the parameters they were recorded with. Below: the parameters
 # recorded while the graph for batch 8 was captured, against those the eager path launched for this
 # very batch.
+#
+# First the code. The mini backend's two graph hooks, read against SGLang's
+# `cutlass_mla_backend.py` at `7059ae16f`; each pre-fix line sits under its defect's switch
+# (`"width" in self.defects`, `"workspace" in self.defects`), and `forward_decode` is the launch the
+# graph records:
+
+# %%
+import inspect
+
+from mla_edu.serving.backends.cutlass_mla import CutlassMLABackend
+
+for hook in (CutlassMLABackend.init_forward_metadata_capture_cuda_graph,
+             CutlassMLABackend.init_forward_metadata_replay_cuda_graph, CutlassMLABackend.forward_decode):
+    print(inspect.getsource(hook))
+
+# %% [markdown]
+# The capture hook hands the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, and
+# `forward_decode` derives the launch from `table.size(1)`: that is what the graph freezes. The
+# replay hook rebuilds `block_kv_indices` on the metadata, which no replay reads. Measured:
 
 # %%
 print(f"{'':38s} {'frozen at capture':>18s} {'this batch needed':>18s}")

@@ -22,7 +22,7 @@
 # what the automated PR summary and the review got right and wrong; and how to catch this class of
 # bug before it reaches a benchmark.
 #
-# **You need** a CPU (about two minutes) and notebook 06. On a GPU the same cells capture real CUDA
+# **You need** a CPU (Run All: about 20 seconds on a 2-core CPU) and notebook 06. On a GPU the same cells capture real CUDA
 # graphs and run in bf16.
 #
 # Facts about SGLang come from its
@@ -37,8 +37,7 @@
 import torch
 
 import mla_edu
-from mla_edu import diagnose as dg
-from mla_edu.figures import save
+from mla_edu.case_study import diagnose as dg
 from mla_edu.graphs import scenarios as sc
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX
@@ -50,14 +49,55 @@ TOL = 1e-3 if DTYPE == "float32" else 0.5
 model = load_pretrained()
 questions = task.default_eval_set()
 N = 64
-run = dg.accuracy_runner(model, questions, N, DTYPE)  # 16 running requests, graphs for 8 and 16
+run = dg.accuracy_runs(model, questions, N, DTYPE)  # 16 running requests, graphs for 8 and 16
 eager = run(disable_cuda_graph=True, defects=PRE_FIX)
 print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
 
 # %% [markdown]
 # ## 1. The merged fix, piece by piece
 #
-# The diff of `e58423b2b` is small (+2/-19 in the backend):
+# The diff of [`e58423b2b`](https://github.com/duihuhu/sglang/commit/e58423b2b9f2b037e208ba4ec346bab5cc1eafe8)
+# (PR [#6998](https://github.com/sgl-project/sglang/pull/6998)) in
+# `python/sglang/srt/layers/attention/cutlass_mla_backend.py` is small (+2/-19), in the two graph hooks:
+#
+# ```diff
+#  def init_forward_metadata_capture_cuda_graph(...):
+# -    max_seqlen_pad = triton.cdiv(seq_lens.max().item(), PAGE_SIZE)
+# +    max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]
+#      create_flashmla_kv_indices_triton[(bs,)](...)
+# -    workspace_size = cutlass_mla_get_workspace_size(max_seqlen_pad * PAGE_SIZE, bs)
+# -    self.cuda_graph_mla_workspace = torch.empty(workspace_size, device="cuda", dtype=torch.uint8)
+#      self.forward_metadata = CutlassMLADecodeMetadata(
+#          self.cuda_graph_mla_workspace, self.cuda_graph_kv_indices[:bs, :max_seqlen_pad])
+#
+#  def init_forward_metadata_replay_cuda_graph(...):
+#      seq_lens = seq_lens[:bs]
+# -    seq_lens_cpu = seq_lens_cpu[:bs]
+# -    max_seqlen_pad = triton.cdiv(seq_lens_cpu.max().item(), PAGE_SIZE)
+#      create_flashmla_kv_indices_triton[(bs,)](...)
+# -    workspace_size = cutlass_mla_get_workspace_size(max_seqlen_pad * PAGE_SIZE, bs)
+# -    self.cuda_graph_mla_workspace = torch.empty(workspace_size, device="cuda", dtype=torch.uint8)
+# -    self.forward_metadata.workspace = self.cuda_graph_mla_workspace
+# -    self.forward_metadata.block_kv_indices = self.cuda_graph_kv_indices[:bs, :max_seqlen_pad]
+# ```
+#
+# The mini backend keeps each removed line under a switch, so the same code runs before and after
+# the fix: a `-` line above runs when its defect is in `defects`, the `+` line when it is not.
+
+# %%
+import inspect
+
+from mla_edu.serving.backends.cutlass_mla import CutlassMLABackend
+
+capture = inspect.getsource(CutlassMLABackend.init_forward_metadata_capture_cuda_graph)
+replay = inspect.getsource(CutlassMLABackend.init_forward_metadata_replay_cuda_graph)
+print(capture)
+print(replay)
+assert "max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]" in capture  # the + line: full width W
+assert 'if "width" in self.defects' in capture and 'if "workspace" in self.defects' in replay
+
+# %% [markdown]
+# In words:
 #
 # 1. **width**: the capture hook sets `max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]`, so the
 #    captured view is the full width `W` and its `size(1)` equals its real row stride;
@@ -78,7 +118,6 @@ assert accs[0] < 0.25 * eager["accuracy"]
 assert all(abs(a - eager["accuracy"]) <= 0.03 for a in accs[1:])
 assert all(r["errors"] == 0 for _, r in piece)
 fig = dg.piece_by_piece_figure(run)  # the runs above (memoized), drawn as figures/ draws them
-print("saved", save(fig, "fix_piece_by_piece").name)
 
 # %% [markdown]
 # The width alone brings accuracy back; the workspace and the reset change nothing *here*. What the
@@ -156,11 +195,11 @@ assert res[("width", "workspace", "stale"), -1]["max_splits_used"] == 1
 # largest first, each capture stores a fresh workspace on the backend and so drops the one the
 # previous (larger) graph writes. `workspace_hazard` captures graphs for 4 and 8, then decodes six
 # requests with the graph for 8.
-
+#
 # On a GPU this is not a thought experiment. There `torch.cuda.graph` empties the allocator's cache
 # as each capture starts, so the dropped workspace can be handed back to the driver; the next replay
 # of the larger graph then writes unmapped memory and dies with "an illegal memory access", which
-# poisons the process's whole CUDA context. The H200 run in `mla_edu/results/workspace_hazard_h200.md`
+# poisons the process's whole CUDA context. The H200 run in `results/workspace_hazard_h200.md`
 # shows it (graphs for 8 and 16, auto splits): `run_bench` runs such a setting in a child process, and
 # the ablation above printed "crashed" for it when this notebook ran on a GPU. In-process, only the
 # CPU emulator can take the hazard apart safely:

@@ -24,7 +24,8 @@
 # PASS or gives a precise hint.
 #
 # **You need** a CPU (a GPU is used when present: real CUDA graphs instead of the emulator), and
-# notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). About two minutes to run.
+# notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). Run All takes
+# about 20 seconds on a 2-core CPU.
 # Solutions are in `mla_edu/solutions/ex08.py`: try first.
 #
 # Facts about SGLang are from its code (the buggy parent `7059ae16f`, the fix `e58423b2b` of
@@ -34,8 +35,8 @@
 import torch
 
 import mla_edu
-from mla_edu import exercises as ex
-from mla_edu.panel import ControlPanel, PanelSettings
+from mla_edu.workshop import exercises as ex
+from mla_edu.workshop.panel import ControlPanel, PanelSettings
 
 DEVICE = mla_edu.default_device()
 if DEVICE.type == "cpu":
@@ -49,7 +50,7 @@ if DEVICE.type == "cpu":
 # backend, split mode, max running requests = batch size, number of questions) it measures:
 #
 # - **accuracy**, eager (`--disable-cuda-graph`) and with graphs, scored like SGLang's
-#   `bench_sglang.py` (`mla_edu.bench.run_bench`);
+#   `bench_sglang.py` (`mla_edu.case_study.accuracy.run_bench`);
 # - **page reads** of one decode step by graph replay: the page id each (request row, page) should
 #   read, against the one the captured kernel did read, through the persistent index buffer and the
 #   row stride frozen at capture.
@@ -60,7 +61,7 @@ if DEVICE.type == "cpu":
 # %%
 panel = ControlPanel(settings=PanelSettings())  # cutlass_mla, all three defects, 1 split, 8 rows, 32 questions
 result = panel.run()
-panel.show_figure()  # also figures/panel_default.png (python -m mla_edu.figures)
+panel.show_figure()  # also figures/panel_default.png (python -m tools.figures)
 reads = result.reads
 assert reads.rows_ok == [True] + [False] * 7  # only row 0 reads its own pages
 assert reads.launch.row_stride == 1 and reads.launch.buffer_row_stride == 5

@@ -6,7 +6,7 @@ from hf_reference import hf_forward, make_hf_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mla_edu import AbsorbedMLA, LatentCache, MLAConfig, NaiveMLA
+from mla_edu import AbsorbedMLA, ContiguousLatentCache, MLAConfig, NaiveMLA
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8}
@@ -53,7 +53,7 @@ def test_step_by_step_decode_matches_transformers(case, cls):
     module, rotary = make_hf_attention(config, version)
     hidden, positions = _inputs(config, T=8)
     ref = hf_forward(module, rotary, hidden, positions)
-    ours, cache = cls.from_hf(module), LatentCache()
+    ours, cache = cls.from_hf(module), ContiguousLatentCache()
     with torch.no_grad():
         outs = [ours(hidden[:, :4], positions[:, :4], cache)]
         outs += [ours(hidden[:, t:t + 1], positions[:, t:t + 1], cache) for t in range(4, 8)]
@@ -101,7 +101,7 @@ def test_property_absorbed_equals_naive_and_decode_equals_prefill(heads, kv_lora
     with torch.no_grad():
         full = naive(hidden, positions)
         assert rel_err(absorbed(hidden, positions), full) < 1e-5
-        cache = LatentCache()
+        cache = ContiguousLatentCache()
         steps = [absorbed(hidden[:, :prefix], positions[:, :prefix], cache)]
         steps += [absorbed(hidden[:, t:t + 1], positions[:, t:t + 1], cache) for t in range(prefix, T)]
     assert rel_err(torch.cat(steps, dim=1), full) < 1e-5

@@ -1,4 +1,4 @@
-"""``python -m mla_edu.bench`` and ``python -m mla_edu.repro``: CLI smoke tests on a few questions.
+"""``python -m mla_edu.case_study.accuracy`` and ``python -m mla_edu.case_study.repro``: CLI smoke tests on a few questions.
 
 The model is a randomly initialised TinyDeepseek (the CLI's loader is swapped out), so these
 check plumbing, output format and error handling, not accuracy.
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-import mla_edu.bench as bench
+import mla_edu.case_study.accuracy as bench
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek
 

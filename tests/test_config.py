@@ -95,11 +95,12 @@ def test_rope_is_a_rotation_and_relative(interleave):
 
 def test_h200_ceilings_come_from_the_committed_bench():
     from mla_edu.kernels.plots import load_bench
-    from mla_edu.plots import h200_ceilings
+    from mla_edu.attention.plots import h200_ceilings
 
     flop_per_s, bytes_per_s = h200_ceilings()
     ceil = load_bench()["ceilings"]
     assert (flop_per_s, bytes_per_s) == (ceil["matmul_bf16_TFLOPs"] * 1e12, ceil["copy_TBps"] * 1e12)
-    assert round(flop_per_s / bytes_per_s) == 163  # not the 184 of an unmeasured 790 TFLOP/s
+    # measured rates (695-708 TFLOP/s, 4.25-4.27 TB/s in the committed runs), below the datasheet's 990 / 4.8
+    assert 600e12 < flop_per_s < 790e12 and 4.0e12 < bytes_per_s < 4.8e12
     core = attention_core_cost(MLAConfig.deepseek_v3(), [4096] * 64)
-    assert round(core.flops / flop_per_s * 1e6) == 105  # the floor notebook 04 prints for the same point
+    assert core.intensity > flop_per_s / bytes_per_s  # 128 heads: compute-bound on the H200

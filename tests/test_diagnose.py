@@ -1,4 +1,4 @@
-"""mla_edu.diagnose: the launch recorder, one decode step taken apart, the workspace hazard, figures.
+"""mla_edu.case_study.diagnose: the launch recorder, one decode step taken apart, the workspace hazard, figures.
 
 A small random model is enough: the checks compare graph replay with eager decoding and with
 the reference kernel on the predicted page reads, whatever the weights.
@@ -8,8 +8,8 @@ import matplotlib
 import pytest
 from tiny_models import random_prompts, random_tiny_model
 
-from mla_edu import diagnose as dg
-from mla_edu.serving import MERGED_FIX, PRE_FIX
+from mla_edu.case_study import diagnose as dg
+from mla_edu.serving import MERGED_FIX
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 
 matplotlib.use("Agg")
@@ -34,7 +34,7 @@ def test_record_launches_restores_and_sees_no_replay(prefix):
     from mla_edu.kernels import decode as dec
 
     with dg.record_launches() as log:
-        assert dec.make_plan.__module__ == "mla_edu.diagnose"  # wrapped inside the block
+        assert dec.make_plan.__module__ == "mla_edu.case_study.diagnose"  # wrapped inside the block
     assert dec.make_plan.__module__ == "mla_edu.kernels.contract"  # restored
     assert log == []
     assert prefix.launches_during_replay == 0  # a replay runs no host code

@@ -7,9 +7,10 @@ import torch
 
 matplotlib.use("Agg")
 
-from mla_edu import exercises as ex, kvcache  # noqa: E402
+from mla_edu import kvcache  # noqa: E402
+from mla_edu.workshop import exercises as ex  # noqa: E402
 from mla_edu.kernels import get_workspace_size  # noqa: E402
-from mla_edu.solutions import ex08  # noqa: E402
+from mla_edu.workshop.solutions import ex08  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -371,23 +371,23 @@ def test_checked_more_pages_than_the_row_with_valid_ids(impl):
 
 # ---- 7: the command-line tools -------------------------------------------------------------------------
 CLI_CASES = [
-    ("mla_edu.repro", ["--num-questions", "-3"], "argument --num-questions: expected an int >= 1, got -3"),
-    ("mla_edu.repro", ["--num-questions", "0"], "argument --num-questions: expected an int >= 1, got 0"),
-    ("mla_edu.repro", ["--threads", "-1"], "argument --threads: expected an int >= 1, got -1"),
-    ("mla_edu.repro", ["--device", "bogus"], "argument --device: expected a device such as cpu"),
-    ("mla_edu.bench", ["--num-kv-splits", "100000"], "argument --num-kv-splits: expected -1 (auto) or an int in"),
-    ("mla_edu.bench", ["--device", "bogus"], "argument --device: expected a device such as cpu"),
-    ("mla_edu.bench", ["--threads", "-1"], "argument --threads: expected an int >= 1, got -1"),
-    ("mla_edu.bench", ["--cuda-graph-bs", "0"], "argument --cuda-graph-bs: expected an int >= 1, got 0"),
-    ("mla_edu.graphs.bench", ["--reps", "0"], "argument --reps: expected an int >= 1"),
+    ("mla_edu.case_study.repro", ["--num-questions", "-3"], "argument --num-questions: expected an int >= 1, got -3"),
+    ("mla_edu.case_study.repro", ["--num-questions", "0"], "argument --num-questions: expected an int >= 1, got 0"),
+    ("mla_edu.case_study.repro", ["--threads", "-1"], "argument --threads: expected an int >= 1, got -1"),
+    ("mla_edu.case_study.repro", ["--device", "bogus"], "argument --device: expected a device such as cpu"),
+    ("mla_edu.case_study.accuracy", ["--num-kv-splits", "100000"], "argument --num-kv-splits: expected -1 (auto) or an int in"),
+    ("mla_edu.case_study.accuracy", ["--device", "bogus"], "argument --device: expected a device such as cpu"),
+    ("mla_edu.case_study.accuracy", ["--threads", "-1"], "argument --threads: expected an int >= 1, got -1"),
+    ("mla_edu.case_study.accuracy", ["--cuda-graph-bs", "0"], "argument --cuda-graph-bs: expected an int >= 1, got 0"),
+    ("tools.launch_bench", ["--reps", "0"], "argument --reps: expected an int >= 1"),
     ("mla_edu.graphs.scenarios", ["--device", "tpu"], "argument --device: expected"),
-    ("mla_edu.kernels.sweep", ["--splits", "1,100000"], "argument --splits: expected -1 (auto) or an int in"),
+    ("tools.kernel_sweep", ["--splits", "1,100000"], "argument --splits: expected -1 (auto) or an int in"),
     ("mla_edu.model.train", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
     ("mla_edu.model.train", ["--threads", "-1"], "argument --threads: expected an int >= 0, got -1"),
     ("mla_edu.model.train", ["--lr", "nan"], "argument --lr: expected a finite number > 0, got nan"),
     ("mla_edu.model.train", ["--hidden", "0"], "argument --hidden: expected an int >= 1, got 0"),
-    ("mla_edu.run_notebooks", ["--out", "x", "--timeout", "0"], "argument --timeout: expected an int >= 1"),
-    ("mla_edu.figures", ["no_such_figure"], "unknown figure(s) ['no_such_figure']"),
+    ("tools.run_notebooks", ["--out", "x", "--timeout", "0"], "argument --timeout: expected an int >= 1"),
+    ("tools.figures", ["no_such_figure"], "unknown figure(s) ['no_such_figure']"),
 ]
 
 
@@ -408,7 +408,7 @@ def test_cli_flags_validated_up_front(capsys, module, argv, msg):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
-@pytest.mark.parametrize("module", ["mla_edu.repro", "mla_edu.bench", "mla_edu.graphs.bench"])
+@pytest.mark.parametrize("module", ["mla_edu.case_study.repro", "mla_edu.case_study.accuracy", "tools.launch_bench"])
 def test_cli_cuda_device_without_cuda(capsys, module):
     code, err = _run_cli(module, ["--device", "cuda"], capsys)
     assert code == 2 and "'cuda' asked for, but CUDA is not available here" in err

@@ -8,11 +8,10 @@ import torch
 
 import mla_edu  # noqa: F401
 from mla_edu._env import HAS_CUDA, TRITON_INTERPRET
-from mla_edu.graphs import Graph, graph
 from mla_edu.graphs.check import CheckReport, check
 from mla_edu.graphs.scenarios import EXPECTED, PROBLEMS, SCENARIOS, check_problem, classify, run_all
 
-RESULTS = Path(mla_edu.__file__).parent / "results"
+from mla_edu.paths import RESULTS_DIR as RESULTS
 # Every test here runs the emulator on CPU tensors; the Triton scenarios then need Triton's
 # interpreter (the default without a GPU). On a GPU machine they are left out here, and
 # test_real_graphs_match_the_h200_log runs all of them, Triton included, on real graphs.
@@ -130,3 +129,10 @@ def test_check_rejects_bad_arguments():
         check(lambda: x + 1, lambda g, t: {"x": torch.zeros(5)}, static_inputs={"x": x})
     assert isinstance(check(lambda: x + 1, lambda g, t: {"x": torch.ones(2)}, static_inputs={"x": x},
                             n_trials=1), CheckReport)
+
+
+def test_run_scenario_refuses_an_unknown_name():
+    from mla_edu.graphs.scenarios import run_scenario
+
+    with pytest.raises(ValueError, match="scenario: expected one of"):
+        run_scenario("narrow_view", "cpu")

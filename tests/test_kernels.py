@@ -199,7 +199,7 @@ def test_torch_and_reference_agree_unchecked_on_garbage_tables():
 def test_torch_impl_has_no_host_sync_and_fixed_shapes():
     shapes = set()
     for lens in ([1, 2, 3], [40, 17, 48]):
-        case = random_decode_case(2, batch=3, heads=4, page_size=16, lens=lens, d_latent=32, d_rope=16, extra_cols=3 - 
+        case = random_decode_case(2, batch=3, heads=4, page_size=16, lens=lens, d_latent=32, d_rope=16, extra_cols=3 -
                                   max(-(-n // 16) for n in lens))
         assert case.page_table.shape == (3, 3)
         with OpLog() as log:

@@ -153,7 +153,7 @@ def test_launch_configs_default_tuned_and_interpreted():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
 def test_sweep_refuses_without_a_gpu():
-    from mla_edu.kernels import sweep
+    from tools import kernel_sweep as sweep
 
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         sweep.main([])

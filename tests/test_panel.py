@@ -5,9 +5,10 @@ import pytest
 
 matplotlib.use("Agg")
 
-from mla_edu.exercises import toy_model  # noqa: E402
+from mla_edu.workshop.exercises import toy_model  # noqa: E402
 from mla_edu.model import task  # noqa: E402
-from mla_edu.panel import POISON, UNUSED, ControlPanel, PanelSettings, panel_figure  # noqa: E402
+from mla_edu.case_study.diagnose import POISON, UNUSED  # noqa: E402
+from mla_edu.workshop.panel import ControlPanel, PanelSettings, panel_figure  # noqa: E402
 from mla_edu.serving import PRE_FIX  # noqa: E402
 
 SMALL = dict(max_running_requests=4, num_questions=12)
@@ -108,14 +109,14 @@ def test_bad_widget_values():
 
 
 def test_too_few_questions():
-    from mla_edu.panel import measure_page_reads
+    from mla_edu.workshop.panel import measure_page_reads
 
     with pytest.raises(ValueError, match="at least 8"):
         measure_page_reads(toy_model(), task.default_eval_set()[:5], PanelSettings(max_running_requests=4))
 
 
 def test_measured_batch_can_be_padded():
-    from mla_edu.panel import measure_page_reads
+    from mla_edu.workshop.panel import measure_page_reads
 
     qs = task.default_eval_set()
     with pytest.raises(ValueError, match="batch_size"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from einops import einsum, rearrange
 
-from mla_edu.attention.common import LatentCache, MLAWeights, causal_mask
+from mla_edu.attention.common import ContiguousLatentCache, MLAWeights, causal_mask
 
 
 def latent_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch.Tensor, k_pe: torch.Tensor,
@@ -51,7 +51,7 @@ class AbsorbedMLA(MLAWeights):
         o = einsum(o_latent, w_uv, "... h r, h d r -> ... h d")         # [..., H, dv]
         return self.o_proj(rearrange(o, "... h d -> ... (h d)"))
 
-    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None) -> torch.Tensor:
         """``hidden [B, T, D]``, ``positions [B, T]`` -> ``[B, T, D]``; causal over the cache plus the new tokens."""
         if hidden.dim() != 3:
             raise ValueError(f"hidden: expected [B, T, hidden_size], got shape {list(hidden.shape)}")

@@ -30,7 +30,7 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
-class LatentCache:
+class ContiguousLatentCache:
     """A contiguous latent KV cache for one layer: ``c_kv [B, L, r]`` and ``k_pe [B, L, dr]``.
 
     This is the whole MLA cache: 576 numbers per token at DeepSeek-V3 dims. Paged serving keeps the
@@ -51,7 +51,7 @@ class LatentCache:
             self.c_kv, self.k_pe = c_kv, k_pe
         else:
             if c_kv.shape[0] != self.c_kv.shape[0] or c_kv.shape[2:] != self.c_kv.shape[2:]:
-                raise ValueError(f"LatentCache.update: expected c_kv [{self.c_kv.shape[0]}, T, {self.c_kv.shape[2]}], "
+                raise ValueError(f"ContiguousLatentCache.update: expected c_kv [{self.c_kv.shape[0]}, T, {self.c_kv.shape[2]}], "
                                  f"got {list(c_kv.shape)}")
             self.c_kv = torch.cat((self.c_kv, c_kv), dim=1)
             self.k_pe = torch.cat((self.k_pe, k_pe), dim=1)

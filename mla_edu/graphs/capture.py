@@ -21,6 +21,7 @@ import torch
 
 from mla_edu._env import default_device
 from mla_edu.graphs.emulator import EmulatedPool, GraphCaptureError, Program, Recorder, watch_warmup
+from mla_edu.util import is_int
 
 __all__ = ["Graph", "graph", "is_emulated", "warm_up"]
 
@@ -142,7 +143,7 @@ def warm_up(fn: Callable[[], Any], n: int = 1, device=None, *, real_cuda: bool |
     """
     if not callable(fn):
         raise TypeError(f"warm_up expects a callable, got {type(fn).__name__}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         raise ValueError(f"warm-up runs must be an int >= 0, got {n!r}")
     device = _resolve_device(device)
     if real_cuda is None:

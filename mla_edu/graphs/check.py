@@ -76,7 +76,7 @@ def _copy_leading(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst[tuple(slice(0, s) for s in src.shape)].copy_(src)
 
 
-def _rows_label(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> str:
+def rows_label(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> str:
     """'matches eager', 'wrong: rows>0', 'NaN', 'wrong: all rows' or 'wrong: some rows'."""
     out, ref = out.detach().float().cpu(), ref.detach().float().cpu()
     close = torch.isclose(out, ref, atol=atol, rtol=rtol, equal_nan=True)
@@ -100,7 +100,7 @@ def _compare(outs, refs, atol, rtol) -> tuple[str, str]:
             raise ValueError(f"reference output {i} of shape {tuple(r.shape)} does not fit the graph's "
                              f"output {tuple(o.shape)}")
         view = o[tuple(slice(0, s) for s in r.shape)]
-        label = _rows_label(view, r, atol, rtol)
+        label = rows_label(view, r, atol, rtol)
         if label != "matches eager":
             err = (view.float() - r.float()).abs().nan_to_num(float("inf")).max().item()
             return label, f"output {i}, max abs err {err:.3g}"

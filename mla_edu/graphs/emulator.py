@@ -42,7 +42,7 @@ import contextlib
 import functools
 import warnings
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes

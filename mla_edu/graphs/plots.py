@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import torch
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from mla_edu.paths import RESULTS_DIR
+
 
 
 def load_launch_results(name: str = "graph_launch_h200.json") -> dict:
-    """The committed eager-vs-replay timings (``python -m mla_edu.graphs.bench``)."""
-    with open(RESULTS / name) as f:
+    """The committed eager-vs-replay timings (``python -m tools.launch_bench``)."""
+    with open(RESULTS_DIR / name) as f:
         return json.load(f)
 
 
@@ -59,7 +58,7 @@ def _ndenumerate(t: torch.Tensor):
 
 
 def narrow_view_reads():
-    """figures/graph_narrow_view_reads.png without arguments (for ``python -m mla_edu.figures``)."""
+    """figures/graph_narrow_view_reads.png without arguments (for ``python -m tools.figures``)."""
     from mla_edu.graphs import scenarios as sc
 
     srv = sc.ToyServer("cpu")

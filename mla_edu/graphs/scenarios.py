@@ -15,6 +15,7 @@ prints ``device | backend | scenario | outcome`` for every scenario.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -337,9 +338,9 @@ def freed_workspace(device="cpu", fixed: bool = False) -> Problem:
 # ---- running a scenario ---------------------------------------------------------------------
 def classify(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-3) -> str:
     """'matches eager', 'wrong: rows>0' (row 0 right), 'NaN', 'wrong: all rows' or 'wrong: some rows'."""
-    from mla_edu.graphs.check import _rows_label
+    from mla_edu.graphs.check import rows_label
 
-    return _rows_label(out, ref, atol=atol, rtol=1e-4)
+    return rows_label(out, ref, atol=atol, rtol=1e-4)
 
 
 def run_problem(build: Callable[[], Problem], mode: str = "auto") -> str:
@@ -417,24 +418,7 @@ def freed_pool_reuse(device="cpu", mode: str = "auto", fixed: bool = False) -> s
     return "wrong: freed memory reused" if ok1 else "wrong: all rows"
 
 
-SCENARIOS: dict[str, Callable] = {
-    "frozen_scalar": lambda dev, mode: run_problem(lambda: frozen_scalar(dev), mode),
-    "frozen_scalar:fixed": lambda dev, mode: run_problem(lambda: frozen_scalar(dev, fixed=True), mode),
-    "narrow_view/torch": lambda dev, mode: run_problem(lambda: narrow_view(dev, impl="torch"), mode),
-    "narrow_view/triton": lambda dev, mode: run_problem(lambda: narrow_view(dev, impl="triton"), mode),
-    "narrow_view/torch:fixed": lambda dev, mode: run_problem(lambda: narrow_view(dev, True, "torch"), mode),
-    "narrow_view/triton:fixed": lambda dev, mode: run_problem(lambda: narrow_view(dev, True, "triton"), mode),
-    "freed_pool_reuse": lambda dev, mode: freed_pool_reuse(dev, mode),
-    "freed_pool_reuse:fixed": lambda dev, mode: freed_pool_reuse(dev, mode, fixed=True),
-    "stale_buffer": lambda dev, mode: run_problem(lambda: stale_buffer(dev), mode),
-    "stale_buffer:fixed": lambda dev, mode: run_problem(lambda: stale_buffer(dev, fixed=True), mode),
-    "padded_slots": lambda dev, mode: run_problem(lambda: padded_slots(dev), mode),
-    "padded_slots:fixed": lambda dev, mode: run_problem(lambda: padded_slots(dev, fixed=True), mode),
-    "static_buffers": lambda dev, mode: run_problem(lambda: static_buffers(dev), mode),
-    "sync_in_capture": lambda dev, mode: run_problem(lambda: sync_in_capture(dev), mode),
-}
-
-# What each scenario does under a CUDA graph (the GPU log in mla_edu/results/ is the evidence).
+# What each scenario does under a CUDA graph (the GPU log in results/ is the evidence).
 EXPECTED = {
     "frozen_scalar": "wrong: all rows",
     "narrow_view/torch": "wrong: rows>0",
@@ -463,6 +447,20 @@ PROBLEMS: dict[str, Callable] = {
     "static_buffers": lambda dev: static_buffers(dev),
     "sync_in_capture": lambda dev: sync_in_capture(dev),
 }
+
+
+def run_scenario(name: str, device="cpu", mode: str = "auto") -> str:
+    """What problem ``name`` does when captured once and replayed on later batches (``run_problem``);
+    pitfall 3 runs as ``freed_pool_reuse``: two captures sharing one memory pool."""
+    if name not in PROBLEMS:
+        raise ValueError(f"scenario: expected one of {sorted(PROBLEMS)}, got {name!r}")
+    if name.startswith("freed_pool_reuse"):
+        return freed_pool_reuse(device, mode, fixed=name.endswith(":fixed"))
+    return run_problem(lambda: PROBLEMS[name](device), mode)
+
+
+# name -> (device, mode) -> outcome, in the notebook's order
+SCENARIOS: dict[str, Callable] = {name: functools.partial(run_scenario, name) for name in PROBLEMS}
 
 
 def check_problem(problem: Problem, n_trials: int = 6, seed: int = 0, mode: str = "auto", poison: bool = True):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mla_edu.kernels.workspace import get_workspace_size, num_kv_splits_for
+from mla_edu.util import cdiv
 
 POISON_IDS = (-1, -(2**20), 2**30)
 
@@ -66,7 +67,7 @@ def random_decode_case(seed: int, batch: int = 4, heads: int = 4, page_size: int
     num_pages = sum(n_pages_req) + extra_pages
     perm = torch.randperm(num_pages, generator=gen)
     width = max(n_pages_req) + extra_cols
-    width = -(-width // width_multiple) * width_multiple
+    width = cdiv(width, width_multiple) * width_multiple
     d = d_latent + d_rope
     cache = torch.full((num_pages, page_size, d), float("nan"), dtype=torch.float32)
     table = torch.empty((batch, width), dtype=torch.int32)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, device_sm_count, num_kv_splits_for
+from mla_edu.util import is_int
 
 STRIDE_POLICIES = ("size", "stride")
 MAX_SPLITS = 256
@@ -69,7 +70,7 @@ def check_flags(checked, sm_count) -> None:
     """TypeError/ValueError for a non-bool ``checked`` or an ``sm_count`` that is not None or an int > 0."""
     if not isinstance(checked, bool):
         raise TypeError(f"checked must be a bool, got {type(checked).__name__}")
-    if sm_count is not None and (isinstance(sm_count, bool) or not isinstance(sm_count, int)):
+    if sm_count is not None and not is_int(sm_count):
         raise TypeError(f"sm_count must be None or an int, got {type(sm_count).__name__}")
     if sm_count is not None and sm_count < 1:
         raise ValueError(f"sm_count must be >= 1 (None: the GPU's count), got {sm_count}")
@@ -128,7 +129,7 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
         raise TypeError(f"sm_scale must be a float, got {type(sm_scale).__name__}")
     if not (sm_scale > 0 and math.isfinite(sm_scale)):
         raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale}")
-    if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, int):
+    if not is_int(num_kv_splits):
         raise TypeError(f"num_kv_splits must be an int, got {type(num_kv_splits).__name__}")
     if not (num_kv_splits == -1 or 1 <= num_kv_splits <= MAX_SPLITS):
         raise ValueError(f"num_kv_splits must be -1 (auto) or in [1, {MAX_SPLITS}], got {num_kv_splits}")

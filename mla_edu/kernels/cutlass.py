@@ -15,6 +15,7 @@ import torch
 
 from mla_edu.kernels.contract import check_page_table_layout, check_tensors
 from mla_edu.kernels.workspace import get_workspace_size
+from mla_edu.util import is_int
 
 MAX_HEADS = 128
 D_LATENT, D_ROPE = 512, 64
@@ -62,7 +63,7 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
         raise ValueError(f"seq_lens must be [B={b}], got {tuple(seq_lens.shape)}")
     if workspace.dtype != torch.uint8:
         raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
-    if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, int) or not (num_kv_splits == -1 or num_kv_splits >= 1):
+    if not is_int(num_kv_splits) or not (num_kv_splits == -1 or num_kv_splits >= 1):
         raise ValueError(f"num_kv_splits must be -1 (auto) or >= 1, got {num_kv_splits!r}")
     need = get_workspace_size(page * block_num, b, sm_count or 0, num_kv_splits)
     if workspace.numel() < need:

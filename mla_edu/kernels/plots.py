@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
-BENCH_JSON = RESULTS / "kernel_bench_h200.json"
+from mla_edu.paths import RESULTS_DIR
+
+BENCH_JSON = RESULTS_DIR / "kernel_bench_h200.json"
 
 
 def load_bench(path: Path | str = BENCH_JSON) -> dict:
@@ -14,14 +15,40 @@ def load_bench(path: Path | str = BENCH_JSON) -> dict:
         return json.load(f)
 
 
+def summary(data: dict) -> dict:
+    """The acceptance numbers of a bench run (``python -m tools.kernel_bench``; also printed at the end of
+    its markdown): shapes, the split rule against the best split, peers, the B=64, L=4096 points."""
+    ceil, rows = data["ceilings"], data["results"]
+    rule = [r["triton_rule_us"] / r["triton_best_us"] for r in rows]
+    out = {"shapes": len(rows), "rule_within_10pct": sum(x <= 1.10 for x in rule), "rule_worst_ratio": max(rule),
+           "max_rel_err": max(r[k] for r in rows for k in ("triton_rel_err", "sglang_rel_err", "flashmla_rel_err")
+                              if k in r)}
+    sg = [r["sglang_us"] / r["triton_us"] for r in rows if "sglang_us" in r]
+    if sg:
+        out.update(faster_than_sglang=sum(x > 1 for x in sg), sglang_shapes=len(sg), min_speedup_vs_sglang=min(sg))
+    for r in rows:
+        if r["page"] == 64 and r["batch"] == 64 and r["seq_len"] == 4096:
+            key = f"h{r['heads']}_B64_L4096"
+            out[key] = {"us": r["triton_us"], "pct_copy": 100 * r["frac_copy"], "pct_matmul": 100 * r["frac_matmul"]}
+            if "flashmla_us" in r:
+                out[key].update(flashmla_us=r["flashmla_us"], speed_vs_flashmla=r["flashmla_us"] / r["triton_us"],
+                                flashmla_pct_copy=100 * r["bytes"] / r["flashmla_us"] / 1e6 / ceil["copy_TBps"],
+                                flashmla_pct_matmul=100 * r["flops"] / r["flashmla_us"] / 1e6
+                                / ceil["matmul_bf16_TFLOPs"])
+            if "sglang_us" in r:
+                out[key].update(sglang_us=r["sglang_us"], speed_vs_sglang=r["sglang_us"] / r["triton_us"])
+    return out
+
+
 def kernel_bench_figure(path: Path | str = BENCH_JSON):
-    """Achieved TB/s (h_q=16) and TFLOP/s (h_q=128) against L, with the ceilings measured in the same run."""
+    """Achieved TB/s (h_q=16) and TFLOP/s (h_q=128) against L, with the ceilings measured in the same run,
+    and a roofline (TFLOP/s against FLOP per byte) with the B=64, L=4096 points of each kernel."""
     import matplotlib.pyplot as plt
 
     data = load_bench(path)
     ceil = data["ceilings"]
     batches = sorted({r["batch"] for r in data["results"]})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     for ax, heads, key, ceil_v, unit in ((axes[0], 16, "TBps", ceil["copy_TBps"], "TB/s"),
                                          (axes[1], 128, "TFLOPs", ceil["matmul_bf16_TFLOPs"], "TFLOP/s")):
         for page, style in ((64, "--"), (128, "-")):
@@ -30,6 +57,13 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
                 if rows:
                     ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker="o", ms=3,
                             label=f"page {page}, B={b}")
+        for peer, style in (("flashmla_us", ":"), ("sglang_us", "-.")):  # peers of the same run, B=64, page 64
+            rows = [r for r in data["results"]
+                    if r["heads"] == heads and r["page"] == 64 and r["batch"] == 64 and peer in r]
+            if rows:
+                r_unit = "bytes" if key == "TBps" else "flops"
+                ax.plot([r["seq_len"] for r in rows], [r[r_unit] / r[peer] / 1e6 for r in rows], style, color="gray",
+                        marker="s", ms=3, label=f"{'FlashMLA' if peer == 'flashmla_us' else 'SGLang Triton'}, B=64")
         ax.axhline(ceil_v, color="k", lw=1)
         ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
         ax.set_xscale("log", base=2)
@@ -37,7 +71,31 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
         ax.set_xlabel("context length L (tokens per request)")
         ax.set_ylabel(unit)
         ax.set_title(f"h_q = {heads}: {'memory' if heads == 16 else 'compute'}-bound regime")
-    axes[1].legend(fontsize=7, ncol=2)
+    for ax in axes[:2]:
+        ax.legend(fontsize=6, ncol=2, loc="lower right")
+    _roofline(axes[2], data)
     fig.suptitle(f"Triton split-KV MLA decode on {data['info']['gpu']} (bf16)")
     fig.tight_layout()
     return fig
+
+
+def _roofline(ax, data: dict) -> None:
+    """Roofline of the measured ceilings, with the B=64, L=4096, page 64 points of each kernel."""
+    ceil = data["ceilings"]
+    copy, mm = ceil["copy_TBps"], ceil["matmul_bf16_TFLOPs"]
+    xs = [2.0 ** k for k in range(2, 11)]
+    ax.plot(xs, [min(copy * x, mm) for x in xs], "k-", lw=1, label="measured roof (copy, matmul)")
+    rows = [r for r in data["results"] if r["page"] == 64 and r["batch"] == 64 and r["seq_len"] == 4096]
+    for key, name, marker in (("triton_us", "mla_edu", "o"), ("flashmla_us", "FlashMLA", "s"),
+                              ("sglang_us", "SGLang Triton", "^")):
+        pts = [(r["flops"] / r["bytes"], r["flops"] / r[key] / 1e6, r["heads"]) for r in rows if key in r]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, ls="none", label=name)
+            for x, y, h in pts if name == "mla_edu" else ():
+                ax.annotate(f"h_q={h}", (x, y), textcoords="offset points", xytext=(5, -10), fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=10)
+    ax.set_xlabel("FLOP per byte (2 h_q (576 + 512) / 1152 per token)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title("roofline, B = 64, L = 4096")
+    ax.legend(fontsize=7, loc="lower right")

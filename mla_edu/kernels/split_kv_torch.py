@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from mla_edu.kernels.contract import DecodePlan, flat_table, workspace_views
+from mla_edu.util import cdiv
 
 
 def mla_decode_torch(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,
@@ -20,7 +21,7 @@ def mla_decode_torch(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_sc
     b, h, dl = q_nope.shape
     page, s_n = plan.page_size, plan.num_splits
     dev = q_nope.device
-    cpp = -(-plan.max_pages // s_n)  # static pages per split
+    cpp = cdiv(plan.max_pages, s_n)  # static pages per split
 
     lens = seq_lens.to(torch.int64)  # [B]
     n_pages = (lens + page - 1) // page  # [B]

@@ -22,6 +22,7 @@ import torch
 
 from mla_edu import _env
 from mla_edu.kernels.contract import DecodePlan, flat_table, workspace_views
+from mla_edu.kernels.workspace import gpu_block_h
 
 import triton  # noqa: E402  (after mla_edu._env)
 import triton.language as tl  # noqa: E402
@@ -150,15 +151,10 @@ def _quiet(on_gpu: bool):
 
 
 #: GPU launch configs (BLOCK_N, num_warps, num_stages) per head-block size (``gpu_block_h``).
-GPU_CONFIGS = {16: (32, 4, 2), 32: (32, 4, 2), 64: (64, 8, 2)}  # tuned on the H200 (kernel_bench_h200.json)
+GPU_CONFIGS = {16: (64, 4, 2), 32: (32, 4, 2), 64: (64, 8, 2)}  # measured on the H200 (kernel_bench_h200.md)
 #: Overrides, keyed like GPU_CONFIGS, each a full (BLOCK_H, BLOCK_N, num_warps, num_stages): set by
-#: the benchmark's tuning pass and by the launch-config sweep (``python -m mla_edu.kernels.sweep``).
+#: the benchmark's tuning pass and by the launch-config sweep (``python -m tools.kernel_sweep``).
 TUNED: dict[int, tuple[int, int, int, int]] = {}
-
-
-def gpu_block_h(heads: int) -> int:
-    """The default head-block size on a GPU for ``heads`` query heads (the key of GPU_CONFIGS)."""
-    return min(64, max(16, triton.next_power_of_2(heads)))
 
 
 def _dot_width(d: int) -> int:
@@ -168,11 +164,12 @@ def _dot_width(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
-def _config(heads: int, on_gpu: bool):
-    """(BLOCK_H, BLOCK_N, num_warps, num_stages)."""
+def _config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
+    """(BLOCK_H, BLOCK_N, num_warps, num_stages); on a GPU the head block is ``gpu_block_h(heads, batch,
+    n_pages)`` (16 for problems too small to fill the GPU with 64-head programs)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
         return max(16, triton.next_power_of_2(heads)), 64, 4, 1
-    block_h = gpu_block_h(heads)
+    block_h = gpu_block_h(heads, batch, n_pages)
     return TUNED.get(block_h, (block_h, *GPU_CONFIGS[block_h]))
 
 
@@ -182,9 +179,8 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                       sm_scale: float, row_stride: int, max_pages: int, num_splits: int, checked: bool,
                       final: bool) -> None:
     b, h, dl = q_nope.shape
-    dr = q_pe.size(2)
     on_gpu = q_nope.is_cuda
-    block_h, block_n, warps, stages = _config(h, on_gpu)
+    block_h, block_n, warps, stages = _config(h, on_gpu, b, max_pages)
     grid = (b, triton.cdiv(h, block_h), num_splits)
     with _quiet(on_gpu):
         _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from mla_edu.util import cdiv, is_int
+
 #: H100 / H200 SXM have 132 SMs; used where no GPU can be asked (CPU runs).
 DEFAULT_SM_COUNT = 132
 #: cutlass pads heads to its 128-row tile; workspace is sized for 128 heads whatever H is.
@@ -22,7 +24,7 @@ BYTES_PER_BATCH_SPLIT = (4 * D_LATENT + 4) * CUTLASS_HEADS  # 262,656
 
 
 def _pos_int(name: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
+    if not is_int(v):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if v <= 0:
         raise ValueError(f"{name} must be > 0, got {v}")
@@ -44,19 +46,84 @@ def num_kv_splits_for(max_seq_len: int, num_batches: int, sm_count: int = 0, num
     """
     _pos_int("max_seq_len", max_seq_len)
     _pos_int("num_batches", num_batches)
-    if isinstance(sm_count, bool) or not isinstance(sm_count, int):
+    if not is_int(sm_count):
         raise TypeError(f"sm_count must be an int, got {type(sm_count).__name__}")
-    if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, int):
+    if not is_int(num_kv_splits):
         raise TypeError(f"num_kv_splits must be an int, got {type(num_kv_splits).__name__}")
     if num_kv_splits >= 1:
         return num_kv_splits
     if num_kv_splits != -1:
         raise ValueError(f"num_kv_splits must be -1 (auto) or >= 1, got {num_kv_splits}")
     sms = sm_count if sm_count > 0 else device_sm_count()
-    max_splits = -(-max_seq_len // 128)
+    max_splits = cdiv(max_seq_len, 128)
     heur = min(max_splits, max(1, sms // num_batches))
-    k_waves = -(-max_splits // heur)
-    return -(-max_splits // k_waves)
+    k_waves = cdiv(max_splits, heur)
+    return cdiv(max_splits, k_waves)
+
+
+#: Split counts the Triton kernel's split rule chooses from (and the benchmark times).
+SPLIT_CHOICES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
+#: Programs of each GPU config (keyed by heads per program) resident on one SM at once, as Triton 3.6
+#: compiles them for sm_90: 16 heads 94 KB of shared memory and 184 registers a thread -> 2;
+#: 32 heads 76 KB and 255 registers (128 threads) -> 2; 64 heads 221 KB -> 1.
+PROGRAMS_PER_SM = {16: 2, 32: 2, 64: 1}
+#: Below this many (request, head block, page) programs, even one page per program leaves most SMs
+#: idle: the kernel then takes 16 heads per program, four times the programs (each page read once
+#: per head block, from L2).
+SMALL_GRID = 32
+#: Longest walk of one program the rule allows, in pages: at h_q=128 on the H200 one program per
+#: (request, head block) over 512 pages (L=32768, page 64) ran 5-10% slower than 2-4 shorter ones in
+#: two bench runs, where the wave count alone sees no difference.
+MAX_PAGES_PER_PROGRAM = 256
+#: Fixed cost of splitting, in page-times of one program (the second launch, the LSE merge).
+SPLIT_COST_PAGES = 1.0
+
+
+def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0) -> int:
+    """Query heads per program of the Triton kernel on a GPU: a power of two in [16, 64]; 16 when
+    ``batch * head blocks * n_pages <= SMALL_GRID`` (a problem too small to fill the GPU otherwise)."""
+    _pos_int("heads", heads)
+    block = min(64, max(16, 1 << (heads - 1).bit_length()))
+    if block > 16 and batch * cdiv(heads, block) * n_pages <= SMALL_GRID and batch > 0:
+        return 16
+    return block
+
+
+def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, page_size: int,
+                         sm_count: int = 0, d_latent: int = D_LATENT, d_rope: int = 64) -> int:
+    """The split count for ``mla_decode(impl="triton")``: host side, from shapes only (graph-safe).
+
+    Cost model in page-times (the time one program takes for one page): the ``P * S`` programs
+    (``P = B * ceil(H / block_h)``, ``block_h = gpu_block_h(H, B, n_pages)``) run in
+    ``ceil(P * S / (PROGRAMS_PER_SM[block_h] * sm_count))`` waves of ``ceil(n_pages / S)`` pages each; with
+    ``S > 1`` add ``SPLIT_COST_PAGES`` and the merge's float32 partials (written and read:
+    ``B * H * S * d_latent * 8`` bytes) in page-times of all SMs. The rule picks the cheapest ``S`` in
+    ``SPLIT_CHOICES`` (at most ``n_pages``, and at most ``MAX_PAGES_PER_PROGRAM`` pages per program
+    where a choice allows it). Unlike sgl-kernel's rule it counts head blocks, whole
+    waves and the merge.
+    """
+    _pos_int("max_seq_len", max_seq_len)
+    _pos_int("num_batches", num_batches)
+    _pos_int("num_heads", num_heads)
+    _pos_int("page_size", page_size)
+    sms = sm_count if sm_count > 0 else device_sm_count()
+    n_pages = cdiv(max_seq_len, page_size)
+    block_h = gpu_block_h(num_heads, num_batches, n_pages)
+    programs = num_batches * cdiv(num_heads, block_h)
+    slots = PROGRAMS_PER_SM[block_h] * sms
+    page_bytes = page_size * (d_latent + d_rope) * 2  # bf16 rows of one page
+    best, best_cost = 1, None
+    for s in SPLIT_CHOICES:
+        if s > n_pages:
+            break
+        if cdiv(n_pages, s) > MAX_PAGES_PER_PROGRAM and s < max(SPLIT_CHOICES):
+            continue
+        cost = cdiv(programs * s, slots) * cdiv(n_pages, s)
+        if s > 1:
+            cost += SPLIT_COST_PAGES + num_batches * num_heads * s * d_latent * 8 / (sms * page_bytes)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
 
 
 def get_workspace_size(max_seq_len: int, num_batches: int, sm_count: int = 0, num_kv_splits: int = 1) -> int:

@@ -8,6 +8,7 @@ followed by ``k_pe`` (the shared RoPE key, 64 numbers): 576 numbers, SGLang's
 from __future__ import annotations
 
 import torch
+from mla_edu.util import is_int
 
 
 class LatentKVCache:
@@ -23,7 +24,7 @@ class LatentKVCache:
     ):
         for name, v in (("num_layers", num_layers), ("num_pages", num_pages), ("page_size", page_size),
                         ("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", qk_rope_head_dim)):
-            if isinstance(v, bool) or not isinstance(v, int):
+            if not is_int(v):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
@@ -87,7 +88,7 @@ class LatentKVCache:
         rows.index_copy_(0, loc, new)
 
     def _check_layer(self, layer: int) -> None:
-        if isinstance(layer, bool) or not isinstance(layer, int):
+        if not is_int(layer):
             raise TypeError(f"layer must be an int, got {type(layer).__name__}")
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}), got {layer}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from mla_edu import _env  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
+from mla_edu.util import is_int
 
 
 def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
@@ -37,7 +38,7 @@ def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
         raise ValueError(f"seq_lens must have one entry per request ({b}), got {seq_lens.numel()}")
     if page_table.size(0) != b:
         raise ValueError(f"page_table must have one row per request ({b}), got {page_table.size(0)} rows")
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+    if not is_int(page_size) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, got {page_size!r}")
     devs = {t.device for t in (req_to_token, req_pool_indices, seq_lens, page_table)}
     if len(devs) != 1:

@@ -7,6 +7,7 @@ import torch
 from mla_edu.kernels import pages_read  # noqa: F401  (re-exported for notebook 03)
 from mla_edu.kvcache.page_table import fill_page_table
 from mla_edu.kvcache.pool import PagedAllocator, ReqToTokenPool
+from mla_edu.util import cdiv
 
 PAGE = 64
 CONTEXT = 512
@@ -41,7 +42,7 @@ def page_table_scenario():
     idx = torch.tensor(new, dtype=torch.int32)
     seq_lens = torch.tensor(lens, dtype=torch.int32)
     fill_page_table(pool.req_to_token, idx, seq_lens, buf[:4], PAGE)
-    n_pages = [-(-n // PAGE) for n in lens]
+    n_pages = [cdiv(n, PAGE) for n in lens]
     return {"buf": buf, "seq_lens": seq_lens, "req_pool_indices": idx, "req_to_token": pool.req_to_token,
             "n_pages": n_pages, "page_size": PAGE}
 

@@ -9,18 +9,11 @@ a slot is ``page * page_size + offset``. Both classes are host-side bookkeeping
 from __future__ import annotations
 
 import torch
+from mla_edu.util import check_int
 
 
 class PoolExhausted(RuntimeError):
     """Raised when a pool or allocator has fewer free entries than asked for."""
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _as_index_list(name: str, indices) -> list[int]:
@@ -45,8 +38,8 @@ class ReqToTokenPool:
     """
 
     def __init__(self, size: int, max_context_len: int, device="cpu"):
-        _check_int("size", size, 1)
-        _check_int("max_context_len", max_context_len, 1)
+        check_int("size", size, 1)
+        check_int("max_context_len", max_context_len, 1)
         self.size = size
         self.max_context_len = max_context_len
         self.device = torch.device(device)
@@ -57,7 +50,7 @@ class ReqToTokenPool:
         return len(self._free)
 
     def alloc(self, n: int = 1) -> list[int]:
-        _check_int("n", n, 0)
+        check_int("n", n, 0)
         if n > len(self._free):
             raise PoolExhausted(f"ReqToTokenPool: asked for {n} request rows, only {len(self._free)} of {self.size} free")
         out, self._free = self._free[:n], self._free[n:]
@@ -88,8 +81,8 @@ class PagedAllocator:
     """
 
     def __init__(self, num_pages: int, page_size: int, device="cpu", seed: int | None = None):
-        _check_int("num_pages", num_pages, 2)
-        _check_int("page_size", page_size, 1)
+        check_int("num_pages", num_pages, 2)
+        check_int("page_size", page_size, 1)
         if page_size & (page_size - 1):
             raise ValueError(f"page_size must be a power of two, got {page_size}")
         self.num_pages = num_pages
@@ -110,7 +103,7 @@ class PagedAllocator:
 
     def alloc_pages(self, n: int) -> torch.Tensor:
         """``n`` free pages as an int64 tensor ``[n]``; ``PoolExhausted`` if too few are free."""
-        _check_int("n", n, 0)
+        check_int("n", n, 0)
         if n > len(self._free):
             raise PoolExhausted(
                 f"PagedAllocator: asked for {n} pages, only {len(self._free)} of {self.num_pages - 1} usable pages free"
@@ -145,7 +138,7 @@ class PagedAllocator:
 
     def pages_of(self, req_to_token_row: torch.Tensor, length: int) -> torch.Tensor:
         """The pages holding positions ``[0, length)`` of a request (int64), e.g. to free them."""
-        _check_int("length", length, 0)
+        check_int("length", length, 0)
         if length == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         first_slots = req_to_token_row[: length : self.page_size].to(torch.int64)
@@ -157,8 +150,8 @@ def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, alloca
     if not isinstance(req_to_token_row, torch.Tensor) or req_to_token_row.dim() != 1:
         raise TypeError(f"req_to_token_row must be a 1-D tensor (one row of req_to_token), got {type(req_to_token_row).__name__}"
                         + (f" of shape {tuple(req_to_token_row.shape)}" if isinstance(req_to_token_row, torch.Tensor) else ""))
-    _check_int("old_len", old_len, 0)
-    _check_int("new_len", new_len, old_len)
+    check_int("old_len", old_len, 0)
+    check_int("new_len", new_len, old_len)
     if new_len > req_to_token_row.numel():
         raise ValueError(f"new_len must be <= max_context_len={req_to_token_row.numel()}, got {new_len}")
     page = allocator.page_size

@@ -33,6 +33,7 @@ import random
 import re
 from dataclasses import dataclass
 from typing import Sequence
+from mla_edu.util import PAGE_SIZE
 
 # ----------------------------------------------------------------------------- tokenizer
 
@@ -50,7 +51,6 @@ _ID_TO_TEXT = list(SPECIAL_TOKENS) + list(CHARS)
 
 # ----------------------------------------------------------------------------- task sizes
 
-PAGE_SIZE = 128  # cutlass_mla's page size: prompts span 1..4 of these pages
 CONTEXT_LEN = 4 * PAGE_SIZE  # 512: prompt + generated tokens always fit
 ANSWER_DIGITS = 2
 MAX_NEW_TOKENS = ANSWER_DIGITS + 1  # two digits, then EOS

@@ -13,7 +13,7 @@ Three ways to run it:
 - ``decode_step(tokens, positions, attend)``: one new token per request, with attention over the
   cache delegated to ``attend`` (see its docstring: this is the step a serving engine runs).
 
-``generate`` is the reference greedy decoder on a contiguous ``LatentCache``.
+``generate`` is the reference greedy decoder on a contiguous ``ContiguousLatentCache``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from torch import nn
 from einops import einsum, rearrange
 from torch.nn import functional as F
 
-from mla_edu.attention import AbsorbedMLA, LatentCache, NaiveMLA, RMSNorm
+from mla_edu.attention import AbsorbedMLA, ContiguousLatentCache, NaiveMLA, RMSNorm
 from mla_edu.config import MLAConfig
 from mla_edu.model import task
+from mla_edu.util import is_int
 
 
 def default_mla_config() -> MLAConfig:
@@ -58,7 +59,7 @@ class TinyDeepseekConfig:
             raise TypeError(f"TinyDeepseekConfig.mla must be an MLAConfig, got {type(self.mla).__name__}")
         for key in ("vocab_size", "num_hidden_layers", "intermediate_size"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"TinyDeepseekConfig.{key} must be a positive int, got {value!r}")
 
     @property
@@ -118,7 +119,7 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None) -> torch.Tensor:
         x = self.attn_norm(h)
         if self.attn_impl == "sdpa" and cache is None:
             h = h + mla_sdpa(self.attn, x, positions)
@@ -193,11 +194,11 @@ class TinyDeepseek(nn.Module):
 
     # ---- whole-sequence paths --------------------------------------------------------------
     def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor | None = None, caches: list[LatentCache] | None = None
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None, caches: list[ContiguousLatentCache] | None = None
     ) -> torch.Tensor:
         """tokens ``[B, T]``, positions ``[B, T]`` (default 0..T-1) -> logits ``[B, T, vocab]``.
 
-        Causal. With ``caches`` (one ``LatentCache`` per layer) the tokens attend to the cached ones
+        Causal. With ``caches`` (one ``ContiguousLatentCache`` per layer) the tokens attend to the cached ones
         too, and their latents are appended.
         """
         positions = self._check(tokens, positions)
@@ -271,7 +272,7 @@ class TinyDeepseek(nn.Module):
     # ---- reference greedy decoding -----------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompt_ids, max_new_tokens: int = task.MAX_NEW_TOKENS, eos_id: int | None = task.EOS) -> list[int]:
-        """Greedy decoding of one prompt with a contiguous ``LatentCache`` per layer.
+        """Greedy decoding of one prompt with a contiguous ``ContiguousLatentCache`` per layer.
 
         Prefill the prompt, then feed back one token at a time; stops after ``eos_id`` (included
         in the result) or ``max_new_tokens``. Returns the generated ids.
@@ -288,7 +289,7 @@ class TinyDeepseek(nn.Module):
                 f"({self.config.mla.max_position_embeddings})"
             )
         device = self.embed_tokens.weight.device
-        caches = [LatentCache() for _ in self.layers]
+        caches = [ContiguousLatentCache() for _ in self.layers]
         tokens = ids.to(device)[None]  # [1, T]
         pos = torch.arange(tokens.shape[1], device=device)[None]  # [1, T]
         out: list[int] = []

@@ -3,8 +3,8 @@
     python -m mla_edu.model.train [--steps N] [--seed S] [--out DIR]
 
 Seeded; a tqdm bar shows loss and answer accuracy. A curriculum on context length makes
-recall form early (a fixed long context stays at chance for many minutes; see
-../shared/brief/mla.md): prompts of 64 tokens, then 160, then the evaluation's own
+recall form early (a fixed long context stays at chance for many minutes):
+prompts of 64 tokens, then 160, then the evaluation's own
 distribution (1..4 pages of 128). The loss covers only the answer: two digits and EOS.
 At the end the reference ``generate`` decodes the default evaluation set greedily and the
 weights are written as safetensors with a manifest (config, task, seed, the weights' and the
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "eval": {
             "questions": len(questions), "accuracy": round(acc, 4), "invalid": round(invalid, 4),
-            "decoder": "TinyDeepseek.generate (greedy, contiguous LatentCache, absorbed MLA, fp32)",
+            "decoder": "TinyDeepseek.generate (greedy, contiguous ContiguousLatentCache, absorbed MLA, fp32)",
         },
         "command": "python -m mla_edu.model.train " + " ".join(argv if argv is not None else sys.argv[1:]),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mla_edu.kernels.contract import MAX_SPLITS
+from mla_edu.util import PAGE_SIZE, is_int
 
 BACKENDS = ("cutlass_mla", "triton")
 DEFECTS = ("width", "workspace", "stale")  # the backend's graph defects (PR #6998)
@@ -21,7 +22,6 @@ PRE_FIX = frozenset(DEFECTS)
 MERGED_FIX = frozenset({"stale"})
 # The seed's pre-fix run: the graph defects plus the bug-era kernel's scale (and one split).
 SEED_PRE_FIX = PRE_FIX | {"scale"}
-PAGE_SIZE = 128  # cutlass MLA's only page size
 
 
 def page_table_width(context_length: int) -> int:
@@ -103,10 +103,10 @@ class ServerArgs:
             raise ValueError(f"attention_backend: expected one of {BACKENDS}, got {self.attention_backend!r}")
         self.defects = parse_defects(self.defects)
         splits = self.num_kv_splits
-        if isinstance(splits, bool) or not isinstance(splits, int) or not (splits == -1 or 1 <= splits <= MAX_SPLITS):
+        if not is_int(splits) or not (splits == -1 or 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"num_kv_splits: expected -1 (auto) or an int in [1, {MAX_SPLITS}] (the kernel "
                              f"contract's limit), got {splits!r}")
-        if self.sm_count is not None and (isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int)
+        if self.sm_count is not None and (not is_int(self.sm_count)
                                           or self.sm_count < 1):
             raise ValueError(f"sm_count: expected None (the GPU's) or an int >= 1, got {self.sm_count!r}")
         bs = tuple(int(b) for b in self.cuda_graph_bs)

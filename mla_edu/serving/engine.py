@@ -22,6 +22,7 @@ import torch
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.serving.model_runner import ModelRunner
+from mla_edu.util import cdiv
 
 
 @dataclass
@@ -92,7 +93,7 @@ class Engine:
     # --- memory ---------------------------------------------------------------------------------
     def _alloc(self, req: Req, n_tokens: int):
         """Make sure ``req`` owns pages for ``n_tokens`` tokens."""
-        need = -(-n_tokens // self.runner.page_size) - len(req.pages)
+        need = cdiv(n_tokens, self.runner.page_size) - len(req.pages)
         if need > 0:
             req.pages.extend(int(p) for p in self.runner.allocator.alloc_pages(need))
 

@@ -19,6 +19,7 @@ from mla_edu import default_device, kvcache
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.backends import create_backend
 from mla_edu.serving.batch import ForwardBatch
+from mla_edu.util import cdiv
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,7 +38,7 @@ class ModelRunner:
         self.num_layers = len(model.layers)
         self.context_length = args.context_length
         self.page_size = 128
-        self.pages_per_req = -(-self.context_length // self.page_size)
+        self.pages_per_req = cdiv(self.context_length, self.page_size)
         # ``max_running_requests`` rows, as SGLang sizes ``req_to_token`` even under DP attention
         # (model_runner.py at 7059ae16f, lines 915-917); a context's worth of pages for each request
         # this scheduler may run (``max_running_requests_per_rank``), plus page 0, which the

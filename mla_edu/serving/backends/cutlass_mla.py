@@ -36,14 +36,10 @@ from mla_edu import kernels, kvcache
 from mla_edu.serving.args import page_table_width
 from mla_edu.serving.backends.base import AttentionBackend
 from mla_edu.serving.batch import ForwardBatch
+from mla_edu.util import PAGE_SIZE, cdiv
 
-PAGE_SIZE = 128
 BUG_ERA_SM_SCALE = 1.0 / math.sqrt(128 + 64)  # sgl-kernel 0.1.7's hard-coded scale
 POISON_PAGE = 2**30  # far past any page id: a read of it is out of range
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass
@@ -78,7 +74,7 @@ class CutlassMLABackend(AttentionBackend):
     # --- eager: a fresh contiguous table every step (right, whatever the defects) -------------
     def init_forward_metadata(self, batch: ForwardBatch):
         bs = batch.batch_size
-        max_seqlen_pad = _cdiv(int(batch.seq_lens_cpu.max()), PAGE_SIZE)
+        max_seqlen_pad = cdiv(int(batch.seq_lens_cpu.max()), PAGE_SIZE)
         block_kv_indices = torch.full((bs, max_seqlen_pad), -1, dtype=torch.int32, device=self.device)
         self._fill(batch.req_pool_indices, batch.seq_lens, block_kv_indices)
         workspace = self._workspace(max_seqlen_pad * PAGE_SIZE, bs)
@@ -92,7 +88,7 @@ class CutlassMLABackend(AttentionBackend):
 
     def init_forward_metadata_capture_cuda_graph(self, bs, req_pool_indices, seq_lens):
         if "width" in self.defects:
-            max_seqlen_pad = _cdiv(int(seq_lens.max().item()), PAGE_SIZE)  # dummy lengths: 1
+            max_seqlen_pad = cdiv(int(seq_lens.max().item()), PAGE_SIZE)  # dummy lengths: 1
         else:
             max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]
         if self.poison:
@@ -110,7 +106,7 @@ class CutlassMLABackend(AttentionBackend):
             self.cuda_graph_kv_indices.fill_(POISON_PAGE)
         self._fill(req_pool_indices[:bs], seq_lens, self.cuda_graph_kv_indices)
         if "width" in self.defects or "workspace" in self.defects:
-            max_seqlen_pad = _cdiv(int(seq_lens_cpu[:bs].max()), PAGE_SIZE)
+            max_seqlen_pad = cdiv(int(seq_lens_cpu[:bs].max()), PAGE_SIZE)
         if "workspace" in self.defects:
             # a new workspace, assigned where the graph will never look
             self.cuda_graph_mla_workspace = self._workspace(max_seqlen_pad * PAGE_SIZE, bs)

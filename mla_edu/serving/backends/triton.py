@@ -5,7 +5,9 @@ touches is allocated once at its maximum size before any capture; launch shapes 
 on the batch's lengths: the page table is full width and read through its real row stride
 (``stride_policy="stride"``), and the split count is fixed for the maximum context (SGLang's
 static-split mode; its default computes per-request counts into a device tensor, which is
-graph-safe for the same reason: the grid never changes).
+graph-safe for the same reason: the grid never changes). With ``num_kv_splits=-1`` the count
+comes from the Triton kernel's own rule (``kernels.triton_num_kv_splits``); the cutlass backend
+keeps sgl-kernel's heuristic, as SGLang does.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from mla_edu import kernels, kvcache
 from mla_edu.serving.args import page_table_width
 from mla_edu.serving.backends.base import AttentionBackend
 from mla_edu.serving.batch import ForwardBatch
+from mla_edu.util import PAGE_SIZE
 
-PAGE_SIZE = 128
 
 
 class TritonBackend(AttentionBackend):
@@ -30,13 +32,19 @@ class TritonBackend(AttentionBackend):
         self.workspace = None
         self.max_bs = 0
 
-    def _splits(self, bs: int) -> int:
+    def _splits(self, bs: int, heads: int) -> int:
+        """A fixed ``num_kv_splits`` as given; auto (-1): the Triton kernel's own rule
+        (``kernels.triton_num_kv_splits``, which counts head blocks and waves), not sgl-kernel's."""
+        if self.num_kv_splits == -1:
+            return kernels.triton_num_kv_splits(self.width * PAGE_SIZE, bs, heads, PAGE_SIZE, self.sm_count)
         return self.splits_for(self.width * PAGE_SIZE, bs)
 
     def _alloc(self, max_bs: int):
         self.max_bs = max_bs
         self.page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
-        splits = max(self._splits(b) for b in range(1, max_bs + 1))
+        # sized before the head count is known: the most splits any batch size and head count up to 128 gets
+        # (get_workspace_size counts 128 heads per split)
+        splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
         self.workspace = torch.empty(size, dtype=torch.uint8, device=self.device)
 
@@ -60,8 +68,8 @@ class TritonBackend(AttentionBackend):
                                 self.page_table[:bs], PAGE_SIZE)
 
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
-        bs = q_nope.shape[0]
-        splits = self._splits(bs)
+        bs, heads = q_nope.shape[:2]
+        splits = self._splits(bs, heads)
         self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs],

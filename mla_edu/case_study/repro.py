@@ -1,6 +1,6 @@
 """Reproduce SGLang PR #6998's accuracy table in miniature, then take the bug apart.
 
-    python -m mla_edu.repro            # the README's main job (< 3 min on 2 CPU cores)
+    python -m mla_edu.case_study.repro            # the README's main job (< 3 min on 2 CPU cores)
 
 Every number is measured by running the shipped tiny model through the mini engine
 (``mla_edu.serving``) on the whole default eval set: real CUDA graphs on a GPU, the CPU graph
@@ -22,38 +22,16 @@ import sys
 import time
 
 from mla_edu import _cli
-from mla_edu.bench import run_bench
+from mla_edu.case_study.accuracy import AccuracyRuns
 from mla_edu.serving import MERGED_FIX, PRE_FIX
 
 SEED = {"eager": "0.910-0.920", "prefix": "0.060", "fixed": "0.906-0.917", "triton": "0.927-0.937"}
 ABLATION = [("width",), ("workspace",), ("stale",), ("width", "workspace", "stale"), ()]
 
 
-def _key(cfg: dict) -> tuple:
-    return tuple(sorted((k, tuple(sorted(v)) if isinstance(v, (set, frozenset)) else v) for k, v in cfg.items()))
-
-
-class Runner:
-    """Runs bench configurations on one model, sharing the prefill cache and memoizing results."""
-
-    def __init__(self, model, questions, common: dict, progress: bool):
-        self.model, self.questions, self.common, self.progress = model, questions, common, progress
-        self.prefill_cache: dict = {}
-        self.results: dict = {}
-
-    def __call__(self, **cfg) -> dict:
-        key = _key(cfg)
-        if key not in self.results:
-            args = {**self.common, **cfg}
-            parallel = args.pop("parallel", 128)
-            self.results[key] = run_bench(self.model, self.questions, parallel=parallel, progress=self.progress,
-                                          prefill_cache=self.prefill_cache, **args)
-        return self.results[key]
-
-
 def explain(defects: frozenset, splits: int, r: dict, eager: float) -> str:
     """One line: what the mechanism predicts for this row, and whether the measurement agrees."""
-    acc, inv = r["accuracy"], r["invalid"]
+    acc = r["accuracy"]
     ok = abs(acc - eager) <= 0.02
     if "width" in defects:
         why = ("frozen size(1)=1 -> row stride 1: row b reads table entries b..b+n-1 of row 0's row; "
@@ -93,7 +71,7 @@ def _row(name: str, r: dict, seed: str = "") -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mla_edu.repro", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mla_edu.case_study.repro", description=__doc__.split("\n\n")[0])
     p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
     p.add_argument("--device", type=_cli.device, default=None)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -115,7 +93,7 @@ def main(argv=None) -> int:
     if a.num_questions is not None:
         questions = questions[: a.num_questions]
     common = dict(cuda_graph_bs=(64, 128), max_running_requests=128, dtype=a.dtype, device=a.device)
-    run = Runner(model, questions, common, a.progress)
+    run = AccuracyRuns(model, questions, common, a.progress)
 
     eager = run(attention_backend="cutlass_mla", disable_cuda_graph=True, defects=PRE_FIX)
     prefix = run(attention_backend="cutlass_mla", defects=PRE_FIX)

@@ -1,15 +1,15 @@
-"""Solutions to notebook 08 (workshop exercises). Each passes its checker in ``mla_edu.exercises``.
+"""Solutions to notebook 08 (workshop exercises). Each passes its checker in ``mla_edu.workshop.exercises``.
 
-    from mla_edu import exercises as ex
-    from mla_edu.solutions import ex08
+    from mla_edu.workshop import exercises as ex
+    from mla_edu.workshop.solutions import ex08
     ex.check_replay(ex08.replay)
 """
 
 from __future__ import annotations
 
 from mla_edu import kvcache
+from mla_edu.util import PAGE_SIZE, cdiv
 
-PAGE_SIZE = 128
 
 
 # 1. The replay hook of the fixed cutlass_mla backend (SGLang e58423b2b): only the *contents* of the
@@ -33,9 +33,9 @@ ROW_STRIDE_ANSWERS = (1, (640 + 128) // 128, 3 * 1 + 2)
 # 4. sgl-kernel's cutlass_mla_get_workspace_size.
 def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
     if num_kv_splits == -1:
-        max_splits = -(-max_seq_len // 128)
+        max_splits = cdiv(max_seq_len, 128)
         heur = min(max_splits, max(1, sm_count // num_batches))
-        split = -(-max_splits // -(-max_splits // heur))
+        split = cdiv(max_splits, cdiv(max_splits, heur))
     else:
         split = num_kv_splits
     per_batch_split = (4 * 512 + 4) * 128  # float32 o_acc [128, 512] + lse [128]
@@ -47,10 +47,10 @@ def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
 def stale_reads(buffer, seq_lens, row_stride):
     rows, width = buffer.shape
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
-    written = [-(-n // PAGE_SIZE) for n in lens]
+    written = [cdiv(n, PAGE_SIZE) for n in lens]
     out = set()
     for b, n in enumerate(seq_lens):
-        for j in range(-(-n // PAGE_SIZE)):
+        for j in range(cdiv(n, PAGE_SIZE)):
             i = b * row_stride + j
             r, slot = divmod(i, width)
             if r >= rows or slot >= written[r]:

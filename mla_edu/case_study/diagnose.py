@@ -25,9 +25,13 @@ import torch
 from mla_edu import kernels
 from mla_edu.serving import PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLADecodeMetadata
+from mla_edu.util import PAGE_SIZE, cdiv, is_int
 
-PAGE_SIZE = 128
 DEFAULT_GRAPH_BS = (4, 8)
+# grid codes of PageReads (page ids are >= 0)
+UNUSED = -1  # page slot past the request's pages: not read
+POISON = -2  # the kernel read the poison id (stale defect off): NaN, a loud failure
+OUTSIDE = -3  # the kernel read past the end of the index buffer
 
 
 # ---- launch parameters, recorded from the kernel's own plan ---------------------------------------
@@ -106,7 +110,8 @@ class StepDiagnosis:
     captured: Launch  # frozen at capture, used by the replay
     needed: Launch  # what the eager path launched for the same batch
     launches_during_replay: int  # host-side kernel plans made while the graph replayed
-    check_err: list  # [bs] |replay logits - reference kernel on the predicted reads|
+    check_err: list | None  # [bs] |replay logits - reference kernel on the predicted reads| (cutlass_mla only)
+    captured_table: torch.Tensor | None = None  # the page-table view the captured launch got
     poison: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -125,9 +130,30 @@ class StepDiagnosis:
         return torch.isnan(self.logits_graph).any(dim=-1).tolist()
 
 
+@dataclass
+class PageReads:
+    """One decode step of ``bs`` real rows, by graph replay. Page ids as ints; see ``UNUSED/POISON/OUTSIDE``."""
+
+    seq_lens: list  # [bs]
+    intended: torch.Tensor  # [bs, max_pages] int64: fresh table from req_to_token
+    read: torch.Tensor  # [bs, max_pages] int64: what the captured kernel read
+    buffer: torch.Tensor  # [padded bs, W] int64: the persistent index buffer at this step
+    live: torch.Tensor  # [padded bs, W] bool: entries written this step
+    launch: Launch  # frozen at capture for the padded batch size
+    row_err: list  # [bs] max |graph logits - eager logits| (inf where the graph gave NaN)
+
+    @property
+    def rows_ok(self) -> list:
+        return (self.read == self.intended).all(dim=1).tolist()
+
+    @property
+    def wrong_reads(self) -> int:
+        return int((self.read != self.intended).sum())
+
+
 def _owned_pages(req_to_token: torch.Tensor, req_pool_indices: list, seq_lens: list) -> list:
     rows = req_to_token.cpu()
-    return [[int(rows[r, j * PAGE_SIZE]) // PAGE_SIZE for j in range(-(-n // PAGE_SIZE))]
+    return [[int(rows[r, j * PAGE_SIZE]) // PAGE_SIZE for j in range(cdiv(n, PAGE_SIZE))]
             for r, n in zip(req_pool_indices, seq_lens)]
 
 
@@ -140,9 +166,11 @@ def default_dtype(device=None) -> str:
 
 
 def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs=DEFAULT_GRAPH_BS,
-                dtype: str | None = None, device=None, prefill_cache: dict | None = None, **kw) -> Engine:
-    """A cutlass_mla engine with graphs captured for ``cuda_graph_bs`` (call inside ``record_launches``)."""
-    args = ServerArgs(attention_backend="cutlass_mla", defects=defects, num_kv_splits=num_kv_splits,
+                dtype: str | None = None, device=None, prefill_cache: dict | None = None,
+                attention_backend: str = "cutlass_mla", **kw) -> Engine:
+    """An engine (cutlass_mla unless told) with graphs captured for ``cuda_graph_bs`` (call inside
+    ``record_launches`` to record what each capture froze)."""
+    args = ServerArgs(attention_backend=attention_backend, defects=defects, num_kv_splits=num_kv_splits,
                       cuda_graph_bs=tuple(cuda_graph_bs), max_running_requests=max(cuda_graph_bs),
                       context_length=model.config.mla.max_position_embeddings,
                       dtype=dtype or default_dtype(device), device=device, **kw)
@@ -151,22 +179,25 @@ def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs
 
 @torch.no_grad()
 def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_splits: int = 1,
-                  cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None) -> StepDiagnosis:
+                  cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None,
+                  attention_backend: str = "cutlass_mla") -> StepDiagnosis:
     """Prefill ``prompts`` (token-id lists), decode one step by graph replay and eagerly, and take it apart.
 
     ``earlier``: prompts decoded (one step) and finished first, so that their page ids stay in the
     rows of the persistent index buffer, as on a running server.
     The predicted reads are checked against the kernel: the same step is re-run eagerly with
     the reference kernel on a contiguous table holding exactly the predicted page ids;
-    ``check_err`` is its distance to the replay's logits.
+    ``check_err`` is its distance to the replay's logits (cutlass_mla; None for triton, whose
+    launch reads the buffer with its real row stride).
     """
     if not prompts or len(prompts) > max(cuda_graph_bs):
         raise ValueError(f"prompts: expected 1..{max(cuda_graph_bs)} prompts (the largest captured size), "
                          f"got {len(prompts) if prompts is not None else None}")
     with record_launches() as log:
         engine = make_engine(model, defects, num_kv_splits=num_kv_splits, cuda_graph_bs=cuda_graph_bs,
-                             dtype=dtype, device=device)
+                             dtype=dtype, device=device, attention_backend=attention_backend)
         runner, backend = engine.runner, engine.runner.backend
+        cutlass = attention_backend == "cutlass_mla"
         gr = runner.graph_runner
 
         def prefill(ps):
@@ -187,51 +218,87 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         n_before = len(log)
         _, _, logits_g = runner.decode(batch)  # graph replay
         during = len(log) - n_before
-        md = backend.forward_metadata  # what the replay hook left for the graph (which never reads it)
-        extra = {"metadata_width_after_replay": md.block_kv_indices.size(1),
-                 "metadata_workspace_ptr_after_replay": md.workspace.data_ptr()}
-        buffer = backend.cuda_graph_kv_indices[:padded].cpu().long()
+        extra = {}
+        if cutlass:  # what the replay hook left in the metadata for the graph (which never reads it)
+            md = backend.forward_metadata
+            extra = {"metadata_width_after_replay": md.block_kv_indices.size(1),
+                     "metadata_workspace_ptr_after_replay": md.workspace.data_ptr()}
+        # the persistent index buffer: (max_bs, W) int32, cutlass_mla's cuda_graph_kv_indices, triton's page_table
+        buffer = (backend.cuda_graph_kv_indices if cutlass else backend.page_table)[:padded].cpu().long()
         # what each (padded) row owns and what the frozen launch reads
         lens = gr.seq_lens_cpu[:padded].tolist()
         rpi = gr.req_pool_indices[:padded].tolist()
-        n_pages = [-(-n // PAGE_SIZE) for n in lens]
+        n_pages = [cdiv(n, PAGE_SIZE) for n in lens]
         intended = _owned_pages(runner.req_to_token_pool.req_to_token, rpi, lens)
         read = kernels.pages_read(captured.page_table, n_pages, captured.launch.row_stride)
         fresh = torch.zeros_like(buffer, dtype=torch.bool)
         for b, n in enumerate(n_pages):
             fresh[b, :n] = True
         # check against the kernel: reference kernel, contiguous table of the predicted page ids
-        width = max(n_pages)
-        table = torch.zeros((padded, width), dtype=torch.int32)
-        for b, pages in enumerate(read):
-            table[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
-        splits = backend.splits_for(PAGE_SIZE * width, padded)
-        ws = torch.empty(kernels.get_workspace_size(PAGE_SIZE * width, padded, backend.sm_count, splits),
-                         dtype=torch.uint8, device=runner.device)
-        saved_md, saved_impl = backend.forward_metadata, backend.kernel_impl
-        backend.forward_metadata = CutlassMLADecodeMetadata(ws, table.to(runner.device))
-        backend.kernel_impl = "reference"
-        try:
-            _, _, logits_ref = runner.decode_forward(gr._batch(padded))
-        finally:
-            backend.forward_metadata, backend.kernel_impl = saved_md, saved_impl
+        logits_ref = None
+        if cutlass:
+            width = max(n_pages)
+            table = torch.zeros((padded, width), dtype=torch.int32)
+            for b, pages in enumerate(read):
+                table[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
+            splits = backend.splits_for(PAGE_SIZE * width, padded)
+            ws = torch.empty(kernels.get_workspace_size(PAGE_SIZE * width, padded, backend.sm_count, splits),
+                             dtype=torch.uint8, device=runner.device)
+            saved_md, saved_impl = backend.forward_metadata, backend.kernel_impl
+            backend.forward_metadata = CutlassMLADecodeMetadata(ws, table.to(runner.device))
+            backend.kernel_impl = "reference"
+            try:
+                _, _, logits_ref = runner.decode_forward(gr._batch(padded))
+            finally:
+                backend.forward_metadata, backend.kernel_impl = saved_md, saved_impl
         # the same step eagerly: a fresh contiguous table (what eager mode always did)
         backend.init_forward_metadata(batch)
         _, _, logits_e = runner.decode_forward(batch)
         needed = log[-1].launch
-    lg, le, lr = (t.float().cpu() for t in (logits_g, logits_e, logits_ref[:bs]))
-    both_nan = torch.isnan(lg).all(dim=-1) & torch.isnan(lr).all(dim=-1)  # [bs]
-    check = torch.where(both_nan, 0.0, (lg - lr).abs().amax(dim=-1).nan_to_num(float("inf")))  # [bs]
+    lg, le = logits_g.float().cpu(), logits_e.float().cpu()
+    check = None
+    if logits_ref is not None:
+        lr = logits_ref[:bs].float().cpu()
+        both_nan = torch.isnan(lg).all(dim=-1) & torch.isnan(lr).all(dim=-1)  # [bs]
+        check = torch.where(both_nan, 0.0, (lg - lr).abs().amax(dim=-1).nan_to_num(float("inf"))).tolist()  # [bs]
     for r in reqs:
         engine._free(r)
     return StepDiagnosis(frozenset(engine.args.defects), batch.seq_lens_cpu.tolist(), padded, lg, le,
-                         intended, read, buffer, fresh, captured.launch, needed, during, check.tolist(),
-                         poison=backend.poison, extra=extra)
+                         intended, read, buffer, fresh, captured.launch, needed, during, check,
+                         captured_table=captured.page_table, poison=getattr(backend, "poison", False), extra=extra)
 
 
 def stale_entries(d: StepDiagnosis) -> torch.Tensor:
     """[padded_bs, W] bool: entries of the index buffer not written for this step and not poison."""
-    return ~d.fresh & (d.buffer != POISON_PAGE)
+    return stale_mask(d.buffer, d.fresh)
+
+
+def stale_mask(buffer: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+    """[rows, W] bool: entries of ``buffer`` not written for this step (``fresh``) and not poison."""
+    return ~fresh & (buffer != POISON_PAGE)
+
+
+def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages: int) -> torch.Tensor:
+    """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``,
+    as ``[B, max_pages]``: ``OUTSIDE`` past the storage, ``POISON`` for a poisoned entry, ``UNUSED`` after."""
+    out = torch.full((len(n_pages), max_pages), UNUSED, dtype=torch.int64)
+    for b, row in enumerate(kernels.pages_read(table, n_pages, row_stride, clamp=False)):
+        for j, page in enumerate(row):
+            out[b, j] = OUTSIDE if page is None else (POISON if page == POISON_PAGE else page)
+    return out
+
+
+def page_reads(d: StepDiagnosis) -> PageReads:
+    """``d``'s real rows laid out as grids: the pages each row owns, the pages the captured launch read
+    (from the very view it got, ``OUTSIDE`` past the buffer's end, ``POISON`` for the poison id)."""
+    bs = len(d.seq_lens)
+    n_pages = [cdiv(n, PAGE_SIZE) for n in d.seq_lens]
+    max_pages = max(n_pages)
+    read = _read_through(d.captured_table, d.captured.row_stride, n_pages, max_pages)
+    intended = torch.full((bs, max_pages), UNUSED, dtype=torch.int64)  # what a fresh table holds
+    for b, pages in enumerate(d.intended[:bs]):
+        intended[b, :len(pages)] = torch.tensor(pages, dtype=torch.int64)
+    return PageReads(d.seq_lens, intended, read, d.buffer, d.fresh, d.captured, d.row_err)
 
 
 def launch_table(captured: Launch, needed: Launch) -> list:
@@ -313,36 +380,73 @@ def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv
 
 
 # ---- figures ---------------------------------------------------------------------------------------
-def _grid(ax, values: list, width: int, colors: list, title: str, labels: list):
-    import numpy as np
+def _annotate(ax, data):
+    for b in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            v = int(data[b, j])
+            text = {UNUSED: "", POISON: "P", OUTSIDE: "X"}.get(v, str(v))
+            ax.text(j, b, text, ha="center", va="center", fontsize=7)
+
+
+def draw_buffer(ax, buffer: torch.Tensor, fresh: torch.Tensor, frames=()):
+    """The persistent index buffer ``[padded bs, W]``: entries written for this step (green), stale ones
+    (orange, x: old ids or the initial 1), poison (grey, P); ``frames``: flat indices framed in red."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    stale = stale_mask(buffer, fresh)
+    state = torch.where(fresh, 2, torch.where(stale, 1, 0))  # 0 poison, 1 stale, 2 written now
+    ax.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4d6a0", "#cfe8cf"]), vmin=0, vmax=2, aspect="auto")
+    rows, w = buffer.shape
+    for b in range(rows):
+        for j in range(w):
+            v = int(buffer[b, j])
+            text = "P" if v == POISON_PAGE else str(v)
+            ax.text(j, b, text + (" x" if bool(stale[b, j]) else ""), ha="center", va="center", fontsize=7)
+    for flat in frames:
+        r, c = divmod(flat, w)
+        if r < rows:
+            ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
+    ax.set_xticks(range(w))
+    ax.set_yticks(range(rows))
+    ax.set_xlabel("column of the index buffer")
+    ax.set_ylabel("row (request slot)")
+
+
+def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
+    """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (green right, red wrong)."""
     from matplotlib.colors import ListedColormap
 
-    n = len(values)
-    codes = np.full((n, width), 2)
-    for b, row in enumerate(values):
-        for j, (v, c) in enumerate(row):
-            codes[b, j] = c
-            ax.text(j, b, str(v), ha="center", va="center", fontsize=8)
-    ax.imshow(codes, cmap=ListedColormap(colors), vmin=0, vmax=2, aspect="auto")
-    ax.set_xticks(range(width))
-    ax.set_yticks(range(n), labels, fontsize=8)
-    ax.set_xlabel("page j of the request")
-    ax.set_title(title, fontsize=9)
+    if ax_buf is not None:
+        draw_buffer(ax_buf, reads.buffer, reads.live)
+        ax_buf.set_title(f"index buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
+                         "(green written now, orange x stale, grey P poison)", fontsize=8)
+    used = reads.intended != UNUSED
+    ax_int.imshow(used.numpy(), cmap=ListedColormap(["white", "#dde6f5"]), vmin=0, vmax=1, aspect="auto")
+    _annotate(ax_int, reads.intended)
+    ax_int.set_title("intended page ids", fontsize=8)
+    ax_int.set_xlabel("page j of the request")
+    ok = torch.where(used, (reads.read == reads.intended).long(), 2)  # 0 wrong, 1 right, 2 unused
+    ax_read.imshow(ok.numpy(), cmap=ListedColormap(["#e07070", "#70b070", "white"]), vmin=0, vmax=2, aspect="auto")
+    _annotate(ax_read, reads.read)
+    stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
+              if show_stride else "\n(green: the intended page, red: another one)")
+    ax_read.set_title("page ids read under replay" + stride, fontsize=8)
+    ax_read.set_xlabel("page j of the request")
+    for ax in (ax_int, ax_read):
+        ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
+                      fontsize=7)
+        ax.set_xticks(range(reads.intended.shape[1]))
 
 
 def page_reads_figure(d: StepDiagnosis):
     """Left: the pages each request owns. Right: the pages the replayed kernel read (red: wrong)."""
     import matplotlib.pyplot as plt
 
-    bs = len(d.seq_lens)
-    width = max(len(p) for p in d.intended[:bs])
-    labels = [f"row {b}: {n} tokens" for b, n in enumerate(d.seq_lens)]
+    reads = page_reads(d)
+    bs, p = reads.intended.shape
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 0.45 * bs + 1.6), sharey=True)
-    _grid(ax0, [[(p, 1) for p in d.intended[b]] for b in range(bs)], width,
-          ["#f4b6b6", "#dde6f5", "white"], "pages each request owns (intended)", labels)
-    _grid(ax1, [[(r, int(r == i)) for r, i in zip(d.read[b], d.intended[b])] for b in range(bs)], width,
-          ["#f4b6b6", "#cfe8cf", "white"],
-          f"pages read under replay (row stride {d.captured.row_stride}; red = wrong)", labels)
+    draw_page_reads(None, ax0, ax1, reads)
     fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}", fontsize=10)
     fig.tight_layout()
     return fig
@@ -352,31 +456,12 @@ def page_table_figure(d: StepDiagnosis):
     """The persistent index buffer at replay: entries written for this step, stale ones (x), and
     the entries the mis-strided rows b > 0 actually read (red frame)."""
     import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Rectangle
 
     buf = d.buffer
-    stale = stale_entries(d)
-    state = torch.where(d.fresh, 2, torch.where(stale, 1, 0))  # 0 poison, 1 stale, 2 written now
     fig, ax = plt.subplots(figsize=(0.7 * buf.shape[1] + 2.5, 0.42 * buf.shape[0] + 1.4))
-    ax.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4d6a0", "#cfe8cf"]), vmin=0, vmax=2, aspect="auto")
-    for b in range(buf.shape[0]):
-        for j in range(buf.shape[1]):
-            v = int(buf[b, j])
-            text = "P" if v == POISON_PAGE else str(v)
-            ax.text(j, b, text + (" x" if bool(stale[b, j]) else ""), ha="center", va="center", fontsize=8)
     stride = d.captured.row_stride
-    w = buf.shape[1]
-    for b in range(1, len(d.seq_lens)):
-        for j in range(len(d.read[b])):
-            flat = b * stride + j
-            r, c = divmod(flat, w)
-            if r < buf.shape[0]:
-                ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
-    ax.set_xticks(range(w))
-    ax.set_yticks(range(buf.shape[0]))
-    ax.set_xlabel("column of cuda_graph_kv_indices")
-    ax.set_ylabel("row (request slot)")
+    frames = [b * stride + j for b in range(1, len(d.seq_lens)) for j in range(len(d.read[b]))]
+    draw_buffer(ax, buf, d.fresh, frames)
     ax.set_title("index buffer at replay: green written for this step, orange x stale (old ids or the\n"
                  "initial 1), grey P poison; red frames: entries rows 1.. read with the frozen row stride", fontsize=9)
     fig.tight_layout()
@@ -420,12 +505,12 @@ def example_batch(questions=None) -> tuple:
     return prompts, earlier
 
 
-def accuracy_runner(model, questions, n: int = 64, dtype: str | None = None):
-    """``mla_edu.repro.Runner`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
-    from mla_edu.repro import Runner
+def accuracy_runs(model, questions, n: int = 64, dtype: str | None = None):
+    """``AccuracyRuns`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
+    from mla_edu.case_study.accuracy import AccuracyRuns
 
     common = dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=dtype or default_dtype(), device=None)
-    return Runner(model, questions[:n], common, progress=False)
+    return AccuracyRuns(model, questions[:n], common, progress=False)
 
 
 _CACHE: dict = {}
@@ -459,7 +544,7 @@ def bug_page_table():
 
 
 def piece_by_piece_rows(run) -> list:
-    """[(label, accuracy, invalid)]: eager, then each step of the merged fix (``run``: an ``accuracy_runner``)."""
+    """[(label, accuracy, invalid)]: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
     eager = run(disable_cuda_graph=True, defects=PRE_FIX)
     rows = [("eager", eager["accuracy"], eager["invalid"])]
     for name, defects in MERGED_FIX_STEPS:
@@ -469,7 +554,7 @@ def piece_by_piece_rows(run) -> list:
 
 
 def piece_by_piece_figure(run):
-    """Accuracy bars: eager, then each step of the merged fix (``run``: an ``accuracy_runner``)."""
+    """Accuracy bars: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
     return accuracy_bars_figure(piece_by_piece_rows(run),
                                 f"cutlass_mla with graphs, {len(run.questions)} questions: the merged fix piece by piece")
 
@@ -477,7 +562,7 @@ def piece_by_piece_figure(run):
 def fix_piece_by_piece():
     """figures/fix_piece_by_piece.png: accuracy after each piece of SGLang's merged fix (64 questions)."""
     model, questions = _shipped()
-    return piece_by_piece_figure(accuracy_runner(model, questions))
+    return piece_by_piece_figure(accuracy_runs(model, questions))
 
 
 # ---- why 0.060 and not 0: which requests are right under the bug -------------------------------------
@@ -495,7 +580,7 @@ def row0_study(model, questions, *, max_running_requests: int, row_order: str = 
     from mla_edu.model import task
 
     mr = max_running_requests
-    if isinstance(mr, bool) or not isinstance(mr, int) or mr < 1:
+    if not is_int(mr) or mr < 1:
         raise ValueError(f"max_running_requests: expected an int >= 1, got {mr!r}")
     args = ServerArgs(attention_backend="cutlass_mla", defects=defects, cuda_graph_bs=(max(1, mr // 2), mr),
                       max_running_requests=mr, row_order=row_order,

@@ -1,6 +1,6 @@
 """A control panel for the bug: pick a backend, defects, split mode and batch size; see accuracy and page reads.
 
-    from mla_edu.panel import ControlPanel
+    from mla_edu.workshop.panel import ControlPanel
     panel = ControlPanel()                 # the shipped tiny model, a small slice of the eval set
     result = panel.run()                   # default settings: prints a rounded summary, draws the figure
     panel.show()                           # ipywidgets: change settings, press "run", the figure is redrawn
@@ -8,7 +8,7 @@
 Every number comes from the real mini engine (``mla_edu.serving``): real CUDA graphs on a GPU,
 the CPU graph emulator otherwise. Two measurements per setting:
 
-(a) accuracy: ``mla_edu.bench.run_bench`` eagerly (``--disable-cuda-graph``) and with graphs;
+(a) accuracy: ``mla_edu.case_study.accuracy.run_bench`` eagerly (``--disable-cuda-graph``) and with graphs;
 (b) page reads of one decode step: the page id each (request row, page slot) *should* read (a
     fresh table filled from ``req_to_token``) against the one the captured kernel *did* read:
     entry ``offset + b * row_stride + j`` of the persistent index buffer, with the row stride
@@ -24,16 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
+from mla_edu.case_study.diagnose import PageReads, diagnose_step, draw_page_reads, page_reads
+from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX
+from mla_edu.util import is_int
 
-from mla_edu import kernels
-from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX, Engine, ServerArgs
-from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
-
-PAGE_SIZE = 128
-UNUSED = -1  # page slot past the request's pages: not read
-POISON = -2  # the kernel read the poison id (stale defect off): NaN, a loud failure
-OUTSIDE = -3  # the kernel read past the end of the index buffer
 SPLIT_MODES = {"1": 1, "auto": -1}
 
 
@@ -73,7 +67,7 @@ class PanelSettings:
         object.__setattr__(self, "num_kv_splits", _split_mode_value(self.num_kv_splits))
         for name, lo, hi in (("max_running_requests", 2, 64), ("num_questions", 1, 256)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            if not is_int(v) or not lo <= v <= hi:
                 raise ValueError(f"{name}: expected an int in [{lo}, {hi}], got {v!r}")
 
     @property
@@ -96,39 +90,6 @@ class PanelSettings:
         defects = f", defects={d}" if self.attention_backend == "cutlass_mla" else ""
         return (f"{self.attention_backend}{defects}, splits={split}, max running {self.max_running_requests} "
                 f"(graphs for {self.cuda_graph_bs[0]}, {self.cuda_graph_bs[1]}), {self.num_questions} questions")
-
-
-@dataclass(frozen=True)
-class FrozenLaunch:
-    """What the kernel launch captured for one batch size froze (host ints)."""
-
-    bs: int
-    width: int  # page_table.size(1)
-    row_stride: int  # the row stride the kernel indexes with
-    buffer_row_stride: int  # page_table.stride(0): the buffer's real row stride
-    max_seq_len: int  # PAGE * size(1), as the cutlass wrapper computes it
-    num_splits: int
-
-
-@dataclass
-class PageReads:
-    """One decode step of ``bs`` real rows, by graph replay. Page ids as ints; see ``UNUSED/POISON/OUTSIDE``."""
-
-    seq_lens: list  # [bs]
-    intended: torch.Tensor  # [bs, max_pages] int64: fresh table from req_to_token
-    read: torch.Tensor  # [bs, max_pages] int64: what the captured kernel read
-    buffer: torch.Tensor  # [padded bs, W] int64: the persistent index buffer at this step
-    live: torch.Tensor  # [padded bs, W] bool: entries written this step
-    launch: FrozenLaunch
-    row_err: list  # [bs] max |graph logits - eager logits| (inf where the graph gave NaN)
-
-    @property
-    def rows_ok(self) -> list:
-        return (self.read == self.intended).all(dim=1).tolist()
-
-    @property
-    def wrong_reads(self) -> int:
-        return int((self.read != self.intended).sum())
 
 
 @dataclass
@@ -157,110 +118,29 @@ class PanelResult:
 
 
 # ---- measuring ---------------------------------------------------------------------------------
-def _record_launches(backend) -> dict:
-    """Wrap ``backend.forward_decode`` (this instance only) to note each launch's table geometry.
-
-    Under capture the Python runs once per batch size; a replay runs only the recorded kernels,
-    so what is noted at capture is exactly what every replay of that graph uses.
-    """
-    launches: dict = {}
-    inner = backend.forward_decode
-
-    def forward_decode(q_nope, q_pe, layer_id, batch):
-        bs = q_nope.shape[0]
-        md = backend.forward_metadata
-        if hasattr(md, "block_kv_indices"):  # cutlass_mla: the view in metadata, read with stride = size(1)
-            table, row_stride = md.block_kv_indices, md.block_kv_indices.size(1)
-        else:  # triton: rows of the full-width table, read with its real stride
-            table = backend.page_table[:bs]
-            row_stride = table.stride(0)
-        max_seq_len = PAGE_SIZE * table.size(1)
-        launches[bs] = (table, FrozenLaunch(bs, table.size(1), row_stride, table.stride(0), max_seq_len,
-                                            backend.splits_for(max_seq_len, bs)))
-        return inner(q_nope, q_pe, layer_id, batch)
-
-    backend.forward_decode = forward_decode
-    return launches
-
-
-def _read_through(table: torch.Tensor, row_stride: int, n_pages: list, max_pages: int) -> torch.Tensor:
-    """Page ids a kernel reads indexing ``table``'s storage from its first element with ``row_stride``,
-    as ``[B, max_pages]``: ``OUTSIDE`` past the storage, ``POISON`` for a poisoned entry, ``UNUSED`` after."""
-    out = torch.full((len(n_pages), max_pages), UNUSED, dtype=torch.int64)
-    for b, row in enumerate(kernels.pages_read(table, n_pages, row_stride, clamp=False)):
-        for j, page in enumerate(row):
-            out[b, j] = OUTSIDE if page is None else (POISON if page == POISON_PAGE else page)
-    return out
-
-
-@torch.no_grad()
 def measure_page_reads(model, questions, settings: PanelSettings, batch_size: int | None = None) -> PageReads:
     """One graph-replayed decode step of ``batch_size`` requests (default ``max_running_requests``) after
-    an earlier wave of ``max_running_requests`` finished.
+    an earlier wave of ``max_running_requests`` finished, measured by ``case_study.diagnose.diagnose_step``
+    and laid out as grids (page ids, ``UNUSED``/``POISON``/``OUTSIDE``).
 
-    The earlier wave (the next questions, one decode step) leaves its page ids in the rows of
-    the persistent buffer, as a running server does; then the measured batch is prefilled and
-    decoded by graph replay (padded to the next captured size, as SGLang pads), and the same step
-    is computed eagerly for comparison.
+    The earlier wave (the next questions, longest first, one decode step) leaves its page ids in the
+    rows of the persistent buffer, as a running server does; then the measured batch is prefilled and
+    decoded by graph replay (padded to the next captured size, as SGLang pads) and eagerly.
     """
-    from mla_edu.serving.graph_runner import GraphRunner
-
     mr = settings.max_running_requests
     bs = mr if batch_size is None else batch_size
-    if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= mr:
+    if not is_int(bs) or not 1 <= bs <= mr:
         raise ValueError(f"batch_size: expected an int in [1, {mr}], got {batch_size!r}")
     if len(questions) < bs + mr:
         raise ValueError(f"questions: expected at least {bs + mr} (a wave of {mr}, then {bs}), got {len(questions)}")
-    engine = Engine(model, ServerArgs(**settings.server_args(cuda_graph=False),
-                                      context_length=model.config.mla.max_position_embeddings))
-    runner = engine.runner
-    launches = _record_launches(runner.backend)
-    runner.graph_runner = GraphRunner(runner, settings.cuda_graph_bs)  # captures every size now
-    engine.args.disable_cuda_graph = False
-
-    def prefill(qs):
-        reqs = [engine._new_req(q.prompt_ids) for q in qs]
-        for r in reqs:
-            engine.prefill(r)  # no stop tokens: every request stays running
-        return reqs
-
-    earlier = prefill(sorted(questions[bs: bs + mr], key=lambda q: -q.prompt_len))  # long ones first
-    runner.decode(engine.make_batch(earlier))
-    for r in earlier:
-        engine._free(r)
-    reqs = prefill(questions[:bs])
-    batch = engine.make_batch(reqs)
-    _, bad_g, logits_g = runner.decode(batch)  # graph replay
-    table, launch = launches[runner.graph_runner.padded_size(bs)]
-    # what the kernel read, from the buffer as the replay hook left it
-    seq_lens = batch.seq_lens_cpu.tolist()
-    n_pages = [-(-n // PAGE_SIZE) for n in seq_lens]
-    max_pages = max(n_pages)
-    read = _read_through(table, launch.row_stride, n_pages, max_pages)
-    # what it should have read: a fresh, contiguous table (what the eager path builds)
-    from mla_edu import kvcache
-
-    fresh = torch.full((bs, max_pages), UNUSED, dtype=torch.int32, device=runner.device)
-    kvcache.fill_page_table(runner.backend.req_to_token, batch.req_pool_indices, batch.seq_lens, fresh, PAGE_SIZE)
-    intended = fresh.cpu().long()
-    base = runner.backend.cuda_graph_kv_indices if hasattr(runner.backend, "cuda_graph_kv_indices") \
-        else runner.backend.page_table
-    padded = launch.bs
-    buffer = base[:padded].cpu().long()
-    live = torch.zeros_like(buffer, dtype=torch.bool)
-    pad_pages = n_pages + [1] * (padded - bs)  # padded rows have seq_len 1: one page written
-    for b, n in enumerate(pad_pages):
-        live[b, :n] = True
-    # the same step eagerly
-    runner.backend.init_forward_metadata(batch)
-    _, _, logits_e = runner.decode_forward(batch)
-    err = (logits_g.float() - logits_e.float()).abs().amax(dim=-1).nan_to_num(float("inf")).cpu()  # [bs]
-    for r in reqs:
-        engine._free(r)
-    return PageReads(seq_lens, intended, read, buffer, live, launch, err.tolist())
+    earlier = sorted(questions[bs: bs + mr], key=lambda q: -q.prompt_len)  # long ones first
+    d = diagnose_step(model, [q.prompt_ids for q in questions[:bs]], earlier=[q.prompt_ids for q in earlier],
+                      attention_backend=settings.attention_backend, defects=settings.active_defects,
+                      num_kv_splits=settings.num_kv_splits, cuda_graph_bs=settings.cuda_graph_bs, dtype="float32")
+    return page_reads(d)
 
 
-class PanelRunner:
+class PanelRuns:
     """Runs settings on one model and question set; shares prefill work and memoizes results."""
 
     def __init__(self, model=None, questions=None):
@@ -275,13 +155,13 @@ class PanelRunner:
         if not isinstance(settings, PanelSettings):
             raise TypeError(f"expected PanelSettings, got {type(settings).__name__}")
         if settings not in self.results:
-            from mla_edu.bench import may_crash_the_gpu, run_bench
+            from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
             from mla_edu.serving import ServerArgs
 
             if may_crash_the_gpu(ServerArgs(**settings.server_args(True))):
                 raise RuntimeError("this setting (workspace defect, automatic splits) can kill the CUDA context on a "
                                    "GPU, and the panel replays it in-process: see notebook 07, section 3, or run it "
-                                   "with python -m mla_edu.bench, which isolates it in a child process")
+                                   "with python -m mla_edu.case_study.accuracy, which isolates it in a child process")
             qs = self.questions[: settings.num_questions]
             runs = {}
             for graph in (False, True):
@@ -293,14 +173,6 @@ class PanelRunner:
 
 
 # ---- drawing -----------------------------------------------------------------------------------
-def _annotate(ax, data):
-    for b in range(data.shape[0]):
-        for j in range(data.shape[1]):
-            v = int(data[b, j])
-            text = {UNUSED: "", POISON: "P", OUTSIDE: "X"}.get(v, str(v))
-            ax.text(j, b, text, ha="center", va="center", fontsize=7)
-
-
 def draw_accuracy(ax, result: PanelResult):
     """Bars: eager and graph accuracy (hatched: invalid answers) for one setting."""
     e, g = result.eager, result.graph
@@ -315,40 +187,6 @@ def draw_accuracy(ax, result: PanelResult):
     ax.set_ylabel("accuracy")
     ax.set_title(f"{result.settings.num_questions} questions", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
-
-
-def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
-    """The index buffer (live vs stale), the intended pages, and the pages read (green right, red wrong)."""
-    from matplotlib.colors import ListedColormap
-
-    buf = reads.buffer
-    state = torch.where(reads.live, 2, torch.where(buf == POISON_PAGE, 0, 1))  # 0 poison, 1 stale, 2 live
-    ax_buf.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4b6b6", "#cfe8cf"]), vmin=0, vmax=2,
-                  aspect="auto")
-    shown = torch.where(buf == POISON_PAGE, POISON, buf)
-    _annotate(ax_buf, shown)
-    ax_buf.set_title(f"index buffer, rows 0..{buf.shape[0] - 1}\n(green written now, red stale, grey P = poison)",
-                     fontsize=8)
-    ax_buf.set_xlabel("page slot")
-    ax_buf.set_ylabel("request row")
-    used = reads.intended != UNUSED
-    ax_int.imshow(used.numpy(), cmap=ListedColormap(["white", "#dde6f5"]), vmin=0, vmax=1, aspect="auto")
-    _annotate(ax_int, reads.intended)
-    ax_int.set_title("intended page ids", fontsize=8)
-    ax_int.set_xlabel("page j of the request")
-    ok = torch.where(used, (reads.read == reads.intended).long(), 2)  # 0 wrong, 1 right, 2 unused
-    ax_read.imshow(ok.numpy(), cmap=ListedColormap(["#e07070", "#70b070", "white"]), vmin=0, vmax=2, aspect="auto")
-    _annotate(ax_read, reads.read)
-    stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
-              if show_stride else "\n(green: the intended page, red: another one)")
-    ax_read.set_title("page ids read under replay" + stride, fontsize=8)
-    ax_read.set_xlabel("page j of the request")
-    for ax in (ax_int, ax_read):
-        ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
-                      fontsize=7)
-        ax.set_xticks(range(reads.intended.shape[1]))
-    ax_buf.set_yticks(range(buf.shape[0]))
-    ax_buf.set_xticks(range(buf.shape[1]))
 
 
 def panel_figure(result: PanelResult):
@@ -385,20 +223,20 @@ def figure_png(fig) -> bytes:
 
 def panel_default():
     """figures/panel_default.png: the pre-fix cutlass_mla backend at the panel's default setting."""
-    return panel_figure(PanelRunner()(PanelSettings()))
+    return panel_figure(PanelRuns()(PanelSettings()))
 
 
 def panel_fixed():
     """figures/panel_fixed.png: SGLang's merged fix (only ``stale`` left) at the same setting."""
-    return panel_figure(PanelRunner()(PanelSettings(defects=frozenset({"stale"}))))
+    return panel_figure(PanelRuns()(PanelSettings(defects=frozenset({"stale"}))))
 
 
 # ---- the widgets -------------------------------------------------------------------------------
 class ControlPanel:
-    """Widgets over :class:`PanelRunner`. ``run()`` for static output, ``show()`` for the widgets."""
+    """Widgets over :class:`PanelRuns`. ``run()`` for static output, ``show()`` for the widgets."""
 
     def __init__(self, model=None, questions=None, settings: PanelSettings | None = None):
-        self.runner = PanelRunner(model, questions)
+        self.runner = PanelRuns(model, questions)
         self.settings = settings or PanelSettings()
         self.result: PanelResult | None = None
         self.figure = None

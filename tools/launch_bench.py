@@ -1,6 +1,6 @@
 """Eager vs graph replay of a decode-like step made of many small kernels.
 
-    python -m mla_edu.graphs.bench [--device cpu|cuda] [--out results.json]
+    python -m tools.launch_bench [--device cpu|cuda] [--out results.json]
 
 On a GPU: eager launches vs ``torch.cuda.CUDAGraph`` replay (CUDA events, median).
 On CPU: eager vs the emulator's replay (the emulator's cost; target: at most 2x eager), one

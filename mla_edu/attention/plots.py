@@ -1,4 +1,4 @@
-"""Figures about MLA itself (notebooks 01 and 02). Registered in ``mla_edu.figures``."""
+"""Figures about MLA itself (notebooks 01 and 02). Registered in ``tools.figures``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mla_edu.kernels.plots import load_bench
 
 def h200_ceilings() -> tuple[float, float]:
     """``(FLOP/s, bytes/s)``: bf16 matmul and device-to-device copy, as measured on this project's H200
-    by ``python -m mla_edu.kernels.bench`` (``mla_edu/results/kernel_bench_h200.json``)."""
+    by ``python -m tools.kernel_bench`` (``results/kernel_bench_h200.json``)."""
     ceil = load_bench()["ceilings"]
     return ceil["matmul_bf16_TFLOPs"] * 1e12, ceil["copy_TBps"] * 1e12
 

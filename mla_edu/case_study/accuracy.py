@@ -1,6 +1,6 @@
 """Accuracy benchmark, mirroring SGLang's ``benchmark/gsm8k/bench_sglang.py`` on the tiny model.
 
-    python -m mla_edu.bench --attention-backend cutlass_mla [--disable-cuda-graph]
+    python -m mla_edu.case_study.accuracy --attention-backend cutlass_mla [--disable-cuda-graph]
         [--defects width,workspace,stale | none] [--num-kv-splits -1] --num-questions 256
         --parallel 128 --cuda-graph-bs 64 128 --max-running-requests 128 [--json]
 
@@ -33,7 +33,7 @@ _IN_CHILD = "MLA_EDU_BENCH_CHILD"  # set in the child process, which then runs t
 def may_crash_the_gpu(args: ServerArgs) -> bool:
     """True for the pre-fix workspace handling with split partials under real CUDA graphs.
 
-    Measured on the H200 (mla_edu/results/workspace_hazard_h200.md): a graph keeps writing the
+    Measured on the H200 (results/workspace_hazard_h200.md): a graph keeps writing the
     capture-time workspace that Python dropped when the next size was captured;
     ``torch.cuda.graph`` empties the allocator's cache when a capture starts, so the memory can
     be unmapped, and the replay dies with "an illegal memory access". That error poisons the
@@ -47,10 +47,10 @@ def may_crash_the_gpu(args: ServerArgs) -> bool:
 
 
 def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
-    """``python -m mla_edu.bench --json`` in a child process; a crash becomes the result."""
+    """``python -m mla_edu.case_study.accuracy --json`` in a child process; a crash becomes the result."""
     import subprocess
 
-    cmd = [sys.executable, "-m", "mla_edu.bench", "--json", "--attention-backend", args.attention_backend,
+    cmd = [sys.executable, "-m", "mla_edu.case_study.accuracy", "--json", "--attention-backend", args.attention_backend,
            "--defects", ",".join(sorted(args.defects)) or "none", "--num-kv-splits", str(args.num_kv_splits),
            "--num-questions", str(num_questions), "--parallel", str(parallel),
            "--cuda-graph-bs", *map(str, args.cuda_graph_bs), "--max-running-requests", str(args.max_running_requests),
@@ -140,7 +140,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mla_edu.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mla_edu.case_study.accuracy", description=__doc__.split("\n\n")[0])
     p.add_argument("--attention-backend", default="cutlass_mla", choices=["cutlass_mla", "triton"])
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--defects", default="width,workspace,stale",
@@ -157,6 +157,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--threads", type=_cli.positive_int, default=None, help="torch CPU threads (default: torch's)")
     return p
+
+
+def _key(cfg: dict) -> tuple:
+    return tuple(sorted((k, tuple(sorted(v)) if isinstance(v, (set, frozenset)) else v) for k, v in cfg.items()))
+
+
+class AccuracyRuns:
+    """``run_bench`` of one model on one question set, called with server arguments; shares the prefill
+    cache between runs and memoizes each result (``python -m mla_edu.case_study.repro``, notebooks 06-07)."""
+
+    def __init__(self, model, questions, common: dict, progress: bool):
+        self.model, self.questions, self.common, self.progress = model, questions, common, progress
+        self.prefill_cache: dict = {}
+        self.results: dict = {}
+
+    def __call__(self, **cfg) -> dict:
+        key = _key(cfg)
+        if key not in self.results:
+            args = {**self.common, **cfg}
+            parallel = args.pop("parallel", 128)
+            self.results[key] = run_bench(self.model, self.questions, parallel=parallel, progress=self.progress,
+                                          prefill_cache=self.prefill_cache, **args)
+        return self.results[key]
+
 
 
 def main(argv=None) -> int:

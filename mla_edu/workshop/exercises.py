@@ -23,8 +23,8 @@ import torch
 
 from mla_edu.serving import DEFECTS, PRE_FIX, Engine
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
+from mla_edu.util import PAGE_SIZE, cdiv
 
-PAGE_SIZE = 128
 
 
 @dataclass
@@ -150,7 +150,7 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
             state["mistake"] = state["mistake"] or "new_table"
         want = torch.full_like(buf[:bs], POISON_PAGE)
         fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], want, PAGE_SIZE)
-        n_pages = [-(-n // PAGE_SIZE) for n in seq_lens[:bs].tolist()]
+        n_pages = [cdiv(n, PAGE_SIZE) for n in seq_lens[:bs].tolist()]
         state["mistake"] = state["mistake"] or _replay_diagnosis(buf, want, n_pages)
         state["bs"] = bs
 
@@ -209,7 +209,7 @@ def option_for(defects: frozenset) -> str:
 @lru_cache(maxsize=None)
 def _mystery_reads(k: int):
     from mla_edu.model import task
-    from mla_edu.panel import PanelSettings, measure_page_reads
+    from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
     settings = PanelSettings(defects=MYSTERIES[k], max_running_requests=6)
     return measure_page_reads(toy_model(), task.default_eval_set()[20:], settings)
@@ -221,7 +221,7 @@ def mystery_figure(k: int):
         raise ValueError(f"mystery: expected one of {sorted(MYSTERIES)}, got {k!r}")
     import matplotlib.pyplot as plt
 
-    from mla_edu.panel import draw_page_reads
+    from mla_edu.case_study.diagnose import draw_page_reads
 
     reads = _mystery_reads(k)
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})
@@ -268,15 +268,15 @@ ROW_STRIDE_SETUP = dict(context_length=640, cuda_graph_bs=(4, 8), max_running_re
 @lru_cache(maxsize=1)
 def _row_stride_truth():
     """Capture the pre-fix engine of ``ROW_STRIDE_SETUP`` and read what the bs-8 graph froze."""
-    from mla_edu.panel import _record_launches
-    from mla_edu.serving.graph_runner import GraphRunner
+    from mla_edu.case_study.diagnose import last_launch, record_launches
 
     s = ROW_STRIDE_SETUP
-    engine = Engine(toy_model(), attention_backend="cutlass_mla", defects=PRE_FIX, disable_cuda_graph=True,
-                    context_length=s["context_length"], max_running_requests=s["max_running_requests"])
-    launches = _record_launches(engine.runner.backend)
-    engine.runner.graph_runner = GraphRunner(engine.runner, s["cuda_graph_bs"])
-    table, launch = launches[8]
+    with record_launches() as log:  # the engine captures its graphs here
+        engine = Engine(toy_model(), attention_backend="cutlass_mla", defects=PRE_FIX,
+                        context_length=s["context_length"], max_running_requests=s["max_running_requests"],
+                        cuda_graph_bs=s["cuda_graph_bs"])
+    rec = last_launch(log, 8)
+    table, launch = rec.page_table, rec.launch
     return launch.row_stride, engine.runner.backend.cuda_graph_kv_indices.stride(0), \
         table.storage_offset() + s["row"] * launch.row_stride + s["page"]
 
@@ -294,7 +294,7 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
     s = ROW_STRIDE_SETUP
     if buffer_row_stride != real:
         hint = (" SGLang sizes the buffer with (max_context_len + 128) // 128: one page more than "
-                "ceil(640 / 128)." if buffer_row_stride == -(-s["context_length"] // PAGE_SIZE) else
+                "ceil(640 / 128)." if buffer_row_stride == cdiv(s["context_length"], PAGE_SIZE) else
                 " The buffer is int32 (max_bs, W) with W = (max_context_len + PAGE) // PAGE.")
         return _report(False, f"buffer row stride: not {buffer_row_stride}.{hint}")
     if used_row_stride != used:
@@ -329,9 +329,9 @@ def _workspace_variant(max_seq_len, num_batches, sm_count, num_kv_splits, *, rou
     from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT
 
     if (num_kv_splits == -1 and auto) or not fixed:
-        max_splits = -(-max_seq_len // 128) if round_up else max_seq_len // 128
+        max_splits = cdiv(max_seq_len, 128) if round_up else max_seq_len // 128
         heur = min(max_splits, max(1, sm_count // num_batches))
-        split = -(-max_splits // -(-max_splits // heur)) if last_step else heur
+        split = cdiv(max_splits, cdiv(max_splits, heur)) if last_step else heur
     else:
         split = max(num_kv_splits, 1)
     per_split = (float_bytes * D_LATENT + (float_bytes if with_lse else 0)) * CUTLASS_HEADS
@@ -401,7 +401,7 @@ def stale_case(k: int):
     """``(buffer [rows, W] int64, seq_lens [bs], row_stride)`` of one pre-fix decode step, the truth (read
     off the entries the step wrote, ``PageReads.live``) and the ``PageReads``."""
     from mla_edu.model import task
-    from mla_edu.panel import PanelSettings, measure_page_reads
+    from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
     mr, bs = STALE_CASES[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
@@ -410,7 +410,7 @@ def stale_case(k: int):
     live = reads.live.reshape(-1)
     truth = set()
     for b, n in enumerate(reads.seq_lens):
-        for j in range(-(-n // PAGE_SIZE)):
+        for j in range(cdiv(n, PAGE_SIZE)):
             i = b * rs + j
             if i >= live.numel() or not bool(live[i]):
                 truth.add((b, j))
@@ -424,10 +424,10 @@ def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_str
     if not buffer_rows:  # one buffer row per request: the padded rows forgotten
         rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
-    written = [-(-n // PAGE_SIZE) for n in lens]
+    written = [cdiv(n, PAGE_SIZE) for n in lens]
     out = set()
     for b, n in enumerate(seq_lens):
-        for j in range(-(-n // PAGE_SIZE)):
+        for j in range(cdiv(n, PAGE_SIZE)):
             r, slot = divmod(b * (row_stride if frozen_stride else width) + j, width)
             limit = written[r] if landing_row else written[b]
             if r >= rows or (slot >= limit if slot_past_end else slot > limit):
@@ -481,13 +481,13 @@ def check_stale_reads(fn) -> ExerciseResult:
     k = next(k for k, (g, t) in enumerate(zip(got_all, truths)) if g != t)
     (buffer, seq_lens, rs), truth, reads = cases[k]
     got = got_all[k]
-    wrong = {(b, j) for b in range(len(seq_lens)) for j in range(-(-seq_lens[b] // PAGE_SIZE))
+    wrong = {(b, j) for b in range(len(seq_lens)) for j in range(cdiv(seq_lens[b], PAGE_SIZE))
              if int(reads.read[b, j]) != int(reads.intended[b, j])}
     missing, extra = sorted(truth - got), sorted(got - truth)
     if got == wrong:
         hint = ("those are the *wrong* reads; a wrong read can land on an entry another row wrote this "
                 "step (fresh, just not its own). Stale = not written this step, by any row")
-    elif extra and all(j >= -(-seq_lens[b] // PAGE_SIZE) for b, j in extra):
+    elif extra and all(j >= cdiv(seq_lens[b], PAGE_SIZE) for b, j in extra):
         hint = "a request reads only j < ceil(seq_len / 128) pages"
     else:
         hint = ("entry at flat index i sits in buffer row i // W, slot i % W; it was written this step "

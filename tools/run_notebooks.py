@@ -1,6 +1,6 @@
 """Execute every notebook top to bottom and keep the executed copies (used for the H200 run).
 
-    python -m mla_edu.run_notebooks --out DIR [--timeout 600] [names...]
+    python -m tools.run_notebooks --out DIR [--timeout 600] [names...]
 
 Prints one line per notebook (seconds, ok/error, device) and writes DIR/<name>.ipynb. The
 committed GPU copies in notebooks/gpu/ were made this way on the H200 (see notebooks/gpu/README.md).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mla_edu import _cli
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+from mla_edu.paths import NOTEBOOKS_DIR as NOTEBOOKS
 
 
 def main(argv: list[str] | None = None) -> int:

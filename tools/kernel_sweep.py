@@ -1,6 +1,6 @@
 """Launch-config sweep of the Triton decode kernel at one point (GPU only).
 
-    python -m mla_edu.kernels.sweep --heads 128 --batch 64 --len 4096 --out DIR
+    python -m tools.kernel_sweep --heads 128 --batch 64 --len 4096 --out DIR
 
 In one run: the bf16 matmul ceiling (as in ``bench``), then for each launch config
 (BLOCK_H, BLOCK_N, num_warps, num_stages) and split count the median CUDA-graph replay time,
@@ -51,7 +51,7 @@ def main(argv=None) -> None:
 
     from mla_edu.kernels import get_workspace_size, mla_decode
     from mla_edu.kernels import split_kv_triton as skt
-    from mla_edu.kernels.bench import D_LAT, D_ROPE, _graph_us, ceilings, make_problem
+    from tools.kernel_bench import D_LAT, D_ROPE, graph_us, ceilings, make_problem
 
     ceil = ceilings()
     b, h, length = args.batch, args.heads, args.length
@@ -73,7 +73,7 @@ def main(argv=None) -> None:
                    "programs": b * triton.cdiv(h, cfg[0]) * splits}
             try:
                 err = ((fn().float() - ref).abs().max() / ref.abs().max()).item()
-                us = _graph_us(fn)
+                us = graph_us(fn)
                 row.update(us=us, TFLOPs=flops / (us * 1e-6) / 1e12, rel_err=err)
                 row["pct_matmul"] = 100 * row["TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
             except Exception as e:  # a config that does not compile (shared memory, registers)
@@ -83,7 +83,7 @@ def main(argv=None) -> None:
     skt.TUNED.pop(key)
     info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "batch": b, "heads": h, "len": length, "page": args.page,
-            "command": "python -m mla_edu.kernels.sweep " + " ".join(sys.argv[1:] if argv is None else argv)}
+            "command": "python -m tools.kernel_sweep " + " ".join(sys.argv[1:] if argv is None else argv)}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "kernel_sweep.json"), "w") as f:
         json.dump({"info": info, "ceilings": ceil, "rows": rows}, f, indent=1)

@@ -1,0 +1,118 @@
+"""Peer MLA decode kernels for the GPU benchmark, each run on the same cache bytes as ``mla_decode``.
+
+* SGLang's Triton decode kernel: ``decode_attention_fwd`` in
+  ``python/sglang/srt/layers/attention/triton_ops/decode_attention.py`` (sglang 0.4.7, the kernel
+  behind SGLang's ``--attention-backend triton`` for MLA: its grouped path, 16 heads per program).
+  The module is loaded from the installed ``sglang`` package (``pip install --no-deps sglang==0.4.7``:
+  pure Python) without importing the ``sglang`` package itself, whose ``__init__`` needs the whole
+  serving stack; the one helper it imports, ``sglang.srt.utils.is_hip``, comes from a stub module
+  that answers ``False`` (this is a CUDA run). It reads tokens through ``kv_indptr``/``kv_indices``
+  (one index per token), so the page table is expanded to token slots outside the timed call.
+* FlashMLA (DeepSeek's Hopper kernel, ``flash_mla_with_kvcache``), when ``flash_mla`` is importable:
+  page 64 only, its own split scheduler (``get_mla_metadata``, computed outside the timed call).
+
+Nothing here is needed by ``mla_decode``; each loader returns None with the reason when its peer
+is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+
+import torch
+
+SGLANG_MODULE = "sglang/srt/layers/attention/triton_ops/decode_attention.py"
+
+
+def _sglang_file() -> str | None:
+    for root in sys.path:
+        path = os.path.join(root or ".", SGLANG_MODULE)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def load_sglang_decode():
+    """(module, None) with SGLang's ``decode_attention`` module, or (None, reason)."""
+    path = _sglang_file()
+    if path is None:
+        return None, f"sglang is not installed ({SGLANG_MODULE} not found on sys.path)"
+    stub = types.ModuleType("sglang.srt.utils")
+    stub.is_hip = lambda: False  # the only name decode_attention.py imports from sglang.srt.utils
+    saved = sys.modules.get("sglang.srt.utils")
+    sys.modules["sglang.srt.utils"] = stub
+    try:
+        spec = importlib.util.spec_from_file_location("mla_edu_peer_sglang_decode_attention", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        if saved is None:
+            sys.modules.pop("sglang.srt.utils", None)
+        else:
+            sys.modules["sglang.srt.utils"] = saved
+    return mod, None
+
+
+def load_flash_mla():
+    """(flash_mla module, None), or (None, reason)."""
+    try:
+        import flash_mla
+    except ImportError as e:
+        return None, f"flash_mla is not importable ({e})"
+    return flash_mla, None
+
+
+class SGLangTriton:
+    """SGLang's Triton MLA decode on our paged cache: ``run(num_kv_splits)`` -> out [B, H, 512]."""
+
+    def __init__(self, mod, q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float, max_splits: int):
+        b, h, dl = q_nope.shape
+        page = cache.size(1)
+        self.mod, self.sm_scale, self.max_splits = mod, float(sm_scale), int(max_splits)
+        self.q = torch.cat([q_nope, q_pe], dim=-1).contiguous()  # [B, H, 576]: SGLang's MLA query
+        self.k_buffer = cache.view(-1, 1, cache.size(-1))  # [slots, 1, 576]: the same bytes
+        self.v_buffer = self.k_buffer[..., :dl]  # [slots, 1, 512]: a view, as SGLang's MLA backend passes
+        lens = seq_lens.long()
+        self.kv_indptr = torch.zeros(b + 1, dtype=torch.int32, device=q_nope.device)
+        self.kv_indptr[1:] = torch.cumsum(lens, 0).to(torch.int32)
+        slots = page_table.long()[:, :, None] * page + torch.arange(page, device=q_nope.device)  # [B, W, PAGE]
+        width = slots.size(1) * page
+        keep = torch.arange(width, device=q_nope.device)[None, :] < lens[:, None]
+        self.kv_indices = slots.reshape(b, width)[keep].to(torch.int32)  # [sum(seq_lens)]
+        self.o = torch.empty(b, h, dl, dtype=q_nope.dtype, device=q_nope.device)
+        self.attn_logits = torch.empty(b, h, self.max_splits, dl, dtype=torch.float32, device=q_nope.device)
+        self.attn_lse = torch.empty(b, h, self.max_splits, dtype=torch.float32, device=q_nope.device)
+        self.splits = {s: torch.full((b,), s, dtype=torch.int32, device=q_nope.device)
+                       for s in range(1, self.max_splits + 1)}
+
+    def run(self, num_kv_splits: int) -> torch.Tensor:
+        # every request gets num_kv_splits; max_kv_splits is the grid's split dimension (as SGLang sizes it)
+        self.mod.decode_attention_fwd(self.q, self.k_buffer, self.v_buffer, self.o, self.kv_indptr, self.kv_indices,
+                                      self.attn_logits[:, :, :num_kv_splits], self.attn_lse[:, :, :num_kv_splits],
+                                      self.splits[num_kv_splits], num_kv_splits, self.sm_scale)
+        return self.o
+
+
+class FlashMLA:
+    """FlashMLA on our paged cache (page 64): ``run()`` -> out [B, H, 512]."""
+
+    def __init__(self, mod, q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float):
+        if cache.size(1) != 64:
+            raise ValueError(f"FlashMLA reads pages of 64 tokens, got {cache.size(1)}")
+        b, h, _ = q_nope.shape
+        self.mod, self.sm_scale = mod, float(sm_scale)
+        self.q = torch.cat([q_nope, q_pe], dim=-1).view(b, 1, h, -1).contiguous()  # [B, s_q=1, H, 576]
+        self.k_cache = cache.view(cache.size(0), 64, 1, cache.size(-1))  # [pages, 64, h_kv=1, 576]
+        self.page_table, self.seq_lens = page_table, seq_lens
+        self.metadata, self.num_splits = mod.get_mla_metadata(seq_lens, h, 1)
+        self.dl = q_nope.size(-1)
+
+    def run(self) -> torch.Tensor:
+        out, _ = self.mod.flash_mla_with_kvcache(self.q, self.k_cache, self.page_table, self.seq_lens, self.dl,
+                                                 self.metadata, self.num_splits, softmax_scale=self.sm_scale,
+                                                 causal=True)
+        return out[:, 0]

@@ -1,0 +1,28 @@
+"""Three small things used everywhere: the page size, ceiling division and the int check."""
+
+from __future__ import annotations
+
+__all__ = ["PAGE_SIZE", "cdiv", "check_int", "is_int"]
+
+# Tokens per KV-cache page: cutlass_mla's fixed page size (SGLang's cutlass_mla_backend.py,
+# PAGE_SIZE = 128), used by both backends here and by the task's prompt lengths (1..4 pages).
+PAGE_SIZE = 128
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints, b > 0 (Triton's ``cdiv``): pages needed for ``a`` tokens when ``b = PAGE_SIZE``."""
+    return -(-a // b)
+
+
+def is_int(value) -> bool:
+    """True for a Python int that is not a bool (``True`` is an int to ``isinstance``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """``value`` if it is an int >= ``minimum``; else TypeError (not an int) or ValueError (too small)."""
+    if not is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
