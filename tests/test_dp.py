@@ -130,3 +130,26 @@ def test_tiny_yarn_variant_needs_the_scale():
     assert abs(mscale - 1.3689) < 1e-4
     assert math.isclose(model.layers[0].attn.softmax_scale, mscale ** 2 / math.sqrt(mla.qk_head_dim))
     assert model.layers[0].attn.softmax_scale / BUG_ERA_SM_SCALE > 2.8
+
+
+def test_dp_decode_runs_eagerly_while_a_rank_prefills(one_thread):
+    """SGLang's ranks take the minimum of can_cuda_graph: a prefill anywhere makes every decode eager."""
+    dp = DPEngine(random_tiny_model(), **_dp(None))
+    reqs, good = dp.ranks[0].engine.new_requests(random_prompts(5, 3, 20, 100), 8)
+    r0, r1 = dp.ranks
+
+    def step():
+        info = [r.schedule() for r in dp.ranks]
+        for r in dp.ranks:
+            r.run([n for n, _ in info], min(c for _, c in info))
+        return info
+
+    r0.waiting.extend(good[:2])
+    assert step() == [(sum(len(r.prompt_ids) for r in good[:2]), 0), (0, 1)]  # rank 0 prefills, rank 1 idle
+    r1.waiting.append(good[2])
+    info = step()  # rank 0 decodes while rank 1 prefills
+    assert info[0] == (2, 1) and info[1] == (len(good[2].prompt_ids), 0)
+    assert r0.steps["eager_for_extend"] == 1 and r0.steps["graph"] == 0
+    assert step() == [(2, 1), (1, 1)]  # both decode: each replays the graph for 2 + 1 tokens
+    assert r0.steps["graph"] == r1.steps["graph"] == 1
+    assert all(len(r.output_ids) == n for r, n in zip(good, (3, 3, 2)))
