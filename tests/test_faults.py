@@ -247,7 +247,7 @@ def test_padded_graph_rows_write_only_the_dummy_slot(backend, defects):
     reqs = [eng._new_req(p, 8) for p in random_prompts(3, 4, 30, 60)]
     for r in reqs:
         eng.prefill(r)
-    eng._decode(reqs, set())  # 4 real rows: the static out_cache_loc now holds 4 live slots
+    eng.decode_step(reqs, set())  # 4 real rows: the static out_cache_loc now holds 4 live slots
     before = [buf.clone() for buf in rn.kv_cache.kv_buffer]
     batch = eng.make_batch(reqs[:2])  # 2 real rows, padded to 4
     rn.decode(batch)

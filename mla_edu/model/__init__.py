@@ -18,10 +18,15 @@ from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
+# The shipped variants by name. "tiny-yarn": the shipped model fine-tuned with rope_scaling yarn,
+# factor 40 (DeepSeek-V3's), so its softmax scale is mscale**2/sqrt(80) with mscale = 0.1 ln 40 + 1
+# = 1.369: the scale sgl-kernel 0.1.7's hard-coded 1/sqrt(192) drops (see serving's "scale" defect).
+VARIANTS = {"tiny": WEIGHTS_DIR, "tiny-yarn": Path(__file__).parent / "weights_yarn"}
 WEIGHTS_FILE = "tiny.safetensors"
 MANIFEST_FILE = "manifest.json"
 
-__all__ = ["TinyDeepseek", "TinyDeepseekConfig", "config_sha256", "load_manifest", "load_pretrained", "task", "WEIGHTS_DIR"]
+__all__ = ["TinyDeepseek", "TinyDeepseekConfig", "config_sha256", "load_manifest", "load_pretrained", "task", "VARIANTS",
+           "WEIGHTS_DIR"]
 
 
 def sha256_file(path: str | Path) -> str:
@@ -89,11 +94,16 @@ def load_pretrained(
     verify: bool = True,
 ) -> TinyDeepseek:
     """The shipped ``TinyDeepseek`` in eval mode, after checking the weights file's sha256 and the
-    config's (``config_sha256``) against the manifest."""
+    config's (``config_sha256``) against the manifest.
+
+    ``weights_dir``: a directory, or a name from ``VARIANTS`` (``"tiny"``, ``"tiny-yarn"``).
+    """
     from safetensors.torch import load_file
 
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    if isinstance(weights_dir, str) and weights_dir in VARIANTS:
+        weights_dir = VARIANTS[weights_dir]
     weights_dir = Path(weights_dir or WEIGHTS_DIR)
     manifest = load_manifest(weights_dir)
     mpath = weights_dir / MANIFEST_FILE

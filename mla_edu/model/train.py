@@ -159,6 +159,17 @@ def save(model: TinyDeepseek, out: Path, manifest: dict) -> dict:
     return manifest
 
 
+def yarn_rope_scaling(factor: float) -> dict:
+    """DeepSeek-V3's ``rope_scaling`` keys with another factor, over the task's context."""
+    return {"rope_type": "yarn", "factor": float(factor), "original_max_position_embeddings": task.CONTEXT_LEN,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+def _without_rope_scaling(config: dict) -> dict:
+    """A config dict minus ``mla.rope_scaling`` (no weights depend on it)."""
+    return {**config, "mla": {k: v for k, v in config["mla"].items() if k != "rope_scaling"}}
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m mla_edu.model.train", description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=_cli.positive_int, default=1200)
@@ -186,6 +197,10 @@ def main(argv: list[str] | None = None) -> dict:
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
     p.add_argument("--init", type=Path, default=None,
                    help="start from the weights in this directory (a manifest + safetensors) instead of random")
+    p.add_argument("--yarn-factor", type=float, default=None,
+                   help="rope_scaling yarn with this factor (mscale = mscale_all_dim = 1, as DeepSeek-V3; "
+                        "original_max_position_embeddings = the task's context): the softmax scale becomes "
+                        "mscale**2/sqrt(qk_head_dim); --init may then name weights trained without it")
     p.add_argument("--threads", type=_cli.int_at_least(0), default=1,
                    help="torch threads (0: torch's default); 1 is faster when others share the cores")
     args = p.parse_args(argv)
@@ -202,13 +217,17 @@ def main(argv: list[str] | None = None) -> dict:
     rng = random.Random(args.seed)
     mla = default_mla_config().replace(hidden_size=args.hidden, num_attention_heads=args.heads,
                                        qk_nope_head_dim=args.head_dim, v_head_dim=args.head_dim)
+    if args.yarn_factor is not None:
+        if not args.yarn_factor > 1:
+            raise SystemExit(f"--yarn-factor must be > 1, got {args.yarn_factor}")
+        mla = mla.replace(rope_scaling=yarn_rope_scaling(args.yarn_factor))
     config = TinyDeepseekConfig(mla=mla, num_hidden_layers=args.layers, intermediate_size=args.intermediate)
     model = TinyDeepseek(config, attn_impl=args.attn_impl)
     if args.init is not None:
         from mla_edu.model import load_pretrained
 
         init = load_pretrained(args.init, attn_impl=args.attn_impl)
-        if init.config.to_dict() != config.to_dict():
+        if _without_rope_scaling(init.config.to_dict()) != _without_rope_scaling(config.to_dict()):
             raise SystemExit(f"--init {args.init}: its config {init.config.to_dict()} differs from this run's {config.to_dict()}")
         model.load_state_dict(init.state_dict())
         model.train()

@@ -5,14 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mla_edu.kernels.contract import MAX_SPLITS
-from mla_edu.util import is_int
+from mla_edu.util import PAGE_SIZE, is_int
 
 BACKENDS = ("cutlass_mla", "triton")
-DEFECTS = ("width", "workspace", "stale")
+DEFECTS = ("width", "workspace", "stale")  # the backend's graph defects (PR #6998)
+# The bug-era kernel contract: sgl-kernel 0.1.7, which SGLang pinned at 7059ae16f
+# (python/pyproject.toml, "sgl-kernel==0.1.7"), hard-coded the softmax scale 1/sqrt(128 + 64)
+# and split_kv = 1 (sgl-kernel/csrc/attention/cutlass_mla_kernel.cu at 6c0a48282, the v0.1.7
+# bump #6963, lines 115-116 and 157). PR #7184 (ab1a4fa5c) added the sm_scale parameter;
+# PR #7186 (ed89837cf) made the backend pass layer.scaling.
+KERNEL_DEFECTS = ("scale",)
+ALL_DEFECTS = DEFECTS + KERNEL_DEFECTS
 ROW_ORDERS = ("append", "prepend")
 # SGLang's merged fix (PR #6998, e58423b2b) fixed the width and the workspace, not the stale rows.
 PRE_FIX = frozenset(DEFECTS)
 MERGED_FIX = frozenset({"stale"})
+# The seed's pre-fix run: the graph defects plus the bug-era kernel's scale (and one split).
+SEED_PRE_FIX = PRE_FIX | {"scale"}
+
+
+def page_table_width(context_length: int) -> int:
+    """W, the page table's columns: ``(max_context_len + PAGE_SIZE) // PAGE_SIZE``.
+
+    SGLang's ``CutlassMLABackend.init_cuda_graph_state`` (cutlass_mla_backend.py at 7059ae16f,
+    line 132), where ``max_context_len`` is ``model_config.context_len``, i.e.
+    ``--context-length`` when given (flashinfer_mla_backend.py line 78, model_config.py line 153).
+    ``--context-length 4096`` gives 33.
+    """
+    return (int(context_length) + PAGE_SIZE) // PAGE_SIZE
 
 
 def parse_defects(spec) -> frozenset:
@@ -24,9 +44,9 @@ def parse_defects(spec) -> frozenset:
         names = [] if spec in ("", "none") else [s.strip() for s in spec.split(",") if s.strip()]
     else:
         names = list(spec)
-    bad = [n for n in names if n not in DEFECTS]
+    bad = [n for n in names if n not in ALL_DEFECTS]
     if bad:
-        raise ValueError(f"defects: expected names from {DEFECTS} or 'none', got {bad}")
+        raise ValueError(f"defects: expected names from {ALL_DEFECTS} or 'none', got {bad}")
     return frozenset(names)
 
 
@@ -34,8 +54,19 @@ def parse_defects(spec) -> frozenset:
 class ServerArgs:
     """What the engine is launched with (``python -m sglang.launch_server`` style).
 
-    ``defects`` applies to ``cutlass_mla`` only: the pre-fix code has all three;
-    ``{"stale"}`` is SGLang's merged fix; ``none`` adds the poison fill.
+    ``defects`` applies to ``cutlass_mla`` only: the pre-fix code has the three graph defects
+    (``PRE_FIX``); ``{"stale"}`` is SGLang's merged fix; ``none`` adds the poison fill.
+    ``"scale"`` is the bug-era kernel contract (sgl-kernel 0.1.7): the decode kernel uses
+    ``1/sqrt(128 + 64)`` whatever the model's scale, and one split (so ``num_kv_splits`` must be 1).
+    ``SEED_PRE_FIX`` is the seed's pre-fix run: the three graph defects and ``scale``.
+
+    ``context_length``: SGLang's ``--context-length``; the page table is
+    ``page_table_width(context_length)`` columns wide (33 for 4096).
+    ``dp_size`` / ``enable_dp_attention``: SGLang's ``--dp N --enable-dp-attention``: N attention
+    ranks (``mla_edu.serving.dp``), each running at most ``max_running_requests // N`` requests
+    (tp_worker.py at 7059ae16f, lines 119-127) while its ``req_to_token`` pool keeps
+    ``max_running_requests`` rows (model_runner.py lines 915-917) and so its graphs keep the
+    ``cuda_graph_bs`` sizes up to that.
     ``row_order``: where joining requests go in the running batch: ``append`` is SGLang's
     ``merge_batch`` (finished rows are filtered out in order, new requests go last);
     ``prepend`` puts them first.
@@ -54,6 +85,18 @@ class ServerArgs:
     dtype: str = "float32"
     device: str | None = None
     max_total_pages: int | None = None  # KV pool size cap; None: whatever max_running_requests needs
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+
+    @property
+    def page_table_width(self) -> int:
+        """W = ``(context_length + 128) // 128`` (SGLang's formula, see ``page_table_width``)."""
+        return page_table_width(self.context_length)
+
+    @property
+    def max_running_requests_per_rank(self) -> int:
+        """Requests one scheduler runs: ``max_running_requests // dp_size`` under DP attention."""
+        return self.max_running_requests // (self.dp_size if self.enable_dp_attention else 1)
 
     def __post_init__(self):
         if self.attention_backend not in BACKENDS:
@@ -80,5 +123,21 @@ class ServerArgs:
             raise ValueError(f"dtype: expected float32, bfloat16 or float16, got {self.dtype!r}")
         if self.max_total_pages is not None and (not isinstance(self.max_total_pages, int) or self.max_total_pages < 2):
             raise ValueError(f"max_total_pages: expected an int >= 2 or None, got {self.max_total_pages!r}")
+        if isinstance(self.dp_size, bool) or not isinstance(self.dp_size, int) or self.dp_size < 1:
+            raise ValueError(f"dp_size: expected an int >= 1, got {self.dp_size!r}")
+        if not isinstance(self.enable_dp_attention, bool):
+            raise TypeError(f"enable_dp_attention: expected a bool, got {self.enable_dp_attention!r}")
+        if self.enable_dp_attention and self.dp_size < 2:
+            # SGLang: "Please set a dp-size > 1" (server_args.py at 7059ae16f, line 352)
+            raise ValueError(f"enable_dp_attention: expected dp_size > 1, got dp_size={self.dp_size}")
+        if self.dp_size > 1 and not self.enable_dp_attention:
+            raise ValueError(f"dp_size={self.dp_size}: the mini engine runs data parallelism only as DP attention; "
+                             "pass enable_dp_attention=True")
+        if self.max_running_requests_per_rank < 1:
+            raise ValueError(f"max_running_requests={self.max_running_requests} over dp_size={self.dp_size} "
+                             "leaves a rank no request; expected max_running_requests >= dp_size")
+        if "scale" in self.defects and self.num_kv_splits != 1:
+            raise ValueError(f"defects 'scale' is sgl-kernel 0.1.7's contract, which hard-coded split_kv = 1; "
+                             f"got num_kv_splits={self.num_kv_splits}")
         if self.kernel_impl not in (None, "torch", "triton", "reference"):
             raise ValueError(f"kernel_impl: expected torch, triton or reference, got {self.kernel_impl!r}")

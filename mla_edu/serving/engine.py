@@ -49,22 +49,28 @@ class Req:
         return all(r == 0 for r in self.rows)
 
 
+def server_args_for(model, args: ServerArgs | None, kw: dict) -> ServerArgs:
+    """``args``, or ``ServerArgs(**kw)`` with the model's context by default; not both."""
+    if args is None:
+        kw.setdefault("context_length", model.config.mla.max_position_embeddings)
+        return ServerArgs(**kw)
+    if kw:
+        raise TypeError(f"pass either args or keyword server arguments, got both ({sorted(kw)})")
+    return args
+
+
 class Engine:
     """``Engine(model, **server_args)``; ``generate(prompts)`` -> list of ``Req`` (same order)."""
 
     def __init__(self, model, args: ServerArgs | None = None, prefill_cache: dict | None = None, **kw):
-        if args is None:
-            kw.setdefault("context_length", model.config.mla.max_position_embeddings)
-            args = ServerArgs(**kw)
-        elif kw:
-            raise TypeError(f"pass either args or keyword server arguments, got both ({sorted(kw)})")
-        self.args = args
+        self.args = args = server_args_for(model, args, kw)
         self.runner = ModelRunner(model, args, prefill_cache)
         self.vocab_size = model.config.vocab_size
         self.stats = {"decode_steps": 0, "max_running": 0, "graph_steps": 0, "padded_rows": 0}
 
     # --- request checks: a bad request fails alone --------------------------------------------
-    def _check(self, req: Req) -> str | None:
+    def check(self, req: Req) -> str | None:
+        """What is wrong with ``req`` (a message), or None."""
         ids = req.prompt_ids
         if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             return f"prompt: expected a list of int token ids, got {type(ids).__name__}"
@@ -143,13 +149,15 @@ class Engine:
             seq_lens_cpu=(positions + 1).to(torch.int32),
         )
 
-    def _decode(self, running: list, stop: set):
+    def decode_step(self, running: list, stop: set, graph_bs: int | None = None, eager: bool = False):
+        """Decode one token for each request of ``running`` (row = list order); finished ones free
+        their row and pages. ``graph_bs`` / ``eager``: as ``ModelRunner.decode`` (DP attention)."""
         batch = self.make_batch(running)
         gr = self.runner.graph_runner
-        if gr is not None and gr.can_run(batch.batch_size):
+        if graph_bs is not None or (not eager and gr is not None and gr.can_run(batch.batch_size)):
             self.stats["graph_steps"] += 1
-            self.stats["padded_rows"] += gr.padded_size(batch.batch_size) - batch.batch_size
-        next_ids, bad, _ = self.runner.decode(batch)
+            self.stats["padded_rows"] += (graph_bs or gr.padded_size(batch.batch_size)) - batch.batch_size
+        next_ids, bad, _ = self.runner.decode(batch, graph_bs, eager)
         next_ids, bad = next_ids.tolist(), bad.tolist()
         self.stats["decode_steps"] += 1
         for req, tok, is_bad in zip(running, next_ids, bad):
@@ -162,7 +170,7 @@ class Engine:
     # --- the loop ---------------------------------------------------------------------------------
     def _loop(self, waiting: deque, stop: set, progress) -> None:
         running: list = []
-        max_running = self.args.max_running_requests
+        max_running = self.args.max_running_requests_per_rank
         while waiting or running:
             joining = []
             while waiting and len(running) + len(joining) < max_running:
@@ -177,20 +185,35 @@ class Engine:
             if not running:
                 continue
             self.stats["max_running"] = max(self.stats["max_running"], len(running))
-            self._decode(running, stop)
+            self.decode_step(running, stop)
             if progress:
                 for req in running:
                     if req.finished:
                         progress(1)
             running = [r for r in running if not r.finished]  # filter_batch: order kept
 
-    def _abandon(self, reqs: list, exc: BaseException) -> None:
+    def abandon(self, reqs: list, exc: BaseException) -> None:
         """``generate`` was interrupted: every unfinished request gives back its row and pages."""
         for req in reqs:
             if not req.finished:
                 self._finish(req, "error", f"interrupted: {type(exc).__name__}")
             elif req.req_pool_idx is not None or req.pages:
                 self._free(req)
+
+    def new_requests(self, prompts, max_new_tokens: int = 3, progress=None) -> tuple:
+        """``(reqs, good)``: one ``Req`` per prompt, in order, and those that passed ``check``;
+        the others are finished with their error (and counted by ``progress``)."""
+        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
+        good = []
+        for req in reqs:
+            err = self.check(req)
+            if err:
+                req.finished_reason, req.error = "error", err
+                if progress:
+                    progress(1)
+            else:
+                good.append(req)
+        return reqs, good
 
     def generate(self, prompts, max_new_tokens: int = 3, stop_token_ids=(2,), progress=None) -> list:
         """Greedy-decode every prompt (a list of token-id lists) with continuous batching.
@@ -203,20 +226,12 @@ class Engine:
         exception propagates: the engine stays usable.
         """
         stop = set(stop_token_ids or ())
-        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
-        waiting = deque()
-        for req in reqs:
-            err = self._check(req)
-            if err:
-                req.finished_reason, req.error = "error", err
-                if progress:
-                    progress(1)
-            else:
-                waiting.append(req)
+        reqs, good = self.new_requests(prompts, max_new_tokens, progress)
+        waiting = deque(good)
         try:
             self._loop(waiting, stop, progress)
         except BaseException as e:  # an interrupt (Jupyter's stop button) or an error at any step
-            self._abandon(reqs, e)
+            self.abandon(reqs, e)
             raise
         return reqs
 

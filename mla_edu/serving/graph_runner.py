@@ -68,9 +68,19 @@ class GraphRunner:
         return self.capture_bs[bisect.bisect_left(self.capture_bs, raw_bs)]
 
     @torch.no_grad()
-    def replay(self, batch: ForwardBatch):
+    def replay(self, batch: ForwardBatch, bs: int | None = None):
+        """Replay for ``batch``; ``bs``: the captured size to pad to (default: the smallest that fits).
+
+        Under DP attention SGLang pads to the size that fits the SUM of all ranks' tokens
+        (``bisect_left(capture_bs, sum(global_num_tokens_cpu))``, cuda_graph_runner.py at
+        7059ae16f, lines 539-545), so a rank's rows may be padded far past its own batch; a rank
+        with no request replays with every row padded (SGLang's idle batch).
+        """
         raw_bs = batch.batch_size
-        bs = self.padded_size(raw_bs)
+        if bs is None:
+            bs = self.padded_size(raw_bs)
+        elif bs not in self.graphs or bs < raw_bs:
+            raise ValueError(f"replay: expected a captured size >= {raw_bs} from {self.capture_bs}, got {bs}")
         if bs != raw_bs:
             self.seq_lens.fill_(self.seq_len_fill_value)
             self.seq_lens_cpu.fill_(self.seq_len_fill_value)

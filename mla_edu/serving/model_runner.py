@@ -39,13 +39,17 @@ class ModelRunner:
         self.context_length = args.context_length
         self.page_size = 128
         self.pages_per_req = cdiv(self.context_length, self.page_size)
-        # one row per running request; a context's worth of pages per request, plus page 0, which
-        # the allocator never hands out: padded graph rows write their latents there (slot 0)
+        # ``max_running_requests`` rows, as SGLang sizes ``req_to_token`` even under DP attention
+        # (model_runner.py at 7059ae16f, lines 915-917); a context's worth of pages for each request
+        # this scheduler may run (``max_running_requests_per_rank``), plus page 0, which the
+        # allocator never hands out: padded graph rows write their latents there (slot 0)
         self.req_to_token_pool = kvcache.ReqToTokenPool(args.max_running_requests, self.context_length, self.device)
-        num_pages = args.max_running_requests * self.pages_per_req + 1
+        running = args.max_running_requests_per_rank
+        num_pages = running * self.pages_per_req + 1
         if args.max_total_pages is not None and num_pages > args.max_total_pages:
             raise ValueError(
-                f"too many running requests: max_running_requests={args.max_running_requests} x "
+                f"too many running requests: max_running_requests={args.max_running_requests}"
+                + (f" // dp_size {args.dp_size} = {running}" if args.enable_dp_attention else "") + " x "
                 f"{self.pages_per_req} pages (context {self.context_length}) + the padding page need {num_pages} "
                 f"pages, but max_total_pages is {args.max_total_pages}")
         self.allocator = kvcache.PagedAllocator(num_pages, self.page_size, self.device)
@@ -151,9 +155,17 @@ class ModelRunner:
         return logits.argmax(dim=-1), bad, logits
 
     @torch.no_grad()
-    def decode(self, batch: ForwardBatch):
-        """One decode step, by graph replay when a captured size fits, else eagerly."""
-        if self.graph_runner is not None and self.graph_runner.can_run(batch.batch_size):
+    def decode(self, batch: ForwardBatch, graph_bs: int | None = None, eager: bool = False):
+        """One decode step, by graph replay when a captured size fits, else eagerly.
+
+        ``graph_bs``: replay the graph of that size (DP attention: the size the ranks agreed on);
+        ``eager=True``: run eagerly whatever fits (DP attention: some rank is prefilling).
+        """
+        if graph_bs is not None:
+            if eager:
+                raise ValueError("decode: pass graph_bs or eager=True, not both")
+            return self.graph_runner.replay(batch, graph_bs)
+        if not eager and self.graph_runner is not None and self.graph_runner.can_run(batch.batch_size):
             return self.graph_runner.replay(batch)
         self.backend.init_forward_metadata(batch)
         return self.decode_forward(batch)

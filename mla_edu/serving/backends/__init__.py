@@ -1,7 +1,7 @@
 """Attention backends in SGLang's protocol: ``cutlass_mla`` (pre-fix / fixed) and ``triton``."""
 
 from mla_edu.serving.backends.base import AttentionBackend
-from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLABackend
+from mla_edu.serving.backends.cutlass_mla import BUG_ERA_SM_SCALE, POISON_PAGE, CutlassMLABackend
 from mla_edu.serving.backends.triton import TritonBackend
 
 BACKEND_CLASSES = {"cutlass_mla": CutlassMLABackend, "triton": TritonBackend}
@@ -16,5 +16,5 @@ def create_backend(name: str, *args, defects=frozenset(), **kw) -> AttentionBack
     return BACKEND_CLASSES[name](*args, **kw)
 
 
-__all__ = ["AttentionBackend", "CutlassMLABackend", "TritonBackend", "POISON_PAGE",
+__all__ = ["AttentionBackend", "BUG_ERA_SM_SCALE", "CutlassMLABackend", "TritonBackend", "POISON_PAGE",
            "create_backend", "BACKEND_CLASSES"]

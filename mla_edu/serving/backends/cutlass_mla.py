@@ -12,6 +12,14 @@ Defects (``defects`` is any subset):
   it on ``self`` (the next capture replaces it, dropping the one the previous graph uses);
   replay allocates a new one and assigns it to metadata the graph never reads.
   Fixed: one workspace for the maximum, allocated in ``init_cuda_graph_state``.
+- ``scale`` (the bug-era kernel contract, not a graph defect): sgl-kernel 0.1.7, pinned by
+  SGLang at 7059ae16f, had no ``sm_scale`` argument: ``cutlass_mla_kernel.cu`` (at 6c0a48282,
+  lines 115-116) hard-codes ``scale = 1/sqrt(D_non_latent + D_rope)`` with ``D_non_latent = 128``,
+  i.e. ``1/sqrt(192)``, and ``split_kv = 1`` (line 157); the backend passed neither (lines
+  270-276 at 7059ae16f). So decode attention, eager and graph alike, ignored ``layer.scaling``
+  (DeepSeek-V3's YaRN ``mscale**2 / sqrt(192)``). Prefill is not affected (SGLang's cutlass
+  backend prefills through FlashInfer MLA with ``layer.scaling``). Fixed by #7184 (ab1a4fa5c,
+  the kernel parameter) and #7186 (ed89837cf, ``sm_scale=layer.scaling``).
 - ``stale``: the index buffer is never reset, so entries past a request's pages keep old
   page ids. Off: the buffer is filled with an out-of-range page id before every fill and the
   kernel runs checked, so any stray read gives NaN for that request (loud, not silent).
@@ -19,15 +27,18 @@ Defects (``defects`` is any subset):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from mla_edu import kernels, kvcache
+from mla_edu.serving.args import page_table_width
 from mla_edu.serving.backends.base import AttentionBackend
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.util import PAGE_SIZE, cdiv
 
+BUG_ERA_SM_SCALE = 1.0 / math.sqrt(128 + 64)  # sgl-kernel 0.1.7's hard-coded scale
 POISON_PAGE = 2**30  # far past any page id: a read of it is out of range
 
 
@@ -44,6 +55,8 @@ class CutlassMLABackend(AttentionBackend):
         super().__init__(*args, **kw)
         self.defects = frozenset(defects)
         self.poison = "stale" not in self.defects
+        # the scale the decode kernel uses: the model's, or the bug-era kernel's constant
+        self.kernel_sm_scale = BUG_ERA_SM_SCALE if "scale" in self.defects else self.sm_scale
         self.cuda_graph_kv_indices = None
         self.cuda_graph_mla_workspace = None
 
@@ -69,7 +82,7 @@ class CutlassMLABackend(AttentionBackend):
 
     # --- graphs ----------------------------------------------------------------------------------
     def init_cuda_graph_state(self, max_bs: int):
-        width = (self.max_context_len + PAGE_SIZE) // PAGE_SIZE  # W, SGLang's formula
+        width = page_table_width(self.max_context_len)  # W, SGLang's formula
         self.cuda_graph_kv_indices = torch.full((max_bs, width), 1, dtype=torch.int32, device=self.device)
         self.cuda_graph_mla_workspace = self._workspace(width * PAGE_SIZE, max_bs)
 
@@ -109,4 +122,4 @@ class CutlassMLABackend(AttentionBackend):
         self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, table, md.workspace,
-            self.sm_scale, splits, impl=self.kernel_impl, stride_policy="size", checked=self.poison)
+            self.kernel_sm_scale, splits, impl=self.kernel_impl, stride_policy="size", checked=self.poison)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from mla_edu import kernels, kvcache
+from mla_edu.serving.args import page_table_width
 from mla_edu.serving.backends.base import AttentionBackend
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.util import PAGE_SIZE
@@ -26,7 +27,7 @@ class TritonBackend(AttentionBackend):
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.width = (self.max_context_len + PAGE_SIZE) // PAGE_SIZE
+        self.width = page_table_width(self.max_context_len)
         self.page_table = None
         self.workspace = None
         self.max_bs = 0

@@ -1,0 +1,33 @@
+"""DP attention 8 x 16 rows, graphs 64/128, at context 640 (W = 6), shipped model, 256 questions.
+
+    .venv/bin/python results/dp_cpu.py > results/dp_cpu.txt
+
+(W = 33, the seed's --context-length 4096, needs about 2.8 GB of emulated-graph memory per rank
+on CPU for the 128-row graph: 8 ranks do not fit this machine.)
+"""
+import time
+
+import torch
+
+from mla_edu.model import load_pretrained, task
+from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, DPEngine
+
+torch.set_num_threads(1)
+qs = task.default_eval_set()
+model = load_pretrained()
+cache = {}
+for label, kw in (("cutlass_mla eager, scale defect", dict(disable_cuda_graph=True, defects="scale")),
+                  ("cutlass_mla eager", dict(disable_cuda_graph=True, defects="none")),
+                  ("pre-fix graphs (width,workspace,stale)", dict(defects=PRE_FIX)),
+                  ("pre-fix graphs + scale (bug-era kernel)", dict(defects=SEED_PRE_FIX)),
+                  ("merged fix graphs (stale)", dict(defects=MERGED_FIX)),
+                  ("triton graphs", dict(attention_backend="triton"))):
+    t0 = time.perf_counter()
+    dp = DPEngine(model, prefill_cache=cache, dp_size=8, enable_dp_attention=True, max_running_requests=128,
+                  cuda_graph_bs=(64, 128), context_length=640, **kw)
+    reqs = dp.generate([q.prompt_ids for q in qs])
+    acc = sum(task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, qs)) / len(qs)
+    st = {k: sum(r.steps[k] for r in dp.ranks) for k in dp.ranks[0].steps}
+    print(f"{label:42s} accuracy {acc:.3f}  steps {dp.global_steps}  rank-steps {st}  "
+          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    del dp
