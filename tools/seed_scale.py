@@ -1,6 +1,6 @@
 """Eager decode accuracy: cutlass_mla with and without the bug-era kernel's scale, and triton.
 
-    .venv/bin/python results/scale_cpu.py > results/scale_cpu.txt
+    .venv/bin/python -m tools.seed_scale > results/scale_cpu.txt
 """
 import torch
 

@@ -1,6 +1,6 @@
 """DP attention 8 x 16 rows, graphs 64/128, at context 640 (W = 6), shipped model, 256 questions.
 
-    .venv/bin/python results/dp_cpu.py > results/dp_cpu.txt
+    .venv/bin/python -m tools.seed_dp > results/dp_cpu.txt
 
 (W = 33, the seed's --context-length 4096, needs about 2.8 GB of emulated-graph memory per rank
 on CPU for the 128-row graph: 8 ranks do not fit this machine.)
