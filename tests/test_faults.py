@@ -244,7 +244,7 @@ def test_padded_graph_rows_write_only_the_dummy_slot(backend, defects):
     model = random_tiny_model()
     eng = Engine(model, attention_backend=backend, defects=defects, cuda_graph_bs=(4,), max_running_requests=4)
     rn = eng.runner
-    reqs = [eng._new_req(p, 8) for p in random_prompts(3, 4, 30, 60)]
+    reqs = [eng.new_req(p, 8) for p in random_prompts(3, 4, 30, 60)]
     for r in reqs:
         eng.prefill(r)
     eng.decode_step(reqs, set())  # 4 real rows: the static out_cache_loc now holds 4 live slots
@@ -262,7 +262,7 @@ def test_joining_requests_take_the_last_rows_with_append():
     model = random_tiny_model()
     for order, joined_row in [("append", 2), ("prepend", 0)]:
         eng = Engine(model, disable_cuda_graph=True, max_running_requests=3, row_order=order)
-        reqs = [eng._new_req(p, n) for p, n in zip(random_prompts(4, 4, 20, 40), [2, 5, 5, 5])]
+        reqs = [eng.new_req(p, n) for p, n in zip(random_prompts(4, 4, 20, 40), [2, 5, 5, 5])]
         eng._loop(deque(reqs), set(), None)  # request 0 finishes after one decode step; request 3 joins
         assert [r.rows[0] for r in reqs[:3]] == [0, 1, 2]
         assert reqs[3].rows[0] == joined_row

@@ -201,7 +201,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         gr = runner.graph_runner
 
         def prefill(ps):
-            reqs = [engine._new_req(list(p)) for p in ps]
+            reqs = [engine.new_req(list(p)) for p in ps]
             for r in reqs:
                 engine.prefill(r)  # no stop token: every request stays running
             return reqs
@@ -210,7 +210,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
             old = prefill(earlier)
             runner.decode(engine.make_batch(old))
             for r in old:
-                engine._free(r)
+                engine.free_req(r)
         reqs = prefill(prompts)
         batch = engine.make_batch(reqs)
         bs, padded = batch.batch_size, gr.padded_size(batch.batch_size)
@@ -248,7 +248,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
             backend.forward_metadata = CutlassMLADecodeMetadata(ws, table.to(runner.device))
             backend.kernel_impl = "reference"
             try:
-                _, _, logits_ref = runner.decode_forward(gr._batch(padded))
+                _, _, logits_ref = runner.decode_forward(gr.static_batch(padded))
             finally:
                 backend.forward_metadata, backend.kernel_impl = saved_md, saved_impl
         # the same step eagerly: a fresh contiguous table (what eager mode always did)
@@ -262,7 +262,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         both_nan = torch.isnan(lg).all(dim=-1) & torch.isnan(lr).all(dim=-1)  # [bs]
         check = torch.where(both_nan, 0.0, (lg - lr).abs().amax(dim=-1).nan_to_num(float("inf"))).tolist()  # [bs]
     for r in reqs:
-        engine._free(r)
+        engine.free_req(r)
     return StepDiagnosis(frozenset(engine.args.defects), batch.seq_lens_cpu.tolist(), padded, lg, le,
                          intended, read, buffer, fresh, captured.launch, needed, during, check,
                          captured_table=captured.page_table, poison=getattr(backend, "poison", False), extra=extra)
@@ -347,7 +347,7 @@ def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv
     big, cache = sizes[-1], {}
 
     def one_step(engine):
-        reqs = [engine._new_req(list(p)) for p in prompts]
+        reqs = [engine.new_req(list(p)) for p in prompts]
         for r in reqs:
             engine.prefill(r)
         batch = engine.make_batch(reqs)

@@ -8,7 +8,6 @@ from mla_edu.kernels.contract import check_common, check_flags, make_plan
 
 IMPLS = ("reference", "torch", "triton", "cutlass")
 #: stride policy each impl uses when ``stride_policy=None``: all follow the cutlass contract.
-DEFAULT_STRIDE_POLICY = {"reference": "size", "torch": "size", "triton": "size", "cutlass": "size"}
 
 
 def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits=1, *,
@@ -60,7 +59,7 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
         return mla_decode_cutlass(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale,
                                   num_kv_splits)
     check_common(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
-    policy = DEFAULT_STRIDE_POLICY[impl] if stride_policy is None else stride_policy
+    policy = "size" if stride_policy is None else stride_policy  # every impl mirrors the cutlass wrapper
     plan = make_plan(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, num_kv_splits, policy,
                      sm_count)
     if impl == "reference":

@@ -13,7 +13,6 @@ Row order: SGLang's ``ScheduleBatch.filter_batch`` keeps the surviving rows in o
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -86,7 +85,8 @@ class Engine:
                     f"exceed the context length {ctx}")
         return None
 
-    def _new_req(self, prompt, max_new_tokens: int = 3) -> Req:
+    def new_req(self, prompt, max_new_tokens: int = 3) -> Req:
+        """A new request with the next rid (not yet checked, holding no row or page)."""
         self._next_rid = getattr(self, "_next_rid", 0) + 1
         return Req(self._next_rid - 1, list(prompt) if isinstance(prompt, (list, tuple)) else prompt, max_new_tokens)
 
@@ -97,7 +97,8 @@ class Engine:
         if need > 0:
             req.pages.extend(int(p) for p in self.runner.allocator.alloc_pages(need))
 
-    def _free(self, req: Req):
+    def free_req(self, req: Req):
+        """Give back ``req``'s ``req_to_token`` row and pages (idempotent)."""
         if req.req_pool_idx is not None:
             self.runner.req_to_token_pool.free([req.req_pool_idx])
             req.req_pool_idx = None
@@ -107,7 +108,7 @@ class Engine:
 
     def _finish(self, req: Req, reason: str, error: str | None = None):
         req.finished_reason, req.error = reason, error
-        self._free(req)
+        self.free_req(req)
 
     def _after_token(self, req: Req, tok: int, stop: set):
         req.output_ids.append(tok)
@@ -198,12 +199,12 @@ class Engine:
             if not req.finished:
                 self._finish(req, "error", f"interrupted: {type(exc).__name__}")
             elif req.req_pool_idx is not None or req.pages:
-                self._free(req)
+                self.free_req(req)
 
     def new_requests(self, prompts, max_new_tokens: int = 3, progress=None) -> tuple:
         """``(reqs, good)``: one ``Req`` per prompt, in order, and those that passed ``check``;
         the others are finished with their error (and counted by ``progress``)."""
-        reqs = [self._new_req(p, max_new_tokens) for p in prompts]
+        reqs = [self.new_req(p, max_new_tokens) for p in prompts]
         good = []
         for req in reqs:
             err = self.check(req)
@@ -235,10 +236,3 @@ class Engine:
             raise
         return reqs
 
-
-def run_requests(model, prompts, *, max_new_tokens=3, stop_token_ids=(2,), progress=None, **server_args):
-    """One-shot helper: build an engine, generate, return ``(reqs, seconds, engine)``."""
-    engine = Engine(model, **server_args)
-    t0 = time.perf_counter()
-    reqs = engine.generate(prompts, max_new_tokens, stop_token_ids, progress)
-    return reqs, time.perf_counter() - t0, engine

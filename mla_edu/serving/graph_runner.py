@@ -44,14 +44,15 @@ class GraphRunner:
         self.pool = None
         self.capture()
 
-    def _batch(self, bs: int) -> ForwardBatch:
+    def static_batch(self, bs: int) -> ForwardBatch:
+        """The first ``bs`` rows of the persistent input buffers the graphs were captured on."""
         return ForwardBatch(bs, self.input_ids[:bs], self.positions[:bs], self.req_pool_indices[:bs],
                             self.seq_lens[:bs], self.out_cache_loc[:bs], self.seq_lens_cpu[:bs])
 
     @torch.no_grad()
     def capture(self):
         for bs in reversed(self.capture_bs):
-            batch = self._batch(bs)
+            batch = self.static_batch(bs)
             self.runner.backend.init_forward_metadata_capture_cuda_graph(
                 bs, batch.req_pool_indices, batch.seq_lens)
             graphs.warm_up(lambda: self.runner.decode_forward(batch), self.num_warmup, self.runner.device)

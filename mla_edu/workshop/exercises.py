@@ -159,7 +159,7 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
     for trial in range(n_trials):
         bs = rng.randint(1, 4) if trial else 3  # 3: padded to the captured 4
         prompts = [task.sample_question(rng, rng.randint(20, 380)).prompt_ids for _ in range(bs)]
-        reqs = [engine._new_req(p) for p in prompts]
+        reqs = [engine.new_req(p) for p in prompts]
         for r in reqs:
             engine.prefill(r)
         rng.shuffle(reqs)  # batch row b is not pool row b: req_pool_indices matters
@@ -170,7 +170,7 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
             backend.init_forward_metadata(batch)
             _, _, logits_e = runner.decode_forward(batch)
         for r in reqs:
-            engine._free(r)
+            engine.free_req(r)
         backend.forward_metadata = backend.forward_metadata.__class__(backend.cuda_graph_mla_workspace, buf[:4])
         where = f"trial {trial} (batch of {bs}, lengths {batch.seq_lens_cpu.tolist()})"
         if state["error"]:
