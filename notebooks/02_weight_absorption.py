@@ -150,8 +150,9 @@ with torch.no_grad():
 # $m = 0.1 \cdot \text{mscale\_all\_dim} \cdot \ln(\text{factor}) + 1$. It is **not**
 # $1/\sqrt{576}$, although 576 is the key width the kernel sees. A kernel that derives its scale
 # from the key width gets it wrong silently (FlashMLA's default is $1/\sqrt{576}$, and sgl-kernel's
-# cutlass decode hard-coded $1/\sqrt{192}$ until SGLang PR #7184 passed `sm_scale` in, ignoring
-# YaRN; sources in `docs/sources.md`).
+# cutlass decode hard-coded $1/\sqrt{192}$, ignoring YaRN, until sgl-kernel gained an `sm_scale`
+# parameter (SGLang PR #7184, `ab1a4fa5c`) and the backend passed `layer.scaling` to it (PR #7186,
+# `ed89837cf`); sources in `docs/sources.md`).
 
 # %%
 v3 = MLAConfig.deepseek_v3()

@@ -204,7 +204,8 @@ fig = dg.page_table_figure(d)
 #
 # At capture the runner fills `seq_lens` with 1 (`get_cuda_graph_seq_len_fill_value`), so the
 # pre-fix capture hook computed `max_seqlen_pad = ceil(1 / 128) = 1` and handed the kernel the
-# view `cuda_graph_kv_indices[:bs, :1]`. The host wrapper turned that view into launch parameters,
+# view `cuda_graph_kv_indices[:bs, :1]`. The C++ host code of sgl-kernel's op
+# (`sgl-kernel/csrc/attention/cutlass_mla_kernel.cu`) turned that view into launch parameters,
 # and a graph replays launches with the parameters they were recorded with. Below: the parameters
 # recorded while the graph for batch 8 was captured, against those the eager path launched for this
 # very batch.

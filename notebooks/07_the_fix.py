@@ -142,9 +142,11 @@ assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.sta
 #
 # ## 2. The ablation: each defect alone, at one split and at the automatic split count
 #
-# One split is what SGLang ran (`num_kv_splits=1`). With `-1` the kernel picks the split count on
-# the host from `max_seq_len`, the batch size and the SM count (sgl-kernel's heuristic), and
-# writes split partials through the workspace.
+# One split is what SGLang ran: the sgl-kernel it pinned at `7059ae16f` (0.1.7) hard-coded one
+# split, and the backend's call passed no split count. The later kernel (PR #7145 on) takes
+# `num_kv_splits`; the `auto` rows model that later kernel, not the seed's run. With `-1` the
+# kernel picks the split count on the host from `max_seq_len`, the batch size and the SM count
+# (sgl-kernel's heuristic), and writes split partials through the workspace.
 
 # %%
 ablation = []
@@ -291,7 +293,9 @@ assert d_silent.launches_during_replay == 0
 # The recomputed value reached the metadata object and nothing else: under replay the Python that
 # would read it does not run. The author's own remark, "non-cuda-graph still has bug", is a separate
 # matter: sgl-kernel's kernel then hard-coded the softmax scale `1/sqrt(128 + 64)`, ignoring YaRN's
-# mscale; PR #7184 ("add sm_scale for sgl-kernel cutlass_mla") passed `sm_scale` explicitly.
+# mscale. PR #7184 (`ab1a4fa5c`, "add sm_scale for sgl-kernel cutlass_mla") added the `sm_scale`
+# parameter to the kernel; PR #7186 (`ed89837cf`) made the backend pass `layer.scaling` to it.
+# `results/seed_config_cpu.md` measures that defect in the miniature (the `scale` defect).
 #
 # ## 6. How to catch this class of bug
 #
