@@ -311,8 +311,10 @@ for k, res in full.items():
 # For the seed, GSM8K answers take hundreds of decode steps, many of which decide the final number,
 # under SGLang's `append` order; how many requests got those steps right depends on finish times we
 # do not have. Also, `bench_sglang.py` puts the same five examples in front of every question
-# (`get_few_shot_examples` takes the first `k` of the set), so a mis-read page often holds the same
-# text as the right one. The 0.057 guess is close to 0.060, but this mini engine does not confirm it:
+# (`get_few_shot_examples` takes the first `k` of the set), and SGLang's radix cache keeps that
+# shared prefix once: every request's first pages are the same physical pages. A wrong read that
+# lands on one of them reads the right text; one that lands on another request's own pages does
+# not. The 0.057 guess is close to 0.060, but this mini engine does not confirm it:
 # treat it as an open question, not an explanation.
 #
 # ## What we saw
