@@ -41,9 +41,7 @@ def test_scale_defect_uses_bug_era_scale(one_thread):
     outs = {}
     for defects in ("scale", "none"):
         engine = Engine(model, disable_cuda_graph=True, max_running_requests=4, defects=defects)
-        reqs = [engine.new_req(p) for p in prompts]
-        for r in reqs:
-            engine.prefill(r)
+        reqs = engine.prefill_requests(prompts)
         batch = engine.make_batch(reqs)
         be = engine.runner.backend
         be.init_forward_metadata(batch)

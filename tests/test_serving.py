@@ -73,9 +73,7 @@ def test_graph_equals_eager_on_random_schedules(model, backend, defects, splits)
 def _one_step(model, defects, seed=5, bs=3):
     """Prefill ``bs`` requests of different page counts, then one decode step by graph and eagerly."""
     eng = Engine(model, attention_backend="cutlass_mla", defects=defects, cuda_graph_bs=(4,), max_running_requests=4)
-    reqs = [eng.new_req(p) for p in prompts(seed, bs, 100, 380)]
-    for r in reqs:
-        eng.prefill(r)
+    reqs = eng.prefill_requests(prompts(seed, bs, 100, 380))
     batch = eng.make_batch(reqs)
     _, bad_g, logits_g = eng.runner.decode(batch)  # graph replay (padded to 4)
     eng.runner.backend.init_forward_metadata(batch)  # eager: a fresh contiguous table

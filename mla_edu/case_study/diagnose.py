@@ -200,18 +200,12 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         cutlass = attention_backend == "cutlass_mla"
         gr = runner.graph_runner
 
-        def prefill(ps):
-            reqs = [engine.new_req(list(p)) for p in ps]
-            for r in reqs:
-                engine.prefill(r)  # no stop token: every request stays running
-            return reqs
-
         if earlier:
-            old = prefill(earlier)
+            old = engine.prefill_requests(earlier)
             runner.decode(engine.make_batch(old))
             for r in old:
                 engine.free_req(r)
-        reqs = prefill(prompts)
+        reqs = engine.prefill_requests(prompts)
         batch = engine.make_batch(reqs)
         bs, padded = batch.batch_size, gr.padded_size(batch.batch_size)
         captured = last_launch(log, padded)  # recorded while this graph was captured
@@ -347,9 +341,7 @@ def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv
     big, cache = sizes[-1], {}
 
     def one_step(engine):
-        reqs = [engine.new_req(list(p)) for p in prompts]
-        for r in reqs:
-            engine.prefill(r)
+        reqs = engine.prefill_requests(prompts)
         batch = engine.make_batch(reqs)
         _, _, logits_g = engine.runner.decode(batch)  # graph replay
         return reqs, batch, logits_g

@@ -100,8 +100,7 @@ class DPRank:
                 else:
                     joined.append(req)
             self.joining = []
-            # merge_batch appends (or the engine's row_order)
-            self.running = self.running + joined if eng.args.row_order == "append" else joined + self.running
+            self.running = eng.merge_batch(self.running, joined)
             return
         if max(global_num_tokens) == 0:
             return

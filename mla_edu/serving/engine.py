@@ -127,6 +127,14 @@ class Engine:
             return self._finish(req, "error", "prefill: non-finite logits")
         self._after_token(req, int(logits.argmax()), stop)
 
+    def prefill_requests(self, prompts) -> list:
+        """New requests for ``prompts``, each prefilled with no stop token (so all stay running):
+        the batch that a diagnosis or a checker then decodes by hand."""
+        reqs = [self.new_req(list(p)) for p in prompts]
+        for req in reqs:
+            self.prefill(req)
+        return reqs
+
     def make_batch(self, running: list) -> ForwardBatch:
         """Give each running request a slot for its fed-back token; build the decode batch (row = list order)."""
         rn = self.runner
@@ -169,6 +177,11 @@ class Engine:
                 self._after_token(req, tok, stop)
 
     # --- the loop ---------------------------------------------------------------------------------
+    def merge_batch(self, running: list, joining: list) -> list:
+        """The running batch after ``joining`` requests prefilled: SGLang's ``merge_batch`` appends
+        them (``row_order="append"``); ``"prepend"`` puts them first. Rows follow this order."""
+        return running + joining if self.args.row_order == "append" else joining + running
+
     def _loop(self, waiting: deque, stop: set, progress) -> None:
         running: list = []
         max_running = self.args.max_running_requests_per_rank
@@ -182,7 +195,7 @@ class Engine:
                         progress(1)
                 else:
                     joining.append(req)
-            running = running + joining if self.args.row_order == "append" else joining + running
+            running = self.merge_batch(running, joining)
             if not running:
                 continue
             self.stats["max_running"] = max(self.stats["max_running"], len(running))

@@ -159,9 +159,7 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
     for trial in range(n_trials):
         bs = rng.randint(1, 4) if trial else 3  # 3: padded to the captured 4
         prompts = [task.sample_question(rng, rng.randint(20, 380)).prompt_ids for _ in range(bs)]
-        reqs = [engine.new_req(p) for p in prompts]
-        for r in reqs:
-            engine.prefill(r)
+        reqs = engine.prefill_requests(prompts)
         rng.shuffle(reqs)  # batch row b is not pool row b: req_pool_indices matters
         batch = engine.make_batch(reqs)
         state["mistake"] = None
