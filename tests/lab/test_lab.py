@@ -101,11 +101,15 @@ def test_run_all_in_jupyterlab(browser, lab, run_times, name):
 
 
 # ---- notebook 08's control panel ----------------------------------------------------------------
-def _png(src: str):
+def _read_png(data: bytes):
     import matplotlib.image
 
+    return matplotlib.image.imread(io.BytesIO(data), format="png")  # [h, w, 3 or 4] floats in [0, 1]
+
+
+def _png(src: str):
     assert src.startswith("data:image/png;base64,"), f"expected an inline PNG, got {src[:40]!r}"
-    return matplotlib.image.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")
+    return _read_png(base64.b64decode(src.split(",", 1)[1]))
 
 
 def _ink(img, box) -> float:
@@ -120,8 +124,6 @@ def _ink(img, box) -> float:
 
 def _reference(settings):
     """The summary and, per axes, its box and ink fraction, as the library draws this setting here."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401  (panel_figure's canvas)
-
     from mla_edu.workshop.panel import PanelRuns, figure_png, panel_figure
 
     result = PanelRuns()(settings)
@@ -133,7 +135,7 @@ def _reference(settings):
         b = ax.get_window_extent(renderer).transformed(fig.dpi_scale_trans.inverted())
         boxes.append(((b.x0 - tight.x0) / tight.width, (tight.y1 - b.y1) / tight.height,
                       (b.x1 - tight.x0) / tight.width, (tight.y1 - b.y0) / tight.height))
-    img = _png("data:image/png;base64," + base64.b64encode(figure_png(fig)).decode())
+    img = _read_png(figure_png(fig))
     return result.summary(), img.shape, [(box, _ink(img, box)) for box in boxes]
 
 
