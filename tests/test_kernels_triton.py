@@ -141,12 +141,12 @@ def test_each_launch_is_one_custom_op():
 def test_launch_configs_default_tuned_and_interpreted():
     from mla_edu.kernels import split_kv_triton as skt
 
-    assert skt._config(128, on_gpu=True) == (64, *skt.GPU_CONFIGS[64])  # 128 heads: two 64-head blocks
-    assert skt._config(20, on_gpu=True)[0] == 32
+    assert skt.launch_config(128, on_gpu=True) == (64, *skt.GPU_CONFIGS[64])  # 128 heads: two 64-head blocks
+    assert skt.launch_config(20, on_gpu=True)[0] == 32
     skt.TUNED[64] = (32, 64, 4, 2)  # what the sweep or the tuning pass sets
     try:
-        assert skt._config(128, on_gpu=True) == (32, 64, 4, 2)
-        assert skt._config(128, on_gpu=False)[:2] == (128, 64)  # the interpreter keeps its own
+        assert skt.launch_config(128, on_gpu=True) == (32, 64, 4, 2)
+        assert skt.launch_config(128, on_gpu=False)[:2] == (128, 64)  # the interpreter keeps its own
     finally:
         del skt.TUNED[64]
 

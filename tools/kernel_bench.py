@@ -30,6 +30,7 @@ import torch
 
 from mla_edu.kernels.plots import summary
 from mla_edu.kernels.workspace import num_kv_splits_for
+from mla_edu.util import cdiv
 
 PAGES = (64, 128)
 HEADS = (16, 128)
@@ -143,7 +144,7 @@ def f64_reference(q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float, ro
     for b in rows:
         n = int(seq_lens[b])
         page = cache.size(1)
-        kv = cache[page_table[b, : -(-n // page)].long()].reshape(-1, cache.size(-1))[:n].double()  # [n, 576]
+        kv = cache[page_table[b, : cdiv(n, page)].long()].reshape(-1, cache.size(-1))[:n].double()  # [n, 576]
         q = torch.cat([q_nope[b], q_pe[b]], dim=-1).double()  # [H, 576]
         out.append(torch.softmax(q @ kv.T * sm_scale, dim=-1) @ kv[:, : q_nope.size(-1)])
     return torch.stack(out)
@@ -177,7 +178,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES) -> dict:
             "cutlass": cutlass_unavailable_reason() or "available",
             "sglang": sglang_why or f"sglang {_version('sglang')}: {peers.SGLANG_MODULE}",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
-            "configs": {k: skt._config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES)}
+            "configs": {k: skt.launch_config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES)}
     print(json.dumps(info), flush=True)
     ceil = ceilings()
     print("ceilings", json.dumps(ceil), flush=True)
@@ -201,7 +202,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES) -> dict:
                     flops = 2 * b * length * heads * (D_LAT + D_LAT + D_ROPE)
                     row = {"page": page, "heads": heads, "batch": b, "seq_len": length, "bytes": io_bytes,
                            "flops": flops}
-                    splits = [s for s in SPLIT_CHOICES if s <= -(-max_seq_len // page)]
+                    splits = [s for s in SPLIT_CHOICES if s <= cdiv(max_seq_len, page)]
                     auto = num_kv_splits_for(max_seq_len, b, sms, -1)
                     most = max(max(splits), auto)
                     ws = torch.empty(max(get_workspace_size(max_seq_len, b, sms, most),
@@ -276,7 +277,7 @@ def apply_split_rule(data: dict, note: str) -> dict:
     ceil = data["ceilings"]
     for r in data["results"]:
         per = {int(k): v for k, v in r["triton_split_us"].items()}
-        rule = triton_num_kv_splits(r["page"] * -(-r["seq_len"] // r["page"]), r["batch"], r["heads"], r["page"],
+        rule = triton_num_kv_splits(r["page"] * cdiv(r["seq_len"], r["page"]), r["batch"], r["heads"], r["page"],
                                     data["info"]["sm_count"])
         us = per[rule]
         r.update(triton_rule_splits=rule, triton_rule_us=us, triton_us=us, TBps=r["bytes"] / (us * 1e-6) / 1e12,

@@ -164,7 +164,7 @@ def _dot_width(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
-def _config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
+def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
     """(BLOCK_H, BLOCK_N, num_warps, num_stages); on a GPU the head block is ``gpu_block_h(heads, batch,
     n_pages)`` (16 for problems too small to fill the GPU with 64-head programs)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
@@ -180,7 +180,7 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                       final: bool) -> None:
     b, h, dl = q_nope.shape
     on_gpu = q_nope.is_cuda
-    block_h, block_n, warps, stages = _config(h, on_gpu, b, max_pages)
+    block_h, block_n, warps, stages = launch_config(h, on_gpu, b, max_pages)
     grid = (b, triton.cdiv(h, block_h), num_splits)
     with _quiet(on_gpu):
         _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
