@@ -4,6 +4,13 @@
 
 Prints one line per notebook (seconds, ok/error, device) and writes DIR/<name>.ipynb. The
 committed GPU copies in notebooks/gpu/ were made this way on the H200 (see notebooks/gpu/README.md).
+
+The kernel client's channels are polled in 1-second slices (``poll_in_slices``). With one long
+poll, nbclient can miss a reply that has already arrived and see it only when the cell's timeout
+ends (jupyter/nbclient#312, open: "when cell contains ipywidget, execute cell will sometimes
+blocks"). On the H200 this hit notebook 08's ``panel.show()`` cell: the kernel stamped its
+reply at once and then sat idle (a faulthandler dump showed its main thread waiting in its event
+loop), while nbclient waited out the whole cell timeout. Each new slice checks the socket afresh.
 """
 
 from __future__ import annotations
@@ -12,10 +19,28 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 
 from mla_edu import _cli
 
 from mla_edu.paths import NOTEBOOKS_DIR as NOTEBOOKS
+
+
+def poll_in_slices(channel, slice_s: float = 1.0) -> None:
+    """Make ``channel.get_msg(timeout)`` wait in slices of ``slice_s`` seconds, same total timeout."""
+    get_msg = channel.get_msg
+
+    async def sliced(timeout: float | None = None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await get_msg(timeout=slice_s if left is None else min(slice_s, left))
+            except Empty:
+                if left is not None and left <= slice_s:
+                    raise
+
+    channel.get_msg = sliced
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         nb = nbformat.read(path, as_version=4)
         client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(NOTEBOOKS)}})
+
+        def sliced_polls(notebook, client=client):
+            poll_in_slices(client.kc.shell_channel)
+            poll_in_slices(client.kc.iopub_channel)
+
+        client.on_notebook_start = sliced_polls
         t0 = time.perf_counter()
         status = "ok"
         try:
