@@ -57,7 +57,8 @@ class MLAConfig:
         ):
             raise ValueError(f"MLAConfig.q_lora_rank must be None or a positive int, got {self.q_lora_rank!r}")
         if self.qk_rope_head_dim % 2:
-            raise ValueError(f"MLAConfig.qk_rope_head_dim must be even (RoPE rotates pairs), got {self.qk_rope_head_dim}")
+            raise ValueError("MLAConfig.qk_rope_head_dim must be even (RoPE rotates pairs), "
+                             f"got {self.qk_rope_head_dim}")
         if not self.rope_theta > 0:
             raise ValueError(f"MLAConfig.rope_theta must be > 0, got {self.rope_theta!r}")
         if not self.rms_norm_eps > 0:
@@ -74,9 +75,11 @@ class MLAConfig:
                 self.rope_scaling.pop("type", None)
                 for key in ("factor", "original_max_position_embeddings"):
                     if key not in self.rope_scaling:
-                        raise ValueError(f"MLAConfig.rope_scaling (yarn) needs {key!r}; got keys {sorted(self.rope_scaling)}")
+                        raise ValueError(f"MLAConfig.rope_scaling (yarn) needs {key!r}; "
+                                         f"got keys {sorted(self.rope_scaling)}")
                 if not self.rope_scaling["factor"] >= 1:
-                    raise ValueError(f"MLAConfig.rope_scaling['factor'] must be >= 1, got {self.rope_scaling['factor']!r}")
+                    raise ValueError("MLAConfig.rope_scaling['factor'] must be >= 1, "
+                                     f"got {self.rope_scaling['factor']!r}")
 
     # ---- derived sizes -------------------------------------------------------------------
     @property
@@ -91,7 +94,10 @@ class MLAConfig:
 
     @property
     def rope_attention_factor(self) -> float:
-        """YaRN's factor on cos/sin (transformers' ``attention_factor``); 1 for DeepSeek-V3 (mscale == mscale_all_dim)."""
+        """YaRN's factor on cos/sin (transformers' ``attention_factor``).
+
+        1 for DeepSeek-V3 (mscale == mscale_all_dim).
+        """
         rs = self.rope_scaling
         if rs is None:
             return 1.0
@@ -221,5 +227,6 @@ class MLAConfig:
         if version == 3:
             return transformers.DeepseekV3Config(rope_interleave=self.rope_interleave, **kwargs)
         if not self.rope_interleave:
-            raise ValueError("transformers' DeepseekV2 attention always uses interleaved RoPE; got rope_interleave=False")
+            raise ValueError("transformers' DeepseekV2 attention always uses interleaved RoPE; "
+                             "got rope_interleave=False")
         return transformers.DeepseekV2Config(**kwargs)

@@ -51,7 +51,9 @@ def inv_freq(config: MLAConfig) -> torch.Tensor:
     return interpolation * (1 - keep) + extrapolation * keep
 
 
-def cos_sin(config: MLAConfig, positions: torch.Tensor, freqs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def cos_sin(
+    config: MLAConfig, positions: torch.Tensor, freqs: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of each position's angles: two tensors ``[*positions.shape, rope_dim // 2]`` (float32)."""
     if positions.dtype.is_floating_point or positions.dtype == torch.bool:
         raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")

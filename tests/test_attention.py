@@ -17,7 +17,8 @@ CASES = {
     "v3-yarn": (3, MLAConfig.tiny(rope_scaling=YARN, max_position_embeddings=256)),
     "v3-yarn-factor-only": (3, MLAConfig.tiny(rope_scaling={"rope_type": "yarn", "factor": 8.0,
                                                             "original_max_position_embeddings": 64})),
-    "v2-no-q_lora-yarn": (2, MLAConfig.tiny(q_lora_rank=None, rope_scaling={**YARN, "mscale": 0.707, "mscale_all_dim": 0.707})),
+    "v2-no-q_lora-yarn": (2, MLAConfig.tiny(q_lora_rank=None,
+                                            rope_scaling={**YARN, "mscale": 0.707, "mscale_all_dim": 0.707})),
 }
 
 

@@ -1,7 +1,7 @@
-"""``python -m mla_edu.case_study.accuracy`` and ``python -m mla_edu.case_study.repro``: CLI smoke tests on a few questions.
+"""``python -m mla_edu.case_study.accuracy`` and ``python -m mla_edu.case_study.repro``: CLI smoke tests.
 
-The model is a randomly initialised TinyDeepseek (the CLI's loader is swapped out), so these
-check plumbing, output format and error handling, not accuracy.
+Both run on a few questions. The model is a randomly initialised TinyDeepseek (the CLI's loader is
+swapped out), so these check plumbing, output format and error handling, not accuracy.
 """
 
 import json

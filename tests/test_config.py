@@ -58,7 +58,8 @@ def test_decode_roofline_numbers_match_the_brief():
     (dict(qk_rope_head_dim=7), "qk_rope_head_dim must be even"),
     (dict(rope_scaling={"rope_type": "ntk"}), "rope_type must be one of"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "needs 'original_max_position_embeddings'"),
-    (dict(rope_scaling={"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 8}), "factor'\\] must be >= 1"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 8}),
+     "factor'\\] must be >= 1"),
 ])
 def test_bad_config_values(bad, match):
     with pytest.raises(ValueError, match=match):

@@ -103,7 +103,8 @@ def _replay_matches_eager(g, prog, out, static, eager, seeds):
         torch.testing.assert_close(static["acc"], eager["acc"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore::mla_edu.graphs.GraphWarmupWarning")  # replay semantics, not warm-up: capture runs first on purpose
+# replay semantics, not warm-up: capture runs first on purpose
+@pytest.mark.filterwarnings("ignore::mla_edu.graphs.GraphWarmupWarning")
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**31 - 1), use_triton=st.booleans())
 def test_replay_equals_eager_on_random_programs(seed, use_triton):
@@ -385,7 +386,8 @@ def test_track_mode_flags_only_memory_freed_after_capture():
     assert len(prog.freed_uses) == 1 and "aten.mul.out" in prog.freed_uses[0]
 
 
-@pytest.mark.filterwarnings("ignore::mla_edu.graphs.GraphWarmupWarning")  # replay semantics, not warm-up: capture runs first on purpose
+# replay semantics, not warm-up: capture runs first on purpose
+@pytest.mark.filterwarnings("ignore::mla_edu.graphs.GraphWarmupWarning")
 @pytest.mark.parametrize("capture_inference, replay_inference", [(True, False), (False, True), (True, True)])
 def test_inference_mode_on_either_side(capture_inference, replay_inference):
     w = torch.randn(4, 4)

@@ -315,7 +315,8 @@ def to_markdown(data: dict) -> str:
     pct = lambda r, us: (100 * r["bytes"] / us / 1e6 / ceil["copy_TBps"],  # noqa: E731
                          100 * r["flops"] / us / 1e6 / ceil["matmul_bf16_TFLOPs"])
     lines = [
-        f"# mla_decode(impl=\"triton\") on {info['gpu']} ({info['sm_count']} SMs, sm{info['capability'].replace('.', '')})",
+        f"# mla_decode(impl=\"triton\") on {info['gpu']} "
+        f"({info['sm_count']} SMs, sm{info['capability'].replace('.', '')})",
         "",
         f"Command: `{info['command']}`; torch {info['torch']}, triton {info['triton']}, Python {info['python']}.",
         f"cutlass_mla_decode: {info['cutlass']}. SGLang peer: {info.get('sglang')}. FlashMLA peer: "
@@ -331,7 +332,8 @@ def to_markdown(data: dict) -> str:
         "the split count of `triton_num_kv_splits` (the triton backend's rule); 'best' = the fastest of the split "
         f"counts {info.get('split_choices')} (at most one per page); 'cutlass auto' = sgl-kernel's heuristic. "
         "SGLang = its Triton MLA decode kernel (`decode_attention_fwd`, sglang 0.4.7) at its best split of the "
-        "powers of two among them (1 .. 32); FlashMLA = `flash_mla_with_kvcache` with its own scheduler (page 64 only). 'x SGLang' and "
+        "powers of two among them (1 .. 32); FlashMLA = `flash_mla_with_kvcache` with its own scheduler "
+        "(page 64 only). 'x SGLang' and "
         "'x FlashMLA' = their time / mla_edu's (above 1: mla_edu is faster). % copy / % matmul: bytes (latent "
         "cache + q + out) and FLOPs (`2 B L h_q (576 + 512)`) over the time, as fractions of the ceilings. "
         "err: max |out - float64| / max |float64| over the first and last request (mla_edu at 1, rule and most "
@@ -361,7 +363,8 @@ def to_markdown(data: dict) -> str:
     if peers:
         lines += ["", "Other peers at a few sizes: the same call without a graph (eager, host overhead included), the "
                   "float32 reference impl (eager) and a `torch.compile`d dense gather + attention (graph replay).", "",
-                  "| page | h_q | B | L | mla_edu us | eager us | reference us | torch.compile us | torch.compile err |",
+                  "| page | h_q | B | L | mla_edu us | eager us | reference us | torch.compile us "
+                  "| torch.compile err |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for r in peers:
             lines.append(f"| {r['page']} | {r['heads']} | {r['batch']} | {r['seq_len']} | {r['triton_us']:.1f} "

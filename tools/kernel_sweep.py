@@ -96,7 +96,8 @@ def main(argv=None) -> None:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in ok:
         lines.append(f"| {r['BLOCK_H']} | {r['BLOCK_N']} | {r['num_warps']} | {r['num_stages']} | {r['splits']} | "
-                     f"{r['programs']} | {r['us']:.1f} | {r['TFLOPs']:.0f} | {r['pct_matmul']:.0f}% | {r['rel_err']:.1e} |")
+                     f"{r['programs']} | {r['us']:.1f} | {r['TFLOPs']:.0f} | {r['pct_matmul']:.0f}% | "
+                     f"{r['rel_err']:.1e} |")
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['BLOCK_H']} | {r['BLOCK_N']} | {r['num_warps']} | {r['num_stages']} | {r['splits']} | "

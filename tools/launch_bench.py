@@ -122,7 +122,8 @@ def main(argv=None) -> None:
     print(format_rows(rows, name))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": name, "torch": torch.__version__, "batch": 8, "hidden": 256, "rows": rows}, f, indent=1)
+            json.dump({"device": name, "torch": torch.__version__, "batch": 8, "hidden": 256, "rows": rows},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,4 +19,5 @@ for name in ("tiny", "tiny-yarn"):
         reqs = Engine(model, prefill_cache=cache, disable_cuda_graph=True, max_running_requests=16, **kw).generate(
             [q.prompt_ids for q in qs])
         acc = sum(task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, qs)) / len(qs)
-        print(f"{name:9s} (model scale {scale:.4f}, kernel x{scale * 192 ** 0.5:.2f}) {label:32s} {acc:.3f}", flush=True)
+        print(f"{name:9s} (model scale {scale:.4f}, kernel x{scale * 192 ** 0.5:.2f}) {label:32s} {acc:.3f}",
+              flush=True)

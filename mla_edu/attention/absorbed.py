@@ -51,7 +51,9 @@ class AbsorbedMLA(MLAWeights):
         o = einsum(o_latent, w_uv, "... h r, h d r -> ... h d")         # [..., H, dv]
         return self.o_proj(rearrange(o, "... h d -> ... (h d)"))
 
-    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None
+    ) -> torch.Tensor:
         """``hidden [B, T, D]``, ``positions [B, T]`` -> ``[B, T, D]``; causal over the cache plus the new tokens."""
         if hidden.dim() != 3:
             raise ValueError(f"hidden: expected [B, T, hidden_size], got shape {list(hidden.shape)}")

@@ -51,8 +51,8 @@ class ContiguousLatentCache:
             self.c_kv, self.k_pe = c_kv, k_pe
         else:
             if c_kv.shape[0] != self.c_kv.shape[0] or c_kv.shape[2:] != self.c_kv.shape[2:]:
-                raise ValueError(f"ContiguousLatentCache.update: expected c_kv [{self.c_kv.shape[0]}, T, {self.c_kv.shape[2]}], "
-                                 f"got {list(c_kv.shape)}")
+                raise ValueError("ContiguousLatentCache.update: expected c_kv "
+                                 f"[{self.c_kv.shape[0]}, T, {self.c_kv.shape[2]}], got {list(c_kv.shape)}")
             self.c_kv = torch.cat((self.c_kv, c_kv), dim=1)
             self.k_pe = torch.cat((self.k_pe, k_pe), dim=1)
         return self.c_kv, self.k_pe
@@ -85,7 +85,8 @@ class MLAWeights(nn.Module):
     def from_hf(cls, module: nn.Module):
         """Build from a transformers ``DeepseekV3Attention``/``DeepseekV2Attention`` (same weights)."""
         if not hasattr(module, "config") or not hasattr(module, "kv_b_proj"):
-            raise TypeError(f"from_hf expects a transformers DeepseekV2/V3 attention module, got {type(module).__name__}")
+            raise TypeError("from_hf expects a transformers DeepseekV2/V3 attention module, "
+                            f"got {type(module).__name__}")
         config = MLAConfig.from_hf(module.config)
         ref = next(module.parameters())
         layer = cls(config).to(device=ref.device, dtype=ref.dtype)
@@ -109,7 +110,8 @@ class MLAWeights(nn.Module):
     def _check(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         c = self.config
         if not isinstance(hidden, torch.Tensor) or not isinstance(positions, torch.Tensor):
-            raise TypeError(f"hidden and positions must be tensors, got {type(hidden).__name__}, {type(positions).__name__}")
+            raise TypeError("hidden and positions must be tensors, "
+                            f"got {type(hidden).__name__}, {type(positions).__name__}")
         if hidden.shape[-1] != c.hidden_size:
             raise ValueError(f"hidden: expected last dim hidden_size={c.hidden_size}, got shape {list(hidden.shape)}")
         w = self.kv_a_proj_with_mqa.weight
@@ -121,7 +123,8 @@ class MLAWeights(nn.Module):
             if positions.dim() == 1 and positions.shape[0] == hidden.shape[-2]:
                 positions = positions.expand(hidden.shape[:-1])
             else:
-                raise ValueError(f"positions: expected shape {list(hidden.shape[:-1])} (or [T]), got {list(positions.shape)}")
+                raise ValueError(f"positions: expected shape {list(hidden.shape[:-1])} (or [T]), "
+                                 f"got {list(positions.shape)}")
         return positions
 
     # ---- the shared first steps -------------------------------------------------------------

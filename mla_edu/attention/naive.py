@@ -18,7 +18,9 @@ from mla_edu.attention.common import ContiguousLatentCache, MLAWeights, causal_m
 class NaiveMLA(MLAWeights):
     """Multi-head latent attention, computed the literal way (the paper's equations, no reordering)."""
 
-    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None
+    ) -> torch.Tensor:
         """``hidden [B, T, D]``, ``positions [B, T]`` -> ``[B, T, D]``; causal over the cache plus the new tokens."""
         if hidden.dim() != 3:
             raise ValueError(f"hidden: expected [B, T, hidden_size], got shape {list(hidden.shape)}")

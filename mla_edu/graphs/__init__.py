@@ -30,4 +30,5 @@ from mla_edu.graphs.emulator import (EmulatedPool, FreedMemoryError, GraphCaptur
 from mla_edu.graphs.poison import is_poison, poison_, poison_value
 
 __all__ = ["Graph", "graph", "is_emulated", "warm_up", "check", "CheckReport", "EmulatedPool", "FreedMemoryError",
-           "GraphCaptureError", "GraphWarmupWarning", "host_tensor", "is_host_tensor", "poison_", "poison_value", "is_poison"]
+           "GraphCaptureError", "GraphWarmupWarning", "host_tensor", "is_host_tensor", "poison_", "poison_value",
+           "is_poison"]

@@ -73,8 +73,10 @@ def random_decode_case(seed: int, batch: int = 4, heads: int = 4, page_size: int
     table = torch.empty((batch, width), dtype=torch.int32)
     for b in range(batch):
         for j in range(width):
-            table[b, j] = POISON_IDS[int(torch.randint(0, len(POISON_IDS), (1,), generator=gen))] if j >= n_pages_req[b] \
-                else num_pages + 7
+            if j >= n_pages_req[b]:
+                table[b, j] = POISON_IDS[int(torch.randint(0, len(POISON_IDS), (1,), generator=gen))]
+            else:
+                table[b, j] = num_pages + 7
     token_slots = []
     k = 0
     for b, n in enumerate(lens):

@@ -56,14 +56,15 @@ def check_page_table_layout(page_table: torch.Tensor) -> None:
     """ValueError unless each row's entries are adjacent in memory (``stride(1) == 1``).
 
     Every kernel here steps through a row one int32 at a time, as cutlass does (its wrapper's
-    ``stride_PT = make_stride(_1{}, ...)``: the column stride is the constant 1), so a column-strided view (``buf[:, ::2]``) or a column-major table (``buf.t()``) would be read at
-    the wrong entries under either stride policy. Rows may be strided (that is ``stride(0)``).
+    ``stride_PT = make_stride(_1{}, ...)``: the column stride is the constant 1), so a column-strided
+    view (``buf[:, ::2]``) or a column-major table (``buf.t()``) would be read at the wrong entries
+    under either stride policy. Rows may be strided (that is ``stride(0)``).
     """
     if page_table.dim() == 2 and page_table.size(1) > 1 and page_table.stride(1) != 1:
         raise ValueError(
-            f"page_table entries of a row must be contiguous (stride(1) == 1), got strides {tuple(page_table.stride())} "
-            f"for shape {tuple(page_table.shape)}: a column-strided or column-major table; pass .contiguous() "
-            "or a row slice of a row-major buffer")
+            "page_table entries of a row must be contiguous (stride(1) == 1), "
+            f"got strides {tuple(page_table.stride())} for shape {tuple(page_table.shape)}: "
+            "a column-strided or column-major table; pass .contiguous() or a row slice of a row-major buffer")
 
 
 def check_flags(checked, sm_count) -> None:
@@ -99,13 +100,15 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
     if q_nope.dim() != 3 or q_pe.dim() != 3:
         raise ValueError(f"q_nope and q_pe must be 3-D [B, H, D], got {tuple(q_nope.shape)} and {tuple(q_pe.shape)}")
     if cache.dim() != 3:
-        raise ValueError(f"kv_c_and_k_pe_cache must be 3-D [num_pages, PAGE, D_latent + D_rope], got {tuple(cache.shape)}")
+        raise ValueError("kv_c_and_k_pe_cache must be 3-D [num_pages, PAGE, D_latent + D_rope], "
+                         f"got {tuple(cache.shape)}")
     b, h, dl = q_nope.shape
     if tuple(q_pe.shape[:2]) != (b, h):
         raise ValueError(f"q_pe must be [B={b}, H={h}, D_rope], got {tuple(q_pe.shape)}")
     dr = q_pe.size(2)
     if cache.size(2) != dl + dr:
-        raise ValueError(f"kv_c_and_k_pe_cache last dim must be D_latent + D_rope = {dl} + {dr} = {dl + dr}, got {cache.size(2)}")
+        raise ValueError(f"kv_c_and_k_pe_cache last dim must be D_latent + D_rope = {dl} + {dr} = {dl + dr}, "
+                         f"got {cache.size(2)}")
     if not q_nope.dtype.is_floating_point or q_pe.dtype != q_nope.dtype or cache.dtype != q_nope.dtype:
         raise TypeError(f"q_nope, q_pe and kv_c_and_k_pe_cache must share one floating dtype, got "
                         f"{q_nope.dtype}, {q_pe.dtype}, {cache.dtype}")
@@ -121,7 +124,8 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
         raise ValueError(f"page_table must have block_num >= 1 columns, got {page_table.size(1)}")
     check_page_table_layout(page_table)
     if workspace.dtype != torch.uint8 or workspace.dim() != 1:
-        raise TypeError(f"workspace must be a 1-D uint8 tensor, got {workspace.dtype} of shape {tuple(workspace.shape)}")
+        raise TypeError("workspace must be a 1-D uint8 tensor, "
+                        f"got {workspace.dtype} of shape {tuple(workspace.shape)}")
     devs = {t.device for t in (q_nope, q_pe, cache, seq_lens, page_table, workspace)}
     if len(devs) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devs)}")
@@ -146,7 +150,8 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
               sm_count=None) -> DecodePlan:
     """Resolve the launch parameters from shapes/strides; check the workspace when splits > 1."""
     if stride_policy not in STRIDE_POLICIES:
-        raise ValueError(f"stride_policy must be one of {STRIDE_POLICIES} (or None for the impl's default), got {stride_policy!r}")
+        raise ValueError(f"stride_policy must be one of {STRIDE_POLICIES} (or None for the impl's default), "
+                         f"got {stride_policy!r}")
     b, h, dl = q_nope.shape
     dr = q_pe.size(2)
     num_pages, page = cache.size(0), cache.size(1)

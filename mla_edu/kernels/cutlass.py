@@ -2,11 +2,11 @@
 
 ``check_cutlass_args`` reproduces the wrapper's checks (sgl-project/sglang
 ``sgl-kernel/python/sgl_kernel/attention.py`` as of SGLang PR #7184: ``q_nope``/``q_pe`` and
-``num_kv_splits`` from PR #7145, ``sm_scale`` and one split by default from #7184) plus the C++ ``can_implement`` page-size
-rules (``sm100_fmha_mla_tma_warpspecialized.hpp``: power-of-two page <= 128 on the cp.async path,
-exactly 128 on the TMA path) and two checks the real wrapper does not do: the workspace size, and
-a page table whose rows are contiguous (the kernel's column stride is the constant 1). It runs
-on any machine, so the contract is tested on CPU.
+``num_kv_splits`` from PR #7145, ``sm_scale`` and one split by default from #7184) plus the C++
+``can_implement`` page-size rules (``sm100_fmha_mla_tma_warpspecialized.hpp``: power-of-two page
+<= 128 on the cp.async path, exactly 128 on the TMA path) and two checks the real wrapper does not
+do: the workspace size, and a page table whose rows are contiguous (the kernel's column stride is
+the constant 1). It runs on any machine, so the contract is tested on CPU.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
     if q_nope.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"q_nope dtype must be float16 or bfloat16, got {q_nope.dtype}")
     if not q_nope.dtype == q_pe.dtype == cache.dtype:
-        raise TypeError(f"q_nope, q_pe, kv_c_and_k_pe_cache must share a dtype, got {q_nope.dtype}, {q_pe.dtype}, {cache.dtype}")
+        raise TypeError("q_nope, q_pe, kv_c_and_k_pe_cache must share a dtype, "
+                        f"got {q_nope.dtype}, {q_pe.dtype}, {cache.dtype}")
     if seq_lens.dtype != torch.int32:
         raise TypeError(f"seq_lens dtype must be int32, got {seq_lens.dtype}")
     if page_table.dtype != torch.int32:

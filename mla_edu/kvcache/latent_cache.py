@@ -71,9 +71,10 @@ class LatentKVCache:
         Pure tensor ops (``index_copy_``), no host sync: safe inside a captured graph.
         """
         self._check_layer(layer)
-        if not isinstance(loc, torch.Tensor) or loc.dim() != 1 or loc.dtype.is_floating_point or loc.dtype == torch.bool:
-            raise TypeError(f"loc must be a 1-D integer tensor of slots, got "
-                            f"{type(loc).__name__}{'' if not isinstance(loc, torch.Tensor) else f' {loc.dtype} {tuple(loc.shape)}'}")
+        is_tensor = isinstance(loc, torch.Tensor)
+        if not is_tensor or loc.dim() != 1 or loc.dtype.is_floating_point or loc.dtype == torch.bool:
+            got = f"{type(loc).__name__} {loc.dtype} {tuple(loc.shape)}" if is_tensor else type(loc).__name__
+            raise TypeError(f"loc must be a 1-D integer tensor of slots, got {got}")
         n = loc.numel()
         for name, t, d in (("c_kv", c_kv, self.kv_lora_rank), ("k_pe", k_pe, self.qk_rope_head_dim)):
             if not isinstance(t, torch.Tensor):

@@ -28,11 +28,13 @@ def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
         if t.dtype.is_floating_point or t.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor, got {t.dtype}")
     if req_to_token.dim() != 2:
-        raise ValueError(f"req_to_token must be 2-D [pool_size, max_context_len], got shape {tuple(req_to_token.shape)}")
+        raise ValueError("req_to_token must be 2-D [pool_size, max_context_len], "
+                         f"got shape {tuple(req_to_token.shape)}")
     if page_table.dim() != 2:
         raise ValueError(f"page_table must be 2-D [rows, width], got shape {tuple(page_table.shape)}")
     if req_pool_indices.dim() != 1 or seq_lens.dim() != 1:
-        raise ValueError(f"req_pool_indices and seq_lens must be 1-D, got {tuple(req_pool_indices.shape)} and {tuple(seq_lens.shape)}")
+        raise ValueError("req_pool_indices and seq_lens must be 1-D, "
+                         f"got {tuple(req_pool_indices.shape)} and {tuple(seq_lens.shape)}")
     b = req_pool_indices.numel()
     if seq_lens.numel() != b:
         raise ValueError(f"seq_lens must have one entry per request ({b}), got {seq_lens.numel()}")

@@ -26,7 +26,8 @@ def _as_index_list(name: str, indices) -> list[int]:
     try:
         out = [int(i) for i in indices]
     except TypeError:
-        raise TypeError(f"{name} must be an int, a list of ints or an int tensor, got {type(indices).__name__}") from None
+        raise TypeError(f"{name} must be an int, a list of ints or an int tensor, "
+                        f"got {type(indices).__name__}") from None
     return out
 
 
@@ -52,7 +53,8 @@ class ReqToTokenPool:
     def alloc(self, n: int = 1) -> list[int]:
         check_int("n", n, 0)
         if n > len(self._free):
-            raise PoolExhausted(f"ReqToTokenPool: asked for {n} request rows, only {len(self._free)} of {self.size} free")
+            raise PoolExhausted(f"ReqToTokenPool: asked for {n} request rows, "
+                                f"only {len(self._free)} of {self.size} free")
         out, self._free = self._free[:n], self._free[n:]
         return out
 
@@ -118,7 +120,8 @@ class PagedAllocator:
             raise ValueError(f"PagedAllocator.free_pages: pages listed twice (double free): {idx}")
         for p in idx:
             if p == 0:
-                raise ValueError("PagedAllocator.free_pages: page 0 is the reserved padding page and is never allocated")
+                raise ValueError("PagedAllocator.free_pages: "
+                                 "page 0 is the reserved padding page and is never allocated")
             if p not in self._used:
                 raise ValueError(f"PagedAllocator.free_pages: page {p} is not allocated (double free or foreign page)")
         for p in idx:
@@ -148,8 +151,10 @@ class PagedAllocator:
 def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, allocator: PagedAllocator) -> torch.Tensor:
     """See ``PagedAllocator.slots_for``."""
     if not isinstance(req_to_token_row, torch.Tensor) or req_to_token_row.dim() != 1:
-        raise TypeError(f"req_to_token_row must be a 1-D tensor (one row of req_to_token), got {type(req_to_token_row).__name__}"
-                        + (f" of shape {tuple(req_to_token_row.shape)}" if isinstance(req_to_token_row, torch.Tensor) else ""))
+        got = type(req_to_token_row).__name__
+        if isinstance(req_to_token_row, torch.Tensor):
+            got += f" of shape {tuple(req_to_token_row.shape)}"
+        raise TypeError(f"req_to_token_row must be a 1-D tensor (one row of req_to_token), got {got}")
     check_int("old_len", old_len, 0)
     check_int("new_len", new_len, old_len)
     if new_len > req_to_token_row.numel():

@@ -25,8 +25,8 @@ VARIANTS = {"tiny": WEIGHTS_DIR, "tiny-yarn": Path(__file__).parent / "weights_y
 WEIGHTS_FILE = "tiny.safetensors"
 MANIFEST_FILE = "manifest.json"
 
-__all__ = ["TinyDeepseek", "TinyDeepseekConfig", "config_sha256", "load_manifest", "load_pretrained", "task", "VARIANTS",
-           "WEIGHTS_DIR"]
+__all__ = ["TinyDeepseek", "TinyDeepseekConfig", "config_sha256", "load_manifest", "load_pretrained", "task",
+           "VARIANTS", "WEIGHTS_DIR"]
 
 
 def sha256_file(path: str | Path) -> str:
@@ -51,7 +51,8 @@ def load_manifest(weights_dir: str | Path | None = None) -> dict:
     """The ``manifest.json`` beside the weights (config, task, seed, sha256, measured accuracy)."""
     path = Path(weights_dir or WEIGHTS_DIR) / MANIFEST_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"no manifest at {path}: expected {MANIFEST_FILE} written by python -m mla_edu.model.train")
+        raise FileNotFoundError(f"no manifest at {path}: "
+                                f"expected {MANIFEST_FILE} written by python -m mla_edu.model.train")
     try:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -221,7 +221,8 @@ def score(generated: str | Sequence[str], answers: str | int | Sequence[str | in
         answers = [answers]
     generated, answers = list(generated), list(answers)
     if len(generated) != len(answers):
-        raise ValueError(f"expected one answer per completion, got {len(generated)} completions and {len(answers)} answers")
+        raise ValueError("expected one answer per completion, "
+                         f"got {len(generated)} completions and {len(answers)} answers")
     if not generated:
         raise ValueError("expected at least one completion, got none")
     labels = [a if isinstance(a, int) else get_answer_value(a) for a in answers]

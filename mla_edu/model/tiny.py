@@ -119,7 +119,9 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None) -> torch.Tensor:
+    def forward(
+        self, h: torch.Tensor, positions: torch.Tensor, cache: ContiguousLatentCache | None = None
+    ) -> torch.Tensor:
         x = self.attn_norm(h)
         if self.attn_impl == "sdpa" and cache is None:
             h = h + mla_sdpa(self.attn, x, positions)
@@ -194,7 +196,10 @@ class TinyDeepseek(nn.Module):
 
     # ---- whole-sequence paths --------------------------------------------------------------
     def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor | None = None, caches: list[ContiguousLatentCache] | None = None
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        caches: list[ContiguousLatentCache] | None = None,
     ) -> torch.Tensor:
         """tokens ``[B, T]``, positions ``[B, T]`` (default 0..T-1) -> logits ``[B, T, vocab]``.
 
@@ -256,7 +261,8 @@ class TinyDeepseek(nn.Module):
             raise ValueError("decode_step needs the absorbed pieces: attn_impl 'absorbed' or 'sdpa', got 'naive'")
         if tokens.dim() != 1 or positions.shape != tokens.shape:
             raise ValueError(
-                f"decode_step expects tokens [B] and positions [B], got {tuple(tokens.shape)} and {tuple(positions.shape)}"
+                "decode_step expects tokens [B] and positions [B], "
+                f"got {tuple(tokens.shape)} and {tuple(positions.shape)}"
             )
         positions = positions.long()
         h = self.embed(tokens)  # [B, D]
@@ -271,7 +277,9 @@ class TinyDeepseek(nn.Module):
 
     # ---- reference greedy decoding -----------------------------------------------------------
     @torch.no_grad()
-    def generate(self, prompt_ids, max_new_tokens: int = task.MAX_NEW_TOKENS, eos_id: int | None = task.EOS) -> list[int]:
+    def generate(
+        self, prompt_ids, max_new_tokens: int = task.MAX_NEW_TOKENS, eos_id: int | None = task.EOS
+    ) -> list[int]:
         """Greedy decoding of one prompt with a contiguous ``ContiguousLatentCache`` per layer.
 
         Prefill the prompt, then feed back one token at a time; stops after ``eos_id`` (included

@@ -62,7 +62,8 @@ def parse_curriculum(text: str) -> tuple:
             length, start = item.split("@")
             stages.append((float(start), length if length == "eval" else int(length)))
         except ValueError:
-            raise ValueError(f"curriculum stage must look like LENGTH@FRACTION or eval@FRACTION, got {item!r}") from None
+            raise ValueError("curriculum stage must look like LENGTH@FRACTION or eval@FRACTION, "
+                             f"got {item!r}") from None
     if not stages or stages[0][0] != 0.0 or [s for s, _ in stages] != sorted(s for s, _ in stages):
         raise ValueError(f"curriculum must start at 0 with increasing fractions, got {text!r}")
     return tuple(stages)
@@ -76,7 +77,8 @@ def stage_length(step: int, steps: int, rng: random.Random, curriculum: tuple = 
             current = length
     if current == "eval":  # a page count 1..4, then a length inside it, as in task.make_dataset
         pages = rng.randint(1, 4)
-        return rng.randint(max(task.MIN_PROMPT_LEN, (pages - 1) * task.PAGE_SIZE + 1), min(task.MAX_PROMPT_LEN, pages * task.PAGE_SIZE))
+        return rng.randint(max(task.MIN_PROMPT_LEN, (pages - 1) * task.PAGE_SIZE + 1),
+                           min(task.MAX_PROMPT_LEN, pages * task.PAGE_SIZE))
     return current
 
 
@@ -84,7 +86,11 @@ _FACT_RE = re.compile(r"([A-Z])(\d\d)")
 
 
 def make_batch(
-    rng: random.Random, batch: int, length: int, n_queries: int = 4, facts: tuple[int, int] = (task.MIN_FACTS, task.MAX_FACTS)
+    rng: random.Random,
+    batch: int,
+    length: int,
+    n_queries: int = 4,
+    facts: tuple[int, int] = (task.MIN_FACTS, task.MAX_FACTS),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch`` questions of one prompt length -> (inputs [B, S], targets [B, S]) (-100 = no loss).
 
@@ -146,7 +152,10 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 
 
 def save(model: TinyDeepseek, out: Path, manifest: dict) -> dict:
-    """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` (with the file's and the config's sha256) into ``out``."""
+    """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` into ``out``.
+
+    The manifest records the weight file's and the config's sha256.
+    """
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -178,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch", type=_cli.positive_int, default=32, help="questions per batch at most")
     p.add_argument("--tokens-per-batch", type=_cli.positive_int, default=4096,
                    help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
-    p.add_argument("--queries", type=_cli.positive_int, default=4, help="answers per training sequence (the first as in eval)")
+    p.add_argument("--queries", type=_cli.positive_int, default=4,
+                   help="answers per training sequence (the first as in eval)")
     p.add_argument("--lr", type=_cli.positive_float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--warmup", type=_cli.int_at_least(0), default=100)
@@ -228,7 +238,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         init = load_pretrained(args.init, attn_impl=args.attn_impl)
         if _without_rope_scaling(init.config.to_dict()) != _without_rope_scaling(config.to_dict()):
-            raise SystemExit(f"--init {args.init}: its config {init.config.to_dict()} differs from this run's {config.to_dict()}")
+            raise SystemExit(f"--init {args.init}: its config {init.config.to_dict()} "
+                             f"differs from this run's {config.to_dict()}")
         model.load_state_dict(init.state_dict())
         model.train()
     n_params = sum(p.numel() for p in model.parameters())
@@ -293,7 +304,8 @@ def main(argv: list[str] | None = None) -> dict:
             "seed": args.seed, "steps": args.steps, "batch": args.batch,
             "tokens_per_batch": args.tokens_per_batch, "queries": args.queries, "lr": args.lr,
             "weight_decay": args.weight_decay, "warmup": args.warmup, "grad_clip": args.grad_clip,
-            "attn_impl": args.attn_impl, "init": None if args.init is None else str(args.init), "curriculum": args.curriculum,
+            "attn_impl": args.attn_impl, "init": None if args.init is None else str(args.init),
+            "curriculum": args.curriculum,
             "seconds": round(train_s, 1), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "machine": platform.machine(),
         },

@@ -86,7 +86,8 @@ def browser(tmp_path_factory):
 
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not chromium or not driver_path:
-        pytest.fail("make test-lab needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+        pytest.fail("make test-lab needs Debian's chromium and chromium-driver "
+                    "(apt-get install chromium chromium-driver)")
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
