@@ -57,8 +57,9 @@ torch.set_printoptions(precision=4)
 # %%
 for preset in (MLAConfig.deepseek_v3(), MLAConfig.deepseek_v2(), MLAConfig.deepseek_v2_lite()):
     c = preset
-    print(f"{c.name:17s} hidden={c.hidden_size:5d} heads={c.num_attention_heads:3d} q_lora_rank={str(c.q_lora_rank):5s} "
-          f"kv_lora_rank={c.kv_lora_rank} nope={c.qk_nope_head_dim} rope={c.qk_rope_head_dim} v={c.v_head_dim} "
+    print(f"{c.name:17s} hidden={c.hidden_size:5d} heads={c.num_attention_heads:3d} "
+          f"q_lora_rank={str(c.q_lora_rank):5s} kv_lora_rank={c.kv_lora_rank} "
+          f"nope={c.qk_nope_head_dim} rope={c.qk_rope_head_dim} v={c.v_head_dim} "
           f"cached/token={c.kv_cache_dim}")
 attention_dims = ("num_attention_heads", "q_lora_rank", "kv_lora_rank",
                   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")

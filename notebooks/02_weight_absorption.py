@@ -114,7 +114,8 @@ assert not torch.allclose(rope_on_content[1:], absorbed_once[1:])
 # kernel (FlashMLA, SGLang's Triton and cutlass backends, notebook 04).
 
 # %%
-yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 0.8}
+yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+        "mscale": 1.0, "mscale_all_dim": 0.8}
 config = MLAConfig.tiny(rope_scaling=yarn, max_position_embeddings=256)
 naive = NaiveMLA(config)
 with torch.no_grad():
@@ -183,7 +184,8 @@ for order in ("naive", "absorbed"):
     c = cost.decode_cost(v3, lens, order)
     print(f"{order:9s} {c.flops / 1e9:8.1f} GFLOP  {c.bytes / 1e6:6.1f} MB  {c.intensity:7.1f} FLOP/byte")
 core = cost.attention_core_cost(v3, lens)
-print(f"absorbed attention core alone: {core.flops / 1e9:.1f} GFLOP over {1152 * sum(lens) / 1e6:.0f} MB of latent cache")
+print(f"absorbed attention core alone: {core.flops / 1e9:.1f} GFLOP "
+      f"over {1152 * sum(lens) / 1e6:.0f} MB of latent cache")
 assert round(core.flops / 1e9) == 73
 ratio = cost.decode_cost(v3, lens, "naive").flops / cost.decode_cost(v3, lens, "absorbed").flops
 print(f"naive / absorbed arithmetic: {ratio:.0f}x")
@@ -225,7 +227,8 @@ for heads in (128, 16):
     intensity[heads] = c.intensity
     bound = "compute" if c.intensity > ridge else "memory"
     floor_us = max(c.flops / flop_per_s, c.bytes / bytes_per_s) * 1e6
-    print(f"h_q={heads:3d}: {c.intensity:6.1f} FLOP/byte -> {bound}-bound, floor {floor_us:5.1f} us per layer on the H200")
+    print(f"h_q={heads:3d}: {c.intensity:6.1f} FLOP/byte -> {bound}-bound, "
+          f"floor {floor_us:5.1f} us per layer on the H200")
 assert intensity[128] > ridge > intensity[16]
 
 # %% [markdown]

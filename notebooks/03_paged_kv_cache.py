@@ -166,10 +166,10 @@ print("rows written:", int((rows_l1.abs().sum(-1) > 0).sum()), "of", rows_l1.siz
 # `7059ae16f` (the parent of the #6998 fix): its store mask is `paged_offset_out < num_paged`, so
 # exactly $\lceil \text{len}_b / \text{PAGE} \rceil$ entries are written. Versions before PR #6109
 # (May 2025) masked with `<= num_paged` and wrote one entry more: the page of whatever
-# `req_to_token` holds at position `num_paged * PAGE`, past the request's end. Under CUDA graphs the table is a persistent buffer
-# allocated once (`cuda_graph_kv_indices`, filled with 1, width `(max_context_len + 128) // 128` in
-# the cutlass backend), and its rows are reused step after step. `fill_page_table` implements the
-# `7059ae16f` kernel twice: in vectorized torch ops, and in Triton,
+# `req_to_token` holds at position `num_paged * PAGE`, past the request's end. Under CUDA graphs
+# the table is a persistent buffer allocated once (`cuda_graph_kv_indices`, filled with 1, width
+# `(max_context_len + 128) // 128` in the cutlass backend), and its rows are reused step after step.
+# `fill_page_table` implements the `7059ae16f` kernel twice: in vectorized torch ops, and in Triton,
 # registered as the custom op `mla_edu::fill_page_table`.
 
 # %%
