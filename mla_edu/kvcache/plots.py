@@ -1,5 +1,5 @@
-"""Pictures of page tables: the page grid (one drawing, used by notebooks 03 and 05-08, the panel and
-the exercises) and notebook 03's figure."""
+"""Pictures of page tables: the page grid (one drawing, used by notebooks 03, 05, 06 and 08, the panel
+and the exercises) and notebook 03's figure."""
 
 from __future__ import annotations
 
