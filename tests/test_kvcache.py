@@ -237,3 +237,9 @@ def test_page_grid_colours_labels_and_frames():
         draw_page_grid(ax_buf, torch.tensor([1, 2]), [["owned", "owned"]])
     with pytest.raises(ValueError, match="intended and read: expected one shape"):
         draw_intended_and_read(ax_int, ax_read, intended, read[:1])
+    with pytest.raises(ValueError, match=r"text: expected 2 rows of 2 strings"):
+        draw_page_grid(ax_buf, buffer, [["owned"] * 2] * 2, text=[["a", "b"]])
+    with pytest.raises(ValueError, match=r"cells: expected \(b, j\) with b < 2, j < 2, got \[\(2, 0\)\]"):
+        draw_page_grid(ax_buf, buffer, [["owned"] * 2] * 2, cells=[(2, 0)])
+    with pytest.raises(ValueError, match=r"written: expected the buffer's shape \(2, 2\), got \(2,\)"):
+        draw_index_buffer(ax_buf, buffer, torch.tensor([True, False]))

@@ -48,38 +48,6 @@ def page_table_scenario():
             "n_pages": n_pages, "page_size": PAGE}
 
 
-def page_table_figure():
-    """Left: the persistent buffer (entries written this step vs stale ones). Right: what a width-1 view
-    read with the ``"size"`` policy (row stride 1) hands the kernel, versus the right pages."""
-    import matplotlib.pyplot as plt
-
-    sc = page_table_scenario()
-    buf, n_pages = sc["buf"][:4], sc["n_pages"]
-    width = buf.size(1)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [width, 5]})
-    written = torch.arange(width)[None, :] < torch.tensor(n_pages)[:, None]  # [4, width]
-    draw_index_buffer(axes[0], buf, written, fontsize=9)
-    axes[0].set_yticks(range(4), [f"row {b}: len {int(n)}" for b, n in enumerate(sc["seq_lens"])])
-    axes[0].set_xlabel("page slot p (green: written this step; orange x: stale ids from earlier requests, "
-                       "or the initial 1)")
-    axes[0].set_title(f"persistent page-table buffer, width {width} = (context {CONTEXT} + 128) // page {PAGE}")
-
-    right = pages_read(sc["buf"], n_pages, row_stride=width)
-    wrong = pages_read(sc["buf"], n_pages, row_stride=1)
-    cols = max(n_pages)
-    read = torch.tensor([row + [-1] * (cols - len(row)) for row in wrong])  # [4, cols], -1 past the pages
-    kinds = [[_read_kind(right[b][j], wrong[b][j]) if j < n else "unused" for j in range(cols)]
-             for b, n in enumerate(n_pages)]
-    text = [[f"{wrong[b][j]}" + ("" if right[b][j] == wrong[b][j] else f"\n(not {right[b][j]})") if j < n else ""
-             for j in range(cols)] for b, n in enumerate(n_pages)]
-    draw_page_grid(axes[1], read, kinds, text=text, fontsize=8)
-    axes[1].set_yticks(range(4), [f"request {b}" for b in range(4)])
-    axes[1].set_xlabel("page j of the request")
-    axes[1].set_title("pages read from a width-1 view, row stride = size(1) = 1")
-    fig.tight_layout()
-    return fig
-
-
 # ---- the page grid: one drawing for every page table in the notebooks, the panel and the exercises ----
 #: Cell colours of a page grid, by what the cell holds.
 GRID_COLORS = {
@@ -113,6 +81,11 @@ def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsi
     unknown = sorted({k for row in kinds for k in row} - set(names))
     if unknown:
         raise ValueError(f"kinds: expected names from {names}, got {unknown}")
+    if text is not None and (len(text) != rows or any(len(t) != cols for t in text)):
+        raise ValueError(f"text: expected {rows} rows of {cols} strings, got {[len(t) for t in text]}")
+    outside = [c for c in cells if not (0 <= c[0] < rows and 0 <= c[1] < cols)]
+    if outside:
+        raise ValueError(f"cells: expected (b, j) with b < {rows}, j < {cols}, got {outside}")
     index = torch.tensor([[names.index(k) for k in row] for row in kinds])  # [rows, cols]
     ax.imshow(index.numpy(), cmap=ListedColormap(list(GRID_COLORS.values())), vmin=-0.5,
               vmax=len(names) - 0.5, aspect="auto")
@@ -132,6 +105,8 @@ def draw_index_buffer(ax, buffer, written, *, poison: int | None = None, reads=(
     """The persistent index buffer ``[rows, W]``: entries ``written`` for this step (green), stale ones
     (orange, x: old ids or the initial 1), entries equal to ``poison`` (grey, P); ``reads``: flat
     indices into the buffer (as a kernel indexes it) framed in red."""
+    if tuple(written.shape) != tuple(buffer.shape):
+        raise ValueError(f"written: expected the buffer's shape {tuple(buffer.shape)}, got {tuple(written.shape)}")
     rows, w = buffer.shape
     kinds = [["written" if written[b, j] else "poison" if int(buffer[b, j]) == poison else "stale"
               for j in range(w)] for b in range(rows)]
@@ -160,3 +135,35 @@ def draw_intended_and_read(ax_intended, ax_read, intended, read, *, unused: int 
     ax_read.set_title("page ids read under replay", fontsize=8)
     for ax in (ax_intended, ax_read):
         ax.set_xlabel("page j of the request")
+
+
+def page_table_figure():
+    """Left: the persistent buffer (entries written this step vs stale ones). Right: what a width-1 view
+    read with the ``"size"`` policy (row stride 1) hands the kernel, versus the right pages."""
+    import matplotlib.pyplot as plt
+
+    sc = page_table_scenario()
+    buf, n_pages = sc["buf"][:4], sc["n_pages"]
+    width = buf.size(1)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [width, 5]})
+    written = torch.arange(width)[None, :] < torch.tensor(n_pages)[:, None]  # [4, width]
+    draw_index_buffer(axes[0], buf, written, fontsize=9)
+    axes[0].set_yticks(range(4), [f"row {b}: len {int(n)}" for b, n in enumerate(sc["seq_lens"])])
+    axes[0].set_xlabel("page slot p (green: written this step; orange x: stale ids from earlier requests, "
+                       "or the initial 1)")
+    axes[0].set_title(f"persistent page-table buffer, width {width} = (context {CONTEXT} + 128) // page {PAGE}")
+
+    right = pages_read(sc["buf"], n_pages, row_stride=width)
+    wrong = pages_read(sc["buf"], n_pages, row_stride=1)
+    cols = max(n_pages)
+    read = torch.tensor([row + [-1] * (cols - len(row)) for row in wrong])  # [4, cols], -1 past the pages
+    kinds = [[_read_kind(right[b][j], wrong[b][j]) if j < n else "unused" for j in range(cols)]
+             for b, n in enumerate(n_pages)]
+    text = [[f"{wrong[b][j]}" + ("" if right[b][j] == wrong[b][j] else f"\n(not {right[b][j]})") if j < n else ""
+             for j in range(cols)] for b, n in enumerate(n_pages)]
+    draw_page_grid(axes[1], read, kinds, text=text, fontsize=8)
+    axes[1].set_yticks(range(4), [f"request {b}" for b in range(4)])
+    axes[1].set_xlabel("page j of the request")
+    axes[1].set_title("pages read from a width-1 view, row stride = size(1) = 1")
+    fig.tight_layout()
+    return fig
