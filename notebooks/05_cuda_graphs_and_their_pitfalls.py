@@ -39,7 +39,7 @@ import torch
 import mla_edu
 from mla_edu.graphs import FreedMemoryError, Graph, GraphCaptureError, graph, is_emulated
 from mla_edu.graphs import scenarios as sc
-from mla_edu.graphs.plots import launch_overhead, load_launch_results, page_reads
+from mla_edu.graphs.plots import launch_overhead, load_launch_results, narrow_view_reads
 
 DEVICE = mla_edu.default_device()
 _ = torch.manual_seed(0)
@@ -290,21 +290,17 @@ for name in ["narrow_view/torch", "narrow_view/triton", "narrow_view/torch:fixed
 
 # %% [markdown]
 # Which pages did each request read? Fill the table for a real batch, then read it through the
-# captured 1-wide view (stride 1) and through the full table (stride 8):
+# full table (stride 8) and through the captured 1-wide view (stride 1):
 
 # %%
-srv = sc.ToyServer(DEVICE)
-reqs, lens = sc.REPLAY_BATCHES[0]
-srv.set_batch(reqs, lens)
-srv.fill_page_table(srv.kv_indices, len(reqs))
-intended = sc.pages_read(srv.kv_indices[:, : sc.W], srv.seq_lens)
-read = sc.pages_read(srv.kv_indices[:, :1], srv.seq_lens)
+print(inspect.getsource(sc.narrow_view_pages))
+intended, read = sc.narrow_view_pages(DEVICE)  # [4, W] page ids each, -1 = unused
 print("intended pages (-1 = unused):\n", intended.tolist())
 print("read through the 1-wide view:\n", read.tolist())
 row_ok = (intended == read).all(dim=1).tolist()
 print("rows reading the right pages:", row_ok)
 assert row_ok == [True, False, False, False]
-fig = page_reads(intended, read, "kv_indices[:4, :1] at replay: row stride 1 instead of 8")
+fig = narrow_view_reads(DEVICE)
 
 # %% [markdown]
 # ### Pitfall 3: memory freed after capture, handed to the next capture

@@ -199,3 +199,47 @@ def test_allocator_invariants_under_random_growth_and_frees(page, steps):
         assert torch.equal(s % page, torch.arange(s.numel()) % page)
     used_pages = sum(-(-n // page) for n in lens.values())
     assert alloc.available_pages() == 199 - used_pages  # nothing leaked
+
+
+def test_page_grid_colours_labels_and_frames():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.colors import to_rgba
+    from matplotlib.figure import Figure
+
+    from mla_edu.kvcache.plots import GRID_COLORS, draw_index_buffer, draw_intended_and_read, draw_page_grid
+
+    ax_int, ax_read, ax_buf = Figure().subplots(1, 3)
+    intended = torch.tensor([[5, 6], [7, -1]])  # [2 requests, 2 page slots], -1 unused
+    read = torch.tensor([[5, 6], [-3, -1]])  # row 1 read past the buffer
+    draw_intended_and_read(ax_int, ax_read, intended, read, labels={-3: "X"})
+
+    def cells(ax):  # (colour, label) per cell, row-major
+        rgba = ax.get_images()[0].to_rgba(ax.get_images()[0].get_array())
+        return [(tuple(rgba[b, j]), t.get_text()) for (b, j), t in
+                zip([(b, j) for b in range(2) for j in range(2)], ax.texts)]
+
+    c = {k: to_rgba(v) for k, v in GRID_COLORS.items()}
+    assert cells(ax_int) == [(c["owned"], "5"), (c["owned"], "6"), (c["owned"], "7"), (c["unused"], "")]
+    assert cells(ax_read) == [(c["right"], "5"), (c["right"], "6"), (c["wrong"], "X"), (c["unused"], "")]
+
+    buffer = torch.tensor([[5, 1], [9, 42]])  # 42: the poison id
+    draw_index_buffer(ax_buf, buffer, torch.tensor([[True, False], [True, False]]), poison=42, reads=[1, 2, 9])
+    assert cells(ax_buf) == [(c["written"], "5"), (c["stale"], "1 x"), (c["written"], "9"), (c["poison"], "P")]
+    assert [p.get_xy() for p in ax_buf.patches] == [(1 - 0.45, 0 - 0.45), (0 - 0.45, 1 - 0.45)]  # 9: past the end
+
+    with pytest.raises(ValueError, match="expected names from"):
+        draw_page_grid(ax_buf, buffer, [["owned", "fresh"], ["owned", "owned"]])
+    with pytest.raises(ValueError, match=r"expected 2 rows of 2 names, got \[2\]"):
+        draw_page_grid(ax_buf, buffer, [["owned", "owned"]])
+    with pytest.raises(ValueError, match=r"pages: expected a \[rows, cols\] tensor"):
+        draw_page_grid(ax_buf, torch.tensor([1, 2]), [["owned", "owned"]])
+    with pytest.raises(ValueError, match="intended and read: expected one shape"):
+        draw_intended_and_read(ax_int, ax_read, intended, read[:1])
+    with pytest.raises(ValueError, match=r"text: expected 2 rows of 2 strings"):
+        draw_page_grid(ax_buf, buffer, [["owned"] * 2] * 2, text=[["a", "b"]])
+    with pytest.raises(ValueError, match=r"cells: expected \(b, j\) with b < 2, j < 2, got \[\(2, 0\)\]"):
+        draw_page_grid(ax_buf, buffer, [["owned"] * 2] * 2, cells=[(2, 0)])
+    with pytest.raises(ValueError, match=r"written: expected the buffer's shape \(2, 2\), got \(2,\)"):
+        draw_index_buffer(ax_buf, buffer, torch.tensor([True, False]))

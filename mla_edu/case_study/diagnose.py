@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mla_edu import kernels
+from mla_edu.kvcache.plots import draw_index_buffer, draw_intended_and_read
 from mla_edu.serving import PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLADecodeMetadata
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
@@ -372,63 +373,28 @@ def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv
 
 
 # ---- figures ---------------------------------------------------------------------------------------
-def _annotate(ax, data):
-    for b in range(data.shape[0]):
-        for j in range(data.shape[1]):
-            v = int(data[b, j])
-            text = {UNUSED: "", POISON: "P", OUTSIDE: "X"}.get(v, str(v))
-            ax.text(j, b, text, ha="center", va="center", fontsize=7)
-
-
 def draw_buffer(ax, buffer: torch.Tensor, fresh: torch.Tensor, frames=()):
     """The persistent index buffer ``[padded bs, W]``: entries written for this step (green), stale ones
     (orange, x: old ids or the initial 1), poison (grey, P); ``frames``: flat indices framed in red."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Rectangle
-
-    stale = stale_mask(buffer, fresh)
-    state = torch.where(fresh, 2, torch.where(stale, 1, 0))  # 0 poison, 1 stale, 2 written now
-    ax.imshow(state.numpy(), cmap=ListedColormap(["#d9d9d9", "#f4d6a0", "#cfe8cf"]), vmin=0, vmax=2, aspect="auto")
-    rows, w = buffer.shape
-    for b in range(rows):
-        for j in range(w):
-            v = int(buffer[b, j])
-            text = "P" if v == POISON_PAGE else str(v)
-            ax.text(j, b, text + (" x" if bool(stale[b, j]) else ""), ha="center", va="center", fontsize=7)
-    for flat in frames:
-        r, c = divmod(flat, w)
-        if r < rows:
-            ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
-    ax.set_xticks(range(w))
-    ax.set_yticks(range(rows))
+    draw_index_buffer(ax, buffer, fresh, poison=POISON_PAGE, reads=frames)
     ax.set_xlabel("column of the index buffer")
     ax.set_ylabel("row (request slot)")
 
 
 def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
     """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (green right, red wrong)."""
-    from matplotlib.colors import ListedColormap
-
     if ax_buf is not None:
         draw_buffer(ax_buf, reads.buffer, reads.live)
         ax_buf.set_title(f"index buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
                          "(green written now, orange x stale, grey P poison)", fontsize=8)
-    used = reads.intended != UNUSED
-    ax_int.imshow(used.numpy(), cmap=ListedColormap(["white", "#dde6f5"]), vmin=0, vmax=1, aspect="auto")
-    _annotate(ax_int, reads.intended)
-    ax_int.set_title("intended page ids", fontsize=8)
-    ax_int.set_xlabel("page j of the request")
-    ok = torch.where(used, (reads.read == reads.intended).long(), 2)  # 0 wrong, 1 right, 2 unused
-    ax_read.imshow(ok.numpy(), cmap=ListedColormap(["#e07070", "#70b070", "white"]), vmin=0, vmax=2, aspect="auto")
-    _annotate(ax_read, reads.read)
+    draw_intended_and_read(ax_int, ax_read, reads.intended, reads.read, unused=UNUSED,
+                           labels={POISON: "P", OUTSIDE: "X"})
     stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
               if show_stride else "\n(green: the intended page, red: another one)")
     ax_read.set_title("page ids read under replay" + stride, fontsize=8)
-    ax_read.set_xlabel("page j of the request")
     for ax in (ax_int, ax_read):
         ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
                       fontsize=7)
-        ax.set_xticks(range(reads.intended.shape[1]))
 
 
 def page_reads_figure(d: StepDiagnosis):

@@ -6,8 +6,9 @@ import json
 import matplotlib.pyplot as plt
 import torch
 
+from mla_edu.graphs import scenarios as sc
+from mla_edu.kvcache.plots import draw_intended_and_read
 from mla_edu.paths import RESULTS_DIR
-
 
 
 def load_launch_results(name: str = "graph_launch_h200.json") -> dict:
@@ -35,36 +36,17 @@ def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench
 
 
 def page_reads(intended: torch.Tensor, read: torch.Tensor, title: str):
-    """Two heatmaps: the page id each (request, page slot) should read, and what it read."""
-    fig, axes = plt.subplots(1, 2, figsize=(9, 2.8))
-    vmax = float(max(intended.max(), read.max()))
-    for ax, data, name in [(axes[0], intended, "intended page"), (axes[1], read, "page read under replay")]:
-        im = ax.imshow(data.numpy(), cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
-        ax.set_xlabel("page slot j")
-        ax.set_ylabel("request row b")
-        ax.set_title(name, fontsize=10)
-        for (b, j), v in _ndenumerate(data):
-            ax.text(j, b, str(int(v)), ha="center", va="center", fontsize=7,
-                    color="white" if v < vmax / 2 else "black")
-    fig.colorbar(im, ax=axes, shrink=0.8)
-    fig.suptitle(title, fontsize=10, y=1.06)
+    """Two page grids ``[B, W]`` (-1 = unused): the page id each (request row b, page slot j) should read,
+    and the one it read (green: its own page, red: another)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 2.8), sharey=True)
+    draw_intended_and_read(axes[0], axes[1], intended, read)
+    axes[0].set_ylabel("request row b")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     return fig
 
 
-def _ndenumerate(t: torch.Tensor):
-    for b in range(t.shape[0]):
-        for j in range(t.shape[1]):
-            yield (b, j), t[b, j].item()
-
-
-def narrow_view_reads():
-    """figures/graph_narrow_view_reads.png without arguments (for ``python -m tools.figures``)."""
-    from mla_edu.graphs import scenarios as sc
-
-    srv = sc.ToyServer("cpu")
-    reqs, lens = sc.REPLAY_BATCHES[0]
-    srv.set_batch(reqs, lens)
-    srv.fill_page_table(srv.kv_indices, len(reqs))
-    intended = sc.pages_read(srv.kv_indices[:, : sc.W], srv.seq_lens)
-    read = sc.pages_read(srv.kv_indices[:, :1], srv.seq_lens)
+def narrow_view_reads(device="cpu"):
+    """figures/graph_narrow_view_reads.png: pitfall 2's pages, intended and read through the 1-wide view."""
+    intended, read = sc.narrow_view_pages(device)
     return page_reads(intended, read, "kv_indices[:4, :1] at replay: row stride 1 instead of 8")

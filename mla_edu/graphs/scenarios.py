@@ -216,6 +216,16 @@ def narrow_view(device="cpu", fixed: bool = False, impl: str = "torch") -> Probl
                    persistent=[s.kv_indices], safe=fixed)
 
 
+def narrow_view_pages(device="cpu") -> tuple:
+    """(intended, read), ``[MAX_BS, W]`` page ids each (-1 = unused): the first replay batch's page table
+    read through the full table (row stride W) and through the captured 1-wide view (row stride 1)."""
+    s = ToyServer(device)
+    reqs, lens = REPLAY_BATCHES[0]
+    s.set_batch(reqs, lens)
+    s.fill_page_table(s.kv_indices, len(reqs))
+    return pages_read(s.kv_indices[:, :W], s.seq_lens), pages_read(s.kv_indices[:, :1], s.seq_lens)
+
+
 def stale_buffer(device="cpu", fixed: bool = False) -> Problem:
     """Partial sums accumulated into a buffer zeroed once, eagerly, instead of inside the graph."""
     s = ToyServer(device)

@@ -1,4 +1,5 @@
-"""Pictures of page tables (used by notebook 03 and figures/)."""
+"""Pictures of page tables: the page grid (one drawing, used by notebooks 03, 05, 06 and 08, the panel
+and the exercises) and notebook 03's figure."""
 
 from __future__ import annotations
 
@@ -47,46 +48,122 @@ def page_table_scenario():
             "n_pages": n_pages, "page_size": PAGE}
 
 
-def page_table_figure():
-    """Left: the persistent buffer (live entries vs stale ones). Right: what a width-1 view read
-    with the ``"size"`` policy (row stride 1) hands the kernel, versus the right pages."""
-    import matplotlib.pyplot as plt
+# ---- the page grid: one drawing for every page table in the notebooks, the panel and the exercises ----
+#: Cell colours of a page grid, by what the cell holds.
+GRID_COLORS = {
+    "unused": "white",  # past the request's pages: nothing is read there
+    "owned": "#dde6f5",  # a page the request owns: what it should read
+    "right": "#70b070",  # read, and it is the page the request owns
+    "wrong": "#e07070",  # read, and it is another page
+    "written": "#cfe8cf",  # an index-buffer entry written for this step
+    "stale": "#f4d6a0",  # an entry left from an earlier step (an old id, or the initial 1): marked " x"
+    "poison": "#d9d9d9",  # an entry holding the poison id: shown as "P"
+}
+
+
+def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsize: int = 7):
+    """An annotated grid of page ids on ``ax``: cell ``(b, j)`` (request row ``b``, page slot ``j``)
+    coloured by ``kinds[b][j]`` (a key of ``GRID_COLORS``) and labelled with ``pages[b, j]``.
+
+    pages: ``[rows, cols]`` int tensor. Labels: blank where unused, "P" where poison, "<id> x" where
+    stale, ``labels[id]`` for special ids (e.g. a marker for "read past the buffer"), else the id;
+    ``text`` (``[rows][cols]`` strings) replaces them all. ``cells``: ``(b, j)`` framed in red.
+    """
     from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    if pages.dim() != 2:
+        raise ValueError(f"pages: expected a [rows, cols] tensor, got shape {tuple(pages.shape)}")
+    rows, cols = pages.shape
+    if len(kinds) != rows or any(len(k) != cols for k in kinds):
+        raise ValueError(f"kinds: expected {rows} rows of {cols} names, got {[len(k) for k in kinds]}")
+    names = list(GRID_COLORS)
+    unknown = sorted({k for row in kinds for k in row} - set(names))
+    if unknown:
+        raise ValueError(f"kinds: expected names from {names}, got {unknown}")
+    if text is not None and (len(text) != rows or any(len(t) != cols for t in text)):
+        raise ValueError(f"text: expected {rows} rows of {cols} strings, got {[len(t) for t in text]}")
+    outside = [c for c in cells if not (0 <= c[0] < rows and 0 <= c[1] < cols)]
+    if outside:
+        raise ValueError(f"cells: expected (b, j) with b < {rows}, j < {cols}, got {outside}")
+    index = torch.tensor([[names.index(k) for k in row] for row in kinds])  # [rows, cols]
+    ax.imshow(index.numpy(), cmap=ListedColormap(list(GRID_COLORS.values())), vmin=-0.5,
+              vmax=len(names) - 0.5, aspect="auto")
+    labels = labels or {}
+    for b in range(rows):
+        for j in range(cols):
+            kind, v = kinds[b][j], int(pages[b, j])
+            label = {"unused": "", "poison": "P"}.get(kind, labels.get(v, str(v)) + " x" * (kind == "stale"))
+            ax.text(j, b, label if text is None else text[b][j], ha="center", va="center", fontsize=fontsize)
+    for b, j in cells:
+        ax.add_patch(Rectangle((j - 0.45, b - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+
+
+def draw_index_buffer(ax, buffer, written, *, poison: int | None = None, reads=(), fontsize: int = 7):
+    """The persistent index buffer ``[rows, W]``: entries ``written`` for this step (green), stale ones
+    (orange, x: old ids or the initial 1), entries equal to ``poison`` (grey, P); ``reads``: flat
+    indices into the buffer (as a kernel indexes it) framed in red."""
+    if tuple(written.shape) != tuple(buffer.shape):
+        raise ValueError(f"written: expected the buffer's shape {tuple(buffer.shape)}, got {tuple(written.shape)}")
+    rows, w = buffer.shape
+    kinds = [["written" if written[b, j] else "poison" if int(buffer[b, j]) == poison else "stale"
+              for j in range(w)] for b in range(rows)]
+    cells = [divmod(flat, w) for flat in reads if flat < rows * w]
+    draw_page_grid(ax, buffer, kinds, cells=cells, fontsize=fontsize)
+
+
+def _read_kind(intended: int, read: int) -> str:
+    return "right" if read == intended else "wrong"
+
+
+def draw_intended_and_read(ax_intended, ax_read, intended, read, *, unused: int = -1, labels=None):
+    """Two grids ``[rows, pages]``: the page ids each request owns (blue) and those it read (green: its
+    own page, red: another); ``unused`` marks slots past a request's pages (blank in both)."""
+    if intended.shape != read.shape:
+        raise ValueError(f"intended and read: expected one shape, got {tuple(intended.shape)} and "
+                         f"{tuple(read.shape)}")
+    rows, cols = intended.shape
+    used = (intended != unused).tolist()
+    draw_page_grid(ax_intended, intended, [["owned" if u else "unused" for u in row] for row in used],
+                   labels=labels)
+    kinds = [[_read_kind(int(intended[b, j]), int(read[b, j])) if used[b][j] else "unused" for j in range(cols)]
+             for b in range(rows)]
+    draw_page_grid(ax_read, read, kinds, labels=labels)
+    ax_intended.set_title("intended page ids", fontsize=8)
+    ax_read.set_title("page ids read under replay", fontsize=8)
+    for ax in (ax_intended, ax_read):
+        ax.set_xlabel("page j of the request")
+
+
+def page_table_figure():
+    """Left: the persistent buffer (entries written this step vs stale ones). Right: what a width-1 view
+    read with the ``"size"`` policy (row stride 1) hands the kernel, versus the right pages."""
+    import matplotlib.pyplot as plt
 
     sc = page_table_scenario()
     buf, n_pages = sc["buf"][:4], sc["n_pages"]
     width = buf.size(1)
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [width, 5]})
-    live = torch.zeros_like(buf, dtype=torch.float32)
-    for b, n in enumerate(n_pages):
-        live[b, :n] = 1
-    ax = axes[0]
-    ax.imshow(live, cmap=ListedColormap(["#f4d6d6", "#cfe8cf"]), vmin=0, vmax=1, aspect="auto")
-    for b in range(buf.size(0)):
-        for j in range(width):
-            ax.text(j, b, int(buf[b, j]), ha="center", va="center", fontsize=9,
-                    color="black" if live[b, j] else "#a03030")
-    ax.set_xticks(range(width))
-    ax.set_yticks(range(buf.size(0)), [f"row {b}: len {int(n)}" for b, n in enumerate(sc["seq_lens"])])
-    ax.set_xlabel("page slot p (green: written this step; red: stale ids from earlier requests, or the initial 1)")
-    ax.set_title(f"persistent page-table buffer, width {width} = (context {CONTEXT} + 128) // page {PAGE}")
+    written = torch.arange(width)[None, :] < torch.tensor(n_pages)[:, None]  # [4, width]
+    draw_index_buffer(axes[0], buf, written, fontsize=9)
+    axes[0].set_yticks(range(4), [f"row {b}: len {int(n)}" for b, n in enumerate(sc["seq_lens"])])
+    axes[0].set_xlabel("page slot p (green: written this step; orange x: stale ids from earlier requests, "
+                       "or the initial 1)")
+    axes[0].set_title(f"persistent page-table buffer, width {width} = (context {CONTEXT} + 128) // page {PAGE}")
 
     right = pages_read(sc["buf"], n_pages, row_stride=width)
     wrong = pages_read(sc["buf"], n_pages, row_stride=1)
-    ax = axes[1]
     cols = max(n_pages)
-    ok = torch.full((4, cols), float("nan"))
-    for b, n in enumerate(n_pages):
-        for j in range(n):
-            ok[b, j] = float(right[b][j] == wrong[b][j])
-    ax.imshow(ok, cmap=ListedColormap(["#e07070", "#70b070"]), vmin=0, vmax=1, aspect="auto")
-    for b, n in enumerate(n_pages):
-        for j in range(n):
-            ax.text(j, b, f"{wrong[b][j]}" + ("" if right[b][j] == wrong[b][j] else f"\n(not {right[b][j]})"),
-                    ha="center", va="center", fontsize=8)
-    ax.set_xticks(range(cols))
-    ax.set_yticks(range(4), [f"request {b}" for b in range(4)])
-    ax.set_xlabel("page j of the request")
-    ax.set_title("pages read from a width-1 view, row stride = size(1) = 1")
+    read = torch.tensor([row + [-1] * (cols - len(row)) for row in wrong])  # [4, cols], -1 past the pages
+    kinds = [[_read_kind(right[b][j], wrong[b][j]) if j < n else "unused" for j in range(cols)]
+             for b, n in enumerate(n_pages)]
+    text = [[f"{wrong[b][j]}" + ("" if right[b][j] == wrong[b][j] else f"\n(not {right[b][j]})") if j < n else ""
+             for j in range(cols)] for b, n in enumerate(n_pages)]
+    draw_page_grid(axes[1], read, kinds, text=text, fontsize=8)
+    axes[1].set_yticks(range(4), [f"request {b}" for b in range(4)])
+    axes[1].set_xlabel("page j of the request")
+    axes[1].set_title("pages read from a width-1 view, row stride = size(1) = 1")
     fig.tight_layout()
     return fig
