@@ -33,7 +33,9 @@ RUN_ALL_JS = """
 const done = arguments[arguments.length - 1];
 const app = window.jupyterapp, w = app.shell.currentWidget;
 const t0 = performance.now();
-const idle = async () => { while (w.sessionContext.session.kernel.status !== 'idle') await new Promise(r => setTimeout(r, 100)); };
+const idle = async () => {
+  while (w.sessionContext.session.kernel.status !== 'idle') await new Promise(r => setTimeout(r, 100));
+};
 app.commands.execute('notebook:run-all-cells').then(async () => {
   await idle();
   const problems = [], cells = w.content.model.cells;
@@ -45,7 +47,8 @@ app.commands.execute('notebook:run-all-cells').then(async () => {
       const o = c.outputs.get(j).toJSON();
       if (o.output_type === 'error') problems.push(`cell ${i}: ${o.ename}: ${o.evalue}`);
       const text = Array.isArray(o.text) ? o.text.join('') : (o.text || '');
-      if (o.output_type === 'stream' && /Traceback \(most recent call last\)/.test(text)) problems.push(`cell ${i}: ${o.name}: ${text.slice(0, 300)}`);
+      if (o.output_type === 'stream' && /Traceback \(most recent call last\)/.test(text))
+        problems.push(`cell ${i}: ${o.name}: ${text.slice(0, 300)}`);
     }
   }
   done({seconds: (performance.now() - t0) / 1000, problems});
@@ -178,7 +181,8 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
         for label in clicks:
             click(label)
         # Mark the figure on screen; the click must replace it with a new, loaded one.
-        browser.execute_script("arguments[0].querySelectorAll('.widget-output img').forEach(i => i.dataset.seen = '1')", cell)
+        browser.execute_script(
+            "arguments[0].querySelectorAll('.widget-output img').forEach(i => i.dataset.seen = '1')", cell)
         click("run")
         WebDriverWait(browser, 180).until(
             lambda d: (lambda o: o and o["fresh"] and o["loaded"] and o["idle"] and "frozen at capture" in o["text"])(
@@ -190,7 +194,8 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
         text = re.sub(r"\s+", " ", shown["text"]).strip()
         assert re.sub(r"\s+", " ", summary) in text, f"{what}: the panel shows\n{text}\nexpected\n{summary}"
         img = _png(shown["src"])
-        assert img.shape == shape, f"{what}: the figure is {img.shape[1]}x{img.shape[0]} px, the library draws {shape[1]}x{shape[0]}"
+        assert img.shape == shape, \
+            f"{what}: the figure is {img.shape[1]}x{img.shape[0]} px, the library draws {shape[1]}x{shape[0]}"
         for i, (box, ink) in enumerate(axes):
             got = _ink(img, box)
             assert got > 0.02 and abs(got - ink) < 0.05, \
@@ -200,7 +205,8 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
 # ---- the book ------------------------------------------------------------------------------------
 IMAGES_JS = """
 const imgs = Array.from(document.images);
-return {title: document.title, n: imgs.length, broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)};
+const broken = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);
+return {title: document.title, n: imgs.length, broken};
 """
 
 
