@@ -2,7 +2,7 @@
 runner, and attention backends in SGLang's protocol (``cutlass_mla`` pre-fix/fixed, ``triton``).
 
     from mla_edu.serving import Engine
-    engine = Engine(model, attention_backend="cutlass_mla", defects="width,workspace,stale")
+    engine = Engine(model, attention_backend="cutlass_mla", defects="width,workspace")
     reqs = engine.generate([prompt_ids, ...], max_new_tokens=3, stop_token_ids=(EOS,))
 """
 
