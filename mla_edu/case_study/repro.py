@@ -119,8 +119,8 @@ def main(argv=None) -> int:
     ablation = []
     for label, names, poison_fill in ABLATION:
         for splits in (1, -1):
-            fill = {"poison_fill": True} if poison_fill else {}  # (the same key as the table's runs when off)
-            r = run(attention_backend="cutlass_mla", defects=frozenset(names), num_kv_splits=splits, **fill)
+            r = run(attention_backend="cutlass_mla", defects=frozenset(names), poison_fill=poison_fill,
+                    num_kv_splits=splits)
             ablation.append(r)
             print(f"| {label:<25} | {'auto' if splits == -1 else '1':>6} | {r['accuracy']:.3f} | {r['invalid']:.3f} | "
                   f"{explain(frozenset(names), splits, r, e, poison_fill)}")
