@@ -61,7 +61,7 @@ if DEVICE.type == "cpu":
 # `--cuda-graph-bs 64 128 --max-running-requests 128`. First the default: the pre-fix code.
 
 # %%
-panel = ControlPanel(settings=PanelSettings())  # cutlass_mla, both defects, no poison fill, 1 split, 8 rows, 32 questions
+panel = ControlPanel(settings=PanelSettings())  # pre-fix cutlass_mla (width, workspace), 1 split, 8 rows, 32 questions
 result = panel.run()
 panel.show_figure()  # also figures/panel_default.png (python -m tools.figures)
 reads = result.reads

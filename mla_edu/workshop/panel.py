@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mla_edu.case_study.diagnose import PageReads, diagnose_step, draw_page_reads, page_reads
-from mla_edu.serving import BACKENDS, DEFECTS, MERGED_FIX, PRE_FIX
+from mla_edu.serving import BACKENDS, DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED
 from mla_edu.util import is_int
 
 SPLIT_MODES = {"1": 1, "auto": -1}
@@ -64,6 +64,8 @@ class PanelSettings:
         defects = self.defects
         if isinstance(defects, str) or not all(isinstance(d, str) for d in defects):
             raise TypeError(f"defects: expected a set of names from {DEFECTS}, got {defects!r}")
+        if "stale" in defects:
+            raise ValueError(f"defects: {STALE_REMOVED}")
         bad = sorted(set(defects) - set(DEFECTS))
         if bad:
             raise ValueError(f"defects: expected names from {DEFECTS}, got {bad}")
@@ -98,7 +100,9 @@ class PanelSettings:
     def label(self) -> str:
         d = ",".join(sorted(self.active_defects)) or "none"
         split = "auto" if self.num_kv_splits == -1 else "1"
-        defects = f", defects={d}" + ", poison fill" * self.poison_fill if self.attention_backend == "cutlass_mla" else ""
+        defects = ""
+        if self.attention_backend == "cutlass_mla":
+            defects = f", defects={d}" + ", poison fill" * self.poison_fill
         return (f"{self.attention_backend}{defects}, splits={split}, max running {self.max_running_requests} "
                 f"(graphs for {self.cuda_graph_bs[0]}, {self.cuda_graph_bs[1]}), {self.num_questions} questions")
 
@@ -279,6 +283,8 @@ class ControlPanel:
         max_running_requests, num_questions."""
         if not isinstance(values, dict):
             raise TypeError(f"values: expected a dict of widget values, got {type(values).__name__}")
+        if "stale" in values:
+            raise ValueError(f"values: {STALE_REMOVED} (the 'poison_fill' key)")
         known = {"backend", "split", "max_running_requests", "num_questions", "poison_fill", *DEFECTS}
         unknown = sorted(set(values) - known)
         if unknown:
