@@ -212,8 +212,9 @@ fig = dg.page_table_figure(d)
 #
 # First the code. The mini backend's two graph hooks, read against SGLang's
 # `cutlass_mla_backend.py` at `7059ae16f`; each pre-fix line sits under its defect's switch
-# (`"width" in self.defects`, `"workspace" in self.defects`), and `forward_decode` is the launch the
-# graph records:
+# (`"width" in self.defects`, `"workspace" in self.defects`); the `self.poison_fill` lines are a
+# teaching instrument SGLang never had (off here, as in SGLang; notebook 07, section 4); and
+# `forward_decode` is the launch the graph records:
 
 # %%
 import inspect

@@ -28,10 +28,11 @@
 # Facts about SGLang come from its
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at `7059ae16f` (before) and
 # `e58423b2b` (after); every source is listed in `docs/sources.md`. The mini engine's `cutlass_mla` backend has each pre-fix defect behind a
-# switch: `width` (capture hands the kernel the view `cuda_graph_kv_indices[:bs, :1]`), `workspace`
-# (capture and replay allocate workspaces the graph does or does not use) and `stale` (index rows
-# never reset; turning it off fills the buffer with an out-of-range page id before every fill and
-# runs the kernel checked).
+# switch: `width` (capture hands the kernel the view `cuda_graph_kv_indices[:bs, :1]`) and
+# `workspace` (capture and replay allocate workspaces the graph does or does not use). Like SGLang,
+# before and after the fix, it never resets the index rows, so stale page ids stay. `poison_fill=True`
+# is a teaching instrument SGLang never had (section 4): it fills the buffer with an out-of-range
+# page id before every fill and runs the kernel checked.
 
 # %%
 import torch
@@ -82,7 +83,8 @@ print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
 # ```
 #
 # The mini backend keeps each removed line under a switch, so the same code runs before and after
-# the fix: a `-` line above runs when its defect is in `defects`, the `+` line when it is not.
+# the fix: a `-` line above runs when its defect is in `defects`, the `+` line when it is not (the
+# `self.poison_fill` lines are section 4's poison fill, off unless asked for).
 
 # %%
 import inspect
@@ -103,12 +105,13 @@ assert 'if "width" in self.defects' in capture and 'if "workspace" in self.defec
 #    captured view is the full width `W` and its `size(1)` equals its real row stride;
 # 2. **workspace**: the capture and replay hooks no longer allocate workspaces; the one allocated
 #    for the maximum in `init_cuda_graph_state` is the only one, and the graph keeps using it;
-# 3. it does **not** reset the index rows (stale tails stay). We add that last, as a poison fill.
+# 3. it does **not** reset the index rows (stale tails stay). The last row below adds this project's
+#    poison fill on top (`poison_fill=True`, not in SGLang).
 #
 # Each piece applied on top of the previous one, accuracy after each:
 
 # %%
-piece = [(name, run(defects=defects)) for name, defects in dg.MERGED_FIX_STEPS]
+piece = [(name, run(**server_args)) for name, server_args in dg.MERGED_FIX_STEPS]
 print(f"{'cutlass_mla with graphs':44s} {'accuracy':>8s} {'invalid':>8s} {'failed loudly':>14s}")
 print(f"{'(eager, for reference)':44s} {eager['accuracy']:8.3f} {eager['invalid']:8.3f} {eager['errors']:14d}")
 for name, r in piece:
@@ -149,47 +152,54 @@ assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.sta
 # (sgl-kernel's heuristic), and writes split partials through the workspace.
 
 # %%
+from mla_edu.case_study.repro import ABLATION  # (label, defects, poison_fill): the rows repro runs
+
+print(ABLATION)
 ablation = []
-for defects in (("width",), ("workspace",), ("stale",), ("width", "workspace", "stale")):
+for label, defects, poison_fill in ABLATION:
     for splits in (1, -1):
-        r = run(defects=frozenset(defects), num_kv_splits=splits)
-        ablation.append((defects, splits, r))
-print(f"{'defects':24s} {'splits':>6s} {'max used':>8s} {'accuracy':>8s} {'failed loudly':>14s}")
-for defects, splits, r in ablation:
+        r = run(defects=frozenset(defects), poison_fill=poison_fill, num_kv_splits=splits)
+        ablation.append((label, splits, r))
+print(f"{'defects':26s} {'splits':>6s} {'max used':>8s} {'accuracy':>8s} {'failed loudly':>14s}")
+for label, splits, r in ablation:
     if r["crashed"]:  # only on a GPU: see section 3
-        print(f"{','.join(defects):24s} {'auto' if splits == -1 else '1':>6s}  crashed: {r['crashed'][:60]}")
+        print(f"{label:26s} {'auto' if splits == -1 else '1':>6s}  crashed: {r['crashed'][:60]}")
         continue
-    print(f"{','.join(defects):24s} {'auto' if splits == -1 else '1':>6s} {r['max_splits_used']:8d} "
+    print(f"{label:26s} {'auto' if splits == -1 else '1':>6s} {r['max_splits_used']:8d} "
           f"{r['accuracy']:8.3f} {r['errors']:14d}")
-res = {(d, s): r for d, s, r in ablation}
+res = {(label, s): r for label, s, r in ablation}
 e = eager["accuracy"]
-assert res[("width",), 1]["accuracy"] < 0.25 * e and res[("width",), 1]["errors"] > 0
-assert res[("width", "workspace", "stale"), 1]["errors"] == 0 and res[("width", "workspace", "stale"), 1]["accuracy"] < 0.25 * e
+for label in ("width", "width+workspace (pre-fix)"):  # silent: wrong answers, no error
+    assert res[label, 1]["errors"] == 0 and res[label, 1]["accuracy"] < 0.25 * e
+assert res["width + poison fill", 1]["accuracy"] < 0.25 * e and res["width + poison fill", 1]["errors"] > 0
 for s in (1, -1):
-    assert abs(res[("stale",), s]["accuracy"] - e) <= 0.03
-assert abs(res[("workspace",), 1]["accuracy"] - e) <= 0.03
-ws_auto = res[("workspace",), -1]
+    assert abs(res["none (merged fix)", s]["accuracy"] - e) <= 0.03
+assert abs(res["workspace", 1]["accuracy"] - e) <= 0.03
+ws_auto = res["workspace", -1]
 if DEVICE.type == "cuda":  # harmless, or a crash of the whole CUDA context, depending on the allocator
     assert ws_auto["crashed"] or abs(ws_auto["accuracy"] - e) <= 0.03
 else:
     assert abs(ws_auto["accuracy"] - e) <= 0.03 and ws_auto["max_splits_used"] > 1
-assert res[("width", "workspace", "stale"), -1]["max_splits_used"] == 1
+assert res["width+workspace (pre-fix)", -1]["max_splits_used"] == 1
 
 # %% [markdown]
 # Each row, from the mechanism:
 #
-# - **width alone**: the frozen row stride 1 sends rows 1.. into other rows' entries. With the poison
-#   fill on (stale fixed), many of those entries are the poison id: those requests fail loudly (NaN
-#   logits, reported as errors); the others read live but foreign pages and answer wrong. With `-1`
-#   the frozen `max_seq_len = 128` makes the automatic split count 1 ("max used" 1).
+# - **width alone**: the frozen row stride 1 sends rows 1.. into other rows' entries, live pages of
+#   other requests or stale ids: silently wrong, as the pre-fix code (at one split the workspace
+#   does nothing). With `-1` the frozen `max_seq_len = 128` makes the automatic split count 1
+#   ("max used" 1).
+# - **width with the poison fill**: many of those entries now hold the poison id: those requests
+#   fail loudly (NaN logits, reported as errors); the others read live but foreign pages and answer
+#   wrong.
 # - **workspace alone**: at one split the kernel never touches the workspace, so a dangling one is
 #   harmless. At the automatic split count every graph writes its partials through a workspace the
 #   host dropped after capture; the answers stay right because each replay writes every partial
 #   before it reads it back. The harm lands elsewhere (section 3).
-# - **stale alone**: with the right stride the kernel reads only the `ceil(len / 128)` entries that
-#   were just written; stale tails are never read. Harmless.
-# - **all three** (the pre-fix code): silent and wrong. With `-1` the frozen `max_seq_len = 128`
-#   makes the automatic split count 1 too ("max used" 1), so even then the workspace is never touched.
+# - **both** (the pre-fix code): silent and wrong. With `-1` the frozen `max_seq_len = 128` makes the
+#   automatic split count 1 too ("max used" 1), so even then the workspace is never touched.
+# - **none** (the merged fix): stale tails are still in the buffer, but with the right stride the
+#   kernel reads only the `ceil(len / 128)` entries that were just written. Harmless.
 #
 # ## 3. The workspace hazard, made real
 #
@@ -241,21 +251,22 @@ if DEVICE.type != "cuda":
 # ## 4. The poison fill: silent garbage becomes a loud failure
 #
 # FlashMLA's tests fill unused table entries with an out-of-range id and unused pages with NaN, so
-# any stray read shows. The same idea here: before every fill, the index buffer is filled with an
-# out-of-range page id (`POISON_PAGE`) and the kernel runs checked, giving NaN to a request that
-# reads one. Same batch as notebook 06, pre-fix width and workspace, stale rows on or poisoned:
+# any stray read shows. The same idea here, as an option SGLang never had (`poison_fill=True`,
+# `--poison-fill`): before every fill, the index buffer is filled with an out-of-range page id
+# (`POISON_PAGE`) and the kernel runs checked, giving NaN to a request that reads one. Same batch as
+# notebook 06, the pre-fix code, stale rows as SGLang leaves them or poisoned:
 
 # %%
 d_silent = dg.diagnose_step(model, prompts, earlier=earlier, defects=PRE_FIX, cuda_graph_bs=(4, 8), dtype=DTYPE)
-d_loud = dg.diagnose_step(model, prompts, earlier=earlier, defects={"width", "workspace"}, cuda_graph_bs=(4, 8),
+d_loud = dg.diagnose_step(model, prompts, earlier=earlier, defects=PRE_FIX, poison_fill=True, cuda_graph_bs=(4, 8),
                           dtype=DTYPE)
-for name, d in (("stale rows (pre-fix)", d_silent), ("poisoned rows", d_loud)):
+for name, d in (("stale rows (pre-fix)", d_silent), ("poison fill", d_loud)):
     wrong = sum(e > TOL for e in d.row_err)
     print(f"{name:20s}: rows wrong {wrong} of {len(d.seq_lens)}, NaN rows {sum(d.nan_rows)}")
 print("which rows read a poison entry:", [dg.POISON_PAGE in r for r in d_loud.read[: len(d_loud.seq_lens)]])
 assert sum(d_silent.nan_rows) == 0 and sum(e > TOL for e in d_silent.row_err) == len(d_silent.seq_lens) - 1
 assert d_loud.nan_rows == [dg.POISON_PAGE in r for r in d_loud.read[: len(d_loud.seq_lens)]] and any(d_loud.nan_rows)
-w1 = res[("width",), 1]
+w1 = res["width + poison fill", 1]
 print(f"over {N} questions, width alone with the poison fill: {w1['errors']} requests failed loudly")
 
 # %% [markdown]
@@ -278,7 +289,7 @@ print(f"over {N} questions, width alone with the poison fill: {w1['errors']} req
 # | summary: adds "initialization of `cuda_graph_kv_indices` to -1" before replay | wrong about the merged code | the diff has no such line (a revision of the PR may have had it: the review comments on one); section 1: merged fix right with stale entries still in the buffer |
 # | summary: removes workspace allocation in the capture and replay hooks | right | the diff; section 3: why it matters |
 # | review: replay must recompute `max_seqlen_pad`, else "incorrect attention results" | wrong | replay cannot change a launch parameter; the pre-fix replay hook did recompute it, to no effect (notebook 06 section 6, and below) |
-# | review: resetting the buffer prevents stale indices from interfering | half right | stale entries only matter through a wrong stride (section 2, "stale alone"); a reset to an *invalid* id with a checked kernel makes stray reads loud (section 4) |
+# | review: resetting the buffer prevents stale indices from interfering | half right | stale entries only matter through a wrong stride (section 2, "none"); a reset to an *invalid* id with a checked kernel makes stray reads loud (section 4) |
 #
 # The review's recompute claim, tested: the pre-fix replay hook computes `max_seqlen_pad` from the
 # real lengths and stores a matching view in the metadata. What did the graph use?
@@ -317,17 +328,18 @@ for name in ("narrow_view/torch", "narrow_view/torch:fixed", "freed_pool_reuse",
 # and 8):
 
 # %%
-print(f"{'defects':22s} {'batch':>5s} {'rows != eager':>13s} {'NaN rows':>8s}")
+print(f"{'cutlass_mla (section 1)':44s} {'batch':>5s} {'rows != eager':>13s} {'NaN rows':>8s}")
 verdict = {}
-for defects in (PRE_FIX, frozenset({"workspace", "stale"}), MERGED_FIX, frozenset()):
+for name, server_args in dg.MERGED_FIX_STEPS:
     bad = 0
     for ps in (prompts[:3], prompts):
-        d = dg.diagnose_step(model, ps, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8), dtype=DTYPE)
+        d = dg.diagnose_step(model, ps, earlier=earlier, cuda_graph_bs=(4, 8), dtype=DTYPE, **server_args)
         n_bad = sum(e > TOL for e in d.row_err)
         bad += n_bad
-        print(f"{','.join(sorted(defects)) or 'none':22s} {len(ps):5d} {n_bad:13d} {sum(d.nan_rows):8d}")
-    verdict[defects] = bad
-assert verdict[PRE_FIX] > 0 and all(verdict[k] == 0 for k in verdict if k != PRE_FIX)
+        print(f"{name:44s} {len(ps):5d} {n_bad:13d} {sum(d.nan_rows):8d}")
+    verdict[name] = bad
+pre_fix = dg.MERGED_FIX_STEPS[0][0]
+assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre_fix)
 
 # %% [markdown]
 # Poisoned buffers make such a test stronger: a stray read that happens to hit a plausible page id is
@@ -359,7 +371,7 @@ assert verdict[PRE_FIX] > 0 and all(verdict[k] == 0 for k in verdict if k != PRE
 #
 # ## Exercises
 #
-# 1. Fix only the workspace (`defects={"width", "stale"}`) and run with `num_kv_splits=-1`. Which
+# 1. Fix only the workspace (`defects={"width"}`) and run with `num_kv_splits=-1`. Which
 #    split count does the graph freeze, and why? (Hint: `max_seq_len`.)
 # 2. Change the poison value to 1 (the buffer's initial fill). Which rows of section 4 still fail
 #    loudly? What does that tell you about choosing a poison value?

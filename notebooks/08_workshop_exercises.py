@@ -35,6 +35,7 @@
 import torch
 
 import mla_edu
+from mla_edu.serving import MERGED_FIX
 from mla_edu.workshop import exercises as ex
 from mla_edu.workshop.panel import ControlPanel, PanelSettings
 
@@ -47,7 +48,8 @@ if DEVICE.type == "cpu":
 #
 # `ControlPanel` drives the mini serving engine (`mla_edu.serving`) with the shipped tiny model on
 # the first questions of the eval set. For one setting (backend, defects of the cutlass_mla
-# backend, split mode, max running requests = batch size, number of questions) it measures:
+# backend, poison fill, split mode, max running requests = batch size, number of questions) it
+# measures:
 #
 # - **accuracy**, eager (`--disable-cuda-graph`) and with graphs, scored like SGLang's
 #   `bench_sglang.py` (`mla_edu.case_study.accuracy.run_bench`);
@@ -59,7 +61,7 @@ if DEVICE.type == "cpu":
 # `--cuda-graph-bs 64 128 --max-running-requests 128`. First the default: the pre-fix code.
 
 # %%
-panel = ControlPanel(settings=PanelSettings())  # cutlass_mla, all three defects, 1 split, 8 rows, 32 questions
+panel = ControlPanel(settings=PanelSettings())  # pre-fix cutlass_mla (width, workspace), 1 split, 8 rows, 32 questions
 result = panel.run()
 panel.show_figure()  # also figures/panel_default.png (python -m tools.figures)
 reads = result.reads
@@ -70,8 +72,9 @@ assert result.graph["accuracy"] < result.eager["accuracy"] - 0.5
 # %% [markdown]
 # Read the figure from left to right. The bars: eager is right, the graph is not. The index buffer
 # (`cuda_graph_kv_indices`, 8 rows of width `W = (512 + 128) // 128 = 5`): green entries were
-# written for this step, red ones still hold page ids of earlier requests (or the initial 1). The
-# intended page ids, then what the kernel read: row 0 reads its own pages, row `b > 0` reads
+# written for this step, orange ones (x) still hold page ids of earlier requests (or the initial
+# 1): stale entries, which SGLang never resets, before or after the fix. The intended page ids,
+# then what the kernel read: row 0 reads its own pages, row `b > 0` reads
 # entries `b, b+1, ...` of the buffer's storage, i.e. row 0's pages shifted by `b`, then stale ids.
 # The graph froze `size(1) = 1`, the width of the view sliced at capture with dummy lengths of 1.
 #
@@ -91,10 +94,10 @@ assert g["only_row0"] >= 1 and g["accuracy_only_row0"] >= 0.9
 
 # %%
 settings = {
-    "pre-fix (width+workspace+stale)": PanelSettings(),
-    "merged fix (stale only)": PanelSettings(defects=frozenset({"stale"})),
-    "all fixed + poison fill": PanelSettings(defects=frozenset()),
-    "width only + poison fill": PanelSettings(defects=frozenset({"width"})),
+    "pre-fix (width+workspace)": PanelSettings(),
+    "merged fix (no defect)": PanelSettings(defects=MERGED_FIX),
+    "merged fix + poison fill": PanelSettings(defects=MERGED_FIX, poison_fill=True),
+    "width only + poison fill": PanelSettings(defects=frozenset({"width"}), poison_fill=True),
     "workspace only, auto split": PanelSettings(defects=frozenset({"workspace"}), num_kv_splits="auto"),
     "triton backend": PanelSettings(attention_backend="triton"),
 }
@@ -108,7 +111,7 @@ for name, s in settings.items():
     print(f"{name:34s} {r.eager['accuracy']:6.3f} {r.graph['accuracy']:6.3f} {r.graph['invalid']:7.3f} "
           f"{sum(r.reads.rows_ok):>6d} of {len(r.reads.rows_ok)} {r.reads.launch.row_stride:6d} "
           f"{r.reads.launch.num_splits:6d}")
-for name in ["merged fix (stale only)", "all fixed + poison fill", "triton backend"]:
+for name in ["merged fix (no defect)", "merged fix + poison fill", "triton backend"]:
     r = table[name]
     assert all(r.reads.rows_ok) and abs(r.graph["accuracy"] - r.eager["accuracy"]) <= 0.02
 assert table["width only + poison fill"].graph["errors"] > 0  # loud: NaN where poison was read
@@ -118,16 +121,17 @@ assert table["width only + poison fill"].graph["errors"] > 0  # loud: NaN where 
 # and the stale ids in the buffer's tails are never read.
 
 # %%
-fixed = panel.run(settings["merged fix (stale only)"], verbose=False)
+fixed = panel.run(settings["merged fix (no defect)"], verbose=False)
 panel.show_figure()  # also figures/panel_fixed.png
 assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 
 # %% [markdown]
 # - The **width** defect alone is enough to break accuracy: it is the trigger.
-# - With the **poison fill** (stale off), the same wrong reads hit out-of-range page ids and give
-#   NaN: errors and invalid answers instead of silently wrong ones.
-# - **Stale** entries alone are harmless: with the full width the kernel reads only the entries
-#   written for this step.
+# - With the **poison fill** (`poison_fill=True`, a teaching instrument SGLang never had), the same
+#   wrong reads hit out-of-range page ids and give NaN: errors and invalid answers instead of
+#   silently wrong ones.
+# - The **merged fix** leaves the stale entries in the buffer, and they are harmless: with the full
+#   width the kernel reads only the entries written for this step.
 # - **Workspace** alone, with automatic splits: the partials go through a workspace that capture
 #   allocated and the host has since dropped. On the emulator the kernel writes every partial it
 #   reads within the same replay, so this one step shows no harm (notebook 07 makes it real).
@@ -168,9 +172,10 @@ def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
 r1 = ex.check_replay(replay)
 
 # %% [markdown]
-# ### Exercise 2: which defect produced this plot?
+# ### Exercise 2: which engine produced this plot?
 #
-# Three engines, each with some of the cutlass_mla defects, decoded one step by graph replay.
+# Three engines, each with some of the cutlass_mla defects (or none) and with or without the poison
+# fill, decoded one step by graph replay.
 # For each plot pick the option that produced it (`ex.OPTIONS`):
 
 # %%
@@ -269,7 +274,8 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 #
 # - One switch, the frozen page-table **width**, turns the served accuracy from eager's level to
 #   near zero; only batch row 0 reads its own pages. The **stale** entries are what the mis-strided
-#   reads pick up; alone they are harmless. The **poison fill** turns silent garbage into NaN.
+#   reads pick up; with the right stride they are harmless (SGLang's fix leaves them). The **poison
+#   fill** turns silent garbage into NaN.
 # - The replay hook may only change the *contents* of buffers the graph already reads; a new tensor
 #   handed to the metadata is never seen (exercise 1's checker tells you so).
 # - Launch parameters (row stride, `max_seq_len`, split count, workspace pointer) come from the host

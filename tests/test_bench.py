@@ -48,8 +48,21 @@ def test_bench_cli_json_and_scoring(patched, capsys):
     assert (res["accuracy"], res["invalid"]) == (acc, inv)
 
 
+def test_bench_cli_poison_fill(patched, capsys):
+    """--poison-fill reaches the engine: width alone then reads the poison id, and those requests fail loudly."""
+    common = ["--defects", "width", "--num-questions", "6", "--parallel", "4", "--cuda-graph-bs", "2", "4", "--json"]
+    results = {}
+    for flag in ([], ["--poison-fill"]):
+        assert bench.main(common + flag) == 0
+        results[bool(flag)] = json.loads(capsys.readouterr().out)
+    assert [results[k]["poison_fill"] for k in (False, True)] == [False, True]
+    assert results[False]["errors"] == 0 and results[True]["errors"] > 0
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["--defects", "width,typo"], "defects: expected names from"),
+    (["--defects", "width,stale"], "'stale' is no longer a defect"),
+    (["--attention-backend", "triton", "--poison-fill"], "poison_fill: applies to the cutlass_mla backend only"),
     (["--num-questions", "0"], "argument --num-questions: expected an int >= 1, got 0"),
     (["--max-running-requests", "0"], "argument --max-running-requests: expected an int >= 1"),
 ])

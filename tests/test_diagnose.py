@@ -65,11 +65,13 @@ def test_merged_fix_reads_own_pages(model):
     assert all(d.rows_reading_own_pages)
     assert max(d.row_err) < 1e-4 and max(d.check_err) < 1e-4
     assert dg.stale_entries(d).any()  # stale tails stay (no reset), and are harmless
+    assert MERGED_FIX == frozenset() and not d.poison_fill and not (d.buffer == POISON_PAGE).any()
 
 
 def test_poison_makes_stray_reads_nan(model):
     d = dg.diagnose_step(model, prompts(3, 4), earlier=prompts(4, 4), defects={"width", "workspace"},
-                         cuda_graph_bs=(2, 4), dtype="float32", device="cpu")
+                         poison_fill=True, cuda_graph_bs=(2, 4), dtype="float32", device="cpu")
+    assert d.poison_fill
     expect = [POISON_PAGE in d.read[b] for b in range(len(d.seq_lens))]
     assert d.nan_rows == expect and any(expect)
     assert max(d.check_err) < 1e-4  # NaN in both where expected, equal elsewhere

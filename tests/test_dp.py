@@ -108,10 +108,10 @@ def test_dp_graph_size_agreed_and_rows(monkeypatch, one_thread):
 def test_dp_multiprocess_matches_lockstep(one_thread):
     model = random_tiny_model()
     prompts = random_prompts(4, 5, 20, 300)
-    lock = DPEngine(model, **_dp(model, defects=SEED_PRE_FIX - {"stale"})).generate(prompts, max_new_tokens=4,
-                                                                                    stop_token_ids=())
+    lock = DPEngine(model, **_dp(model, defects=SEED_PRE_FIX, poison_fill=True)).generate(prompts, max_new_tokens=4,
+                                                                                   stop_token_ids=())
     multi, steps = run_dp_multiprocess(model, prompts, max_new_tokens=4, stop_token_ids=(),
-                                       **_dp(model, defects=SEED_PRE_FIX - {"stale"}))
+                                       **_dp(model, defects=SEED_PRE_FIX, poison_fill=True))
     assert [r.output_ids for r in multi] == [r.output_ids for r in lock]
     assert [r.rows for r in multi] == [r.rows for r in lock]
     assert sum(s["graph"] for s in steps) > 0

@@ -81,7 +81,7 @@ def test_replay_mistake_gets_its_own_hint(fn, hint, capsys):
 # ---- 2. mysteries ---------------------------------------------------------------------------------
 def test_mysteries():
     for k, answer in ex08.MYSTERY_ANSWERS.items():
-        assert answer == ex.option_for(ex.MYSTERIES[k])
+        assert answer == ex.option_for(**ex.MYSTERIES[k])
         assert ex.check_mystery(k, answer).passed
         for other in set(ex.OPTIONS) - {answer}:
             assert not ex.check_mystery(k, other).passed

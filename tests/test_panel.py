@@ -23,7 +23,7 @@ def panel():
 
 
 def test_prefix_only_row0_reads_its_pages(panel):
-    res = panel.callback({"backend": "cutlass_mla", "width": True, "workspace": True, "stale": True,
+    res = panel.callback({"backend": "cutlass_mla", "width": True, "workspace": True,
                           "split": "1", "max_running_requests": 4, "num_questions": 12}, draw=False)
     r = res.reads
     assert res.settings.defects == PRE_FIX and res.settings.cuda_graph_bs == (2, 4)
@@ -41,7 +41,8 @@ def test_prefix_only_row0_reads_its_pages(panel):
 
 
 @pytest.mark.parametrize("values", [
-    {"stale": True, "width": False, "workspace": False},  # SGLang's merged fix
+    {"width": False, "workspace": False},  # SGLang's merged fix
+    {"width": False, "workspace": False, "poison_fill": True},  # the merged fix with the poison fill
     {"backend": "triton", "split": "auto"},
 ])
 def test_fixed_settings_read_right_and_match_eager(panel, values):
@@ -54,7 +55,9 @@ def test_fixed_settings_read_right_and_match_eager(panel, values):
 
 
 def test_width_alone_reads_poison(panel):
-    res = panel.run(PanelSettings(defects=frozenset({"width"}), **SMALL), draw=False, verbose=False)
+    res = panel.run(PanelSettings(defects=frozenset({"width"}), poison_fill=True, **SMALL), draw=False,
+                    verbose=False)
+    assert "defects=width, poison fill" in res.settings.label()
     r = res.reads
     assert (r.read == POISON).any()
     bad = [e == float("inf") for e in r.row_err]
@@ -76,9 +79,10 @@ def test_summary_figure_and_memo(panel, capsys):
 
 def test_widgets_click_runs_the_callback(panel):
     pytest.importorskip("ipywidgets")
-    panel.set_values(stale=True, width=False, workspace=False, max_running_requests=4, num_questions=12)
+    panel.set_values(width=False, workspace=False, poison_fill=False, max_running_requests=4, num_questions=12)
+    assert panel._widgets["poison_fill"].description == "poison fill"
     panel.click()
-    assert panel.result.settings == PanelSettings(defects=frozenset({"stale"}), **SMALL)
+    assert panel.result.settings == PanelSettings(defects=frozenset(), **SMALL)
     assert all(panel.result.reads.rows_ok)
     with pytest.raises(ValueError, match="widget keys"):
         panel.set_values(colour="red")
@@ -88,6 +92,8 @@ def test_widgets_click_runs_the_callback(panel):
     (dict(attention_backend="flashinfer"), ValueError, "attention_backend: expected one of"),
     (dict(defects=frozenset({"width", "bogus"})), ValueError, "defects: expected names"),
     (dict(defects="width"), TypeError, "defects: expected a set"),
+    (dict(defects=frozenset({"stale"})), ValueError, "defects: 'stale' is no longer a defect"),
+    (dict(poison_fill=1), TypeError, "poison_fill: expected a bool, got 1"),
     (dict(num_kv_splits=2), ValueError, "split mode: expected '1' or 'auto'"),
     (dict(max_running_requests=1), ValueError, r"max_running_requests: expected an int in \[2, 64\]"),
     (dict(num_questions=0), ValueError, "num_questions"),
@@ -104,8 +110,14 @@ def test_bad_widget_values():
         ControlPanel.settings_from_values({"width": "yes"})
     with pytest.raises(TypeError, match="expected a dict"):
         ControlPanel.settings_from_values(["width"])
+    with pytest.raises(TypeError, match="poison_fill: expected a bool"):
+        ControlPanel.settings_from_values({"poison_fill": 1})
+    with pytest.raises(ValueError, match="'stale' is no longer a defect.*the 'poison_fill' key"):
+        ControlPanel.settings_from_values({"stale": True})
     s = ControlPanel.settings_from_values({"split": "auto", "workspace": False})
-    assert s.num_kv_splits == -1 and s.defects == {"width", "stale"}
+    assert s.num_kv_splits == -1 and s.defects == {"width"} and not s.poison_fill
+    s = ControlPanel.settings_from_values({"poison_fill": True, "backend": "triton"})
+    assert s.poison_fill and not s.active_poison_fill and s.server_args(True)["poison_fill"] is False
 
 
 def test_too_few_questions():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tiny_models import VOCAB, random_prompts, random_tiny_model
 
-from mla_edu.serving import Engine, ServerArgs, parse_defects
+from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, Engine, ServerArgs, parse_defects
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 
 
@@ -51,18 +51,19 @@ def test_eager_engine_equals_model_generate_and_frees_everything(model):
     assert rn.req_to_token_pool.available() == 3  # 5 requests went through 3 rows
 
 
-@pytest.mark.parametrize("backend,defects,splits", [
-    ("cutlass_mla", "stale", 1),       # SGLang's merged fix
-    ("cutlass_mla", "none", -1),       # fix + poison fill, automatic splits
-    ("triton", "none", 1),
-    ("triton", "none", -1),
+@pytest.mark.parametrize("backend,poison_fill,splits", [
+    ("cutlass_mla", False, 1),       # SGLang's merged fix
+    ("cutlass_mla", True, -1),       # merged fix + poison fill, automatic splits
+    ("triton", False, 1),
+    ("triton", False, -1),
 ])
-def test_graph_equals_eager_on_random_schedules(model, backend, defects, splits):
+def test_graph_equals_eager_on_random_schedules(model, backend, poison_fill, splits):
     for seed in (3,):
         rng = random.Random(seed + splits)
         ps = prompts(seed, 5, 20, 270)
-        kw = dict(attention_backend=backend, defects=defects, num_kv_splits=splits, context_length=384,
-                  max_running_requests=rng.choice([3, 4]), row_order=rng.choice(["append", "prepend"]))
+        kw = dict(attention_backend=backend, defects="none", poison_fill=poison_fill, num_kv_splits=splits,
+                  context_length=384, max_running_requests=rng.choice([3, 4]),
+                  row_order=rng.choice(["append", "prepend"]))
         eager, _, _ = outputs(model, ps, max_new=5, disable_cuda_graph=True, **kw)
         graph, eng, _ = outputs(model, ps, max_new=5, cuda_graph_bs=(2, 4), **kw)
         assert eng.stats["graph_steps"] == eng.stats["decode_steps"] > 0
@@ -70,9 +71,10 @@ def test_graph_equals_eager_on_random_schedules(model, backend, defects, splits)
         assert graph == eager
 
 
-def _one_step(model, defects, seed=5, bs=3):
+def _one_step(model, defects, seed=5, bs=3, poison_fill=False):
     """Prefill ``bs`` requests of different page counts, then one decode step by graph and eagerly."""
-    eng = Engine(model, attention_backend="cutlass_mla", defects=defects, cuda_graph_bs=(4,), max_running_requests=4)
+    eng = Engine(model, attention_backend="cutlass_mla", defects=defects, poison_fill=poison_fill, cuda_graph_bs=(4,),
+                 max_running_requests=4)
     reqs = eng.prefill_requests(prompts(seed, bs, 100, 380))
     batch = eng.make_batch(reqs)
     _, bad_g, logits_g = eng.runner.decode(batch)  # graph replay (padded to 4)
@@ -82,7 +84,7 @@ def _one_step(model, defects, seed=5, bs=3):
 
 
 def test_prefix_graph_wrong_for_rows_after_the_first(model):
-    logits_g, bad_g, logits_e, *_ = _one_step(model, "width,workspace,stale")
+    logits_g, bad_g, logits_e, *_ = _one_step(model, "width,workspace")
     assert not bad_g.any()  # silent: no NaN, just wrong pages
     err = (logits_g - logits_e).abs().amax(dim=-1)  # [B]
     assert err[0] < 1e-4  # row 0 reads its own row of the table
@@ -94,7 +96,7 @@ def test_width_alone_is_loud_with_the_poison_fill(model):
     NaN exactly when one of them lies past the pages of the row it falls in."""
     seen_nan = False
     for seed in (5, 9):
-        logits_g, bad_g, logits_e, bad_e, lens, eng = _one_step(model, "width", seed)
+        logits_g, bad_g, logits_e, bad_e, lens, eng = _one_step(model, "width", seed, poison_fill=True)
         width = eng.runner.backend.cuda_graph_kv_indices.shape[1]
         n_pages = [-(-n // 128) for n in lens] + [1]  # the padded row (seq_len 1) has one page
         expect = []
@@ -108,22 +110,51 @@ def test_width_alone_is_loud_with_the_poison_fill(model):
 
 
 def test_fixed_graph_one_step_equals_eager(model):
-    for defects in ("stale", "none"):
-        logits_g, bad_g, logits_e, *_ = _one_step(model, defects)
+    for poison_fill in (False, True):  # the merged fix, without and with the poison fill
+        logits_g, bad_g, logits_e, *_ = _one_step(model, "none", poison_fill=poison_fill)
         assert not bad_g.any()
         assert torch.allclose(logits_g, logits_e, rtol=1e-4, atol=1e-3)
 
 
 def test_poison_fill_and_stale_rows(model):
-    eng = Engine(model, attention_backend="cutlass_mla", defects="none", cuda_graph_bs=(4,), max_running_requests=4)
+    eng = Engine(model, attention_backend="cutlass_mla", defects="none", poison_fill=True, cuda_graph_bs=(4,),
+                 max_running_requests=4)
+    assert eng.runner.backend.poison_fill
     table = eng.runner.backend.cuda_graph_kv_indices
-    eng.generate(prompts(6, 3, 130, 140), max_new_tokens=2, stop_token_ids=())
+    eng.generate(prompts(7, 2, 300, 310), max_new_tokens=2, stop_token_ids=())  # 3 pages
+    eng.generate(prompts(6, 3, 130, 140), max_new_tokens=2, stop_token_ids=())  # 2 pages
     assert (table[:, 2:] == POISON_PAGE).all()  # past every request's pages: poison, not stale ids
-    eng2 = Engine(model, attention_backend="cutlass_mla", defects="stale", cuda_graph_bs=(4,), max_running_requests=4)
-    eng2.generate(prompts(7, 2, 300, 310), max_new_tokens=2, stop_token_ids=())  # 3 pages
-    eng2.generate(prompts(6, 3, 130, 140), max_new_tokens=2, stop_token_ids=())  # 2 pages
-    t2 = eng2.runner.backend.cuda_graph_kv_indices
-    assert (t2[:2, 2] > 1).all()  # stale page ids of the earlier, longer requests stay
+
+
+def test_merged_fix_has_no_defect_and_leaves_stale_rows(model):
+    """SGLang's merged fix (e58423b2b) fixes width and workspace and never resets the index rows:
+    no defect is left, stale page ids stay in the buffer, and decoding is right anyway."""
+    assert MERGED_FIX == frozenset() and PRE_FIX == {"width", "workspace"} and DEFECTS == ("width", "workspace")
+    kw = dict(attention_backend="cutlass_mla", defects=MERGED_FIX, cuda_graph_bs=(4,), max_running_requests=4)
+    eng = Engine(model, **kw)
+    assert not eng.args.poison_fill and not eng.runner.backend.poison_fill  # off unless asked for
+    long_ps, short_ps = prompts(7, 2, 300, 310), prompts(6, 3, 130, 140)  # 3 pages, then 2 pages
+    eng.generate(long_ps, max_new_tokens=2, stop_token_ids=())
+    got = [r.output_ids for r in eng.generate(short_ps, max_new_tokens=3, stop_token_ids=())]
+    t = eng.runner.backend.cuda_graph_kv_indices
+    assert (t[:2, 2] > 1).all()  # stale page ids of the earlier, longer requests stay
+    assert not (t == POISON_PAGE).any()
+    eager = Engine(model, disable_cuda_graph=True, **kw)
+    assert got == [r.output_ids for r in eager.generate(short_ps, max_new_tokens=3, stop_token_ids=())]
+
+
+@pytest.mark.parametrize("spec", ["stale", "width,stale", ("width", "workspace", "stale")])
+def test_stale_is_no_longer_a_defect(spec):
+    with pytest.raises(ValueError, match="'stale' is no longer a defect: SGLang's merged fix .*poison_fill=True"):
+        ServerArgs(defects=spec)
+
+
+def test_poison_fill_checked():
+    with pytest.raises(TypeError, match="poison_fill: expected a bool, got 'yes'"):
+        ServerArgs(poison_fill="yes")
+    with pytest.raises(ValueError, match="poison_fill: applies to the cutlass_mla backend only"):
+        ServerArgs(attention_backend="triton", poison_fill=True)
+    assert ServerArgs(defects="none", poison_fill=True).poison_fill
 
 
 def test_bad_requests_fail_alone(model):
@@ -164,5 +195,5 @@ def test_too_many_running_requests_for_the_pool(model):
 
 def test_parse_defects():
     assert parse_defects("none") == frozenset()
-    assert parse_defects("width, stale") == {"width", "stale"}
-    assert parse_defects(None) == {"width", "workspace", "stale"}
+    assert parse_defects("width, scale") == {"width", "scale"}
+    assert parse_defects(None) == {"width", "workspace"}

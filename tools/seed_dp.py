@@ -18,9 +18,9 @@ model = load_pretrained()
 cache = {}
 for label, kw in (("cutlass_mla eager, scale defect", dict(disable_cuda_graph=True, defects="scale")),
                   ("cutlass_mla eager", dict(disable_cuda_graph=True, defects="none")),
-                  ("pre-fix graphs (width,workspace,stale)", dict(defects=PRE_FIX)),
+                  ("pre-fix graphs (width,workspace)", dict(defects=PRE_FIX)),
                   ("pre-fix graphs + scale (bug-era kernel)", dict(defects=SEED_PRE_FIX)),
-                  ("merged fix graphs (stale)", dict(defects=MERGED_FIX)),
+                  ("merged fix graphs (no defect)", dict(defects=MERGED_FIX)),
                   ("triton graphs", dict(attention_backend="triton"))):
     t0 = time.perf_counter()
     dp = DPEngine(model, prefill_cache=cache, dp_size=8, enable_dp_attention=True, max_running_requests=128,

@@ -1,7 +1,7 @@
 """Accuracy benchmark, mirroring SGLang's ``benchmark/gsm8k/bench_sglang.py`` on the tiny model.
 
     python -m mla_edu.case_study.accuracy --attention-backend cutlass_mla [--disable-cuda-graph]
-        [--defects width,workspace,stale | none] [--num-kv-splits -1] --num-questions 256
+        [--defects width,workspace | none] [--poison-fill] [--num-kv-splits -1] --num-questions 256
         --parallel 128 --cuda-graph-bs 64 128 --max-running-requests 128 [--json]
 
 Prints ``Accuracy``, ``Invalid``, ``Latency`` and output tokens/s (progress bar on stderr).
@@ -18,7 +18,7 @@ import sys
 import time
 
 from mla_edu import _cli
-from mla_edu.serving import DEFECTS, ROW_ORDERS, Engine, ServerArgs, parse_defects
+from mla_edu.serving import ALL_DEFECTS, ROW_ORDERS, Engine, ServerArgs, parse_defects
 
 
 def _load_model(device=None):
@@ -51,7 +51,8 @@ def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
     import subprocess
 
     cmd = [sys.executable, "-m", "mla_edu.case_study.accuracy", "--json", "--attention-backend", args.attention_backend,
-           "--defects", ",".join(sorted(args.defects)) or "none", "--num-kv-splits", str(args.num_kv_splits),
+           "--defects", ",".join(sorted(args.defects)) or "none", *(["--poison-fill"] if args.poison_fill else []),
+           "--num-kv-splits", str(args.num_kv_splits),
            "--num-questions", str(num_questions), "--parallel", str(parallel),
            "--cuda-graph-bs", *map(str, args.cuda_graph_bs), "--max-running-requests", str(args.max_running_requests),
            "--row-order", args.row_order, "--dtype", args.dtype] + (["--device", str(args.device)] if args.device else [])
@@ -61,6 +62,7 @@ def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
         return {**json.loads(proc.stdout.strip().splitlines()[-1]), "crashed": None}
     lines = [ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or proc.stderr.strip().splitlines()[-1:]
     return {"attention_backend": args.attention_backend, "cuda_graph": True, "defects": sorted(args.defects),
+            "poison_fill": args.poison_fill,
             "num_kv_splits": args.num_kv_splits, "max_running_requests": args.max_running_requests,
             "num_questions": num_questions, "accuracy": 0.0, "invalid": 1.0, "errors": num_questions,
             "max_splits_used": None, "crashed": lines[-1][:300] if lines else f"exit code {proc.returncode}",
@@ -107,7 +109,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     latency = time.perf_counter() - t0
     if bar:
         bar.close()
-    # a request that ended in an error (bad input, or NaN from a poisoned page id) has no answer:
+    # a request that ended in an error (bad input, or NaN from the poison page id) has no answer:
     # it scores as invalid, as a failed request would in bench_sglang.py
     texts = ["" if r.error else task.decode(r.output_ids) for r in reqs]
     accuracy, invalid = task.score(texts, [q.answer for q in questions])
@@ -119,6 +121,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
         "attention_backend": engine.args.attention_backend,
         "cuda_graph": not engine.args.disable_cuda_graph,
         "defects": sorted(engine.args.defects) if engine.args.attention_backend == "cutlass_mla" else [],
+        "poison_fill": engine.args.poison_fill,
         "num_kv_splits": engine.args.num_kv_splits,
         "max_running_requests": engine.args.max_running_requests,
         "row_order": engine.args.row_order,
@@ -143,9 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mla_edu.case_study.accuracy", description=__doc__.split("\n\n")[0])
     p.add_argument("--attention-backend", default="cutlass_mla", choices=["cutlass_mla", "triton"])
     p.add_argument("--disable-cuda-graph", action="store_true")
-    p.add_argument("--defects", default="width,workspace,stale",
-                   help=f"comma list from {','.join(DEFECTS)} or 'none' (cutlass_mla only; "
-                        "'stale' alone = SGLang's merged fix)")
+    p.add_argument("--defects", default="width,workspace",
+                   help=f"comma list from {','.join(ALL_DEFECTS)} or 'none' (cutlass_mla only; "
+                        "'none' = SGLang's merged fix)")
+    p.add_argument("--poison-fill", action="store_true",
+                   help="cutlass_mla only, not in SGLang: fill unused page-table entries with an out-of-range page "
+                        "id and run the kernel checked, so a read of one gives NaN (loud) instead of a stale page")
     p.add_argument("--num-kv-splits", type=_cli.kv_splits, default=1, help="1, or -1 for the automatic split count")
     p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
     p.add_argument("--parallel", type=_cli.positive_int, default=128)
@@ -193,8 +199,9 @@ def main(argv=None) -> int:
         defects = parse_defects(a.defects)
         res = run_bench(num_questions=a.num_questions, parallel=a.parallel, progress=not a.json,
                         attention_backend=a.attention_backend, disable_cuda_graph=a.disable_cuda_graph,
-                        defects=defects, num_kv_splits=a.num_kv_splits, cuda_graph_bs=tuple(a.cuda_graph_bs),
-                        max_running_requests=a.max_running_requests, row_order=a.row_order,
+                        defects=defects, poison_fill=a.poison_fill, num_kv_splits=a.num_kv_splits,
+                        cuda_graph_bs=tuple(a.cuda_graph_bs), max_running_requests=a.max_running_requests,
+                        row_order=a.row_order,
                         dtype=a.dtype, device=a.device)
     except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)

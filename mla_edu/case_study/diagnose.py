@@ -24,14 +24,14 @@ import torch
 
 from mla_edu import kernels
 from mla_edu.kvcache.plots import draw_index_buffer, draw_intended_and_read
-from mla_edu.serving import PRE_FIX, Engine, ServerArgs
+from mla_edu.serving import MERGED_FIX, PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLADecodeMetadata
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
 
 DEFAULT_GRAPH_BS = (4, 8)
 # grid codes of PageReads (page ids are >= 0)
 UNUSED = -1  # page slot past the request's pages: not read
-POISON = -2  # the kernel read the poison id (stale defect off): NaN, a loud failure
+POISON = -2  # the kernel read the poison id (poison_fill on): NaN, a loud failure
 OUTSIDE = -3  # the kernel read past the end of the index buffer
 
 
@@ -113,7 +113,7 @@ class StepDiagnosis:
     launches_during_replay: int  # host-side kernel plans made while the graph replayed
     check_err: list | None  # [bs] |replay logits - reference kernel on the predicted reads| (cutlass_mla only)
     captured_table: torch.Tensor | None = None  # the page-table view the captured launch got
-    poison: bool = False
+    poison_fill: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
@@ -179,13 +179,13 @@ def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs
 
 
 @torch.no_grad()
-def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_splits: int = 1,
-                  cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None,
+def diagnose_step(model, prompts, *, defects=PRE_FIX, poison_fill: bool = False, earlier=None,
+                  num_kv_splits: int = 1, cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None,
                   attention_backend: str = "cutlass_mla") -> StepDiagnosis:
     """Prefill ``prompts`` (token-id lists), decode one step by graph replay and eagerly, and take it apart.
 
     ``earlier``: prompts decoded (one step) and finished first, so that their page ids stay in the
-    rows of the persistent index buffer, as on a running server.
+    rows of the persistent index buffer, as on a running server. ``poison_fill``: see ``ServerArgs``.
     The predicted reads are checked against the kernel: the same step is re-run eagerly with
     the reference kernel on a contiguous table holding exactly the predicted page ids;
     ``check_err`` is its distance to the replay's logits (cutlass_mla; None for triton, whose
@@ -196,7 +196,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
                          f"got {len(prompts) if prompts is not None else None}")
     with record_launches() as log:
         engine = make_engine(model, defects, num_kv_splits=num_kv_splits, cuda_graph_bs=cuda_graph_bs,
-                             dtype=dtype, device=device, attention_backend=attention_backend)
+                             dtype=dtype, device=device, attention_backend=attention_backend, poison_fill=poison_fill)
         runner, backend = engine.runner, engine.runner.backend
         cutlass = attention_backend == "cutlass_mla"
         gr = runner.graph_runner
@@ -260,7 +260,7 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, earlier=None, num_kv_split
         engine.free_req(r)
     return StepDiagnosis(frozenset(engine.args.defects), batch.seq_lens_cpu.tolist(), padded, lg, le,
                          intended, read, buffer, fresh, captured.launch, needed, during, check,
-                         captured_table=captured.page_table, poison=getattr(backend, "poison", False), extra=extra)
+                         captured_table=captured.page_table, poison_fill=engine.args.poison_fill, extra=extra)
 
 
 def stale_entries(d: StepDiagnosis) -> torch.Tensor:
@@ -405,7 +405,8 @@ def page_reads_figure(d: StepDiagnosis):
     bs, p = reads.intended.shape
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 0.45 * bs + 1.6), sharey=True)
     draw_page_reads(None, ax0, ax1, reads)
-    fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}", fontsize=10)
+    fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}"
+                 + ", poison fill" * d.poison_fill, fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -445,10 +446,11 @@ def accuracy_bars_figure(rows: list, title: str = ""):
 
 
 # ---- the runs notebooks 06-07 show, and the figures figures/ holds ----------------------------------
-MERGED_FIX_STEPS = (("pre-fix (7059ae16f)", PRE_FIX),
-                    ("+ width fixed", frozenset({"workspace", "stale"})),
-                    ("+ workspace fixed = merged fix (e58423b2b)", frozenset({"stale"})),
-                    ("+ poison fill (not in SGLang)", frozenset()))
+# (label, server arguments): SGLang's merged fix one piece at a time, then the poison fill on top
+MERGED_FIX_STEPS = (("pre-fix (7059ae16f)", dict(defects=PRE_FIX)),
+                    ("+ width fixed", dict(defects=frozenset({"workspace"}))),
+                    ("+ workspace fixed = merged fix (e58423b2b)", dict(defects=MERGED_FIX)),
+                    ("+ poison fill (not in SGLang)", dict(defects=MERGED_FIX, poison_fill=True)))
 
 
 def example_batch(questions=None) -> tuple:
@@ -505,8 +507,8 @@ def piece_by_piece_rows(run) -> list:
     """[(label, accuracy, invalid)]: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
     eager = run(disable_cuda_graph=True, defects=PRE_FIX)
     rows = [("eager", eager["accuracy"], eager["invalid"])]
-    for name, defects in MERGED_FIX_STEPS:
-        r = run(defects=defects)
+    for name, server_args in MERGED_FIX_STEPS:
+        r = run(**server_args)
         rows.append((name.split(" (")[0].split(" =")[0], r["accuracy"], r["invalid"]))
     return rows
 

@@ -2,17 +2,17 @@
 runner, and attention backends in SGLang's protocol (``cutlass_mla`` pre-fix/fixed, ``triton``).
 
     from mla_edu.serving import Engine
-    engine = Engine(model, attention_backend="cutlass_mla", defects="width,workspace,stale")
+    engine = Engine(model, attention_backend="cutlass_mla", defects="width,workspace")
     reqs = engine.generate([prompt_ids, ...], max_new_tokens=3, stop_token_ids=(EOS,))
 """
 
 from mla_edu.serving.args import (ALL_DEFECTS, BACKENDS, DEFECTS, KERNEL_DEFECTS, MERGED_FIX, PRE_FIX, ROW_ORDERS,
-                                  SEED_PRE_FIX, ServerArgs, page_table_width, parse_defects)
+                                  SEED_PRE_FIX, STALE_REMOVED, ServerArgs, page_table_width, parse_defects)
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.serving.engine import Engine, Req
 
 from mla_edu.serving.dp import DPEngine, DPRank, run_dp_multiprocess
 
 __all__ = ["ALL_DEFECTS", "BACKENDS", "DEFECTS", "KERNEL_DEFECTS", "MERGED_FIX", "PRE_FIX", "ROW_ORDERS",
-           "SEED_PRE_FIX", "DPEngine", "DPRank", "Engine", "ForwardBatch", "Req", "ServerArgs", "page_table_width",
-           "parse_defects", "run_dp_multiprocess"]
+           "SEED_PRE_FIX", "STALE_REMOVED", "DPEngine", "DPRank", "Engine", "ForwardBatch", "Req", "ServerArgs",
+           "page_table_width", "parse_defects", "run_dp_multiprocess"]

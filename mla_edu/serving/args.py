@@ -8,7 +8,9 @@ from mla_edu.kernels.contract import MAX_SPLITS
 from mla_edu.util import PAGE_SIZE, is_int
 
 BACKENDS = ("cutlass_mla", "triton")
-DEFECTS = ("width", "workspace", "stale")  # the backend's graph defects (PR #6998)
+# The pre-fix backend's graph defects (PR #6998, cutlass_mla_backend.py at 7059ae16f): the page
+# table's width frozen at capture, and the capture-time workspace freed.
+DEFECTS = ("width", "workspace")
 # The bug-era kernel contract: sgl-kernel 0.1.7, which SGLang pinned at 7059ae16f
 # (python/pyproject.toml, "sgl-kernel==0.1.7"), hard-coded the softmax scale 1/sqrt(128 + 64)
 # and split_kv = 1 (sgl-kernel/csrc/attention/cutlass_mla_kernel.cu at 6c0a48282, the v0.1.7
@@ -17,9 +19,11 @@ DEFECTS = ("width", "workspace", "stale")  # the backend's graph defects (PR #69
 KERNEL_DEFECTS = ("scale",)
 ALL_DEFECTS = DEFECTS + KERNEL_DEFECTS
 ROW_ORDERS = ("append", "prepend")
-# SGLang's merged fix (PR #6998, e58423b2b) fixed the width and the workspace, not the stale rows.
+# SGLang's merged fix (PR #6998, e58423b2b) fixed both: no defect left. It does not reset the index
+# rows (stale entries stay), which is harmless once the row stride is right; SGLang never had a
+# poison fill (``ServerArgs.poison_fill`` is this project's teaching instrument).
 PRE_FIX = frozenset(DEFECTS)
-MERGED_FIX = frozenset({"stale"})
+MERGED_FIX = frozenset()
 # The seed's pre-fix run: the graph defects plus the bug-era kernel's scale (and one split).
 SEED_PRE_FIX = PRE_FIX | {"scale"}
 
@@ -35,8 +39,13 @@ def page_table_width(context_length: int) -> int:
     return (int(context_length) + PAGE_SIZE) // PAGE_SIZE
 
 
+STALE_REMOVED = ("'stale' is no longer a defect: SGLang's merged fix (e58423b2b) left stale entries in the "
+                 "page table, harmless with the right row stride; use poison_fill=True (--poison-fill) to make "
+                 "reads of them loud")
+
+
 def parse_defects(spec) -> frozenset:
-    """``"width,workspace,stale"`` | ``"none"`` | iterable of names -> frozenset of defect names."""
+    """``"width,workspace"`` | ``"none"`` | iterable of names -> frozenset of defect names."""
     if spec is None:
         return PRE_FIX
     if isinstance(spec, str):
@@ -44,6 +53,8 @@ def parse_defects(spec) -> frozenset:
         names = [] if spec in ("", "none") else [s.strip() for s in spec.split(",") if s.strip()]
     else:
         names = list(spec)
+    if "stale" in names:
+        raise ValueError(f"defects: {STALE_REMOVED}")
     bad = [n for n in names if n not in ALL_DEFECTS]
     if bad:
         raise ValueError(f"defects: expected names from {ALL_DEFECTS} or 'none', got {bad}")
@@ -54,11 +65,17 @@ def parse_defects(spec) -> frozenset:
 class ServerArgs:
     """What the engine is launched with (``python -m sglang.launch_server`` style).
 
-    ``defects`` applies to ``cutlass_mla`` only: the pre-fix code has the three graph defects
-    (``PRE_FIX``); ``{"stale"}`` is SGLang's merged fix; ``none`` adds the poison fill.
+    ``defects`` applies to ``cutlass_mla`` only: the pre-fix code has the two graph defects
+    (``PRE_FIX``: ``width`` and ``workspace``); ``none`` (``MERGED_FIX``) is SGLang's merged fix.
     ``"scale"`` is the bug-era kernel contract (sgl-kernel 0.1.7): the decode kernel uses
     ``1/sqrt(128 + 64)`` whatever the model's scale, and one split (so ``num_kv_splits`` must be 1).
-    ``SEED_PRE_FIX`` is the seed's pre-fix run: the three graph defects and ``scale``.
+    ``SEED_PRE_FIX`` is the seed's pre-fix run: the two graph defects and ``scale``.
+
+    ``poison_fill`` (``cutlass_mla`` only; not in SGLang): a teaching instrument. Off (SGLang's
+    behaviour, before and after the fix), the index buffer is never reset, so entries past a
+    request's pages keep stale page ids. On, the buffer is filled with ``POISON_PAGE`` before every
+    graph fill and the kernel runs checked, so a read of an unused entry gives NaN for that request
+    (loud) instead of silently reading a stale page.
 
     ``context_length``: SGLang's ``--context-length``; the page table is
     ``page_table_width(context_length)`` columns wide (33 for 4096).
@@ -78,6 +95,7 @@ class ServerArgs:
     max_running_requests: int = 128
     context_length: int = 640
     defects: frozenset = field(default_factory=lambda: PRE_FIX)
+    poison_fill: bool = False
     num_kv_splits: int = 1
     row_order: str = "append"
     kernel_impl: str | None = None  # None: "triton" on GPU, "torch" on CPU
@@ -102,6 +120,11 @@ class ServerArgs:
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"attention_backend: expected one of {BACKENDS}, got {self.attention_backend!r}")
         self.defects = parse_defects(self.defects)
+        if not isinstance(self.poison_fill, bool):
+            raise TypeError(f"poison_fill: expected a bool, got {self.poison_fill!r}")
+        if self.poison_fill and self.attention_backend != "cutlass_mla":
+            raise ValueError(f"poison_fill: applies to the cutlass_mla backend only, got attention_backend="
+                             f"{self.attention_backend!r}")
         splits = self.num_kv_splits
         if not is_int(splits) or not (splits == -1 or 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"num_kv_splits: expected -1 (auto) or an int in [1, {MAX_SPLITS}] (the kernel "

@@ -172,7 +172,7 @@ class Engine:
         for req, tok, is_bad in zip(running, next_ids, bad):
             req.seq_len += 1
             if is_bad:
-                self._finish(req, "error", "decode: non-finite logits (the kernel read a poisoned page id)")
+                self._finish(req, "error", "decode: non-finite logits (the kernel read the poison page id)")
             else:
                 self._after_token(req, tok, stop)
 

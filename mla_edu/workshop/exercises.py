@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from mla_edu.serving import DEFECTS, PRE_FIX, Engine
+from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, Engine
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 
@@ -132,8 +132,8 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
     from mla_edu.model import task
 
     model = toy_model()
-    engine = Engine(model, attention_backend="cutlass_mla", defects="none", cuda_graph_bs=(2, 4),
-                    max_running_requests=4, context_length=384)
+    engine = Engine(model, attention_backend="cutlass_mla", defects="none", poison_fill=True, cuda_graph_bs=(2, 4),
+                    max_running_requests=4, context_length=384)  # poison_fill: the kernel runs checked
     runner, backend = engine.runner, engine.runner.backend
     buf = backend.cuda_graph_kv_indices
     state = {"error": None, "mistake": None}
@@ -189,19 +189,23 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
 
 # ---- 2. which defect produced this plot? ----------------------------------------------------------
 OPTIONS = {
-    "a": "pre-fix code (width + workspace + stale): frozen row stride 1, stale page ids",
-    "b": "frozen width only, with the poison fill (stale fixed): row stride 1, unused entries poisoned",
-    "c": "SGLang's merged fix (only stale left): full width, stale page ids in the buffer",
-    "d": "everything fixed, with the poison fill",
+    "a": "pre-fix code (width + workspace defects): frozen row stride 1, stale page ids in the buffer",
+    "b": "width defect only, with the poison fill: frozen row stride 1, unused entries hold the poison id",
+    "c": "SGLang's merged fix (no defect left): full width, stale page ids in the buffer",
+    "d": "SGLang's merged fix with the poison fill: full width, unused entries hold the poison id",
 }
-MYSTERIES = {1: frozenset({"width"}), 2: frozenset({"stale"}), 3: PRE_FIX}
+#: the engine behind each mystery figure: its cutlass_mla defects and whether the poison fill is on
+MYSTERIES = {1: dict(defects=frozenset({"width"}), poison_fill=True),
+             2: dict(defects=MERGED_FIX, poison_fill=False),
+             3: dict(defects=PRE_FIX, poison_fill=False)}
 
 
-def option_for(defects: frozenset) -> str:
-    """The option that describes an engine with these cutlass_mla defects (workspace is invisible here)."""
+def option_for(defects: frozenset, poison_fill: bool = False) -> str:
+    """The option that describes an engine with these cutlass_mla defects and poison fill setting (the
+    workspace defect is invisible in a page-read figure)."""
     if "width" in defects:
-        return "a" if "stale" in defects else "b"
-    return "c" if "stale" in defects else "d"
+        return "b" if poison_fill else "a"
+    return "d" if poison_fill else "c"
 
 
 @lru_cache(maxsize=None)
@@ -209,7 +213,7 @@ def _mystery_reads(k: int):
     from mla_edu.model import task
     from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
-    settings = PanelSettings(defects=MYSTERIES[k], max_running_requests=6)
+    settings = PanelSettings(**MYSTERIES[k], max_running_requests=6)
     return measure_page_reads(toy_model(), task.default_eval_set()[20:], settings)
 
 
@@ -241,7 +245,7 @@ def check_mystery(k: int, answer) -> ExerciseResult:
         return _report(False, f"mystery {k}: not answered yet; pick one of {sorted(OPTIONS)}")
     if answer not in OPTIONS:
         return _report(False, f"mystery {k}: expected one of {sorted(OPTIONS)}, got {answer!r}")
-    truth = option_for(MYSTERIES[k])
+    truth = option_for(**MYSTERIES[k])
     if answer == truth:
         return _report(True, f"mystery {k} is ({truth}) {OPTIONS[truth]}")
     reads = _mystery_reads(k)

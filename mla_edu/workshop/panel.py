@@ -1,4 +1,5 @@
-"""A control panel for the bug: pick a backend, defects, split mode and batch size; see accuracy and page reads.
+"""A control panel for the bug: pick a backend, defects, poison fill, split mode and batch size; see accuracy and
+page reads.
 
     from mla_edu.workshop.panel import ControlPanel
     panel = ControlPanel()                 # the shipped tiny model, a small slice of the eval set
@@ -25,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mla_edu.case_study.diagnose import PageReads, diagnose_step, draw_page_reads, page_reads
-from mla_edu.serving import BACKENDS, DEFECTS, PRE_FIX
+from mla_edu.serving import BACKENDS, DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED
 from mla_edu.util import is_int
 
 SPLIT_MODES = {"1": 1, "auto": -1}
@@ -45,11 +46,14 @@ class PanelSettings:
 
     ``max_running_requests`` is also the batch size of the measured decode step; graphs are
     captured for ``(max_running_requests // 2, max_running_requests)``, as SGLang's
-    ``--cuda-graph-bs 64 128 --max-running-requests 128``. ``defects`` applies to cutlass_mla.
+    ``--cuda-graph-bs 64 128 --max-running-requests 128``. ``defects`` and ``poison_fill`` apply to
+    cutlass_mla; ``poison_fill`` (not in SGLang, see ``ServerArgs``) makes reads of unused index
+    entries give NaN instead of a stale page.
     """
 
     attention_backend: str = "cutlass_mla"
     defects: frozenset = PRE_FIX
+    poison_fill: bool = False
     num_kv_splits: int = 1
     max_running_requests: int = 8
     num_questions: int = 32
@@ -60,10 +64,14 @@ class PanelSettings:
         defects = self.defects
         if isinstance(defects, str) or not all(isinstance(d, str) for d in defects):
             raise TypeError(f"defects: expected a set of names from {DEFECTS}, got {defects!r}")
+        if "stale" in defects:
+            raise ValueError(f"defects: {STALE_REMOVED}")
         bad = sorted(set(defects) - set(DEFECTS))
         if bad:
             raise ValueError(f"defects: expected names from {DEFECTS}, got {bad}")
         object.__setattr__(self, "defects", frozenset(defects))
+        if not isinstance(self.poison_fill, bool):
+            raise TypeError(f"poison_fill: expected a bool, got {self.poison_fill!r}")
         object.__setattr__(self, "num_kv_splits", _split_mode_value(self.num_kv_splits))
         for name, lo, hi in (("max_running_requests", 2, 64), ("num_questions", 1, 256)):
             v = getattr(self, name)
@@ -78,16 +86,23 @@ class PanelSettings:
     def active_defects(self) -> frozenset:
         return self.defects if self.attention_backend == "cutlass_mla" else frozenset()
 
+    @property
+    def active_poison_fill(self) -> bool:
+        return self.poison_fill and self.attention_backend == "cutlass_mla"
+
     def server_args(self, cuda_graph: bool) -> dict:
         """Keyword ``ServerArgs`` for the eager (``cuda_graph=False``) or graph run."""
         return dict(attention_backend=self.attention_backend, defects=self.active_defects,
+                    poison_fill=self.active_poison_fill,
                     num_kv_splits=self.num_kv_splits, max_running_requests=self.max_running_requests,
                     cuda_graph_bs=self.cuda_graph_bs, disable_cuda_graph=not cuda_graph)
 
     def label(self) -> str:
         d = ",".join(sorted(self.active_defects)) or "none"
         split = "auto" if self.num_kv_splits == -1 else "1"
-        defects = f", defects={d}" if self.attention_backend == "cutlass_mla" else ""
+        defects = ""
+        if self.attention_backend == "cutlass_mla":
+            defects = f", defects={d}" + ", poison fill" * self.poison_fill
         return (f"{self.attention_backend}{defects}, splits={split}, max running {self.max_running_requests} "
                 f"(graphs for {self.cuda_graph_bs[0]}, {self.cuda_graph_bs[1]}), {self.num_questions} questions")
 
@@ -136,6 +151,7 @@ def measure_page_reads(model, questions, settings: PanelSettings, batch_size: in
     earlier = sorted(questions[bs: bs + mr], key=lambda q: -q.prompt_len)  # long ones first
     d = diagnose_step(model, [q.prompt_ids for q in questions[:bs]], earlier=[q.prompt_ids for q in earlier],
                       attention_backend=settings.attention_backend, defects=settings.active_defects,
+                      poison_fill=settings.active_poison_fill,
                       num_kv_splits=settings.num_kv_splits, cuda_graph_bs=settings.cuda_graph_bs, dtype="float32")
     return page_reads(d)
 
@@ -227,8 +243,8 @@ def panel_default():
 
 
 def panel_fixed():
-    """figures/panel_fixed.png: SGLang's merged fix (only ``stale`` left) at the same setting."""
-    return panel_figure(PanelRuns()(PanelSettings(defects=frozenset({"stale"}))))
+    """figures/panel_fixed.png: SGLang's merged fix (no defect left) at the same setting."""
+    return panel_figure(PanelRuns()(PanelSettings(defects=MERGED_FIX)))
 
 
 # ---- the widgets -------------------------------------------------------------------------------
@@ -263,11 +279,13 @@ class ControlPanel:
 
     @staticmethod
     def settings_from_values(values: dict) -> PanelSettings:
-        """Widget values -> settings. Keys: backend, width, workspace, stale (bools), split ("1"/"auto"),
+        """Widget values -> settings. Keys: backend, width, workspace, poison_fill (bools), split ("1"/"auto"),
         max_running_requests, num_questions."""
         if not isinstance(values, dict):
             raise TypeError(f"values: expected a dict of widget values, got {type(values).__name__}")
-        known = {"backend", "split", "max_running_requests", "num_questions", *DEFECTS}
+        if "stale" in values:
+            raise ValueError(f"values: {STALE_REMOVED} (the 'poison_fill' key)")
+        known = {"backend", "split", "max_running_requests", "num_questions", "poison_fill", *DEFECTS}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"values: expected keys from {sorted(known)}, got unknown {unknown}")
@@ -275,11 +293,14 @@ class ControlPanel:
         for name in DEFECTS:
             if name in values and not isinstance(values[name], bool):
                 raise TypeError(f"{name}: expected a bool (defect on/off), got {values[name]!r}")
+        if "poison_fill" in values and not isinstance(values["poison_fill"], bool):
+            raise TypeError(f"poison_fill: expected a bool (poison fill on/off), got {values['poison_fill']!r}")
         defects = frozenset(n for n in DEFECTS if values.get(n, n in d.defects))
-        return PanelSettings(values.get("backend", d.attention_backend), defects,
-                             _split_mode_value(values.get("split", "1")),
-                             values.get("max_running_requests", d.max_running_requests),
-                             values.get("num_questions", d.num_questions))
+        return PanelSettings(attention_backend=values.get("backend", d.attention_backend), defects=defects,
+                             poison_fill=values.get("poison_fill", d.poison_fill),
+                             num_kv_splits=_split_mode_value(values.get("split", "1")),
+                             max_running_requests=values.get("max_running_requests", d.max_running_requests),
+                             num_questions=values.get("num_questions", d.num_questions))
 
     def callback(self, values: dict, draw: bool = True) -> PanelResult:
         """What the "run" button does: settings from widget values, measure, redraw."""
@@ -295,6 +316,7 @@ class ControlPanel:
         wd = {
             "backend": w.ToggleButtons(options=list(BACKENDS), value=s.attention_backend, description="backend"),
             **{n: w.Checkbox(value=n in s.defects, description=f"defect: {n}") for n in DEFECTS},
+            "poison_fill": w.Checkbox(value=s.poison_fill, description="poison fill"),
             "split": w.ToggleButtons(options=list(SPLIT_MODES), value="auto" if s.num_kv_splits == -1 else "1",
                                      description="splits"),
             "max_running_requests": w.IntSlider(value=s.max_running_requests, min=2, max=16, step=2,
@@ -317,7 +339,7 @@ class ControlPanel:
                     print(f"error: {e}")
 
         button.on_click(on_click)
-        box = w.VBox([w.HBox([wd["backend"], wd["split"]]), w.HBox([wd[n] for n in DEFECTS]),
+        box = w.VBox([w.HBox([wd["backend"], wd["split"]]), w.HBox([wd[n] for n in (*DEFECTS, "poison_fill")]),
                       w.HBox([wd["max_running_requests"], wd["num_questions"], button]), out])
         self._widgets = {"box": box, "button": button, "out": out, **wd}
         return box

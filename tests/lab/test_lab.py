@@ -170,11 +170,13 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
                 return
         raise AssertionError(f"no widget labelled {label!r} in the panel")
 
-    # The panel opens on the notebook's last setting (the merged fix: only the stale defect).
+    # The panel opens on the notebook's last setting (the merged fix: no defect, no poison fill).
+    width = frozenset({"width"})
     steps = [
-        ("as opened (merged fix)", [], PanelSettings(defects=frozenset({"stale"}))),
-        ("+ width defect", ["defect: width"], PanelSettings(defects=frozenset({"stale", "width"}))),
-        ("triton backend", ["triton"], PanelSettings(attention_backend="triton", defects=frozenset({"stale", "width"}))),
+        ("as opened (merged fix)", [], PanelSettings(defects=frozenset())),
+        ("+ width defect", ["defect: width"], PanelSettings(defects=width)),
+        ("+ poison fill", ["poison fill"], PanelSettings(defects=width, poison_fill=True)),
+        ("triton backend", ["triton"], PanelSettings(attention_backend="triton", defects=width, poison_fill=True)),
     ]
     torch.set_num_threads(1)  # as the notebook does: the same numbers
     for what, clicks, settings in steps:

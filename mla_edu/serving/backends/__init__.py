@@ -7,12 +7,12 @@ from mla_edu.serving.backends.triton import TritonBackend
 BACKEND_CLASSES = {"cutlass_mla": CutlassMLABackend, "triton": TritonBackend}
 
 
-def create_backend(name: str, *args, defects=frozenset(), **kw) -> AttentionBackend:
+def create_backend(name: str, *args, defects=frozenset(), poison_fill: bool = False, **kw) -> AttentionBackend:
     """Build the backend named ``name`` (``--attention-backend``)."""
     if name not in BACKEND_CLASSES:
         raise ValueError(f"attention backend: expected one of {sorted(BACKEND_CLASSES)}, got {name!r}")
     if name == "cutlass_mla":
-        return CutlassMLABackend(*args, defects=defects, **kw)
+        return CutlassMLABackend(*args, defects=defects, poison_fill=poison_fill, **kw)
     return BACKEND_CLASSES[name](*args, **kw)
 
 

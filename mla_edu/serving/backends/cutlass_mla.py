@@ -20,9 +20,13 @@ Defects (``defects`` is any subset):
   (DeepSeek-V3's YaRN ``mscale**2 / sqrt(192)``). Prefill is not affected (SGLang's cutlass
   backend prefills through FlashInfer MLA with ``layer.scaling``). Fixed by #7184 (ab1a4fa5c,
   the kernel parameter) and #7186 (ed89837cf, ``sm_scale=layer.scaling``).
-- ``stale``: the index buffer is never reset, so entries past a request's pages keep old
-  page ids. Off: the buffer is filled with an out-of-range page id before every fill and the
-  kernel runs checked, so any stray read gives NaN for that request (loud, not silent).
+
+Not a defect: the index buffer is never reset, before or after the fix, so entries past a
+request's pages keep stale page ids (harmless once the row stride is right).
+
+``poison_fill`` (not in SGLang; a teaching instrument): the buffer is filled with an
+out-of-range page id (``POISON_PAGE``) before every graph fill and the kernel runs checked, so a
+read of an unused entry gives NaN for that request (loud) instead of a stale page (silent).
 """
 
 from __future__ import annotations
@@ -51,10 +55,10 @@ class CutlassMLADecodeMetadata:
 class CutlassMLABackend(AttentionBackend):
     page_size = PAGE_SIZE
 
-    def __init__(self, *args, defects=frozenset(), **kw):
+    def __init__(self, *args, defects=frozenset(), poison_fill: bool = False, **kw):
         super().__init__(*args, **kw)
         self.defects = frozenset(defects)
-        self.poison = "stale" not in self.defects
+        self.poison_fill = poison_fill
         # the scale the decode kernel uses: the model's, or the bug-era kernel's constant
         self.kernel_sm_scale = BUG_ERA_SM_SCALE if "scale" in self.defects else self.sm_scale
         self.cuda_graph_kv_indices = None
@@ -91,7 +95,7 @@ class CutlassMLABackend(AttentionBackend):
             max_seqlen_pad = cdiv(int(seq_lens.max().item()), PAGE_SIZE)  # dummy lengths: 1
         else:
             max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]
-        if self.poison:
+        if self.poison_fill:
             self.cuda_graph_kv_indices.fill_(POISON_PAGE)
         self._fill(req_pool_indices, seq_lens, self.cuda_graph_kv_indices)
         if "workspace" in self.defects:
@@ -102,7 +106,7 @@ class CutlassMLABackend(AttentionBackend):
 
     def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_cpu):
         seq_lens = seq_lens[:bs]
-        if self.poison:
+        if self.poison_fill:
             self.cuda_graph_kv_indices.fill_(POISON_PAGE)
         self._fill(req_pool_indices[:bs], seq_lens, self.cuda_graph_kv_indices)
         if "width" in self.defects or "workspace" in self.defects:
@@ -122,4 +126,4 @@ class CutlassMLABackend(AttentionBackend):
         self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, table, md.workspace,
-            self.kernel_sm_scale, splits, impl=self.kernel_impl, stride_policy="size", checked=self.poison)
+            self.kernel_sm_scale, splits, impl=self.kernel_impl, stride_policy="size", checked=self.poison_fill)

@@ -19,9 +19,9 @@ def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
                             backend.cuda_graph_kv_indices[:bs], PAGE_SIZE)
 
 
-# 2. Mystery 1: rows > 0 read wrong pages and hit the poison (P): width frozen, stale fixed.
-#    Mystery 2: every row reads its own pages; old page ids (red) sit past each request's pages.
-#    Mystery 3: rows > 0 read wrong pages, no poison anywhere: the pre-fix code.
+# 2. Mystery 1: rows > 0 read wrong pages and hit the poison (P): width frozen, poison fill on.
+#    Mystery 2: every row reads its own pages; old page ids sit past each request's pages: the merged fix.
+#    Mystery 3: rows > 0 read wrong pages, no poison anywhere (stale ids, as SGLang leaves them): the pre-fix code.
 MYSTERY_ANSWERS = {1: "b", 2: "c", 3: "a"}
 
 # 3. Capture fills seq_lens with 1 -> max_seqlen_pad = ceil(1 / 128) = 1 -> view [:8, :1], size(1) = 1.
