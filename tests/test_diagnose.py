@@ -58,6 +58,20 @@ def test_prefix_step_reads_other_rows_pages(prefix):
     assert dg.stale_entries(d).any()  # the earlier, longer requests left page ids behind
 
 
+def test_seed_context_length_wrong_rows_read_row0s_entries(model):
+    """--context-length 4096 (W = 33): with few rows, row b's frozen reads b..b+n-1 all fall in row 0's
+    entries (its later pages, then its unused tail), never in another row's."""
+    d = dg.diagnose_step(model, prompts(1, 3), earlier=prompts(2, 4, 300, 500), cuda_graph_bs=(2, 4),
+                         dtype="float32", device="cpu", context_length=4096)
+    w = d.buffer.shape[1]
+    assert w == d.captured.buffer_row_stride == (4096 + 128) // 128 == 33
+    for b in range(1, len(d.seq_lens)):
+        flat = [b + j for j in range(len(d.intended[b]))]  # row stride 1
+        assert all(i // w == 0 for i in flat)  # inside row 0
+        assert d.read[b] == [int(d.buffer[0, i]) for i in flat]
+    assert max(d.check_err) < 1e-4
+
+
 def test_merged_fix_reads_own_pages(model):
     d = dg.diagnose_step(model, prompts(1, 3), earlier=prompts(2, 4, 300, 500), defects=MERGED_FIX,
                          cuda_graph_bs=(2, 4), dtype="float32", device="cpu")

@@ -168,12 +168,15 @@ def default_dtype(device=None) -> str:
 
 def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs=DEFAULT_GRAPH_BS,
                 dtype: str | None = None, device=None, prefill_cache: dict | None = None,
-                attention_backend: str = "cutlass_mla", **kw) -> Engine:
+                attention_backend: str = "cutlass_mla", context_length: int | None = None, **kw) -> Engine:
     """An engine (cutlass_mla unless told) with graphs captured for ``cuda_graph_bs`` (call inside
-    ``record_launches`` to record what each capture froze)."""
+    ``record_launches`` to record what each capture froze). ``context_length``: SGLang's
+    ``--context-length``, which sets the index buffer's width W; None = the model's own context."""
+    if context_length is None:
+        context_length = model.config.mla.max_position_embeddings
     args = ServerArgs(attention_backend=attention_backend, defects=defects, num_kv_splits=num_kv_splits,
                       cuda_graph_bs=tuple(cuda_graph_bs), max_running_requests=max(cuda_graph_bs),
-                      context_length=model.config.mla.max_position_embeddings,
+                      context_length=context_length,
                       dtype=dtype or default_dtype(device), device=device, **kw)
     return Engine(model, args, prefill_cache=prefill_cache)
 
@@ -181,11 +184,12 @@ def make_engine(model, defects=PRE_FIX, *, num_kv_splits: int = 1, cuda_graph_bs
 @torch.no_grad()
 def diagnose_step(model, prompts, *, defects=PRE_FIX, poison_fill: bool = False, earlier=None,
                   num_kv_splits: int = 1, cuda_graph_bs=DEFAULT_GRAPH_BS, dtype: str | None = None, device=None,
-                  attention_backend: str = "cutlass_mla") -> StepDiagnosis:
+                  attention_backend: str = "cutlass_mla", context_length: int | None = None) -> StepDiagnosis:
     """Prefill ``prompts`` (token-id lists), decode one step by graph replay and eagerly, and take it apart.
 
     ``earlier``: prompts decoded (one step) and finished first, so that their page ids stay in the
     rows of the persistent index buffer, as on a running server. ``poison_fill``: see ``ServerArgs``.
+    ``context_length``: sets the buffer's width W (see ``make_engine``; the seed ran 4096: W = 33).
     The predicted reads are checked against the kernel: the same step is re-run eagerly with
     the reference kernel on a contiguous table holding exactly the predicted page ids;
     ``check_err`` is its distance to the replay's logits (cutlass_mla; None for triton, whose
@@ -196,7 +200,8 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, poison_fill: bool = False,
                          f"got {len(prompts) if prompts is not None else None}")
     with record_launches() as log:
         engine = make_engine(model, defects, num_kv_splits=num_kv_splits, cuda_graph_bs=cuda_graph_bs,
-                             dtype=dtype, device=device, attention_backend=attention_backend, poison_fill=poison_fill)
+                             dtype=dtype, device=device, attention_backend=attention_backend, poison_fill=poison_fill,
+                             context_length=context_length)
         runner, backend = engine.runner, engine.runner.backend
         cutlass = attention_backend == "cutlass_mla"
         gr = runner.graph_runner
