@@ -121,10 +121,12 @@ for k, res in full.items():
 # step computed eagerly. Before it, eight longer requests ran a step and finished, so their page ids
 # stay behind in the rows of the persistent index buffer, as on a busy server.
 # `diagnose_step` also records the kernel's launch parameters while the graphs are captured.
+# The engine runs with the seed's `--context-length 4096`, which sets the width of that buffer.
 
 # %%
+CONTEXT = 4096  # the seed's --context-length
 prompts, earlier = dg.example_batch(questions)
-d = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), dtype=DTYPE)
+d = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), dtype=DTYPE, context_length=CONTEXT)
 next_g, next_e = d.logits_graph.argmax(-1).tolist(), d.logits_eager.argmax(-1).tolist()
 print(f"one decode step, {len(d.seq_lens)} rows padded to {d.padded_bs}")
 print(f"{'row':>3s} {'tokens':>6s} {'pages':>5s} {'logits match eager':>19s} {'same next token':>16s}")
@@ -175,31 +177,51 @@ print(f"max |replay - reference on the predicted pages| {max(d.check_err):.1e}; 
 
 # %% [markdown]
 # The prediction holds to float rounding on every row: the graph's kernel read exactly the pages
-# computed from the frozen view. Row `b` reads row 0's entries shifted by `b`, then whatever follows
-# in memory.
+# computed from the frozen view. Row `b` reads the entries `b, b+1, ...` of the buffer's memory.
 #
-# ## 5. The page-table buffer, stale entries marked
+# ## 5. The page-table buffer: whose entries the wrong rows read
 #
 # SGLang allocates `cuda_graph_kv_indices` once, `(max_bs, W)` with `W = (context + 128) // 128`,
-# filled with 1. Before each replay a small Triton kernel writes `ceil(len / 128)` entries per row
-# and leaves the rest alone: whatever an earlier, longer request left there stays (stale), and
-# columns no request ever reached still hold the initial 1.
+# filled with 1 (`cutlass_mla_backend.py`, `init_cuda_graph_state`). Before each replay a small
+# Triton kernel writes `ceil(len / 128)` entries per row and leaves the rest alone: whatever an
+# earlier, longer request left there stays (stale), and columns no request ever reached still hold
+# the initial 1, a real page id (page 0 is the reserved padding page; page 1 is an ordinary one:
+# some request's tokens, or free memory). With the seed's context, `W = (4096 + 128) // 128 = 33`.
+#
+# Row `b` reads flat entries `b .. b + n_b - 1`. With `W = 33` and rows of a few pages, all of them
+# fall inside row 0: row 0's own later pages (another request's text), then row 0's tail (stale
+# ids or the initial 1). No wrong row reads its own or another row's entries.
 
 # %%
-stale = dg.stale_entries(d)
-rows_read = len(d.seq_lens)
 W = d.buffer.shape[1]
-read_flat = {b * d.captured.row_stride + j for b in range(1, rows_read) for j in range(len(d.read[b]))}
-read_stale = sum(bool(stale.reshape(-1)[i]) for i in read_flat)
-read_other = sum(i // W != b for b in range(1, rows_read) for i in
-                 (b * d.captured.row_stride + j for j in range(len(d.read[b]))))
-print(f"buffer {tuple(d.buffer.shape)}: {int(d.fresh.sum())} entries written for this step, {int(stale.sum())} stale")
-print(f"rows 1..{rows_read - 1} made {sum(len(d.read[b]) for b in range(1, rows_read))} page reads: "
-      f"{read_other} of them in another row's slot, {read_stale} of the entries read were stale")
-assert read_other > 0 and read_stale > 0
+flat = {b: [b * d.captured.row_stride + j for j in range(len(d.read[b]))] for b in range(1, len(d.seq_lens))}
+kind = {"row 0, written for this step": 0, "row 0, stale or initial": 0, "another row": 0}
+for b, idx in flat.items():
+    for i in idx:
+        r, c = divmod(i, W)
+        kind["another row" if r != 0 else "row 0, written for this step" if d.fresh[0, c]
+             else "row 0, stale or initial"] += 1
+print(f"W = {W}; rows 1..{len(d.seq_lens) - 1} made {sum(map(len, flat.values()))} page reads:")
+for k, n in kind.items():
+    print(f"  {k:30s} {n}")
+assert W == (CONTEXT + PAGE_SIZE) // PAGE_SIZE == 33
+assert kind["another row"] == 0 and kind["row 0, written for this step"] > 0 and kind["row 0, stale or initial"] > 0
 fig = dg.page_table_figure(d)
 
 # %% [markdown]
+# The mini engine's own default takes the context from the model (512 tokens: `W = 5`). There the
+# same frozen stride 1 runs off row 0 after a few entries, and the wrong rows read other rows'
+# entries too. The bug is the same; which wrong pages it reads depends on `W`:
+
+# %%
+d6 = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), dtype=DTYPE)  # model's context
+w6 = d6.buffer.shape[1]
+other = sum((b + j) // w6 != 0 for b in range(1, len(d6.seq_lens)) for j in range(len(d6.read[b])))
+print(f"W = {w6}: {other} of {sum(len(d6.read[b]) for b in range(1, len(d6.seq_lens)))} wrong-row reads "
+      f"land in another row's entries")
+assert w6 == (model.config.mla.max_position_embeddings + PAGE_SIZE) // PAGE_SIZE == 5 and other > 0
+assert d6.rows_reading_own_pages[: len(d6.seq_lens)] == own  # the same rows right and wrong
+
 # ## 6. The launch parameters the graph froze
 #
 # At capture the runner fills `seq_lens` with 1 (`get_cuda_graph_seq_len_fill_value`), so the
@@ -280,7 +302,7 @@ for r in open_q:
     groups = "".join(f"{r['right_' + g]:>{w - 6}d} / {r[g]:<3d}" for g, w in GROUPS)
     print(f"{r['max_running_requests']:11d} {r['row_order']:>9s} {r['accuracy']:8.3f}{groups} "
           f"{eager['accuracy'] / r['max_running_requests']:17.3f}")
-tot = {g: (sum(r["right_" + g] for r in open_q), sum(r[g] for r in open_q)) for g in ("only_row0", "first_row0", "rest")}
+tot = {g: (sum(r["right_" + g] for r in open_q), sum(r[g] for r in open_q)) for g, _ in GROUPS}
 print("\nall six runs: " + "; ".join(f"{g}: {k} right of {n} ({k / n:.2f})" for g, (k, n) in tot.items()))
 assert tot["only_row0"][0] / tot["only_row0"][1] > eager["accuracy"] - 0.05  # all steps in row 0: as right as eager
 assert tot["first_row0"][0] / tot["first_row0"][1] > 0.5  # the digit read from the right pages, usually kept
@@ -326,7 +348,8 @@ for k, res in full.items():
 #   the rows that read wrong pages.
 # - The pages read were computed from the captured view and the `size(1)` row stride, then checked:
 #   the reference kernel on those pages gives the replay's logits to rounding.
-# - The index buffer keeps stale page ids; the mis-strided rows read other rows' entries and stale ones.
+# - The index buffer keeps stale page ids. At the seed's `W = 33` the mis-strided rows read row 0's
+#   entries: its later pages, then its stale or initial tail; at `W = 5` they also read other rows'.
 # - The graph froze width 1, row stride 1 and `max_seq_len` 128 at capture; the replay hook's
 #   recomputation changed nothing the graph reads.
 # - Under the bug, a request is right when its answer-deciding decode step ran in row 0; how often that

@@ -416,18 +416,27 @@ def page_reads_figure(d: StepDiagnosis):
     return fig
 
 
-def page_table_figure(d: StepDiagnosis):
+def page_table_figure(d: StepDiagnosis, columns: int | None = None):
     """The persistent index buffer at replay: entries written for this step, stale ones (x), and
-    the entries the mis-strided rows b > 0 actually read (red frame)."""
+    the entries the mis-strided rows b > 0 actually read (red frame). ``columns``: draw only the first
+    ones (default: those up to the last entry written or read, plus one; all when W is small)."""
     import matplotlib.pyplot as plt
 
-    buf = d.buffer
-    fig, ax = plt.subplots(figsize=(0.7 * buf.shape[1] + 2.5, 0.42 * buf.shape[0] + 1.4))
+    buf, w = d.buffer, d.buffer.shape[1]
     stride = d.captured.row_stride
-    frames = [b * stride + j for b in range(1, len(d.seq_lens)) for j in range(len(d.read[b]))]
-    draw_buffer(ax, buf, d.fresh, frames)
-    ax.set_title("index buffer at replay: green written for this step, orange x stale (old ids or the\n"
-                 "initial 1), grey P poison; red frames: entries rows 1.. read with the frozen row stride", fontsize=9)
+    reads = [divmod(b * stride + j, w) for b in range(1, len(d.seq_lens)) for j in range(len(d.read[b]))]
+    if columns is None:
+        last = max([c for _, c in reads] + [len(row) - 1 for row in d.intended])
+        columns = w if w <= 12 else min(w, last + 2)
+    if not is_int(columns) or not 1 <= columns <= w:
+        raise ValueError(f"columns: expected an int in 1..{w} (the buffer's width), got {columns!r}")
+    frames = [r * columns + c for r, c in reads if c < columns]
+    fig, ax = plt.subplots(figsize=(0.7 * columns + 2.5, 0.42 * buf.shape[0] + 1.4))
+    draw_buffer(ax, buf[:, :columns], d.fresh[:, :columns], frames)
+    shown = "" if columns == w else f" (columns 0..{columns - 1} of W = {w})"
+    ax.set_title(f"index buffer at replay{shown}: green written for this step, orange x stale (old ids\n"
+                 "or the initial 1), grey P poison; red frames: entries rows 1.. read with the frozen row stride",
+                 fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -494,7 +503,8 @@ def _example_diagnosis(defects=PRE_FIX) -> StepDiagnosis:
     if key not in _CACHE:
         model, questions = _shipped()
         prompts, earlier = example_batch(questions)
-        _CACHE[key] = diagnose_step(model, prompts, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8))
+        _CACHE[key] = diagnose_step(model, prompts, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8),
+                                    context_length=4096)  # notebook 06's step: the seed's --context-length
     return _CACHE[key]
 
 
@@ -520,8 +530,8 @@ def piece_by_piece_rows(run) -> list:
 
 def piece_by_piece_figure(run):
     """Accuracy bars: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
-    return accuracy_bars_figure(piece_by_piece_rows(run),
-                                f"cutlass_mla with graphs, {len(run.questions)} questions: the merged fix piece by piece")
+    title = f"cutlass_mla with graphs, {len(run.questions)} questions: the merged fix piece by piece"
+    return accuracy_bars_figure(piece_by_piece_rows(run), title)
 
 
 def fix_piece_by_piece():
