@@ -253,13 +253,14 @@ if DEVICE.type != "cuda":
 # FlashMLA's tests fill unused table entries with an out-of-range id and unused pages with NaN, so
 # any stray read shows. The same idea here, as an option SGLang never had (`poison_fill=True`,
 # `--poison-fill`): before every fill, the index buffer is filled with an out-of-range page id
-# (`POISON_PAGE`) and the kernel runs checked, giving NaN to a request that reads one. Same batch as
-# notebook 06, the pre-fix code, stale rows as SGLang leaves them or poisoned:
+# (`POISON_PAGE`) and the kernel runs checked, giving NaN to a request that reads one. Same batch
+# and the same `--context-length 4096` (`W = 33`) as notebook 06, the pre-fix code, unused entries
+# as SGLang leaves them or poisoned:
 
 # %%
-d_silent = dg.diagnose_step(model, prompts, earlier=earlier, defects=PRE_FIX, cuda_graph_bs=(4, 8), dtype=DTYPE)
-d_loud = dg.diagnose_step(model, prompts, earlier=earlier, defects=PRE_FIX, poison_fill=True, cuda_graph_bs=(4, 8),
-                          dtype=DTYPE)
+seed_step = dict(earlier=earlier, defects=PRE_FIX, cuda_graph_bs=(4, 8), dtype=DTYPE, context_length=4096)
+d_silent = dg.diagnose_step(model, prompts, **seed_step)
+d_loud = dg.diagnose_step(model, prompts, poison_fill=True, **seed_step)
 for name, d in (("stale rows (pre-fix)", d_silent), ("poison fill", d_loud)):
     wrong = sum(e > TOL for e in d.row_err)
     print(f"{name:20s}: rows wrong {wrong} of {len(d.seq_lens)}, NaN rows {sum(d.nan_rows)}")
@@ -270,9 +271,11 @@ w1 = res["width + poison fill", 1]
 print(f"over {N} questions, width alone with the poison fill: {w1['errors']} requests failed loudly")
 
 # %% [markdown]
-# With stale rows every wrong row is silently wrong. With poisoned rows, a row that reads past
-# the entries written this step gets NaN, and the engine ends that request with an error: the bug
-# announces itself. A row that reads only live entries of *other* rows is still silently wrong,
+# As SGLang leaves the buffer, every wrong row is silently wrong. With the poison fill, a row that
+# reads past the entries written this step gets NaN, and the engine ends that request with an
+# error: the bug announces itself. At `W = 33` a wrong row's reads start in row 0's written entries
+# (row 0's own pages) and run on into row 0's tail: a row short enough to stay inside row 0's pages
+# reads only live entries and is still silently wrong,
 # which is why poisoning helps but does not replace a graph-vs-eager test (section 6).
 #
 # ## 5. What the PR summary and the review got right and wrong
