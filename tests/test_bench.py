@@ -67,3 +67,33 @@ def test_bench_cli_unknown_backend(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--attention-backend", "flashinfer"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_bench_cli_dp_attention_and_context(patched, capsys):
+    rc = bench.main(["--num-questions", "4", "--cuda-graph-bs", "2", "4", "--max-running-requests", "4",
+                     "--context-length", "1000", "--dp", "2", "--enable-dp-attention", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and (res["dp_size"], res["context_length"], res["page_table_width"]) == (2, 1000, 8)
+    assert res["graph_steps"] > 0 and res["eager_step"] + res["graph_steps"] > 0
+
+
+def test_repro_seed_configuration_small(capsys, tmp_path):
+    """The repro's three parts, on 12 questions and a small DP configuration (the shipped model)."""
+    from mla_edu.case_study import repro
+    from mla_edu.serving import SEED_PRE_FIX
+
+    out = tmp_path / "r.json"
+    assert repro.build_parser().parse_args([]).context_length == repro.SEED_CONFIG["context_length"] == 4096
+    rc = repro.main(["--num-questions", "12", "--context-length", "1024", "--dp", "2", "--max-running-requests", "8",
+                     "--cuda-graph-bs", "4", "8", "--json-out", str(out)])
+    text = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert rc == 0 and "(W = 9) --dp 2 --enable-dp-attention" in text
+    assert set(res["table"]) == {"eager", "prefix", "fixed", "triton", "scale"}
+    assert res["table"]["prefix"]["defects"] == sorted(SEED_PRE_FIX) and not res["table"]["prefix"]["errors"]
+    assert all(r["dp_size"] == 2 and r["page_table_width"] == 9 for r in res["table"].values())
+    assert res["table"]["eager"]["accuracy"] > res["table"]["prefix"]["accuracy"]
+    assert set(repro.ABLATION) <= set(repro.MECHANISM) and len(res["ablation"]) == 2 * len(repro.ABLATION)
+    assert [r["num_kv_splits"] for r in res["ablation"][:2]] == [1, -1]
+    assert [r["dp_size"] for r in res["open_question"]] == [2, 2, 1, 1, 1, 1]
+    assert "NOT as predicted" not in text

@@ -102,6 +102,11 @@ def test_dp_graph_size_agreed_and_rows(monkeypatch, one_thread):
     assert idle > 0, "no idle rank joined a graph step"
     # no graph while a rank prefills
     assert all(not s for rank, tokens, can, s in steps_seen if not can)
+    # each request's record of its decode steps: every one replayed (no rank decoded while another prefilled)
+    assert all(r.replayed == [True] * 5 and len(r.rows) == 5 for r in reqs)
+    # one engine, 3 rows and a graph for 2 only: every step eager
+    eng = Engine(model, max_running_requests=4, cuda_graph_bs=(2,), defects="none", context_length=512)
+    assert all(r.replayed == [False] * 2 for r in eng.generate(prompts[:3], max_new_tokens=3, stop_token_ids=()))
     assert max(max(r.rows) for r in reqs) < 2
 
 
@@ -114,7 +119,8 @@ def test_dp_multiprocess_matches_lockstep(one_thread):
                                        **_dp(model, defects=SEED_PRE_FIX - {"stale"}))
     assert [r.output_ids for r in multi] == [r.output_ids for r in lock]
     assert [r.rows for r in multi] == [r.rows for r in lock]
-    assert sum(s["graph"] for s in steps) > 0
+    assert [r.replayed for r in multi] == [r.replayed for r in lock]  # which decode steps replayed a graph
+    assert sum(s["graph"] for s in steps) > 0 and any(any(r.replayed) for r in lock)
 
 
 def test_tiny_yarn_variant_needs_the_scale():
