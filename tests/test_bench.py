@@ -97,3 +97,23 @@ def test_repro_seed_configuration_small(capsys, tmp_path):
     assert [r["num_kv_splits"] for r in res["ablation"][:2]] == [1, -1]
     assert [r["dp_size"] for r in res["open_question"]] == [2, 2, 1, 1, 1, 1]
     assert "NOT as predicted" not in text
+
+
+def test_run_bench_frees_its_engines_at_once(random_model):
+    """A DP run's pools go when it returns, not at some later garbage collection (the repro runs 18 in a row)."""
+    import gc
+
+    from mla_edu.serving.model_runner import ModelRunner
+
+    def runners():
+        return sum(type(o) is ModelRunner for o in gc.get_objects())
+
+    gc.collect()
+    before = runners()
+    gc.disable()  # only run_bench's own collection may free them
+    try:
+        bench.run_bench(random_model, task.default_eval_set()[:2], cuda_graph_bs=(2,), max_running_requests=4,
+                        dp_size=2, enable_dp_attention=True)
+        assert runners() == before
+    finally:
+        gc.enable()

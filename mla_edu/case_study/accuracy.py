@@ -13,6 +13,7 @@ at once than ``--max-running-requests``; the rest wait and join as rows free up.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -122,7 +123,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     eager_step = [not all(r.replayed) for r in reqs]  # a decode step ran eagerly (DP: a rank was prefilling)
     n_eager = sum(eager_step)
     out_tokens = sum(len(r.output_ids) for r in reqs)
-    return {
+    result = {
         "attention_backend": args.attention_backend,
         "cuda_graph": not args.disable_cuda_graph,
         "defects": sorted(args.defects) if args.attention_backend == "cutlass_mla" else [],
@@ -151,6 +152,11 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
         "dtype": args.dtype,
         "crashed": None,
     }
+    # free the engines' pools now (8 DP ranks at context 4096: 2.4 GB), not at the next garbage collection:
+    # a ModelRunner and its GraphRunner refer to each other
+    del engine, engines
+    gc.collect()
+    return result
 
 
 def build_parser() -> argparse.ArgumentParser:

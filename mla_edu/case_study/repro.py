@@ -145,7 +145,8 @@ def main(argv=None) -> int:
     print(_row("triton, graph", later, table["triton"], SEED["triton"]))
     print(_row("cutlass_mla --disable-cuda-graph", bug_era, table["scale"]))
     print("(time: generation only; the first run also prefills every prompt, which the others reuse)")
-    print("* the seed's eager and fixed rows ran the bug-era kernel too (the backend passed no sm_scale until #7186): "
+    print("* the seed's eager and fixed rows ran the bug-era kernel too (e58423b2b still pins sgl-kernel==0.1.7 and "
+          "passes no sm_scale): "
           "on V3 its 1/sqrt(192) lacked YaRN's mscale^2 = 1.87 (0.91 vs triton's 0.93); the tiny model's "
           "q_head_dim is 80, so here the kernel's scale is off by sqrt(192/80) = 1.55 (last row)")
 
