@@ -95,7 +95,8 @@ def test_repro_seed_configuration_small(capsys, tmp_path):
     assert res["table"]["eager"]["accuracy"] > res["table"]["prefix"]["accuracy"]
     assert set(repro.ABLATION) <= set(repro.MECHANISM) and len(res["ablation"]) == 2 * len(repro.ABLATION)
     assert [r["num_kv_splits"] for r in res["ablation"][:2]] == [1, -1]
-    assert [r["dp_size"] for r in res["open_question"]] == [2, 2, 1, 1, 1, 1]
+    assert [r["dp_size"] for r in res["open_question_this"]] == [2, 2]
+    assert [(r["dp_size"], r["row_order"]) for r in res["open_question"]] == [(1, "append"), (1, "prepend")] * 2
     assert "NOT as predicted" not in text
 
 
