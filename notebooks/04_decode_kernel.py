@@ -212,7 +212,7 @@ except ValueError as e:
 # | impl | what it is | graph-safe |
 # |---|---|---|
 # | `reference` | float32, loop over requests (section 3) | no: reads lengths on the host |
-# | `torch` | split-KV in vectorized torch ops; partials go through the workspace bytes | yes: fixed shapes, no host sync |
+# | `torch` | split-KV in torch ops, stage 1 one custom op `mla_edu::mla_decode_torch_stage1` (16 requests at a time); partials go through the workspace bytes | yes: one op to the graph; on CUDA fixed shapes and no host sync inside it (on CPU it gathers only the tokens the lengths need, as a kernel's loop does) |
 # | `triton` | two Triton kernels: stage 1 grid `(B, head blocks, splits)`, stage 2 merge; custom ops `mla_edu::mla_decode_stage1/2` | yes |
 # | `cutlass` | `sgl_kernel.cutlass_mla_decode` | yes (SM100 only) |
 #
