@@ -23,8 +23,8 @@
 # SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
 # hinges on: the page table's row stride and the split count.
 #
-# **You need** a CPU; Run All takes about 10 seconds on a 2-core CPU (Triton runs in its CPU
-# interpreter). GPU numbers are read from a committed H200 run.
+# **You need** a CPU; Run All takes about 10 seconds on a 2-core CPU (Triton runs in its CPU interpreter). GPU numbers are read
+# from a committed H200 run.
 
 # %%
 import math
@@ -46,8 +46,8 @@ _ = torch.manual_seed(0)
 # every head's query has a 512-wide part `q_nope` (already multiplied by $W_{UK}$) and a 64-wide
 # RoPE part `q_pe`; every cached token is one 576-wide row `[c_kv; k_pe]`; the value is `c_kv`.
 #
-# $$o_{b,h} = \sum_t \operatorname{softmax}_t\big(s \cdot [q^{nope}_{b,h}; q^{pe}_{b,h}]
-# \cdot [c_t; k^{pe}_t]\big)\, c_t, \qquad s = \tfrac{1}{\sqrt{128 + 64}}\ (\times\ \text{YaRN } m^2)$$
+# $$o_{b,h} = \sum_t \operatorname{softmax}_t\big(s \cdot [q^{nope}_{b,h}; q^{pe}_{b,h}] \cdot [c_t; k^{pe}_t]\big)\, c_t,
+# \qquad s = \tfrac{1}{\sqrt{128 + 64}}\ (\times\ \text{YaRN } m^2)$$
 #
 # sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py` as of SGLang PR #7184: PR #7145
 # split the query into `q_nope` and `q_pe` and added `num_kv_splits`, #7184 added `sm_scale` and
@@ -72,8 +72,7 @@ _ = torch.manual_seed(0)
 # %%
 bench = load_bench()
 ceil = bench["ceilings"]
-print(f"ceilings measured on the H200: copy {ceil['copy_TBps']:.2f} TB/s, "
-      f"bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s, "
+print(f"ceilings measured on the H200: copy {ceil['copy_TBps']:.2f} TB/s, bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s, "
       f"ridge {ceil['matmul_bf16_TFLOPs'] / ceil['copy_TBps']:.0f} FLOP/byte")
 for heads in (16, 128):
     b, length = 64, 4096
@@ -213,14 +212,13 @@ except ValueError as e:
 # | impl | what it is | graph-safe |
 # |---|---|---|
 # | `reference` | float32, loop over requests (section 3) | no: reads lengths on the host |
-# | `torch` | split-KV in vectorized torch ops; partials go in the workspace bytes | yes: fixed shapes, no host sync |
-# | `triton` | two Triton kernels: stage 1 grid `(B, head blocks, splits)`, stage 2 merge | yes |
+# | `torch` | split-KV in torch ops, stage 1 one custom op `mla_edu::mla_decode_torch_stage1` (16 requests at a time); partials go through the workspace bytes | yes: one op to the graph; on CUDA fixed shapes and no host sync inside it (on CPU it gathers only the tokens the lengths need, as a kernel's loop does) |
+# | `triton` | two Triton kernels: stage 1 grid `(B, head blocks, splits)`, stage 2 merge; custom ops `mla_edu::mla_decode_stage1/2` | yes |
 # | `cutlass` | `sgl_kernel.cutlass_mla_decode` | yes (SM100 only) |
 #
 # The Triton version follows SGLang's own Triton MLA decode (`triton_ops/decode_attention.py`):
 # grid `(B, ceil(H / BLOCK_H), splits)`, online softmax over blocks of tokens, partial output and
-# LSE out, then a merge kernel. The two are registered as the custom ops
-# `mla_edu::mla_decode_stage1/2`. Here they run in Triton's CPU interpreter.
+# LSE out, then a merge kernel. Here it runs in Triton's CPU interpreter.
 
 # %%
 for impl in ("reference", "torch", "triton"):
@@ -375,9 +373,8 @@ print(f"faster than SGLang's Triton kernel at {sm['faster_than_sglang']} of the 
 print("every output within 2e-2 of float64 (bf16):", sm["max_rel_err"] < 2e-2)
 for h in (16, 128):
     p = sm[f"h{h}_B64_L4096"]
-    print(f"h_q={h:3d}, B=64, L=4096: {p['us']:.0f} us = {p['pct_copy']:.0f}% of copy, "
-          f"{p['pct_matmul']:.0f}% of matmul; FlashMLA {p['flashmla_us']:.0f} us "
-          f"({p['flashmla_pct_copy']:.0f}% / {p['flashmla_pct_matmul']:.0f}%),"
+    print(f"h_q={h:3d}, B=64, L=4096: {p['us']:.0f} us = {p['pct_copy']:.0f}% of copy, {p['pct_matmul']:.0f}% of matmul;"
+          f" FlashMLA {p['flashmla_us']:.0f} us ({p['flashmla_pct_copy']:.0f}% / {p['flashmla_pct_matmul']:.0f}%),"
           f" mla_edu at {p['speed_vs_flashmla']:.2f}x its speed; SGLang {p['sglang_us']:.0f} us")
 
 # %%

@@ -11,9 +11,11 @@ class OpLog(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.funcs = []
+        self.calls = []  # (func, args)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.funcs.append(func)
+        self.calls.append((func, args))
         return func(*args, **(kwargs or {}))
 
     @property

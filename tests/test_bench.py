@@ -80,3 +80,55 @@ def test_bench_cli_unknown_backend(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--attention-backend", "flashinfer"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_bench_cli_dp_attention_and_context(patched, capsys):
+    rc = bench.main(["--num-questions", "4", "--cuda-graph-bs", "2", "4", "--max-running-requests", "4",
+                     "--context-length", "1000", "--dp", "2", "--enable-dp-attention", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and (res["dp_size"], res["context_length"], res["page_table_width"]) == (2, 1000, 8)
+    assert res["graph_steps"] > 0 and res["eager_step"] + res["graph_steps"] > 0
+
+
+def test_repro_seed_configuration_small(capsys, tmp_path):
+    """The repro's three parts, on 12 questions and a small DP configuration (the shipped model)."""
+    from mla_edu.case_study import repro
+    from mla_edu.serving import SEED_PRE_FIX
+
+    out = tmp_path / "r.json"
+    assert repro.build_parser().parse_args([]).context_length == repro.SEED_CONFIG["context_length"] == 4096
+    rc = repro.main(["--num-questions", "12", "--context-length", "1024", "--dp", "2", "--max-running-requests", "8",
+                     "--cuda-graph-bs", "4", "8", "--json-out", str(out)])
+    text = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert rc == 0 and "(W = 9) --dp 2 --enable-dp-attention" in text
+    assert set(res["table"]) == {"eager", "prefix", "fixed", "triton", "scale"}
+    assert res["table"]["prefix"]["defects"] == sorted(SEED_PRE_FIX) and not res["table"]["prefix"]["errors"]
+    assert all(r["dp_size"] == 2 and r["page_table_width"] == 9 for r in res["table"].values())
+    assert res["table"]["eager"]["accuracy"] > res["table"]["prefix"]["accuracy"]
+    assert {label for label, _, _ in repro.ABLATION} == set(repro.MECHANISM)
+    assert len(res["ablation"]) == 2 * len(repro.ABLATION)
+    assert [r["num_kv_splits"] for r in res["ablation"][:2]] == [1, -1]
+    assert [r["dp_size"] for r in res["open_question_this"]] == [2, 2]
+    assert [(r["dp_size"], r["row_order"]) for r in res["open_question"]] == [(1, "append"), (1, "prepend")] * 2
+    assert "NOT as predicted" not in text
+
+
+def test_run_bench_frees_its_engines_at_once(random_model):
+    """A DP run's pools go when it returns, not at some later garbage collection (the repro runs 18 in a row)."""
+    import gc
+
+    from mla_edu.serving.model_runner import ModelRunner
+
+    def runners():
+        return sum(type(o) is ModelRunner for o in gc.get_objects())
+
+    gc.collect()
+    before = runners()
+    gc.disable()  # only run_bench's own collection may free them
+    try:
+        bench.run_bench(random_model, task.default_eval_set()[:2], cuda_graph_bs=(2,), max_running_requests=4,
+                        dp_size=2, enable_dp_attention=True)
+        assert runners() == before
+    finally:
+        gc.enable()

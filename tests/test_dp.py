@@ -102,6 +102,11 @@ def test_dp_graph_size_agreed_and_rows(monkeypatch, one_thread):
     assert idle > 0, "no idle rank joined a graph step"
     # no graph while a rank prefills
     assert all(not s for rank, tokens, can, s in steps_seen if not can)
+    # each request's record of its decode steps: every one replayed (no rank decoded while another prefilled)
+    assert all(r.replayed == [True] * 5 and len(r.rows) == 5 for r in reqs)
+    # one engine, 3 rows and a graph for 2 only: every step eager
+    eng = Engine(model, max_running_requests=4, cuda_graph_bs=(2,), defects="none", context_length=512)
+    assert all(r.replayed == [False] * 2 for r in eng.generate(prompts[:3], max_new_tokens=3, stop_token_ids=()))
     assert max(max(r.rows) for r in reqs) < 2
 
 
@@ -114,7 +119,8 @@ def test_dp_multiprocess_matches_lockstep(one_thread):
                                        **_dp(model, defects=SEED_PRE_FIX, poison_fill=True))
     assert [r.output_ids for r in multi] == [r.output_ids for r in lock]
     assert [r.rows for r in multi] == [r.rows for r in lock]
-    assert sum(s["graph"] for s in steps) > 0
+    assert [r.replayed for r in multi] == [r.replayed for r in lock]  # which decode steps replayed a graph
+    assert sum(s["graph"] for s in steps) > 0 and any(any(r.replayed) for r in lock)
 
 
 def test_tiny_yarn_variant_needs_the_scale():
@@ -151,3 +157,27 @@ def test_dp_decode_runs_eagerly_while_a_rank_prefills(one_thread):
     assert step() == [(2, 1), (1, 1)]  # both decode: each replays the graph for 2 + 1 tokens
     assert r0.steps["graph"] == r1.steps["graph"] == 1
     assert all(len(r.output_ids) == n for r, n in zip(good, (3, 3, 2)))
+
+
+def test_at_w33_a_wrong_row_reads_row_0s_own_entries(one_thread):
+    """The repro's mechanism line for the width defect at the seed's W = 33: under the frozen narrow view
+    (size(1) = 1, so row stride 1) row b reads flat entries b..b+n-1: row 0's own entries, past its pages
+    its unwritten tail (the initial 1 here), never another row's."""
+    from mla_edu.serving import PRE_FIX
+
+    engine = Engine(random_tiny_model(), context_length=4096, cuda_graph_bs=(4,), max_running_requests=4,
+                    defects=PRE_FIX)
+    reqs = engine.prefill_requests(random_prompts(7, 3, 200, 500))  # 2 to 4 pages each
+    batch = engine.make_batch(reqs)
+    engine.runner.decode(batch)  # a graph replay: the replay hook refilled the buffer's rows
+    assert engine.runner.graph_runner.can_run(batch.batch_size)  # it was a replay, of the graph for 4
+    full = engine.runner.backend.cuda_graph_kv_indices  # [4, 33]
+    view = full[:4, :1]  # what capture froze: max_seqlen_pad from the dummy lengths (1 page)
+    n_pages = [-(-int(n) // 128) for n in batch.seq_lens.tolist()]
+    read = kernels.pages_read(view, n_pages, row_stride=view.size(1))
+    row0 = full[0].tolist()
+    for b, n in enumerate(n_pages):
+        assert read[b] == row0[b:b + n]  # inside row 0's 33 entries
+    assert read[0] == reqs[0].pages and any(r != q.pages for r, q in zip(read[1:], reqs[1:]))
+    assert row0[n_pages[0]:] == [1] * (33 - n_pages[0])  # row 0's tail: the buffer's initial 1
+    assert any(b + n > n_pages[0] for b, n in enumerate(n_pages))  # some row reads into that tail

@@ -180,6 +180,46 @@ def test_capture_records_but_does_not_run():
     assert torch.equal(buf, torch.full((4,), 3.0)) and torch.equal(out, torch.full((4,), 6.0))
 
 
+@pytest.mark.parametrize("whole_write", [None, "before", "after"])
+def test_capture_leaves_scattered_rows_of_an_old_buffer_as_they_were(whole_write, monkeypatch):
+    # a KV-cache-like write (index_copy_ into a few rows), twice to the same row, mixed with a write to
+    # the whole buffer: after capture every byte is back; replay does all of it
+    cache = torch.arange(40.0).view(10, 4)
+    loc, new = torch.tensor([3, 7]), torch.full((2, 4), -1.0)
+
+    def step():
+        if whole_write == "before":
+            cache.mul_(2)
+        cache.index_copy_(0, loc, new)
+        cache.index_copy_(0, loc[:1], new[:1] * 5)
+        if whole_write == "after":
+            cache.add_(1)
+        return cache.sum()
+
+    expected = cache.clone()
+    step()
+    after_one_step = cache.clone()
+    cache.copy_(expected)
+    copied = []  # whole storages the capture copied to restore them afterwards
+    clone = torch.UntypedStorage.clone
+    monkeypatch.setattr(torch.UntypedStorage, "clone", lambda st: copied.append(st.nbytes()) or clone(st))
+    g, out = Graph.capture(step, warmup=0, device="cpu")
+    monkeypatch.undo()
+    assert torch.equal(cache, expected)
+    assert copied.count(cache.untyped_storage().nbytes()) == (whole_write is not None)  # rows only, if it can
+    g.replay()
+    assert torch.equal(cache, after_one_step) and out.item() == after_one_step.sum().item()
+
+    def failing():
+        cache.index_copy_(0, loc, new)
+        raise RuntimeError("boom")
+
+    cache.copy_(expected)
+    with pytest.raises(RuntimeError, match="boom"):
+        Graph.capture(failing, warmup=0, device="cpu")
+    assert torch.equal(cache, expected)  # a failed capture gives the rows back too
+
+
 def test_views_are_frozen_and_inplace_on_views_replays():
     table = torch.zeros(4, 6, dtype=torch.int32)
     vals = torch.arange(4, dtype=torch.int32)

@@ -12,7 +12,10 @@ import torch
 import mla_edu  # noqa: F401
 from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
                             num_kv_splits_for, pages_read)
+from mla_edu.graphs import Graph
+from mla_edu.kernels import make_plan
 from mla_edu.kernels.cases import random_decode_case
+from mla_edu.kernels.split_kv_torch import ROW_CHUNK, mla_decode_torch, stage1_partials
 from op_log import OpLog
 
 
@@ -197,11 +200,12 @@ def test_torch_and_reference_agree_unchecked_on_garbage_tables():
 
 # ---- graph safety of the torch impl -----------------------------------------------------------
 def test_torch_impl_has_no_host_sync_and_fixed_shapes():
-    shapes = set()
+    shapes, inner = set(), set()
     for lens in ([1, 2, 3], [40, 17, 48]):
-        case = random_decode_case(2, batch=3, heads=4, page_size=16, lens=lens, d_latent=32, d_rope=16, extra_cols=3 -
-                                  max(-(-n // 16) for n in lens))
-        assert case.page_table.shape == (3, 3)
+        pages = [-(-n // 16) for n in lens]
+        case = random_decode_case(2, batch=3, heads=4, page_size=16, lens=lens, d_latent=32, d_rope=16,
+                                  extra_cols=3 - max(pages), extra_pages=11 - sum(pages))
+        assert case.page_table.shape == (3, 3) and case.cache.size(0) == 11
         with OpLog() as log:
             out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(2),
                              case.sm_scale, 2, impl="torch", checked=True)
@@ -209,7 +213,46 @@ def test_torch_impl_has_no_host_sync_and_fixed_shapes():
         banned = {"aten._local_scalar_dense", "aten.nonzero", "aten.item", "aten.masked_select", "aten.unique"}
         assert not banned & set(log.packets), banned & set(log.packets)
         shapes.add(tuple(log.packets))
-    assert len(shapes) == 1  # the same op sequence whatever the lengths
+        # inside the stage-1 op: the static bound (what runs on CUDA) syncs nothing and has fixed shapes too
+        with OpLog() as log:
+            stage1_partials(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table.flatten(), 0,
+                            case.sm_scale, 3, 3, 2, True, trim=False)
+        assert not banned & set(log.packets), banned & set(log.packets)
+        inner.add(tuple((str(f), tuple(a.shape for a in args if isinstance(a, torch.Tensor))) for f, args in log.calls))
+    assert len(shapes) == 1 and len(inner) == 1  # the same ops (and inner shapes) whatever the lengths
+
+
+@pytest.mark.parametrize("splits,checked", [(1, False), (3, True), (-1, True)])
+def test_torch_impl_trim_equals_static_bound(splits, checked):
+    # 40 requests (3 chunks of ROW_CHUNK), a wide table, and the narrow view of SGLang #6998 (wrong reads)
+    case = random_decode_case(5, batch=40, heads=4, page_size=16, max_len=90, d_latent=32, d_rope=16, extra_cols=6)
+    assert case.q_nope.size(0) > 2 * ROW_CHUNK
+    for table in (case.page_table, case.page_table[:, :1]):
+        plan = make_plan(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, case.workspace(splits), splits)
+        outs = [mla_decode_torch(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, case.workspace(splits),
+                                 case.sm_scale, plan, checked, trim=trim) for trim in (True, False)]
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-6, atol=1e-6, equal_nan=True)
+        if table.size(1) > 1:
+            assert torch.isfinite(outs[0]).all()  # no unused (NaN) page or slot read
+        elif checked:
+            assert torch.isnan(outs[0]).any()  # wrong rows read out-of-range ids: NaN
+
+
+def test_torch_impl_is_one_graph_op_whose_gathered_keys_are_transient():
+    # emulated capture at a serving-like shape: the gathered keys [B, S, max_pages * PAGE, 576] would be
+    # 40 x 1 x 512 x 576 x 4 = 47 MB; the graph keeps only the op's output and the stage-2 temporaries
+    case = random_decode_case(6, batch=40, heads=4, page_size=16, max_len=60, extra_cols=28)
+    ws = case.workspace(1)
+    g, out = Graph.capture(lambda: mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table,
+                                              ws, case.sm_scale, 1, impl="torch"), device="cpu")
+    assert g.recorded_ops().count("mla_edu.mla_decode_torch_stage1.default") == 1
+    gathered = 40 * case.page_table.size(1) * 16 * 576 * 4
+    assert g.captured_bytes < gathered / 50, (g.captured_bytes, gathered)
+    case.q_nope.mul_(0.5)  # new inputs in the same buffers; replay equals eager
+    g.replay()
+    eager = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, 1,
+                       impl="torch")
+    assert torch.equal(out, eager)
 
 
 # ---- errors -----------------------------------------------------------------------------------

@@ -1,17 +1,24 @@
-"""Reproduce SGLang PR #6998's accuracy table in miniature, then take the bug apart.
+"""Reproduce SGLang PR #6998's accuracy table in miniature, in the seed's configuration, then take the bug apart.
 
     python -m mla_edu.case_study.repro            # the README's main job (< 3 min on 2 CPU cores)
 
-Every number is measured by running the shipped tiny model through the mini engine
-(``mla_edu.serving``) on the whole default eval set: real CUDA graphs on a GPU, the CPU graph
-emulator otherwise. Three parts:
+The seed ran DeepSeek-V3 with ``--context-length 4096 --dp 8 --enable-dp-attention --cuda-graph-bs 64 128
+--max-running-requests 128``, and so does this by default: a page table of W = 33 columns, 8
+DP-attention ranks each running at most 16 requests, padded to the graph that fits the ranks' sum
+(64 or 128). The ranks run in lockstep in one process (``mla_edu.serving.DPEngine``;
+``tests/test_dp.py`` checks it against one process per rank over torch.distributed). Every number
+is measured by running the shipped tiny model on the whole default eval set: real CUDA graphs on a
+GPU, the CPU graph emulator otherwise. Three parts:
 
-1. the seed's table: eager, pre-fix graph, fixed graph (SGLang's merged fix, e58423b2b),
-   Triton backend graph;
-2. the ablation: each defect of the pre-fix code alone, and all together, at 1 split (as SGLang
-   ran it) and at the automatic split count, each row explained from the mechanism;
-3. the open question (why 0.060 and not 0?): accuracy under the bug against
-   running requests per batch and the row order of joining requests.
+1. the seed's table: eager, pre-fix graph (with the bug-era kernel, sgl-kernel 0.1.7: softmax scale
+   hard-coded to 1/sqrt(192), one split), fixed graph (SGLang's merged fix, e58423b2b), Triton
+   backend graph; and eager with the bug-era kernel's scale;
+2. the ablation: each graph defect alone, all together, and none, in two kernel worlds: the
+   bug-era kernel (split fixed at 1) and a later one (automatic split count); the mechanism of
+   each row in a table, beside what was measured;
+3. the open question (why 0.060 and not 0?): the pre-fix graph's accuracy split by which requests
+   decoded only in row 0, and which had a decode step run eagerly (under DP attention, every rank
+   decodes eagerly while one rank prefills), against DP and running requests per engine.
 """
 
 from __future__ import annotations
@@ -23,57 +30,71 @@ import time
 
 from mla_edu import _cli
 from mla_edu.case_study.accuracy import AccuracyRuns
-from mla_edu.serving import MERGED_FIX, PRE_FIX
+from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, ServerArgs
 
 SEED = {"eager": "0.910-0.920", "prefix": "0.060", "fixed": "0.906-0.917", "triton": "0.927-0.937"}
-# (label, defects, poison_fill): each defect alone, both (pre-fix), none (merged fix), and width with the poison fill
-ABLATION = [("width", ("width",), False), ("workspace", ("workspace",), False),
-            ("width+workspace (pre-fix)", ("width", "workspace"), False), ("none (merged fix)", (), False),
-            ("width + poison fill", ("width",), True)]
+# the seed's server flags: --context-length 4096 --dp 8 --enable-dp-attention --cuda-graph-bs 64 128
+# --max-running-requests 128 (ServerArgs fields)
+SEED_CONFIG = dict(context_length=4096, dp_size=8, enable_dp_attention=True, cuda_graph_bs=(64, 128),
+                   max_running_requests=128)
+CUTLASS = dict(attention_backend="cutlass_mla", num_kv_splits=1)  # the split given, so AccuracyRuns memoizes
+# (label, defects, poison_fill): each graph defect alone, both (pre-fix), none (merged fix), width with the poison fill
+ABLATION = [("width", frozenset({"width"}), False), ("width + poison fill", frozenset({"width"}), True),
+            ("workspace", frozenset({"workspace"}), False), ("width+workspace (pre-fix)", PRE_FIX, False),
+            ("none (merged fix)", MERGED_FIX, False)]
+# label -> (predicted harmless?, mechanism), in the seed's configuration (W = 33, <= 16 rows per DP rank)
+MECHANISM = {
+    "width": (False, "capture froze size(1)=1 -> row stride 1: row b reads flat entries b..b+n-1 (W = 33, b < 16: "
+                     "row 0's): row 0's pages, then its stale ids or the initial 1, silently; an eager step dodges it"),
+    "width + poison fill": (False, "as width; past row 0's entries written for the step, the poison id -> NaN (loud)"),
+    "workspace": (True, "graphs keep capture-time workspaces that were dropped; the kernel writes partials there "
+                        "before it reads them, and only with > 1 split"),
+    "width+workspace (pre-fix)": (False, "as width; in a replay, max_seq_len 128 frozen at capture makes even the auto "
+                                         "split 1, so the workspace is never touched (more splits: eager steps)"),
+    "none (merged fix)": (True, "SGLang's fix: full width, one workspace; stale entries stay, but the kernel reads "
+                                "only the ceil(len/128) entries written for the step"),
+}
+WORLDS = ((1, "bug-era (split 1)"), (-1, "later (auto split)"))
 
 
-def explain(defects: frozenset, splits: int, r: dict, eager: float, poison_fill: bool = False) -> str:
-    """One line: what the mechanism predicts for this row, and whether the measurement agrees."""
-    acc = r["accuracy"]
-    ok = abs(acc - eager) <= 0.02
-    if "width" in defects:
-        why = ("frozen size(1)=1 -> row stride 1: row b reads table entries b..b+n-1 of row 0's row; "
-               "only row 0 reads its own pages")
-        if not poison_fill:
-            why += "; the rest silently attend to other requests' (or stale) pages"
-        else:
-            why += (f"; entries past the pages of the row they fall in hold the poison id -> NaN (loud): "
-                    f"{r['errors']} requests failed")
-        if "workspace" in defects:
-            why += "; max_seq_len=128 makes even auto split 1, so the workspace is never touched"
-        verdict = "destroyed, as expected" if acc <= min(0.10, eager / 2) else "NOT destroyed (unexpected)"
-        return f"{why}. {verdict}"
-    if "workspace" in defects:
-        used = r.get("max_splits_used", 1)
-        if splits == 1:
-            why = "graphs point at capture-time workspaces since freed, but at 1 split the kernel never touches them"
-            return f"{why}: {'harmless, as expected' if ok else 'NOT harmless (unexpected)'}"
-        why = (f"auto split: up to {used} splits, so partials go through the capture-time workspace, "
-               "freed when the next size was captured and again at replay")
-        if ok:
-            return (f"{why}; harmless in this run: each replay writes the partials before it reads them, and "
-                    "nothing else was handed that memory meanwhile (a real allocator may: on the H200 with graphs "
-                    "for 8 and 16 the replay died with an illegal memory access, results/workspace_hazard_h200.md)")
-        if r.get("crashed"):
-            return f"{why}: the replay crashed the CUDA context ({r['crashed'][:80]})"
-        return f"{why}: corrupted (freed memory reused under the graph)"
-    return ("full width, true stride: the kernel reads only ceil(len/128) freshly written entries, so stale "
-            f"tails are never read: {'harmless, as expected' if ok else 'NOT harmless (unexpected)'}")
+def verdict(harmless: bool, r: dict, eager: float) -> str:
+    """The measurement against the prediction: harmless = within 0.02 of eager."""
+    same = abs(r["accuracy"] - eager) <= 0.02
+    seen = "= eager" if same else f"{r['accuracy'] - eager:+.3f} vs eager" + (
+        f", {r['errors']} NaN" if r["errors"] else "")
+    return seen + ("" if same == harmless else " (NOT as predicted)")
 
 
-def _row(name: str, r: dict, seed: str = "") -> str:
-    return (f"| {name:<44} | {r['accuracy']:.3f} | {r['invalid']:.3f} | {seed:>11} | "
-            f"{r['latency']:6.2f} |")
+def seed_table(run: AccuracyRuns) -> dict:
+    """The seed's four rows and the eager scale row, each a ``run_bench`` result (in ``run``'s configuration):
+    ``eager``, ``prefix`` (``SEED_PRE_FIX``: the graph defects and the bug-era kernel), ``fixed``
+    (``MERGED_FIX``), ``triton``, ``scale`` (eager with the bug-era kernel)."""
+    return {"eager": run(**CUTLASS, disable_cuda_graph=True, defects=PRE_FIX),
+            "prefix": run(**CUTLASS, defects=SEED_PRE_FIX),
+            "fixed": run(**CUTLASS, defects=MERGED_FIX),
+            "triton": run(attention_backend="triton"),
+            "scale": run(**CUTLASS, disable_cuda_graph=True, defects=SEED_PRE_FIX)}
 
 
-def main(argv=None) -> int:
+def _row(name: str, kernel: str, r: dict, seed: str = "") -> str:
+    return f"| {name:<44} | {kernel:<24} | {r['accuracy']:.3f} | {r['invalid']:.3f} | {seed:>12} | {r['latency']:6.2f} |"
+
+
+def _group(n: int, acc: float) -> str:
+    return f"{n:>3} ({acc:.3f})" if n else "  0 (  -  )"
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mla_edu.case_study.repro", description=__doc__.split("\n\n")[0])
     p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
+    p.add_argument("--context-length", type=_cli.int_at_least(2), default=SEED_CONFIG["context_length"],
+                   help="W = (context + 128) // 128 page-table columns (default: the seed's 4096, W = 33)")
+    p.add_argument("--dp", type=_cli.positive_int, default=SEED_CONFIG["dp_size"],
+                   help="DP-attention ranks (default: the seed's 8)")
+    p.add_argument("--enable-dp-attention", action=argparse.BooleanOptionalAction, default=True,
+                   help="DP attention, as the seed ran (default on)")
+    p.add_argument("--cuda-graph-bs", type=_cli.positive_int, nargs="+", default=list(SEED_CONFIG["cuda_graph_bs"]))
+    p.add_argument("--max-running-requests", type=_cli.positive_int, default=SEED_CONFIG["max_running_requests"])
     p.add_argument("--device", type=_cli.device, default=None)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--json-out", default=None, help="also write every measured result as JSON here")
@@ -81,7 +102,20 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=_cli.positive_int, default=1,
                    help="torch CPU threads (default 1: the ops are small, and one thread avoids OpenMP "
                         "synchronisation, which dominates on a busy 2-core machine)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
+    dp = a.dp if a.enable_dp_attention else 1
+    common = dict(context_length=a.context_length, dp_size=dp, enable_dp_attention=a.enable_dp_attention,
+                  cuda_graph_bs=tuple(a.cuda_graph_bs), max_running_requests=a.max_running_requests,
+                  dtype=a.dtype, device=a.device)
+    try:
+        config = ServerArgs(**common)
+    except (ValueError, TypeError) as e:
+        p.error(str(e))
     import torch
 
     torch.set_num_threads(a.threads)
@@ -93,55 +127,73 @@ def main(argv=None) -> int:
     questions = task.default_eval_set()
     if a.num_questions is not None:
         questions = questions[: a.num_questions]
-    common = dict(cuda_graph_bs=(64, 128), max_running_requests=128, dtype=a.dtype, device=a.device)
     run = AccuracyRuns(model, questions, common, a.progress)
 
-    eager = run(attention_backend="cutlass_mla", disable_cuda_graph=True, defects=PRE_FIX)
-    prefix = run(attention_backend="cutlass_mla", defects=PRE_FIX)
-    fixed = run(attention_backend="cutlass_mla", defects=MERGED_FIX)
-    triton = run(attention_backend="triton")
+    table = seed_table(run)
+    eager, e = table["eager"], table["eager"]["accuracy"]
+    per_rank = config.max_running_requests_per_rank
     graphs = "real CUDA graphs" if eager["device"].startswith("cuda") else "CPU graph emulator"
+    dp_flags = f"--dp {dp} --enable-dp-attention (lockstep) " if a.enable_dp_attention else ""
     print(f"# SGLang PR #6998 in miniature: {len(questions)} questions, {eager['device']} {a.dtype}, {graphs}")
-    print("# --cuda-graph-bs 64 128 --max-running-requests 128 --parallel 128, greedy, scored like bench_sglang.py\n")
-    print("| run                                          | acc   | inv   | seed (V3)   | time s |")
-    print("|----------------------------------------------|-------|-------|-------------|--------|")
-    print(_row("cutlass_mla --disable-cuda-graph", eager, SEED["eager"]))
-    print(_row("cutlass_mla, graph, pre-fix (7059ae16f)", prefix, SEED["prefix"]))
-    print(_row("cutlass_mla, graph, fixed (#6998, e58423b2b)", fixed, SEED["fixed"]))
-    print(_row("triton, graph", triton, SEED["triton"]))
+    print(f"# --context-length {a.context_length} (W = {config.page_table_width}) {dp_flags}--cuda-graph-bs "
+          f"{' '.join(map(str, config.cuda_graph_bs))} --max-running-requests {a.max_running_requests} "
+          f"({per_rank} per rank), greedy, scored like bench_sglang.py\n")
+    print(f"| {'run':<44} | {'kernel':<24} | acc   | inv   | seed (V3)    | time s |")
+    print(f"|{'-' * 46}|{'-' * 26}|-------|-------|--------------|--------|")
+    bug_era, later = "bug-era (scale, split 1)", "model's scale"
+    print(_row("cutlass_mla --disable-cuda-graph", later, eager, SEED["eager"] + "*"))
+    print(_row("cutlass_mla, graph, pre-fix (7059ae16f)", bug_era, table["prefix"], SEED["prefix"]))
+    print(_row("cutlass_mla, graph, fixed (#6998, e58423b2b)", later, table["fixed"], SEED["fixed"] + "*"))
+    print(_row("triton, graph", later, table["triton"], SEED["triton"]))
+    print(_row("cutlass_mla --disable-cuda-graph", bug_era, table["scale"]))
     print("(time: generation only; the first run also prefills every prompt, which the others reuse)")
+    print("* the seed's eager and fixed rows ran the bug-era kernel too (e58423b2b still pins sgl-kernel==0.1.7 and "
+          "passes no sm_scale): "
+          "on V3 its 1/sqrt(192) lacked YaRN's mscale^2 = 1.87 (0.91 vs triton's 0.93); the tiny model's "
+          "q_head_dim is 80, so here the kernel's scale is off by sqrt(192/80) = 1.55 (last row)")
 
-    e = eager["accuracy"]
-    print("\n## Ablation: cutlass_mla with graphs, each defect alone and all together")
-    print("(a defect not listed is fixed; stale entries stay, as in SGLang, unless the poison fill is on)\n")
-    print("| defects                   | splits | acc   | inv   | why")
-    print("|---------------------------|--------|-------|-------|----")
+    print("\n## Ablation: cutlass_mla with graphs, each graph defect alone, both, and none")
+    print("(a defect not listed is fixed; stale entries stay, as in SGLang, unless the poison fill is on; the scale "
+          "is left out: it acts in eager and graph runs alike; splits: the most any step used)\n")
+    print(f"| {'defects':<25} | {'kernel':<18} | splits | acc   | inv   | {'measured':<24} | mechanism")
+    print(f"|{'-' * 27}|{'-' * 20}|--------|-------|-------|{'-' * 26}|----------")
     ablation = []
-    for label, names, poison_fill in ABLATION:
-        for splits in (1, -1):
-            r = run(attention_backend="cutlass_mla", defects=frozenset(names), poison_fill=poison_fill,
-                    num_kv_splits=splits)
+    for label, defects, poison_fill in ABLATION:
+        harmless, why = MECHANISM[label]
+        for splits, world in WORLDS:
+            r = run(**dict(CUTLASS, num_kv_splits=splits), defects=defects, poison_fill=poison_fill)
             ablation.append(r)
-            print(f"| {label:<25} | {'auto' if splits == -1 else '1':>6} | {r['accuracy']:.3f} | {r['invalid']:.3f} | "
-                  f"{explain(frozenset(names), splits, r, e, poison_fill)}")
+            print(f"| {label:<25} | {world:<18} | {r['max_splits_used']:>6} | {r['accuracy']:.3f} | {r['invalid']:.3f} "
+                  f"| {verdict(harmless, r, e):<24} | {why}")
 
-    print("\n## Why 0.060 and not 0? Pre-fix graph vs running requests per batch and row order")
-    print("(only row 0 reads its own pages; 'append' = SGLang's merge_batch: joining requests go last)\n")
-    print("| max running | row order | acc   | decoded only in row 0 | their acc | first guess eager/max_running |")
-    print("|-------------|-----------|-------|-----------------------|-----------|-------------------------------|")
-    open_q = []
-    for mr in (16, 128):
+    print("\n## Why 0.060 and not 0? The pre-fix graph, request by request")
+    print("(n (accuracy) of each group. Only row 0 reads its own pages; 'eager step': a decode step ran eagerly, "
+          "because a DP rank was prefilling or no graph fitted; guess: eager accuracy with the same kernel / rows per rank)\n")
+    print("| configuration                  | kernel      | acc   | only row 0  | eager step  | no eager    | guess |")
+    print("|--------------------------------|-------------|-------|-------------|-------------|-------------|-------|")
+    this = (f"DP {dp} x {per_rank}" if a.enable_dp_attention else f"one engine, {per_rank} running") + ", append"
+    cases = [(this, SEED_PRE_FIX, {}), (this, PRE_FIX, {})]
+    for mr in dict.fromkeys((16, a.max_running_requests)):
         for order in ("append", "prepend"):
-            r = run(attention_backend="cutlass_mla", defects=PRE_FIX, max_running_requests=mr, row_order=order)
-            open_q.append(r)
-            print(f"| {mr:>11} | {order:>9} | {r['accuracy']:.3f} | {r['only_row0']:>10} of {r['num_questions']:<8} | "
-                  f"{r['accuracy_only_row0']:9.3f} | {e / mr:29.3f} |")
+            cases.append((f"one engine, {mr} running, {order}", PRE_FIX,
+                          dict(dp_size=1, enable_dp_attention=False, max_running_requests=mr, row_order=order)))
+    open_q = []
+    for label, defects, kw in cases:
+        r = run(**CUTLASS, defects=defects, **kw)
+        open_q.append(r)
+        base = table["scale"]["accuracy"] if "scale" in defects else e  # eager with the same kernel
+        print(f"| {label:<30} | {'bug-era' if 'scale' in defects else 'model scale':<11} | {r['accuracy']:.3f} "
+              f"| {_group(r['only_row0'], r['accuracy_only_row0'])} | {_group(r['eager_step'], r['accuracy_eager_step'])} "
+              f"| {_group(r['num_questions'] - r['eager_step'], r['accuracy_no_eager_step'])} "
+              f"| {base * r['dp_size'] / r['max_running_requests']:.3f} |")
     elapsed = time.perf_counter() - t_start
     print(f"\n{len(run.results)} engine runs, {elapsed:.0f} s in all (prefill computed once per prompt and shared).")
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump({"table": {"eager": eager, "prefix": prefix, "fixed": fixed, "triton": triton},
-                       "ablation": ablation, "open_question": open_q, "seconds": elapsed}, f, indent=1)
+            json.dump({"configuration": {k: list(v) if isinstance(v, tuple) else v for k, v in common.items()},
+                       "table": table, "ablation": ablation,
+                       # the runs in this configuration, then one engine's: (16, max) running x (append, prepend)
+                       "open_question_this": open_q[:2], "open_question": open_q[2:], "seconds": elapsed}, f, indent=1)
     return 0
 
 

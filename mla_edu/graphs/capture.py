@@ -99,6 +99,14 @@ class Graph:
         """Emulated: closures replay runs (views and allocations cost nothing). CUDA: -1."""
         return len(self._program.steps) if self.backend == "emulated" else -1
 
+    @property
+    def captured_bytes(self) -> int:
+        """Emulated: bytes allocated during capture that the graph keeps (its private pool: every
+        temporary of every recorded op, as a CUDA graph's pool keeps them). CUDA: -1 (unknown)."""
+        if self.backend != "emulated":
+            return -1
+        return sum(b.nbytes for b in self._program.blocks.values() if b.origin == "capture")
+
     def recorded_ops(self) -> list[str]:
         """The names of the recorded ops, in order (emulated, or CUDA with ``track=True``)."""
         if self._program is None:

@@ -301,6 +301,7 @@ class Program:
         self._shadows: dict[tuple, torch.Tensor] = {}
         self._held: list[int] = []
         self._snapshots: dict[int, tuple[torch.UntypedStorage, torch.UntypedStorage]] = {}
+        self._saved_rows: list[tuple] = []  # (tensor, dim, index, rows before an index_copy_ wrote them)
         self._finalizer = weakref.finalize(self, _release, self._held)
         self.freed_uses: list[str] = []  # descriptions of freed blocks replay touched
         self._watch: list[_Block] = []
@@ -333,12 +334,29 @@ class Program:
             storage = t.untyped_storage()
             self._snapshots[cdata] = (storage, storage.clone())
 
-    def abort_capture(self) -> None:
-        """A capture failed: give old buffers their bytes back and keep no recorded work."""
+    def snapshot_rows(self, t: torch.Tensor, dim: int, index: torch.Tensor) -> None:
+        """Before ``t.index_copy_(dim, index, ...)`` on an old buffer: remember only the rows it
+        overwrites (a KV cache of gigabytes is written a few slots at a time)."""
+        if self.observe:
+            return
+        blk = self.blocks.get(_storage_key(t))
+        if blk is not None and blk.origin == "external" and blk.cdata not in self._snapshots and t.numel():
+            with torch.no_grad():
+                self._saved_rows.append((t, dim, index.clone(), t.index_select(dim, index)))
+
+    def _restore(self) -> None:
+        """Give old buffers the bytes they held before capture (whole storages, then rows, newest first)."""
         with torch.no_grad():
             for storage, saved in self._snapshots.values():
                 storage.copy_(saved)
+            for t, dim, index, rows in reversed(self._saved_rows):
+                t.index_copy_(dim, index, rows)
         self._snapshots.clear()
+        self._saved_rows.clear()
+
+    def abort_capture(self) -> None:
+        """A capture failed: give old buffers their bytes back and keep no recorded work."""
+        self._restore()
         self._entries.clear()
         self.ops.clear()
 
@@ -355,9 +373,7 @@ class Program:
                     "(https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs); "
                     "Graph.capture(fn, warmup=1) or mla_edu.graphs.warm_up(fn) does.",
                     GraphWarmupWarning, stacklevel=4)
-        for storage, saved in self._snapshots.values():
-            storage.copy_(saved)
-        self._snapshots.clear()
+        self._restore()
         with torch.no_grad():
             for blk in self.blocks.values():
                 if blk.origin == "capture":
@@ -546,8 +562,11 @@ class Recorder(TorchDispatchMode):
                 known_before.add(_storage_key(x))
             else:
                 sflat.append(x)
-        for t in mutated:
-            prog.snapshot(t)
+        if func is _aten.index_copy_.default:  # sflat[0]: our shadow of the buffer written
+            prog.snapshot_rows(sflat[0], args[1], args[2])
+        else:
+            for t in mutated:
+                prog.snapshot(t)
         self._depth += 1
         try:
             out = func(*args, **kwargs)

@@ -21,7 +21,9 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
 
     impl:
       "reference": float32 loop over requests (ground truth; syncs with the host, not graph-safe).
-      "torch":     vectorized split-KV in torch ops (no host sync, fixed shapes; graph-safe).
+      "torch":     split-KV in torch ops, stage 1 one custom op (``torch.ops.mla_edu.mla_decode_torch_stage1``)
+                   that a graph records as one launch; on CUDA no host sync and fixed shapes (graph-safe),
+                   on CPU it gathers only the tokens the lengths need, as a kernel's loop does.
       "triton":    two Triton kernels (split-KV stage 1, LSE merge stage 2) registered as the
                    custom ops ``torch.ops.mla_edu.mla_decode_stage1`` / ``..._stage2``. GPU: fp16/bf16
                    (fp32 too). CPU (Triton interpreter): fp32/fp16 only; bf16 raises TypeError,

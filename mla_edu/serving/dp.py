@@ -198,7 +198,7 @@ def _worker(rank: int, world: int, model, args: ServerArgs, prompts, max_new_tok
                 break
             dp.run([g[0] for g in info], min(g[1] for g in info))
         out = {index[id(r)]: {"output_ids": r.output_ids, "finished_reason": r.finished_reason, "error": r.error,
-                       "rows": r.rows} for r in mine}
+                       "rows": r.rows, "replayed": r.replayed} for r in mine}
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"reqs": out, "steps": dp.steps}))
     finally:
         torch.distributed.destroy_process_group()
@@ -226,6 +226,6 @@ def run_dp_multiprocess(model, prompts, *, max_new_tokens: int = 3, stop_token_i
     for res in results:
         for rid, d in res["reqs"].items():
             req = reqs[int(rid)]
-            req.output_ids, req.finished_reason, req.error, req.rows = (
-                d["output_ids"], d["finished_reason"], d["error"], d["rows"])
+            req.output_ids, req.finished_reason, req.error, req.rows, req.replayed = (
+                d["output_ids"], d["finished_reason"], d["error"], d["rows"], d["replayed"])
     return reqs, [res["steps"] for res in results]

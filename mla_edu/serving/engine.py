@@ -38,6 +38,7 @@ class Req:
     finished_reason: str | None = None  # "stop" | "length" | "error"
     error: str | None = None
     rows: list = field(default_factory=list)  # the batch row of each decode step
+    replayed: list = field(default_factory=list)  # per decode step: True if a graph replayed it
 
     @property
     def finished(self) -> bool:
@@ -163,9 +164,12 @@ class Engine:
         their row and pages. ``graph_bs`` / ``eager``: as ``ModelRunner.decode`` (DP attention)."""
         batch = self.make_batch(running)
         gr = self.runner.graph_runner
-        if graph_bs is not None or (not eager and gr is not None and gr.can_run(batch.batch_size)):
+        replay = graph_bs is not None or (not eager and gr is not None and gr.can_run(batch.batch_size))
+        if replay:
             self.stats["graph_steps"] += 1
             self.stats["padded_rows"] += (graph_bs or gr.padded_size(batch.batch_size)) - batch.batch_size
+        for req in running:
+            req.replayed.append(replay)
         next_ids, bad, _ = self.runner.decode(batch, graph_bs, eager)
         next_ids, bad = next_ids.tolist(), bad.tolist()
         self.stats["decode_steps"] += 1
