@@ -480,10 +480,12 @@ def example_batch(questions=None) -> tuple:
 
 
 def accuracy_runs(model, questions, n: int = 64, dtype: str | None = None):
-    """``AccuracyRuns`` over the first ``n`` questions, 16 running requests, graphs for 8 and 16."""
+    """``AccuracyRuns`` over the first ``n`` questions in the seed's configuration (``repro.SEED_CONFIG``:
+    --context-length 4096, DP attention 8 x 16 rows in lockstep, graphs for 64 and 128)."""
     from mla_edu.case_study.accuracy import AccuracyRuns
+    from mla_edu.case_study.repro import SEED_CONFIG
 
-    common = dict(cuda_graph_bs=(8, 16), max_running_requests=16, dtype=dtype or default_dtype(), device=None)
+    common = dict(SEED_CONFIG, dtype=dtype or default_dtype(), device=None)
     return AccuracyRuns(model, questions[:n], common, progress=False)
 
 
