@@ -44,8 +44,8 @@ def may_crash_the_gpu(args: ServerArgs) -> bool:
     import torch
 
     device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph and args.attention_backend == "cutlass_mla"
-            and "workspace" in args.defects and args.num_kv_splits != 1)
+    return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph
+            and args.attention_backend == "cutlass_mla" and "workspace" in args.defects and args.num_kv_splits != 1)
 
 
 def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:

@@ -77,7 +77,8 @@ def seed_table(run: AccuracyRuns) -> dict:
 
 
 def _row(name: str, kernel: str, r: dict, seed: str = "") -> str:
-    return f"| {name:<44} | {kernel:<24} | {r['accuracy']:.3f} | {r['invalid']:.3f} | {seed:>12} | {r['latency']:6.2f} |"
+    return (f"| {name:<44} | {kernel:<24} | {r['accuracy']:.3f} | {r['invalid']:.3f} | {seed:>12} "
+            f"| {r['latency']:6.2f} |")
 
 
 def _group(n: int, acc: float) -> str:
@@ -168,7 +169,8 @@ def main(argv=None) -> int:
 
     print("\n## Why 0.060 and not 0? The pre-fix graph, request by request")
     print("(n (accuracy) of each group. Only row 0 reads its own pages; 'eager step': a decode step ran eagerly, "
-          "because a DP rank was prefilling or no graph fitted; guess: eager accuracy with the same kernel / rows per rank)\n")
+          "because a DP rank was prefilling or no graph fitted; "
+          "guess: eager accuracy with the same kernel / rows per rank)\n")
     print("| configuration                  | kernel      | acc   | only row 0  | eager step  | no eager    | guess |")
     print("|--------------------------------|-------------|-------|-------------|-------------|-------------|-------|")
     this = (f"DP {dp} x {per_rank}" if a.enable_dp_attention else f"one engine, {per_rank} running") + ", append"
@@ -183,7 +185,8 @@ def main(argv=None) -> int:
         open_q.append(r)
         base = table["scale"]["accuracy"] if "scale" in defects else e  # eager with the same kernel
         print(f"| {label:<30} | {'bug-era' if 'scale' in defects else 'model scale':<11} | {r['accuracy']:.3f} "
-              f"| {_group(r['only_row0'], r['accuracy_only_row0'])} | {_group(r['eager_step'], r['accuracy_eager_step'])} "
+              f"| {_group(r['only_row0'], r['accuracy_only_row0'])} "
+              f"| {_group(r['eager_step'], r['accuracy_eager_step'])} "
               f"| {_group(r['num_questions'] - r['eager_step'], r['accuracy_no_eager_step'])} "
               f"| {base * r['dp_size'] / r['max_running_requests']:.3f} |")
     elapsed = time.perf_counter() - t_start
