@@ -43,7 +43,9 @@ def may_crash_the_gpu(args: ServerArgs) -> bool:
     """
     import torch
 
-    device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from mla_edu.device import default_device
+
+    device = torch.device(args.device) if args.device else default_device()
     return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph
             and args.attention_backend == "cutlass_mla" and "workspace" in args.defects and args.num_kv_splits != 1)
 
