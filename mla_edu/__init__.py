@@ -1,7 +1,6 @@
 """mla-edu: DeepSeek's Multi-head Latent Attention, how it is served, and how CUDA graphs break it."""
 
-from mla_edu import _env  # noqa: F401  (must run before anything imports triton)
-from mla_edu._env import HAS_CUDA, default_device
+from mla_edu.device import HAS_CUDA, default_device  # first: sets TRITON_INTERPRET before anything imports triton
 from mla_edu.attention import AbsorbedMLA, ContiguousLatentCache, NaiveMLA
 from mla_edu.config import MLAConfig
 

@@ -143,6 +143,7 @@ def test_row0_study_partitions_requests(one_thread):
     for r in res.values():
         assert r["only_row0"] + r["first_row0"] + r["rest"] == r["n"] == 12
         assert r["right_only_row0"] + r["right_first_row0"] + r["right_rest"] == round(r["accuracy"] * 12)
-    assert res["prepend"]["first_row0"] + res["prepend"]["only_row0"] > res["append"]["first_row0"] + res["append"]["only_row0"]
+    row0 = {order: res[order]["first_row0"] + res[order]["only_row0"] for order in ("prepend", "append")}
+    assert row0["prepend"] > row0["append"]
     with pytest.raises(ValueError, match="max_running_requests: expected an int >= 1, got 0"):
         dg.row0_study(m, qs, max_running_requests=0)

@@ -51,8 +51,9 @@ def test_scale_defect_uses_bug_era_scale(one_thread):
         q_pe = torch.randn(3, mla.num_attention_heads, mla.qk_rope_head_dim)
         out = be.forward_decode(q_nope, q_pe, 0, batch)
         table = be.forward_metadata.block_kv_indices
-        refs = {s: kernels.mla_decode(q_nope, q_pe, be.kv_cache.kv_buffer[0], batch.seq_lens, table, be.forward_metadata.workspace, s,
-                                      impl="reference") for s in (BUG_ERA_SM_SCALE, be.sm_scale)}
+        refs = {s: kernels.mla_decode(q_nope, q_pe, be.kv_cache.kv_buffer[0], batch.seq_lens, table,
+                                      be.forward_metadata.workspace, s, impl="reference")
+                for s in (BUG_ERA_SM_SCALE, be.sm_scale)}
         outs[defects] = (out, refs)
     out, refs = outs["scale"]
     torch.testing.assert_close(out, refs[BUG_ERA_SM_SCALE], rtol=1e-4, atol=1e-5)

@@ -165,7 +165,8 @@ def test_workspace_other_failures():
 
     for fn, hint in [(lambda *a: 0, "not 0"), (lambda *a: None, "returned None"),
                      (lambda *a: 1 / 0, "ZeroDivisionError"), (no_floor, "heur has a floor"),
-                     (lambda L, B, s, n: get_workspace_size(L, B, s, n) + 1, "per (batch, split)"), (3, "expected a function")]:
+                     (lambda L, B, s, n: get_workspace_size(L, B, s, n) + 1, "per (batch, split)"),
+                     (3, "expected a function")]:
         r = ex.check_workspace_size(fn)
         assert not r.passed and hint in r.message, r.message
 

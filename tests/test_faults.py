@@ -272,7 +272,8 @@ def test_joining_requests_take_the_last_rows_with_append():
 
 # ---- 5, 8, 11b: the kernel contract -------------------------------------------------------------------
 def _case(batch=2, lens=(20, 40), extra_cols=0, impl="torch"):
-    device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"  # Triton: the GPU, else its interpreter
+    # Triton: the GPU, else its interpreter
+    device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
     return random_decode_case(7, batch=batch, heads=2, page_size=16, lens=list(lens), d_latent=32, d_rope=16,
                               extra_cols=extra_cols, device=device)
 
@@ -378,7 +379,8 @@ CLI_CASES = [
     ("mla_edu.case_study.repro", ["--dp", "1"], "enable_dp_attention: expected dp_size > 1, got dp_size=1"),
     ("mla_edu.case_study.repro", ["--context-length", "1"], "argument --context-length: expected an int >= 2"),
     ("mla_edu.case_study.accuracy", ["--dp", "0"], "argument --dp: expected an int >= 1, got 0"),
-    ("mla_edu.case_study.accuracy", ["--num-kv-splits", "100000"], "argument --num-kv-splits: expected -1 (auto) or an int in"),
+    ("mla_edu.case_study.accuracy", ["--num-kv-splits", "100000"],
+     "argument --num-kv-splits: expected -1 (auto) or an int in"),
     ("mla_edu.case_study.accuracy", ["--device", "bogus"], "argument --device: expected a device such as cpu"),
     ("mla_edu.case_study.accuracy", ["--threads", "-1"], "argument --threads: expected an int >= 1, got -1"),
     ("mla_edu.case_study.accuracy", ["--cuda-graph-bs", "0"], "argument --cuda-graph-bs: expected an int >= 1, got 0"),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 import triton
 import triton.language as tl
-from mla_edu._env import HAS_CUDA, TRITON_INTERPRET
+from mla_edu.device import HAS_CUDA, TRITON_INTERPRET
 from mla_edu.graphs import (EmulatedPool, FreedMemoryError, Graph, GraphCaptureError, graph, is_emulated,
                             is_poison, poison_, poison_value)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import mla_edu  # noqa: F401
-from mla_edu._env import HAS_CUDA, TRITON_INTERPRET
+from mla_edu.device import HAS_CUDA, TRITON_INTERPRET
 from mla_edu.graphs.check import CheckReport, check
 from mla_edu.graphs.scenarios import EXPECTED, PROBLEMS, SCENARIOS, check_problem, classify, run_all
 

@@ -46,7 +46,7 @@ def test_random_cases_match_float64(impl, seed):
     page = [1, 16, 64, 128][seed % 4]
     heads = [1, 4, 16][int(torch.randint(0, 3, (1,), generator=g))]
     batch = int(torch.randint(1, 6, (1,), generator=g))
-    max_len = int(torch.randint(1, 3 * 128, (1,), generator=g)) if page > 1 else int(torch.randint(1, 40, (1,), generator=g))
+    max_len = int(torch.randint(1, 3 * 128 if page > 1 else 40, (1,), generator=g))
     small = seed % 5 != 0  # most cases use small latent dims for speed; every 5th the real 512/64
     case = random_decode_case(seed, batch=batch, heads=heads, page_size=page, max_len=max_len,
                               d_latent=32 if small else 512, d_rope=16 if small else 64,
@@ -113,7 +113,8 @@ def test_workspace_too_small_is_a_clear_error():
             mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 4,
                        impl=impl)
     # with one split the same workspace is fine
-    mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 1, impl="torch")
+    mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 1,
+               impl="torch")
 
 
 # ---- the stride policy: SGLang #6998 in one test --------------------------------------------
@@ -307,8 +308,10 @@ def test_cutlass_contract_accepts_valid_args():
     (lambda a: a.__setitem__(0, torch.zeros(2, 129, 512, dtype=torch.bfloat16)) or
      a.__setitem__(1, torch.zeros(2, 129, 64, dtype=torch.bfloat16)), ValueError, "H must be <= 128"),
     (lambda a: a.__setitem__(4, torch.zeros(2, 3, dtype=torch.int32)), ValueError, "multiple of 128 / PAGE = 2, got 3"),
-    (lambda a: a.__setitem__(2, torch.zeros(10, 48, 576, dtype=torch.bfloat16)), ValueError, "power of two <= 128, got 48"),
-    (lambda a: a.__setitem__(2, torch.zeros(10, 256, 576, dtype=torch.bfloat16)), ValueError, "power of two <= 128, got 256"),
+    (lambda a: a.__setitem__(2, torch.zeros(10, 48, 576, dtype=torch.bfloat16)),
+     ValueError, "power of two <= 128, got 48"),
+    (lambda a: a.__setitem__(2, torch.zeros(10, 256, 576, dtype=torch.bfloat16)),
+     ValueError, "power of two <= 128, got 256"),
     (lambda a: a.__setitem__(0, torch.zeros(2, 16, 256, dtype=torch.bfloat16)), ValueError, "must be 512"),
     (lambda a: a.__setitem__(1, torch.zeros(2, 16, 32, dtype=torch.bfloat16)), ValueError, "must be 64"),
     (lambda a: a.__setitem__(2, torch.zeros(10, 64, 512, dtype=torch.bfloat16)), ValueError, "must be 576"),
@@ -318,7 +321,8 @@ def test_cutlass_contract_accepts_valid_args():
     (lambda a: a.__setitem__(4, a[4].long()), TypeError, "page_table dtype must be int32"),
     (lambda a: a.__setitem__(4, torch.zeros(3, 4, dtype=torch.int32)), ValueError, "B=2 rows"),
     (lambda a: a.__setitem__(4, torch.zeros(2, 0, dtype=torch.int32)), ValueError, "block_num must be > 0"),
-    (lambda a: a.__setitem__(5, torch.empty(1000, dtype=torch.uint8)), ValueError, "workspace must hold >= 525312 bytes"),
+    (lambda a: a.__setitem__(5, torch.empty(1000, dtype=torch.uint8)),
+     ValueError, "workspace must hold >= 525312 bytes"),
     (lambda a: a.__setitem__(5, torch.empty(10**6, dtype=torch.float32)), TypeError, "workspace must be uint8"),
 ])
 def test_cutlass_contract_rejects(mutate, exc, msg):

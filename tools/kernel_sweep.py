@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from mla_edu import _cli
+from mla_edu import cli
 
 #: (BLOCK_H, BLOCK_N, num_warps, num_stages); the first is the current default for 128 heads.
 CONFIGS = [
@@ -33,15 +33,15 @@ CONFIGS = [
 
 def _split_list(text: str) -> list[int]:
     """``"1,2,4"`` -> [1, 2, 4], each a split count the contract accepts."""
-    return [_cli.kv_splits(s) for s in text.split(",")]
+    return [cli.kv_splits(s) for s in text.split(",")]
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--heads", type=_cli.positive_int, default=128)
-    ap.add_argument("--batch", type=_cli.positive_int, default=64)
-    ap.add_argument("--len", type=_cli.positive_int, default=4096, dest="length")
-    ap.add_argument("--page", type=_cli.positive_int, default=64)
+    ap.add_argument("--heads", type=cli.positive_int, default=128)
+    ap.add_argument("--batch", type=cli.positive_int, default=64)
+    ap.add_argument("--len", type=cli.positive_int, default=4096, dest="length")
+    ap.add_argument("--page", type=cli.positive_int, default=64)
     ap.add_argument("--splits", type=_split_list, default=[1, 2, 4], help="split counts to try, comma-separated")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)

@@ -17,8 +17,8 @@ import time
 
 import torch
 
-import mla_edu  # noqa: F401
-from mla_edu import _cli
+from mla_edu import cli
+from mla_edu.device import default_device
 from mla_edu.graphs.capture import Graph, graph, warm_up
 
 LAYERS = (1, 2, 4, 8, 13, 16, 27)
@@ -110,11 +110,11 @@ def format_rows(rows, device_name: str) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", type=_cli.device, default=None)
-    ap.add_argument("--reps", type=_cli.positive_int, default=30)
+    ap.add_argument("--device", type=cli.device, default=None)
+    ap.add_argument("--reps", type=cli.positive_int, default=30)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
-    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = torch.device(args.device) if args.device else default_device()
     if dev.type == "cpu":
         torch.set_num_threads(1)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from queue import Empty
 
-from mla_edu import _cli
+from mla_edu import cli
 
 from mla_edu.paths import NOTEBOOKS_DIR as NOTEBOOKS
 
@@ -46,7 +46,7 @@ def poll_in_slices(channel, slice_s: float = 1.0) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="folder for the executed copies")
-    parser.add_argument("--timeout", type=_cli.positive_int, default=600, help="seconds per cell")
+    parser.add_argument("--timeout", type=cli.positive_int, default=600, help="seconds per cell")
     parser.add_argument("names", nargs="*", help="notebook file names (default: all in notebooks/)")
     args = parser.parse_args(argv)
     import nbformat

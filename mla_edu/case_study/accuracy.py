@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from mla_edu import _cli
+from mla_edu import cli
 from mla_edu.serving import ALL_DEFECTS, ROW_ORDERS, DPEngine, Engine, ServerArgs, parse_defects
 
 
@@ -43,9 +43,11 @@ def may_crash_the_gpu(args: ServerArgs) -> bool:
     """
     import torch
 
-    device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph and args.attention_backend == "cutlass_mla"
-            and "workspace" in args.defects and args.num_kv_splits != 1)
+    from mla_edu.device import default_device
+
+    device = torch.device(args.device) if args.device else default_device()
+    return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph
+            and args.attention_backend == "cutlass_mla" and "workspace" in args.defects and args.num_kv_splits != 1)
 
 
 def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
@@ -172,21 +174,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poison-fill", action="store_true",
                    help="cutlass_mla only, not in SGLang: fill unused page-table entries with an out-of-range page "
                         "id and run the kernel checked, so a read of one gives NaN (loud) instead of a stale page")
-    p.add_argument("--num-kv-splits", type=_cli.kv_splits, default=1, help="1, or -1 for the automatic split count")
-    p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
-    p.add_argument("--parallel", type=_cli.positive_int, default=128)
-    p.add_argument("--cuda-graph-bs", type=_cli.positive_int, nargs="+", default=[64, 128])
-    p.add_argument("--max-running-requests", type=_cli.positive_int, default=128)
+    p.add_argument("--num-kv-splits", type=cli.kv_splits, default=1, help="1, or -1 for the automatic split count")
+    p.add_argument("--num-questions", type=cli.positive_int, default=None, help="default: the whole eval set")
+    p.add_argument("--parallel", type=cli.positive_int, default=128)
+    p.add_argument("--cuda-graph-bs", type=cli.positive_int, nargs="+", default=[64, 128])
+    p.add_argument("--max-running-requests", type=cli.positive_int, default=128)
     p.add_argument("--row-order", default="append", choices=list(ROW_ORDERS))
-    p.add_argument("--context-length", type=_cli.int_at_least(2), default=None,
+    p.add_argument("--context-length", type=cli.int_at_least(2), default=None,
                    help="page-table width W = (context + 128) // 128 (default: the model's context)")
-    p.add_argument("--dp", type=_cli.positive_int, default=1, help="DP ranks (with --enable-dp-attention)")
+    p.add_argument("--dp", type=cli.positive_int, default=1, help="DP ranks (with --enable-dp-attention)")
     p.add_argument("--enable-dp-attention", action="store_true",
                    help="DP attention: --dp ranks in lockstep, each max_running_requests // dp requests")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--device", type=_cli.device, default=None)
+    p.add_argument("--device", type=cli.device, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--threads", type=_cli.positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=cli.positive_int, default=None, help="torch CPU threads (default: torch's)")
     return p
 
 

@@ -28,7 +28,7 @@ import json
 import sys
 import time
 
-from mla_edu import _cli
+from mla_edu import cli
 from mla_edu.case_study.accuracy import AccuracyRuns
 from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, ServerArgs
 
@@ -77,7 +77,8 @@ def seed_table(run: AccuracyRuns) -> dict:
 
 
 def _row(name: str, kernel: str, r: dict, seed: str = "") -> str:
-    return f"| {name:<44} | {kernel:<24} | {r['accuracy']:.3f} | {r['invalid']:.3f} | {seed:>12} | {r['latency']:6.2f} |"
+    return (f"| {name:<44} | {kernel:<24} | {r['accuracy']:.3f} | {r['invalid']:.3f} | {seed:>12} "
+            f"| {r['latency']:6.2f} |")
 
 
 def _group(n: int, acc: float) -> str:
@@ -86,20 +87,20 @@ def _group(n: int, acc: float) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mla_edu.case_study.repro", description=__doc__.split("\n\n")[0])
-    p.add_argument("--num-questions", type=_cli.positive_int, default=None, help="default: the whole eval set")
-    p.add_argument("--context-length", type=_cli.int_at_least(2), default=SEED_CONFIG["context_length"],
+    p.add_argument("--num-questions", type=cli.positive_int, default=None, help="default: the whole eval set")
+    p.add_argument("--context-length", type=cli.int_at_least(2), default=SEED_CONFIG["context_length"],
                    help="W = (context + 128) // 128 page-table columns (default: the seed's 4096, W = 33)")
-    p.add_argument("--dp", type=_cli.positive_int, default=SEED_CONFIG["dp_size"],
+    p.add_argument("--dp", type=cli.positive_int, default=SEED_CONFIG["dp_size"],
                    help="DP-attention ranks (default: the seed's 8)")
     p.add_argument("--enable-dp-attention", action=argparse.BooleanOptionalAction, default=True,
                    help="DP attention, as the seed ran (default on)")
-    p.add_argument("--cuda-graph-bs", type=_cli.positive_int, nargs="+", default=list(SEED_CONFIG["cuda_graph_bs"]))
-    p.add_argument("--max-running-requests", type=_cli.positive_int, default=SEED_CONFIG["max_running_requests"])
-    p.add_argument("--device", type=_cli.device, default=None)
+    p.add_argument("--cuda-graph-bs", type=cli.positive_int, nargs="+", default=list(SEED_CONFIG["cuda_graph_bs"]))
+    p.add_argument("--max-running-requests", type=cli.positive_int, default=SEED_CONFIG["max_running_requests"])
+    p.add_argument("--device", type=cli.device, default=None)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--json-out", default=None, help="also write every measured result as JSON here")
     p.add_argument("--progress", action="store_true", help="tqdm bar per run on stderr")
-    p.add_argument("--threads", type=_cli.positive_int, default=1,
+    p.add_argument("--threads", type=cli.positive_int, default=1,
                    help="torch CPU threads (default 1: the ops are small, and one thread avoids OpenMP "
                         "synchronisation, which dominates on a busy 2-core machine)")
     return p
@@ -168,7 +169,8 @@ def main(argv=None) -> int:
 
     print("\n## Why 0.060 and not 0? The pre-fix graph, request by request")
     print("(n (accuracy) of each group. Only row 0 reads its own pages; 'eager step': a decode step ran eagerly, "
-          "because a DP rank was prefilling or no graph fitted; guess: eager accuracy with the same kernel / rows per rank)\n")
+          "because a DP rank was prefilling or no graph fitted; "
+          "guess: eager accuracy with the same kernel / rows per rank)\n")
     print("| configuration                  | kernel      | acc   | only row 0  | eager step  | no eager    | guess |")
     print("|--------------------------------|-------------|-------|-------------|-------------|-------------|-------|")
     this = (f"DP {dp} x {per_rank}" if a.enable_dp_attention else f"one engine, {per_rank} running") + ", append"
@@ -183,7 +185,8 @@ def main(argv=None) -> int:
         open_q.append(r)
         base = table["scale"]["accuracy"] if "scale" in defects else e  # eager with the same kernel
         print(f"| {label:<30} | {'bug-era' if 'scale' in defects else 'model scale':<11} | {r['accuracy']:.3f} "
-              f"| {_group(r['only_row0'], r['accuracy_only_row0'])} | {_group(r['eager_step'], r['accuracy_eager_step'])} "
+              f"| {_group(r['only_row0'], r['accuracy_only_row0'])} "
+              f"| {_group(r['eager_step'], r['accuracy_eager_step'])} "
               f"| {_group(r['num_questions'] - r['eager_step'], r['accuracy_no_eager_step'])} "
               f"| {base * r['dp_size'] / r['max_running_requests']:.3f} |")
     elapsed = time.perf_counter() - t_start

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from mla_edu._env import default_device
+from mla_edu.device import default_device
 from mla_edu.graphs.emulator import EmulatedPool, GraphCaptureError, Program, Recorder, watch_warmup
 from mla_edu.util import is_int
 
@@ -216,7 +216,7 @@ def graph(g: Graph, pool=None):
         with recorder:
             yield g
     g._program.end_capture()
-    g._pool._add(g._program)
+    g._pool.add(g._program)
     g._captured = True
 
 

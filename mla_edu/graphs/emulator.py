@@ -208,7 +208,8 @@ class EmulatedPool:
     def __init__(self) -> None:
         self._programs: list[weakref.ref] = []
 
-    def _add(self, program: "Program") -> None:
+    def add(self, program: "Program") -> None:
+        """Hold ``program`` (weakly): its blocks become free to later captures once it no longer owns them."""
         self._programs.append(weakref.ref(program))
 
     def _free_blocks(self) -> list[_Block]:

@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 import mla_edu  # noqa: F401  (TRITON_INTERPRET before triton)
-from mla_edu import _cli
+from mla_edu import cli
 from mla_edu.graphs.capture import Graph, graph
 from mla_edu.graphs.emulator import GraphCaptureError, host_tensor
 
@@ -493,7 +493,7 @@ def check_problem(problem: Problem, n_trials: int = 6, seed: int = 0, mode: str 
 
 def run_all(device=None, mode: str = "auto", names=None) -> list[tuple[str, str, str, str]]:
     """Rows (device, backend, scenario, outcome); the sync scenario runs last."""
-    from mla_edu._env import default_device
+    from mla_edu.device import default_device
 
     dev = torch.device(device) if device is not None else default_device()
     backend = Graph(device=dev, mode=mode).backend
@@ -517,15 +517,15 @@ def format_table(rows) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="auto", choices=["auto", "cuda", "emulated"])
-    ap.add_argument("--device", type=_cli.device, default=None)
+    ap.add_argument("--device", type=cli.device, default=None)
     ap.add_argument("--check", action="store_true", help="also run the checker on every problem")
-    ap.add_argument("--schedules", type=_cli.positive_int, default=3, help="checker: random schedules per problem")
+    ap.add_argument("--schedules", type=cli.positive_int, default=3, help="checker: random schedules per problem")
     args = ap.parse_args(argv)
     if torch.cuda.is_available():
         print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__}")
     else:
         print(f"# CPU | torch {torch.__version__}")
-    from mla_edu._env import default_device
+    from mla_edu.device import default_device
 
     dev = torch.device(args.device) if args.device else default_device()
     names = [n for n in SCENARIOS if n != "sync_in_capture"]  # a refused CUDA capture goes last

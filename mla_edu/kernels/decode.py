@@ -55,7 +55,8 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
         return q_nope.new_empty((0, q_nope.size(1), q_nope.size(2)))
     if impl == "cutlass":
         if stride_policy not in (None, "size"):
-            raise ValueError(f"impl='cutlass' always uses stride_policy='size' (its wrapper's contract), got {stride_policy!r}")
+            raise ValueError("impl='cutlass' always uses stride_policy='size' (its wrapper's contract), "
+                             f"got {stride_policy!r}")
         from mla_edu.kernels.cutlass import mla_decode_cutlass
 
         return mla_decode_cutlass(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale,

@@ -84,8 +84,8 @@ def mla_decode_torch_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: tor
     ``o_acc [B, H, S, D]`` and ``lse_acc [B, H, S]``; ``ROW_CHUNK`` requests at a time."""
     for r0 in range(0, q_nope.size(0), ROW_CHUNK):
         r1 = min(r0 + ROW_CHUNK, q_nope.size(0))
-        o, lse = stage1_partials(q_nope[r0:r1], q_pe[r0:r1], cache, seq_lens[r0:r1], table_flat, r0, sm_scale, row_stride,
-                           max_pages, num_splits, checked, trim)
+        o, lse = stage1_partials(q_nope[r0:r1], q_pe[r0:r1], cache, seq_lens[r0:r1], table_flat, r0, sm_scale,
+                                 row_stride, max_pages, num_splits, checked, trim)
         if final:
             out[r0:r1] = o[:, :, 0]
         else:

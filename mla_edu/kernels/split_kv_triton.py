@@ -20,11 +20,11 @@ import contextlib
 import numpy as np
 import torch
 
-from mla_edu import _env
+from mla_edu.device import TRITON_INTERPRET
 from mla_edu.kernels.contract import DecodePlan, flat_table, workspace_views
 from mla_edu.kernels.workspace import gpu_block_h
 
-import triton  # noqa: E402  (after mla_edu._env)
+import triton  # noqa: E402  (after mla_edu.device)
 import triton.language as tl  # noqa: E402
 
 
@@ -226,7 +226,7 @@ def _(o_acc, lse_acc, out):
 def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,
                       checked: bool = False) -> torch.Tensor:
     if not q_nope.is_cuda:
-        if not _env.TRITON_INTERPRET:
+        if not TRITON_INTERPRET:
             raise RuntimeError("impl='triton' on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported")
         if q_nope.dtype == torch.bfloat16:
             raise TypeError("impl='triton' on CPU runs in Triton's interpreter, which computes bfloat16 wrongly: "

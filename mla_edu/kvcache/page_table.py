@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu import _env  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
+import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 from mla_edu.util import is_int
 
 
@@ -65,7 +65,7 @@ def fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, 
 @torch.library.custom_op("mla_edu::fill_page_table", mutates_args=("page_table",))
 def _fill_page_table_op(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                         page_table: torch.Tensor, page_size: int) -> None:
-    from mla_edu.kvcache._page_table_triton import launch_fill_page_table
+    from mla_edu.kvcache.page_table_triton import launch_fill_page_table
 
     launch_fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
 

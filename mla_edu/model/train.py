@@ -44,7 +44,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from mla_edu import _cli
+from mla_edu import cli
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
 
@@ -181,27 +181,27 @@ def _without_rope_scaling(config: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m mla_edu.model.train", description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=_cli.positive_int, default=1200)
+    p.add_argument("--steps", type=cli.positive_int, default=1200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
-    p.add_argument("--batch", type=_cli.positive_int, default=32, help="questions per batch at most")
-    p.add_argument("--tokens-per-batch", type=_cli.positive_int, default=4096,
+    p.add_argument("--batch", type=cli.positive_int, default=32, help="questions per batch at most")
+    p.add_argument("--tokens-per-batch", type=cli.positive_int, default=4096,
                    help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
-    p.add_argument("--queries", type=_cli.positive_int, default=4,
+    p.add_argument("--queries", type=cli.positive_int, default=4,
                    help="answers per training sequence (the first as in eval)")
-    p.add_argument("--lr", type=_cli.positive_float, default=3e-3)
+    p.add_argument("--lr", type=cli.positive_float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup", type=_cli.int_at_least(0), default=100)
-    p.add_argument("--grad-clip", type=_cli.positive_float, default=1.0)
+    p.add_argument("--warmup", type=cli.int_at_least(0), default=100)
+    p.add_argument("--grad-clip", type=cli.positive_float, default=1.0)
     p.add_argument("--attn-impl", choices=("sdpa", "naive", "absorbed"), default="sdpa",
                    help="attention form used for training (same weights either way)")
-    p.add_argument("--eval-questions", type=_cli.positive_int, default=task.EVAL_SIZE,
+    p.add_argument("--eval-questions", type=cli.positive_int, default=task.EVAL_SIZE,
                    help="how many questions of the default eval set to decode at the end")
-    p.add_argument("--hidden", type=_cli.positive_int, default=64, help="hidden_size")
-    p.add_argument("--heads", type=_cli.positive_int, default=4, help="num_attention_heads")
-    p.add_argument("--head-dim", type=_cli.positive_int, default=16, help="qk_nope_head_dim = v_head_dim")
-    p.add_argument("--layers", type=_cli.positive_int, default=2)
-    p.add_argument("--intermediate", type=_cli.positive_int, default=128, help="SwiGLU intermediate_size")
+    p.add_argument("--hidden", type=cli.positive_int, default=64, help="hidden_size")
+    p.add_argument("--heads", type=cli.positive_int, default=4, help="num_attention_heads")
+    p.add_argument("--head-dim", type=cli.positive_int, default=16, help="qk_nope_head_dim = v_head_dim")
+    p.add_argument("--layers", type=cli.positive_int, default=2)
+    p.add_argument("--intermediate", type=cli.positive_int, default=128, help="SwiGLU intermediate_size")
     p.add_argument("--facts", default="1,1", help="MIN,MAX facts per training prompt (the eval set has 1)")
     p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="rope_scaling yarn with this factor (mscale = mscale_all_dim = 1, as DeepSeek-V3; "
                         "original_max_position_embeddings = the task's context): the softmax scale becomes "
                         "mscale**2/sqrt(qk_head_dim); --init may then name weights trained without it")
-    p.add_argument("--threads", type=_cli.int_at_least(0), default=1,
+    p.add_argument("--threads", type=cli.int_at_least(0), default=1,
                    help="torch threads (0: torch's default); 1 is faster when others share the cores")
     args = p.parse_args(argv)
     curriculum = parse_curriculum(args.curriculum)

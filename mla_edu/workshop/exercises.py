@@ -306,7 +306,8 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
                 " The wrapper reads the stride from the view's size(1), frozen at capture (seq_lens filled with 1).")
         return _report(False, f"used row stride: not {used_row_stride}.{hint}")
     if flat_index != flat:
-        hint = (" That is where it *should* read (row * buffer stride + j)." if flat_index == s["row"] * real + s["page"]
+        hint = (" That is where it *should* read (row * buffer stride + j)."
+                if flat_index == s["row"] * real + s["page"]
                 else " Flat index = row * (the row stride the kernel used) + j.")
         return _report(False, f"flat index: not {flat_index}.{hint}")
     return _report(True, f"the kernel used row stride {used} on a buffer whose rows are {real} apart; "

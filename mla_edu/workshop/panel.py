@@ -349,7 +349,8 @@ class ControlPanel:
         self.widgets()
         for k, v in values.items():
             if k not in self._widgets or k in ("box", "button", "out"):
-                raise ValueError(f"set_values: expected widget keys from {sorted(set(self._widgets) - {'box', 'button', 'out'})}, got {k!r}")
+                keys = sorted(set(self._widgets) - {"box", "button", "out"})
+                raise ValueError(f"set_values: expected widget keys from {keys}, got {k!r}")
             self._widgets[k].value = v
 
     def click(self):

@@ -1,4 +1,4 @@
-"""Process-wide settings that must happen before Triton is imported.
+"""Where the code runs (CUDA or CPU), and the setting that must happen before Triton is imported.
 
 Without a GPU, Triton kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``).
 The variable is read when ``triton`` is first imported, so this module is imported first
