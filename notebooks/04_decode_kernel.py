@@ -72,7 +72,8 @@ _ = torch.manual_seed(0)
 # %%
 bench = load_bench()
 ceil = bench["ceilings"]
-print(f"ceilings measured on the H200: copy {ceil['copy_TBps']:.2f} TB/s, bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s, "
+print(f"ceilings measured on the H200: copy {ceil['copy_TBps']:.2f} TB/s, "
+      f"bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s, "
       f"ridge {ceil['matmul_bf16_TFLOPs'] / ceil['copy_TBps']:.0f} FLOP/byte")
 for heads in (16, 128):
     b, length = 64, 4096
@@ -373,7 +374,8 @@ print(f"faster than SGLang's Triton kernel at {sm['faster_than_sglang']} of the 
 print("every output within 2e-2 of float64 (bf16):", sm["max_rel_err"] < 2e-2)
 for h in (16, 128):
     p = sm[f"h{h}_B64_L4096"]
-    print(f"h_q={h:3d}, B=64, L=4096: {p['us']:.0f} us = {p['pct_copy']:.0f}% of copy, {p['pct_matmul']:.0f}% of matmul;"
+    print(f"h_q={h:3d}, B=64, L=4096: {p['us']:.0f} us = {p['pct_copy']:.0f}% of copy, "
+          f"{p['pct_matmul']:.0f}% of matmul;"
           f" FlashMLA {p['flashmla_us']:.0f} us ({p['flashmla_pct_copy']:.0f}% / {p['flashmla_pct_matmul']:.0f}%),"
           f" mla_edu at {p['speed_vs_flashmla']:.2f}x its speed; SGLang {p['sglang_us']:.0f} us")
 

@@ -229,7 +229,8 @@ else:
     for name, h in (("workspace defect", hz), ("fixed", ok)):
         print(f"{name:16s}: splits frozen in graph 8: {h.splits}; backend still holds its workspace: "
               f"{h.graph_workspace_held}; logits match eager: {max(h.row_err) < TOL}")
-    print(f"a new owner of the dropped workspace's bytes: one replay overwrote part of its data: {hz.owner_bytes_changed > 0}")
+    print("a new owner of the dropped workspace's bytes: one replay overwrote part of its data:",
+          hz.owner_bytes_changed > 0)
     assert hz.splits > 1 and not hz.graph_workspace_held and ok.graph_workspace_held
     assert hz.owner_bytes_changed > 0 and max(hz.row_err) < TOL
 
