@@ -98,9 +98,8 @@ print(f"{N} questions, {'real CUDA graphs' if DEVICE.type == 'cuda' else 'CPU gr
 # back at the eager accuracy. The bug-era kernel's scale costs the eager run more here than on V3
 # (there it lacked only YaRN's `mscale^2` = 1.87; the tiny model's query width is 80, not 192, so
 # here it is off by `sqrt(192/80)` = 1.55): the cause carries over, not the size. The whole eval
-# set, as `python -m mla_edu.case_study.repro` measured it (read from the committed
-# `results/repro_*.json`; the H200 file, if its configuration says otherwise, was measured with
-# earlier flags):
+# set, as `python -m mla_edu.case_study.repro` measured it on CPU and on an H200 with real CUDA
+# graphs in bf16 (read from the committed `results/repro_*.json`, each with its configuration):
 
 # %%
 import json
