@@ -211,17 +211,20 @@ assert pre_auto["max_splits_used"] == 1 or pre_auto["eager_step"] > 0  # replays
 # previous (larger) graph writes. `workspace_hazard` captures graphs for 4 and 8, then decodes six
 # requests with the graph for 8.
 #
-# On a GPU this is not a thought experiment. There `torch.cuda.graph` empties the allocator's cache
-# as each capture starts, so the dropped workspace can be handed back to the driver; the next replay
-# of the larger graph then writes unmapped memory and dies with "an illegal memory access", which
-# poisons the process's whole CUDA context. The H200 run in `results/workspace_hazard_h200.md`
-# shows it (graphs for 8 and 16, auto splits): `run_bench` runs such a setting in a child process, and
-# the ablation above printed "crashed" for it when this notebook ran on a GPU. In-process, only the
-# CPU emulator can take the hazard apart safely:
+# On a GPU this is not a thought experiment. The caching allocator hands the dropped block to the
+# next allocation that fits, and every replay writes into it: on the H200,
+# `python -m tools.workspace_reuse` (`results/workspace_reuse_h200.md`) got the very address of the
+# graph's dropped workspace for a new 10.5 MB tensor, and one replay overwrote 3.1% of its bytes
+# while the graph's own logits matched eager. Once, in a process that had run other configurations
+# first, a replay died instead with "an illegal memory access" (the block had gone back to the
+# driver: `torch.cuda.graph` empties the allocator's cache as each capture starts), which poisons
+# the whole CUDA context (`results/workspace_hazard_h200.md`); so `run_bench` runs such a setting in
+# a child process. Here the CPU emulator takes the hazard apart, handing the block to a new owner
+# explicitly so that it happens every time:
 
 # %%
 if DEVICE.type == "cuda":
-    print("skipped on the GPU: an in-process replay of the dropped workspace can kill the CUDA context")
+    print("skipped on the GPU: see python -m tools.workspace_reuse (a fresh process)")
     print(f"the same setting in a child process: {ws_auto['crashed'] or 'ran through this time (allocator luck)'}")
 else:
     hz = dg.workspace_hazard(model, prompts, cuda_graph_bs=(4, 8), dtype=DTYPE)

@@ -25,6 +25,7 @@ from mla_edu.case_study import diagnose as dg
 from mla_edu.model import load_pretrained, task
 
 
+@torch.no_grad()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cuda-graph-bs", type=cli.positive_int, nargs=2, default=[4, 8],
