@@ -22,7 +22,7 @@
 # what the automated PR summary and the review got right and wrong; and how to catch this class of
 # bug before it reaches a benchmark.
 #
-# **You need** a CPU (Run All: about 20 seconds on a 2-core CPU) and notebook 06. On a GPU the same cells capture real CUDA
+# **You need** a CPU (Run All: about a minute on a 2-core CPU) and notebook 06. On a GPU the same cells capture real CUDA
 # graphs and run in bf16.
 #
 # Facts about SGLang come from its
