@@ -22,12 +22,13 @@ from __future__ import annotations
 import torch
 
 from mla_edu.kernels.contract import DecodePlan, flat_table, workspace_views
+from mla_edu.util import cdiv
 
 ROW_CHUNK = 16  # requests per chunk of stage 1 (bounds its transient memory)
 
 
 def stage1_partials(q_nope, q_pe, cache, seq_lens, table_flat, row0: int, sm_scale: float, row_stride: int,
-              max_pages: int, num_splits: int, checked: bool, trim: bool):
+                    max_pages: int, num_splits: int, checked: bool, trim: bool):
     """Stage 1 for requests ``row0 .. row0 + R`` of the batch: ``o [R, H, S, D]`` float32, ``lse [R, H, S]``.
 
     ``trim=False``: the static bound, with no host sync and shapes fixed by the arguments (what a
@@ -46,7 +47,7 @@ def stage1_partials(q_nope, q_pe, cache, seq_lens, table_flat, row0: int, sm_sca
     s_idx = torch.arange(s_n, device=dev)  # [S]
     start = s_idx[None, :] * split_tokens[:, None]  # [R, S] first token of each split
     n_tok = (torch.minimum(start + split_tokens[:, None], lens[:, None]) - start).clamp(min=0)  # [R, S]
-    t_max = max(1, int(n_tok.max())) if trim else -(-max_pages // s_n) * page  # CPU: what this chunk needs
+    t_max = max(1, int(n_tok.max())) if trim else cdiv(max_pages, s_n) * page  # CPU: what this chunk needs
     t_idx = torch.arange(t_max, device=dev)  # [T]
     tok_ok = t_idx[None, None, :] < n_tok[..., None]  # [R, S, T]
     pos = start[..., None] + t_idx  # [R, S, T] token position in the request
