@@ -173,6 +173,35 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
     return TUNED.get(block_h, (block_h, *GPU_CONFIGS[block_h]))
 
 
+#: Run stage 1 with the Gluon wgmma kernel (``split_kv_wgmma``) where ``wgmma_applies``. Off by default: that
+#: kernel is compiled and inspected for sm_90a (``split_kv_wgmma.compile_offline``) but has not yet run on a
+#: GPU; ``tests/test_kernels_wgmma.py`` and ``python -m tools.kernel_bench --wgmma`` are its first run.
+WGMMA = False
+
+
+def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, max_pages: int,
+                  checked: bool) -> bool:
+    """Whether the Gluon wgmma kernel fits the call: a Hopper GPU (sm90), fp16/bf16, DeepSeek's 512 + 64
+    dims, 64-head programs (``gpu_block_h``), unchecked. Everything else runs the tl kernel above."""
+    b, h, dl = q_nope.shape
+    return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
+            and cache.dtype == q_pe.dtype == q_nope.dtype and dl == 512 and q_pe.size(2) == 64
+            and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % 64 == 0
+            and gpu_block_h(h, b, max_pages) == 64)
+
+
+@contextlib.contextmanager
+def wgmma_kernel(on: bool = True):
+    """Inside the block, stage 1 uses (``on``) or avoids the Gluon wgmma kernel; the setting is restored after.
+    The choice is made on the host at each call, so a CUDA graph keeps the kernel it captured."""
+    global WGMMA
+    old, WGMMA = WGMMA, on
+    try:
+        yield
+    finally:
+        WGMMA = old
+
+
 @torch.library.custom_op("mla_edu::mla_decode_stage1", mutates_args=("o_acc", "lse_acc", "out"))
 def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, seq_lens: torch.Tensor,
                       table_flat: torch.Tensor, o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor,
@@ -180,6 +209,17 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                       final: bool) -> None:
     b, h, dl = q_nope.shape
     on_gpu = q_nope.is_cuda
+    if WGMMA and wgmma_applies(q_nope, q_pe, cache, max_pages, checked):
+        from mla_edu.kernels import split_kv_wgmma as wg
+
+        wg.stage1_wgmma_kernel[(h // wg.BLOCK_H, b, num_splits)](
+            q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+            cache.stride(0), cache.stride(1), out.stride(0), out.stride(1),
+            h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
+            PAGE=cache.size(1), DL=dl, DR=q_pe.size(2), BLOCK_H=wg.BLOCK_H, BLOCK_N=wg.BLOCK_N, STAGES=wg.STAGES,
+            FINAL=final, num_warps=wg.NUM_WARPS)
+        return
     block_h, block_n, warps, stages = launch_config(h, on_gpu, b, max_pages)
     grid = (b, triton.cdiv(h, block_h), num_splits)
     with _quiet(on_gpu):

@@ -1,0 +1,248 @@
+"""Stage 1 of the split-KV decode for Hopper (sm90), written in Gluon, Triton's explicit-layout dialect.
+
+Why a second kernel: in plain Triton (``split_kv_triton``) the score tile ``S = q K^T`` feeds the next
+``tl.dot``, so Triton gives it the "all warps along M" layout. With 64 heads and 8 warps that makes both
+warpgroups compute the whole 64 x 64 score tile: ``q K^T`` is done twice, and at ``h_q = 128`` the
+kernel stays near a third of the matmul rate (``kernels/NOTES.md``). Gluon lets us choose the layouts:
+
+* ``S_LAYOUT`` (warps ``[4, 2]``): warpgroup ``w`` computes the scores of tokens ``[32 w, 32 w + 32)``
+  for all 64 heads, so no score is computed twice. The row max crosses the two warpgroups (Gluon
+  reduces through shared memory).
+* ``P`` goes to shared memory, and ``O_LAYOUT`` (warps ``[4, 2]``, wgmma ``n = 256``) gives warpgroup
+  ``w`` output columns ``[256 w, 256 w + 256)``: ``acc`` is 64 x 256 float32 per warpgroup, 128
+  registers a thread, the split FlashMLA uses.
+* The page tiles go to a ring of ``STAGES`` shared-memory buffers with ``cp.async`` (masked rows are
+  zero-filled, so a page's unused slots never reach the tensor cores); the tile that feeds the scores is
+  the same buffer that feeds ``P V``: the 512 latent columns are both K and V.
+
+Same contract, grid and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits);
+used there on sm90 GPUs for 64-head blocks, unchecked calls. No CPU interpreter for Gluon: its tests
+run on the GPU, against the float64 reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from mla_edu.device import TRITON_INTERPRET
+
+import triton  # noqa: E402  (after mla_edu.device)
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    async_copy, fence_async_shared, warpgroup_mma)
+
+#: A CTA-wide barrier: ``gl.thread_barrier`` in Triton 3.6 (the H200's), ``gl.barrier`` from 3.7 (the CPU lock's).
+thread_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
+
+BLOCK_H = 64  # heads per program: one wgmma M of 64 rows per warpgroup
+BLOCK_N = 64  # tokens per tile
+STAGES = 2  # page tiles in flight: q (72 KB) + 2 tiles (144 KB) + P (8 KB) = 224 KB of shared memory
+NUM_WARPS = 8  # two warpgroups
+
+
+@gluon.jit
+def _issue_tile(kv_buf, pe_buf, cache_ptr, table_ptr, b, t0, t_end, row_stride, table_reach, num_pages,
+                stride_c_page, stride_c_slot,
+                PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr,
+                LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
+    """cp.async of tokens [t0, t0 + BLOCK_N) of request b into one ring slot; rows >= t_end are zero-filled."""
+    pos = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_KV))  # [BLOCK_N]
+    ok = pos < t_end
+    flat = b * row_stride + pos // PAGE
+    page = gl.load(table_ptr + gl.minimum(flat, table_reach - 1), mask=ok, other=0).to(gl.int64)
+    page = gl.minimum(gl.maximum(page, 0), num_pages - 1)
+    row = page * stride_c_page + (pos % PAGE).to(gl.int64) * stride_c_slot  # [BLOCK_N] offset of each token's row
+    offs_dl = gl.arange(0, DL, layout=gl.SliceLayout(0, LOAD_KV))
+    async_copy.async_copy_global_to_shared(kv_buf, cache_ptr + row[:, None] + offs_dl[None, :], mask=ok[:, None])
+    row_pe = gl.convert_layout(row, gl.SliceLayout(1, LOAD_PE))
+    ok_pe = gl.convert_layout(ok, gl.SliceLayout(1, LOAD_PE))
+    offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, LOAD_PE))
+    async_copy.async_copy_global_to_shared(pe_buf, cache_ptr + DL + row_pe[:, None] + offs_dr[None, :],
+                                           mask=ok_pe[:, None])
+
+
+@gluon.jit
+def stage1_wgmma_kernel(
+    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_c_page, stride_c_slot,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
+    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr,
+):
+    hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
+    b = gl.program_id(1)
+    s = gl.program_id(2)
+    dtype: gl.constexpr = cache_ptr.dtype.element_ty
+
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                       instr_shape=[16, BLOCK_N // 2, 16])
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                       instr_shape=[16, DL // 2, 16])
+    LOAD_KV: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])  # 16-byte vectors along a row
+    LOAD_PE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+
+    seq_len = gl.load(seq_lens_ptr + b)  # int32: token counts and positions; addresses in int64
+    n_pages = gl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
+    seq_len = gl.minimum(seq_len, n_pages * PAGE)
+    per_split = (n_pages + num_splits - 1) // num_splits
+    t_start = s * per_split * PAGE
+    t_end = gl.minimum((s + 1) * per_split * PAGE, seq_len)
+    n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
+
+    # q of this head block -> shared memory (the A operand of every score wgmma)
+    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD_KV))
+    offs_dl = gl.arange(0, DL, layout=gl.SliceLayout(0, LOAD_KV))
+    q = gl.load(q_nope_ptr + b * stride_qn_b + offs_h[:, None] * stride_qn_h + offs_dl[None, :])  # [BLOCK_H, DL]
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM, q)
+    offs_hp = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD_PE))
+    offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, LOAD_PE))
+    q_pe = gl.load(q_pe_ptr + b * stride_qp_b + offs_hp[:, None] * stride_qp_h + offs_dr[None, :])  # [BLOCK_H, DR]
+    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM, q_pe)
+
+    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
+    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+
+    for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
+        _issue_tile(kv_bufs.index(i), pe_bufs.index(i), cache_ptr, table_ptr, b, t_start + i * BLOCK_N, t_end,
+                    row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+                    PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
+        async_copy.commit_group()
+
+    qk_scale = sm_scale * 1.4426950408889634  # exp2 below: log2(e) folded into the scale
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+    l_tile = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)  # row sums, reduced once at the end
+    acc = gl.zeros([BLOCK_H, DL], gl.float32, layout=O_LAYOUT)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+
+    for j in range(n_tiles):
+        slot = j % STAGES
+        nxt = j + STAGES - 1
+        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
+        _issue_tile(kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES), cache_ptr, table_ptr, b,
+                    t_start + nxt * BLOCK_N, t_end, row_stride, table_reach, num_pages, stride_c_page,
+                    stride_c_slot, PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
+        async_copy.commit_group()
+        async_copy.wait_group(STAGES - 1)  # this thread's copies of tile j have landed
+        fence_async_shared()
+        thread_barrier()  # ... and every thread's
+        kv = kv_bufs.index(slot)  # [BLOCK_N, DL]
+        pe = pe_bufs.index(slot)  # [BLOCK_N, DR]
+
+        sc = warpgroup_mma(q_smem, kv.permute((1, 0)), s_zero, use_acc=False)  # [BLOCK_H, BLOCK_N]
+        sc = warpgroup_mma(qpe_smem, pe.permute((1, 0)), sc)
+        pos = t_start + j * BLOCK_N + offs_n
+        sc = gl.where((pos < t_end)[None, :], sc * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(sc, 1))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(sc - m_new[:, None])
+        l_tile = l_tile * alpha[:, None] + p
+        p_smem.store(p.to(dtype))
+        fence_async_shared()
+        thread_barrier()  # P's two halves written before either warpgroup reads it
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
+        acc = warpgroup_mma(p_smem, kv, acc)  # [BLOCK_H, DL]: warpgroup w its 256 columns
+        m_i = m_new
+    async_copy.wait_group(0)
+
+    l_i = gl.sum(l_tile, 1)
+    has = l_i > 0
+    l_safe = gl.where(has, l_i, 1.0)
+    o = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, O_LAYOUT))[:, None]
+    lse = gl.where(has, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))  # x ln 2: natural log
+    offs_ho = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_LAYOUT))
+    offs_do = gl.arange(0, DL, layout=gl.SliceLayout(0, O_LAYOUT))
+    if FINAL:
+        gl.store(out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :],
+                 o.to(out_ptr.dtype.element_ty))
+    else:
+        base = (b * H + offs_ho) * num_splits + s  # row of o_acc [B, H, S, DL]
+        gl.store(o_acc_ptr + base[:, None] * DL + offs_do[None, :], o)
+        offs_hs = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_LAYOUT))
+        gl.store(lse_ptr + (b * H + offs_hs) * num_splits + s, lse)
+
+
+#: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
+SM90_MAX_SHARED = 232448
+_POINTERS = {"q_nope_ptr": "q", "q_pe_ptr": "q", "cache_ptr": "q", "out_ptr": "q", "seq_lens_ptr": "*i32",
+             "table_ptr": "*i32", "o_acc_ptr": "*fp32", "lse_ptr": "*fp32"}
+
+
+def compile_offline(page: int = 64, dtype: str = "bf16", final: bool = False) -> dict:
+    """Compile stage 1 for sm_90a on any machine, GPU or not (Triton's compiler and its bundled ptxas), as
+    the JIT would for 16-byte-aligned pointers and strides. Returns ``shared_bytes``, ``registers`` and
+    ``spill_bytes`` (from ``ptxas -v``), ``wgmma`` (instruction shape -> count in the PTX: the tile loop's
+    wgmma per warpgroup) and ``ptx``. Under Triton's CPU interpreter (which replaces Triton's library
+    functions) it compiles in a child process without it: ``python -m mla_edu.kernels.split_kv_wgmma``."""
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
+    if not TRITON_INTERPRET:
+        return _compile(page, dtype, final)
+    cmd = [sys.executable, "-m", "mla_edu.kernels.split_kv_wgmma", "--page", str(page), "--dtype", dtype]
+    run = subprocess.run(cmd + (["--final"] if final else []), env={**os.environ, "TRITON_INTERPRET": "0"},
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"compiling stage1_wgmma_kernel for sm_90a failed ({' '.join(cmd)}):\n{run.stderr[-4000:]}")
+    return json.loads(run.stdout)
+
+
+def _compile(page: int, dtype: str, final: bool) -> dict:
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    fn = stage1_wgmma_kernel
+    consts = dict(PAGE=page, DL=512, DR=64, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final)
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in _POINTERS:
+            sig[name] = f"*{dtype}" if _POINTERS[name] == "q" else _POINTERS[name]
+        elif name in consts:
+            sig[name] = "constexpr"
+        else:
+            sig[name] = "fp32" if name == "sm_scale" else "i32"
+        if name in _POINTERS or name.startswith("stride"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": NUM_WARPS})
+    ptx = kernel.asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(f"{tmp}/k.ptx", "w") as f:
+            f.write(ptx)
+        log = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"],
+                             capture_output=True, text=True, check=True).stderr
+    return {"shared_bytes": kernel.metadata.shared, "registers": int(re.search(r"Used (\d+) registers", log)[1]),
+            "spill_bytes": sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
+            "wgmma": dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
+            "ptx": ptx}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="Compile the Gluon stage-1 kernel for sm_90a (no GPU needed) and "
+                                 "print shared memory, registers, spills and wgmma counts as JSON.")
+    ap.add_argument("--page", type=int, default=64, help="page size (default 64)")
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
+    ap.add_argument("--ptx", metavar="FILE", help="also write the PTX to FILE")
+    args = ap.parse_args(argv)
+    report = _compile(args.page, args.dtype, args.final)
+    if args.ptx:
+        with open(args.ptx, "w") as f:
+            f.write(report["ptx"])
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The Gluon wgmma stage 1 (``split_kv_wgmma``): compiled for sm_90a on any machine; run on a Hopper GPU."""
+
+import pytest
+import torch
+
+import mla_edu  # noqa: F401
+from mla_edu.kernels import mla_decode
+from mla_edu.kernels import split_kv_triton as skt
+from mla_edu.kernels import split_kv_wgmma as wg
+from mla_edu.kernels.cases import random_decode_case
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return wg.compile_offline()
+
+
+def test_compiles_for_sm90_within_shared_memory_and_registers(compiled):
+    # q (64 KB + 8 KB) + 2 page tiles (2 x 72 KB) + P (8 KB) + the compiler's reduction scratch
+    assert 224 * 1024 < compiled["shared_bytes"] <= wg.SM90_MAX_SHARED
+    assert compiled["registers"] <= 255 and compiled["spill_bytes"] == 0
+
+
+def test_each_score_is_computed_once(compiled):
+    # per tile and warpgroup: q K^T over 576 dims for its own 32 tokens (36 x m64n32k16), then P V for its
+    # 256 output columns over the tile's 64 tokens (4 x m64n256k16). The tl kernel computes both warpgroups'
+    # scores for all 64 tokens (kernels/NOTES.md): twice the score work.
+    assert compiled["wgmma"] == {"m64n32k16": 576 // 16, "m64n256k16": wg.BLOCK_N // 16}
+
+
+def test_compile_offline_refuses_other_dtypes():
+    with pytest.raises(ValueError, match="dtype must be 'bf16' or 'fp16', got 'fp32'"):
+        wg.compile_offline(dtype="fp32")
+
+
+def test_off_by_default_and_restored():
+    assert skt.WGMMA is False
+    with skt.wgmma_kernel():
+        assert skt.WGMMA is True
+    with pytest.raises(KeyError), skt.wgmma_kernel():
+        raise KeyError
+    assert skt.WGMMA is False
+
+
+def test_never_applies_to_cpu_tensors():
+    case = random_decode_case(0, batch=2, heads=64)
+    assert not skt.wgmma_applies(case.q_nope, case.q_pe, case.cache, case.page_table.size(1), False)
+
+
+CASES = [  # page, heads, splits, dtype, batch, max_len
+    (64, 128, 1, torch.bfloat16, 6, 900), (64, 128, 3, torch.bfloat16, 6, 900), (64, 128, -1, torch.float16, 6, 900),
+    (16, 128, 1, torch.bfloat16, 6, 900), (16, 64, 5, torch.bfloat16, 8, 700), (128, 128, 2, torch.bfloat16, 5, 1000),
+    (1, 128, 1, torch.bfloat16, 4, 300), (32, 256, 4, torch.float16, 4, 1500), (64, 128, 7, torch.bfloat16, 4, 300),
+]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernel runs on sm90 GPUs only")
+@pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"page{c[0]}-h{c[1]}-s{c[2]}-{str(c[3])[6:]}-B{c[4]}")
+def test_matches_float64_on_hopper(case_args):
+    page, heads, splits, dtype, batch, max_len = case_args
+    case = random_decode_case(7, batch=batch, heads=heads, page_size=page, max_len=max_len, dtype=dtype,
+                              device="cuda")  # every slot no request owns is NaN: a stray read shows
+    assert skt.wgmma_applies(case.q_nope, case.q_pe, case.cache, case.page_table.size(1), False)
+    with skt.wgmma_kernel():
+        out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
+                         case.sm_scale, splits, impl="triton")
+    rows = case.cache.reshape(-1, case.cache.size(-1)).double()
+    ref = torch.stack([torch.softmax(torch.cat([case.q_nope[b], case.q_pe[b]], -1).double() @ rows[s].T
+                                     * case.sm_scale, -1) @ rows[s][:, :512] for b, s in enumerate(case.token_slots)])
+    err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 1e-2, err
