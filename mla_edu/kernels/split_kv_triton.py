@@ -9,6 +9,9 @@ the S partials by LSE. Same algorithm as SGLang's Triton MLA decode
 (``python/sglang/srt/layers/attention/triton_ops/decode_attention.py``), with the cutlass
 contract's page table and workspace.
 
+On a Hopper GPU stage 1 can instead run ``split_kv_wgmma`` (Gluon: each score computed once); it is off
+(``WGMMA = False``) until it has run on a GPU: ``kernels/NOTES.md``, v4.
+
 dtypes: GPU fp16/bf16/fp32. CPU (TRITON_INTERPRET=1): fp32/fp16; bf16 raises TypeError
 because the interpreter computes bf16 wrongly.
 """
