@@ -1,4 +1,5 @@
-"""The Gluon wgmma stage 1 (``split_kv_wgmma``): compiled for sm_90a on any machine; run on a Hopper GPU."""
+"""The Gluon wgmma stage 1 (``split_kv_wgmma``, cp.async and TMA kernels): compiled for sm_90a on any machine;
+run on a Hopper GPU."""
 
 import pytest
 import torch
@@ -12,15 +13,22 @@ from mla_edu.kernels.cases import random_decode_case
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    return wg.compile_offline()
+@pytest.fixture(scope="module", params=wg.KINDS)
+def compiled(request):
+    return wg.compile_offline(tma=request.param == "tma")
 
 
 def test_compiles_for_sm90_within_shared_memory_and_registers(compiled):
-    # q (64 KB + 8 KB) + 2 page tiles (2 x 72 KB) + P (8 KB) + the compiler's reduction scratch
+    # q (64 KB + 8 KB) + 2 page tiles (2 x 72 KB) + P (8 KB) + the compiler's reduction scratch (+ mbarriers)
     assert 224 * 1024 < compiled["shared_bytes"] <= wg.SM90_MAX_SHARED
     assert compiled["registers"] <= 255 and compiled["spill_bytes"] == 0
+
+
+def test_tma_kernel_issues_each_tile_from_two_copy_instructions():
+    # one for the 512 latent columns (Triton splits the box into 8 of 64 columns, the 128-byte swizzle's
+    # width, one per warp), one for the 64 rope columns; once in the prologue, once in the loop
+    ptx = wg.compile_offline(tma=True)["ptx"]
+    assert ptx.count("cp.async.bulk.tensor.2d") == 2 * 2
 
 
 def test_each_score_is_computed_once(compiled):
@@ -36,12 +44,31 @@ def test_compile_offline_refuses_other_dtypes():
 
 
 def test_off_by_default_and_restored():
-    assert skt.WGMMA is False
+    assert skt.WGMMA is None
     with skt.wgmma_kernel():
-        assert skt.WGMMA is True
+        assert skt.WGMMA == "tma"
+        with skt.wgmma_kernel("cp.async"):
+            assert skt.WGMMA == "cp.async"
+        assert skt.WGMMA == "tma"
     with pytest.raises(KeyError), skt.wgmma_kernel():
         raise KeyError
-    assert skt.WGMMA is False
+    assert skt.WGMMA is None
+
+
+def test_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match=r"kind must be None or one of \('cp.async', 'tma'\), got 'wgmma'"):
+        with skt.wgmma_kernel("wgmma"):
+            pass
+    assert skt.WGMMA is None
+
+
+def test_tma_applies_to_whole_pages_of_a_row_major_cache():
+    cache = torch.empty(4, 64, 576, dtype=torch.bfloat16)
+    assert wg.tma_applies(cache) and wg.tma_applies(torch.empty(4, 128, 576, dtype=torch.bfloat16))
+    assert not wg.tma_applies(torch.empty(4, 16, 576, dtype=torch.bfloat16))  # a tile would span 4 pages
+    assert wg.tma_applies(torch.empty(4, 64, 600, dtype=torch.bfloat16)[..., :576])  # rows 1200 B apart: fine
+    assert not wg.tma_applies(torch.empty(4, 64, 580, dtype=torch.bfloat16)[..., :576])  # rows not 16-B aligned
+    assert not wg.tma_applies(torch.empty(8, 64, 576, dtype=torch.bfloat16)[::2])  # pages not back to back
 
 
 def test_never_applies_to_cpu_tensors():
@@ -56,14 +83,15 @@ CASES = [  # page, heads, splits, dtype, batch, max_len
 ]
 
 
-@pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernel runs on sm90 GPUs only")
+@pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
+@pytest.mark.parametrize("kind", wg.KINDS)
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"page{c[0]}-h{c[1]}-s{c[2]}-{str(c[3])[6:]}-B{c[4]}")
-def test_matches_float64_on_hopper(case_args):
+def test_matches_float64_on_hopper(case_args, kind):
     page, heads, splits, dtype, batch, max_len = case_args
     case = random_decode_case(7, batch=batch, heads=heads, page_size=page, max_len=max_len, dtype=dtype,
                               device="cuda")  # every slot no request owns is NaN: a stray read shows
     assert skt.wgmma_applies(case.q_nope, case.q_pe, case.cache, case.page_table.size(1), False)
-    with skt.wgmma_kernel():
+    with skt.wgmma_kernel(kind):
         out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
                          case.sm_scale, splits, impl="triton")
     rows = case.cache.reshape(-1, case.cache.size(-1)).double()
@@ -71,3 +99,23 @@ def test_matches_float64_on_hopper(case_args):
                                      * case.sm_scale, -1) @ rows[s][:, :512] for b, s in enumerate(case.token_slots)])
     err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
     assert err < 1e-2, err
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
+@pytest.mark.parametrize("kind", wg.KINDS)
+def test_graph_replay_equals_eager_on_hopper(kind):
+    case = random_decode_case(3, batch=8, heads=128, page_size=64, max_len=2000, dtype=torch.bfloat16,
+                              device="cuda")
+    ws = case.workspace(4)
+    call = lambda: mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table,  # noqa: E731
+                              ws, case.sm_scale, 4, impl="triton")
+    with skt.wgmma_kernel(kind):
+        eager = call()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = call()
+    case.q_nope.mul_(-1)  # new inputs in the same buffers: the replay must follow them
+    graph.replay()
+    with skt.wgmma_kernel(kind):
+        assert torch.equal(out, call())
+    assert not torch.equal(out, eager)

@@ -225,14 +225,15 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, wgmma: bool = False) -> 
                     check_rows = sorted({0, b - 1})
                     ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check_rows)
                     row["triton_rel_err"] = max(_rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
-                    if wgmma and skt.wgmma_applies(q_nope, q_pe, cache, table.size(1), False):
-                        with skt.wgmma_kernel():  # the Gluon stage 1, every split timed
+                    wgmma_kinds = skt.wgmma.KINDS if wgmma and skt.wgmma_applies(q_nope, q_pe, cache, table.size(1),
+                                                                                  False) else ()
+                    for kind in wgmma_kinds:
+                        with skt.wgmma_kernel(kind):  # a Gluon stage 1, every split timed
                             per = _us_per_split(ours, splits)
                             errs = [_rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits))]
-                        row["wgmma_rel_err"] = max(errs)
-                        row["wgmma_split_us"], row["wgmma_rule_us"] = per, per[rule]
-                        row["wgmma_best_splits"] = min(per, key=per.get)
-                        row["wgmma_best_us"] = per[row["wgmma_best_splits"]]
+                        best = min(per, key=per.get)
+                        row.setdefault("wgmma", {})[kind] = {"split_us": per, "rule_us": per[rule], "best_splits": best,
+                                                             "best_us": per[best], "rel_err": max(errs)}
                     if sglang is not None and cache.numel() >= 2**31:
                         # its int32 offsets (token slot * 576) wrap past 2^31 elements: an illegal address
                         row["sglang_skipped"] = "cache of 2^31 elements or more (int32 offsets in the kernel)"
@@ -367,20 +368,21 @@ def to_markdown(data: dict) -> str:
             f"({r['triton_best_splits']}) | {r['triton_rule_us'] / r['triton_best_us']:.2f} "
             f"| {r['triton_auto_us']:.1f} ({r['triton_auto_splits']}) | {sg} | {fm} | {xsg} | {xfm} "
             f"| {100 * r['frac_copy']:.0f}% / {100 * r['frac_matmul']:.0f}% | {fmp} | {errs} |")
-    wg = [r for r in data["results"] if "wgmma_rule_us" in r]
+    wg = [(r, kind, w) for r in data["results"] for kind, w in r.get("wgmma", {}).items()]
     if wg:
-        lines += ["", "The Gluon wgmma stage 1 (`split_kv_wgmma`, `--wgmma`), same problems: at the rule's split and "
-                  "at its best split; 'x tl' = the tl kernel's time at the rule's split / the wgmma kernel's.", "",
-                  "| page | h_q | B | L | tl us (split) | wgmma us | wgmma best us (split) | x tl "
+        lines += ["", "The Gluon wgmma stage 1 (`split_kv_wgmma`, `--wgmma`; 'tma' reads pages with the bulk copy "
+                  "engine, 'cp.async' as the tl kernel does), same problems: at the rule's split and at its best "
+                  "split; 'x tl' = the tl kernel's time at the rule's split / the wgmma kernel's.", "",
+                  "| page | h_q | B | L | tl us (split) | kernel | wgmma us | wgmma best us (split) | x tl "
                   "| wgmma % copy / matmul | x FlashMLA | err |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in wg:
-            us = r["wgmma_rule_us"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r, kind, w in wg:
+            us = w["rule_us"]
             xfm = f"{r['flashmla_us'] / us:.2f}" if "flashmla_us" in r else ""
             lines.append(f"| {r['page']} | {r['heads']} | {r['batch']} | {r['seq_len']} "
-                         f"| {r['triton_rule_us']:.1f} ({r['triton_rule_splits']}) | {us:.1f} "
-                         f"| {r['wgmma_best_us']:.1f} ({r['wgmma_best_splits']}) | {r['triton_rule_us'] / us:.2f} "
-                         "| {:.0f}% / {:.0f}% ".format(*pct(r, us)) + f"| {xfm} | {r['wgmma_rel_err']:.1e} |")
+                         f"| {r['triton_rule_us']:.1f} ({r['triton_rule_splits']}) | {kind} | {us:.1f} "
+                         f"| {w['best_us']:.1f} ({w['best_splits']}) | {r['triton_rule_us'] / us:.2f} "
+                         "| {:.0f}% / {:.0f}% ".format(*pct(r, us)) + f"| {xfm} | {w['rel_err']:.1e} |")
     peers = [r for r in data["results"] if "compiled_us" in r]
     if peers:
         lines += ["", "Other peers at a few sizes: the same call without a graph (eager, host overhead included), the "
@@ -421,8 +423,8 @@ def main(argv=None):
     ap.add_argument("--pages", default=",".join(map(str, PAGES)), help="page sizes, comma-separated (default 64,128)")
     ap.add_argument("--once", metavar="H,B,L", help="no benchmark: run mla_edu (its rule's split) and each installed "
                     "peer once at h_q=H, batch B, length L, page 64 (for a profiler such as ncu)")
-    ap.add_argument("--wgmma", action="store_true", help="also time the Gluon wgmma stage 1 (sm90, 64-head "
-                    "programs) at every split, in its own table")
+    ap.add_argument("--wgmma", action="store_true", help="also time the Gluon wgmma stage 1 kernels (sm90, "
+                    "64-head programs; cp.async and TMA) at every split, in their own table")
     ap.add_argument("--rerule", metavar="JSON", help="no GPU: recompute the split rule's columns of a bench run's "
                     "kernel_bench.json with the current rule, write --out (with --note saying why)")
     ap.add_argument("--note", default="", help="with --rerule: why the rule's columns were recomputed")
@@ -457,11 +459,12 @@ def run_once(heads: int, batch: int, length: int, page: int = 64, wgmma: bool = 
     if wgmma:
         from mla_edu.kernels import split_kv_triton as skt
 
-        def wgmma_call():
-            with skt.wgmma_kernel():
-                return calls["mla_edu"]()
+        for kind in skt.wgmma.KINDS:
+            def wgmma_call(kind=kind):
+                with skt.wgmma_kernel(kind):
+                    return calls["mla_edu"]()
 
-        calls["mla_edu_wgmma"] = wgmma_call
+            calls[f"mla_edu_wgmma_{kind}"] = wgmma_call
     sglang, _ = peers.load_sglang_decode()
     if sglang is not None:
         sglang_peer = peers.SGLangTriton(sglang, q_nope, q_pe, cache, seq_lens, table, scale, 4)

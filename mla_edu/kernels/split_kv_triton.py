@@ -10,7 +10,7 @@ the S partials by LSE. Same algorithm as SGLang's Triton MLA decode
 contract's page table and workspace.
 
 On a Hopper GPU stage 1 can instead run ``split_kv_wgmma`` (Gluon: each score computed once); it is off
-(``WGMMA = False``) until it has run on a GPU: ``kernels/NOTES.md``, v4.
+(``WGMMA = None``) until it has run on a GPU: ``kernels/NOTES.md``, v4.
 
 dtypes: GPU fp16/bf16/fp32. CPU (TRITON_INTERPRET=1): fp32/fp16; bf16 raises TypeError
 because the interpreter computes bf16 wrongly.
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from mla_edu.device import TRITON_INTERPRET
+from mla_edu.kernels import split_kv_wgmma as wgmma
 from mla_edu.kernels.contract import DecodePlan, flat_table, workspace_views
 from mla_edu.kernels.workspace import gpu_block_h
 
@@ -176,15 +177,17 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
     return TUNED.get(block_h, (block_h, *GPU_CONFIGS[block_h]))
 
 
-#: Run stage 1 with the Gluon wgmma kernel (``split_kv_wgmma``) where ``wgmma_applies``. Off by default: that
-#: kernel is compiled and inspected for sm_90a (``split_kv_wgmma.compile_offline``) but has not yet run on a
-#: GPU; ``tests/test_kernels_wgmma.py`` and ``python -m tools.kernel_bench --wgmma`` are its first run.
-WGMMA = False
+#: Stage 1 on a Hopper GPU: None = the tl kernel above; "cp.async" or "tma" = the Gluon wgmma kernels of
+#: ``split_kv_wgmma`` where ``wgmma_applies`` ("tma" reads through cp.async where ``split_kv_wgmma.tma_applies``
+#: is false). None by default: those kernels are compiled and inspected for sm_90a
+#: (``split_kv_wgmma.compile_offline``) but have not yet run on a GPU; ``tests/test_kernels_wgmma.py`` and
+#: ``python -m tools.kernel_bench --wgmma`` are their first run.
+WGMMA: str | None = None
 
 
 def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, max_pages: int,
                   checked: bool) -> bool:
-    """Whether the Gluon wgmma kernel fits the call: a Hopper GPU (sm90), fp16/bf16, DeepSeek's 512 + 64
+    """Whether the Gluon wgmma kernels fit the call: a Hopper GPU (sm90), fp16/bf16, DeepSeek's 512 + 64
     dims, 64-head programs (``gpu_block_h``), unchecked. Everything else runs the tl kernel above."""
     b, h, dl = q_nope.shape
     return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
@@ -194,11 +197,13 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
 
 
 @contextlib.contextmanager
-def wgmma_kernel(on: bool = True):
-    """Inside the block, stage 1 uses (``on``) or avoids the Gluon wgmma kernel; the setting is restored after.
-    The choice is made on the host at each call, so a CUDA graph keeps the kernel it captured."""
+def wgmma_kernel(kind: str | None = "tma"):
+    """Inside the block stage 1 runs ``kind`` (see ``WGMMA``); the setting is restored after. The choice is
+    made on the host at each call, so a CUDA graph keeps the kernel it captured."""
     global WGMMA
-    old, WGMMA = WGMMA, on
+    if kind is not None and kind not in wgmma.KINDS:
+        raise ValueError(f"kind must be None or one of {wgmma.KINDS}, got {kind!r}")
+    old, WGMMA = WGMMA, kind
     try:
         yield
     finally:
@@ -212,16 +217,9 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                       final: bool) -> None:
     b, h, dl = q_nope.shape
     on_gpu = q_nope.is_cuda
-    if WGMMA and wgmma_applies(q_nope, q_pe, cache, max_pages, checked):
-        from mla_edu.kernels import split_kv_wgmma as wg
-
-        wg.stage1_wgmma_kernel[(h // wg.BLOCK_H, b, num_splits)](
-            q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
-            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-            cache.stride(0), cache.stride(1), out.stride(0), out.stride(1),
-            h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
-            PAGE=cache.size(1), DL=dl, DR=q_pe.size(2), BLOCK_H=wg.BLOCK_H, BLOCK_N=wg.BLOCK_N, STAGES=wg.STAGES,
-            FINAL=final, num_warps=wg.NUM_WARPS)
+    if WGMMA is not None and wgmma_applies(q_nope, q_pe, cache, max_pages, checked):
+        wgmma.launch(WGMMA, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
+                     max_pages, num_splits, final)
         return
     block_h, block_n, warps, stages = launch_config(h, on_gpu, b, max_pages)
     grid = (b, triton.cdiv(h, block_h), num_splits)

@@ -37,7 +37,7 @@ import triton  # noqa: E402  (after mla_edu.device)
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
-    async_copy, fence_async_shared, warpgroup_mma)
+    async_copy, fence_async_shared, mbarrier, tma, warpgroup_mma)
 
 #: A CTA-wide barrier: ``gl.thread_barrier`` in Triton 3.6 (the H200's), ``gl.barrier`` from 3.7 (the CPU lock's).
 thread_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
@@ -46,6 +46,49 @@ BLOCK_H = 64  # heads per program: one wgmma M of 64 rows per warpgroup
 BLOCK_N = 64  # tokens per tile
 STAGES = 2  # page tiles in flight: q (72 KB) + 2 tiles (144 KB) + P (8 KB) = 224 KB of shared memory
 NUM_WARPS = 8  # two warpgroups
+
+
+@gluon.constexpr_function
+def _layouts(BLOCK_N, DL):
+    """(S_LAYOUT, O_LAYOUT, LOAD_KV, LOAD_PE, SMEM): scores and output with warps [4, 2] (see the module
+    docstring), 16-byte row vectors for global loads, 128-byte swizzled shared memory for the wgmma."""
+    return (gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]),
+            gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, DL // 2, 16]),
+            gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0]),
+            gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]),
+            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+
+
+@gluon.jit
+def _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Tokens [t_start, t_end) of split s of request b, and its number of tiles (int32 positions)."""
+    seq_len = gl.load(seq_lens_ptr + b)
+    n_pages = gl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
+    seq_len = gl.minimum(seq_len, n_pages * PAGE)
+    per_split = (n_pages + num_splits - 1) // num_splits
+    t_start = s * per_split * PAGE
+    t_end = gl.minimum((s + 1) * per_split * PAGE, seq_len)
+    return t_start, t_end, (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
+
+
+@gluon.jit
+def _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
+            BLOCK_H: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, LOAD_KV: gl.constexpr,
+            LOAD_PE: gl.constexpr):
+    """q of this head block into shared memory: the A operand of every score wgmma."""
+    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD_KV))
+    offs_dl = gl.arange(0, DL, layout=gl.SliceLayout(0, LOAD_KV))
+    q_smem.store(gl.load(q_nope_ptr + b * stride_qn_b + offs_h[:, None] * stride_qn_h + offs_dl[None, :]))
+    offs_hp = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD_PE))
+    offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, LOAD_PE))
+    qpe_smem.store(gl.load(q_pe_ptr + b * stride_qp_b + offs_hp[:, None] * stride_qp_h + offs_dr[None, :]))
+
+
+@gluon.jit
+def _page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE: gl.constexpr):
+    """Page id of token t0 of request b: the table entry, clamped into the storage and [0, num_pages)."""
+    page = gl.load(table_ptr + gl.minimum(b * row_stride + t0 // PAGE, table_reach - 1)).to(gl.int64)
+    return gl.minimum(gl.maximum(page, 0), num_pages - 1)
 
 
 @gluon.jit
@@ -70,93 +113,31 @@ def _issue_tile(kv_buf, pe_buf, cache_ptr, table_ptr, b, t0, t_end, row_stride, 
 
 
 @gluon.jit
-def stage1_wgmma_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
-    stride_c_page, stride_c_slot,
-    stride_o_b, stride_o_h,
-    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
-    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, FINAL: gl.constexpr,
-):
-    hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
-    b = gl.program_id(1)
-    s = gl.program_id(2)
-    dtype: gl.constexpr = cache_ptr.dtype.element_ty
+def _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, pos, t_end, qk_scale,
+                 S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """One tile of online softmax: scores (each warpgroup its 32 tokens), P to shared memory, P V (each
+    warpgroup its 256 columns). kv [BLOCK_N, DL] and pe [BLOCK_N, DR] are the tile in shared memory."""
+    s_zero = gl.zeros(l_tile.shape, gl.float32, layout=S_LAYOUT)
+    sc = warpgroup_mma(q_smem, kv.permute((1, 0)), s_zero, use_acc=False)  # [BLOCK_H, BLOCK_N]
+    sc = warpgroup_mma(qpe_smem, pe.permute((1, 0)), sc)
+    sc = gl.where((pos < t_end)[None, :], sc * qk_scale, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(sc, 1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(sc - m_new[:, None])
+    l_tile = l_tile * alpha[:, None] + p  # row sums kept as a tile, reduced once at the end
+    p_smem.store(p.to(p_smem.dtype))
+    fence_async_shared()
+    thread_barrier()  # P's two halves written before either warpgroup reads it
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
+    acc = warpgroup_mma(p_smem, kv, acc)  # [BLOCK_H, DL]: warpgroup w its 256 columns
+    return m_new, l_tile, acc
 
-    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, BLOCK_N // 2, 16])
-    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, DL // 2, 16])
-    LOAD_KV: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])  # 16-byte vectors along a row
-    LOAD_PE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
-    SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
-    seq_len = gl.load(seq_lens_ptr + b)  # int32: token counts and positions; addresses in int64
-    n_pages = gl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
-    seq_len = gl.minimum(seq_len, n_pages * PAGE)
-    per_split = (n_pages + num_splits - 1) // num_splits
-    t_start = s * per_split * PAGE
-    t_end = gl.minimum((s + 1) * per_split * PAGE, seq_len)
-    n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
-
-    # q of this head block -> shared memory (the A operand of every score wgmma)
-    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD_KV))
-    offs_dl = gl.arange(0, DL, layout=gl.SliceLayout(0, LOAD_KV))
-    q = gl.load(q_nope_ptr + b * stride_qn_b + offs_h[:, None] * stride_qn_h + offs_dl[None, :])  # [BLOCK_H, DL]
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM, q)
-    offs_hp = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD_PE))
-    offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, LOAD_PE))
-    q_pe = gl.load(q_pe_ptr + b * stride_qp_b + offs_hp[:, None] * stride_qp_h + offs_dr[None, :])  # [BLOCK_H, DR]
-    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM, q_pe)
-
-    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
-    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
-
-    for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
-        _issue_tile(kv_bufs.index(i), pe_bufs.index(i), cache_ptr, table_ptr, b, t_start + i * BLOCK_N, t_end,
-                    row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
-                    PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
-        async_copy.commit_group()
-
-    qk_scale = sm_scale * 1.4426950408889634  # exp2 below: log2(e) folded into the scale
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
-    l_tile = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)  # row sums, reduced once at the end
-    acc = gl.zeros([BLOCK_H, DL], gl.float32, layout=O_LAYOUT)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
-
-    for j in range(n_tiles):
-        slot = j % STAGES
-        nxt = j + STAGES - 1
-        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
-        _issue_tile(kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES), cache_ptr, table_ptr, b,
-                    t_start + nxt * BLOCK_N, t_end, row_stride, table_reach, num_pages, stride_c_page,
-                    stride_c_slot, PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
-        async_copy.commit_group()
-        async_copy.wait_group(STAGES - 1)  # this thread's copies of tile j have landed
-        fence_async_shared()
-        thread_barrier()  # ... and every thread's
-        kv = kv_bufs.index(slot)  # [BLOCK_N, DL]
-        pe = pe_bufs.index(slot)  # [BLOCK_N, DR]
-
-        sc = warpgroup_mma(q_smem, kv.permute((1, 0)), s_zero, use_acc=False)  # [BLOCK_H, BLOCK_N]
-        sc = warpgroup_mma(qpe_smem, pe.permute((1, 0)), sc)
-        pos = t_start + j * BLOCK_N + offs_n
-        sc = gl.where((pos < t_end)[None, :], sc * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(sc, 1))
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(sc - m_new[:, None])
-        l_tile = l_tile * alpha[:, None] + p
-        p_smem.store(p.to(dtype))
-        fence_async_shared()
-        thread_barrier()  # P's two halves written before either warpgroup reads it
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
-        acc = warpgroup_mma(p_smem, kv, acc)  # [BLOCK_H, DL]: warpgroup w its 256 columns
-        m_i = m_new
-    async_copy.wait_group(0)
-
+@gluon.jit
+def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
+           BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, S_LAYOUT: gl.constexpr,
+           O_LAYOUT: gl.constexpr):
+    """Normalized output (FINAL: into out) or the split's partial output and log-sum-exp (into o_acc, lse)."""
     l_i = gl.sum(l_tile, 1)
     has = l_i > 0
     l_safe = gl.where(has, l_i, 1.0)
@@ -174,41 +155,234 @@ def stage1_wgmma_kernel(
         gl.store(lse_ptr + (b * H + offs_hs) * num_splits + s, lse)
 
 
+@gluon.jit
+def stage1_wgmma_kernel(
+    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_c_page, stride_c_slot,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
+    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr,
+):
+    """Page tiles by cp.async (any page size: each row looks its page up)."""
+    hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
+    b = gl.program_id(1)
+    s = gl.program_id(2)
+    dtype: gl.constexpr = cache_ptr.dtype.element_ty
+    S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
+    O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
+    LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
+    LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
+    SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
+
+    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
+    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
+    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
+            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
+    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
+    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+
+    for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
+        _issue_tile(kv_bufs.index(i), pe_bufs.index(i), cache_ptr, table_ptr, b, t_start + i * BLOCK_N, t_end,
+                    row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+                    PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
+        async_copy.commit_group()
+
+    qk_scale = sm_scale * 1.4426950408889634  # exp2 below: log2(e) folded into the scale
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+    l_tile = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
+    acc = gl.zeros([BLOCK_H, DL], gl.float32, layout=O_LAYOUT)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+    for j in range(n_tiles):
+        slot = j % STAGES
+        nxt = j + STAGES - 1
+        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
+        _issue_tile(kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES), cache_ptr, table_ptr, b,
+                    t_start + nxt * BLOCK_N, t_end, row_stride, table_reach, num_pages, stride_c_page,
+                    stride_c_slot, PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
+        async_copy.commit_group()
+        async_copy.wait_group(STAGES - 1)  # this thread's copies of tile j have landed
+        fence_async_shared()
+        thread_barrier()  # ... and every thread's
+        m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv_bufs.index(slot), pe_bufs.index(slot), p_smem,
+                                        m_i, l_tile, acc, t_start + j * BLOCK_N + offs_n, t_end, qk_scale,
+                                        S_LAYOUT, O_LAYOUT)
+    async_copy.wait_group(0)
+    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
+           BLOCK_H, DL, FINAL, S_LAYOUT, O_LAYOUT)
+
+
+@gluon.jit
+def stage1_wgmma_tma_kernel(
+    q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
+    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr,
+):
+    """Page tiles by TMA (the bulk tensor copy engine, one page per tile: PAGE % BLOCK_N == 0): one thread
+    issues a tile, an mbarrier per ring slot says when it has landed, no address registers. kv_desc and
+    pe_desc are 2D descriptors over the cache's rows ``[num_pages * PAGE, 576]``, columns [0, DL) and
+    [DL, DL + DR). TMA cannot mask rows, so the rows of the last tile past the length (which may hold
+    anything, NaN included) are zeroed in shared memory before the wgmma reads them."""
+    hb = gl.program_id(0)
+    b = gl.program_id(1)
+    s = gl.program_id(2)
+    dtype: gl.constexpr = kv_desc.dtype
+    S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
+    O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
+    LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
+    LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
+    SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
+    TILE_BYTES: gl.constexpr = BLOCK_N * (DL + DR) * 2
+
+    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
+    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
+    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
+            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
+    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], kv_desc.layout)
+    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], pe_desc.layout)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()  # q stored and barriers initialized before any async proxy use
+
+    for i in gl.static_range(STAGES - 1):
+        t0 = t_start + i * BLOCK_N
+        row0 = (_page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
+        mbarrier.expect(bars.index(i), TILE_BYTES, pred=i < n_tiles)
+        tma.async_copy_global_to_shared(kv_desc, [row0, 0], bars.index(i), kv_bufs.index(i), pred=i < n_tiles)
+        tma.async_copy_global_to_shared(pe_desc, [row0, 0], bars.index(i), pe_bufs.index(i), pred=i < n_tiles)
+
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+    l_tile = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
+    acc = gl.zeros([BLOCK_H, DL], gl.float32, layout=O_LAYOUT)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+    for j in range(n_tiles):
+        slot = j % STAGES
+        nxt = j + STAGES - 1
+        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
+        t1 = t_start + nxt * BLOCK_N
+        row1 = (_page_of(table_ptr, b, t1, row_stride, table_reach, num_pages, PAGE) * PAGE + t1 % PAGE).to(gl.int32)
+        bar1 = bars.index(nxt % STAGES)
+        mbarrier.expect(bar1, TILE_BYTES, pred=nxt < n_tiles)
+        tma.async_copy_global_to_shared(kv_desc, [row1, 0], bar1, kv_bufs.index(nxt % STAGES), pred=nxt < n_tiles)
+        tma.async_copy_global_to_shared(pe_desc, [row1, 0], bar1, pe_bufs.index(nxt % STAGES), pred=nxt < n_tiles)
+        mbarrier.wait(bars.index(slot), phase=(j // STAGES) & 1)
+        t0 = t_start + j * BLOCK_N
+        kv = kv_bufs.index(slot)
+        pe = pe_bufs.index(slot)
+        if t0 + BLOCK_N > t_end:  # the last tile: zero the rows past the length
+            rows = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_KV))
+            kv.store(gl.where((rows < t_end)[:, None], kv.load(LOAD_KV), 0.0).to(dtype))
+            rows_pe = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_PE))
+            pe.store(gl.where((rows_pe < t_end)[:, None], pe.load(LOAD_PE), 0.0).to(dtype))
+            fence_async_shared()
+            thread_barrier()
+        m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, t0 + offs_n, t_end,
+                                        qk_scale, S_LAYOUT, O_LAYOUT)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
+           BLOCK_H, DL, FINAL, S_LAYOUT, O_LAYOUT)
+
+
+KINDS = ("cp.async", "tma")
+
+
+def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float,
+           row_stride: int, max_pages: int, num_splits: int, final: bool) -> None:
+    """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs): ``kind`` "tma" runs
+    ``stage1_wgmma_tma_kernel`` where ``tma_applies(cache)``, else (and for "cp.async") ``stage1_wgmma_kernel``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    b, h, dl = q_nope.shape
+    grid = (h // BLOCK_H, b, num_splits)
+    shapes = dict(PAGE=cache.size(1), DL=dl, DR=q_pe.size(2), BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES,
+                  FINAL=final, num_warps=NUM_WARPS)
+    q_strides = (q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1))
+    tail = (out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
+            sm_scale)
+    if kind == "tma" and tma_applies(cache):
+        kv_desc, pe_desc = tma_descriptors(cache, dl)
+        stage1_wgmma_tma_kernel[grid](q_nope, q_pe, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
+                                      *q_strides, *tail, **shapes)
+    else:
+        stage1_wgmma_kernel[grid](q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, *q_strides,
+                                  cache.stride(0), cache.stride(1), *tail, **shapes)
+
+
 #: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
 SM90_MAX_SHARED = 232448
 _POINTERS = {"q_nope_ptr": "q", "q_pe_ptr": "q", "cache_ptr": "q", "out_ptr": "q", "seq_lens_ptr": "*i32",
              "table_ptr": "*i32", "o_acc_ptr": "*fp32", "lse_ptr": "*fp32"}
 
 
-def compile_offline(page: int = 64, dtype: str = "bf16", final: bool = False) -> dict:
+def tma_applies(cache) -> bool:
+    """Whether ``stage1_wgmma_tma_kernel`` can read this cache: whole tiles inside one page
+    (``PAGE % BLOCK_N == 0``), pages back to back (a 2D view of its rows), rows 16-byte aligned."""
+    return (cache.size(1) % BLOCK_N == 0 and cache.stride(0) == cache.size(1) * cache.stride(1)
+            and (cache.stride(1) * cache.element_size()) % 16 == 0 and cache.data_ptr() % 16 == 0)
+
+
+def tma_descriptors(cache, d_latent: int = 512):
+    """(kv_desc, pe_desc): TMA descriptors over the rows ``[num_pages * PAGE, 576]`` of a cache that
+    ``tma_applies`` to, blocks of ``BLOCK_N`` rows x the latent / rope columns. Host objects only (the
+    launch copies them into the kernel's parameters), so a CUDA graph captures them like any argument."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    rows = cache.view(-1, cache.size(-1))  # [num_pages * PAGE, 576]
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    d_rope = cache.size(-1) - d_latent
+    kv = TensorDescriptor(rows, [rows.size(0), d_latent], list(rows.stride()), [BLOCK_N, d_latent], layout)
+    pe = TensorDescriptor(rows[:, d_latent:], [rows.size(0), d_rope], list(rows.stride()), [BLOCK_N, d_rope], layout)
+    return kv, pe
+
+
+def compile_offline(page: int = 64, dtype: str = "bf16", final: bool = False, tma: bool = False) -> dict:
     """Compile stage 1 for sm_90a on any machine, GPU or not (Triton's compiler and its bundled ptxas), as
-    the JIT would for 16-byte-aligned pointers and strides. Returns ``shared_bytes``, ``registers`` and
-    ``spill_bytes`` (from ``ptxas -v``), ``wgmma`` (instruction shape -> count in the PTX: the tile loop's
-    wgmma per warpgroup) and ``ptx``. Under Triton's CPU interpreter (which replaces Triton's library
-    functions) it compiles in a child process without it: ``python -m mla_edu.kernels.split_kv_wgmma``."""
+    the JIT would for 16-byte-aligned pointers and strides; ``tma``: the TMA kernel. Returns
+    ``shared_bytes``, ``registers`` and ``spill_bytes`` (from ``ptxas -v``), ``wgmma`` (instruction shape
+    -> count in the PTX: the tile loop's wgmma per warpgroup) and ``ptx``. Under Triton's CPU interpreter
+    (which replaces Triton's library functions) it compiles in a child process without it:
+    ``python -m mla_edu.kernels.split_kv_wgmma``."""
     if dtype not in ("bf16", "fp16"):
         raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
     if not TRITON_INTERPRET:
-        return _compile(page, dtype, final)
+        return _compile(page, dtype, final, tma)
     cmd = [sys.executable, "-m", "mla_edu.kernels.split_kv_wgmma", "--page", str(page), "--dtype", dtype]
-    run = subprocess.run(cmd + (["--final"] if final else []), env={**os.environ, "TRITON_INTERPRET": "0"},
+    cmd += ["--final"] * final + ["--tma"] * tma
+    run = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"},
                          capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"compiling stage1_wgmma_kernel for sm_90a failed ({' '.join(cmd)}):\n{run.stderr[-4000:]}")
     return json.loads(run.stdout)
 
 
-def _compile(page: int, dtype: str, final: bool) -> dict:
+def _compile(page: int, dtype: str, final: bool, tma: bool) -> dict:
+    import torch
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import get_ptxas
     from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
 
-    fn = stage1_wgmma_kernel
+    fn = stage1_wgmma_tma_kernel if tma else stage1_wgmma_kernel
+    cache = torch.empty(2, max(page, BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+    descs = dict(zip(("kv_desc", "pe_desc"), map(mangle_type, tma_descriptors(cache)))) if tma else {}
     consts = dict(PAGE=page, DL=512, DR=64, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final)
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in _POINTERS:
             sig[name] = f"*{dtype}" if _POINTERS[name] == "q" else _POINTERS[name]
+        elif name in descs:
+            sig[name] = descs[name]
         elif name in consts:
             sig[name] = "constexpr"
         else:
@@ -235,9 +409,10 @@ def main(argv=None) -> None:
     ap.add_argument("--page", type=int, default=64, help="page size (default 64)")
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
+    ap.add_argument("--tma", action="store_true", help="the TMA kernel (page tiles by the bulk copy engine)")
     ap.add_argument("--ptx", metavar="FILE", help="also write the PTX to FILE")
     args = ap.parse_args(argv)
-    report = _compile(args.page, args.dtype, args.final)
+    report = _compile(args.page, args.dtype, args.final, args.tma)
     if args.ptx:
         with open(args.ptx, "w") as f:
             f.write(report["ptx"])
