@@ -279,11 +279,12 @@ def stage1_wgmma_tma_kernel(
         t0 = t_start + j * BLOCK_N
         kv = kv_bufs.index(slot)
         pe = pe_bufs.index(slot)
-        if t0 + BLOCK_N > t_end:  # the last tile: zero the rows past the length
-            rows = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_KV))
-            kv.store(gl.where((rows < t_end)[:, None], kv.load(LOAD_KV), 0.0).to(dtype))
-            rows_pe = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_PE))
-            pe.store(gl.where((rows_pe < t_end)[:, None], pe.load(LOAD_PE), 0.0).to(dtype))
+        if t0 + BLOCK_N > t_end:  # the last tile: zero the rows past the length, 64 columns at a time
+            keep = (t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_PE)) < t_end)[:, None]
+            for c in gl.static_range(DL // DR):
+                chunk = kv.slice(c * DR, DR, dim=1)  # [BLOCK_N, 64]: one 128-byte swizzle span
+                chunk.store(gl.where(keep, chunk.load(LOAD_PE), 0.0).to(dtype))
+            pe.store(gl.where(keep, pe.load(LOAD_PE), 0.0).to(dtype))
             fence_async_shared()
             thread_barrier()
         m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, t0 + offs_n, t_end,
