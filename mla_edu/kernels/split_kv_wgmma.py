@@ -92,6 +92,17 @@ def _page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE: gl.cons
 
 
 @gluon.jit
+def _issue_tma(kv_desc, pe_desc, kv_buf, pe_buf, bar, table_ptr, b, t0, pred, row_stride, table_reach, num_pages,
+               PAGE: gl.constexpr):
+    """TMA of the tile at token t0 of request b (inside one page) into one ring slot; ``bar`` completes when
+    its bytes have landed. Nothing is issued where ``pred`` is false (a tile past the split's end)."""
+    row0 = (_page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
+    mbarrier.expect(bar, kv_desc.block_type.nbytes + pe_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(kv_desc, [row0, 0], bar, kv_buf, pred=pred)
+    tma.async_copy_global_to_shared(pe_desc, [row0, 0], bar, pe_buf, pred=pred)
+
+
+@gluon.jit
 def _issue_tile(kv_buf, pe_buf, cache_ptr, table_ptr, b, t0, t_end, row_stride, table_reach, num_pages,
                 stride_c_page, stride_c_slot,
                 PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -110,6 +121,16 @@ def _issue_tile(kv_buf, pe_buf, cache_ptr, table_ptr, b, t0, t_end, row_stride, 
     offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, LOAD_PE))
     async_copy.async_copy_global_to_shared(pe_buf, cache_ptr + DL + row_pe[:, None] + offs_dr[None, :],
                                            mask=ok_pe[:, None])
+
+
+@gluon.jit
+def _initial_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, DL: gl.constexpr, S_LAYOUT: gl.constexpr,
+                   O_LAYOUT: gl.constexpr):
+    """Running max (-inf), row-sum tile and output accumulator (zeros), and the tile's token offsets."""
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+    l_tile = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
+    acc = gl.zeros([BLOCK_H, DL], gl.float32, layout=O_LAYOUT)
+    return m_i, l_tile, acc, gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
 
 
 @gluon.jit
@@ -157,15 +178,20 @@ def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_split
 
 @gluon.jit
 def stage1_wgmma_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
     H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
     PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, FINAL: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr,
 ):
-    """Page tiles by cp.async (any page size: each row looks its page up)."""
+    """Grid ``(H / BLOCK_H, B, splits)``. Page tiles by cp.async (``TMA`` false: any page size, each row
+    looks its page up; ``kv_desc``, ``pe_desc`` unused) or by TMA, the bulk copy engine (``TMA``: one page
+    per tile, ``PAGE % BLOCK_N == 0``; ``kv_desc``, ``pe_desc`` are 2D descriptors over the cache's rows
+    ``[num_pages * PAGE, 576]``, columns [0, DL) and [DL, DL + DR): one thread issues a tile, an mbarrier
+    per ring slot says when it has landed, no address registers). TMA cannot mask rows, so the rows of
+    the last tile past the length (which may hold anything, NaN included) are zeroed in shared memory."""
     hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
     b = gl.program_id(1)
     s = gl.program_id(2)
@@ -184,113 +210,59 @@ def stage1_wgmma_kernel(
     kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
     pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
     p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    if TMA:
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        fence_async_shared()  # q stored and the barriers initialized before any use by the async proxy
 
     for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
-        _issue_tile(kv_bufs.index(i), pe_bufs.index(i), cache_ptr, table_ptr, b, t_start + i * BLOCK_N, t_end,
-                    row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
-                    PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
-        async_copy.commit_group()
+        if TMA:
+            _issue_tma(kv_desc, pe_desc, kv_bufs.index(i), pe_bufs.index(i), bars.index(i), table_ptr, b,
+                       t_start + i * BLOCK_N, i < n_tiles, row_stride, table_reach, num_pages, PAGE)
+        else:
+            _issue_tile(kv_bufs.index(i), pe_bufs.index(i), cache_ptr, table_ptr, b, t_start + i * BLOCK_N, t_end,
+                        row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+                        PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
+            async_copy.commit_group()
 
-    qk_scale = sm_scale * 1.4426950408889634  # exp2 below: log2(e) folded into the scale
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
-    l_tile = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
-    acc = gl.zeros([BLOCK_H, DL], gl.float32, layout=O_LAYOUT)
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+    m_i, l_tile, acc, offs_n = _initial_state(BLOCK_H, BLOCK_N, DL, S_LAYOUT, O_LAYOUT)
+    qk_scale = sm_scale * 1.4426950408889634  # exp2 in _attend_tile: log2(e) folded into the scale
     for j in range(n_tiles):
         slot = j % STAGES
         nxt = j + STAGES - 1
-        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
-        _issue_tile(kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES), cache_ptr, table_ptr, b,
-                    t_start + nxt * BLOCK_N, t_end, row_stride, table_reach, num_pages, stride_c_page,
-                    stride_c_slot, PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
-        async_copy.commit_group()
-        async_copy.wait_group(STAGES - 1)  # this thread's copies of tile j have landed
-        fence_async_shared()
-        thread_barrier()  # ... and every thread's
-        m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv_bufs.index(slot), pe_bufs.index(slot), p_smem,
-                                        m_i, l_tile, acc, t_start + j * BLOCK_N + offs_n, t_end, qk_scale,
-                                        S_LAYOUT, O_LAYOUT)
-    async_copy.wait_group(0)
-    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
-           BLOCK_H, DL, FINAL, S_LAYOUT, O_LAYOUT)
-
-
-@gluon.jit
-def stage1_wgmma_tma_kernel(
-    q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
-    stride_o_b, stride_o_h,
-    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
-    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, FINAL: gl.constexpr,
-):
-    """Page tiles by TMA (the bulk tensor copy engine, one page per tile: PAGE % BLOCK_N == 0): one thread
-    issues a tile, an mbarrier per ring slot says when it has landed, no address registers. kv_desc and
-    pe_desc are 2D descriptors over the cache's rows ``[num_pages * PAGE, 576]``, columns [0, DL) and
-    [DL, DL + DR). TMA cannot mask rows, so the rows of the last tile past the length (which may hold
-    anything, NaN included) are zeroed in shared memory before the wgmma reads them."""
-    hb = gl.program_id(0)
-    b = gl.program_id(1)
-    s = gl.program_id(2)
-    dtype: gl.constexpr = kv_desc.dtype
-    S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
-    O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
-    LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
-    LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
-    SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
-    TILE_BYTES: gl.constexpr = BLOCK_N * (DL + DR) * 2
-
-    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
-    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
-    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
-            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
-    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], kv_desc.layout)
-    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], pe_desc.layout)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(bars.index(i), count=1)
-    fence_async_shared()  # q stored and barriers initialized before any async proxy use
-
-    for i in gl.static_range(STAGES - 1):
-        t0 = t_start + i * BLOCK_N
-        row0 = (_page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
-        mbarrier.expect(bars.index(i), TILE_BYTES, pred=i < n_tiles)
-        tma.async_copy_global_to_shared(kv_desc, [row0, 0], bars.index(i), kv_bufs.index(i), pred=i < n_tiles)
-        tma.async_copy_global_to_shared(pe_desc, [row0, 0], bars.index(i), pe_bufs.index(i), pred=i < n_tiles)
-
-    qk_scale = sm_scale * 1.4426950408889634
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
-    l_tile = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
-    acc = gl.zeros([BLOCK_H, DL], gl.float32, layout=O_LAYOUT)
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
-    for j in range(n_tiles):
-        slot = j % STAGES
-        nxt = j + STAGES - 1
-        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
-        t1 = t_start + nxt * BLOCK_N
-        row1 = (_page_of(table_ptr, b, t1, row_stride, table_reach, num_pages, PAGE) * PAGE + t1 % PAGE).to(gl.int32)
-        bar1 = bars.index(nxt % STAGES)
-        mbarrier.expect(bar1, TILE_BYTES, pred=nxt < n_tiles)
-        tma.async_copy_global_to_shared(kv_desc, [row1, 0], bar1, kv_bufs.index(nxt % STAGES), pred=nxt < n_tiles)
-        tma.async_copy_global_to_shared(pe_desc, [row1, 0], bar1, pe_bufs.index(nxt % STAGES), pred=nxt < n_tiles)
-        mbarrier.wait(bars.index(slot), phase=(j // STAGES) & 1)
         t0 = t_start + j * BLOCK_N
-        kv = kv_bufs.index(slot)
-        pe = pe_bufs.index(slot)
-        if t0 + BLOCK_N > t_end:  # the last tile: zero the rows past the length, 64 columns at a time
-            keep = (t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_PE)) < t_end)[:, None]
-            for c in gl.static_range(DL // DR):
-                chunk = kv.slice(c * DR, DR, dim=1)  # [BLOCK_N, 64]: one 128-byte swizzle span
-                chunk.store(gl.where(keep, chunk.load(LOAD_PE), 0.0).to(dtype))
-            pe.store(gl.where(keep, pe.load(LOAD_PE), 0.0).to(dtype))
+        kv = kv_bufs.index(slot)  # [BLOCK_N, DL]
+        pe = pe_bufs.index(slot)  # [BLOCK_N, DR]
+        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
+        if TMA:
+            _issue_tma(kv_desc, pe_desc, kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES),
+                       bars.index(nxt % STAGES), table_ptr, b, t_start + nxt * BLOCK_N, nxt < n_tiles, row_stride,
+                       table_reach, num_pages, PAGE)
+            mbarrier.wait(bars.index(slot), phase=(j // STAGES) & 1)
+            if t0 + BLOCK_N > t_end:  # the last tile: zero the rows past the length, 64 columns at a time
+                keep = (t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_PE)) < t_end)[:, None]
+                for c in gl.static_range(DL // DR):
+                    chunk = kv.slice(c * DR, DR, dim=1)  # [BLOCK_N, 64]: one 128-byte swizzle span
+                    chunk.store(gl.where(keep, chunk.load(LOAD_PE), 0.0).to(dtype))
+                pe.store(gl.where(keep, pe.load(LOAD_PE), 0.0).to(dtype))
+                fence_async_shared()
+                thread_barrier()
+        else:
+            _issue_tile(kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES), cache_ptr, table_ptr, b,
+                        t_start + nxt * BLOCK_N, t_end, row_stride, table_reach, num_pages, stride_c_page,
+                        stride_c_slot, PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
+            async_copy.commit_group()
+            async_copy.wait_group(STAGES - 1)  # this thread's copies of tile j have landed
             fence_async_shared()
-            thread_barrier()
+            thread_barrier()  # ... and every thread's
         m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, t0 + offs_n, t_end,
                                         qk_scale, S_LAYOUT, O_LAYOUT)
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(bars.index(i))
+    if TMA:
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+    else:
+        async_copy.wait_group(0)
     _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
            BLOCK_H, DL, FINAL, S_LAYOUT, O_LAYOUT)
 
@@ -300,8 +272,8 @@ KINDS = ("cp.async", "tma")
 
 def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float,
            row_stride: int, max_pages: int, num_splits: int, final: bool) -> None:
-    """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs): ``kind`` "tma" runs
-    ``stage1_wgmma_tma_kernel`` where ``tma_applies(cache)``, else (and for "cp.async") ``stage1_wgmma_kernel``."""
+    """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs): ``kind`` "tma" reads
+    pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     b, h, dl = q_nope.shape
@@ -311,13 +283,10 @@ def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc,
     q_strides = (q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1))
     tail = (out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
             sm_scale)
-    if kind == "tma" and tma_applies(cache):
-        kv_desc, pe_desc = tma_descriptors(cache, dl)
-        stage1_wgmma_tma_kernel[grid](q_nope, q_pe, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
-                                      *q_strides, *tail, **shapes)
-    else:
-        stage1_wgmma_kernel[grid](q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, *q_strides,
-                                  cache.stride(0), cache.stride(1), *tail, **shapes)
+    tma_on = kind == "tma" and tma_applies(cache)
+    kv_desc, pe_desc = tma_descriptors(cache, dl) if tma_on else (None, None)
+    stage1_wgmma_kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
+                              *q_strides, cache.stride(0), cache.stride(1), *tail, **shapes, TMA=tma_on)
 
 
 #: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
@@ -327,7 +296,7 @@ _POINTERS = {"q_nope_ptr": "q", "q_pe_ptr": "q", "cache_ptr": "q", "out_ptr": "q
 
 
 def tma_applies(cache) -> bool:
-    """Whether ``stage1_wgmma_tma_kernel`` can read this cache: whole tiles inside one page
+    """Whether the TMA kind of ``stage1_wgmma_kernel`` can read this cache: whole tiles inside one page
     (``PAGE % BLOCK_N == 0``), pages back to back (a 2D view of its rows), rows 16-byte aligned."""
     return (cache.size(1) % BLOCK_N == 0 and cache.stride(0) == cache.size(1) * cache.stride(1)
             and (cache.stride(1) * cache.element_size()) % 16 == 0 and cache.data_ptr() % 16 == 0)
@@ -374,16 +343,18 @@ def _compile(page: int, dtype: str, final: bool, tma: bool) -> dict:
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    fn = stage1_wgmma_tma_kernel if tma else stage1_wgmma_kernel
+    fn = stage1_wgmma_kernel
     cache = torch.empty(2, max(page, BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
     descs = dict(zip(("kv_desc", "pe_desc"), map(mangle_type, tma_descriptors(cache)))) if tma else {}
-    consts = dict(PAGE=page, DL=512, DR=64, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final)
+    consts = dict(PAGE=page, DL=512, DR=64, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma)
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in _POINTERS:
             sig[name] = f"*{dtype}" if _POINTERS[name] == "q" else _POINTERS[name]
-        elif name in descs:
-            sig[name] = descs[name]
+        elif name in ("kv_desc", "pe_desc"):  # TMA descriptors, or None (a constexpr) for the cp.async kind
+            sig[name] = descs[name] if tma else "constexpr"
+            if not tma:
+                consts[name] = None
         elif name in consts:
             sig[name] = "constexpr"
         else:
