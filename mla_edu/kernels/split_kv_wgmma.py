@@ -11,13 +11,15 @@ kernel stays near a third of the matmul rate (``kernels/NOTES.md``). Gluon lets 
 * ``P`` goes to shared memory, and ``O_LAYOUT`` (warps ``[4, 2]``, wgmma ``n = 256``) gives warpgroup
   ``w`` output columns ``[256 w, 256 w + 256)``: ``acc`` is 64 x 256 float32 per warpgroup, 128
   registers a thread, the split FlashMLA uses.
-* The page tiles go to a ring of ``STAGES`` shared-memory buffers with ``cp.async`` (masked rows are
-  zero-filled, so a page's unused slots never reach the tensor cores); the tile that feeds the scores is
-  the same buffer that feeds ``P V``: the 512 latent columns are both K and V.
+* The page tiles go to a ring of ``STAGES`` shared-memory buffers, by ``cp.async`` (any page size;
+  masked rows zero-filled) or by TMA (one page per tile; the last tile's rows past the length zeroed in
+  shared memory), so a page's unused slots, NaN perhaps, never reach the tensor cores. The tile that
+  feeds the scores is the same buffer that feeds ``P V``: the 512 latent columns are both K and V.
 
-Same contract, grid and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits);
-used there on sm90 GPUs for 64-head blocks, unchecked calls. No CPU interpreter for Gluon: its tests
-run on the GPU, against the float64 reference.
+Same contract, grid and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits); used
+there on sm90 GPUs for 64-head blocks, unchecked calls, when ``split_kv_triton.WGMMA`` says so (off until
+these kernels have run on a GPU). No CPU interpreter for Gluon: on CPU, ``compile_offline`` compiles for
+sm_90a (``python -m mla_edu.kernels.split_kv_wgmma``); the tests against float64 run on a Hopper GPU.
 """
 
 from __future__ import annotations
