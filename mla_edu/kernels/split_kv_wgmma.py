@@ -41,8 +41,13 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     async_copy, fence_async_shared, mbarrier, tma, warpgroup_mma)
 
-#: A CTA-wide barrier: ``gl.thread_barrier`` in Triton 3.6 (the H200's), ``gl.barrier`` from 3.7 (the CPU lock's).
+# Gluon is experimental and renames things between Triton releases; these names are the one Gluon op each,
+# under the name of the installed release: a CTA-wide barrier (``gl.thread_barrier`` in 3.6, the H200's;
+# ``gl.barrier`` from 3.7, the CPU lock's), and the cp.async and TMA loads (``async_copy_global_to_shared``
+# up to 3.7, ``async_load`` from 3.9, where the old names raise).
 thread_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
+cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 BLOCK_H = 64  # heads per program: one wgmma M of 64 rows per warpgroup
 BLOCK_N = 64  # tokens per tile
@@ -100,8 +105,8 @@ def _issue_tma(kv_desc, pe_desc, kv_buf, pe_buf, bar, table_ptr, b, t0, pred, ro
     its bytes have landed. Nothing is issued where ``pred`` is false (a tile past the split's end)."""
     row0 = (_page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
     mbarrier.expect(bar, kv_desc.block_type.nbytes + pe_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(kv_desc, [row0, 0], bar, kv_buf, pred=pred)
-    tma.async_copy_global_to_shared(pe_desc, [row0, 0], bar, pe_buf, pred=pred)
+    tma_load(kv_desc, [row0, 0], bar, kv_buf, pred=pred)
+    tma_load(pe_desc, [row0, 0], bar, pe_buf, pred=pred)
 
 
 @gluon.jit
@@ -117,12 +122,11 @@ def _issue_tile(kv_buf, pe_buf, cache_ptr, table_ptr, b, t0, t_end, row_stride, 
     page = gl.minimum(gl.maximum(page, 0), num_pages - 1)
     row = page * stride_c_page + (pos % PAGE).to(gl.int64) * stride_c_slot  # [BLOCK_N] offset of each token's row
     offs_dl = gl.arange(0, DL, layout=gl.SliceLayout(0, LOAD_KV))
-    async_copy.async_copy_global_to_shared(kv_buf, cache_ptr + row[:, None] + offs_dl[None, :], mask=ok[:, None])
+    cp_async_load(kv_buf, cache_ptr + row[:, None] + offs_dl[None, :], mask=ok[:, None])
     row_pe = gl.convert_layout(row, gl.SliceLayout(1, LOAD_PE))
     ok_pe = gl.convert_layout(ok, gl.SliceLayout(1, LOAD_PE))
     offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, LOAD_PE))
-    async_copy.async_copy_global_to_shared(pe_buf, cache_ptr + DL + row_pe[:, None] + offs_dr[None, :],
-                                           mask=ok_pe[:, None])
+    cp_async_load(pe_buf, cache_ptr + DL + row_pe[:, None] + offs_dr[None, :], mask=ok_pe[:, None])
 
 
 @gluon.jit
@@ -333,8 +337,9 @@ def compile_offline(page: int = 64, dtype: str = "bf16", final: bool = False, tm
     cmd += ["--final"] * final + ["--tma"] * tma
     run = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"},
                          capture_output=True, text=True)
-    if run.returncode != 0:
-        raise RuntimeError(f"compiling stage1_wgmma_kernel for sm_90a failed ({' '.join(cmd)}):\n{run.stderr[-4000:]}")
+    if run.returncode != 0:  # the error, without the binding's reference-leak report printed at exit
+        err = "\n".join(ln for ln in run.stderr.splitlines() if not ln.startswith(("nanobind:", " - ")))
+        raise RuntimeError(f"compiling stage1_wgmma_kernel for sm_90a failed ({' '.join(cmd)}):\n{err[-4000:]}")
     return json.loads(run.stdout)
 
 
