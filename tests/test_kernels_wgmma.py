@@ -1,5 +1,5 @@
-"""The Gluon wgmma stage 1 (``split_kv_wgmma``, cp.async and TMA kernels): compiled for sm_90a on any machine;
-run on a Hopper GPU."""
+"""The Gluon wgmma stage 1 (``split_kv_wgmma``, cp.async and TMA): its switch and its TMA rule on any machine,
+its answers on a Hopper GPU. What the compiler makes of it: ``tests/test_sm90.py``."""
 
 import pytest
 import torch
@@ -11,36 +11,6 @@ from mla_edu.kernels import split_kv_wgmma as wg
 from mla_edu.kernels.cases import random_decode_case
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-
-
-@pytest.fixture(scope="module", params=wg.KINDS)
-def compiled(request):
-    return wg.compile_offline(tma=request.param == "tma")
-
-
-def test_compiles_for_sm90_within_shared_memory_and_registers(compiled):
-    # q (64 KB + 8 KB) + 2 page tiles (2 x 72 KB) + P (8 KB) + the compiler's reduction scratch (+ mbarriers)
-    assert 224 * 1024 < compiled["shared_bytes"] <= wg.SM90_MAX_SHARED
-    assert compiled["registers"] <= 255 and compiled["spill_bytes"] == 0
-
-
-def test_tma_kernel_issues_each_tile_from_two_copy_instructions():
-    # one for the 512 latent columns (Triton splits the box into 8 of 64 columns, the 128-byte swizzle's
-    # width, one per warp), one for the 64 rope columns; once in the prologue, once in the loop
-    ptx = wg.compile_offline(tma=True)["ptx"]
-    assert ptx.count("cp.async.bulk.tensor.2d") == 2 * 2
-
-
-def test_each_score_is_computed_once(compiled):
-    # per tile and warpgroup: q K^T over 576 dims for its own 32 tokens (36 x m64n32k16), then P V for its
-    # 256 output columns over the tile's 64 tokens (4 x m64n256k16). The tl kernel computes both warpgroups'
-    # scores for all 64 tokens (kernels/NOTES.md): twice the score work.
-    assert compiled["wgmma"] == {"m64n32k16": 576 // 16, "m64n256k16": wg.BLOCK_N // 16}
-
-
-def test_compile_offline_refuses_other_dtypes():
-    with pytest.raises(ValueError, match="dtype must be 'bf16' or 'fp16', got 'fp32'"):
-        wg.compile_offline(dtype="fp32")
 
 
 def test_off_by_default_and_restored():

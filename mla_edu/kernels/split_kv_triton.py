@@ -33,7 +33,7 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
-def _stage1_kernel(
+def stage1_kernel(
     q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
@@ -129,7 +129,7 @@ def _stage1_kernel(
 
 
 @triton.jit
-def _stage2_kernel(o_acc_ptr, lse_ptr, out_ptr, stride_o_b, stride_o_h, H, num_splits,
+def stage2_kernel(o_acc_ptr, lse_ptr, out_ptr, stride_o_b, stride_o_h, H, num_splits,
                    DL: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_S: tl.constexpr):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -180,7 +180,7 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
 #: Stage 1 on a Hopper GPU: None = the tl kernel above; "cp.async" or "tma" = the Gluon wgmma kernels of
 #: ``split_kv_wgmma`` where ``wgmma_applies`` ("tma" reads through cp.async where ``split_kv_wgmma.tma_applies``
 #: is false). None by default: those kernels are compiled and inspected for sm_90a
-#: (``split_kv_wgmma.compile_offline``) but have not yet run on a GPU; ``tests/test_kernels_wgmma.py`` and
+#: (``mla_edu.kernels.sm90``) but have not yet run on a GPU; ``tests/test_kernels_wgmma.py`` and
 #: ``python -m tools.kernel_bench --wgmma`` are their first run.
 WGMMA: str | None = None
 
@@ -232,7 +232,7 @@ def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_a
                    max_pages, num_splits, checked, final, block_h, block_n, warps, stages):
     b, h, dl = q_nope.shape
     dr = q_pe.size(2)
-    _stage1_kernel[grid](
+    stage1_kernel[grid](
         q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
         cache.stride(0), cache.stride(1),
@@ -255,7 +255,7 @@ def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, 
 def mla_decode_stage2(o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor) -> None:
     b, h, s, dl = o_acc.shape
     with _quiet(out.is_cuda):
-        _stage2_kernel[(b, h)](o_acc, lse_acc, out, out.stride(0), out.stride(1), h, s,
+        stage2_kernel[(b, h)](o_acc, lse_acc, out, out.stride(0), out.stride(1), h, s,
                                DL=dl, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_S=max(2, triton.next_power_of_2(s)))
 
 

@@ -18,24 +18,14 @@ kernel stays near a third of the matmul rate (``kernels/NOTES.md``). Gluon lets 
 
 Same contract, grid and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits); used
 there on sm90 GPUs for 64-head blocks, unchecked calls, when ``split_kv_triton.WGMMA`` says so (off until
-these kernels have run on a GPU). No CPU interpreter for Gluon: on CPU, ``compile_offline`` compiles for
-sm_90a (``python -m mla_edu.kernels.split_kv_wgmma``); the tests against float64 run on a Hopper GPU.
+these kernels have run on a GPU). No CPU interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90`` compiles
+them for sm_90a and shows what the compiler made; the tests against float64 run on a Hopper GPU.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
-import json
-import os
-import re
-import subprocess
-import sys
-import tempfile
+import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 
-from mla_edu.device import TRITON_INTERPRET
-
-import triton  # noqa: E402  (after mla_edu.device)
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
@@ -295,12 +285,6 @@ def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc,
                               *q_strides, cache.stride(0), cache.stride(1), *tail, **shapes, TMA=tma_on)
 
 
-#: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
-SM90_MAX_SHARED = 232448
-_POINTERS = {"q_nope_ptr": "q", "q_pe_ptr": "q", "cache_ptr": "q", "out_ptr": "q", "seq_lens_ptr": "*i32",
-             "table_ptr": "*i32", "o_acc_ptr": "*fp32", "lse_ptr": "*fp32"}
-
-
 def tma_applies(cache) -> bool:
     """Whether the TMA kind of ``stage1_wgmma_kernel`` can read this cache: whole tiles inside one page
     (``PAGE % BLOCK_N == 0``), pages back to back (a 2D view of its rows), rows 16-byte aligned."""
@@ -320,83 +304,3 @@ def tma_descriptors(cache, d_latent: int = 512):
     kv = TensorDescriptor(rows, [rows.size(0), d_latent], list(rows.stride()), [BLOCK_N, d_latent], layout)
     pe = TensorDescriptor(rows[:, d_latent:], [rows.size(0), d_rope], list(rows.stride()), [BLOCK_N, d_rope], layout)
     return kv, pe
-
-
-def compile_offline(page: int = 64, dtype: str = "bf16", final: bool = False, tma: bool = False) -> dict:
-    """Compile stage 1 for sm_90a on any machine, GPU or not (Triton's compiler and its bundled ptxas), as
-    the JIT would for 16-byte-aligned pointers and strides; ``tma``: the TMA kernel. Returns
-    ``shared_bytes``, ``registers`` and ``spill_bytes`` (from ``ptxas -v``), ``wgmma`` (instruction shape
-    -> count in the PTX: the tile loop's wgmma per warpgroup) and ``ptx``. Under Triton's CPU interpreter
-    (which replaces Triton's library functions) it compiles in a child process without it:
-    ``python -m mla_edu.kernels.split_kv_wgmma``."""
-    if dtype not in ("bf16", "fp16"):
-        raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
-    if not TRITON_INTERPRET:
-        return _compile(page, dtype, final, tma)
-    cmd = [sys.executable, "-m", "mla_edu.kernels.split_kv_wgmma", "--page", str(page), "--dtype", dtype]
-    cmd += ["--final"] * final + ["--tma"] * tma
-    run = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"},
-                         capture_output=True, text=True)
-    if run.returncode != 0:  # the error, without the binding's reference-leak report printed at exit
-        err = "\n".join(ln for ln in run.stderr.splitlines() if not ln.startswith(("nanobind:", " - ")))
-        raise RuntimeError(f"compiling stage1_wgmma_kernel for sm_90a failed ({' '.join(cmd)}):\n{err[-4000:]}")
-    return json.loads(run.stdout)
-
-
-def _compile(page: int, dtype: str, final: bool, tma: bool) -> dict:
-    import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    fn = stage1_wgmma_kernel
-    cache = torch.empty(2, max(page, BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
-    descs = dict(zip(("kv_desc", "pe_desc"), map(mangle_type, tma_descriptors(cache)))) if tma else {}
-    consts = dict(PAGE=page, DL=512, DR=64, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma)
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in _POINTERS:
-            sig[name] = f"*{dtype}" if _POINTERS[name] == "q" else _POINTERS[name]
-        elif name in ("kv_desc", "pe_desc"):  # TMA descriptors, or None (a constexpr) for the cp.async kind
-            sig[name] = descs[name] if tma else "constexpr"
-            if not tma:
-                consts[name] = None
-        elif name in consts:
-            sig[name] = "constexpr"
-        else:
-            sig[name] = "fp32" if name == "sm_scale" else "i32"
-        if name in _POINTERS or name.startswith("stride"):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": NUM_WARPS})
-    ptx = kernel.asm["ptx"]
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(f"{tmp}/k.ptx", "w") as f:
-            f.write(ptx)
-        log = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"],
-                             capture_output=True, text=True, check=True).stderr
-    return {"shared_bytes": kernel.metadata.shared, "registers": int(re.search(r"Used (\d+) registers", log)[1]),
-            "spill_bytes": sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
-            "wgmma": dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
-            "ptx": ptx}
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="Compile the Gluon stage-1 kernel for sm_90a (no GPU needed) and "
-                                 "print shared memory, registers, spills and wgmma counts as JSON.")
-    ap.add_argument("--page", type=int, default=64, help="page size (default 64)")
-    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
-    ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
-    ap.add_argument("--tma", action="store_true", help="the TMA kernel (page tiles by the bulk copy engine)")
-    ap.add_argument("--ptx", metavar="FILE", help="also write the PTX to FILE")
-    args = ap.parse_args(argv)
-    report = _compile(args.page, args.dtype, args.final, args.tma)
-    if args.ptx:
-        with open(args.ptx, "w") as f:
-            f.write(report["ptx"])
-    print(json.dumps(report))
-
-
-if __name__ == "__main__":
-    main()

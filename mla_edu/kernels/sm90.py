@@ -1,0 +1,148 @@
+"""What Triton makes of stage 1 for Hopper (sm_90a, the H100 and H200), on any machine: no GPU needed.
+
+``compile_stage1(kinds)`` compiles the stage-1 kernels as the JIT would for a 128-head problem on an
+H200 (bf16, 16-byte-aligned pointers and strides, the launch config ``split_kv_triton`` picks) with
+Triton's own compiler and the ptxas it ships, and reports what a GPU engineer reads first:
+
+* ``mma_layouts``: each wgmma result's layout, ``warps [m, n], instr [16, n, 16]``, from the TTGIR;
+* ``wgmma``: tensor-core instructions in the PTX by shape (the tile loop's, per warpgroup);
+* ``registers`` and ``spill_bytes`` (``ptxas -v``), ``shared_bytes``; ``ptx``.
+
+Kinds: "tl" (``split_kv_triton.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
+(``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel). Triton's CPU
+interpreter replaces Triton's library functions, so under it the compile runs in a child process without
+it: ``python -m mla_edu.kernels.sm90 tl cp.async tma``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from mla_edu.cli import int_at_least
+from mla_edu.device import TRITON_INTERPRET
+
+KINDS = ("tl", "cp.async", "tma")
+#: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
+MAX_SHARED = 232448
+HEADS = 128  # DeepSeek-V3's query heads: the compute-bound case
+
+
+def compile_stage1(kinds=KINDS, page: int = 64, dtype: str = "bf16", final: bool = False) -> dict:
+    """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant."""
+    kinds = tuple(kinds)
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise ValueError(f"kinds must be a non-empty selection of {KINDS}, got {kinds}")
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
+    if not TRITON_INTERPRET:
+        return {k: _compile(k, page, dtype, final) for k in kinds}
+    cmd = [sys.executable, "-m", "mla_edu.kernels.sm90", *kinds, "--page", str(page), "--dtype", dtype]
+    run = subprocess.run(cmd + ["--final"] * final, env={**os.environ, "TRITON_INTERPRET": "0"},
+                         capture_output=True, text=True)
+    if run.returncode != 0:  # the error, without the binding's reference-leak report printed at exit
+        err = "\n".join(ln for ln in run.stderr.splitlines() if not ln.startswith(("nanobind:", " - ")))
+        raise RuntimeError(f"compiling stage 1 for sm_90a failed ({' '.join(cmd)}):\n{err[-4000:]}")
+    return json.loads(run.stdout)
+
+
+def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, dict]:
+    """Triton's signature (name -> type string) and attributes (16-byte divisibility of pointers and strides)."""
+    pointers = {"seq_lens_ptr": "*i32", "table_ptr": "*i32", "o_acc_ptr": "*fp32", "lse_ptr": "*fp32"}
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name.endswith("_ptr"):
+            sig[name] = pointers.get(name, f"*{dtype}")
+        elif name in descriptors:
+            sig[name] = descriptors[name]
+        elif name in consts:
+            sig[name] = "constexpr"
+        else:
+            sig[name] = "fp32" if name == "sm_scale" else "i32"
+        if name.endswith("_ptr") or name.startswith("stride"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, attrs
+
+
+def _compile(kind: str, page: int, dtype: str, final: bool) -> dict:
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    from mla_edu.kernels import split_kv_triton as tl_kernels
+    from mla_edu.kernels import split_kv_wgmma as wg
+
+    dims = dict(PAGE=page, DL=512, DR=64, FINAL=final)
+    if kind == "tl":
+        block_h, block_n, warps, stages = tl_kernels.launch_config(HEADS, on_gpu=True, batch=64, n_pages=64)
+        consts = dict(dims, BLOCK_DL=512, BLOCK_DR=64, BLOCK_H=block_h, BLOCK_N=block_n, CHECKED=False, IEEE=False,
+                      SAME_PAGE=page % block_n == 0)
+        sig, attrs = _signature(tl_kernels.stage1_kernel, dtype, consts, {})
+        src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
+        options = {"num_warps": warps, "num_stages": stages}
+    else:
+        tma = kind == "tma"
+        consts = dict(dims, BLOCK_H=wg.BLOCK_H, BLOCK_N=wg.BLOCK_N, STAGES=wg.STAGES, TMA=tma)
+        cache = torch.empty(2, max(page, wg.BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+        names = ("kv_desc", "pe_desc")
+        if tma:  # the descriptors' types, as the JIT derives them from real ones
+            descriptors = dict(zip(names, map(mangle_type, wg.tma_descriptors(cache))))
+        else:  # None: a constexpr
+            descriptors, consts = {}, dict(consts, kv_desc=None, pe_desc=None)
+        sig, attrs = _signature(wg.stage1_wgmma_kernel, dtype, consts, descriptors)
+        src = GluonASTSource(wg.stage1_wgmma_kernel, sig, consts, attrs)
+        options = {"num_warps": wg.NUM_WARPS}
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    ptx = kernel.asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(f"{tmp}/k.ptx", "w") as f:
+            f.write(ptx)
+        log = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"],
+                             capture_output=True, text=True, check=True).stderr
+    mma = r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[\d, ]+\]), instrShape = (\[[\d, ]+\])"
+    layouts = re.findall(mma, kernel.asm["ttgir"])
+    return {"mma_layouts": sorted({f"warps {w}, instr {i}" for w, i in layouts}),
+            "wgmma": dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
+            "registers": int(re.search(r"Used (\d+) registers", log)[1]),
+            "spill_bytes": sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
+            "shared_bytes": kernel.metadata.shared, "ptx": ptx}
+
+
+def _kind(value: str) -> str:
+    """argparse type of a kind (``choices`` with ``nargs="*"`` refuses an empty list on Python 3.11)."""
+    if value not in KINDS:
+        raise argparse.ArgumentTypeError(f"expected one of {KINDS}, got {value!r}")
+    return value
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="Compile stage 1 for sm_90a (no GPU needed) and print, per kind, its "
+                                 "wgmma layouts and instructions, registers, spills and shared memory as JSON.")
+    ap.add_argument("kinds", nargs="*", type=_kind, help=f"kernels, of {KINDS} (default: all)")
+    ap.add_argument("--page", type=int_at_least(1), default=64, help="page size (default 64)")
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
+    ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
+    args = ap.parse_args(argv)
+    reports = {k: _compile(k, args.page, args.dtype, args.final) for k in args.kinds or KINDS}
+    if args.ptx:
+        os.makedirs(args.ptx, exist_ok=True)
+        for k, r in reports.items():
+            with open(os.path.join(args.ptx, f"{k}.ptx"), "w") as f:
+                f.write(r["ptx"])
+    print(json.dumps(reports))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""``mla_edu.kernels.sm90``: stage 1 compiled for sm_90a on this machine, and the facts notebook 04 and
+``kernels/NOTES.md`` state about it (the same with Triton 3.6.0, 3.7.1 and 3.9.0)."""
+
+import pytest
+
+from mla_edu.kernels import sm90
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return sm90.compile_stage1()
+
+
+def test_the_tl_kernel_computes_every_score_twice(reports):
+    # Triton lays the score dot out with every warp along M (it feeds the P V dot); M is 64 heads, so each
+    # warpgroup computes all 64 tokens' scores: 2 x 36 m64n32k16 per tile, then 4 m64n256k16 for P V
+    tl = reports["tl"]
+    assert tl["mma_layouts"] == ["warps [4, 2], instr [16, 256, 16]", "warps [8, 1], instr [16, 32, 16]"]
+    assert tl["wgmma"] == {"m64n32k16": 2 * 576 // 16, "m64n256k16": 64 // 16}
+
+
+@pytest.mark.parametrize("kind", ["cp.async", "tma"])
+def test_the_gluon_kernel_computes_each_score_once(reports, kind):
+    r = reports[kind]
+    assert r["mma_layouts"] == ["warps [4, 2], instr [16, 256, 16]", "warps [4, 2], instr [16, 32, 16]"]
+    assert r["wgmma"] == {"m64n32k16": 576 // 16, "m64n256k16": 64 // 16}
+
+
+@pytest.mark.parametrize("kind", ["cp.async", "tma"])
+def test_the_gluon_kernel_fits_an_sm(reports, kind):
+    # q (64 KB + 8 KB) + 2 page tiles (2 x 72 KB) + P (8 KB) + the compiler's reduction scratch (+ mbarriers)
+    r = reports[kind]
+    assert 224 * 1024 < r["shared_bytes"] <= sm90.MAX_SHARED
+    assert r["registers"] <= 255 and r["spill_bytes"] == 0
+
+
+def test_the_tma_kernel_issues_each_tile_from_two_copy_instructions(reports):
+    # one for the 512 latent columns (Triton splits the box into 8 of 64 columns, the 128-byte swizzle's
+    # width, one per warp), one for the 64 rope columns; once in the prologue, once in the loop
+    assert reports["tma"]["ptx"].count("cp.async.bulk.tensor.2d") == 2 * 2
+    assert "cp.async.bulk.tensor" not in reports["cp.async"]["ptx"]
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match=r"kinds must be a non-empty selection of \('tl', 'cp.async', 'tma'\), "
+                                         r"got \('wgmma',\)"):
+        sm90.compile_stage1(["wgmma"])
+    with pytest.raises(ValueError, match="dtype must be 'bf16' or 'fp16', got 'fp32'"):
+        sm90.compile_stage1(dtype="fp32")
