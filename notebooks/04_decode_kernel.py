@@ -23,8 +23,8 @@
 # SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
 # hinges on: the page table's row stride and the split count.
 #
-# **You need** a CPU; Run All takes about 10 seconds on a 2-core CPU (Triton runs in its CPU interpreter). GPU numbers are read
-# from a committed H200 run.
+# **You need** a CPU; Run All takes about 15 seconds on a 2-core CPU (Triton runs in its CPU
+# interpreter; section 11 compiles for the H200). GPU numbers are read from a committed H200 run.
 
 # %%
 import math
@@ -407,13 +407,53 @@ fig = kernel_bench_figure()
 #   DRAM at 20% of its peak: neither roof is reached, the kernel is bound by this serial chain.
 #   Variants in `mla_edu/kernels/NOTES.md` (scores transposed so each warpgroup owns its tokens,
 #   P through memory so Q K^T is split between the warpgroups, more stages) ran slower; one fewer
-#   reduction per step won 2%. Giving two warpgroups different work is beyond `tl`; it needs warp
-#   specialization.
+#   reduction per step won 2%. `tl` gives no way to choose the layout; section 11 reads it off the
+#   compiled kernel and shows a kernel that chooses.
 #
 # SGLang's Triton kernel is slower at every shape it runs (its 16-head programs read every page
 # 8 times at h_q = 128; its int32 offsets cannot address a cache of 2^31 elements, the two largest
 # B = 128 shapes). The cutlass-auto column shows what sgl-kernel's heuristic costs this kernel:
 # at h_q = 16, B = 64 it picks 2 splits, 128 programs for 132 SMs with room for 264.
+#
+# ## 11. What the compiler made of it
+#
+# A GPU engineer checks a claim like "Q K^T is done twice" in the compiled code, and Triton compiles
+# for the H200 on any machine: `mla_edu.kernels.sm90` runs Triton's compiler and the `ptxas` it ships
+# for sm_90a, on the kernel as the JIT would see it at h_q = 128 (64-head programs, 8 warps), and
+# reads two things. The layout of each wgmma result (`warps [m, n]`: how the 8 warps, two
+# warpgroups of 4, tile the output; `instr [16, n, 16]`: the instruction's shape), and the wgmma
+# instructions in the PTX, which are the tile loop's, per warpgroup.
+#
+# Triton's rule (`AccelerateMatmul.cpp`, `warpsPerTileV3`, in `docs/sources.md`): a dot whose result
+# feeds another dot gets every warp along M. The scores feed P V, M is 64 heads, and 8 warps along
+# 64 rows means both warpgroups cover all of them. `mla_edu/kernels/split_kv_wgmma.py` writes the
+# same kernel in Gluon, Triton's dialect with explicit layouts: scores `[4, 2]` (each warpgroup its 32
+# of the tile's 64 tokens), P through shared memory, P V `[4, 2]` (each warpgroup its 256 of the 512
+# columns, as FlashMLA splits them).
+
+# %%
+from mla_edu.kernels import sm90  # noqa: E402
+
+compiled = sm90.compile_stage1()  # three compiles for sm_90a, about 15 s
+for kind, r in compiled.items():
+    print(f"{kind:8s} {'; '.join(r['mma_layouts'])}")
+    print(f"{'':8s} per tile and warpgroup: " + ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items()))
+    assert r["registers"] <= 255 and r["shared_bytes"] <= sm90.MAX_SHARED
+scores = {kind: r["wgmma"]["m64n32k16"] for kind, r in compiled.items()}
+assert scores["tl"] == 2 * scores["cp.async"] == 2 * 576 // 16  # 576 / 16 k-steps of one 64 x 32 score block
+macs = {kind: 64 * 32 * 16 * scores[kind] + 64 * 256 * 16 * r["wgmma"]["m64n256k16"] for kind, r in compiled.items()}
+print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply-adds, "
+      f"Gluon {macs['cp.async'] / 1e6:.2f} M ({macs['tl'] / macs['cp.async']:.2f}x less)")
+
+# %% [markdown]
+# The tl kernel's score layout is `[8, 1]` with twice the score instructions of the Gluon kernel,
+# whose two layouts are both `[4, 2]`; P V is the same in both. The Gluon kernel comes in two kinds
+# that differ only in how a page tile reaches shared memory: `cp.async` (each thread copies 16-byte
+# pieces, any page size) and TMA (the bulk copy engine, one instruction per tile and column block).
+# It is compiled and checked here but has not run on a GPU yet, so `mla_decode` does not use it:
+# `split_kv_triton.WGMMA` is `None` until `tests/test_kernels_wgmma.py` (against float64) and
+# `python -m tools.kernel_bench --wgmma` have run on an H200. `kernels/NOTES.md` (v4) gives the
+# prediction that run will test: between 40% and 70% of the matmul rate at B = 64, L = 4096.
 #
 # ## What we saw
 #
@@ -425,6 +465,8 @@ fig = kernel_bench_figure()
 # - The page table's row stride is a host-side decision: `size(1)` (cutlass) or `stride(0)`
 #   (FlashMLA). With a narrow view only request 0 reads its own pages.
 # - `cutlass_mla_decode` is Blackwell-only; its argument contract is checked everywhere.
+# - At 128 heads the Triton kernel computes every score twice: the compiler's layout rule, read off
+#   the compiled code; a Gluon kernel that chooses its layouts does half the score work.
 #
 # ## Exercises
 #
