@@ -11,8 +11,10 @@ first and last request against float64. Peers on the same cache bytes in the sam
 (``mla_edu.kernels.peers``): SGLang's Triton MLA decode kernel at its best split when the sglang
 wheel is installed, FlashMLA when ``flash_mla`` is importable (page 64), and at a few sizes the
 float32 reference impl and a ``torch.compile``d dense gather + attention. Writes
-``kernel_bench.json`` and ``kernel_bench.md`` into ``--out``. ``--once H,B,L`` runs each kernel
-once (for ``ncu``); ``--rerule JSON`` recomputes the rule's columns of a run on the CPU.
+``kernel_bench.json`` and ``kernel_bench.md`` into ``--out``. ``--wgmma`` also times the Gluon stage 1
+(``mla_edu.kernels.split_kv_wgmma``, both kinds, every split) where it applies (sm90, 64-head programs), in
+a table of its own. ``--once H,B,L`` runs each kernel once (for ``ncu``); ``--rerule JSON`` recomputes the
+rule's columns of a run on the CPU.
 ``plot_bench(json, png)`` draws the figure (CPU is fine).
 """
 from __future__ import annotations
