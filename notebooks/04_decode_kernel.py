@@ -434,7 +434,7 @@ fig = kernel_bench_figure()
 # %%
 from mla_edu.kernels import sm90  # noqa: E402
 
-compiled = sm90.compile_stage1()  # three compiles for sm_90a, about 15 s
+compiled = sm90.compile_stage1()  # three compiles for sm_90a: a few seconds
 for kind, r in compiled.items():
     print(f"{kind:8s} {'; '.join(r['mma_layouts'])}")
     print(f"{'':8s} per tile and warpgroup: " + ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items()))
@@ -449,7 +449,8 @@ print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply
 # The tl kernel's score layout is `[8, 1]` with twice the score instructions of the Gluon kernel,
 # whose two layouts are both `[4, 2]`; P V is the same in both. The Gluon kernel comes in two kinds
 # that differ only in how a page tile reaches shared memory: `cp.async` (each thread copies 16-byte
-# pieces, any page size) and TMA (the bulk copy engine, one instruction per tile and column block).
+# pieces, any page size) and TMA (the bulk copy engine: a few instructions move a whole tile, no
+# per-thread addresses; one page per tile).
 # It is compiled and checked here but has not run on a GPU yet, so `mla_decode` does not use it:
 # `split_kv_triton.WGMMA` is `None` until `tests/test_kernels_wgmma.py` (against float64) and
 # `python -m tools.kernel_bench --wgmma` have run on an H200. `kernels/NOTES.md` (v4) gives the
