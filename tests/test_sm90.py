@@ -47,3 +47,19 @@ def test_bad_arguments_are_refused():
         sm90.compile_stage1(["wgmma"])
     with pytest.raises(ValueError, match="dtype must be 'bf16' or 'fp16', got 'fp32'"):
         sm90.compile_stage1(dtype="fp32")
+
+
+def test_the_command_line_as_a_user_runs_it(tmp_path):
+    # on a CPU machine mla_edu turns Triton's interpreter on; the command compiles in a child process without it
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-m", "mla_edu.kernels.sm90", "tl", "--md", str(tmp_path / "t.md")],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout)["tl"]["wgmma"] == {"m64n32k16": 72, "m64n256k16": 4}
+    table = (tmp_path / "t.md").read_text()
+    assert "| tl | warps [4, 2], instr [16, 256, 16]; warps [8, 1], instr [16, 32, 16] |" in table

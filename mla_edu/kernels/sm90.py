@@ -134,14 +134,35 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
+    ap.add_argument("--md", metavar="FILE", help="also write the report as a markdown table to FILE")
     args = ap.parse_args(argv)
-    reports = {k: _compile(k, args.page, args.dtype, args.final) for k in args.kinds or KINDS}
+    reports = compile_stage1(args.kinds or KINDS, args.page, args.dtype, args.final)
     if args.ptx:
         os.makedirs(args.ptx, exist_ok=True)
         for k, r in reports.items():
             with open(os.path.join(args.ptx, f"{k}.ptx"), "w") as f:
                 f.write(r["ptx"])
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(to_markdown(reports, "python -m mla_edu.kernels.sm90 " + " ".join(argv or sys.argv[1:])))
     print(json.dumps(reports))
+
+
+def to_markdown(reports: dict, command: str) -> str:
+    """The report of ``compile_stage1`` as a table, with the command and the Triton that compiled it."""
+    import triton
+
+    lines = ["# Stage 1 compiled for sm_90a (H100 / H200), without a GPU", "",
+             f"Command: `{command}`; triton {triton.__version__}, Python {sys.version.split()[0]}. h_q = {HEADS} "
+             "(64-head programs), bf16 unless the command says otherwise. wgmma: instructions in the PTX by shape "
+             "(the tile loop's, per warpgroup).", "",
+             "| kind | wgmma layouts (warps, instruction) | wgmma per tile and warpgroup | registers | spill bytes "
+             "| shared bytes |", "|---|---|---|---|---|---|"]
+    for kind, r in reports.items():
+        wgmma = ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items())
+        lines.append(f"| {kind} | {'; '.join(r['mma_layouts'])} | {wgmma} | {r['registers']} | {r['spill_bytes']} "
+                     f"| {r['shared_bytes']:,} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
