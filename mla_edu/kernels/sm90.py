@@ -83,17 +83,15 @@ def _compile(kind: str, page: int, dtype: str, final: bool) -> dict:
     from mla_edu.kernels import split_kv_triton as tl_kernels
     from mla_edu.kernels import split_kv_wgmma as wg
 
-    dims = dict(PAGE=page, DL=512, DR=64, FINAL=final)
     if kind == "tl":
         block_h, block_n, warps, stages = tl_kernels.launch_config(HEADS, on_gpu=True, batch=64, n_pages=64)
-        consts = dict(dims, BLOCK_DL=512, BLOCK_DR=64, BLOCK_H=block_h, BLOCK_N=block_n, CHECKED=False, IEEE=False,
-                      SAME_PAGE=page % block_n == 0)
+        consts = tl_kernels.stage1_constexprs(page, 512, 64, False, False, final, block_h, block_n)
         sig, attrs = _signature(tl_kernels.stage1_kernel, dtype, consts, {})
         src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
         options = {"num_warps": warps, "num_stages": stages}
     else:
         tma = kind == "tma"
-        consts = dict(dims, BLOCK_H=wg.BLOCK_H, BLOCK_N=wg.BLOCK_N, STAGES=wg.STAGES, TMA=tma)
+        consts = wg.constexprs(page, 512, 64, final, tma)
         cache = torch.empty(2, max(page, wg.BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
         names = ("kv_desc", "pe_desc")
         if tma:  # the descriptors' types, as the JIT derives them from real ones

@@ -228,19 +228,24 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                        max_pages, num_splits, checked, final, block_h, block_n, warps, stages)
 
 
+def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, final: bool, block_h: int,
+                      block_n: int) -> dict:
+    """``stage1_kernel``'s compile-time parameters for a launch (also what ``mla_edu.kernels.sm90`` compiles)."""
+    return dict(PAGE=page, DL=dl, DR=dr, BLOCK_DL=_dot_width(dl), BLOCK_DR=_dot_width(dr), BLOCK_H=block_h,
+                BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=fp32, SAME_PAGE=page % block_n == 0)
+
+
 def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
                    max_pages, num_splits, checked, final, block_h, block_n, warps, stages):
     b, h, dl = q_nope.shape
-    dr = q_pe.size(2)
     stage1_kernel[grid](
         q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
         cache.stride(0), cache.stride(1),
         out.stride(0), out.stride(1),
         h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
-        PAGE=cache.size(1), DL=dl, DR=dr, BLOCK_DL=_dot_width(dl), BLOCK_DR=_dot_width(dr),
-        BLOCK_H=block_h, BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=q_nope.dtype == torch.float32,
-        SAME_PAGE=cache.size(1) % block_n == 0,
+        **stage1_constexprs(cache.size(1), dl, q_pe.size(2), q_nope.dtype == torch.float32, checked, final,
+                            block_h, block_n),
         num_warps=warps, num_stages=stages,
     )
 
@@ -256,7 +261,7 @@ def mla_decode_stage2(o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Ten
     b, h, s, dl = o_acc.shape
     with _quiet(out.is_cuda):
         stage2_kernel[(b, h)](o_acc, lse_acc, out, out.stride(0), out.stride(1), h, s,
-                               DL=dl, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_S=max(2, triton.next_power_of_2(s)))
+                              DL=dl, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_S=max(2, triton.next_power_of_2(s)))
 
 
 @mla_decode_stage2.register_fake

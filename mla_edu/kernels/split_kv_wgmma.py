@@ -274,15 +274,20 @@ def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc,
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     b, h, dl = q_nope.shape
     grid = (h // BLOCK_H, b, num_splits)
-    shapes = dict(PAGE=cache.size(1), DL=dl, DR=q_pe.size(2), BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES,
-                  FINAL=final, num_warps=NUM_WARPS)
     q_strides = (q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1))
     tail = (out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
             sm_scale)
     tma_on = kind == "tma" and tma_applies(cache)
     kv_desc, pe_desc = tma_descriptors(cache, dl) if tma_on else (None, None)
     stage1_wgmma_kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
-                              *q_strides, cache.stride(0), cache.stride(1), *tail, **shapes, TMA=tma_on)
+                              *q_strides, cache.stride(0), cache.stride(1), *tail,
+                              **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on), num_warps=NUM_WARPS)
+
+
+def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool) -> dict:
+    """``stage1_wgmma_kernel``'s compile-time parameters for a launch (also what ``mla_edu.kernels.sm90``
+    compiles); it runs with ``NUM_WARPS`` warps."""
+    return dict(PAGE=page, DL=dl, DR=dr, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma)
 
 
 def tma_applies(cache) -> bool:
