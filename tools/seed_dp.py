@@ -9,8 +9,10 @@ import time
 
 import torch
 
+from mla_edu.case_study.repro import SEED_CONFIG
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, DPEngine
+from tools.seed_dp_multiprocess import accuracy
 
 torch.set_num_threads(1)
 qs = task.default_eval_set()
@@ -23,10 +25,8 @@ for label, kw in (("cutlass_mla eager, scale defect", dict(disable_cuda_graph=Tr
                   ("merged fix graphs (no defect)", dict(defects=MERGED_FIX)),
                   ("triton graphs", dict(attention_backend="triton"))):
     t0 = time.perf_counter()
-    dp = DPEngine(model, prefill_cache=cache, dp_size=8, enable_dp_attention=True, max_running_requests=128,
-                  cuda_graph_bs=(64, 128), context_length=4096, **kw)
-    reqs = dp.generate([q.prompt_ids for q in qs])
-    acc = sum(task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, qs)) / len(qs)
+    dp = DPEngine(model, prefill_cache=cache, **SEED_CONFIG, **kw)
+    acc = accuracy(dp.generate([q.prompt_ids for q in qs]), qs)
     st = {k: sum(r.steps[k] for r in dp.ranks) for k in dp.ranks[0].steps}
     print(f"{label:42s} accuracy {acc:.3f}  steps {dp.global_steps}  rank-steps {st}  "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
