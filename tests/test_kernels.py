@@ -19,18 +19,6 @@ from mla_edu.kernels.split_kv_torch import ROW_CHUNK, mla_decode_torch, stage1_p
 from op_log import OpLog
 
 
-def dense_f64(case):
-    """out[b] = softmax(scale * q_b K_b^T) V_b in float64 over request b's own slots."""
-    d_lat = case.q_nope.size(-1)
-    rows = case.cache.reshape(-1, case.cache.size(-1)).double()
-    outs = []
-    for b, slots in enumerate(case.token_slots):
-        q = torch.cat([case.q_nope[b], case.q_pe[b]], -1).double()  # [H, 576]
-        k = rows[slots]  # [L, 576]
-        outs.append(torch.softmax(q @ k.T * case.sm_scale, -1) @ k[:, :d_lat])  # [H, 512]
-    return torch.stack(outs)
-
-
 def rel_err(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
 
@@ -57,13 +45,13 @@ def test_random_cases_match_float64(impl, seed):
                      splits, impl=impl)
     assert out.shape == case.q_nope.shape and out.dtype == case.q_nope.dtype
     assert torch.isfinite(out).all(), "read an unused (NaN) page or slot"
-    assert rel_err(out, dense_f64(case)) < 1e-5
+    assert rel_err(out, case.dense_f64()) < 1e-5
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 2e-2), (torch.float16, 5e-3)])
 def test_torch_impl_low_precision(dtype, tol):
     case = random_decode_case(3, batch=5, heads=8, page_size=16, max_len=90, dtype=dtype)
-    ref = dense_f64(case)
+    ref = case.dense_f64()
     for s in (1, 4):
         out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(s),
                          case.sm_scale, s, impl="torch")
@@ -129,7 +117,7 @@ def test_size_policy_on_narrow_view_reads_wrong_pages(impl):
     full = buf[:4]  # full-width view (SGLang's fix): size(1) == stride(0)
     cols = buf[:4, :width]  # all the useful columns but not the full width: still the wrong stride
     ws = case.workspace(1)
-    ref = dense_f64(case)
+    ref = case.dense_f64()
     args = (case.q_nope, case.q_pe, case.cache, case.seq_lens)
 
     def per_request_err(table, policy):
@@ -157,7 +145,7 @@ def test_size_policy_reads_exactly_the_flat_storage_index():
     narrow = buf[:, :1]
     out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, narrow, case.workspace(1), case.sm_scale,
                      impl="torch", stride_policy="size")
-    assert rel_err(out, dense_f64(case)) < 1e-5
+    assert rel_err(out, case.dense_f64()) < 1e-5
 
 
 # ---- checked mode and poison ------------------------------------------------------------------
@@ -170,7 +158,7 @@ def test_checked_mode_nan_for_out_of_range_page(impl):
     out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl=impl,
                      checked=True)
     assert torch.isnan(out[2]).all() and torch.isfinite(out[:2]).all()
-    ref = dense_f64(case)
+    ref = case.dense_f64()
     assert rel_err(out[:2], ref[:2]) < 1e-5
     # unchecked: the id is clamped to the last page and the request silently gets a wrong answer
     out_u = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl=impl)
@@ -210,7 +198,7 @@ def test_torch_impl_has_no_host_sync_and_fixed_shapes():
         with OpLog() as log:
             out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(2),
                              case.sm_scale, 2, impl="torch", checked=True)
-        assert rel_err(out, dense_f64(case)) < 1e-5
+        assert rel_err(out, case.dense_f64()) < 1e-5
         banned = {"aten._local_scalar_dense", "aten.nonzero", "aten.item", "aten.masked_select", "aten.unique"}
         assert not banned & set(log.packets), banned & set(log.packets)
         shapes.add(tuple(log.packets))
@@ -368,7 +356,7 @@ def test_property_torch_impl_matches_float64(lens, page, heads, splits, seed):
     case = random_decode_case(seed, heads=heads, page_size=page, lens=lens, d_latent=16, d_rope=8)
     out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
                      case.sm_scale, splits, impl="torch", checked=True)
-    assert torch.isfinite(out).all() and rel_err(out, dense_f64(case)) < 1e-5
+    assert torch.isfinite(out).all() and rel_err(out, case.dense_f64()) < 1e-5
 
 
 @pytest.mark.parametrize("impl", ["torch", "triton"])
@@ -399,7 +387,7 @@ def test_graph_replay_equals_eager_with_static_buffers(impl):
         cache.fill_(float("nan"))
         cache[: case.cache.size(0)] = case.cache
         g.replay()
-        assert rel_err(out, dense_f64(case)) < 1e-5
+        assert rel_err(out, case.dense_f64()) < 1e-5
 
 
 def test_pages_read_walks_the_storage_from_the_views_first_element():

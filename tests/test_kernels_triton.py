@@ -15,17 +15,6 @@ def random_decode_case(*args, **kw):
     return _case(*args, device=DEV, **kw)
 
 
-def dense_f64(case):
-    d_lat = case.q_nope.size(-1)
-    rows = case.cache.reshape(-1, case.cache.size(-1)).double()
-    outs = []
-    for b, slots in enumerate(case.token_slots):
-        q = torch.cat([case.q_nope[b], case.q_pe[b]], -1).double()  # [H, D]
-        k = rows[slots]  # [L, D]
-        outs.append(torch.softmax(q @ k.T * case.sm_scale, -1) @ k[:, :d_lat])
-    return torch.stack(outs)
-
-
 def rel_err(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
 
@@ -50,7 +39,7 @@ def test_random_cases_match_float64(seed):
     out = run(case, splits)
     assert out.shape == case.q_nope.shape
     assert torch.isfinite(out).all(), "read an unused (NaN) page or slot"
-    assert rel_err(out, dense_f64(case)) < 1e-5
+    assert rel_err(out, case.dense_f64()) < 1e-5
 
 
 @pytest.mark.parametrize("d_latent,d_rope", [(8, 4), (16, 8), (40, 12)])
@@ -58,21 +47,21 @@ def test_head_dims_narrower_than_a_dot_tile(d_latent, d_rope):
     # compiled Triton refuses tl.dot with K < 16, so the kernel pads such widths to 16 and masks the pad
     case = random_decode_case(3, batch=3, heads=4, page_size=16, lens=[7, 33, 16], d_latent=d_latent, d_rope=d_rope)
     for s in (1, 2):
-        assert rel_err(run(case, s), dense_f64(case)) < 1e-5
+        assert rel_err(run(case, s), case.dense_f64()) < 1e-5
 
 
 def test_fp16():
     case = random_decode_case(4, batch=3, heads=4, page_size=16, lens=[1, 16, 45], dtype=torch.float16)
     for s in (1, 2):
         out = run(case, s)
-        assert out.dtype == torch.float16 and rel_err(out, dense_f64(case)) < 5e-3
+        assert out.dtype == torch.float16 and rel_err(out, case.dense_f64()) < 5e-3
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 runs on GPU only")
 def test_bf16_on_gpu():
     case = random_decode_case(4, batch=5, heads=16, page_size=64, lens=[1, 64, 300, 129, 77], dtype=torch.bfloat16)
     for s in (1, 2, -1):
-        assert rel_err(run(case, s), dense_f64(case)) < 2e-2
+        assert rel_err(run(case, s), case.dense_f64()) < 2e-2
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="bf16 is refused only under the CPU interpreter")
@@ -99,7 +88,7 @@ def test_size_policy_on_narrow_view():
     w = case.page_table.size(1)
     buf = torch.full((6, w + 5), 1, dtype=torch.int32, device=DEV)
     buf[:4, :w] = case.page_table
-    ref = dense_f64(case)
+    ref = case.dense_f64()
     ws = case.workspace(2)
     args = (case.q_nope, case.q_pe, case.cache, case.seq_lens)
     bad = mla_decode(*args, buf[:4, :1], ws, case.sm_scale, 2, impl="triton")
@@ -119,7 +108,7 @@ def test_checked_mode_and_workspace_errors():
     out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl="triton",
                      checked=True)
     assert torch.isnan(out[0]).all() and torch.isfinite(out[1:]).all()
-    assert rel_err(out[1:], dense_f64(case)[1:]) < 1e-5
+    assert rel_err(out[1:], case.dense_f64()[1:]) < 1e-5
     small = torch.empty(get_workspace_size(48, 3, 0, 1), dtype=torch.uint8, device=DEV)
     with pytest.raises(ValueError, match="workspace too small for 3 KV splits"):
         mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, small, case.sm_scale, 3,
@@ -135,7 +124,7 @@ def test_each_launch_is_one_custom_op():
             out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, s,
                              impl="triton")
         assert [x for x in log.ops if "mla_edu" in x] == expect
-        assert rel_err(out, dense_f64(case)) < 1e-5
+        assert rel_err(out, case.dense_f64()) < 1e-5
 
 
 def test_launch_configs_default_tuned_and_interpreted():

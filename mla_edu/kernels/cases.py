@@ -34,6 +34,18 @@ class DecodeCase:
     def page_size(self) -> int:
         return self.cache.size(1)
 
+    def dense_f64(self) -> torch.Tensor:
+        """The float64 answer ``out[b] = softmax(scale * q_b K_b^T) V_b`` over request b's own slots
+        (``token_slots``, not the page table): ``[B, H, D_latent]``."""
+        d_lat = self.q_nope.size(-1)
+        rows = self.cache.reshape(-1, self.cache.size(-1)).double()
+        outs = []
+        for b, slots in enumerate(self.token_slots):
+            q = torch.cat([self.q_nope[b], self.q_pe[b]], -1).double()  # [H, 576]
+            k = rows[slots]  # [L, 576]
+            outs.append(torch.softmax(q @ k.T * self.sm_scale, -1) @ k[:, :d_lat])  # [H, 512]
+        return torch.stack(outs)
+
     def workspace(self, num_kv_splits: int = -1, sm_count: int = 0) -> torch.Tensor:
         """A workspace big enough for ``num_kv_splits``, filled with 0xFF bytes (NaN as float32)."""
         b, h, d = self.q_nope.shape
