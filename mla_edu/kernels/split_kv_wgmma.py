@@ -83,7 +83,8 @@ def _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, 
 
 @gluon.jit
 def _page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE: gl.constexpr):
-    """Page id of token t0 of request b: the table entry, clamped into the storage and [0, num_pages)."""
+    """Page id of token t0 (a position or a tensor of them) of request b: the table entry, clamped into the
+    storage and [0, num_pages), so every load is in bounds."""
     page = gl.load(table_ptr + gl.minimum(b * row_stride + t0 // PAGE, table_reach - 1)).to(gl.int64)
     return gl.minimum(gl.maximum(page, 0), num_pages - 1)
 
@@ -107,9 +108,7 @@ def _issue_tile(kv_buf, pe_buf, cache_ptr, table_ptr, b, t0, t_end, row_stride, 
     """cp.async of tokens [t0, t0 + BLOCK_N) of request b into one ring slot; rows >= t_end are zero-filled."""
     pos = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_KV))  # [BLOCK_N]
     ok = pos < t_end
-    flat = b * row_stride + pos // PAGE
-    page = gl.load(table_ptr + gl.minimum(flat, table_reach - 1), mask=ok, other=0).to(gl.int64)
-    page = gl.minimum(gl.maximum(page, 0), num_pages - 1)
+    page = _page_of(table_ptr, b, pos, row_stride, table_reach, num_pages, PAGE)  # [BLOCK_N]
     row = page * stride_c_page + (pos % PAGE).to(gl.int64) * stride_c_slot  # [BLOCK_N] offset of each token's row
     offs_dl = gl.arange(0, DL, layout=gl.SliceLayout(0, LOAD_KV))
     cp_async_load(kv_buf, cache_ptr + row[:, None] + offs_dl[None, :], mask=ok[:, None])
