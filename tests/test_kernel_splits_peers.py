@@ -32,11 +32,13 @@ def test_rule_picks_an_allowed_split(length, batch, heads, page):
 def test_rule_counts_waves_and_head_blocks():
     # one request, long context: as many splits as allowed (one wave of 64 programs)
     assert triton_num_kv_splits(32768, 1, 128, 64, 132) == 32
-    # 128 requests x 2 head blocks = 256 programs already fill 132 SMs at two per SM: no split
+    # 128 requests x 2 head blocks = 256 programs, two waves on 132 SMs already: no split
     assert triton_num_kv_splits(4096, 128, 128, 64, 132) == 1
-    # h_q=16, B=64: 4 splits (256 programs); sgl-kernel's heuristic ignores heads and waves and gives 2
-    assert triton_num_kv_splits(4096, 64, 16, 64, 132) == 4
+    # h_q=128, B=64: 128 programs, one wave: no split; sgl-kernel's heuristic ignores heads and gives 2
+    assert triton_num_kv_splits(4096, 64, 128, 64, 132) == 1
     assert num_kv_splits_for(4096, 64, 132, -1) == 2
+    # h_q=16, B=64: 2 splits (128 programs, one wave)
+    assert triton_num_kv_splits(4096, 64, 16, 64, 132) == 2
 
 
 @pytest.mark.parametrize("args,exc", [((0, 1, 16, 64), ValueError), ((64, 1, 0, 64), ValueError),
@@ -83,4 +85,4 @@ def test_triton_backend_auto_split_uses_the_kernels_rule():
     for bs, heads in ((1, 16), (64, 16), (64, 128)):
         assert auto._splits(bs, heads) == triton_num_kv_splits(width, bs, heads, PAGE_SIZE, 132)
         assert fixed._splits(bs, heads) == 3
-    assert auto._splits(64, 16) != num_kv_splits_for(width, 64, 132, -1)  # not sgl-kernel's heuristic
+    assert auto._splits(64, 128) != num_kv_splits_for(width, 64, 132, -1)  # not sgl-kernel's heuristic

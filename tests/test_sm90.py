@@ -41,12 +41,31 @@ def test_the_tma_kernel_issues_each_tile_from_two_copy_instructions(reports):
     assert "cp.async.bulk.tensor" not in reports["cp.async"]["ptx"]
 
 
+@pytest.fixture(scope="module")
+def swapped():
+    return sm90.compile_stage1(["cp.async", "tma"], heads=16)
+
+
+@pytest.mark.parametrize("kind", ["cp.async", "tma"])
+def test_the_swapped_kernel_puts_heads_on_n(swapped, kind):
+    # 16 heads a program, one warpgroup: scores S^T = K q^T as 576 / 16 = 36 m64n16k16 (64 tokens x 16 heads),
+    # output O^T = V^T P^T as 512 / 64 = 8 row blocks x 64 / 16 = 4 k-steps = 32 m64n16k16; no M padding
+    r = swapped[kind]
+    assert r["mma_layouts"] == ["warps [4, 1], instr [16, 16, 16]"]
+    assert r["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 // 16)}
+    # q (18 KB) + 2 page tiles (144 KB) + P (2 KB) + scratch: one program an SM, as the split rule assumes
+    assert sm90.MAX_SHARED // 2 < r["shared_bytes"] <= sm90.MAX_SHARED
+    assert r["registers"] <= 255 and r["spill_bytes"] == 0
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match=r"kinds must be a non-empty selection of \('tl', 'cp.async', 'tma'\), "
                                          r"got \('wgmma',\)"):
         sm90.compile_stage1(["wgmma"])
     with pytest.raises(ValueError, match="dtype must be 'bf16' or 'fp16', got 'fp32'"):
         sm90.compile_stage1(dtype="fp32")
+    with pytest.raises(ValueError, match=r"heads must be one of \(16, 32, 64, 128\), got 20"):
+        sm90.compile_stage1(heads=20)
 
 
 def test_the_command_line_as_a_user_runs_it(tmp_path):

@@ -11,10 +11,10 @@ first and last request against float64. Peers on the same cache bytes in the sam
 (``mla_edu.kernels.peers``): SGLang's Triton MLA decode kernel at its best split when the sglang
 wheel is installed, FlashMLA when ``flash_mla`` is importable (page 64), and at a few sizes the
 float32 reference impl and a ``torch.compile``d dense gather + attention. Writes
-``kernel_bench.json`` and ``kernel_bench.md`` into ``--out``. ``--wgmma`` also times the Gluon stage 1
-(``mla_edu.kernels.split_kv_wgmma``, both kinds, every split) where it applies (sm90, 64-head programs), in
-a table of its own. ``--once H,B,L`` runs each kernel once (for ``ncu``); ``--rerule JSON`` recomputes the
-rule's columns of a run on the CPU.
+``kernel_bench.json`` and ``kernel_bench.md`` into ``--out``. On sm90 'mla_edu' runs the Gluon stage 1 by
+TMA (``split_kv_triton.WGMMA``); ``--kernels`` also times the other stage-1 kernels (the tl kernel, the
+Gluon kernel by cp.async) at every split where they differ, in a table of its own. ``--once H,B,L`` runs
+each kernel once (for ``ncu``); ``--rerule JSON`` recomputes the rule's columns of a run on the CPU.
 ``plot_bench(json, png)`` draws the figure (CPU is fine).
 """
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _us_per_split(fn_of_splits, splits) -> dict:
     return {s: graph_us(lambda: fn_of_splits(s)) for s in splits}
 
 
-def run(out_dir: str, quick: bool = False, pages=PAGES, wgmma: bool = False) -> dict:
+def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -> dict:
     import triton
 
     from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode, peers
@@ -177,7 +177,8 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, wgmma: bool = False) -> 
             "cutlass": cutlass_unavailable_reason() or "available",
             "sglang": sglang_why or f"sglang {_version('sglang')}: {peers.SGLANG_MODULE}",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
-            "configs": {k: skt.launch_config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES)}
+            "configs": {k: skt.launch_config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES),
+            "stage1": skt.WGMMA or "tl"}
     print(json.dumps(info), flush=True)
     ceil = ceilings()
     print("ceilings", json.dumps(ceil), flush=True)
@@ -224,15 +225,17 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, wgmma: bool = False) -> 
                     check_rows = sorted({0, b - 1})
                     ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check_rows)
                     row["triton_rel_err"] = max(_rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
-                    wgmma_kinds = skt.wgmma.KINDS if wgmma and skt.wgmma_applies(q_nope, q_pe, cache, table.size(1),
-                                                                                  False) else ()
-                    for kind in wgmma_kinds:
-                        with skt.wgmma_kernel(kind):  # a Gluon stage 1, every split timed
+                    gluon = skt.wgmma_applies(q_nope, q_pe, cache, table.size(1), False)
+                    row["stage1"] = stage1_name(skt.WGMMA if gluon else None, heads, b, table.size(1))
+                    others = [k for k in (None, *skt.wgmma.KINDS) if k != skt.WGMMA] if kernels and gluon else []
+                    for kind in others:
+                        with skt.wgmma_kernel(kind):  # another stage-1 kernel, every split timed
                             per = _us_per_split(ours, splits)
                             errs = [_rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits))]
                         best = min(per, key=per.get)
-                        row.setdefault("wgmma", {})[kind] = {"split_us": per, "rule_us": per[rule], "best_splits": best,
-                                                             "best_us": per[best], "rel_err": max(errs)}
+                        row.setdefault("kernels", {})[stage1_name(kind, heads, b, table.size(1))] = {
+                            "split_us": per, "rule_us": per[rule], "best_splits": best, "best_us": per[best],
+                            "rel_err": max(errs)}
                     if sglang is not None and cache.numel() >= 2**31:
                         # its int32 offsets (token slot * 576) wrap past 2^31 elements: an illegal address
                         row["sglang_skipped"] = "cache of 2^31 elements or more (int32 offsets in the kernel)"
@@ -275,6 +278,16 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, wgmma: bool = False) -> 
     _write(out_dir, data)
     print(to_markdown(data))
     return data
+
+
+def stage1_name(kind, heads: int, batch: int, n_pages: int) -> str:
+    """Which stage-1 kernel runs: "tl", or the Gluon kernel's loads ("tma", "cp.async") and heads a program."""
+    from mla_edu.kernels.workspace import gpu_block_h
+
+    if kind is None:
+        return "tl"
+    block_h = gpu_block_h(heads, batch, n_pages)
+    return f"{kind}, {block_h} heads" + (" (swapped)" if block_h < 64 else "")
 
 
 def apply_split_rule(data: dict, note: str) -> dict:
@@ -328,8 +341,7 @@ def to_markdown(data: dict) -> str:
         "",
         f"Command: `{info['command']}`; torch {info['torch']}, triton {info['triton']}, Python {info['python']}.",
         f"cutlass_mla_decode: {info['cutlass']}. SGLang peer: {info.get('sglang')}. FlashMLA peer: "
-        f"{info.get('flash_mla')}. Launch configs (BLOCK_H, BLOCK_N, warps, stages) for h_q 16 / 128: "
-        f"{info.get('configs')}.",
+        f"{info.get('flash_mla')}. Stage 1: {_stage1_text(info)}",
         "",
         *([f"Split rule: {info['rule_note']}", ""] if info.get("rule_note") else []),
         f"Ceilings measured in the same run: device copy {ceil['copy_TBps']:.2f} TB/s (read + write), "
@@ -367,21 +379,21 @@ def to_markdown(data: dict) -> str:
             f"({r['triton_best_splits']}) | {r['triton_rule_us'] / r['triton_best_us']:.2f} "
             f"| {r['triton_auto_us']:.1f} ({r['triton_auto_splits']}) | {sg} | {fm} | {xsg} | {xfm} "
             f"| {100 * r['frac_copy']:.0f}% / {100 * r['frac_matmul']:.0f}% | {fmp} | {errs} |")
-    wg = [(r, kind, w) for r in data["results"] for kind, w in r.get("wgmma", {}).items()]
-    if wg:
-        lines += ["", "The Gluon wgmma stage 1 (`split_kv_wgmma`, `--wgmma`; 'tma' reads pages with the bulk copy "
-                  "engine, 'cp.async' as the tl kernel does), same problems: at the rule's split and at its best "
-                  "split; 'x tl' = the tl kernel's time at the rule's split / the wgmma kernel's.", "",
-                  "| page | h_q | B | L | tl us (split) | kernel | wgmma us | wgmma best us (split) | x tl "
-                  "| wgmma % copy / matmul | x FlashMLA | err |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r, kind, w in wg:
-            us = w["rule_us"]
-            xfm = f"{r['flashmla_us'] / us:.2f}" if "flashmla_us" in r else ""
+    other = [(r, name, k) for r in data["results"] for name, k in r.get("kernels", {}).items()]
+    if other:
+        lines += ["", "The other stage-1 kernels (`--kernels`), same problems, where they differ from mla_edu's: "
+                  "'tl' = `split_kv_triton.stage1_kernel` (plain Triton), 'cp.async' = the Gluon kernel reading "
+                  "pages as the tl kernel does. At their best split; 'x' = their best time / mla_edu's time at "
+                  "its rule's split (above 1: mla_edu is faster).", "",
+                  "| page | h_q | B | L | mla_edu us (split) | mla_edu's stage 1 | other kernel | its best us "
+                  "(split) | x | its % copy / matmul | err |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r, name, k in other:
+            us = k["best_us"]
             lines.append(f"| {r['page']} | {r['heads']} | {r['batch']} | {r['seq_len']} "
-                         f"| {r['triton_rule_us']:.1f} ({r['triton_rule_splits']}) | {kind} | {us:.1f} "
-                         f"| {w['best_us']:.1f} ({w['best_splits']}) | {r['triton_rule_us'] / us:.2f} "
-                         "| {:.0f}% / {:.0f}% ".format(*pct(r, us)) + f"| {xfm} | {w['rel_err']:.1e} |")
+                         f"| {r['triton_rule_us']:.1f} ({r['triton_rule_splits']}) | {r.get('stage1', 'tl')} "
+                         f"| {name} | {us:.1f} ({k['best_splits']}) | {us / r['triton_rule_us']:.2f} "
+                         "| {:.0f}% / {:.0f}% ".format(*pct(r, us)) + f"| {k['rel_err']:.1e} |")
     peers = [r for r in data["results"] if "compiled_us" in r]
     if peers:
         lines += ["", "Other peers at a few sizes: the same call without a graph (eager, host overhead included), the "
@@ -399,6 +411,17 @@ def to_markdown(data: dict) -> str:
     sm = summary(data)
     lines += ["", "Summary: " + json.dumps(_rounded(sm))]
     return "\n".join(lines) + "\n"
+
+
+def _stage1_text(info: dict) -> str:
+    if "stage1" not in info:  # runs before the Gluon kernels: the tl kernel throughout
+        return (f"the tl kernel throughout; launch configs (BLOCK_H, BLOCK_N, warps, stages) for h_q 16 / 128: "
+                f"{info.get('configs')}.")
+    configs = ", ".join(f"h_q {k}: {tuple(v)}" for k, v in info["configs"].items())
+    return (f"`split_kv_triton.WGMMA` = {info['stage1']!r}: on this GPU the Gluon kernel reading pages by "
+            f"{info['stage1']} wherever it applies (64 heads a program, or 16 and 32 swapped), the tl kernel "
+            f"elsewhere (its launch configs, BLOCK_H, BLOCK_N, warps, stages: {configs}); which ran is in the "
+            "comparison table.")
 
 
 def plot_bench(json_path: str, png_path: str) -> None:
@@ -422,8 +445,8 @@ def main(argv=None):
     ap.add_argument("--pages", default=",".join(map(str, PAGES)), help="page sizes, comma-separated (default 64,128)")
     ap.add_argument("--once", metavar="H,B,L", help="no benchmark: run mla_edu (its rule's split) and each installed "
                     "peer once at h_q=H, batch B, length L, page 64 (for a profiler such as ncu)")
-    ap.add_argument("--wgmma", action="store_true", help="also time the Gluon wgmma stage 1 kernels (sm90, "
-                    "64-head programs; cp.async and TMA) at every split, in their own table")
+    ap.add_argument("--kernels", action="store_true", help="also time the other stage-1 kernels (the tl "
+                    "kernel; the Gluon kernel by cp.async) at every split where they differ, in their own table")
     ap.add_argument("--rerule", metavar="JSON", help="no GPU: recompute the split rule's columns of a bench run's "
                     "kernel_bench.json with the current rule, write --out (with --note saying why)")
     ap.add_argument("--note", default="", help="with --rerule: why the rule's columns were recomputed")
@@ -438,12 +461,12 @@ def main(argv=None):
         print(to_markdown(data))
         return
     if args.once:
-        run_once(*map(int, args.once.split(",")), wgmma=args.wgmma)
+        run_once(*map(int, args.once.split(",")), kernels=args.kernels)
     else:
-        run(args.out, args.quick, tuple(map(int, args.pages.split(","))), args.wgmma)
+        run(args.out, args.quick, tuple(map(int, args.pages.split(","))), args.kernels)
 
 
-def run_once(heads: int, batch: int, length: int, page: int = 64, wgmma: bool = False) -> None:
+def run_once(heads: int, batch: int, length: int, page: int = 64, kernels: bool = False) -> None:
     """One call of each kernel on one problem (after a warm-up call), for a profiler."""
     from mla_edu.kernels import get_workspace_size, mla_decode, peers
     from mla_edu.kernels.workspace import triton_num_kv_splits
@@ -455,15 +478,16 @@ def run_once(heads: int, batch: int, length: int, page: int = 64, wgmma: bool = 
                          batch * heads * splits * (D_LAT + 1) * 4), dtype=torch.uint8, device="cuda")
     scale = 1 / math.sqrt(192)
     calls = {"mla_edu": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits, impl="triton")}
-    if wgmma:
+    if kernels:
         from mla_edu.kernels import split_kv_triton as skt
 
-        for kind in skt.wgmma.KINDS:
-            def wgmma_call(kind=kind):
-                with skt.wgmma_kernel(kind):
-                    return calls["mla_edu"]()
+        for kind in (None, *skt.wgmma.KINDS):
+            if kind != skt.WGMMA:
+                def other_call(kind=kind):
+                    with skt.wgmma_kernel(kind):
+                        return calls["mla_edu"]()
 
-            calls[f"mla_edu_wgmma_{kind}"] = wgmma_call
+                calls[f"mla_edu_{kind or 'tl'}"] = other_call
     sglang, _ = peers.load_sglang_decode()
     if sglang is not None:
         sglang_peer = peers.SGLangTriton(sglang, q_nope, q_pe, cache, seq_lens, table, scale, 4)

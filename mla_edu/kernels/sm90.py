@@ -5,7 +5,8 @@ H200 (bf16, 16-byte-aligned pointers and strides, the launch config ``split_kv_t
 Triton's own compiler and the ptxas it ships, and reports what a GPU engineer reads first:
 
 * ``mma_layouts``: each wgmma result's layout, ``warps [m, n], instr [16, n, 16]``, from the TTGIR;
-* ``wgmma``: tensor-core instructions in the PTX by shape (the tile loop's, per warpgroup);
+* ``wgmma``: tensor-core instructions in the PTX by shape (the tile loop's, per warpgroup); ``mma_sync``:
+  the Ampere-style ones, per warp (what Triton uses for the tl kernel's 16-head programs);
 * ``registers`` and ``spill_bytes`` (``ptxas -v``), ``shared_bytes``; ``ptx``.
 
 Kinds: "tl" (``split_kv_triton.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
@@ -34,17 +35,21 @@ MAX_SHARED = 232448
 HEADS = 128  # DeepSeek-V3's query heads: the compute-bound case
 
 
-def compile_stage1(kinds=KINDS, page: int = 64, dtype: str = "bf16", final: bool = False) -> dict:
-    """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant."""
+def compile_stage1(kinds=KINDS, page: int = 64, dtype: str = "bf16", final: bool = False, heads: int = HEADS) -> dict:
+    """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant;
+    ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``)."""
     kinds = tuple(kinds)
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
         raise ValueError(f"kinds must be a non-empty selection of {KINDS}, got {kinds}")
     if dtype not in ("bf16", "fp16"):
         raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
+    if heads not in (16, 32, 64, 128):
+        raise ValueError(f"heads must be one of (16, 32, 64, 128), got {heads!r}")
     if not TRITON_INTERPRET:
-        return {k: _compile(k, page, dtype, final) for k in kinds}
-    cmd = [sys.executable, "-m", "mla_edu.kernels.sm90", *kinds, "--page", str(page), "--dtype", dtype]
+        return {k: _compile(k, page, dtype, final, heads) for k in kinds}
+    cmd = [sys.executable, "-m", "mla_edu.kernels.sm90", *kinds, "--page", str(page), "--dtype", dtype,
+           "--heads", str(heads)]
     run = subprocess.run(cmd + ["--final"] * final, env={**os.environ, "TRITON_INTERPRET": "0"},
                          capture_output=True, text=True)
     if run.returncode != 0:  # the error, without the binding's reference-leak report printed at exit
@@ -71,7 +76,7 @@ def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, d
     return sig, attrs
 
 
-def _compile(kind: str, page: int, dtype: str, final: bool) -> dict:
+def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -84,23 +89,25 @@ def _compile(kind: str, page: int, dtype: str, final: bool) -> dict:
     from mla_edu.kernels import split_kv_wgmma as wg
 
     if kind == "tl":
-        block_h, block_n, warps, stages = tl_kernels.launch_config(HEADS, on_gpu=True, batch=64, n_pages=64)
+        block_h, block_n, warps, stages = tl_kernels.launch_config(heads, on_gpu=True, batch=64, n_pages=64)
         consts = tl_kernels.stage1_constexprs(page, 512, 64, False, False, final, block_h, block_n)
         sig, attrs = _signature(tl_kernels.stage1_kernel, dtype, consts, {})
         src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
         options = {"num_warps": warps, "num_stages": stages}
     else:
         tma = kind == "tma"
-        consts = wg.constexprs(page, 512, 64, final, tma)
+        block_h = tl_kernels.launch_config(heads, on_gpu=True, batch=64, n_pages=64)[0]
+        kernel, warps = wg.kernel_for(block_h)
+        consts = wg.constexprs(page, 512, 64, final, tma, block_h)
         cache = torch.empty(2, max(page, wg.BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
         names = ("kv_desc", "pe_desc")
         if tma:  # the descriptors' types, as the JIT derives them from real ones
             descriptors = dict(zip(names, map(mangle_type, wg.tma_descriptors(cache))))
         else:  # None: a constexpr
             descriptors, consts = {}, dict(consts, kv_desc=None, pe_desc=None)
-        sig, attrs = _signature(wg.stage1_wgmma_kernel, dtype, consts, descriptors)
-        src = GluonASTSource(wg.stage1_wgmma_kernel, sig, consts, attrs)
-        options = {"num_warps": wg.NUM_WARPS}
+        sig, attrs = _signature(kernel, dtype, consts, descriptors)
+        src = GluonASTSource(kernel, sig, consts, attrs)
+        options = {"num_warps": warps}
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = kernel.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,6 +119,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool) -> dict:
     layouts = re.findall(mma, kernel.asm["ttgir"])
     return {"mma_layouts": sorted({f"warps {w}, instr {i}" for w, i in layouts}),
             "wgmma": dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
+            "mma_sync": dict(collections.Counter(re.findall(r"\bmma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
             "registers": int(re.search(r"Used (\d+) registers", log)[1]),
             "spill_bytes": sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
             "shared_bytes": kernel.metadata.shared, "ptx": ptx}
@@ -130,11 +138,13 @@ def main(argv=None) -> None:
     ap.add_argument("kinds", nargs="*", type=_kind, help=f"kernels, of {KINDS} (default: all)")
     ap.add_argument("--page", type=int_at_least(1), default=64, help="page size (default 64)")
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    ap.add_argument("--heads", type=int, choices=(16, 32, 64, 128), default=HEADS,
+                    help=f"h_q of the problem (default {HEADS}; 16: the 16-head programs)")
     ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
     ap.add_argument("--md", metavar="FILE", help="also write the report as a markdown table to FILE")
     args = ap.parse_args(argv)
-    reports = compile_stage1(args.kinds or KINDS, args.page, args.dtype, args.final)
+    reports = compile_stage1(args.kinds or KINDS, args.page, args.dtype, args.final, args.heads)
     if args.ptx:
         os.makedirs(args.ptx, exist_ok=True)
         for k, r in reports.items():
@@ -142,22 +152,27 @@ def main(argv=None) -> None:
                 f.write(r["ptx"])
     if args.md:
         with open(args.md, "w") as f:
-            f.write(to_markdown(reports, "python -m mla_edu.kernels.sm90 " + " ".join(argv or sys.argv[1:])))
+            command = "python -m mla_edu.kernels.sm90 " + " ".join(argv or sys.argv[1:])
+            f.write(to_markdown(reports, command, args.heads))
     print(json.dumps(reports))
 
 
-def to_markdown(reports: dict, command: str) -> str:
+def to_markdown(reports: dict, command: str, heads: int = HEADS) -> str:
     """The report of ``compile_stage1`` as a table, with the command and the Triton that compiled it."""
     import triton
 
+    from mla_edu.kernels.workspace import gpu_block_h
+
+    block_h = gpu_block_h(heads, 64, 64)
     lines = ["# Stage 1 compiled for sm_90a (H100 / H200), without a GPU", "",
-             f"Command: `{command}`; triton {triton.__version__}, Python {sys.version.split()[0]}. h_q = {HEADS} "
-             "(64-head programs), bf16 unless the command says otherwise. wgmma: instructions in the PTX by shape "
-             "(the tile loop's, per warpgroup).", "",
+             f"Command: `{command}`; triton {triton.__version__}, Python {sys.version.split()[0]}. h_q = {heads} "
+             f"({block_h}-head programs{', the Gluon kinds swapped' if block_h < 64 else ''}), bf16 unless the command "
+             "says otherwise. wgmma: instructions in the PTX by shape (the tile loop's, per warpgroup).", "",
              "| kind | wgmma layouts (warps, instruction) | wgmma per tile and warpgroup | registers | spill bytes "
              "| shared bytes |", "|---|---|---|---|---|---|"]
     for kind, r in reports.items():
-        wgmma = ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items())
+        wgmma = ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items()) or "none: " + ", ".join(
+            f"{n} x mma.sync {shape} per warp" for shape, n in r.get("mma_sync", {}).items())
         lines.append(f"| {kind} | {'; '.join(r['mma_layouts'])} | {wgmma} | {r['registers']} | {r['spill_bytes']} "
                      f"| {r['shared_bytes']:,} |")
     return "\n".join(lines) + "\n"

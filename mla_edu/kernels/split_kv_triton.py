@@ -9,8 +9,9 @@ the S partials by LSE. Same algorithm as SGLang's Triton MLA decode
 (``python/sglang/srt/layers/attention/triton_ops/decode_attention.py``), with the cutlass
 contract's page table and workspace.
 
-On a Hopper GPU stage 1 can instead run ``split_kv_wgmma`` (Gluon: each score computed once); it is off
-(``WGMMA = None``) until it has run on a GPU: ``kernels/NOTES.md``, v4.
+On a Hopper GPU stage 1 runs ``split_kv_wgmma`` instead (Gluon: layouts and page loads written out,
+``WGMMA``), 1.3-1.9x faster on the H200: ``kernels/NOTES.md``, v4. The tl kernel here runs everywhere
+else: other GPUs, checked calls, the CPU interpreter.
 
 dtypes: GPU fp16/bf16/fp32. CPU (TRITON_INTERPRET=1): fp32/fp16; bf16 raises TypeError
 because the interpreter computes bf16 wrongly.
@@ -177,23 +178,23 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
     return TUNED.get(block_h, (block_h, *GPU_CONFIGS[block_h]))
 
 
-#: Stage 1 on a Hopper GPU: None = the tl kernel above; "cp.async" or "tma" = the Gluon wgmma kernels of
-#: ``split_kv_wgmma`` where ``wgmma_applies`` ("tma" reads through cp.async where ``split_kv_wgmma.tma_applies``
-#: is false). None by default: those kernels are compiled and inspected for sm_90a
-#: (``mla_edu.kernels.sm90``) but have not yet run on a GPU; ``tests/test_kernels_wgmma.py`` and
-#: ``python -m tools.kernel_bench --wgmma`` are their first run.
-WGMMA: str | None = None
+#: Stage 1 on a Hopper GPU: "tma" or "cp.async" = the Gluon kernels of ``split_kv_wgmma`` where
+#: ``wgmma_applies``, reading pages by TMA (through cp.async where ``split_kv_wgmma.tma_applies`` is false) or
+#: by cp.async; None = the tl kernel above. "tma": the fastest at every shape of the H200 bench
+#: (``results/kernel_bench_h200.md``); ``wgmma_kernel(kind)`` switches for a block of code.
+WGMMA: str | None = "tma"
 
 
 def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, max_pages: int,
                   checked: bool) -> bool:
     """Whether the Gluon wgmma kernels fit the call: a Hopper GPU (sm90), fp16/bf16, DeepSeek's 512 + 64
-    dims, 64-head programs (``gpu_block_h``), unchecked. Everything else runs the tl kernel above."""
+    dims, unchecked, heads a whole number of programs (``gpu_block_h``: 64, or 16 and 32 for the swapped
+    kernel). Everything else runs the tl kernel above."""
     b, h, dl = q_nope.shape
+    block_h = gpu_block_h(h, b, max_pages)
     return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
             and cache.dtype == q_pe.dtype == q_nope.dtype and dl == 512 and q_pe.size(2) == 64
-            and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % 64 == 0
-            and gpu_block_h(h, b, max_pages) == 64)
+            and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % block_h == 0)
 
 
 @contextlib.contextmanager
@@ -219,7 +220,7 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
     on_gpu = q_nope.is_cuda
     if WGMMA is not None and wgmma_applies(q_nope, q_pe, cache, max_pages, checked):
         wgmma.launch(WGMMA, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                     max_pages, num_splits, final)
+                     max_pages, num_splits, final, gpu_block_h(h, b, max_pages))
         return
     block_h, block_n, warps, stages = launch_config(h, on_gpu, b, max_pages)
     grid = (b, triton.cdiv(h, block_h), num_splits)

@@ -43,17 +43,38 @@ BLOCK_H = 64  # heads per program: one wgmma M of 64 rows per warpgroup
 BLOCK_N = 64  # tokens per tile
 STAGES = 2  # page tiles in flight: q (72 KB) + 2 tiles (144 KB) + P (8 KB) = 224 KB of shared memory
 NUM_WARPS = 8  # two warpgroups
+SWAPPED_BLOCK_H = (16, 32)  # heads per program of stage1_swapped_kernel: the wgmma's n
+SWAPPED_WARPS = 4  # one warpgroup
+
+
+@gluon.constexpr_function
+def _load_layouts(warps):
+    """(LOAD_KV, LOAD_PE): 16-byte row vectors for the global loads of 512- and 64-wide rows."""
+    return (gl.BlockedLayout([1, 8], [1, 32], [warps, 1], [1, 0]),
+            gl.BlockedLayout([1, 8], [4, 8], [warps, 1], [1, 0]))
+
+
+@gluon.constexpr_function
+def _smem_layout():
+    """128-byte swizzled shared memory, as the wgmma and TMA read it."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
 
 @gluon.constexpr_function
 def _layouts(BLOCK_N, DL):
-    """(S_LAYOUT, O_LAYOUT, LOAD_KV, LOAD_PE, SMEM): scores and output with warps [4, 2] (see the module
-    docstring), 16-byte row vectors for global loads, 128-byte swizzled shared memory for the wgmma."""
+    """(S_LAYOUT, O_LAYOUT, LOAD_KV, LOAD_PE, SMEM) of ``stage1_wgmma_kernel``: scores and output with warps
+    [4, 2] (see the module docstring)."""
     return (gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]),
             gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, DL // 2, 16]),
-            gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0]),
-            gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]),
-            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+            *_load_layouts(8), _smem_layout())
+
+
+@gluon.constexpr_function
+def _swapped_layouts(BLOCK_H):
+    """(T_LAYOUT, LOAD_KV, LOAD_PE, SMEM) of ``stage1_swapped_kernel``: one warpgroup, heads as the wgmma's n,
+    for both transposed products (scores ``S^T`` [tokens, heads] and output ``O^T`` [512, heads])."""
+    return (gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]),
+            *_load_layouts(4), _smem_layout())
 
 
 @gluon.jit
@@ -172,6 +193,47 @@ def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_split
 
 
 @gluon.jit
+def _issue(j, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
+           row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+           PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+           TMA: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
+    """Start loading tile j of the split into ring slot j % STAGES (by TMA: nothing past the last tile)."""
+    slot = j % STAGES
+    if TMA:
+        _issue_tma(kv_desc, pe_desc, kv_bufs.index(slot), pe_bufs.index(slot), bars.index(slot), table_ptr, b,
+                   t_start + j * BLOCK_N, j < n_tiles, row_stride, table_reach, num_pages, PAGE)
+    else:
+        _issue_tile(kv_bufs.index(slot), pe_bufs.index(slot), cache_ptr, table_ptr, b, t_start + j * BLOCK_N, t_end,
+                    row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+                    PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
+        async_copy.commit_group()
+
+
+@gluon.jit
+def _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr,
+          STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_PE: gl.constexpr):
+    """Wait until tile j (tokens from t0) is in its slot for every thread. By TMA, the last tile's rows past
+    the length are then zeroed in shared memory, 64 columns (one 128-byte swizzle span) at a time."""
+    if TMA:
+        slot = j % STAGES
+        mbarrier.wait(bars.index(slot), phase=(j // STAGES) & 1)
+        if t0 + BLOCK_N > t_end:
+            kv = kv_bufs.index(slot)
+            pe = pe_bufs.index(slot)
+            keep = (t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_PE)) < t_end)[:, None]
+            for c in gl.static_range(DL // DR):
+                chunk = kv.slice(c * DR, DR, dim=1)  # [BLOCK_N, 64]
+                chunk.store(gl.where(keep, chunk.load(LOAD_PE), 0.0).to(kv.dtype))
+            pe.store(gl.where(keep, pe.load(LOAD_PE), 0.0).to(pe.dtype))
+            fence_async_shared()
+            thread_barrier()
+    else:
+        async_copy.wait_group(STAGES - 1)  # this thread's copies of tile j have landed
+        fence_async_shared()
+        thread_barrier()  # ... and every thread's
+
+
+@gluon.jit
 def stage1_wgmma_kernel(
     q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
@@ -205,88 +267,165 @@ def stage1_wgmma_kernel(
     kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
     pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
     p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     if TMA:
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
-        fence_async_shared()  # q stored and the barriers initialized before any use by the async proxy
-
+    fence_async_shared()  # q stored and the barriers initialized before any use by the async proxy
     for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
-        if TMA:
-            _issue_tma(kv_desc, pe_desc, kv_bufs.index(i), pe_bufs.index(i), bars.index(i), table_ptr, b,
-                       t_start + i * BLOCK_N, i < n_tiles, row_stride, table_reach, num_pages, PAGE)
-        else:
-            _issue_tile(kv_bufs.index(i), pe_bufs.index(i), cache_ptr, table_ptr, b, t_start + i * BLOCK_N, t_end,
-                        row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
-                        PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
-            async_copy.commit_group()
+        _issue(i, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
+               row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
 
     m_i, l_tile, acc, offs_n = _initial_state(BLOCK_H, BLOCK_N, DL, S_LAYOUT, O_LAYOUT)
     qk_scale = sm_scale * 1.4426950408889634  # exp2 in _attend_tile: log2(e) folded into the scale
     for j in range(n_tiles):
-        slot = j % STAGES
-        nxt = j + STAGES - 1
         t0 = t_start + j * BLOCK_N
-        kv = kv_bufs.index(slot)  # [BLOCK_N, DL]
-        pe = pe_bufs.index(slot)  # [BLOCK_N, DR]
         thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
-        if TMA:
-            _issue_tma(kv_desc, pe_desc, kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES),
-                       bars.index(nxt % STAGES), table_ptr, b, t_start + nxt * BLOCK_N, nxt < n_tiles, row_stride,
-                       table_reach, num_pages, PAGE)
-            mbarrier.wait(bars.index(slot), phase=(j // STAGES) & 1)
-            if t0 + BLOCK_N > t_end:  # the last tile: zero the rows past the length, 64 columns at a time
-                keep = (t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_PE)) < t_end)[:, None]
-                for c in gl.static_range(DL // DR):
-                    chunk = kv.slice(c * DR, DR, dim=1)  # [BLOCK_N, 64]: one 128-byte swizzle span
-                    chunk.store(gl.where(keep, chunk.load(LOAD_PE), 0.0).to(dtype))
-                pe.store(gl.where(keep, pe.load(LOAD_PE), 0.0).to(dtype))
-                fence_async_shared()
-                thread_barrier()
-        else:
-            _issue_tile(kv_bufs.index(nxt % STAGES), pe_bufs.index(nxt % STAGES), cache_ptr, table_ptr, b,
-                        t_start + nxt * BLOCK_N, t_end, row_stride, table_reach, num_pages, stride_c_page,
-                        stride_c_slot, PAGE, DL, DR, BLOCK_N, LOAD_KV, LOAD_PE)
-            async_copy.commit_group()
-            async_copy.wait_group(STAGES - 1)  # this thread's copies of tile j have landed
-            fence_async_shared()
-            thread_barrier()  # ... and every thread's
-        m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, t0 + offs_n, t_end,
-                                        qk_scale, S_LAYOUT, O_LAYOUT)
+        _issue(j + STAGES - 1, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end,
+               n_tiles, row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+        _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL, DR, BLOCK_N, STAGES, TMA, LOAD_PE)
+        m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv_bufs.index(j % STAGES), pe_bufs.index(j % STAGES),
+                                        p_smem, m_i, l_tile, acc, t0 + offs_n, t_end, qk_scale, S_LAYOUT, O_LAYOUT)
+    _drain(bars, STAGES, TMA)
+    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
+           BLOCK_H, DL, FINAL, S_LAYOUT, O_LAYOUT)
+
+
+@gluon.jit
+def _drain(bars, STAGES: gl.constexpr, TMA: gl.constexpr):
+    """After the last tile: the barriers invalidated (TMA), or the cp.async groups (all empty) retired."""
     if TMA:
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
     else:
         async_copy.wait_group(0)
-    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
-           BLOCK_H, DL, FINAL, S_LAYOUT, O_LAYOUT)
+
+
+@gluon.jit
+def stage1_swapped_kernel(
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_c_page, stride_c_slot,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
+    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr,
+):
+    """``stage1_wgmma_kernel`` for 16 or 32 heads a program, one warpgroup, every product transposed ("swap
+    A and B"): a wgmma's M is 64 rows, so 16 heads as M would waste three quarters of the tensor cores.
+    Tokens and latent columns take M instead, heads are the n: scores ``S^T = K q^T`` [64 tokens, BLOCK_H],
+    softmax down the columns, ``P^T`` to shared memory, output ``O^T = V^T P^T`` [512, BLOCK_H], V^T being
+    the page tile read transposed from shared memory. Same grid, loads and outputs."""
+    hb = gl.program_id(0)
+    b = gl.program_id(1)
+    s = gl.program_id(2)
+    dtype: gl.constexpr = cache_ptr.dtype.element_ty
+    T_LAYOUT: gl.constexpr = _swapped_layouts(BLOCK_H)[0]
+    LOAD_KV: gl.constexpr = _swapped_layouts(BLOCK_H)[1]
+    LOAD_PE: gl.constexpr = _swapped_layouts(BLOCK_H)[2]
+    SMEM: gl.constexpr = _swapped_layouts(BLOCK_H)[3]
+    TOKENS: gl.constexpr = gl.SliceLayout(1, T_LAYOUT)  # along a transposed tile's rows
+    HEADS: gl.constexpr = gl.SliceLayout(0, T_LAYOUT)  # along its columns
+
+    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
+    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
+    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
+            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
+    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)
+    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)  # P, read as P^T
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if TMA:
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()
+    for i in gl.static_range(STAGES - 1):
+        _issue(i, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
+               row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HEADS)
+    l_tile = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)  # column sums kept as a tile
+    acc = gl.zeros([DL, BLOCK_H], gl.float32, layout=T_LAYOUT)  # O^T
+    offs_n = gl.arange(0, BLOCK_N, layout=TOKENS)
+    qk_scale = sm_scale * 1.4426950408889634
+    for j in range(n_tiles):
+        t0 = t_start + j * BLOCK_N
+        thread_barrier()  # every warp is done with tile j - 1, whose slot the next load reuses
+        _issue(j + STAGES - 1, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end,
+               n_tiles, row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+        _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL, DR, BLOCK_N, STAGES, TMA, LOAD_PE)
+        kv = kv_bufs.index(j % STAGES)  # [BLOCK_N, DL]
+        s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)
+        sc = warpgroup_mma(kv, q_smem.permute((1, 0)), s_zero, use_acc=False)  # S^T [BLOCK_N, BLOCK_H]
+        sc = warpgroup_mma(pe_bufs.index(j % STAGES), qpe_smem.permute((1, 0)), sc)
+        sc = gl.where(((t0 + offs_n) < t_end)[:, None], sc * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(sc, 0))  # per head, over the tile's tokens (across the 4 warps)
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(sc - m_new[None, :])
+        l_tile = l_tile * alpha[None, :] + p
+        p_smem.store(gl.permute(p.to(dtype), (1, 0)))
+        fence_async_shared()
+        thread_barrier()  # all of P written before the wgmma reads it
+        acc = warpgroup_mma(kv.permute((1, 0)), p_smem.permute((1, 0)), acc * alpha[None, :])  # O^T [DL, BLOCK_H]
+        m_i = m_new
+    _drain(bars, STAGES, TMA)
+
+    l_i = gl.sum(l_tile, 0)  # [BLOCK_H]
+    has = l_i > 0
+    l_safe = gl.where(has, l_i, 1.0)
+    o = acc / l_safe[None, :]
+    lse = gl.where(has, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=HEADS)
+    offs_d = gl.arange(0, DL, layout=TOKENS)
+    if FINAL:
+        gl.store(out_ptr + b * stride_o_b + offs_h[None, :] * stride_o_h + offs_d[:, None],
+                 o.to(out_ptr.dtype.element_ty))
+    else:
+        base = (b * H + offs_h) * num_splits + s  # row of o_acc [B, H, S, DL]
+        gl.store(o_acc_ptr + base[None, :] * DL + offs_d[:, None], o)
+        gl.store(lse_ptr + base, lse)
 
 
 KINDS = ("cp.async", "tma")
 
 
 def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float,
-           row_stride: int, max_pages: int, num_splits: int, final: bool) -> None:
-    """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs): ``kind`` "tma" reads
+           row_stride: int, max_pages: int, num_splits: int, final: bool, block_h: int = BLOCK_H) -> None:
+    """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs) with ``block_h`` heads a
+    program: ``stage1_wgmma_kernel`` for 64, ``stage1_swapped_kernel`` for 16 or 32. ``kind`` "tma" reads
     pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     b, h, dl = q_nope.shape
-    grid = (h // BLOCK_H, b, num_splits)
+    if block_h not in (BLOCK_H, *SWAPPED_BLOCK_H) or h % block_h:
+        raise ValueError(f"block_h must be one of {(BLOCK_H, *SWAPPED_BLOCK_H)} and divide the {h} heads, "
+                         f"got {block_h}")
+    grid = (h // block_h, b, num_splits)
     q_strides = (q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1))
     tail = (out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
             sm_scale)
     tma_on = kind == "tma" and tma_applies(cache)
     kv_desc, pe_desc = tma_descriptors(cache, dl) if tma_on else (None, None)
-    stage1_wgmma_kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
-                              *q_strides, cache.stride(0), cache.stride(1), *tail,
-                              **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on), num_warps=NUM_WARPS)
+    kernel, warps = kernel_for(block_h)
+    kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
+                 *q_strides, cache.stride(0), cache.stride(1), *tail,
+                 **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on, block_h), num_warps=warps)
 
 
-def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool) -> dict:
-    """``stage1_wgmma_kernel``'s compile-time parameters for a launch (also what ``mla_edu.kernels.sm90``
-    compiles); it runs with ``NUM_WARPS`` warps."""
-    return dict(PAGE=page, DL=dl, DR=dr, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma)
+def kernel_for(block_h: int):
+    """(kernel, num_warps) for ``block_h`` heads a program."""
+    return (stage1_wgmma_kernel, NUM_WARPS) if block_h == BLOCK_H else (stage1_swapped_kernel, SWAPPED_WARPS)
+
+
+def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool, block_h: int = BLOCK_H) -> dict:
+    """The compile-time parameters of ``kernel_for(block_h)``'s kernel for a launch (also what
+    ``mla_edu.kernels.sm90`` compiles)."""
+    return dict(PAGE=page, DL=dl, DR=dr, BLOCK_H=block_h, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma)
 
 
 def tma_applies(cache) -> bool:
@@ -303,7 +442,7 @@ def tma_descriptors(cache, d_latent: int = 512):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     rows = cache.view(-1, cache.size(-1))  # [num_pages * PAGE, 576]
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    layout = _smem_layout()
     d_rope = cache.size(-1) - d_latent
     kv = TensorDescriptor(rows, [rows.size(0), d_latent], list(rows.stride()), [BLOCK_N, d_latent], layout)
     pe = TensorDescriptor(rows[:, d_latent:], [rows.size(0), d_rope], list(rows.stride()), [BLOCK_N, d_rope], layout)

@@ -63,10 +63,11 @@ def num_kv_splits_for(max_seq_len: int, num_batches: int, sm_count: int = 0, num
 
 #: Split counts the Triton kernel's split rule chooses from (and the benchmark times).
 SPLIT_CHOICES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
-#: Programs of each GPU config (keyed by heads per program) resident on one SM at once, as Triton 3.6
-#: compiles them for sm_90: 16 heads 94 KB of shared memory and 184 registers a thread -> 2;
-#: 32 heads 76 KB and 255 registers (128 threads) -> 2; 64 heads 221 KB -> 1.
-PROGRAMS_PER_SM = {16: 2, 32: 2, 64: 1}
+#: Programs resident on one SM at once, keyed by heads per program, for the stage 1 a Hopper GPU runs (the
+#: Gluon kernels, ``split_kv_wgmma``): two page tiles of 72 KB in shared memory each, so 1 at 16, 32 and 64
+#: heads. (The tl kernel, which other GPUs run, fits 2 programs of 16 or 32 heads on an H200; the rule
+#: then splits less than it could. Only the H200 was measured.)
+PROGRAMS_PER_SM = {16: 1, 32: 1, 64: 1}
 #: Below this many (request, head block, page) programs, even one page per program leaves most SMs
 #: idle: the kernel then takes 16 heads per program, four times the programs (each page read once
 #: per head block, from L2).
