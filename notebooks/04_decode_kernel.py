@@ -354,11 +354,15 @@ except RuntimeError as e:
 # `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
 #
 # **The split rule.** sgl-kernel's heuristic (section 5) looks at B and the SM count only. The Triton
-# kernel has its own, `triton_num_kv_splits`: a program is one (request, head block, split); the GPU
-# configs fit 2 programs on an SM (16 heads) or 1 (64 heads, 221 KB of shared memory); the rule
-# counts whole waves of programs times the pages each walks, plus the cost of the merge, and takes
-# the cheapest split. The triton serving backend uses it for `num_kv_splits=-1`; the cutlass backend
-# keeps sgl-kernel's heuristic, whose choice is also in the table ("cutlass auto").
+# kernel has its own, `triton_num_kv_splits`: a program is one (request, head block, split); on the
+# H200 one program fits on an SM (two 72 KB page tiles in shared memory); the rule counts whole waves
+# of programs times the pages each walks, plus the cost of the merge, and takes the cheapest split.
+# The triton serving backend uses it for `num_kv_splits=-1`; the cutlass backend keeps sgl-kernel's
+# heuristic, whose choice is also in the table ("cutlass auto").
+#
+# **Which kernel.** On a Hopper GPU stage 1 is not the plain-Triton kernel of section 6 but a Gluon
+# kernel, `mla_edu/kernels/split_kv_wgmma.py` (section 11 says why and what it does differently);
+# `--kernels` timed the plain-Triton one ("tl") on the same problems too.
 
 # %%
 from mla_edu.kernels.plots import summary  # noqa: E402
@@ -383,15 +387,14 @@ for h in (16, 128):
 fig = kernel_bench_figure()
 
 # %% [markdown]
-# Reading the plot. **h_q = 16** is memory-bound (about 32 FLOP per byte, far under the ridge):
-# each program holds 16 heads and streams one 64-token page per step (72 KB, two stages), two
-# programs per SM. At B = 64 and 128 with L >= 4096 it runs at 79-101% of the copy ceiling (a
-# stream that only reads can pass a copy's read + write rate) and at 0.91-1.00x FlashMLA's speed;
-# FlashMLA leads most at large batch and short context (0.68x at B = 128, L = 512). **h_q = 128** is
-# compute-bound (256 FLOP per byte): for B >= 8 the Triton kernel stays at 22-33% of the matmul
-# ceiling while FlashMLA, on the same bytes, reaches 57-94% (0.33-0.42x its speed at B >= 64). Both
-# hold 64 heads per program, so the `64 x 512` float32 accumulator takes half of an SM's registers:
-# one program per SM. The difference is how the two warpgroups share a tile of 64 tokens:
+# Reading the plot. **h_q = 16** is memory-bound (about 32 FLOP per byte, far under the ridge). At
+# B = 64 and 128 with L >= 4096 the kernel streams at 90-107% of the copy ceiling (a stream that
+# only reads can pass a copy's read + write rate), 1.00-1.03x FlashMLA's speed; FlashMLA leads at
+# large batch and short context (0.83x at B = 128, L = 512). **h_q = 128** is compute-bound (256 FLOP
+# per byte): at B >= 64 and L >= 2048 the kernel reaches 57-66% of the matmul ceiling, FlashMLA
+# 87-98% on the same bytes (mla_edu at 0.64-0.71x its speed), the plain-Triton kernel 31-35%. All
+# three hold 64 heads per program at h_q = 128, one program per SM. The differences are in how the
+# two warpgroups share a tile of 64 tokens:
 #
 # - FlashMLA (`csrc/kernels/splitkv_mla.cu` at commit 9edee0c: `wg0_subroutine`, `wg1_subroutine`):
 #   the program walks two 64-token blocks per step; warpgroup 0 computes the scores of the first,
@@ -399,21 +402,20 @@ fig = kernel_bench_figure()
 #   waited for as TMA brings it in. Each warpgroup owns one half of the 512 output columns for P V
 #   and reads the other's P from shared memory. While one warpgroup runs its softmax the other
 #   keeps the tensor cores busy.
-# - Triton: `tl.dot` lets the compiler place the warps. Because the scores feed a second dot, it
-#   lays Q K^T out over the rows (the flash-attention layout), and with only 64 rows both
-#   warpgroups compute the same 64 x 64 score tile: Q K^T is done twice. Load, Q K^T, softmax and
-#   P V run one after another in both warpgroups. The profiler (`ncu`, in
-#   `results/kernel_profile_h200_ncu.txt`) shows the tensor pipe busy 36% of the time and
-#   DRAM at 20% of its peak: neither roof is reached, the kernel is bound by this serial chain.
-#   Variants in `mla_edu/kernels/NOTES.md` (scores transposed so each warpgroup owns its tokens,
-#   P through memory so Q K^T is split between the warpgroups, more stages) ran slower; one fewer
-#   reduction per step won 2%. `tl` gives no way to choose the layout; section 11 reads it off the
-#   compiled kernel and shows a kernel that chooses.
+# - Plain Triton: `tl.dot` lets the compiler place the warps. Because the scores feed a second dot,
+#   it lays Q K^T out over the rows (the flash-attention layout), and with only 64 rows both
+#   warpgroups compute the same 64 x 64 score tile: Q K^T is done twice. The profiler (`ncu`,
+#   `results/kernel_profile_h200_ncu.txt`) showed the tensor pipe busy 36% of the time and DRAM at
+#   20% of its peak: neither roof reached, the kernel bound by its serial chain.
+# - The Gluon kernel: the scores split between the warpgroups (each its own 32 tokens), P through
+#   shared memory, P V split by output columns as FlashMLA does, pages brought in by TMA. It still
+#   runs load, scores, softmax and P V one after another in both warpgroups, which is what is left
+#   between it and FlashMLA (`kernels/NOTES.md`, v4).
 #
-# SGLang's Triton kernel is slower at every shape it runs (its 16-head programs read every page
-# 8 times at h_q = 128; its int32 offsets cannot address a cache of 2^31 elements, the two largest
-# B = 128 shapes). The cutlass-auto column shows what sgl-kernel's heuristic costs this kernel:
-# at h_q = 16, B = 64 it picks 2 splits, 128 programs for 132 SMs with room for 264.
+# SGLang's Triton kernel is slower at every shape it runs (1.36x and more; its 16-head programs
+# read every page 8 times at h_q = 128; its int32 offsets cannot address a cache of 2^31 elements,
+# the two largest B = 128 shapes). The cutlass-auto column shows what sgl-kernel's heuristic costs:
+# at h_q = 128, B = 64 it picks 2 splits where one wave of 128 programs is already there.
 #
 # ## 11. What the compiler made of it
 #
@@ -450,11 +452,30 @@ print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply
 # whose two layouts are both `[4, 2]`; P V is the same in both. The Gluon kernel comes in two kinds
 # that differ only in how a page tile reaches shared memory: `cp.async` (each thread copies 16-byte
 # pieces, any page size) and TMA (the bulk copy engine: a few instructions move a whole tile, no
-# per-thread addresses; one page per tile).
-# It is compiled and checked here but has not run on a GPU yet, so `mla_decode` does not use it:
-# `split_kv_triton.WGMMA` is `None` until `tests/test_kernels_wgmma.py` (against float64) and
-# `python -m tools.kernel_bench --wgmma` have run on an H200. `kernels/NOTES.md` (v4) gives the
-# prediction that run will test: between 40% and 70% of the matmul rate at B = 64, L = 4096.
+# per-thread addresses; one page per tile). On the H200 the TMA kind is the faster (169 against
+# 196 us at h_q = 128, B = 64, L = 4096; the tl kernel 321 us), so on a Hopper GPU `mla_decode`
+# runs it (`split_kv_triton.WGMMA = "tma"`): 1.53x less tensor work, 1.9x less time.
+#
+# At h_q = 16 the problem is the other way round. A wgmma's M is 64 rows; 16 heads as M would leave
+# three quarters of every instruction empty (FlashMLA does pad so: its M is the request's query
+# rows, in blocks of 64). The Gluon kernel for 16 and 32 heads a program, `stage1_swapped_kernel`,
+# swaps the operands: the scores as `S^T = K q^T` (M = the tile's 64 tokens, n = 16 heads), the softmax
+# down the columns, the output as `O^T = V^T P^T` (M = the 512 latent columns, read transposed from
+# the same tile in shared memory). One warpgroup does it all:
+
+# %%
+swapped = sm90.compile_stage1(["tl", "tma"], heads=16)
+for kind, r in swapped.items():
+    ops = r["wgmma"] or {f"mma.sync {k} per warp": n for k, n in r["mma_sync"].items()}
+    print(f"{kind:4s} {'; '.join(r['mma_layouts'])}: " + ", ".join(f"{n} x {k}" for k, n in ops.items()))
+assert swapped["tma"]["mma_layouts"] == ["warps [4, 1], instr [16, 16, 16]"]  # one warpgroup, heads as n
+assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 // 16)}  # scores, then P V
+
+# %% [markdown]
+# The plain-Triton kernel falls back to the Ampere-style `mma.sync` (16 x 8 tiles, per warp) at 16
+# heads. The swapped kernel issues 36 score and 32 output wgmma per tile, none of them padded, and
+# with the same TMA ring it keeps the pages coming: 79 us at B = 64, L = 4096, 90% of the copy
+# ceiling (the tl kernel 87 us).
 #
 # ## What we saw
 #
@@ -466,8 +487,10 @@ print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply
 # - The page table's row stride is a host-side decision: `size(1)` (cutlass) or `stride(0)`
 #   (FlashMLA). With a narrow view only request 0 reads its own pages.
 # - `cutlass_mla_decode` is Blackwell-only; its argument contract is checked everywhere.
-# - At 128 heads the Triton kernel computes every score twice: the compiler's layout rule, read off
-#   the compiled code; a Gluon kernel that chooses its layouts does half the score work.
+# - At 128 heads the plain-Triton kernel computes every score twice: the compiler's layout rule, read
+#   off the compiled code. A Gluon kernel that chooses its layouts does half the score work and runs
+#   1.9x faster on the H200 (62% of the matmul rate, 0.67x FlashMLA); at 16 heads it swaps the
+#   operands so no wgmma row is padding (90% of copy, FlashMLA's speed).
 #
 # ## Exercises
 #

@@ -3,7 +3,9 @@
 Why a second kernel: in plain Triton (``split_kv_triton``) the score tile ``S = q K^T`` feeds the next
 ``tl.dot``, so Triton gives it the "all warps along M" layout. With 64 heads and 8 warps that makes both
 warpgroups compute the whole 64 x 64 score tile: ``q K^T`` is done twice, and at ``h_q = 128`` the
-kernel stays near a third of the matmul rate (``kernels/NOTES.md``). Gluon lets us choose the layouts:
+kernel stays near a third of the matmul rate (``kernels/NOTES.md``). Gluon lets us choose the layouts.
+
+``stage1_wgmma_kernel``, 64 heads a program, two warpgroups:
 
 * ``S_LAYOUT`` (warps ``[4, 2]``): warpgroup ``w`` computes the scores of tokens ``[32 w, 32 w + 32)``
   for all 64 heads, so no score is computed twice. The row max crosses the two warpgroups (Gluon
@@ -11,15 +13,20 @@ kernel stays near a third of the matmul rate (``kernels/NOTES.md``). Gluon lets 
 * ``P`` goes to shared memory, and ``O_LAYOUT`` (warps ``[4, 2]``, wgmma ``n = 256``) gives warpgroup
   ``w`` output columns ``[256 w, 256 w + 256)``: ``acc`` is 64 x 256 float32 per warpgroup, 128
   registers a thread, the split FlashMLA uses.
-* The page tiles go to a ring of ``STAGES`` shared-memory buffers, by ``cp.async`` (any page size;
-  masked rows zero-filled) or by TMA (one page per tile; the last tile's rows past the length zeroed in
-  shared memory), so a page's unused slots, NaN perhaps, never reach the tensor cores. The tile that
-  feeds the scores is the same buffer that feeds ``P V``: the 512 latent columns are both K and V.
+
+``stage1_swapped_kernel``, 16 or 32 heads a program, one warpgroup: a wgmma's M is 64 rows, so heads as
+M would leave three quarters of it empty at 16 heads. It swaps the operands instead: tokens, then latent
+columns, are M and heads are n, ``S^T = K q^T`` and ``O^T = V^T P^T``.
+
+Both: the page tiles go to a ring of ``STAGES`` shared-memory buffers, by ``cp.async`` (any page size;
+masked rows zero-filled) or by TMA (one page per tile; the last tile's rows past the length zeroed in
+shared memory), so a page's unused slots, NaN perhaps, never reach the tensor cores. The tile that
+feeds the scores is the same buffer that feeds ``P V``: the 512 latent columns are both K and V.
 
 Same contract, grid and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits); used
-there on sm90 GPUs for 64-head blocks, unchecked calls, when ``split_kv_triton.WGMMA`` says so (off until
-these kernels have run on a GPU). No CPU interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90`` compiles
-them for sm_90a and shows what the compiler made; the tests against float64 run on a Hopper GPU.
+there on sm90 GPUs for unchecked calls whose heads fill whole programs (``split_kv_triton.WGMMA``, "tma"
+by default). No CPU interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90`` compiles them for sm_90a
+and shows what the compiler made; the tests against float64 run on a Hopper GPU.
 """
 
 from __future__ import annotations
