@@ -114,6 +114,20 @@ def test_repro_seed_configuration_small(capsys, tmp_path):
     assert "NOT as predicted" not in text
 
 
+def test_verdict_names_a_crash():
+    """A configuration that ran in a child process and died is reported as a crash, never as = eager."""
+    from mla_edu.case_study.repro import HARMFUL, HARMLESS, HARMLESS_OR_CRASH, verdict
+
+    error = "torch.AcceleratorError: CUDA error: an illegal memory access"
+    crashed = {"accuracy": 0.0, "errors": 12, "crashed": error}
+    assert verdict(HARMLESS_OR_CRASH, crashed, 0.9) == f"crashed: {error}"  # the dropped workspace, unmapped
+    assert verdict(HARMLESS, crashed, 0.9) == verdict(HARMFUL, crashed, 0.9) == f"crashed: {error} (NOT as predicted)"
+    fine = {"accuracy": 0.89, "errors": 0, "crashed": None}
+    assert verdict(HARMLESS, fine, 0.9) == verdict(HARMLESS_OR_CRASH, fine, 0.9) == "= eager"
+    assert verdict(HARMFUL, fine, 0.9) == "= eager (NOT as predicted)"
+    assert verdict(HARMFUL, dict(fine, accuracy=0.3, errors=2), 0.9) == "-0.600 vs eager, 2 NaN"
+
+
 def test_run_bench_frees_its_engines_at_once(random_model):
     """A DP run's pools go when it returns, not at some later garbage collection (the repro runs 18 in a row)."""
     import gc

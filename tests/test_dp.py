@@ -47,8 +47,9 @@ def test_scale_defect_uses_bug_era_scale(one_thread):
         be.init_forward_metadata(batch)
         torch.manual_seed(0)
         mla = model.config.mla
-        q_nope = torch.randn(3, mla.num_attention_heads, mla.kv_lora_rank)
-        q_pe = torch.randn(3, mla.num_attention_heads, mla.qk_rope_head_dim)
+        dev = be.kv_cache.kv_buffer[0].device  # the engine's device (cuda on a GPU machine)
+        q_nope = torch.randn(3, mla.num_attention_heads, mla.kv_lora_rank).to(dev)
+        q_pe = torch.randn(3, mla.num_attention_heads, mla.qk_rope_head_dim).to(dev)
         out = be.forward_decode(q_nope, q_pe, 0, batch)
         table = be.forward_metadata.block_kv_indices
         refs = {s: kernels.mla_decode(q_nope, q_pe, be.kv_cache.kv_buffer[0], batch.seq_lens, table,

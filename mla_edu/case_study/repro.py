@@ -43,26 +43,38 @@ ABLATION = [("width", frozenset({"width"}), False), ("width + poison fill", froz
             ("workspace", frozenset({"workspace"}), False), ("width+workspace (pre-fix)", PRE_FIX, False),
             ("none (merged fix)", MERGED_FIX, False)]
 # label -> (predicted harmless?, mechanism), in the seed's configuration (W = 33, <= 16 rows per DP rank)
+#: What each ablation row is predicted to do to the accuracy, and why.
+HARMLESS, HARMFUL, HARMLESS_OR_CRASH = "harmless", "harmful", "harmless, or a crash on a GPU"
 MECHANISM = {
-    "width": (False, "capture froze size(1)=1 -> row stride 1: row b reads flat entries b..b+n-1 (W = 33, b < 16: "
-                     "row 0's): row 0's pages, then its stale ids or the initial 1, silently; an eager step dodges it"),
-    "width + poison fill": (False, "as width; past row 0's entries written for the step, the poison id -> NaN (loud)"),
-    "workspace": (True, "graphs keep capture-time workspaces that were dropped; the kernel writes partials there "
-                        "before it reads them, and only with > 1 split"),
-    "width+workspace (pre-fix)": (False, "as width; in a replay, max_seq_len 128 frozen at capture makes even the auto "
-                                         "split 1, so the workspace is never touched (more splits: eager steps)"),
-    "none (merged fix)": (True, "SGLang's fix: full width, one workspace; stale entries stay, but the kernel reads "
-                                "only the ceil(len/128) entries written for the step"),
+    "width": (HARMFUL,
+              "capture froze size(1)=1 -> row stride 1: row b reads flat entries b..b+n-1 (W = 33, b < 16: "
+              "row 0's): row 0's pages, then its stale ids or the initial 1, silently; an eager step dodges it"),
+    "width + poison fill": (HARMFUL,
+                            "as width; past row 0's entries written for the step, the poison id -> NaN (loud)"),
+    # harmless to the answers; but on a GPU the allocator may unmap the dropped memory, and then a replay dies
+    # (illegal address): run_bench runs it in a child process (accuracy.may_crash_the_gpu)
+    "workspace": (HARMLESS_OR_CRASH,
+                  "graphs keep capture-time workspaces that were dropped; the kernel writes partials there "
+                  "before it reads them, and only with > 1 split"),
+    "width+workspace (pre-fix)": (HARMFUL,
+                                  "as width; in a replay, max_seq_len 128 frozen at capture makes even the auto "
+                                  "split 1, so the workspace is never touched (more splits: eager steps)"),
+    "none (merged fix)": (HARMLESS,
+                          "SGLang's fix: full width, one workspace; stale entries stay, but the kernel reads "
+                          "only the ceil(len/128) entries written for the step"),
 }
 WORLDS = ((1, "bug-era (split 1)"), (-1, "later (auto split)"))
 
 
-def verdict(harmless: bool, r: dict, eager: float) -> str:
-    """The measurement against the prediction: harmless = within 0.02 of eager."""
+def verdict(prediction: str, r: dict, eager: float) -> str:
+    """The measurement against the prediction (``MECHANISM``): harmless = within 0.02 of eager; a crash (a
+    configuration run in a child process, ``accuracy.may_crash_the_gpu``, that died) only where predicted."""
+    if r.get("crashed"):
+        return "crashed: " + r["crashed"] + ("" if prediction == HARMLESS_OR_CRASH else " (NOT as predicted)")
     same = abs(r["accuracy"] - eager) <= 0.02
     seen = "= eager" if same else f"{r['accuracy'] - eager:+.3f} vs eager" + (
         f", {r['errors']} NaN" if r["errors"] else "")
-    return seen + ("" if same == harmless else " (NOT as predicted)")
+    return seen + ("" if same == (prediction != HARMFUL) else " (NOT as predicted)")
 
 
 def seed_table(run: AccuracyRuns) -> dict:
@@ -160,12 +172,13 @@ def main(argv=None) -> int:
     print(f"|{'-' * 27}|{'-' * 20}|--------|-------|-------|{'-' * 26}|----------")
     ablation = []
     for label, defects, poison_fill in ABLATION:
-        harmless, why = MECHANISM[label]
+        prediction, why = MECHANISM[label]
         for splits, world in WORLDS:
             r = run(**dict(CUTLASS, num_kv_splits=splits), defects=defects, poison_fill=poison_fill)
             ablation.append(r)
-            print(f"| {label:<25} | {world:<18} | {r['max_splits_used']:>6} | {r['accuracy']:.3f} | {r['invalid']:.3f} "
-                  f"| {verdict(harmless, r, e):<24} | {why}")
+            splits = "-" if r["max_splits_used"] is None else r["max_splits_used"]  # None: the child crashed
+            print(f"| {label:<25} | {world:<18} | {splits:>6} | {r['accuracy']:.3f} | {r['invalid']:.3f} "
+                  f"| {verdict(prediction, r, e):<24} | {why}")
 
     print("\n## Why 0.060 and not 0? The pre-fix graph, request by request")
     print("(n (accuracy) of each group. Only row 0 reads its own pages; 'eager step': a decode step ran eagerly, "
