@@ -469,3 +469,34 @@ def test_capture_into_a_shared_pool_with_the_convenience_form():
     g1.replay()
     g2.replay()
     assert o1.tolist() == [2.0] * 4 and o2.tolist() == [3.0] * 4  # live outputs are never reused
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_garbage_collection_pauses_during_capture_and_resumes_on_any_exit(device):
+    # A dead cycle holding a captured CUDA graph, collected mid-capture, would destroy that graph inside the
+    # capture and invalidate it (seen on the H200): graph() collects first, then keeps the collector off.
+    import gc
+
+    class Holder:  # a reference cycle around a captured graph, dropped before the next capture
+        def __init__(self):
+            self.me = self
+            self.graph, self.out = Graph.capture(lambda: x + 1, warmup=1, device=device)
+
+    x = torch.zeros(4, device=device)
+    Holder()
+    old_threshold = gc.get_threshold()
+    gc.set_threshold(1)  # a collection at nearly every allocation, were the collector on
+    try:
+        g = Graph(device=device)
+        with graph(g):
+            assert not gc.isenabled()
+            y = x * 2
+            for _ in range(200):
+                [object() for _ in range(10)]  # allocations that would trigger it
+        g.replay()
+        assert gc.isenabled() and y.tolist() == [0.0] * 4
+        with pytest.raises(KeyError), graph(Graph(device=device)):
+            raise KeyError
+        assert gc.isenabled()
+    finally:
+        gc.set_threshold(*old_threshold)

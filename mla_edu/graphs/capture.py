@@ -179,8 +179,29 @@ def is_emulated(g: Graph) -> bool:
 
 
 @contextlib.contextmanager
+def _no_gc_collection():
+    """Python's cyclic garbage collector off for the block (restored after, on any exit), after one full
+    collection. A dead reference cycle that holds a captured CUDA graph, collected in the middle of another
+    capture, destroys that graph there; the destructor's reset is a CUDA call that a capture forbids, and the
+    capture is invalidated ("operation failed due to a previous error during capture", seen on the H200
+    in notebook 08). ``torch.cuda.graph`` collected on entry once; it now does so only with
+    ``TORCH_CUDAGRAPH_GC=1`` (``torch.compiler.config.force_cudagraph_gc``, default off)."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def graph(g: Graph, pool=None):
-    """Capture the work done inside the block into ``g`` (like ``torch.cuda.graph``)."""
+    """Capture the work done inside the block into ``g`` (like ``torch.cuda.graph``), with Python's
+    garbage collector paused (``_no_gc_collection``)."""
     if not isinstance(g, Graph):
         raise TypeError(f"graph() expects a mla_edu.graphs.Graph, got {type(g).__name__}")
     if g._captured or g._capturing:
@@ -195,7 +216,7 @@ def graph(g: Graph, pool=None):
         if pool is not None and isinstance(pool, EmulatedPool):
             raise TypeError("pool: a CUDA graph needs a CUDA pool handle (cuda_graph.pool()), "
                             "got an EmulatedPool")
-        with _capturing(g):
+        with _capturing(g), _no_gc_collection():
             with torch.cuda.graph(g._cuda, pool=pool):
                 if g._program is not None:
                     with Recorder(g._program):
@@ -212,7 +233,7 @@ def graph(g: Graph, pool=None):
     if pool is not None:
         g._pool = pool
     recorder = Recorder(g._program, pool=g._pool)
-    with _capturing(g):
+    with _capturing(g), _no_gc_collection():  # as on CUDA, so both backends behave alike
         with recorder:
             yield g
     g._program.end_capture()
