@@ -241,6 +241,36 @@ def _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL: gl.constexpr, DR: gl.constex
 
 
 @gluon.jit
+def _setup(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, b, hb, s,
+           stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+           row_stride, max_pages, table_reach, num_pages, num_splits,
+           PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+           STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr,
+           SMEM: gl.constexpr):
+    """A program's start, the same in both kernels: its split's bounds, q in shared memory, the ring of
+    page tiles, P's buffer, an mbarrier per slot (TMA), the first ``STAGES - 1`` tiles in flight."""
+    dtype: gl.constexpr = cache_ptr.dtype.element_ty
+    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
+    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
+    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
+            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
+    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
+    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)  # P (the swapped kernel reads it as P^T)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if TMA:
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()  # q stored and the barriers initialized before any use by the async proxy
+    for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
+        _issue(i, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
+               row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+    return t_start, t_end, n_tiles, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars
+
+
+@gluon.jit
 def stage1_wgmma_kernel(
     q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
@@ -259,30 +289,17 @@ def stage1_wgmma_kernel(
     hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
     b = gl.program_id(1)
     s = gl.program_id(2)
-    dtype: gl.constexpr = cache_ptr.dtype.element_ty
     S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
     O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
     LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
     LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
     SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
 
-    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
-    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
-    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
-            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
-    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
-    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if TMA:
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-    fence_async_shared()  # q stored and the barriers initialized before any use by the async proxy
-    for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
-        _issue(i, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
-               row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
-               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+    t_start, t_end, n_tiles, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
+        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, b, hb, s,
+        stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+        row_stride, max_pages, table_reach, num_pages, num_splits,
+        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM)
 
     m_i, l_tile, acc, offs_n = _initial_state(BLOCK_H, BLOCK_N, DL, S_LAYOUT, O_LAYOUT)
     qk_scale = sm_scale * 1.4426950408889634  # exp2 in _attend_tile: log2(e) folded into the scale
@@ -336,23 +353,11 @@ def stage1_swapped_kernel(
     TOKENS: gl.constexpr = gl.SliceLayout(1, T_LAYOUT)  # along a transposed tile's rows
     HEADS: gl.constexpr = gl.SliceLayout(0, T_LAYOUT)  # along its columns
 
-    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
-    qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
-    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
-            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
-    kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)
-    pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)  # P, read as P^T
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if TMA:
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-    fence_async_shared()
-    for i in gl.static_range(STAGES - 1):
-        _issue(i, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
-               row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
-               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+    t_start, t_end, n_tiles, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
+        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, b, hb, s,
+        stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+        row_stride, max_pages, table_reach, num_pages, num_splits,
+        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HEADS)
     l_tile = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)  # column sums kept as a tile
