@@ -474,7 +474,7 @@ def test_capture_into_a_shared_pool_with_the_convenience_form():
 @pytest.mark.parametrize("device", DEVICES)
 def test_garbage_collection_pauses_during_capture_and_resumes_on_any_exit(device):
     # A dead cycle holding a captured CUDA graph, collected mid-capture, would destroy that graph inside the
-    # capture and invalidate it (seen on the H200): graph() collects first, then keeps the collector off.
+    # capture and invalidate it (seen on the H200): graph() keeps the collector off while it captures.
     import gc
 
     class Holder:  # a reference cycle around a captured graph, dropped before the next capture

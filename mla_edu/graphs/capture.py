@@ -180,16 +180,15 @@ def is_emulated(g: Graph) -> bool:
 
 @contextlib.contextmanager
 def _no_gc_collection():
-    """Python's cyclic garbage collector off for the block (restored after, on any exit), after one full
-    collection. A dead reference cycle that holds a captured CUDA graph, collected in the middle of another
-    capture, destroys that graph there; the destructor's reset is a CUDA call that a capture forbids, and the
-    capture is invalidated ("operation failed due to a previous error during capture", seen on the H200
-    in notebook 08). ``torch.cuda.graph`` collected on entry once; it now does so only with
-    ``TORCH_CUDAGRAPH_GC=1`` (``torch.compiler.config.force_cudagraph_gc``, default off)."""
+    """Python's cyclic garbage collector off for the block, restored after on any exit. A dead reference cycle
+    that holds a captured CUDA graph, collected in the middle of another capture, destroys that graph there;
+    the destructor's reset is a CUDA call that a capture forbids, and the capture is invalidated ("operation
+    failed due to a previous error during capture", seen on the H200 in notebook 08). Paused, the collector
+    frees such cycles after the capture. (``torch.cuda.graph`` collected on entry once; it now does so only
+    with ``TORCH_CUDAGRAPH_GC=1``, ``torch.compiler.config.force_cudagraph_gc``, default off.)"""
     import gc
 
     was_enabled = gc.isenabled()
-    gc.collect()
     gc.disable()
     try:
         yield
