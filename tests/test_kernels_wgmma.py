@@ -41,6 +41,18 @@ def test_tma_applies_to_whole_pages_of_a_row_major_cache():
     assert not wg.tma_applies(torch.empty(8, 64, 576, dtype=torch.bfloat16)[::2])  # pages not back to back
 
 
+def test_launch_refuses_a_head_block_that_does_not_fit():
+    case = random_decode_case(0, batch=2, heads=48)
+    args = (case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table.reshape(-1), None, None, None,
+            case.sm_scale, case.page_table.size(1), case.page_table.size(1), 1, True)
+    with pytest.raises(ValueError, match=r"block_h must be one of \(64, 16, 32\) and divide the 48 heads, got 64"):
+        wg.launch("tma", *args, block_h=64)
+    with pytest.raises(ValueError, match=r"block_h must be one of \(64, 16, 32\) and divide the 48 heads, got 8"):
+        wg.launch("tma", *args, block_h=8)
+    with pytest.raises(ValueError, match=r"kind must be one of \('cp.async', 'tma'\), got 'wgmma'"):
+        wg.launch("wgmma", *args, block_h=16)
+
+
 def test_never_applies_to_cpu_tensors():
     case = random_decode_case(0, batch=2, heads=64)
     assert not skt.wgmma_applies(case.q_nope, case.q_pe, case.cache, case.page_table.size(1), False)
