@@ -349,7 +349,8 @@ def to_markdown(data: dict) -> str:
         "",
         "bf16, uniform lengths, random page permutation, the same cache bytes for every kernel. Times: median "
         "CUDA-graph replay (launch overhead removed, as in serving). 'mla_edu' = `mla_decode(impl=\"triton\")` at "
-        "the split count of `triton_num_kv_splits` (the triton backend's rule); 'best' = the fastest of the split "
+        "the split count of `triton_num_kv_splits` (the triton backend's rule), 'stage 1' = its stage-1 kernel "
+        "there; 'best' = the fastest of the split "
         f"counts {info.get('split_choices')} (at most one per page); 'cutlass auto' = sgl-kernel's heuristic. "
         "SGLang = its Triton MLA decode kernel (`decode_attention_fwd`, sglang 0.4.7) at its best split of the "
         "powers of two among them (1 .. 32); FlashMLA = `flash_mla_with_kvcache` with its own scheduler "
@@ -359,10 +360,10 @@ def to_markdown(data: dict) -> str:
         "err: max |out - float64| / max |float64| over the first and last request (mla_edu at 1, rule and most "
         "splits; each peer at its best).",
         "",
-        "| page | h_q | B | L | mla_edu us (split) | best us (split) | rule / best | cutlass auto us (split) "
+        "| page | h_q | B | L | mla_edu us (split) | stage 1 | best us (split) | rule / best | cutlass auto us (split) "
         "| SGLang us (split) | FlashMLA us | x SGLang | x FlashMLA | mla_edu % copy / matmul "
         "| FlashMLA % copy / matmul | err mla_edu / SGLang / FlashMLA |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["results"]:
         sg = (f"{r['sglang_us']:.1f} ({r['sglang_best_splits']})" if "sglang_us" in r else
@@ -375,7 +376,8 @@ def to_markdown(data: dict) -> str:
                                                                      "flashmla_rel_err"))
         lines.append(
             f"| {r['page']} | {r['heads']} | {r['batch']} | {r['seq_len']} "
-            f"| {r['triton_rule_us']:.1f} ({r['triton_rule_splits']}) | {r['triton_best_us']:.1f} "
+            f"| {r['triton_rule_us']:.1f} ({r['triton_rule_splits']}) | {r.get('stage1', 'tl')} "
+            f"| {r['triton_best_us']:.1f} "
             f"({r['triton_best_splits']}) | {r['triton_rule_us'] / r['triton_best_us']:.2f} "
             f"| {r['triton_auto_us']:.1f} ({r['triton_auto_splits']}) | {sg} | {fm} | {xsg} | {xfm} "
             f"| {100 * r['frac_copy']:.0f}% / {100 * r['frac_matmul']:.0f}% | {fmp} | {errs} |")
@@ -414,14 +416,13 @@ def to_markdown(data: dict) -> str:
 
 
 def _stage1_text(info: dict) -> str:
-    if "stage1" not in info:  # runs before the Gluon kernels: the tl kernel throughout
-        return (f"the tl kernel throughout; launch configs (BLOCK_H, BLOCK_N, warps, stages) for h_q 16 / 128: "
-                f"{info.get('configs')}.")
+    """Which stage 1 the run's 'mla_edu' column is (each row's is in its 'stage 1' column)."""
     configs = ", ".join(f"h_q {k}: {tuple(v)}" for k, v in info["configs"].items())
-    return (f"`split_kv_triton.WGMMA` = {info['stage1']!r}: on this GPU the Gluon kernel reading pages by "
-            f"{info['stage1']} wherever it applies (64 heads a program, or 16 and 32 swapped), the tl kernel "
-            f"elsewhere (its launch configs, BLOCK_H, BLOCK_N, warps, stages: {configs}); which ran is in the "
-            "comparison table.")
+    tl = f"the tl kernel (launch configs, BLOCK_H, BLOCK_N, warps, stages: {configs})"
+    if info.get("stage1", "tl") == "tl":  # a run before the Gluon kernels, or with WGMMA = None
+        return f"{tl} throughout."
+    return (f"`split_kv_triton.WGMMA` = {info['stage1']!r}: the Gluon kernel reading pages by {info['stage1']} "
+            f"wherever it applies (a Hopper GPU; 64 heads a program, or 16 and 32 swapped), else {tl}.")
 
 
 def plot_bench(json_path: str, png_path: str) -> None:
