@@ -382,6 +382,9 @@ for h in (16, 128):
           f"{p['pct_matmul']:.0f}% of matmul;"
           f" FlashMLA {p['flashmla_us']:.0f} us ({p['flashmla_pct_copy']:.0f}% / {p['flashmla_pct_matmul']:.0f}%),"
           f" mla_edu at {p['speed_vs_flashmla']:.2f}x its speed; SGLang {p['sglang_us']:.0f} us")
+h128, h16 = sm["h128_B64_L4096"], sm["h16_B64_L4096"]
+assert h128["pct_matmul"] > 50 and h16["pct_copy"] > 80  # over half the matmul rate; over 80% of the copy rate
+assert sm["faster_than_sglang"] == sm["sglang_shapes"] and sm["rule_worst_ratio"] < 1.1
 
 # %%
 fig = kernel_bench_figure()
