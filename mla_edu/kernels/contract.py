@@ -94,6 +94,16 @@ def check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace) -> None:
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
 
 
+def check_lengths_and_table(seq_lens, page_table, b: int) -> None:
+    """seq_lens int32 ``[B]`` and page_table int32 (both contracts: every impl's and sgl-kernel's)."""
+    if seq_lens.dtype != torch.int32:
+        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+    if seq_lens.dim() != 1 or seq_lens.numel() != b:
+        raise ValueError(f"seq_lens must be [B={b}], got {tuple(seq_lens.shape)}")
+
+
 def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
     """Shape/dtype checks every impl applies (ValueError/TypeError naming expected vs got)."""
     check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace)
@@ -112,12 +122,7 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
     if not q_nope.dtype.is_floating_point or q_pe.dtype != q_nope.dtype or cache.dtype != q_nope.dtype:
         raise TypeError(f"q_nope, q_pe and kv_c_and_k_pe_cache must share one floating dtype, got "
                         f"{q_nope.dtype}, {q_pe.dtype}, {cache.dtype}")
-    if seq_lens.dtype != torch.int32:
-        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
-    if page_table.dtype != torch.int32:
-        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
-    if seq_lens.dim() != 1 or seq_lens.numel() != b:
-        raise ValueError(f"seq_lens must be [B={b}], got {tuple(seq_lens.shape)}")
+    check_lengths_and_table(seq_lens, page_table, b)
     if page_table.dim() != 2 or page_table.size(0) != b:
         raise ValueError(f"page_table must be [B={b}, block_num], got {tuple(page_table.shape)}")
     if page_table.size(1) < 1:

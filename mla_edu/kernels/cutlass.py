@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.kernels.contract import check_page_table_layout, check_tensors
+from mla_edu.kernels.contract import check_lengths_and_table, check_page_table_layout, check_tensors
 from mla_edu.kernels.workspace import get_workspace_size
 from mla_edu.util import is_int
 
@@ -56,12 +56,7 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
     if not q_nope.dtype == q_pe.dtype == cache.dtype:
         raise TypeError("q_nope, q_pe, kv_c_and_k_pe_cache must share a dtype, "
                         f"got {q_nope.dtype}, {q_pe.dtype}, {cache.dtype}")
-    if seq_lens.dtype != torch.int32:
-        raise TypeError(f"seq_lens dtype must be int32, got {seq_lens.dtype}")
-    if page_table.dtype != torch.int32:
-        raise TypeError(f"page_table dtype must be int32, got {page_table.dtype}")
-    if seq_lens.dim() != 1 or seq_lens.numel() != b:
-        raise ValueError(f"seq_lens must be [B={b}], got {tuple(seq_lens.shape)}")
+    check_lengths_and_table(seq_lens, page_table, b)
     if workspace.dtype != torch.uint8:
         raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
     if not is_int(num_kv_splits) or not (num_kv_splits == -1 or num_kv_splits >= 1):
