@@ -42,8 +42,8 @@ CUTLASS = dict(attention_backend="cutlass_mla", num_kv_splits=1)  # the split gi
 ABLATION = [("width", frozenset({"width"}), False), ("width + poison fill", frozenset({"width"}), True),
             ("workspace", frozenset({"workspace"}), False), ("width+workspace (pre-fix)", PRE_FIX, False),
             ("none (merged fix)", MERGED_FIX, False)]
-# label -> (predicted harmless?, mechanism), in the seed's configuration (W = 33, <= 16 rows per DP rank)
-#: What each ablation row is predicted to do to the accuracy, and why.
+#: label -> (what the row is predicted to do to the accuracy, its mechanism), in the seed's configuration
+#: (W = 33, <= 16 rows per DP rank)
 HARMLESS, HARMFUL, HARMLESS_OR_CRASH = "harmless", "harmful", "harmless, or a crash on a GPU"
 MECHANISM = {
     "width": (HARMFUL,

@@ -28,11 +28,14 @@ import tempfile
 
 from mla_edu.cli import int_at_least
 from mla_edu.device import TRITON_INTERPRET
+from mla_edu.kernels.workspace import gpu_block_h
 
 KINDS = ("tl", "cp.async", "tma")
 #: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
 MAX_SHARED = 232448
 HEADS = 128  # DeepSeek-V3's query heads: the compute-bound case
+HEAD_COUNTS = (16, 32, 64, 128)  # the h_q it compiles for
+BATCH, N_PAGES = 64, 64  # the problem it compiles for (B = 64, L = 4096 at page 64): which head block runs
 
 
 def compile_stage1(kinds=KINDS, page: int = 64, dtype: str = "bf16", final: bool = False, heads: int = HEADS) -> dict:
@@ -44,8 +47,8 @@ def compile_stage1(kinds=KINDS, page: int = 64, dtype: str = "bf16", final: bool
         raise ValueError(f"kinds must be a non-empty selection of {KINDS}, got {kinds}")
     if dtype not in ("bf16", "fp16"):
         raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
-    if heads not in (16, 32, 64, 128):
-        raise ValueError(f"heads must be one of (16, 32, 64, 128), got {heads!r}")
+    if heads not in HEAD_COUNTS:
+        raise ValueError(f"heads must be one of {HEAD_COUNTS}, got {heads!r}")
     if not TRITON_INTERPRET:
         return {k: _compile(k, page, dtype, final, heads) for k in kinds}
     cmd = [sys.executable, "-m", "mla_edu.kernels.sm90", *kinds, "--page", str(page), "--dtype", dtype,
@@ -89,14 +92,15 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
     from mla_edu.kernels import split_kv_wgmma as wg
 
     if kind == "tl":
-        block_h, block_n, warps, stages = tl_kernels.launch_config(heads, on_gpu=True, batch=64, n_pages=64)
+        block_h, block_n, warps, stages = tl_kernels.launch_config(heads, on_gpu=True, batch=BATCH,
+                                                                   n_pages=N_PAGES)
         consts = tl_kernels.stage1_constexprs(page, 512, 64, False, False, final, block_h, block_n)
         sig, attrs = _signature(tl_kernels.stage1_kernel, dtype, consts, {})
         src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
         options = {"num_warps": warps, "num_stages": stages}
     else:
         tma = kind == "tma"
-        block_h = tl_kernels.launch_config(heads, on_gpu=True, batch=64, n_pages=64)[0]
+        block_h = gpu_block_h(heads, BATCH, N_PAGES)  # as split_kv_triton.mla_decode_stage1 picks it
         kernel, warps = wg.kernel_for(block_h)
         consts = wg.constexprs(page, 512, 64, final, tma, block_h)
         cache = torch.empty(2, max(page, wg.BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
@@ -138,7 +142,7 @@ def main(argv=None) -> None:
     ap.add_argument("kinds", nargs="*", type=_kind, help=f"kernels, of {KINDS} (default: all)")
     ap.add_argument("--page", type=int_at_least(1), default=64, help="page size (default 64)")
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
-    ap.add_argument("--heads", type=int, choices=(16, 32, 64, 128), default=HEADS,
+    ap.add_argument("--heads", type=int, choices=HEAD_COUNTS, default=HEADS,
                     help=f"h_q of the problem (default {HEADS}; 16: the 16-head programs)")
     ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
@@ -161,9 +165,7 @@ def to_markdown(reports: dict, command: str, heads: int = HEADS) -> str:
     """The report of ``compile_stage1`` as a table, with the command and the Triton that compiled it."""
     import triton
 
-    from mla_edu.kernels.workspace import gpu_block_h
-
-    block_h = gpu_block_h(heads, 64, 64)
+    block_h = gpu_block_h(heads, BATCH, N_PAGES)
     lines = ["# Stage 1 compiled for sm_90a (H100 / H200), without a GPU", "",
              f"Command: `{command}`; triton {triton.__version__}, Python {sys.version.split()[0]}. h_q = {heads} "
              f"({block_h}-head programs{', the Gluon kinds swapped' if block_h < 64 else ''}), bf16 unless the command "
