@@ -26,7 +26,7 @@
 # **You need** a CPU (a GPU is used when present: real CUDA graphs instead of the emulator), and
 # notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). Run All takes
 # about 20 seconds on a 2-core CPU.
-# Solutions are in `mla_edu/solutions/ex08.py`: try first.
+# Solutions are in `mla_edu/workshop/solutions/ex08.py`: try first.
 #
 # Facts about SGLang are from its code (the buggy parent `7059ae16f`, the fix `e58423b2b` of
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py`); sources in `docs/sources.md`.
