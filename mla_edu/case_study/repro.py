@@ -42,9 +42,9 @@ CUTLASS = dict(attention_backend="cutlass_mla", num_kv_splits=1)  # the split gi
 ABLATION = [("width", frozenset({"width"}), False), ("width + poison fill", frozenset({"width"}), True),
             ("workspace", frozenset({"workspace"}), False), ("width+workspace (pre-fix)", PRE_FIX, False),
             ("none (merged fix)", MERGED_FIX, False)]
+HARMLESS, HARMFUL, HARMLESS_OR_CRASH = "harmless", "harmful", "harmless, or a crash on a GPU"  # MECHANISM's predictions
 #: label -> (what the row is predicted to do to the accuracy, its mechanism), in the seed's configuration
 #: (W = 33, <= 16 rows per DP rank)
-HARMLESS, HARMFUL, HARMLESS_OR_CRASH = "harmless", "harmful", "harmless, or a crash on a GPU"
 MECHANISM = {
     "width": (HARMFUL,
               "capture froze size(1)=1 -> row stride 1: row b reads flat entries b..b+n-1 (W = 33, b < 16: "

@@ -10,7 +10,7 @@ Each DP rank is a scheduler with its own ``Engine`` (pools, latent cache, backen
   (scheduler.py lines ~1320-1345): a prefill (extend) of waiting requests while there is room,
   else a decode of its running requests, else nothing.
 - The ranks then all-gather ``[num_tokens, can_cuda_graph]`` (``prepare_dp_attn_batch_raw``,
-  scheduler.py lines 1674-1736): ``num_tokens`` is the decode batch size (or the prefill's
+  scheduler.py lines 1660-1764): ``num_tokens`` is the decode batch size (or the prefill's
   tokens), ``can_cuda_graph`` is 0 on a rank that prefills and the ranks take the minimum. A rank
   with nothing to do while another has tokens joins the step with an idle batch (lines 1744-1745).
 - A decode (or idle) step replays a graph only if no rank prefills and the SUM of the ranks'
