@@ -1,0 +1,44 @@
+"""The prose the docs tests read: README, docs/*.md, the notebooks' .py twins, the library's docstrings.
+
+Shared by ``test_docs_paths``, ``test_docs_sources`` and ``test_docs_numbers``; each text is
+``(name, text)`` with ``name`` the repository path it came from (for the failure message).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from mla_edu.paths import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
+SOURCES = REPO_ROOT / "docs" / "sources.md"
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(REPO_ROOT).as_posix()
+
+
+def doc_files() -> list[Path]:
+    """README.md, every docs/*.md and every notebooks/NN_*.py (the paired source of each notebook)."""
+    notebooks = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    return [README, *sorted((REPO_ROOT / "docs").glob("*.md")), *notebooks]
+
+
+def docstrings(path: Path) -> list[str]:
+    """The module's, every class's and every function's docstring in one .py file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)))]
+    return [d for d in (ast.get_docstring(n, clean=False) for n in nodes) if d]
+
+
+def library_files() -> list[Path]:
+    return sorted((REPO_ROOT / "mla_edu").rglob("*.py")) + sorted((REPO_ROOT / "tools").glob("*.py"))
+
+
+def texts(with_docstrings: bool = True) -> list[tuple[str, str]]:
+    """Every (name, text) pair the docs tests check."""
+    out = [(rel(p), p.read_text(encoding="utf-8")) for p in doc_files()]
+    if with_docstrings:
+        out += [(rel(p), "\n".join(docstrings(p))) for p in library_files()]
+    return out
