@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mla_edu import MLAConfig
-from mla_edu.attention.cost import (attention_core_cost, decode_cost, kv_cache_bytes_per_token, kv_cache_layout,
-                                    prefill_cost)
+from mla_edu.attention.cost import (attention_core_cost, cached_byte_intensity, decode_cost, decode_intensity,
+                                    kv_cache_bytes_per_token, kv_cache_layout, prefill_cost)
 from mla_edu.rope import apply_rope, cos_sin
 
 
@@ -49,6 +49,30 @@ def test_decode_roofline_numbers_match_the_brief():
     naive, absorbed = decode_cost(v3, 4096, "naive"), decode_cost(v3, 4096, "absorbed")
     assert naive.bytes == absorbed.bytes and naive.flops > 50 * absorbed.flops
     assert prefill_cost(v3, 4096, "naive").flops < prefill_cost(v3, 4096, "absorbed").flops
+
+
+@pytest.mark.parametrize("heads, quoted, limit", [(128, 228, 242), (16, 30, 30), (64, 117, 121)])
+def test_decode_intensity_is_the_one_number_quoted(heads, quoted, limit):
+    """Notebooks 02 and 04 print decode_intensity and quote it rounded (228 and 30); the long-context limit is
+    cached_byte_intensity (242, 30.2: q and o bytes left out); "about 2 n_h" (256, 32) is neither."""
+    config = MLAConfig.deepseek_v3().replace(num_attention_heads=heads)
+    assert round(decode_intensity(config)) == quoted and round(cached_byte_intensity(config)) == limit
+    assert decode_intensity(config) == attention_core_cost(config, [4096] * 64).intensity
+    assert decode_intensity(config) < cached_byte_intensity(config) < 2 * heads
+    long = decode_intensity(config, [1 << 24])  # one very long request: q and o bytes vanish
+    assert long == pytest.approx(cached_byte_intensity(config), rel=1e-4)
+
+
+def test_the_bench_counts_flops_and_bytes_as_the_cost_model():
+    """results/kernel_bench_h200.json's flops and bytes (the roofline's x) are attention_core_cost's."""
+    from mla_edu.kernels.plots import load_bench
+
+    rows = load_bench()["results"]
+    assert rows
+    for r in rows:
+        c = attention_core_cost(MLAConfig.deepseek_v3().replace(num_attention_heads=r["heads"]),
+                                [r["seq_len"]] * r["batch"])
+        assert (r["flops"], r["bytes"]) == (c.flops, c.bytes), r
 
 
 @pytest.mark.parametrize("bad,match", [

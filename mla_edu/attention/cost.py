@@ -76,6 +76,31 @@ def attention_core_cost(config: MLAConfig, context_lens: list[int] | int, dtype_
     return Cost(flops=float(flops), bytes=float(nbytes))
 
 
+#: The decode shape the notebooks and the H200 bench quote an intensity at: 64 requests of 4096 tokens.
+QUOTED_BATCH, QUOTED_LEN = 64, 4096
+
+
+def decode_intensity(config: MLAConfig, context_lens: list[int] | int | None = None, dtype_bytes: int = 2) -> float:
+    """FLOP per byte of the absorbed decode kernel (:func:`attention_core_cost`): the one number notebooks 02
+    and 04 print and quote. Default ``context_lens``: ``QUOTED_BATCH`` requests of ``QUOTED_LEN`` tokens.
+
+    At DeepSeek-V3's dims it is 228 at 128 heads and 30 at 16 (rounded to integers, as the prose quotes it). It is
+    below :func:`cached_byte_intensity` (242 and 30.2) because q in and o out are bytes too, and it was often
+    rounded further to "about 2 n_h" (256 and 32), which takes (2 r + d_r) / (r + d_r) = 1088 / 576 for 2.
+    """
+    lens = [QUOTED_LEN] * QUOTED_BATCH if context_lens is None else context_lens
+    return attention_core_cost(config, lens, dtype_bytes).intensity
+
+
+def cached_byte_intensity(config: MLAConfig) -> float:
+    """The limit of :func:`decode_intensity` for long contexts: FLOPs per byte of cache read,
+    ``n_h (2 r + d_r) / (r + d_r)`` (each cached row of ``r + d_r`` numbers is used by every head, for a score
+    over ``r + d_r`` and a value over ``r``), in bf16: 2 FLOPs a multiply-add, 2 bytes a number."""
+    c = config
+    r, dr = c.kv_lora_rank, c.qk_rope_head_dim
+    return c.num_attention_heads * (2 * r + dr) / (r + dr)
+
+
 def prefill_cost(config: MLAConfig, num_tokens: int, order: str, dtype_bytes: int = 2) -> Cost:
     """Prefill of ``num_tokens`` tokens with causal attention and an empty cache."""
     _check(order, [num_tokens], dtype_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from mla_edu import palette
 from mla_edu.attention import cost
 from mla_edu.config import MLAConfig
 from mla_edu.kernels.plots import load_bench
@@ -21,8 +22,9 @@ def kv_cache_bytes_per_token():
     """Bar chart: bytes cached per token per layer at DeepSeek-V3 dims (bf16), log scale."""
     sizes = cost.kv_cache_bytes_per_token(MLAConfig.deepseek_v3())
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    colors = ["#9e9e9e", "#9e9e9e", "#9e9e9e", "#d62728"]
-    bars = ax.bar(list(sizes), list(sizes.values()), color=colors)
+    mla = [scheme == "MLA" for scheme in sizes]  # the highlighted bar: coloured and hatched
+    bars = ax.bar(list(sizes), list(sizes.values()), color=[palette.HIGHLIGHT if m else palette.GREY for m in mla],
+                  hatch=[palette.HATCH["wrong"] if m else "" for m in mla], edgecolor=palette.HATCH_COLOR, lw=0)
     ax.set_yscale("log")
     ax.set_ylabel("bytes / token / layer (bf16)")
     ax.set_title("KV cache per token at DeepSeek-V3 dims (128 heads)")
@@ -39,14 +41,14 @@ def naive_vs_absorbed_cost():
     flop_per_s, bytes_per_s = h200_ceilings()
     lengths = np.array([256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for order, color in (("naive", "#7f7f7f"), ("absorbed", "#d62728")):
+    for order, color, marker in (("naive", palette.GREY, "s"), ("absorbed", palette.HIGHLIGHT, "o")):
         costs = [cost.decode_cost(v3, [int(L)] * 64, order) for L in lengths]
         flops = np.array([c.flops for c in costs])
         floor = np.array([max(c.flops / flop_per_s, c.bytes / bytes_per_s) for c in costs])
-        ax1.loglog(lengths, flops / 1e9, "o-", color=color, label=order)
-        ax2.loglog(lengths, floor * 1e6, "o-", color=color, label=order)
+        ax1.loglog(lengths, flops / 1e9, marker=marker, ls="-", color=color, label=order)
+        ax2.loglog(lengths, floor * 1e6, marker=marker, ls="-", color=color, label=order)
     memory_only = [cost.decode_cost(v3, [int(L)] * 64, "absorbed").bytes / bytes_per_s * 1e6 for L in lengths]
-    ax2.loglog(lengths, memory_only, "--", color="#1f77b4", label="bytes alone (latent cache + kv_b_proj)")
+    ax2.loglog(lengths, memory_only, "--", color=palette.BASELINE, label="bytes alone (latent cache + kv_b_proj)")
     ax1.set(xlabel="context length L", ylabel="GFLOP per layer per step", title="work (batch 64)")
     ax2.set(xlabel="context length L", ylabel="floor, us per layer",
             title=f"H200 floor: max(FLOPs / {flop_per_s / 1e12:.0f}T, bytes / {bytes_per_s / 1e12:.2f}T)")

@@ -6,6 +6,7 @@ import json
 import matplotlib.pyplot as plt
 import torch
 
+from mla_edu import palette
 from mla_edu.graphs import scenarios as sc
 from mla_edu.kvcache.plots import draw_intended_and_read
 from mla_edu.paths import RESULTS_DIR
@@ -23,8 +24,8 @@ def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench
     for ax, name, replay_label in [(axes[0], gpu, "CUDA graph replay"), (axes[1], cpu, "emulator replay")]:
         res = load_launch_results(name)
         k = [r["kernels"] for r in res["rows"]]
-        ax.plot(k, [r["eager_ms"] for r in res["rows"]], "o-", label="eager")
-        ax.plot(k, [r["replay_ms"] for r in res["rows"]], "s-", label=replay_label)
+        ax.plot(k, [r["eager_ms"] for r in res["rows"]], "o-", color=palette.BASELINE, label="eager")
+        ax.plot(k, [r["replay_ms"] for r in res["rows"]], "s--", color=palette.HIGHLIGHT, label=replay_label)
         ax.set_xlabel("kernels per step")
         ax.set_ylabel("ms per step")
         ax.set_title(res["device"], fontsize=10)
@@ -37,7 +38,7 @@ def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench
 
 def page_reads(intended: torch.Tensor, read: torch.Tensor, title: str):
     """Two page grids ``[B, W]`` (-1 = unused): the page id each (request row b, page slot j) should read,
-    and the one it read (green: its own page, red: another)."""
+    and the one it read (green: its own page, red and hatched: another)."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.8), sharey=True)
     draw_intended_and_read(axes[0], axes[1], intended, read)
     axes[0].set_ylabel("request row b")

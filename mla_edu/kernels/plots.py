@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mla_edu import palette
 from mla_edu.paths import RESULTS_DIR
 
 BENCH_JSON = RESULTS_DIR / "kernel_bench_h200.json"
@@ -52,18 +53,19 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
     for ax, heads, key, ceil_v, unit in ((axes[0], 16, "TBps", ceil["copy_TBps"], "TB/s"),
                                          (axes[1], 128, "TFLOPs", ceil["matmul_bf16_TFLOPs"], "TFLOP/s")):
         for page, style in ((64, "--"), (128, "-")):
-            for b in batches:
+            for i, b in enumerate(batches):  # batch: colour and marker; page: line style
                 rows = [r for r in data["results"] if r["heads"] == heads and r["page"] == page and r["batch"] == b]
                 if rows:
-                    ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker="o", ms=3,
-                            label=f"page {page}, B={b}")
+                    ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker=palette.MARKERS[i],
+                            color=palette.SERIES[i], ms=3, label=f"page {page}, B={b}")
         for peer, style in (("flashmla_us", ":"), ("sglang_us", "-.")):  # peers of the same run, B=64, page 64
             rows = [r for r in data["results"]
                     if r["heads"] == heads and r["page"] == 64 and r["batch"] == 64 and peer in r]
             if rows:
                 r_unit = "bytes" if key == "TBps" else "flops"
-                ax.plot([r["seq_len"] for r in rows], [r[r_unit] / r[peer] / 1e6 for r in rows], style, color="gray",
-                        marker="s", ms=3, label=f"{'FlashMLA' if peer == 'flashmla_us' else 'SGLang Triton'}, B=64")
+                ax.plot([r["seq_len"] for r in rows], [r[r_unit] / r[peer] / 1e6 for r in rows], style,
+                        color=palette.GREY, marker="s", ms=3,
+                        label=f"{'FlashMLA' if peer == 'flashmla_us' else 'SGLang Triton'}, B=64")
         ax.axhline(ceil_v, color="k", lw=1)
         ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
         ax.set_xscale("log", base=2)
@@ -90,15 +92,15 @@ def _roofline(ax, data: dict) -> None:
     times = {"mla_edu": lambda r: r["triton_us"],  # and the plain-Triton stage 1 where the bench timed it too
              "mla_edu, plain-Triton stage 1": lambda r: r.get("kernels", {}).get("tl", {}).get("best_us"),
              "FlashMLA": lambda r: r.get("flashmla_us"), "SGLang Triton": lambda r: r.get("sglang_us")}
-    for (name, us), marker in zip(times.items(), "oxs^"):
+    for (name, us), marker, color in zip(times.items(), "oxs^", palette.SERIES):
         pts = [(r["flops"] / r["bytes"], r["flops"] / us(r) / 1e6, r["heads"]) for r in rows if us(r)]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, ls="none", label=name)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=color, ls="none", label=name)
             for x, y, h in pts if name == "mla_edu" else ():
                 ax.annotate(f"h_q={h}", (x, y), textcoords="offset points", xytext=(5, -10), fontsize=7)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=10)
-    ax.set_xlabel("FLOP per byte (2 h_q (576 + 512) / 1152 per token)")
+    ax.set_xlabel("FLOP per byte (cache, q and o: attention.cost.decode_intensity)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title("roofline, B = 64, L = 4096")
     ax.legend(fontsize=7, loc="lower right")

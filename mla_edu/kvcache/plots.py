@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from mla_edu import palette
 from mla_edu.kernels import pages_read  # noqa: F401  (re-exported for notebook 03)
 from mla_edu.kvcache.page_table import fill_page_table
 from mla_edu.kvcache.pool import PagedAllocator, ReqToTokenPool
@@ -49,16 +50,10 @@ def page_table_scenario():
 
 
 # ---- the page grid: one drawing for every page table in the notebooks, the panel and the exercises ----
-#: Cell colours of a page grid, by what the cell holds.
-GRID_COLORS = {
-    "unused": "white",  # past the request's pages: nothing is read there
-    "owned": "#dde6f5",  # a page the request owns: what it should read
-    "right": "#70b070",  # read, and it is the page the request owns
-    "wrong": "#e07070",  # read, and it is another page
-    "written": "#cfe8cf",  # an index-buffer entry written for this step
-    "stale": "#f4d6a0",  # an entry left from an earlier step (an old id, or the initial 1): marked " x"
-    "poison": "#d9d9d9",  # an entry holding the poison id: shown as "P"
-}
+GRID_COLORS = palette.GRID_COLORS  # cell fills by what a cell holds (Okabe-Ito tints; wrong cells also hatched)
+
+
+_LABEL_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # text over a hatch
 
 
 def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsize: int = 7):
@@ -68,6 +63,7 @@ def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsi
     pages: ``[rows, cols]`` int tensor. Labels: blank where unused, "P" where poison, "<id> x" where
     stale, ``labels[id]`` for special ids (e.g. a marker for "read past the buffer"), else the id;
     ``text`` (``[rows][cols]`` strings) replaces them all. ``cells``: ``(b, j)`` framed in red.
+    Wrong cells are hatched too, so that no distinction rests on colour alone.
     """
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Rectangle
@@ -94,9 +90,15 @@ def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsi
         for j in range(cols):
             kind, v = kinds[b][j], int(pages[b, j])
             label = {"unused": "", "poison": "P"}.get(kind, labels.get(v, str(v)) + " x" * (kind == "stale"))
-            ax.text(j, b, label if text is None else text[b][j], ha="center", va="center", fontsize=fontsize)
+            ax.text(j, b, label if text is None else text[b][j], ha="center", va="center", fontsize=fontsize,
+                    bbox=_LABEL_BOX if kind == "wrong" else None)
+    for b in range(rows):
+        for j in range(cols):
+            if kinds[b][j] == "wrong":
+                ax.add_patch(Rectangle((j - 0.5, b - 0.5), 1, 1, fill=False, hatch=palette.HATCH["wrong"],
+                                       edgecolor=palette.HATCH_COLOR, lw=0))
     for b, j in cells:
-        ax.add_patch(Rectangle((j - 0.45, b - 0.45), 0.9, 0.9, fill=False, edgecolor="#d62728", lw=1.2))
+        ax.add_patch(Rectangle((j - 0.45, b - 0.45), 0.9, 0.9, fill=False, edgecolor=palette.FRAME_COLOR, lw=1.5))
     ax.set_xticks(range(cols))
     ax.set_yticks(range(rows))
 
@@ -120,7 +122,7 @@ def _read_kind(intended: int, read: int) -> str:
 
 def draw_intended_and_read(ax_intended, ax_read, intended, read, *, unused: int = -1, labels=None):
     """Two grids ``[rows, pages]``: the page ids each request owns (blue) and those it read (green: its
-    own page, red: another); ``unused`` marks slots past a request's pages (blank in both)."""
+    own page, red and hatched: another); ``unused`` marks slots past a request's pages (blank in both)."""
     if intended.shape != read.shape:
         raise ValueError(f"intended and read: expected one shape, got {tuple(intended.shape)} and "
                          f"{tuple(read.shape)}")

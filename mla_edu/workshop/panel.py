@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mla_edu.case_study.diagnose import PageReads, diagnose_step, draw_page_reads, page_reads
+from mla_edu.case_study.diagnose import PageReads, accuracy_bars, diagnose_step, draw_page_reads, page_reads
 from mla_edu.serving import BACKENDS, DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED
 from mla_edu.util import is_int
 
@@ -190,13 +190,16 @@ class PanelRuns:
 
 # ---- drawing -----------------------------------------------------------------------------------
 def draw_accuracy(ax, result: PanelResult):
-    """Bars: eager and graph accuracy (hatched: invalid answers) for one setting."""
+    """Bars: eager and graph accuracy (a graph that lost accuracy red and cross-hatched; invalid answers
+    stacked on top, hatched //) for one setting."""
+    from mla_edu import palette
+
     e, g = result.eager, result.graph
     names = ["eager", "graph" + ("\n(emulated)" if g["device"] == "cpu" else "")]
     accs = [e["accuracy"], g["accuracy"]]
-    bars = ax.bar(names, accs, color=["#4c72b0", "#d62728" if g["accuracy"] < e["accuracy"] - 0.05 else "#55a868"])
-    ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color="none", edgecolor="#777", hatch="//",
-           label="invalid")
+    bars = accuracy_bars(ax, names, accs, [False, g["accuracy"] < e["accuracy"] - 0.05], baseline=(0,))
+    ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color="none", edgecolor=palette.HATCH_COLOR,
+           hatch=palette.HATCH["invalid"], label="invalid")
     for bar, a in zip(bars, accs):
         ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=9)
     ax.set_ylim(0, 1.3)
@@ -206,7 +209,8 @@ def draw_accuracy(ax, result: PanelResult):
 
 
 def panel_figure(result: PanelResult):
-    """One figure: accuracy bars, then the page reads of one decode step.
+    """One figure, 2 x 2 so that it reads at a book's width (~590 px): accuracy bars and the index buffer
+    above, the pages each row owns and the pages it read under replay below.
 
     Built as a bare ``Figure`` with its own Agg canvas, outside pyplot's global state: the panel's
     button handler runs on a kernel subshell thread in JupyterLab >= 4.4, while matplotlib's inline
@@ -216,11 +220,10 @@ def panel_figure(result: PanelResult):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    w = result.reads.buffer.shape[1]
-    p = result.reads.intended.shape[1]
-    fig = Figure(figsize=(14, 3.6))
+    rows = result.reads.buffer.shape[0] + result.reads.intended.shape[0]
+    fig = Figure(figsize=(6.2, 2.6 + 0.32 * rows))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [2.2, w, p, p]})
+    axes = fig.subplots(2, 2).ravel()
     draw_accuracy(axes[0], result)
     draw_page_reads(axes[1], axes[2], axes[3], result.reads)
     fig.suptitle(result.settings.label(), fontsize=9)
