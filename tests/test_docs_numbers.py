@@ -1,0 +1,240 @@
+"""README's measured numbers, checked against the committed results they come from.
+
+Each claim is README's sentence (or table row) with its numbers rendered from ``results/*.json``, or,
+where a number has no JSON, from the ``results/*.md`` file README points at; whitespace is normalised,
+so prose may wrap anywhere. A number quoted in two places (README and ``kernels/NOTES.md``, README and
+notebook 06) is rendered from the same source in both. Each check names the file to update.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import cache
+
+import pytest
+from docs_text import README
+
+from mla_edu.paths import REPO_ROOT, RESULTS_DIR
+from mla_edu.util import PAGE_SIZE
+
+#: GSM8K of the five eager runs in PR #6998's description (docs/sources.md); the seed's guess uses their mean
+PR_6998_EAGER_RUNS = (0.917, 0.917, 0.910, 0.920, 0.916)
+NOTES = REPO_ROOT / "mla_edu" / "kernels" / "NOTES.md"
+NOTEBOOK_06 = REPO_ROOT / "notebooks" / "06_reproducing_the_zero_accuracy_bug.py"
+ROW_LABELS = {  # README's Results table: key in repro's JSON -> (run, kernel) cells
+    "eager": ("cutlass_mla, `--disable-cuda-graph`", "model's scale"),
+    "prefix": ("cutlass_mla, CUDA graph, before the fix (`7059ae16f`)", "bug-era"),
+    "fixed": ("cutlass_mla, CUDA graph, the fix (#6998, `e58423b2b`)", "model's scale"),
+    "triton": ("triton backend, CUDA graph", "model's scale"),
+    "scale": ("cutlass_mla, `--disable-cuda-graph`", "bug-era"),
+}
+
+
+def norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+@cache
+def result(name: str) -> dict:
+    return json.loads((RESULTS_DIR / name).read_text(encoding="utf-8"))
+
+
+def md(name: str) -> str:
+    return norm((RESULTS_DIR / name).read_text(encoding="utf-8"))
+
+
+def one(pattern: str, text: str) -> re.Match:
+    found = list(re.finditer(pattern, text))
+    assert len(found) == 1, f"expected one match of {pattern!r}, got {len(found)}"
+    return found[0]
+
+
+def seed_table_rows() -> list[str]:
+    """README's Results table, rendered from repro.SEED and the CPU and H200 runs' JSON."""
+    from mla_edu.case_study.repro import SEED
+
+    cpu, gpu = result("repro_cpu.json")["table"], result("repro_h200_bfloat16.json")["table"]
+    rows = []
+    for key, (run, kernel) in ROW_LABELS.items():
+        seed = {"eager": f"{SEED['eager']} *", "fixed": f"{SEED['fixed']} *", "scale": "(* ran this kernel)"}.get(
+            key, SEED.get(key))
+        cells = [seed, f"{cpu[key]['accuracy']:.3f}", f"{gpu[key]['accuracy']:.3f}"]
+        if key == "prefix":
+            cells = [f"**{c}**" for c in cells]
+        rows.append(f"| {run} | {kernel} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def repro_claims() -> list[str]:
+    """README's prose about the seed's configuration, from results/repro_cpu.json."""
+    from mla_edu.case_study.repro import SEED
+
+    r = result("repro_cpu.json")
+    conf, table = r["configuration"], r["table"]
+    rows = conf["max_running_requests"] // conf["dp_size"]
+    width = table["prefix"]["page_table_width"]
+    model_scale = next(x for x in r["open_question_this"] if "scale" not in x["defects"])
+    one_engine = {x["max_running_requests"]: x["accuracy"] for x in r["open_question"]
+                  if x["dp_size"] == 1 and x["row_order"] == "append"}
+    mean = sum(PR_6998_EAGER_RUNS) / len(PR_6998_EAGER_RUNS)
+    return [
+        f"`--context-length {conf['context_length']}` (a page table of W = {width} columns)",
+        f"`--dp {conf['dp_size']} --enable-dp-attention` ({conf['dp_size']} attention ranks of at most {rows} requests",
+        f"{table['prefix']['num_questions']} questions, greedy",
+        f"the pre-fix graph's {table['prefix']['accuracy']:.3f} is close to eager's {table['scale']['accuracy']:.3f} "
+        f"divided by the {rows} rows of a rank ({table['scale']['accuracy'] / rows:.3f})",
+        f"the same guess for the seed gives {mean:.3f} / {rows} = {mean / rows:.3f} against its {SEED['prefix']}",
+        f"the same DP run scores {model_scale['accuracy']:.3f}",
+        f"and {model_scale['eager_step']} requests had such a step, "
+        f"{model_scale['accuracy_eager_step']:.3f} of them right",
+        f"has none ({one_engine[16]:.3f} and {one_engine[128]:.3f} on CPU)",
+        f"With W = {width} and at most {rows} rows per DP rank",
+        f"(here `b < {rows}` and `n <= {r_pages()}`)",
+    ]
+
+
+def r_pages() -> int:
+    from mla_edu.model.task import CONTEXT_LEN
+
+    return CONTEXT_LEN // PAGE_SIZE
+
+
+def kernel_claims() -> list[str]:
+    """README's kernel row and kernels/NOTES.md's headline, from results/kernel_bench_h200.json."""
+    k = result("kernel_bench_h200.json")
+    mm, cp = k["ceilings"]["matmul_bf16_TFLOPs"], k["ceilings"]["copy_TBps"]
+    at = {r["heads"]: r for r in k["results"] if r["batch"] == 64 and r["seq_len"] == 4096}
+    h128, h16 = at[128], at[16]
+    tl = h128["kernels"]["tl"]["best_us"]
+    vs_sglang = [r["sglang_us"] / r["triton_us"] for r in k["results"] if r.get("sglang_us")]
+    rule = [r["triton_rule_us"] / r["triton_best_us"] - 1 for r in k["results"]]
+    return [
+        f"h_q=128 {h128['triton_us']:.0f} us = {100 * h128['frac_matmul']:.0f}% of the measured bf16 matmul rate, "
+        f"{h128['flashmla_us'] / h128['triton_us']:.2f}x FlashMLA's speed (the plain-Triton kernel: {tl:.0f} us, "
+        f"{100 * h128['flops'] / tl / 1e6 / mm:.0f}%)",
+        f"h_q=16 {h16['triton_us']:.0f} us = {100 * h16['TBps'] / cp:.0f}% of the measured copy bandwidth, "
+        f"{h16['flashmla_us'] / h16['triton_us']:.2f}x FlashMLA",
+        f"Faster than SGLang's Triton kernel at all {len(vs_sglang)} shapes it runs "
+        f"({min(vs_sglang):.2f}x-{max(vs_sglang):.1f}x)",
+        f"within {100 * max(rule):.1f}% of the best split at all {len(rule)} shapes",
+    ]
+
+
+def notes_claims() -> list[str]:
+    k = result("kernel_bench_h200.json")
+    h128 = next(r for r in k["results"] if r["heads"] == 128 and r["batch"] == 64 and r["seq_len"] == 4096)
+    ratio = {}
+    for r in k["results"]:
+        cp_async = next((v for name, v in r["kernels"].items() if name.startswith("cp.async")), None)
+        if cp_async:
+            ratio.setdefault(r["heads"], []).append(cp_async["rule_us"] / r["triton_us"])
+    rng = {h: f"{min(v):.2f}-{max(v):.2f}" for h, v in ratio.items()}
+    tflops = h128["flops"] / h128["triton_us"] / 1e6
+    return [f"{h128['triton_us']:.0f} us, {tflops:.0f} TFLOP/s ({100 * h128['frac_matmul']:.0f}%)",
+            f"is {rng[16]} at h_q=16 and {rng[128]} at h_q=128"]
+
+
+def graph_claims() -> list[str]:
+    launch = {r["kernels"]: r["speedup"] for r in result("graph_launch_h200.json")["rows"]}
+    emulated = [r["replay_over_eager"] for r in result("graph_bench_cpu.json")["rows"]]
+    return [f"a 117-kernel step replays {launch[117]:.1f}x faster than eager",
+            f"replay {min(emulated):.1f}x-{max(emulated):.1f}x an eager run"]
+
+
+def md_claims() -> list[str]:
+    """Numbers README takes from results/*.md (no JSON behind them)."""
+    reuse = md("workspace_reuse_h200.md")
+    changed, owned = (int(x) for x in one(r"overwrote (\d+) of (\d+) of the new owner's bytes", reuse).groups())
+    seed = md("seed_config_cpu.md")
+    tiny = one(r"\| `tiny` \(shipped\) \|[^|]*\|[^|]*\| ([\d.]+) \| ([\d.]+) \|", seed).groups()
+    yarn = one(r"\| `tiny-yarn` \(YaRN factor 40\) \|[^|]*\|[^|]*\| ([\d.]+) \| ([\d.]+) \|", seed).groups()
+    rss = float(one(r"\| RSS after building the engine \| [\d.]+ GB \| ([\d.]+) GB \|", seed).group(1))
+    cpu_wall = float(one(r"([\d.]+) s wall, [\d.]+ s user", md("repro_cpu.md")).group(1))
+    gpu_wall = float(one(r"; (\d+) s wall for the whole run", md("repro_h200_bfloat16.md")).group(1))
+    tests = md("tests_h200.md")
+    latest = one(r"At commit `(\w+)` \([^)]*\): (\d+) passed, (\d+) skipped, (\d+) failed", tests).groups()
+    earlier = one(r"Unit tests, [\d-]+ \(commit (\w+)\) .*?(\d+) passed, (\d+) skipped", tests).groups()
+    cells = one(r"--nbval-lax notebooks/\*\.ipynb .*?(\d+) passed in", tests).group(1)
+    strict = one(r"failed (\d+) of the (\d+) cells", tests).groups()
+    ci = md("ci_fresh_clone.md")
+    total = one(r"\| `bash \.ci/run`, in all \| \| ([\d:]+) \|", ci).group(1)
+    unit = one(r"\| unit tests \| (\d+) \| (\d+) s \|", ci).groups()
+    nb = one(r"\| notebook cells, strict nbval \| (\d+) \| ([\d:]+) \|", ci).groups()
+    lab = one(r"\| `make test-lab`: the book and the browser tests \| (\d+) \| ([\d:]+) \|", ci).groups()
+    fresh_repro = one(r"including the creation of `\.venv`: ([\d:]+)", ci).group(1)
+    return [
+        f"one replay overwrote {100 * changed / owned:.1f}% of its bytes",
+        f"eager cutlass_mla with sgl-kernel 0.1.7's hard-coded `1/sqrt(192)`: {tiny[1]} (tiny) and {yarn[1]} "
+        f"(`tiny-yarn`, YaRN factor 40) vs {tiny[0]} / {yarn[0]} without",
+        f"one DP rank's engine at W = 33 holds {rss:.1f} GB",
+        f"with `.venv` made, {cpu_wall:.0f} s (`results/repro_cpu.md`)",
+        f"(`make repro`: {cpu_wall:.0f} s on the 2-core CPU machine)",
+        f"on the H200: {gpu_wall:.0f} s;",
+        f"at `{latest[0]}`: {latest[1]} unit tests passed, {latest[2]} skipped, {latest[3]} failed",
+        f"earlier, at `{earlier[0]}`: {earlier[1]} passed ({earlier[2]} skips: CPU-only checks), all {cells} notebook "
+        f"cells of then ran under `--nbval-lax`",
+        f"({strict[0]} of the {strict[1]} cells the notebooks then had",
+        f"`bash .ci/run` {total} in all (creating `.venv` from the lock, ruff, {unit[0]} unit tests in {unit[1]} s, "
+        f"{nb[0]} notebook cells under strict nbval in {nb[1]}, then `make test-lab`: the book and {lab[0]} browser "
+        f"tests in {lab[1]}). `make repro` {fresh_repro} in an earlier fresh clone",
+    ]
+
+
+def scale_claims() -> list[str]:
+    """The scale factors README quotes, from the presets and the shipped model's manifest."""
+    from mla_edu.config import MLAConfig
+
+    v3 = MLAConfig.deepseek_v3()
+    mla = json.loads((REPO_ROOT / "mla_edu" / "model" / "weights" / "manifest.json").read_text())["config"]["mla"]
+    tiny_q = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+    return [f"YaRN's `mscale^2` = {v3.softmax_scale * math.sqrt(v3.qk_head_dim):.2f}",
+            f"the tiny model's `q_head_dim` is {tiny_q}, not {v3.qk_head_dim}",
+            f"`sqrt({v3.qk_head_dim}/{tiny_q})` = {math.sqrt(v3.qk_head_dim / tiny_q):.2f}"]
+
+
+CLAIMS = {"seed table": seed_table_rows, "repro": repro_claims, "kernel bench": kernel_claims,
+          "graph bench": graph_claims, "results/*.md": md_claims, "scales": scale_claims}
+
+
+def missing(claims: list[str], text: str) -> list[str]:
+    body = norm(text)
+    return [c for c in claims if norm(c) not in body]
+
+
+@pytest.mark.parametrize("group", CLAIMS)
+def test_readme_quotes_the_committed_results(group):
+    lost = missing(CLAIMS[group](), README.read_text(encoding="utf-8"))
+    assert not lost, "README does not say (update README or the results it quotes):\n" + "\n".join(lost)
+
+
+def test_notes_quote_the_kernel_bench():
+    lost = missing(notes_claims(), NOTES.read_text(encoding="utf-8"))
+    assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
+
+
+def test_the_seed_numbers_have_one_source():
+    from mla_edu.case_study.repro import SEED
+
+    runs = PR_6998_EAGER_RUNS
+    assert SEED["eager"] == f"{min(runs):.3f}-{max(runs):.3f}"
+    sources = norm((REPO_ROOT / "docs" / "sources.md").read_text(encoding="utf-8"))
+    assert "without CUDA graphs " + ", ".join(f"{x:.3f}" for x in runs) in sources
+    mean = sum(runs) / len(runs)
+    guess = f"{mean:.3f} / 16 = {mean / 16:.3f}"
+    for path in (README, NOTEBOOK_06):
+        text = norm(path.read_text(encoding="utf-8"))
+        assert guess in text, f"{path.name}: the seed's guess should read {guess!r}"
+        others = {m for m in re.findall(r"0\.9\d\d / 16", text)} - {f"{mean:.3f} / 16"}
+        assert not others, f"{path.name} quotes another mean: {others}"
+
+
+def test_a_drifted_number_is_caught():
+    # each claim, with one digit of it changed in README, is reported
+    body = norm(README.read_text(encoding="utf-8"))
+    for make in CLAIMS.values():
+        for claim in map(norm, make()):
+            d = re.search(r"\d", claim).start()
+            drifted = body.replace(claim, f"{claim[:d]}{(int(claim[d]) + 1) % 10}{claim[d + 1:]}")
+            assert missing([claim], drifted) == [claim], claim
