@@ -179,7 +179,7 @@ assert rel_err(wrong, right) > 0.05
 # are left out). At DeepSeek-V3 dims, batch 64, 4,096 tokens each:
 
 # %%
-lens = [4096] * 64
+lens = [cost.QUOTED_LEN] * cost.QUOTED_BATCH  # 64 requests of 4096 tokens: the shape notebook 04 quotes too
 for order in ("naive", "absorbed"):
     c = cost.decode_cost(v3, lens, order)
     print(f"{order:9s} {c.flops / 1e9:8.1f} GFLOP  {c.bytes / 1e6:6.1f} MB  {c.intensity:7.1f} FLOP/byte")
@@ -210,8 +210,12 @@ assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
 # Even at its idealized minimum of bytes, the naive order spends over 100 times the arithmetic
 # rebuilding keys and values that absorption never builds.
 #
-# **Is absorbed decode memory- or compute-bound?** Its intensity is about $2 n_h$ FLOP per byte:
-# each cached byte is used once per head. The ceilings come from the project's committed H200
+# **Is absorbed decode memory- or compute-bound?** Its intensity (`cost.decode_intensity`, the one
+# function notebook 04 prints too) is 228 FLOP per byte at 128 heads and 30 at 16: each cached
+# row of 576 numbers is used by every head, for a score over 576 and a value over 512, so a cached
+# byte carries $n_h (576 + 512) / 576 \approx 1.89\, n_h$ FLOPs (242 and 30.2, `cost.cached_byte_intensity`,
+# the limit of a long context); reading q and writing o cost bytes too, which brings 242 down to
+# 228 at this shape. "About $2 n_h$" (256 and 32) rounds 1088/576 up to 2. The ceilings come from the project's committed H200
 # benchmark (`results/kernel_bench_h200.json`, notebook 04): dense bf16 matmul and a
 # device-to-device copy, measured in the same run. Their ratio is the ridge. 128 heads (one GPU
 # holding all heads) are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
@@ -224,12 +228,16 @@ ridge = flop_per_s / bytes_per_s
 intensity = {}
 for heads in (128, 16):
     c = cost.attention_core_cost(v3.replace(num_attention_heads=heads), lens)
-    intensity[heads] = c.intensity
+    intensity[heads] = cost.decode_intensity(v3.replace(num_attention_heads=heads))
+    assert intensity[heads] == c.intensity  # the same function, at the same shape
     bound = "compute" if c.intensity > ridge else "memory"
     floor_us = max(c.flops / flop_per_s, c.bytes / bytes_per_s) * 1e6
     print(f"h_q={heads:3d}: {c.intensity:6.1f} FLOP/byte -> {bound}-bound, "
           f"floor {floor_us:5.1f} us per layer on the H200")
 assert intensity[128] > ridge > intensity[16]
+assert (round(intensity[128]), round(intensity[16])) == (228, 30)  # as the text above quotes them
+limit = {h: cost.cached_byte_intensity(v3.replace(num_attention_heads=h)) for h in (128, 16)}
+assert (round(limit[128]), round(limit[16], 1)) == (242, 30.2)
 
 # %% [markdown]
 # Across context lengths (the left panel is arithmetic, the right the time floor on the H200):
@@ -307,7 +315,8 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 #   numbers (fp32 to $10^{-5}$, bf16 to $2\cdot 10^{-2}$), but no per-head key or value is built.
 # - It works only because the position-dependent rotation lives in a separate part of each head.
 # - Decode becomes multi-query attention over a 576-wide key and a 512-wide value; its intensity
-#   is ~$2 n_h$ FLOP/byte, so 128 heads are compute-bound on an H200 and 16 heads memory-bound.
+#   is about $1.89\, n_h$ FLOP/byte (228 at 128 heads, 30 at 16), so 128 heads are compute-bound on
+#   an H200 and 16 heads memory-bound.
 # - The scale is $1/\sqrt{192}$ (times YaRN's $m^2$), never $1/\sqrt{576}$.
 #
 # ## Exercises

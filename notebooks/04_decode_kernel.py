@@ -32,6 +32,8 @@ import math
 import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
+from mla_edu import MLAConfig
+from mla_edu.attention import cost
 from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
                              num_kv_splits_for)
 from mla_edu.kernels.cases import random_decode_case
@@ -67,7 +69,9 @@ _ = torch.manual_seed(0)
 # cutlass), `stride_policy=`, `checked=`.
 #
 # How much work is one call? Bytes: the cache rows read (576 x 2 bytes per token in bf16).
-# FLOPs: `2 * L * H * (576 + 512)` per request. Intensity is about `2 * H` FLOP per byte.
+# FLOPs: `2 * L * H * (576 + 512)` per request. Intensity: `mla_edu.attention.cost.decode_intensity`,
+# the function notebook 02 prints too (the cache, q in and o out all counted), 228 FLOP per byte at
+# 128 heads and 30 at 16 for 64 requests of 4096 tokens: about $1.89\, H$.
 
 # %%
 bench = load_bench()
@@ -75,15 +79,18 @@ ceil = bench["ceilings"]
 print(f"ceilings measured on the H200: copy {ceil['copy_TBps']:.2f} TB/s, "
       f"bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s, "
       f"ridge {ceil['matmul_bf16_TFLOPs'] / ceil['copy_TBps']:.0f} FLOP/byte")
+intensity = {}
 for heads in (16, 128):
-    b, length = 64, 4096
-    kv_bytes = b * length * 576 * 2
-    flops = 2 * b * length * heads * (576 + 512)
-    t_mem = kv_bytes / (ceil["copy_TBps"] * 1e12) * 1e6
-    t_cmp = flops / (ceil["matmul_bf16_TFLOPs"] * 1e12) * 1e6
-    print(f"h_q={heads:3d}, B={b}, L={length}: {kv_bytes / 1e6:.0f} MB, {flops / 1e9:.1f} GFLOP, "
-          f"intensity {flops / kv_bytes:.0f} FLOP/B -> floor {max(t_mem, t_cmp):.0f} us "
+    b, length = cost.QUOTED_BATCH, cost.QUOTED_LEN
+    dims = MLAConfig.deepseek_v3().replace(num_attention_heads=heads)
+    work = cost.attention_core_cost(dims, [length] * b)  # FLOPs and bytes: cache, q in, o out
+    intensity[heads] = cost.decode_intensity(dims)
+    t_mem = work.bytes / (ceil["copy_TBps"] * 1e12) * 1e6
+    t_cmp = work.flops / (ceil["matmul_bf16_TFLOPs"] * 1e12) * 1e6
+    print(f"h_q={heads:3d}, B={b}, L={length}: {work.bytes / 1e6:.0f} MB, {work.flops / 1e9:.1f} GFLOP, "
+          f"intensity {intensity[heads]:.0f} FLOP/B -> floor {max(t_mem, t_cmp):.0f} us "
           f"({'memory' if t_mem > t_cmp else 'compute'}-bound)")
+assert (round(intensity[128]), round(intensity[16])) == (228, 30)  # as quoted here and in notebook 02
 
 # %% [markdown]
 # ## 2. A test problem, built like FlashMLA's tests
@@ -390,10 +397,10 @@ assert sm["faster_than_sglang"] == sm["sglang_shapes"] and sm["rule_worst_ratio"
 fig = kernel_bench_figure()
 
 # %% [markdown]
-# Reading the plot. **h_q = 16** is memory-bound (about 32 FLOP per byte, far under the ridge). At
+# Reading the plot. **h_q = 16** is memory-bound (30 FLOP per byte, far under the ridge). At
 # B = 64 and 128 with L >= 4096 the kernel streams at 90-107% of the copy ceiling (a stream that
 # only reads can pass a copy's read + write rate), 1.00-1.03x FlashMLA's speed; FlashMLA leads at
-# large batch and short context (0.83x at B = 128, L = 512). **h_q = 128** is compute-bound (256 FLOP
+# large batch and short context (0.83x at B = 128, L = 512). **h_q = 128** is compute-bound (228 FLOP
 # per byte): at B >= 64 and L >= 2048 the kernel reaches 57-66% of the matmul ceiling, FlashMLA
 # 87-98% on the same bytes (mla_edu at 0.64-0.71x its speed), the plain-Triton kernel 31-35%. All
 # three hold 64 heads per program at h_q = 128, one program per SM. The differences are in how the
