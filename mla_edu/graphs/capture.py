@@ -197,10 +197,32 @@ def _no_gc_collection():
             gc.enable()
 
 
-@contextlib.contextmanager
 def graph(g: Graph, pool=None):
     """Capture the work done inside the block into ``g`` (like ``torch.cuda.graph``), with Python's
-    garbage collector paused (``_no_gc_collection``)."""
+    garbage collector paused (``_no_gc_collection``). The returned context is single-use."""
+    return _GraphContext(g, pool)
+
+
+class _GraphContext:
+    """``graph(g)``'s context: ``_capture`` on the first entry; a second entry is refused by name
+    (contextlib's own context would fail with ``AttributeError: ... 'args'``)."""
+
+    def __init__(self, g, pool):
+        self.g, self.pool, self.cm = g, pool, None
+
+    def __enter__(self):
+        if self.cm is not None:
+            raise RuntimeError(f"this graph({self.g!r}) context was already entered; expected a new "
+                               "`with graph(Graph()):` for a new capture")
+        self.cm = _capture(self.g, self.pool)
+        return self.cm.__enter__()
+
+    def __exit__(self, *exc):
+        return self.cm.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def _capture(g: Graph, pool=None):
     if not isinstance(g, Graph):
         raise TypeError(f"graph() expects a mla_edu.graphs.Graph, got {type(g).__name__}")
     if g._captured or g._capturing:

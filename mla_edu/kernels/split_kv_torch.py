@@ -56,9 +56,11 @@ def stage1_partials(q_nope, q_pe, cache, seq_lens, table_flat, row0: int, sm_sca
     flat_bad = flat >= reach
     pid = table_flat[flat.clamp(max=reach - 1)].to(torch.int64)  # [R, S, T] page id of each token
     pid_bad = (pid < 0) | (pid >= num_pages)
-    slot = torch.where(tok_ok, pid.clamp(0, num_pages - 1) * page + pos % page, 0)  # [R, S, T]
+    page_id = torch.where(tok_ok, pid.clamp(0, num_pages - 1), 0)  # [R, S, T]
+    offset = torch.where(tok_ok, pos % page, 0)  # [R, S, T]
 
-    kv = cache.view(-1, cache.size(-1))[slot].float()  # [R, S, T, 576]: transient, inside the op
+    # indexed by (page, offset), not by a flat slot: a page-strided cache (buf[::2]) has no flat view
+    kv = cache[page_id, offset].float()  # [R, S, T, 576]: transient, inside the op
     kv.masked_fill_(~tok_ok[..., None], 0.0)  # never let unused (NaN) pages or slots in
     q = torch.cat([q_nope, q_pe], dim=-1).float()  # [R, H, 576]
     scores = torch.einsum("rhd,rstd->rhst", q, kv) * sm_scale  # [R, H, S, T]

@@ -9,7 +9,7 @@ a slot is ``page * page_size + offset``. Both classes are host-side bookkeeping
 from __future__ import annotations
 
 import torch
-from mla_edu.util import check_int
+from mla_edu.util import check_int, is_int
 
 
 class PoolExhausted(RuntimeError):
@@ -49,6 +49,10 @@ class ReqToTokenPool:
 
     def available(self) -> int:
         return len(self._free)
+
+    def is_allocated(self, index: int) -> bool:
+        """True if row ``index`` was handed out by ``alloc`` and not freed since."""
+        return is_int(index) and 0 <= index < self.size and index not in self._free
 
     def alloc(self, n: int = 1) -> list[int]:
         check_int("n", n, 0)

@@ -79,9 +79,12 @@ def _weights_path(weights_dir: Path, manifest: dict) -> Path:
     if not isinstance(name, str) or not name:
         raise ValueError(f"manifest in {weights_dir}: 'weights' must be a file name, got {name!r}")
     path = weights_dir / name
-    if Path(name).is_absolute() or path.resolve().parent != weights_dir.resolve():
+    if Path(name).is_absolute() or (weights_dir / Path(name).name) != path:
         raise ValueError(f"manifest in {weights_dir} names weights file {name!r}, which is not in that directory; "
                          "expected a plain file name beside manifest.json")
+    if path.resolve().parent != weights_dir.resolve():
+        raise ValueError(f"weights file {path} is a symlink to {path.resolve()}, outside {weights_dir}; "
+                         "expected a file inside that directory")
     if not path.is_file():
         raise FileNotFoundError(f"weights file {path} named by the manifest is missing")
     return path

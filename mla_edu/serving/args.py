@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mla_edu.kernels import IMPLS
 from mla_edu.kernels.contract import MAX_SPLITS
 from mla_edu.util import PAGE_SIZE, is_int
 
@@ -132,7 +133,9 @@ class ServerArgs:
         if self.sm_count is not None and (not is_int(self.sm_count)
                                           or self.sm_count < 1):
             raise ValueError(f"sm_count: expected None (the GPU's) or an int >= 1, got {self.sm_count!r}")
-        bs = tuple(int(b) for b in self.cuda_graph_bs)
+        bs = self.cuda_graph_bs
+        if not isinstance(bs, (list, tuple)) or not all(is_int(b) for b in bs):
+            raise TypeError(f"cuda_graph_bs: expected a list or tuple of int batch sizes, got {bs!r}")
         if not bs or any(b < 1 for b in bs):
             raise ValueError(f"cuda_graph_bs: expected positive batch sizes, got {self.cuda_graph_bs!r}")
         self.cuda_graph_bs = tuple(sorted(set(bs)))
@@ -162,5 +165,5 @@ class ServerArgs:
         if "scale" in self.defects and self.num_kv_splits != 1:
             raise ValueError(f"defects 'scale' is sgl-kernel 0.1.7's contract, which hard-coded split_kv = 1; "
                              f"got num_kv_splits={self.num_kv_splits}")
-        if self.kernel_impl not in (None, "torch", "triton", "reference"):
-            raise ValueError(f"kernel_impl: expected torch, triton or reference, got {self.kernel_impl!r}")
+        if self.kernel_impl is not None and self.kernel_impl not in IMPLS:
+            raise ValueError(f"kernel_impl: expected None or one of {tuple(IMPLS)}, got {self.kernel_impl!r}")

@@ -13,11 +13,13 @@ Row order: SGLang's ``ScheduleBatch.filter_batch`` keeps the surviving rows in o
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 
+from mla_edu.kvcache import PoolExhausted
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.serving.model_runner import ModelRunner
@@ -72,8 +74,17 @@ class Engine:
     def check(self, req: Req) -> str | None:
         """What is wrong with ``req`` (a message), or None."""
         ids = req.prompt_ids
-        if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        if not isinstance(ids, (list, tuple)):
             return f"prompt: expected a list of int token ids, got {type(ids).__name__}"
+        ints = []
+        for i, t in enumerate(ids):
+            try:  # ints and integer-like scalars (numpy's int64, a 0-d int tensor); not bools or floats
+                if isinstance(t, bool):
+                    raise TypeError
+                ints.append(operator.index(t))
+            except TypeError:
+                return f"prompt: expected int token ids, got {type(t).__name__} {t!r} at position {i}"
+        req.prompt_ids = ids = ints
         if len(ids) == 0:
             return "prompt: expected at least one token, got an empty prompt"
         if any(t < 0 or t >= self.vocab_size for t in ids):
@@ -132,12 +143,39 @@ class Engine:
         """New requests for ``prompts``, each prefilled with no stop token (so all stay running):
         the batch that a diagnosis or a checker then decodes by hand."""
         reqs = [self.new_req(list(p)) for p in prompts]
-        for req in reqs:
-            self.prefill(req)
+        rows = self.runner.req_to_token_pool.available()
+        if len(reqs) > rows:
+            raise PoolExhausted(f"prefill_requests: expected at most {rows} prompts (free request rows of "
+                                f"max_running_requests={self.args.max_running_requests}), got {len(reqs)}")
+        try:
+            for req in reqs:
+                self.prefill(req)
+        except BaseException:  # a failure half-way: the requests already prefilled give back rows and pages
+            for req in reqs:
+                self.free_req(req)
+            raise
         return reqs
+
+    def check_running(self, running: list) -> None:
+        """Refuse a decode batch holding a finished request or one this engine did not prefill, before
+        any page or ``req_to_token`` entry is touched (a freed row index is None: the slot write would
+        hit a whole pool row)."""
+        seen = set()
+        for row, req in enumerate(running):
+            if not isinstance(req, Req):
+                raise TypeError(f"running[{row}]: expected a Req, got {type(req).__name__}")
+            if req.finished:
+                raise ValueError(f"running[{row}]: expected a running request, got request {req.rid} finished "
+                                 f"({req.finished_reason!r}), which holds no row or pages")
+            idx = req.req_pool_idx
+            if idx is None or not req.pages or idx in seen or not self.runner.req_to_token_pool.is_allocated(idx):
+                raise ValueError(f"running[{row}]: expected a request prefilled by this engine, each once, got "
+                                 f"request {req.rid} with req_pool_idx={idx!r}")
+            seen.add(idx)
 
     def make_batch(self, running: list) -> ForwardBatch:
         """Give each running request a slot for its fed-back token; build the decode batch (row = list order)."""
+        self.check_running(running)
         rn = self.runner
         pos, rpi, locs = [], [], []
         for row, req in enumerate(running):

@@ -61,8 +61,8 @@ class PanelSettings:
     def __post_init__(self):
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"attention_backend: expected one of {BACKENDS}, got {self.attention_backend!r}")
-        defects = self.defects
-        if isinstance(defects, str) or not all(isinstance(d, str) for d in defects):
+        defects = PRE_FIX if self.defects is None else self.defects  # None: the pre-fix defects, as ServerArgs
+        if not isinstance(defects, (set, frozenset, list, tuple)) or not all(isinstance(d, str) for d in defects):
             raise TypeError(f"defects: expected a set of names from {DEFECTS}, got {defects!r}")
         if "stale" in defects:
             raise ValueError(f"defects: {STALE_REMOVED}")
@@ -170,6 +170,9 @@ class PanelRuns:
     def __call__(self, settings: PanelSettings) -> PanelResult:
         if not isinstance(settings, PanelSettings):
             raise TypeError(f"expected PanelSettings, got {type(settings).__name__}")
+        if settings.num_questions > len(self.questions):  # the label says num_questions: refuse, never run fewer
+            raise ValueError(f"num_questions: expected at most {len(self.questions)} (the questions this panel holds), "
+                             f"got {settings.num_questions}")
         if settings not in self.results:
             from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
             from mla_edu.serving import ServerArgs
@@ -324,7 +327,8 @@ class ControlPanel:
                                      description="splits"),
             "max_running_requests": w.IntSlider(value=s.max_running_requests, min=2, max=16, step=2,
                                                 description="max running requests"),
-            "num_questions": w.IntSlider(value=s.num_questions, min=8, max=128, step=8, description="questions"),
+            "num_questions": w.IntSlider(value=s.num_questions, min=8, max=max(8, min(128, len(self.runner.questions))),
+                                         step=8, description="questions"),
         }
         for widget in wd.values():  # labels in full, not cut at the default 80 px
             widget.style.description_width = "initial"
