@@ -159,9 +159,12 @@ panel.show()
 # `mla_edu.kvcache.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, 128)`.
 # Remember what a replay can and cannot see.
 #
-# The checker captures graphs for batch sizes 2 and 4, fills the index buffer with a poison page
-# id before every replay, calls your function, replays batches of 1 to 4 requests of random
-# lengths, and compares with eager decoding.
+# `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
+# holds every request's current length, the token being decoded included. The checker captures
+# graphs for batch sizes 2 and 4 (context 384, `W = 4`), fills the index buffer with a poison page id
+# before every replay, calls your function, and replays the fixed batches of `ex.REPLAY_CASES`
+# (lengths at every page edge: 2, 127, 128, 129, 255, 256, 257, 383, 384; batches of 1 to 4 rows, padded
+# and exact; batch row `b` is not pool row `b`), comparing the real rows with eager decoding.
 
 # %%
 def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
@@ -181,7 +184,7 @@ r1 = ex.check_replay(replay)
 # %%
 for key, text in ex.OPTIONS.items():
     print(f"({key}) {text}")
-for k in ex.MYSTERIES:
+for k in ex.MYSTERY_NUMBERS:
     fig = ex.mystery_figure(k)
 
 # %%
@@ -198,7 +201,7 @@ r2 = [ex.check_mystery(k, a) for k, a in mystery_answers.items()]
 # index buffer's real row stride, and (3) the flat index (counted from the buffer's first entry)
 # where request row 3 reads its page `j = 2`. The checker captures that engine and reads the
 # answers off the launch it recorded. (Hint: how does sgl-kernel's wrapper get the stride, and
-# what were `seq_lens` during capture?)
+# what were `seq_lens` during capture?) Give ints (numpy ints and one-element tensors count too).
 
 # %%
 used_row_stride, buffer_row_stride, flat_index = None, None, None  # exercise 3: three ints
@@ -213,9 +216,10 @@ r3 = ex.check_row_stride(used_row_stride, buffer_row_stride, flat_index)
 # bytes the kernel needs for its split partials: float32 `o_acc [B, 128, split, 512]` and
 # `lse_acc [B, split, 128]` (heads padded to 128). `num_kv_splits = -1` is the automatic count:
 # `max_splits = ceil(max_seq_len / 128)`, `heur = min(max_splits, max(1, sm_count // B))`,
-# `split = ceil(max_splits / ceil(max_splits / heur))`. Write it; the checker compares it with the
-# library's version (`mla_edu.kernels.get_workspace_size`) on the cases of `ex.WORKSPACE_CASES`, chosen
-# so that each step of the formula changes the answer somewhere.
+# `split = ceil(max_splits / ceil(max_splits / heur))`. Write it for the whole domain: `max_seq_len >= 1`,
+# `num_batches >= 1`, `sm_count >= 1`, `num_kv_splits = -1` or `>= 1`. The checker compares it with the
+# library's version on the cases of `ex.WORKSPACE_CASES`: every combination of the edges of that domain
+# (lengths 1, 127, 128, 129, 255, 256, 257, ...; batches around `sm_count`; fixed and automatic splits).
 
 # %%
 def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
@@ -245,17 +249,24 @@ assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 
 # are right, unless it is allocated once, at maximum size, before any capture (the fix).
 
 # %% [markdown]
-# ### Exercise 5: find the stale entries the pre-fix kernel read
+# ### Exercise 5: find the stale entries a captured kernel read
 #
-# Under the frozen row stride, row `b` reads page `j` at flat index `b * row_stride + j` of the
-# buffer. Some of those entries were written for this step (by some row: a wrong page, but a live
+# The captured kernel gives row `b` its page `j` from flat index `b * row_stride + j` of the buffer.
+# Some of those entries were written for this step (by some row: maybe a wrong page, but a live
 # one), others hold page ids left over from earlier requests or the initial 1: stale. Write
 # `stale_reads(buffer, seq_lens, row_stride)` returning the set of `(b, j)` whose read hits an entry
-# not written this step. `buffer` is `[rows, W]` (rows past `len(seq_lens)` are padded rows with
-# `seq_len = 1`, which also write their first entry); row `r` writes its first
-# `ceil(seq_len_r / 128)` entries. The checker uses five real engine states, the last two with
-# padded rows (a batch smaller than the captured size). Once it passes: can any read of the
-# pre-fix kernel land in a padded row?
+# not written this step. What counts, exactly:
+#
+# - `buffer` is `[rows, W]`; `seq_lens` lists the real rows; rows past `len(seq_lens)` are padded
+#   rows, with `seq_len = 1`.
+# - Every row, padded ones included, **writes** its first `ceil(seq_len / 128)` entries, and
+#   **reads** its pages `j < ceil(seq_len / 128)`: the captured kernel runs every row of the graph, so
+#   a padded row's read `(b, 0)` counts like any other.
+# - `row_stride` is anything from 1 (the pre-fix kernel) to `W` (the fix).
+#
+# The checker uses five real pre-fix engine states (two with padded rows) and the built steps of
+# `ex.STALE_EDGE_CASES` (row strides 1, 2 and `W`, seq_lens at the page edges, up to three padded
+# rows). Once it passes: can a real row's read of the pre-fix kernel land in a padded row?
 
 # %%
 def stale_reads(buffer, seq_lens, row_stride):
@@ -264,6 +275,24 @@ def stale_reads(buffer, seq_lens, row_stride):
 
 # %%
 r5 = ex.check_stale_reads(stale_reads)
+
+# %% [markdown]
+# ```{dropdown} Solutions (try first)
+# 1. Change only the *contents* of the captured buffer: fill rows `[:bs]` of
+#    `backend.cuda_graph_kv_indices` in place with `fill_page_table(backend.req_to_token,
+#    req_pool_indices[:bs], seq_lens[:bs], backend.cuda_graph_kv_indices[:bs], 128)`. No new tensor,
+#    no new view width, no new workspace.
+# 2. Mystery 1: rows > 0 read wrong pages and hit the poison: (b). Mystery 2: every row reads its own
+#    pages, old ids sit in the unused entries: (c). Mystery 3: rows > 0 read wrong pages, no poison: (a).
+# 3. Capture's `seq_lens` are all 1, so the view is `[:8, :1]` and the kernel steps rows by 1; the
+#    buffer is `(640 + 128) // 128 = 6` wide; row 3 page 2 reads flat `3 * 1 + 2 = 5` (row 0's slot 5).
+# 4. `max_splits = ceil(L / 128)`, `heur = min(max_splits, max(1, sms // B))`, `split = ceil(max_splits /
+#    ceil(max_splits / heur))` for -1, else `num_kv_splits`; bytes `(4 * 512 + 4) * 128 * split * B`.
+# 5. For every row `b` (padded rows with length 1) and page `j`: the read lands at flat `b * row_stride + j`,
+#    i.e. row `r, slot = divmod(flat, W)`; it is stale when `slot >= ceil(len_r / 128)`.
+#
+# The code: `mla_edu/workshop/solutions/ex08.py`.
+# ```
 
 # %%
 solved = [r1.passed, all(r.passed for r in r2), r3.passed, r4.passed, r5.passed]
@@ -281,7 +310,7 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 # - Launch parameters (row stride, `max_seq_len`, split count, workspace pointer) come from the host
 #   at capture and stay frozen; the checkers read them off the recorded launch, not off the code.
 #
-# ## More exercises (no checker)
+# ## More exercises (open questions, answers below)
 #
 # 1. In the panel, set max running requests to 4, then 16, with the pre-fix code. The first
 #    guess for the graph accuracy is `eager / max_running_requests`. Does it hold? Which requests
@@ -290,3 +319,15 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 #    corrupt answers on a GPU? Compare with notebook 07.
 # 3. Port exercise 1 to the triton backend: why does its replay hook not need a poison fill to be
 #    correct?
+#
+# ```{dropdown} Answers
+# 1. No: the guess counts only row 0, but a request also answers right when every step it needs
+#    ran in row 0, and its first generated token comes from prefill, not from a replay. `Req.rows`
+#    lists each request's rows; the panel's "only row 0" count is the floor it reaches.
+# 2. A later allocation reusing the freed bytes while the graph still writes its partials there:
+#    the memory goes to the next tensor, and the graph's writes and the new owner's interleave.
+#    Notebook 07 section 3 makes it happen.
+# 3. The triton backend captures the full-width view and the buffer's real row stride, and its kernel
+#    reads only `ceil(seq_len / 128)` entries of each row, all written this step: an unwritten entry
+#    is never read, poisoned or not.
+# ```

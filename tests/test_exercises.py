@@ -52,14 +52,20 @@ def _row_as_pool_index(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  
     kvcache.fill_page_table(backend.req_to_token, rows, seq_lens[:bs], backend.cuda_graph_kv_indices[:bs], 128)
 
 
+def _one_token_less(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # ceil((len - 1) / 128) pages
+    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs] - 1,
+                            backend.cuda_graph_kv_indices[:bs], 128)
+
+
 REPLAY_MISTAKES = [
     (_stub, "raised NotImplementedError"),
     (_nothing, ex.REPLAY_HINTS["nothing"]),
     (_rebind, ex.REPLAY_HINTS["rebound"]),
     (_one_wide, ex.REPLAY_HINTS["first_column"]),
     (_new_table, ex.REPLAY_HINTS["new_table"]),
-    (_first_row_only, "rows 1, 2, 3 of the 4 the hook was called with still held the poison page id"),
+    (_first_row_only, "rows 1 of the 2 the hook was called with still held the poison page id"),
     (_row_as_pool_index, "read wrong (but valid) pages: row b belongs to request req_pool_indices[b]"),
+    (_one_token_less, "rows 1 (seq_lens [129]) lack their last page id"),
     ("replay", "expected a function"),
 ]
 
@@ -80,8 +86,9 @@ def test_replay_mistake_gets_its_own_hint(fn, hint, capsys):
 
 # ---- 2. mysteries ---------------------------------------------------------------------------------
 def test_mysteries():
+    assert tuple(ex08.MYSTERY_ENGINES) == ex.MYSTERY_NUMBERS
     for k, answer in ex08.MYSTERY_ANSWERS.items():
-        assert answer == ex.option_for(**ex.MYSTERIES[k])
+        assert answer == ex08.option_for(**ex08.MYSTERY_ENGINES[k])
         assert ex.check_mystery(k, answer).passed
         for other in set(ex.OPTIONS) - {answer}:
             assert not ex.check_mystery(k, other).passed
@@ -109,8 +116,9 @@ def test_mystery_hints_point_at_the_contradicted_claim_without_giving_the_answer
 # ---- 3. row stride --------------------------------------------------------------------------------
 def test_row_stride():
     assert ex.check_row_stride(*ex08.ROW_STRIDE_ANSWERS).passed
-    for answers, hint in [((None, None, None), "not answered"), ((6, 6, 20), "That is the buffer's stride"),
-                          ((1, 5, 5), "one page more"), ((1, 6, 20), "should"), ((1.0, 6, 5), "expected three ints")]:
+    for answers, hint in [((None, None, None), "not answered"), ((6, 6, 20), "that is the buffer's own stride"),
+                          ((1, 5, 5), "does not round the same way"), ((1, 6, 20), "where the row should read"),
+                          ((1.0, 6, 5), "expected three ints")]:
         r = ex.check_row_stride(*answers)
         assert not r.passed and hint in r.message, r.message
 
@@ -125,13 +133,16 @@ def _auto_split(L, B, sms, n, *, last_step=True, round_up=True):
 
 
 WORKSPACE_MISTAKES = [  # (a learner's answer, the hint it must get)
-    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, n, last_step=False), "last_step"),
-    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, n, round_up=False), "round_up"),
-    (lambda L, B, s, n: B * (2 * 512 + 2) * 128 * _auto_split(L, B, s, n), "float_bytes"),  # bf16 partials
-    (lambda L, B, s, n: B * 4 * 512 * 128 * _auto_split(L, B, s, n), "with_lse"),
-    (lambda L, B, s, n: (4 * 512 + 4) * 128 * _auto_split(L, B, s, n), "per_request"),
-    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * max(n, 1), "auto"),
-    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, -1), "fixed"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, n, last_step=False), "one more step"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, n, round_up=False), "a partial chunk"),
+    (lambda L, B, s, n: B * (2 * 512 + 2) * 128 * _auto_split(L, B, s, n), "bf16 partials"),
+    (lambda L, B, s, n: B * (2 * 512 + 4) * 128 * _auto_split(L, B, s, n), "o_acc in bf16"),
+    (lambda L, B, s, n: B * (4 * 576 + 4) * 128 * _auto_split(L, B, s, n), "o_acc 576 wide"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 16 * _auto_split(L, B, s, n), "16 heads"),
+    (lambda L, B, s, n: B * 4 * 512 * 128 * _auto_split(L, B, s, n), "but not lse_acc"),
+    (lambda L, B, s, n: (4 * 512 + 4) * 128 * _auto_split(L, B, s, n), "its own partials"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * max(n, 1), "asks for the automatic one"),
+    (lambda L, B, s, n: B * (4 * 512 + 4) * 128 * _auto_split(L, B, s, -1), "used as is"),
 ]
 
 
@@ -139,20 +150,22 @@ def test_workspace_solution_passes_and_the_cases_hit_every_mistake():
     assert ex.check_workspace_size(ex08.workspace_size).passed
     assert (4224, 8, 132, -1) in ex.WORKSPACE_CASES
     assert _auto_split(4224, 8, 132, -1) == 11 and _auto_split(4224, 8, 132, -1, last_step=False) == 16
-    want = [get_workspace_size(*c) for c in ex.WORKSPACE_CASES]
-    assert [ex._workspace_variant(*c) for c in ex.WORKSPACE_CASES] == want
-    answers = {name: tuple(ex._workspace_variant(*c, **{name: wrong}) for c in ex.WORKSPACE_CASES)
-               for name, (wrong, _) in ex.WORKSPACE_MISTAKES.items()}
-    assert all(a != tuple(want) for a in answers.values())
-    assert len(set(answers.values())) == len(answers)  # no two mistakes look alike on these cases
+    def values(fn):
+        try:
+            return tuple(fn(*c) for c in ex.WORKSPACE_CASES)
+        except ZeroDivisionError:  # the floor mistake: max_splits 0 below 128 tokens
+            return None
+
+    answers = [values(fn) for fn, _ in WORKSPACE_MISTAKES]
+    want = tuple(get_workspace_size(*c) for c in ex.WORKSPACE_CASES)
+    assert want not in answers and len(set(answers)) == len(answers)  # no two mistakes look alike on these cases
 
 
-@pytest.mark.parametrize("fn, name", WORKSPACE_MISTAKES, ids=[n for _, n in WORKSPACE_MISTAKES])
-def test_workspace_mistake_gets_its_own_hint(fn, name):
+@pytest.mark.parametrize("fn, hint", WORKSPACE_MISTAKES, ids=[h for _, h in WORKSPACE_MISTAKES])
+def test_workspace_mistake_gets_its_own_hint(fn, hint):
     r = ex.check_workspace_size(fn)
-    hint = ex.WORKSPACE_MISTAKES[name][1]
     assert not r.passed and hint in r.message, r.message
-    assert not any(h in r.message for n, (_, h) in ex.WORKSPACE_MISTAKES.items() if n != name)
+    assert not any(h in r.message for _, h in WORKSPACE_MISTAKES if h != hint), r.message
 
 
 def test_workspace_other_failures():
@@ -165,24 +178,27 @@ def test_workspace_other_failures():
 
     for fn, hint in [(lambda *a: 0, "not 0"), (lambda *a: None, "returned None"),
                      (lambda *a: 1 / 0, "ZeroDivisionError"), (no_floor, "heur has a floor"),
-                     (lambda L, B, s, n: get_workspace_size(L, B, s, n) + 1, "per (batch, split)"),
-                     (3, "expected a function")]:
+                     (lambda L, B, s, n: get_workspace_size(L, B, s, n) + 1, "which factor differs"),
+                     (3, "expected a function"), (None, "not answered yet")]:
         r = ex.check_workspace_size(fn)
         assert not r.passed and hint in r.message, r.message
+    # a right value as a float or a numpy int is right
+    assert ex.check_workspace_size(lambda *a: float(get_workspace_size(*a))).passed
 
 
 # ---- 5. stale reads -------------------------------------------------------------------------------
 def _stale(buffer, seq_lens, row_stride, *, reader_len=False, own_stride=False, one_row_per_request=False,
-           off_by_one=False):
+           off_by_one=False, real_readers_only=False, padded_write_nothing=False, floor=False):
     """A learner's stale_reads, with one classic mistake switched on."""
     rows, width = buffer.shape
     if one_row_per_request:
         rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
-    written = [-(-n // 128) for n in lens]
+    pages = [n // 128 if floor else -(-n // 128) for n in lens]
+    written = [0 if padded_write_nothing and r >= len(seq_lens) else p for r, p in enumerate(pages)]
     out = set()
-    for b, n in enumerate(seq_lens):
-        for j in range(-(-n // 128)):
+    for b in range(len(seq_lens) if real_readers_only else rows):
+        for j in range(pages[b]):
             r, slot = divmod(b * (width if own_stride else row_stride) + j, width)
             limit = written[b] if reader_len else written[r]
             if r >= rows or (slot > limit if off_by_one else slot >= limit):
@@ -191,17 +207,20 @@ def _stale(buffer, seq_lens, row_stride, *, reader_len=False, own_stride=False, 
 
 
 STALE_MISTAKES = [("reader_len", "landing_row"), ("own_stride", "frozen_stride"),
-                  ("one_row_per_request", "buffer_rows"), ("off_by_one", "slot_past_end")]
+                  ("one_row_per_request", "buffer_rows"), ("off_by_one", "slot_past_end"),
+                  ("real_readers_only", "padded_readers"), ("padded_write_nothing", "padded_writes"),
+                  ("floor", "round_up")]
 
 
 def test_stale_solution_passes_and_cases_have_padded_rows():
     assert ex.check_stale_reads(ex08.stale_reads).passed
-    padded = [k for k in range(len(ex.STALE_CASES)) if ex.stale_case(k)[0][0].shape[0] > len(ex.stale_case(k)[0][1])]
-    assert len(padded) >= 2
-    for k in range(len(ex.STALE_CASES)):
-        (buffer, seq_lens, rs), truth, _ = ex.stale_case(k)
-        assert len(truth) > 0  # some stale reads in every case under the bug
+    cases = ex.stale_cases()
+    assert sum(args[0].shape[0] > len(args[1]) for args, _ in cases) >= 4
+    assert {1} < {rs for args, _ in cases for rs in [args[2]]}  # row stride 1 and others
+    assert any(args[2] == args[0].shape[1] for args, _ in cases)  # row stride W
+    for (buffer, seq_lens, rs), truth in cases:
         assert ex._stale_variant(buffer, seq_lens, rs) == truth == _stale(buffer, seq_lens, rs)
+    assert all(len(truth) > 0 for _, truth in cases[: len(ex.STALE_ENGINE_CASES)])  # the pre-fix kernel
 
 
 @pytest.mark.parametrize("mistake, name", STALE_MISTAKES, ids=[m for m, _ in STALE_MISTAKES])
@@ -213,14 +232,16 @@ def test_stale_mistake_gets_its_own_hint(mistake, name):
 
 def test_stale_other_failures():
     def wrong_reads(buffer, seq_lens, row_stride):  # a plausible mistake: every misdirected read
-        _, _, reads = next(ex.stale_case(k) for k in range(len(ex.STALE_CASES)) if ex.stale_case(k)[0][1] == seq_lens)
-        return {(b, j) for b in range(len(seq_lens)) for j in range(-(-seq_lens[b] // 128))
-                if int(reads.read[b, j]) != int(reads.intended[b, j])}
+        rows, width = buffer.shape
+        lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+        return {(b, j) for b, n in enumerate(lens) for j in range(-(-n // 128)) if row_stride != width and b > 0}
 
     r = ex.check_stale_reads(wrong_reads)
     assert not r.passed and "wrong* reads" in r.message, r.message
-    for fn, hint in [(lambda *a: set(), ex.STALE_MISTAKES["frozen_stride"]), (lambda *a: 5, "expected a set"),
-                     (lambda *a: 1 / 0, "raised"), (lambda b, s, r: ex08.stale_reads(b, s, r) | {(0, 0)}, "missing []"),
+    for fn, hint in [(lambda *a: 5, "expected a set"), (lambda *a: None, "returned None"),
+                     (lambda *a: 1 / 0, "raised"), (lambda b, s, r: ex08.stale_reads(b, s, r) | {(0, 9)}, "not reads"),
+                     (lambda b, s, r: ex08.stale_reads(b, s, r) | {(99, 0)}, "not reads"),
+                     (lambda b, s, r: set(sorted(ex08.stale_reads(b, s, r))[1:]), "follow read"),
                      ("stale", "expected a function")]:
         r = ex.check_stale_reads(fn)
         assert not r.passed and hint in r.message, r.message

@@ -1,5 +1,6 @@
-"""Automatic checkers for notebook 08's exercises. Each prints PASS or a precise hint and returns an
-:class:`ExerciseResult`; none raises on a wrong or unfinished answer (a stub is "not yet solved").
+"""Automatic checkers for notebook 08's exercises. Each prints PASS or a one-line hint and returns an
+:class:`ExerciseResult`; none raises, whatever it is given (a stub, None, a wrong type, a numpy scalar,
+a tensor, NaN, a huge int, a function that raises or breaks the backend): "NOT YET" and a hint.
 
 | checker | the learner gives |
 |---|---|
@@ -7,24 +8,27 @@
 | ``check_mystery(k, answer)`` | which option ("a".."d") produced ``mystery_figure(k)`` |
 | ``check_row_stride(used, buffer, flat)`` | the row stride the pre-fix kernel used, the buffer's, a flat index |
 | ``check_workspace_size(fn)`` | sgl-kernel's ``cutlass_mla_get_workspace_size`` |
-| ``check_stale_reads(fn)`` | which (row, page) reads of the pre-fix kernel hit entries not written this step |
+| ``check_stale_reads(fn)`` | which (row, page) reads of a captured kernel hit entries not written this step |
 
-The truth is always measured on the real mini engine (a small random model: page geometry and
-graph-vs-eager agreement do not depend on the weights) or computed by the library's own code.
+Each checker runs a fixed case set built from the domain's edges (``REPLAY_CASES``, ``WORKSPACE_CASES``,
+``stale_cases()``), never random draws. The truth is measured on the real mini engine (a small random
+model: page geometry and graph-vs-eager agreement do not depend on the weights) or computed by the
+library's own code. No answer is importable from here: the engines behind the mystery figures live in
+``mla_edu.workshop.solutions.ex08`` with the solutions, which the notebook does not import.
 """
 
 from __future__ import annotations
 
-import random
+import math
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
-from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, Engine
+from mla_edu.serving import PRE_FIX, Engine
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
-
 
 
 @dataclass
@@ -40,17 +44,60 @@ class ExerciseResult:
 
 
 def _report(passed: bool, message: str) -> ExerciseResult:
-    r = ExerciseResult(passed, message)
+    r = ExerciseResult(passed, " ".join(message.split()))  # one line
     print(r)
     return r
+
+
+def _show(x, limit: int = 48) -> str:
+    """A short one-line repr of anything a learner gives (a 5000-digit int, a tensor, an object whose repr raises)."""
+    try:
+        if isinstance(x, int) and x.bit_length() > 128:  # str() of a 5000-digit int raises
+            return f"an int of about {int(x.bit_length() * math.log10(2)) + 1} digits"
+        s = " ".join(repr(x).split())
+    except Exception:
+        s = f"a {type(x).__name__}"
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _as_int(x, allow_float: bool = False):
+    """``x`` as a Python int, or None: ints and integer-likes (numpy's int64, a one-element integer tensor on
+    any device) count, bools do not; with ``allow_float`` a finite float with no fractional part too."""
+    try:
+        if isinstance(x, bool) or type(x).__name__ == "bool_":
+            return None
+        if isinstance(x, torch.Tensor):
+            if x.numel() != 1 or x.dtype == torch.bool or x.is_complex() or x.device.type == "meta":
+                return None
+            x = x.item()
+            if isinstance(x, float) and not allow_float:
+                return None
+        if isinstance(x, float) or type(x).__module__ == "numpy" and "float" in type(x).__name__:
+            x = float(x)
+            return int(x) if allow_float and math.isfinite(x) and x.is_integer() else None
+        return operator.index(x)
+    except Exception:
+        return None
 
 
 def _call(fn, *args):
     """``(value, None)`` or ``(None, a one-line description of what fn raised)``."""
     try:
         return fn(*args), None
-    except Exception as e:  # the learner's code: any failure is a hint, not a crash
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    except (Exception, SystemExit) as e:  # the learner's code: any failure is a hint, not a crash
+        try:
+            first = str(e).splitlines()[0][:160] if str(e) else ""
+        except Exception:
+            first = ""
+        return None, f"{type(e).__name__}: {first}"
+
+
+def _not_callable(fn, signature: str):
+    if callable(fn):
+        return None
+    if fn is None or fn is Ellipsis:
+        return _report(False, "not answered yet: write the function and pass it")
+    return _report(False, f"expected a function {signature}, got {type(fn).__name__} {_show(fn)}")
 
 
 @lru_cache(maxsize=1)
@@ -75,25 +122,36 @@ def toy_model():
 
 
 # ---- 1. write the replay hook -------------------------------------------------------------------
-def _rows(mask) -> str:
-    return ", ".join(str(i) for i, m in enumerate(mask) if m)
+#: the engine exercise 1 captures: graphs for 2 and 4 rows, context 384 (W = (384 + 128) // 128 = 4 columns)
+REPLAY_SETUP = dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=384)
+#: the batches exercise 1 replays, as each row's decode seq_len (its prompt has seq_len - 1 tokens), in batch
+#: row order; rows are prefilled in reverse, so batch row b is not pool row b. Every page edge a request of
+#: this context can have: 2 (a one-token prompt), 127, 128, 129, 255, 256, 257, 383, 384. Batches of 1 and 3
+#: rows replay the graphs of 2 and 4 with a padded row (seq_len 1); batches of 2 and 4 fill them exactly. The
+#: first batch has a 3-page row, so that a 1-wide write and a last page missing get different hints.
+REPLAY_CASES = ((384, 129), (257,), (128, 256, 127), (255, 383, 2, 129), (2,))
 
 
 def _replay_diagnosis(buf: torch.Tensor, want: torch.Tensor, n_pages: list) -> str:
-    """What a replay hook wrote into the rows ``[:bs]`` of the index buffer, against ``want``."""
-    rows = buf[: len(n_pages)].cpu()
-    want = want.cpu()
+    """What a replay hook wrote into the real rows ``[:len(n_pages)]`` of the index buffer, against ``want``."""
+    rows, want = buf[: len(n_pages)].cpu(), want.cpu()
     untouched = [b for b, n in enumerate(n_pages) if bool((rows[b, :n] == POISON_PAGE).all())]
     if len(untouched) == len(n_pages):
         return "nothing"
-    if not untouched and all(int(rows[b, 0]) == int(want[b, 0]) and bool((rows[b, 1:n] == POISON_PAGE).all())
-                             for b, n in enumerate(n_pages)) and max(n_pages) > 1:
+    if not untouched and max(n_pages) > 1 and all(
+            int(rows[b, 0]) == int(want[b, 0]) and bool((rows[b, 1:n] == POISON_PAGE).all())
+            for b, n in enumerate(n_pages)):
         return "first_column"
     if untouched:
         return "rows:" + ", ".join(map(str, untouched))
-    if any(not torch.equal(rows[b, :n], want[b, :n]) for b, n in enumerate(n_pages)):
-        return "wrong_pages"
-    return "right"
+    wrong = [b for b, n in enumerate(n_pages) if not torch.equal(rows[b, :n], want[b, :n])]
+    if not wrong:
+        return "right"
+    short = [b for b in wrong if torch.equal(rows[b, : n_pages[b] - 1], want[b, : n_pages[b] - 1])
+             and int(rows[b, n_pages[b] - 1]) == POISON_PAGE]
+    if short == wrong:
+        return "short:" + ", ".join(map(str, short))
+    return "wrong_pages:" + ", ".join(map(str, wrong))
 
 
 #: one hint per classic mistake of exercise 1 (what the buffer held after the learner's hook)
@@ -109,34 +167,65 @@ REPLAY_HINTS = {
                     "as many entries of each row as the request has pages",
     "rows": "rows {rows} of the {bs} the hook was called with still held the poison page id after your "
             "function ran: it wrote nothing into them",
+    "short": "rows {rows} (seq_lens {lens}) lack their last page id: the hook wrote one page too few for a "
+             "request whose last token begins a new page; count the pages of the tokens the request has now",
     "wrong_pages": "rows {rows} read wrong (but valid) pages: row b belongs to request req_pool_indices[b], "
                    "and its page p holds the cache page of that request's token p * 128",
     "right": "the buffer held the right page ids after your function ran, yet the replay differs from eager: "
              "did your function change something else the graph reads (the workspace, the metadata)?",
+    "broke": "the replay failed after your function ran ({err}): your function left the backend in a state the "
+             "captured step cannot run with (forward_metadata, the workspace?); write the page ids, change "
+             "nothing else",
 }
 
 
-def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
-    """Run ``fn`` as the fixed cutlass_mla backend's replay hook; graph replay must equal eager.
-
-    ``fn(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)`` is called before every replay,
-    after the index buffer ``backend.cuda_graph_kv_indices`` has been filled with a poison page id
-    (so rows it does not write give NaN). Graphs are captured for batch sizes 2 and 4 with the full
-    width (the fix); batches of 1..4 requests of random lengths (1..3 pages) are replayed. A wrong
-    replay gets the hint of what the buffer held after ``fn`` ran (``REPLAY_HINTS``).
-    """
-    if not callable(fn):
-        return _report(False, f"expected a function (backend, bs, req_pool_indices, seq_lens, seq_lens_cpu), "
-                              f"got {type(fn).__name__}")
-    from mla_edu.kvcache import fill_page_table
+def _replay_prompts(seq_lens) -> list:
+    """One prompt of ``seq_len - 1`` token ids per row (deterministic; the values do not matter)."""
     from mla_edu.model import task
 
-    model = toy_model()
-    engine = Engine(model, attention_backend="cutlass_mla", defects="none", poison_fill=True, cuda_graph_bs=(2, 4),
-                    max_running_requests=4, context_length=384)  # poison_fill: the kernel runs checked
+    return [[(3 + 5 * i + 7 * b) % task.VOCAB_SIZE for i in range(n - 1)] for b, n in enumerate(seq_lens)]
+
+
+def _replay_case(engine, fn, seq_lens, state) -> tuple:
+    """Replay one batch through ``fn``: ``(logits by graph, logits eager, batch)`` or raise what the step raised."""
     runner, backend = engine.runner, engine.runner.backend
-    buf = backend.cuda_graph_kv_indices
-    state = {"error": None, "mistake": None}
+    reqs = engine.prefill_requests(_replay_prompts(seq_lens)[::-1])  # the last row takes the first pool row
+    try:
+        batch = engine.make_batch(reqs[::-1])  # batch row b is not pool row b: req_pool_indices matters
+        state.update(mistake=None, raw_bs=len(seq_lens))
+        with torch.no_grad():
+            _, _, logits_g = runner.decode(batch)
+            if state["error"]:
+                return None, None, batch
+            backend.init_forward_metadata(batch)
+            _, _, logits_e = runner.decode_forward(batch)
+        return logits_g, logits_e, batch
+    finally:
+        for r in reqs:
+            engine.free_req(r)
+
+
+def check_replay(fn) -> ExerciseResult:
+    """Run ``fn`` as the fixed cutlass_mla backend's replay hook; graph replay must equal eager.
+
+    ``fn(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)`` is called before every replay (``bs``: the
+    captured size replayed, padded rows included), after the index buffer ``backend.cuda_graph_kv_indices``
+    has been filled with a poison page id (so rows it does not write give NaN). Every batch of
+    ``REPLAY_CASES`` is replayed on the engine of ``REPLAY_SETUP`` (the fix: the full-width view) and
+    compared with eager decoding; only the real rows' outputs count. A wrong replay gets the hint of what
+    the buffer held after ``fn`` ran (``REPLAY_HINTS``).
+    """
+    bad = _not_callable(fn, "(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)")
+    if bad:
+        return bad
+    from mla_edu.kvcache import fill_page_table
+
+    engine = Engine(toy_model(), attention_backend="cutlass_mla", defects="none", poison_fill=True,
+                    **REPLAY_SETUP)  # poison_fill: the kernel runs checked
+    backend = engine.runner.backend
+    buf, workspace = backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace
+    metadata_class = type(backend.forward_metadata)
+    state = {"error": None}
 
     def hook(bs, req_pool_indices, seq_lens, seq_lens_cpu):
         buf.fill_(POISON_PAGE)
@@ -145,67 +234,59 @@ def check_replay(fn, n_trials: int = 4, seed: int = 0) -> ExerciseResult:
         if backend.cuda_graph_kv_indices is not buf:
             backend.cuda_graph_kv_indices = buf  # the graph reads buf whatever the attribute says
             state["mistake"] = state["mistake"] or "rebound"
-        md = backend.forward_metadata.block_kv_indices
-        if md.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
+        md = getattr(getattr(backend, "forward_metadata", None), "block_kv_indices", None)
+        if isinstance(md, torch.Tensor) and md.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
             state["mistake"] = state["mistake"] or "new_table"
         want = torch.full_like(buf[:bs], POISON_PAGE)
         fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], want, PAGE_SIZE)
-        n_pages = [cdiv(n, PAGE_SIZE) for n in seq_lens[:bs].tolist()]
-        state["mistake"] = state["mistake"] or _replay_diagnosis(buf, want, n_pages)
+        raw = state["raw_bs"]
+        state["lens"] = seq_lens[:raw].tolist()
+        state["mistake"] = state["mistake"] or _replay_diagnosis(buf, want, [cdiv(n, PAGE_SIZE) for n in state["lens"]])
         state["bs"] = bs
 
     backend.init_forward_metadata_replay_cuda_graph = hook
-    rng = random.Random(seed)
-    for trial in range(n_trials):
-        bs = rng.randint(1, 4) if trial else 3  # 3: padded to the captured 4
-        prompts = [task.sample_question(rng, rng.randint(20, 380)).prompt_ids for _ in range(bs)]
-        reqs = engine.prefill_requests(prompts)
-        rng.shuffle(reqs)  # batch row b is not pool row b: req_pool_indices matters
-        batch = engine.make_batch(reqs)
-        state["mistake"] = None
-        with torch.no_grad():
-            _, bad, logits_g = runner.decode(batch)
-            backend.init_forward_metadata(batch)
-            _, _, logits_e = runner.decode_forward(batch)
-        for r in reqs:
-            engine.free_req(r)
-        backend.forward_metadata = backend.forward_metadata.__class__(backend.cuda_graph_mla_workspace, buf[:4])
-        where = f"trial {trial} (batch of {bs}, lengths {batch.seq_lens_cpu.tolist()})"
+    for k, seq_lens in enumerate(REPLAY_CASES):
+        padded = engine.runner.graph_runner.padded_size(len(seq_lens))
+        where = f"batch {k} (seq_lens {list(seq_lens)}, replayed as {padded} rows)"
+        try:
+            logits_g, logits_e, _ = _replay_case(engine, fn, seq_lens, state)
+        except Exception as e:  # the step itself failed: the learner's function broke some state
+            err = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+            return _report(False, f"{where}: " + REPLAY_HINTS["broke"].format(err=err) + ".")
+        finally:  # whatever fn did: the next batch starts from the captured state
+            backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace = buf, workspace
+            backend.forward_metadata = metadata_class(workspace, buf)
         if state["error"]:
             return _report(False, f"{where}: your function raised {state['error']}")
         err = (logits_g - logits_e).abs().amax(dim=-1).nan_to_num(float("inf")).cpu()
-        wrong = (err > 1e-3).tolist()
-        if not any(wrong):
+        if not bool((err > 1e-3).any()):
             continue
         mistake = state["mistake"]
-        if mistake.startswith("rows:"):
-            return _report(False, f"{where}: " + REPLAY_HINTS["rows"].format(rows=mistake[5:], bs=state["bs"]) + ".")
-        if mistake == "wrong_pages":
-            return _report(False, f"{where}: " + REPLAY_HINTS["wrong_pages"].format(rows=_rows(wrong)) + ".")
-        return _report(False, f"{where}: " + REPLAY_HINTS[mistake] + ".")
-    return _report(True, f"graph replay equals eager on {n_trials} batches of random lengths, with the "
-                         "index buffer poisoned before every replay.")
+        name, _, rows = mistake.partition(":")
+        lens = [state["lens"][int(b)] for b in rows.split(", ")] if rows else []
+        return _report(False, f"{where}: " + REPLAY_HINTS[name].format(rows=rows, bs=state["bs"], lens=lens) + ".")
+    return _report(True, f"graph replay equals eager on all {len(REPLAY_CASES)} batches (seq_lens at every page "
+                         "edge from 2 to 384, padded and exact batch sizes, batch row != pool row), with the index "
+                         "buffer poisoned before every replay.")
 
 
-# ---- 2. which defect produced this plot? ----------------------------------------------------------
+# ---- 2. which engine produced this plot? ----------------------------------------------------------
 OPTIONS = {
     "a": "pre-fix code (width + workspace defects): frozen row stride 1, stale page ids in the buffer",
     "b": "width defect only, with the poison fill: frozen row stride 1, unused entries hold the poison id",
     "c": "SGLang's merged fix (no defect left): full width, stale page ids in the buffer",
     "d": "SGLang's merged fix with the poison fill: full width, unused entries hold the poison id",
 }
-#: the engine behind each mystery figure: its cutlass_mla defects and whether the poison fill is on
-MYSTERIES = {1: dict(defects=frozenset({"width"}), poison_fill=True),
-             2: dict(defects=MERGED_FIX, poison_fill=False),
-             3: dict(defects=PRE_FIX, poison_fill=False)}
+#: the mystery figures; the engine behind each is with the solutions (``solutions.ex08.MYSTERY_ENGINES``)
+MYSTERY_NUMBERS = (1, 2, 3)
+#: per option: (only row 0 reads its own pages, entries not written this step hold old page ids)
+_OPTION_CLAIMS = {"a": (True, True), "b": (True, False), "c": (False, True), "d": (False, False)}
 
 
-def option_for(defects: frozenset, poison_fill: bool = False) -> str:
-    """The option that describes an engine with these cutlass_mla defects and poison fill setting (the
-    workspace defect is invisible in a page-read figure)."""
-    if "width" in defects:
-        return "b" if poison_fill else "a"
-    return "d" if poison_fill else "c"
+def _mystery_engine(k: int) -> dict:
+    from mla_edu.workshop.solutions.ex08 import MYSTERY_ENGINES
+
+    return MYSTERY_ENGINES[k]
 
 
 @lru_cache(maxsize=None)
@@ -213,19 +294,19 @@ def _mystery_reads(k: int):
     from mla_edu.model import task
     from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
-    settings = PanelSettings(**MYSTERIES[k], max_running_requests=6)
+    settings = PanelSettings(**_mystery_engine(k), max_running_requests=6)
     return measure_page_reads(toy_model(), task.default_eval_set()[20:], settings)
 
 
 def mystery_figure(k: int):
     """The page reads of one decode step of an engine whose defects you must name (``check_mystery``)."""
-    if k not in MYSTERIES:
-        raise ValueError(f"mystery: expected one of {sorted(MYSTERIES)}, got {k!r}")
+    if _as_int(k) not in MYSTERY_NUMBERS:
+        raise ValueError(f"mystery: expected one of {list(MYSTERY_NUMBERS)}, got {_show(k)}")
     import matplotlib.pyplot as plt
 
     from mla_edu.case_study.diagnose import draw_page_reads
 
-    reads = _mystery_reads(k)
+    reads = _mystery_reads(_as_int(k))
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})
     draw_page_reads(*axes, reads, show_stride=False)
     fig.suptitle(f"mystery {k}: one decode step by graph replay", fontsize=9)
@@ -233,34 +314,42 @@ def mystery_figure(k: int):
     return fig
 
 
-#: per option: (only row 0 reads its own pages, entries not written this step hold old page ids)
-_OPTION_CLAIMS = {"a": (True, True), "b": (True, False), "c": (False, True), "d": (False, False)}
+def _option(answer):
+    """"b", "B", "(b)", " b. " -> "b"; anything else None."""
+    if not isinstance(answer, str):
+        return None
+    a = answer.strip().strip(".").strip().strip("()").strip().lower()
+    return a if a in OPTIONS else None
 
 
-def check_mystery(k: int, answer) -> ExerciseResult:
+def check_mystery(k, answer) -> ExerciseResult:
     """A wrong answer is told which of its two claims the figure contradicts, and where to look; not the answer."""
-    if k not in MYSTERIES:
-        return _report(False, f"expected a mystery number from {sorted(MYSTERIES)}, got {k!r}")
-    if answer is None:
-        return _report(False, f"mystery {k}: not answered yet; pick one of {sorted(OPTIONS)}")
-    if answer not in OPTIONS:
-        return _report(False, f"mystery {k}: expected one of {sorted(OPTIONS)}, got {answer!r}")
-    truth = option_for(**MYSTERIES[k])
-    if answer == truth:
-        return _report(True, f"mystery {k} is ({truth}) {OPTIONS[truth]}")
-    reads = _mystery_reads(k)
+    from mla_edu.workshop.solutions.ex08 import option_for
+
+    n = _as_int(k)
+    if n not in MYSTERY_NUMBERS:
+        return _report(False, f"expected a mystery number from {list(MYSTERY_NUMBERS)}, got {_show(k)}")
+    if answer is None or answer is Ellipsis:
+        return _report(False, f"mystery {n}: not answered yet; pick one of {sorted(OPTIONS)}")
+    option = _option(answer)
+    if option is None:
+        return _report(False, f"mystery {n}: expected one letter of {sorted(OPTIONS)}, got {_show(answer)}")
+    truth = option_for(**_mystery_engine(n))
+    if option == truth:
+        return _report(True, f"mystery {n} is ({truth}) {OPTIONS[truth]}")
+    reads = _mystery_reads(n)
     frozen = not all(reads.rows_ok)  # measured, not read off the answer key
     stale = bool((~reads.live & (reads.buffer != POISON_PAGE) & (reads.buffer != 1)).any())
-    claim_frozen, claim_stale = _OPTION_CLAIMS[answer]
+    claim_frozen, claim_stale = _OPTION_CLAIMS[option]
     hints = []
     if claim_frozen != frozen:
-        hints.append(f"({answer}) says {'only row 0 reads' if claim_frozen else 'every row reads'} its own pages: "
+        hints.append(f"({option}) says {'only row 0 reads' if claim_frozen else 'every row reads'} its own pages: "
                      "compare the 'page ids read under replay' panel with 'intended page ids', row by row")
     if claim_stale != stale:
-        hints.append(f"({answer}) says the entries not written this step hold "
+        hints.append(f"({option}) says the entries not written this step hold "
                      f"{'old page ids' if claim_stale else 'the poison id'}: look at the index buffer's entries "
                      "that are not green")
-    return _report(False, f"mystery {k}: not ({answer}). " + "; ".join(hints) + ".")
+    return _report(False, f"mystery {n}: not ({option}). " + "; ".join(hints) + ".")
 
 
 # ---- 3. the row stride the kernel used ------------------------------------------------------------
@@ -283,156 +372,252 @@ def _row_stride_truth():
         table.storage_offset() + s["row"] * launch.row_stride + s["page"]
 
 
+def _row_stride_hints(used: int, real: int, flat: int, answers: tuple) -> list:
+    """One hint per wrong part of exercise 3's answer, naming the mistake (never the value)."""
+    s = ROW_STRIDE_SETUP
+    ctx_pages, (a_used, a_real, a_flat) = cdiv(s["context_length"], PAGE_SIZE), answers
+    hints = []
+    if a_used != used:
+        why = {real: "that is the buffer's own stride; the wrapper takes the stride from the view it was "
+                     "handed at capture (its size(1)), not from the buffer",
+               ctx_pages: "that is the page count of the longest context; capture never saw such a request",
+               s["cuda_graph_bs"][0]: "that is a batch size, not a row stride",
+               s["cuda_graph_bs"][1]: "that is a batch size, not a row stride"}
+        hints.append(f"used row stride: not {_show(a_used)}; " + why.get(
+            a_used, "what were seq_lens when the graph was captured, and how wide a view did that give?"))
+    if a_real != real:
+        why = {ctx_pages: "that is ceil(640 / 128); SGLang's width formula for the buffer "
+                          "(init_cuda_graph_state) does not round the same way",
+               used: "that is the stride the kernel used; the buffer's rows are as wide as init_cuda_graph_state "
+                     "made them"}
+        hints.append(f"buffer row stride: not {_show(a_real)}; " + why.get(
+            a_real, "look at how init_cuda_graph_state sizes the buffer's columns"))
+    if a_flat != flat:
+        why = {s["row"] * real + s["page"]: "that is where the row should read, through the buffer's stride; "
+                                            "the kernel steps rows by the stride it was given",
+               s["row"] * ctx_pages + s["page"]: "that steps rows by the context's page count; the kernel "
+                                                 "steps rows by the stride it was given"}
+        hints.append(f"flat index: not {_show(a_flat)}; " + why.get(
+            a_flat, "count entries from the buffer's first one, moving from row to row by the stride the "
+                    "kernel was given"))
+    return hints
+
+
 def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> ExerciseResult:
     """Pre-fix cutlass_mla, ``--context-length 640 --cuda-graph-bs 4 8``, replay at batch size 8:
     the row stride the kernel indexes the page table with, the index buffer's real row stride, and
-    the flat index (from the buffer's first entry) where request row 3 reads its page j = 2."""
-    answers = (used_row_stride, buffer_row_stride, flat_index)
-    if any(a is None for a in answers):
+    the flat index (from the buffer's first entry) where request row 3 reads its page j = 2.
+    Ints or integer-likes (numpy's int64, a one-element integer tensor)."""
+    given = (used_row_stride, buffer_row_stride, flat_index)
+    if all(a is None or a is Ellipsis for a in given):
         return _report(False, "not answered yet: give three ints (used row stride, buffer row stride, flat index)")
-    if not all(isinstance(a, int) and not isinstance(a, bool) for a in answers):
-        return _report(False, f"expected three ints, got {[type(a).__name__ for a in answers]}")
+    answers = tuple(_as_int(a) for a in given)
+    names = ("used row stride", "buffer row stride", "flat index")
+    bad = [f"{n} {_show(a)}" for n, a, i in zip(names, given, answers) if i is None]
+    if bad:
+        return _report(False, f"expected three ints, got {', '.join(bad)}")
     used, real, flat = _row_stride_truth()
+    hints = _row_stride_hints(used, real, flat, answers)
+    if hints:
+        return _report(False, "; ".join(hints) + ".")
     s = ROW_STRIDE_SETUP
-    if buffer_row_stride != real:
-        hint = (" SGLang sizes the buffer with (max_context_len + 128) // 128: one page more than "
-                "ceil(640 / 128)." if buffer_row_stride == cdiv(s["context_length"], PAGE_SIZE) else
-                " The buffer is int32 (max_bs, W) with W = (max_context_len + PAGE) // PAGE.")
-        return _report(False, f"buffer row stride: not {buffer_row_stride}.{hint}")
-    if used_row_stride != used:
-        hint = (" That is the buffer's stride; the cutlass wrapper takes page_table.size(1), and the view was "
-                "sliced at capture with max_seqlen_pad = ceil(max(dummy seq_lens) / 128)."
-                if used_row_stride == real else
-                " The wrapper reads the stride from the view's size(1), frozen at capture (seq_lens filled with 1).")
-        return _report(False, f"used row stride: not {used_row_stride}.{hint}")
-    if flat_index != flat:
-        hint = (" That is where it *should* read (row * buffer stride + j)."
-                if flat_index == s["row"] * real + s["page"]
-                else " Flat index = row * (the row stride the kernel used) + j.")
-        return _report(False, f"flat index: not {flat_index}.{hint}")
     return _report(True, f"the kernel used row stride {used} on a buffer whose rows are {real} apart; "
                          f"row {s['row']} page {s['page']} read flat entry {flat}, which is row "
                          f"{flat // real}'s page slot {flat % real}.")
 
 
 # ---- 4. size the workspace ------------------------------------------------------------------------
-WORKSPACE_CASES = [  # (max_seq_len, num_batches, sm_count, num_kv_splits)
-    (4096, 64, 132, 1), (4096, 128, 132, 1), (128, 64, 132, 1), (4096, 2, 132, 4),
-    (4096, 64, 132, -1), (4096, 8, 132, -1), (640, 8, 132, -1), (128, 64, 132, -1), (33 * 128, 1, 148, -1),
-    (4224, 8, 132, -1),    # the last step matters: heur 16, split 11
-    (4224, 16, 132, -1),   # heur 8, split 7
-    (200, 1, 132, -1),     # max_seq_len not a multiple of 128
-    (4096, 200, 132, -1),  # more requests than SMs: sm_count // B is 0
-]
+#: exercise 4's cases: every (max_seq_len, num_batches) of these edges, for each (sm_count, num_kv_splits)
+WORKSPACE_LENGTHS = (1, 127, 128, 129, 255, 256, 257, 640, 4096, 4097, 4224)
+WORKSPACE_BATCHES = (1, 2, 3, 8, 16, 64, 131, 132, 133, 200)  # around sm_count: sm_count // B is 0 past it
+WORKSPACE_SPLITS = ((132, 1), (132, 2), (132, 3), (132, -1), (148, -1))
+WORKSPACE_CASES = tuple((L, B, sms, ns) for sms, ns in WORKSPACE_SPLITS
+                        for L in WORKSPACE_LENGTHS for B in WORKSPACE_BATCHES)
 
 
-def _workspace_variant(max_seq_len, num_batches, sm_count, num_kv_splits, *, round_up=True, last_step=True,
-                       float_bytes=4, with_lse=True, per_request=True, auto=True, fixed=True):
-    """sgl-kernel's workspace size, with one step optionally done wrong (each keyword: one classic mistake)."""
-    from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT
-
+def _split_variant(max_seq_len, num_batches, sm_count, num_kv_splits, *, round_up=True, last_step=True,
+                   auto=True, fixed=True) -> int:
+    """The split count, with one step optionally done wrong (each keyword: one classic mistake)."""
     if (num_kv_splits == -1 and auto) or not fixed:
-        max_splits = cdiv(max_seq_len, 128) if round_up else max_seq_len // 128
+        max_splits = cdiv(max_seq_len, PAGE_SIZE) if round_up else max_seq_len // PAGE_SIZE
         heur = min(max_splits, max(1, sm_count // num_batches))
-        split = cdiv(max_splits, cdiv(max_splits, heur)) if last_step else heur
-    else:
-        split = max(num_kv_splits, 1)
-    per_split = (float_bytes * D_LATENT + (float_bytes if with_lse else 0)) * CUTLASS_HEADS
-    return per_split * split * (num_batches if per_request else 1)
+        if heur < 1:
+            return 0
+        return cdiv(max_splits, cdiv(max_splits, heur)) if last_step else heur
+    return max(num_kv_splits, 1)
 
 
-#: the classic mistakes: the ``_workspace_variant`` keyword that makes each, and its hint
+#: the split-count mistakes: the ``_split_variant`` keyword that makes each, and its hint
 WORKSPACE_MISTAKES = {
     "round_up": (False, "max_splits counts 128-token chunks of max_seq_len, and a partial chunk is a chunk too"),
     "last_step": (False, "your automatic split count stops at heur; the formula has one more step, which spreads "
                          "the chunks evenly over the waves of CTAs (it changes the count for some shapes)"),
-    "float_bytes": (2, "the partials are float32 (4 bytes each) whatever the dtype of q and the cache: the kernel "
-                       "accumulates in fp32"),
-    "with_lse": (False, "you counted o_acc but not lse_acc (one float32 per (batch, head, split))"),
-    "per_request": (False, "every request of the batch has its own partials"),
     "auto": (False, "num_kv_splits = -1 is not a split count: it asks for the automatic one"),
     "fixed": (False, "a num_kv_splits >= 1 is used as is; only -1 asks for the automatic count"),
 }
 
 
-def check_workspace_size(fn) -> ExerciseResult:
-    """``fn(max_seq_len, num_batches, sm_count, num_kv_splits) -> bytes`` against sgl-kernel's formula.
+def _bytes_mistakes() -> dict:
+    """Bytes per (batch, split) a classic mistake gives instead of the right count, and its hint."""
+    from mla_edu.kernels.cutlass import D_ROPE
+    from mla_edu.kernels.workspace import CUTLASS_HEADS as H, D_LATENT as D
 
-    Every case is run first; an answer that one classic mistake explains on all of them gets that
-    mistake's hint (``WORKSPACE_MISTAKES``), any other the first case it gets wrong.
-    """
-    from mla_edu.kernels import get_workspace_size
+    fp32 = ("the partials are float32 (4 bytes each) whatever the dtype of q and the cache: the kernel "
+            "accumulates in fp32")
+    return {
+        (2 * D + 4) * H: "o_acc in bf16: " + fp32,
+        (2 * D + 2) * H: "bf16 partials: " + fp32,
+        4 * D * H: "you counted o_acc but not lse_acc (one float32 per (batch, head, split))",
+        4 * H: "you counted lse_acc but not o_acc",
+        (4 * (D + D_ROPE) + 4) * H: "o_acc 576 wide: a partial output is as wide as the latent it attends over "
+                                    "(kv_lora_rank), without the rope part of the cached row",
+        **{(4 * D + 4) * h: f"{h} heads: the kernel pads the heads to its tile of 128, whatever H is"
+           for h in (16, 32)},  # (not 64: the same bytes as bf16 partials at 128)
+    }
 
-    if not callable(fn):
-        return _report(False, f"expected a function (max_seq_len, num_batches, sm_count, num_kv_splits), "
-                              f"got {type(fn).__name__}")
+
+def _workspace_answers(fn) -> tuple:
+    """``(bytes per case, None)`` or ``(None, a one-line hint)``: the learner's function on every case."""
     got = []
     for case in WORKSPACE_CASES:
         value, err = _call(fn, *case)
         if err:
             L, B, sms, ns = case
-            hint = (": with more requests than SMs, sm_count // B is 0, and heur has a floor"
-                    if err.startswith("ZeroDivisionError") and ns == -1 and sms // B == 0 else "")
-            return _report(False, f"workspace_size{case} raised {err}{hint}")
-        got.append(value)
+            hint = ""
+            if err.startswith("ZeroDivisionError") and ns == -1:
+                hint = (": with more requests than SMs, sm_count // B is 0, and heur has a floor" if sms // B == 0
+                        else f": max_splits is 0 here; {WORKSPACE_MISTAKES['round_up'][1]}" if L < PAGE_SIZE else "")
+            return None, f"workspace_size{case} raised {err}{hint}"
+        n = _as_int(value, allow_float=True)
+        if n is None:
+            what = ("it returned None: return the number of bytes" if value is None else
+                    f"expected an int number of bytes, got {type(value).__name__} {_show(value)}")
+            return None, f"workspace_size{case}: {what}"
+        got.append(n)
+    return got, None
+
+
+def check_workspace_size(fn) -> ExerciseResult:
+    """``fn(max_seq_len, num_batches, sm_count, num_kv_splits) -> bytes`` against sgl-kernel's formula.
+
+    Domain: max_seq_len >= 1, num_batches >= 1, sm_count >= 1, num_kv_splits = -1 (automatic) or >= 1; the
+    cases (``WORKSPACE_CASES``) are its edges. Every case is run first; an answer that one classic mistake
+    explains on all of them gets that mistake's hint, any other the first case it gets wrong.
+    """
+    from mla_edu.kernels import get_workspace_size, num_kv_splits_for
+
+    bad = _not_callable(fn, "(max_seq_len, num_batches, sm_count, num_kv_splits)")
+    if bad:
+        return bad
+    got, err = _workspace_answers(fn)
+    if err:
+        return _report(False, err)
     want = [get_workspace_size(*case) for case in WORKSPACE_CASES]
     if got == want:
         return _report(True, f"all {len(WORKSPACE_CASES)} cases equal sgl-kernel's cutlass_mla_get_workspace_size "
-                             f"(e.g. {WORKSPACE_CASES[9]} -> {want[9]:,} bytes).")
+                             f"(e.g. {(4224, 8, 132, -1)} -> {get_workspace_size(4224, 8, 132, -1):,} bytes).")
+    n_wrong = sum(g != w for g, w in zip(got, want))
+    per_split = {g // (num_kv_splits_for(*c) * c[1]) if g % (num_kv_splits_for(*c) * c[1]) == 0 else None
+                 for g, c in zip(got, WORKSPACE_CASES)}
+    if len(per_split) == 1 and not per_split & {None, 0}:  # the split count is right everywhere, the bytes are not
+        hint = _bytes_mistakes().get(per_split.pop(), "the bytes per (batch, split) are off on every case: count "
+                                                      "the elements of o_acc and lse_acc and their size")
+        return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: {hint}.")
+    from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT
+
+    if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c) for c in WORKSPACE_CASES]:
+        return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: every request of the "
+                              "batch has its own partials.")
     for name, (wrong, hint) in WORKSPACE_MISTAKES.items():
-        if got == [_workspace_variant(*case, **{name: wrong}) for case in WORKSPACE_CASES]:
-            n_wrong = sum(g != w for g, w in zip(got, want))
+        if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c, **{name: wrong}) * c[1] for c in WORKSPACE_CASES]:
             return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: {hint}.")
     i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
-    if got[i] is None:
-        hint = "it returned None: return the number of bytes"
-    elif got[i] == 0:
-        hint = "it is not 0 at one split: sgl-kernel sizes it for one split anyway"
-    else:
-        hint = ("per (batch, split): float32 o_acc [128 heads, 512] + float32 lse [128 heads] (heads are padded "
-                "to 128 whatever H is), times the split count (the automatic one for -1)")
-    return _report(False, f"workspace_size{WORKSPACE_CASES[i]}: expected {want[i]:,} bytes, got {got[i]!r}; {hint}")
+    hint = ("it is not 0 at one split: sgl-kernel sizes it for one split anyway" if got[i] == 0 else
+            "find which factor differs: the bytes per (batch, split), the split count, or the batch")
+    return _report(False, f"{n_wrong} of {len(want)} cases wrong; the first, workspace_size{WORKSPACE_CASES[i]}: "
+                          f"expected {want[i]:,} bytes, got {_show(got[i])}; {hint}")
 
 
-# ---- 5. find the stale entries the pre-fix kernel read ------------------------------------------
-#: (max running requests, requests in the measured step): the last two are padded to the captured size
-STALE_CASES = ((6, 6), (5, 5), (8, 8), (8, 6), (6, 5))
+# ---- 5. find the stale entries a captured kernel read -------------------------------------------
+#: measured steps of the pre-fix engine: (max running requests = largest captured size, requests in the step)
+STALE_ENGINE_CASES = ((6, 6), (5, 5), (8, 8), (8, 6), (6, 5))
+#: built steps at the domain's edges: (W, buffer rows, row stride, seq_lens of the real rows). Row stride 1 (the
+#: pre-fix kernel), W (the fix) and one between; no padded row and up to three; seq_lens 1 and every page edge;
+#: padded rows whose reads land on a slot a real row did not write, and on their own first entry.
+STALE_EDGE_CASES = (
+    (4, 4, 1, (129, 127, 1, 257)),
+    (4, 6, 1, (255, 1, 128, 384)),
+    (4, 7, 1, (1, 2, 300, 512)),
+    (5, 5, 1, (256, 129, 385, 1)),
+    (5, 3, 2, (513, 128)),
+    (3, 4, 2, (257, 129)),
+    (4, 3, 4, (128, 129)),
+    (2, 4, 2, (256,)),
+    (3, 2, 1, (384,)),
+)
+
+
+def _live(rows: int, width: int, seq_lens) -> torch.Tensor:
+    """``[rows * W]`` bool: the entries a step writes (row r its first ceil(seq_len / 128); padded rows seq_len 1)."""
+    live = torch.zeros(rows * width, dtype=torch.bool)
+    for r, n in enumerate(list(seq_lens) + [1] * (rows - len(seq_lens))):
+        live[r * width: r * width + cdiv(n, PAGE_SIZE)] = True
+    return live
+
+
+def _stale_from_live(live: torch.Tensor, rows: int, seq_lens, row_stride: int) -> set:
+    """The reads ``(b, j)`` of every row, padded ones included, that hit an entry ``live`` marks unwritten."""
+    out = set()
+    for b, n in enumerate(list(seq_lens) + [1] * (rows - len(seq_lens))):
+        for j in range(cdiv(n, PAGE_SIZE)):
+            i = b * row_stride + j
+            if i >= live.numel() or not bool(live[i]):
+                out.add((b, j))
+    return out
 
 
 @lru_cache(maxsize=None)
-def stale_case(k: int):
-    """``(buffer [rows, W] int64, seq_lens [bs], row_stride)`` of one pre-fix decode step, the truth (read
-    off the entries the step wrote, ``PageReads.live``) and the ``PageReads``."""
+def _stale_engine_case(k: int):
     from mla_edu.model import task
     from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
-    mr, bs = STALE_CASES[k]
+    mr, bs = STALE_ENGINE_CASES[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
                                PanelSettings(defects=PRE_FIX, max_running_requests=mr), batch_size=bs)
-    rs = reads.launch.row_stride
-    live = reads.live.reshape(-1)
-    truth = set()
-    for b, n in enumerate(reads.seq_lens):
-        for j in range(cdiv(n, PAGE_SIZE)):
-            i = b * rs + j
-            if i >= live.numel() or not bool(live[i]):
-                truth.add((b, j))
-    return (reads.buffer.clone(), list(reads.seq_lens), rs), truth, reads
+    rows = reads.buffer.shape[0]
+    truth = _stale_from_live(reads.live.reshape(-1), rows, reads.seq_lens, reads.launch.row_stride)
+    return (reads.buffer.clone(), tuple(reads.seq_lens), reads.launch.row_stride), truth
+
+
+def _stale_edge_case(k: int):
+    width, rows, rs, seq_lens = STALE_EDGE_CASES[k]
+    live = _live(rows, width, seq_lens)
+    ids = torch.arange(rows * width, dtype=torch.int64)
+    buffer = torch.where(live, 2 + ids, 1000 + (7 * ids) % 97).reshape(rows, width)  # fresh ids, old ids elsewhere
+    return (buffer, seq_lens, rs), _stale_from_live(live, rows, seq_lens, rs)
+
+
+@lru_cache(maxsize=1)
+def stale_cases() -> tuple:
+    """Exercise 5's steps: ``((buffer [rows, W] int64, seq_lens, row_stride), truth)``, measured then built."""
+    return tuple(_stale_engine_case(k) for k in range(len(STALE_ENGINE_CASES))) + \
+        tuple(_stale_edge_case(k) for k in range(len(STALE_EDGE_CASES)))
 
 
 def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_stride=True, buffer_rows=True,
-                   slot_past_end=True):
+                   slot_past_end=True, padded_readers=True, padded_writes=True, round_up=True) -> set:
     """The stale reads, with one step optionally done wrong (each keyword: one classic mistake)."""
     rows, width = buffer.shape
     if not buffer_rows:  # one buffer row per request: the padded rows forgotten
         rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
+    pages = (lambda n: cdiv(n, PAGE_SIZE)) if round_up else (lambda n: n // PAGE_SIZE)
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
-    written = [cdiv(n, PAGE_SIZE) for n in lens]
+    written = [pages(n) if padded_writes or r < len(seq_lens) else 0 for r, n in enumerate(lens)]
     out = set()
-    for b, n in enumerate(seq_lens):
-        for j in range(cdiv(n, PAGE_SIZE)):
+    for b, n in enumerate(lens if padded_readers else seq_lens):
+        for j in range(pages(n)):
             r, slot = divmod(b * (row_stride if frozen_stride else width) + j, width)
-            limit = written[r] if landing_row else written[b]
+            limit = written[r] if landing_row and r < rows else written[min(b, rows - 1)]
             if r >= rows or (slot >= limit if slot_past_end else slot > limit):
                 out.add((b, j))
     return out
@@ -442,63 +627,97 @@ def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_str
 STALE_MISTAKES = {
     "landing_row": "you compared the slot with the page count of the request that reads; an entry belongs to "
                    "the buffer row it sits in, and that row's request decides whether it was written",
-    "frozen_stride": "you found no stale read, which is what reads through the buffer's own row stride give "
-                     "(each row reads its own row); the captured kernel uses the row stride it was given "
-                     "(row_stride), so a read can land in another row",
+    "frozen_stride": "your reads go through the buffer's own row stride (each row reads its own row); the "
+                     "captured kernel uses the row stride it was given (row_stride), so a read can land in "
+                     "another row",
     "buffer_rows": "you took one buffer row per request; the buffer has a row per captured slot, padded rows "
                    "included, so it can have more rows than seq_lens has entries",
     "slot_past_end": "a row that writes n entries writes slots 0 .. n-1: slot n is not written",
+    "padded_readers": "you left out the reads of the padded rows; the captured kernel runs every row of the "
+                      "graph, padded ones too (seq_len 1: they read one page each)",
+    "padded_writes": "you took the padded rows as writing nothing; the replay fills their first entry too "
+                     "(seq_len 1: one page)",
+    "round_up": "a request's pages are its 128-token pages begun, not only the full ones: a partial page is "
+                "read and written too",
 }
+
+
+def _stale_answer(got) -> tuple:
+    """``(set of (int, int), None)`` or ``(None, what is wrong with its type)``."""
+    if got is None:
+        return None, "it returned None: return a set of (row, j) pairs"
+    if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
+        return None, f"expected a set of (row, j) pairs, got {type(got).__name__} {_show(got)}"
+    out = set()
+    try:
+        for item in got:
+            pair = tuple(item) if hasattr(item, "__iter__") and not isinstance(item, (str, bytes)) else None
+            ints = None if pair is None or len(pair) != 2 else tuple(_as_int(x) for x in pair)
+            if ints is None or None in ints:
+                return None, f"expected a set of (row, j) pairs of ints, got an element {_show(item)}"
+            out.add(ints)
+    except Exception as e:
+        return None, f"iterating over your answer raised {type(e).__name__}"
+    return out, None
+
+
+def _stale_hint(buffer, seq_lens, rs, got, truth) -> str:
+    """A hint on one step's wrong answer: what is missing and extra, and the mistake it looks like."""
+    rows, width = buffer.shape
+    lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+    reads = {(b, j) for b, n in enumerate(lens) for j in range(cdiv(n, PAGE_SIZE))}
+    missing, extra = sorted(truth - got), sorted(got - truth)
+    wrong = {(b, j) for b, j in reads if b * rs + j != b * width + j}
+    where = f"missing {[_show(p) for p in missing[:4]]}, extra {[_show(p) for p in extra[:4]]}".replace("'", "")
+    if got == wrong and wrong != truth:
+        hint = ("those are the *wrong* reads; a wrong read can land on an entry another row wrote this "
+                "step (fresh, just not its own). Stale = not written this step, by any row")
+    elif extra and not set(extra) & reads:
+        hint = "some of your pairs are not reads at all: row b reads its pages j < ceil(seq_len / 128) only"
+    else:
+        b, j = (missing or extra)[0]
+        hint = (f"follow read ({b}, {j}): which buffer row and slot does it land on, and did that row write "
+                "that slot this step?")
+    return f"{where}; {hint}"
 
 
 def check_stale_reads(fn) -> ExerciseResult:
     """``fn(buffer, seq_lens, row_stride) -> set of (row, j)``: the reads that hit an entry not written
-    this step. ``buffer`` is the index buffer's rows ``[padded bs, W]`` (padded rows have seq_len 1
-    and own one page, also written this step); row ``b`` reads page ``j`` at flat index
-    ``b * row_stride + j`` for ``j < ceil(seq_lens[b] / 128)``. Steps 3 and 4 have padded rows.
+    this step. ``buffer`` is the index buffer ``[rows, W]``; ``seq_lens`` lists the real rows; the rows past
+    them are padded rows (seq_len 1). Every row, padded ones included, writes its first
+    ``ceil(seq_len / 128)`` entries and reads page ``j < ceil(seq_len / 128)`` at flat index
+    ``row * row_stride + j``. Steps: five measured on the pre-fix engine, then ``STALE_EDGE_CASES``.
 
     Every step is run first; an answer that one classic mistake explains on all of them gets that
     mistake's hint (``STALE_MISTAKES``), any other a hint on the first step it gets wrong.
     """
-    if not callable(fn):
-        return _report(False, f"expected a function (buffer, seq_lens, row_stride), got {type(fn).__name__}")
-    cases = [stale_case(k) for k in range(len(STALE_CASES))]
+    bad = _not_callable(fn, "(buffer, seq_lens, row_stride)")
+    if bad:
+        return bad
+    cases = stale_cases()
     got_all = []
-    for k, ((buffer, seq_lens, rs), _, _) in enumerate(cases):
+    for k, ((buffer, seq_lens, rs), _) in enumerate(cases):
         got, err = _call(fn, buffer.clone(), list(seq_lens), rs)
         if err:
-            return _report(False, f"case {k}: your function raised {err}")
-        try:
-            got_all.append({(int(b), int(j)) for b, j in got})
-        except Exception:
-            return _report(False, f"case {k}: expected a set of (row, j) pairs, got {type(got).__name__}")
-    truths = [truth for _, truth, _ in cases]
+            return _report(False, f"step {k}: your function raised {err}")
+        got, err = _stale_answer(got)
+        if err:
+            return _report(False, f"step {k}: {err}")
+        got_all.append(got)
+    truths = [truth for _, truth in cases]
     if got_all == truths:
         n = sum(len(t) for t in truths)
         return _report(True, f"all {len(cases)} steps right ({n} stale reads in all): these entries are what the "
-                             "pre-fix kernel attended over instead of the request's own pages.")
+                             "captured kernel attended over instead of the request's own pages.")
     n_wrong = sum(g != t for g, t in zip(got_all, truths))
     for name, hint in STALE_MISTAKES.items():
-        if got_all == [_stale_variant(*args, **{name: False}) for args, _, _ in cases]:
+        if got_all == [_stale_variant(*args, **{name: False}) for args, _ in cases]:
             return _report(False, f"{n_wrong} of {len(cases)} steps wrong, all by one mistake: {hint}.")
     k = next(k for k, (g, t) in enumerate(zip(got_all, truths)) if g != t)
-    (buffer, seq_lens, rs), truth, reads = cases[k]
-    got = got_all[k]
-    wrong = {(b, j) for b in range(len(seq_lens)) for j in range(cdiv(seq_lens[b], PAGE_SIZE))
-             if int(reads.read[b, j]) != int(reads.intended[b, j])}
-    missing, extra = sorted(truth - got), sorted(got - truth)
-    if got == wrong:
-        hint = ("those are the *wrong* reads; a wrong read can land on an entry another row wrote this "
-                "step (fresh, just not its own). Stale = not written this step, by any row")
-    elif extra and all(j >= cdiv(seq_lens[b], PAGE_SIZE) for b, j in extra):
-        hint = "a request reads only j < ceil(seq_len / 128) pages"
-    else:
-        hint = ("entry at flat index i sits in buffer row i // W, slot i % W; it was written this step "
-                "iff slot < ceil(seq_len of that row / 128) (padded rows: seq_len 1)")
-    return _report(False, f"case {k} (seq_lens {seq_lens}, row stride {rs}, buffer {list(buffer.shape)}): "
-                          f"missing {missing[:4]}, extra {extra[:4]}; {hint}")
+    (buffer, seq_lens, rs), truth = cases[k]
+    return _report(False, f"step {k} (seq_lens {list(seq_lens)}, row stride {rs}, buffer {list(buffer.shape)}): "
+                          + _stale_hint(buffer, seq_lens, rs, got_all[k], truth))
 
 
-__all__ = ["ExerciseResult", "OPTIONS", "MYSTERIES", "check_mystery", "check_replay", "check_row_stride",
-           "check_stale_reads", "check_workspace_size", "mystery_figure", "option_for", "stale_case", "toy_model",
-           "DEFECTS"]
+__all__ = ["ExerciseResult", "MYSTERY_NUMBERS", "OPTIONS", "check_mystery", "check_replay", "check_row_stride",
+           "check_stale_reads", "check_workspace_size", "mystery_figure", "stale_cases", "toy_model"]

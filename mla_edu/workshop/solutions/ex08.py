@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 from mla_edu import kvcache
+from mla_edu.serving import MERGED_FIX, PRE_FIX
 from mla_edu.util import PAGE_SIZE, cdiv
-
 
 
 # 1. The replay hook of the fixed cutlass_mla backend (SGLang e58423b2b): only the *contents* of the
@@ -23,6 +23,20 @@ def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
 #    Mystery 2: every row reads its own pages; old page ids sit past each request's pages: the merged fix.
 #    Mystery 3: rows > 0 read wrong pages, no poison anywhere (stale ids, as SGLang leaves them): the pre-fix code.
 MYSTERY_ANSWERS = {1: "b", 2: "c", 3: "a"}
+#: the engine behind each mystery figure (its cutlass_mla defects, whether the poison fill is on): kept here, with
+#: the answers, so that nothing the notebook imports names them
+MYSTERY_ENGINES = {1: dict(defects=frozenset({"width"}), poison_fill=True),
+                   2: dict(defects=MERGED_FIX, poison_fill=False),
+                   3: dict(defects=PRE_FIX, poison_fill=False)}
+
+
+def option_for(defects: frozenset, poison_fill: bool = False) -> str:
+    """The option of ``exercises.OPTIONS`` that describes an engine with these cutlass_mla defects and poison fill
+    (the workspace defect is invisible in a page-read figure)."""
+    if "width" in defects:
+        return "b" if poison_fill else "a"
+    return "d" if poison_fill else "c"
+
 
 # 3. Capture fills seq_lens with 1 -> max_seqlen_pad = ceil(1 / 128) = 1 -> view [:8, :1], size(1) = 1.
 #    Buffer: W = (640 + 128) // 128 = 6. Row 3, page 2: flat 3 * 1 + 2 = 5, which is row 0's slot 5
@@ -43,13 +57,14 @@ def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
 
 
 # 5. A read of flat index i lands in buffer row i // W, slot i % W; fresh iff that slot is among the
-#    pages written for that row this step (ceil(len / 128); padded rows have length 1).
+#    pages written for that row this step (ceil(len / 128); padded rows have length 1). Every row reads,
+#    padded ones too.
 def stale_reads(buffer, seq_lens, row_stride):
     rows, width = buffer.shape
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
     written = [cdiv(n, PAGE_SIZE) for n in lens]
     out = set()
-    for b, n in enumerate(seq_lens):
+    for b, n in enumerate(lens):
         for j in range(cdiv(n, PAGE_SIZE)):
             i = b * row_stride + j
             r, slot = divmod(i, width)
