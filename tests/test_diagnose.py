@@ -30,13 +30,18 @@ def prefix(model):
                             dtype="float32", device="cpu")
 
 
-def test_record_launches_restores_and_sees_no_replay(prefix):
-    from mla_edu.kernels import decode as dec
+def test_record_launches_only_inside_the_block_and_sees_no_replay(prefix):
+    from mla_edu.kernels import mla_decode
+    from mla_edu.kernels.cases import random_decode_case
 
+    c = random_decode_case(0, batch=2, heads=2, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    call = lambda: mla_decode(c.q_nope, c.q_pe, c.cache, c.seq_lens, c.page_table, c.workspace(1),  # noqa: E731
+                              c.sm_scale)
     with dg.record_launches() as log:
-        assert dec.make_plan.__module__ == "mla_edu.case_study.diagnose"  # wrapped inside the block
-    assert dec.make_plan.__module__ == "mla_edu.kernels.contract"  # restored
-    assert log == []
+        call()
+    call()  # after the block: not recorded
+    assert [(r.launch.bs, r.launch.width, r.launch.num_splits) for r in log] == [(2, c.page_table.size(1), 1)]
+    assert log[0].page_table is c.page_table
     assert prefix.launches_during_replay == 0  # a replay runs no host code
 
 

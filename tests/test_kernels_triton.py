@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import mla_edu  # noqa: F401
-from mla_edu.kernels import get_workspace_size, mla_decode
+from mla_edu.kernels import IMPLS, get_workspace_size, mla_decode, observe_plans
 from mla_edu.kernels.cases import random_decode_case as _case
 from op_log import OpLog
 
@@ -127,17 +127,44 @@ def test_each_launch_is_one_custom_op():
         assert rel_err(out, case.dense_f64()) < 1e-5
 
 
-def test_launch_configs_default_tuned_and_interpreted():
+def test_launch_configs_default_explicit_and_interpreted():
     from mla_edu.kernels import split_kv_triton as skt
 
     assert skt.launch_config(128, on_gpu=True) == (64, *skt.GPU_CONFIGS[64])  # 128 heads: two 64-head blocks
     assert skt.launch_config(20, on_gpu=True)[0] == 32
-    skt.TUNED[64] = (32, 64, 4, 2)  # what the sweep or the tuning pass sets
-    try:
-        assert skt.launch_config(128, on_gpu=True) == (32, 64, 4, 2)
-        assert skt.launch_config(128, on_gpu=False)[:2] == (128, 64)  # the interpreter keeps its own
-    finally:
-        del skt.TUNED[64]
+    assert skt.launch_config(128, on_gpu=False)[:2] == (128, 64)  # the interpreter's own
+    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    plans = []
+    with observe_plans(lambda plan, table, ws: plans.append(plan)):
+        for launch in (None, (16, 32, 4, 1)):  # the default, then one passed with the call (as the sweep does)
+            out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(2),
+                             case.sm_scale, 2, impl="triton", launch=launch)
+            assert rel_err(out, case.dense_f64()) < 1e-5
+    default = skt.launch_config(4, DEV == "cuda", 2, plans[0].max_pages)  # (16, 64, 4, 1) on CPU
+    assert [(p.stage1, p.launch) for p in plans] == [("tl", default), ("tl", (16, 32, 4, 1))]
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(stage1="wgmma"), r"stage1 must be None or one of \('tl', 'cp.async', 'tma'\), got 'wgmma'"),
+    (dict(stage1="tma"), r"stage1='tma' is a Gluon kernel: it needs a Hopper GPU"),
+    (dict(stage1="cp.async", launch=(16, 32, 4, 1)), r"launch configures the tl kernel"),
+    (dict(launch=(16, 32, 4)), r"launch must be \(BLOCK_H, BLOCK_N, num_warps, num_stages\)"),
+    (dict(launch=(24, 32, 4, 1)), r"the blocks powers of two, got \(24, 32, 4, 1\)"),
+    (dict(launch=[16, 32, 4, 1]), r"launch must be"),
+])
+def test_stage1_and_launch_are_checked(kw, msg):
+    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    with pytest.raises(ValueError, match=msg):
+        mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1),
+                   case.sm_scale, impl="triton", **kw)
+
+
+@pytest.mark.parametrize("impl", [i for i, entry in IMPLS.items() if entry.plan_stage1 is None])
+def test_impls_without_a_stage1_choice_refuse_one(impl):
+    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    with pytest.raises(ValueError, match=f"impl='{impl}' has no stage-1 kernel to choose"):
+        mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1),
+                   case.sm_scale, impl=impl, stage1="tl")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")

@@ -5,31 +5,28 @@ import pytest
 import torch
 
 import mla_edu  # noqa: F401
-from mla_edu.kernels import mla_decode
+from mla_edu.kernels import make_plan, mla_decode
 from mla_edu.kernels import split_kv_triton as skt
 from mla_edu.kernels import split_kv_wgmma as wg
 from mla_edu.kernels.cases import random_decode_case
+from mla_edu.kernels.contract import GLUON_KINDS, STAGE1_KINDS
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
-def test_tma_by_default_and_restored():
-    assert skt.WGMMA == "tma"
-    with skt.wgmma_kernel(None):
-        assert skt.WGMMA is None
-        with skt.wgmma_kernel("cp.async"):
-            assert skt.WGMMA == "cp.async"
-        assert skt.WGMMA is None
-    with pytest.raises(KeyError), skt.wgmma_kernel(None):
-        raise KeyError
-    assert skt.WGMMA == "tma"
+def test_tma_by_default_where_the_gluon_kernels_apply_else_tl():
+    assert skt.DEFAULT_STAGE1 == "tma" and set(GLUON_KINDS) | {"tl"} == set(STAGE1_KINDS)
+    case = random_decode_case(0, batch=2, heads=64)
+    plan = make_plan(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1), 1)
+    assert skt.plan_stage1(case.q_nope, case.q_pe, case.cache, plan, False).stage1 == "tl"  # CPU tensors
+    assert skt.plan_stage1(case.q_nope, case.q_pe, case.cache, plan, False, "tl").stage1 == "tl"
 
 
 def test_unknown_kind_is_refused():
-    with pytest.raises(ValueError, match=r"kind must be None or one of \('cp.async', 'tma'\), got 'wgmma'"):
-        with skt.wgmma_kernel("wgmma"):
-            pass
-    assert skt.WGMMA == "tma"
+    case = random_decode_case(0, batch=2, heads=64)
+    plan = make_plan(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1), 1)
+    with pytest.raises(ValueError, match=r"stage1 must be None or one of \('tl', 'cp.async', 'tma'\), got 'wgmma'"):
+        skt.plan_stage1(case.q_nope, case.q_pe, case.cache, plan, False, "wgmma")
 
 
 def test_tma_applies_to_whole_pages_of_a_row_major_cache():
@@ -69,37 +66,34 @@ CASES = [  # page, heads, splits, dtype, batch, max_len
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
-@pytest.mark.parametrize("kind", [*wg.KINDS, None])  # None: the tl kernel, on the same cases
+@pytest.mark.parametrize("kind", STAGE1_KINDS)  # "tl": the plain-Triton kernel, on the same cases
 @pytest.mark.parametrize("case_args", CASES, ids=lambda c: f"page{c[0]}-h{c[1]}-s{c[2]}-{str(c[3])[6:]}-B{c[4]}")
 def test_matches_float64_on_hopper(case_args, kind):
     page, heads, splits, dtype, batch, max_len = case_args
     case = random_decode_case(7, batch=batch, heads=heads, page_size=page, max_len=max_len, dtype=dtype,
                               device="cuda")  # every slot no request owns is NaN: a stray read shows
     assert skt.wgmma_applies(case.q_nope, case.q_pe, case.cache, case.page_table.size(1), False)
-    with skt.wgmma_kernel(kind):
-        out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
-                         case.sm_scale, splits, impl="triton")
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
+                     case.sm_scale, splits, impl="triton", stage1=kind)
     ref = case.dense_f64()
     err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
     assert err < 1e-2, err
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
-@pytest.mark.parametrize("kind", wg.KINDS)
+@pytest.mark.parametrize("kind", GLUON_KINDS)
 @pytest.mark.parametrize("heads", [128, 16])
 def test_graph_replay_equals_eager_on_hopper(kind, heads):
     case = random_decode_case(3, batch=8, heads=heads, page_size=64, max_len=2000, dtype=torch.bfloat16,
                               device="cuda")
     ws = case.workspace(4)
     call = lambda: mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table,  # noqa: E731
-                              ws, case.sm_scale, 4, impl="triton")
-    with skt.wgmma_kernel(kind):
-        eager = call()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = call()
+                              ws, case.sm_scale, 4, impl="triton", stage1=kind)
+    eager = call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
     case.q_nope.mul_(-1)  # new inputs in the same buffers: the replay must follow them
     graph.replay()
-    with skt.wgmma_kernel(kind):
-        assert torch.equal(out, call())
+    assert torch.equal(out, call())
     assert not torch.equal(out, eager)

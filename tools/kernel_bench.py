@@ -12,7 +12,7 @@ first and last request against float64. Peers on the same cache bytes in the sam
 wheel is installed, FlashMLA when ``flash_mla`` is importable (page 64), and at a few sizes the
 float32 reference impl and a ``torch.compile``d dense gather + attention. Writes
 ``kernel_bench.json`` and ``kernel_bench.md`` into ``--out``. On sm90 'mla_edu' runs the Gluon stage 1 by
-TMA (``split_kv_triton.WGMMA``); ``--kernels`` also times the other stage-1 kernels (the tl kernel, the
+TMA (``split_kv_triton.DEFAULT_STAGE1``); ``--kernels`` also times the other stage-1 kernels (the tl kernel, the
 Gluon kernel by cp.async) at every split where they differ, in a table of its own. ``--once H,B,L`` runs
 each kernel once (for ``ncu``); ``--rerule JSON`` recomputes the rule's columns of a run on the CPU.
 ``plot_bench(json, png)`` draws the figure (CPU is fine).
@@ -164,6 +164,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
 
     from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode, peers
     from mla_edu.kernels import split_kv_triton as skt
+    from mla_edu.kernels.contract import STAGE1_KINDS
     from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -178,7 +179,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
             "sglang": sglang_why or f"sglang {_version('sglang')}: {peers.SGLANG_MODULE}",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
             "configs": {k: skt.launch_config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES),
-            "stage1": skt.WGMMA or "tl"}
+            "stage1": skt.DEFAULT_STAGE1}
     print(json.dumps(info), flush=True)
     ceil = ceilings()
     print("ceilings", json.dumps(ceil), flush=True)
@@ -207,8 +208,8 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                     most = max(max(splits), auto)
                     ws = torch.empty(max(get_workspace_size(max_seq_len, b, sms, most),
                                          b * heads * most * (D_LAT + 1) * 4), dtype=torch.uint8, device="cuda")
-                    ours = lambda s: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, s,  # noqa: E731
-                                                impl="triton", sm_count=sms)
+                    ours = lambda s, kind=None: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws,  # noqa: E731
+                                                           scale, s, impl="triton", sm_count=sms, stage1=kind)
                     per = _us_per_split(ours, splits)
                     row["triton_split_us"] = per
                     row["triton_best_splits"] = min(per, key=per.get)
@@ -226,12 +227,11 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                     ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check_rows)
                     row["triton_rel_err"] = max(_rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
                     gluon = skt.wgmma_applies(q_nope, q_pe, cache, table.size(1), False)
-                    row["stage1"] = stage1_name(skt.WGMMA if gluon else None, heads, b, table.size(1))
-                    others = [k for k in (None, *skt.wgmma.KINDS) if k != skt.WGMMA] if kernels and gluon else []
-                    for kind in others:
-                        with skt.wgmma_kernel(kind):  # another stage-1 kernel, every split timed
-                            per = _us_per_split(ours, splits)
-                            errs = [_rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits))]
+                    row["stage1"] = stage1_name(skt.DEFAULT_STAGE1 if gluon else "tl", heads, b, table.size(1))
+                    others = [k for k in STAGE1_KINDS if k != skt.DEFAULT_STAGE1] if kernels and gluon else []
+                    for kind in others:  # another stage-1 kernel, every split timed
+                        per = _us_per_split(lambda s, kind=kind: ours(s, kind), splits)
+                        errs = [_rel_err(ours(s, kind)[check_rows], ref) for s in (1, rule, max(splits))]
                         best = min(per, key=per.get)
                         row.setdefault("kernels", {})[stage1_name(kind, heads, b, table.size(1))] = {
                             "split_us": per, "rule_us": per[rule], "best_splits": best, "best_us": per[best],
@@ -284,7 +284,7 @@ def stage1_name(kind, heads: int, batch: int, n_pages: int) -> str:
     """Which stage-1 kernel runs: "tl", or the Gluon kernel's loads ("tma", "cp.async") and heads a program."""
     from mla_edu.kernels.workspace import gpu_block_h
 
-    if kind is None:
+    if kind == "tl":
         return "tl"
     block_h = gpu_block_h(heads, batch, n_pages)
     return f"{kind}, {block_h} heads" + (" (swapped)" if block_h < 64 else "")
@@ -419,7 +419,7 @@ def _stage1_text(info: dict) -> str:
     """Which stage 1 the run's 'mla_edu' column is (each row's is in its 'stage 1' column)."""
     configs = ", ".join(f"h_q {k}: {tuple(v)}" for k, v in info["configs"].items())
     tl = f"the tl kernel (launch configs, BLOCK_H, BLOCK_N, warps, stages: {configs})"
-    if info.get("stage1", "tl") == "tl":  # a run before the Gluon kernels, or with WGMMA = None
+    if info.get("stage1", "tl") == "tl":  # a run before the Gluon kernels, or with the tl kernel as the default
         return f"{tl} throughout."
     return (f"`split_kv_triton.WGMMA` = {info['stage1']!r}: the Gluon kernel reading pages by {info['stage1']} "
             f"wherever it applies (a Hopper GPU; 64 heads a program, or 16 and 32 swapped), else {tl}.")
@@ -481,14 +481,12 @@ def run_once(heads: int, batch: int, length: int, page: int = 64, kernels: bool 
     calls = {"mla_edu": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits, impl="triton")}
     if kernels:
         from mla_edu.kernels import split_kv_triton as skt
+        from mla_edu.kernels.contract import STAGE1_KINDS
 
-        for kind in (None, *skt.wgmma.KINDS):
-            if kind != skt.WGMMA:
-                def other_call(kind=kind):
-                    with skt.wgmma_kernel(kind):
-                        return calls["mla_edu"]()
-
-                calls[f"mla_edu_{kind or 'tl'}"] = other_call
+        for kind in STAGE1_KINDS:
+            if kind != skt.DEFAULT_STAGE1:
+                calls[f"mla_edu_{kind}"] = lambda kind=kind: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws,
+                                                                        scale, splits, impl="triton", stage1=kind)
     sglang, _ = peers.load_sglang_decode()
     if sglang is not None:
         sglang_peer = peers.SGLangTriton(sglang, q_nope, q_pe, cache, seq_lens, table, scale, 4)

@@ -1,4 +1,4 @@
-"""Launch-config sweep of the Triton decode kernel at one point (GPU only).
+"""Launch-config sweep of the Triton decode kernel's tl stage 1 at one point (GPU only).
 
     python -m tools.kernel_sweep --heads 128 --batch 64 --len 4096 --out DIR
 
@@ -50,7 +50,6 @@ def main(argv=None) -> None:
     import triton
 
     from mla_edu.kernels import get_workspace_size, mla_decode
-    from mla_edu.kernels import split_kv_triton as skt
     from tools.kernel_bench import D_LAT, D_ROPE, graph_us, ceilings, make_problem
 
     ceil = ceilings()
@@ -61,14 +60,12 @@ def main(argv=None) -> None:
     ws1 = torch.empty(get_workspace_size(args.page * table.size(1), b, 0, 1), dtype=torch.uint8, device="cuda")
     ref = mla_decode(q_nope, q_pe, cache, seq_lens, table, ws1, scale, 1, impl="torch").float()
     rows = []
-    key = skt.gpu_block_h(h)
-    for cfg in CONFIGS:
-        skt.TUNED[key] = cfg
+    for cfg in CONFIGS:  # the tl kernel with each config, passed with the call (the plan carries it)
         for splits in args.splits:
             ws = torch.empty(get_workspace_size(args.page * table.size(1), b, 0, splits), dtype=torch.uint8,
                              device="cuda")
             fn = lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits,  # noqa: E731
-                                    impl="triton")
+                                    impl="triton", launch=cfg)
             row = {"BLOCK_H": cfg[0], "BLOCK_N": cfg[1], "num_warps": cfg[2], "num_stages": cfg[3], "splits": splits,
                    "programs": b * triton.cdiv(h, cfg[0]) * splits}
             try:
@@ -80,7 +77,6 @@ def main(argv=None) -> None:
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
             rows.append(row)
             print(json.dumps(row), flush=True)
-    skt.TUNED.pop(key)
     info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "batch": b, "heads": h, "len": length, "page": args.page,
             "command": "python -m tools.kernel_sweep " + " ".join(sys.argv[1:] if argv is None else argv)}

@@ -65,24 +65,15 @@ def record_launches(keep_workspace: bool = False):
     what every replay of that graph uses; a replay adds no record (no host code runs).
     ``keep_workspace``: also hold the workspace tensor (so that it is never freed).
     """
-    from mla_edu.kernels import decode as dec
-
     log: list = []
-    inner = dec.make_plan
 
-    def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
-                  sm_count=None):
-        plan = inner(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy, sm_count)
+    def record(plan, page_table, workspace):
         launch = Launch(plan.batch, page_table.size(1), plan.row_stride, page_table.stride(0), plan.max_seq_len,
                         plan.num_splits, workspace.data_ptr(), workspace.numel())
         log.append(LaunchRecord(launch, page_table, workspace if keep_workspace else None))
-        return plan
 
-    dec.make_plan = make_plan
-    try:
+    with kernels.observe_plans(record):
         yield log
-    finally:
-        dec.make_plan = inner
 
 
 def last_launch(log: list, bs: int) -> LaunchRecord:
@@ -395,7 +386,7 @@ def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool
     draw_intended_and_read(ax_int, ax_read, reads.intended, reads.read, unused=UNUSED,
                            labels={POISON: "P", OUTSIDE: "X"})
     stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
-              if show_stride else "\n(green: the intended page, red and hatched: another one)")
+              if show_stride else "\n(green: the intended page, red: another one)")
     ax_read.set_title("page ids read under replay" + stride, fontsize=8)
     for ax in (ax_int, ax_read):
         ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
@@ -432,17 +423,6 @@ def page_table_figure(d: StepDiagnosis, columns: int | None = None):
         raise ValueError(f"columns: expected an int in 1..{w} (the buffer's width), got {columns!r}")
     frames = [r * columns + c for r, c in reads if c < columns]
     fig, ax = plt.subplots(figsize=(0.7 * columns + 2.5, 0.42 * buf.shape[0] + 1.4))
-def accuracy_bars(ax, names, accs, lost, baseline=()):
-    """Accuracy bars on ``ax``: a bar that ``lost`` accuracy is red and hatched, a ``baseline`` one (indices) blue,
-    the others green. Returns the bars."""
-    from mla_edu import palette
-
-    colors = [palette.BASELINE if i in baseline else palette.WRONG if bad else palette.RIGHT
-              for i, bad in enumerate(lost)]
-    return ax.bar(names, accs, color=colors, hatch=[palette.HATCH["wrong"] if bad else "" for bad in lost],
-                  edgecolor=palette.HATCH_COLOR, lw=0)
-
-
     draw_buffer(ax, buf[:, :columns], d.fresh[:, :columns], frames)
     shown = "" if columns == w else f" (columns 0..{columns - 1} of W = {w})"
     ax.set_title(f"index buffer at replay{shown}: green written for this step, orange x stale (old ids\n"
@@ -453,13 +433,13 @@ def accuracy_bars(ax, names, accs, lost, baseline=()):
 
 
 def accuracy_bars_figure(rows: list, title: str = ""):
-    """Bars of accuracy: ``rows`` = [(label, accuracy, invalid)]; red and hatched at 0.5 or below."""
+    """Bars of accuracy: ``rows`` = [(label, accuracy, invalid)]."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(1.3 * len(rows) + 2, 3.2))
     names = [r[0] for r in rows]
     accs = [r[1] for r in rows]
-    bars = accuracy_bars(ax, range(len(rows)), accs, [a <= 0.5 for a in accs])
+    bars = ax.bar(range(len(rows)), accs, color=["#4c72b0" if a > 0.5 else "#d62728" for a in accs])
     for bar, a in zip(bars, accs):
         ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(rows)), names, rotation=20, ha="right", fontsize=8)

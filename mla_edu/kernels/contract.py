@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -31,6 +32,20 @@ from mla_edu.util import is_int
 
 STRIDE_POLICIES = ("size", "stride")
 MAX_SPLITS = 256
+#: Stage-1 kernels of the Triton impl, the one vocabulary for choosing and compiling them: "tl" the plain-Triton
+#: kernel (``split_kv_triton.stage1_kernel``: every GPU, checked calls, the CPU interpreter); "cp.async" and "tma"
+#: the Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages.
+STAGE1_KINDS = ("tl", "cp.async", "tma")
+GLUON_KINDS = STAGE1_KINDS[1:]  # the kinds ``split_kv_wgmma`` launches
+
+
+class LaunchConfig(NamedTuple):
+    """A stage-1 launch config: heads and tokens per program, warps, pipeline stages."""
+
+    block_h: int
+    block_n: int
+    num_warps: int
+    num_stages: int
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,8 @@ class DecodePlan:
     max_seq_len: int  # PAGE * page_table.size(1), as the cutlass wrapper computes it
     num_splits: int
     stride_policy: str
+    stage1: str | None = None  # the stage-1 kernel (STAGE1_KINDS) of an impl that has a choice, else None
+    launch: LaunchConfig | None = None  # its launch config (None where the impl has no choice)
 
 
 def check_page_table_layout(page_table: torch.Tensor) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.kernels.contract import check_lengths_and_table, check_page_table_layout, check_tensors
+from mla_edu.kernels.contract import DecodePlan, check_lengths_and_table, check_page_table_layout, check_tensors
 from mla_edu.kernels.workspace import get_workspace_size
 from mla_edu.util import is_int
 
@@ -86,12 +86,19 @@ def cutlass_unavailable_reason(device=None) -> str | None:
     return None
 
 
-def mla_decode_cutlass(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits=1):
-    """Call the real kernel (after the contract checks), or raise RuntimeError with the reason it cannot run."""
+def check_cutlass_call(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
+    """``check_cutlass_args`` in the argument order of ``mla_decode``'s other checks (``IMPLS["cutlass"].check``)."""
     check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits)
+
+
+def mla_decode_cutlass(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,
+                       checked: bool = False) -> torch.Tensor:
+    """Call the real kernel with the plan's split count (sgl-kernel's own formula), or raise RuntimeError with the
+    reason it cannot run here. ``checked`` has no meaning for it: the real kernel reads whatever it is given."""
     reason = cutlass_unavailable_reason(q_nope.device)
     if reason is not None:
         raise RuntimeError(reason)
-    import sgl_kernel
+    import sgl_kernel  # optional: only where cutlass_unavailable_reason found it
 
-    return sgl_kernel.cutlass_mla_decode(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
+    return sgl_kernel.cutlass_mla_decode(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
+                                         plan.num_splits)

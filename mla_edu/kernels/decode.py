@@ -1,17 +1,68 @@
-"""``mla_decode``: one call, sgl-kernel's ``cutlass_mla_decode`` contract, four implementations."""
+"""``mla_decode``: one call, sgl-kernel's ``cutlass_mla_decode`` contract, one entry of ``IMPLS`` per implementation.
+
+An implementation is registered by one entry of ``IMPLS`` (``docs/CONTRIBUTING.md``, "Adding a kernel impl").
+``observe_plans`` shows every call's plan to an observer (``mla_edu.case_study.diagnose`` records launches with it).
+"""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Callable, NamedTuple
+
 import torch
 
-from mla_edu.kernels.contract import check_common, check_flags, make_plan
+from mla_edu.kernels.contract import STRIDE_POLICIES, DecodePlan, check_common, check_flags, make_plan
+from mla_edu.kernels.cutlass import check_cutlass_call, mla_decode_cutlass
+from mla_edu.kernels.reference import mla_decode_reference
+from mla_edu.kernels.split_kv_torch import mla_decode_torch
+from mla_edu.kernels.split_kv_triton import mla_decode_triton, plan_stage1
 
-IMPLS = ("reference", "torch", "triton", "cutlass")
-#: stride policy each impl uses when ``stride_policy=None``: all follow the cutlass contract.
+
+class Impl(NamedTuple):
+    """How ``mla_decode`` runs one implementation."""
+
+    #: (q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan, checked) -> out [B, H, D_latent]
+    run: Callable[..., torch.Tensor]
+    #: (q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None: the argument checks
+    check: Callable[..., None] = check_common
+    #: the stride policies it implements (None, the default, is the first)
+    stride_policies: tuple = STRIDE_POLICIES
+    #: (q_nope, q_pe, cache, plan, checked, stage1, launch) -> the plan with its stage-1 kernel and launch
+    #: config; None: the impl has no such choice
+    plan_stage1: Callable[..., DecodePlan] | None = None
+
+
+def _reference(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, plan, checked):
+    return mla_decode_reference(q_nope, q_pe, cache, seq_lens, page_table, sm_scale, plan, checked).to(q_nope.dtype)
+
+
+#: name -> implementation (see ``mla_decode``'s docstring); tests parametrize over it.
+IMPLS: dict[str, Impl] = {
+    "reference": Impl(_reference),
+    "torch": Impl(mla_decode_torch),
+    "triton": Impl(mla_decode_triton, plan_stage1=plan_stage1),
+    "cutlass": Impl(mla_decode_cutlass, check_cutlass_call, ("size",)),
+}
+
+_observers: list[Callable[[DecodePlan, torch.Tensor, torch.Tensor], None]] = []
+
+
+@contextlib.contextmanager
+def observe_plans(observer: Callable[[DecodePlan, torch.Tensor, torch.Tensor], None]):
+    """Inside the block ``observer(plan, page_table, workspace)`` is called by every ``mla_decode`` call that
+    launches a kernel, with its plan (host code: under a CUDA graph at capture only, never at a replay)."""
+    if not callable(observer):
+        raise TypeError(f"observer must be callable, got {type(observer).__name__}")
+    _observers.append(observer)
+    try:
+        yield
+    finally:
+        _observers.remove(observer)
 
 
 def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits=1, *,
-               impl="torch", stride_policy=None, checked=False, sm_count=None) -> torch.Tensor:
+               impl="torch", stride_policy=None, checked=False, sm_count=None, stage1=None,
+               launch=None) -> torch.Tensor:
     """Absorbed-MLA decode attention over a paged latent cache; returns ``out [B, H, D_latent]``.
 
     q_nope ``[B, H, 512]``, q_pe ``[B, H, 64]`` (other dims allowed except for "cutlass"),
@@ -41,45 +92,37 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
       clamps (documented in ``mla_edu.kernels.contract``; a negative length attends to nothing:
       zeros). Table entries past ceil(len/PAGE) are never read. Must be a bool.
     sm_count: SM count for the auto split (None: GPU 0's, or 132 on CPU; else an int >= 1).
+    stage1, launch: impl "triton" only: its stage-1 kernel, one of ``contract.STAGE1_KINDS`` (None: the
+      device's default, ``split_kv_triton.plan_stage1``), and the tl kernel's launch config (BLOCK_H, BLOCK_N,
+      num_warps, num_stages; None: ``split_kv_triton.launch_config``). The plan carries both.
 
     Refused up front (ValueError/TypeError): a non-finite or non-positive ``sm_scale``, a page table
     whose rows are not contiguous (``stride(1) != 1``), a misaligned or strided workspace when
     splits > 1. ``B = 0`` returns an empty ``[0, H, D_latent]`` output for every impl.
     """
     if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        raise ValueError(f"impl must be one of {tuple(IMPLS)}, got {impl!r}")
+    entry = IMPLS[impl]
     check_flags(checked, sm_count)
+    if entry.plan_stage1 is None and (stage1, launch) != (None, None):
+        raise ValueError(f"impl={impl!r} has no stage-1 kernel to choose: stage1 and launch must be None, "
+                         f"got stage1={stage1!r}, launch={launch!r}")
     if isinstance(q_nope, torch.Tensor) and q_nope.dim() == 3 and q_nope.size(0) == 0:
         # B = 0: no kernel runs, every impl returns an empty output (after the general checks)
         check_common(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
         return q_nope.new_empty((0, q_nope.size(1), q_nope.size(2)))
-    if impl == "cutlass":
-        if stride_policy not in (None, "size"):
-            raise ValueError("impl='cutlass' always uses stride_policy='size' (its wrapper's contract), "
-                             f"got {stride_policy!r}")
-        from mla_edu.kernels.cutlass import mla_decode_cutlass
-
-        return mla_decode_cutlass(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale,
-                                  num_kv_splits)
-    check_common(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
-    policy = "size" if stride_policy is None else stride_policy  # every impl mirrors the cutlass wrapper
+    if stride_policy in STRIDE_POLICIES and stride_policy not in entry.stride_policies:
+        raise ValueError(f"impl={impl!r} always uses stride_policy={entry.stride_policies[0]!r} (its wrapper's "
+                         f"contract), got {stride_policy!r}")
+    entry.check(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
+    policy = entry.stride_policies[0] if stride_policy is None else stride_policy  # "size": the cutlass wrapper's
     plan = make_plan(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, num_kv_splits, policy,
                      sm_count)
-    if impl == "reference":
-        from mla_edu.kernels.reference import mla_decode_reference
-
-        out = mla_decode_reference(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, float(sm_scale), plan,
-                                   checked).to(q_nope.dtype)
-    elif impl == "torch":
-        from mla_edu.kernels.split_kv_torch import mla_decode_torch
-
-        out = mla_decode_torch(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale),
-                               plan, checked)
-    else:
-        from mla_edu.kernels.split_kv_triton import mla_decode_triton
-
-        out = mla_decode_triton(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale),
-                                plan, checked)
+    if entry.plan_stage1 is not None:
+        plan = entry.plan_stage1(q_nope, q_pe, kv_c_and_k_pe_cache, plan, checked, stage1, launch)
+    for observer in _observers:
+        observer(plan, page_table, workspace)
+    out = entry.run(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale), plan, checked)
     if checked:  # a negative length is an invalid request too; a device op, no host sync (graph-safe)
         out = torch.where((seq_lens < 0)[:, None, None], float("nan"), out)
     return out

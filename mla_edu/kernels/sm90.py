@@ -28,9 +28,9 @@ import tempfile
 
 from mla_edu.cli import int_at_least
 from mla_edu.device import TRITON_INTERPRET
+from mla_edu.kernels.contract import STAGE1_KINDS
 from mla_edu.kernels.workspace import gpu_block_h
 
-KINDS = ("tl", "cp.async", "tma")
 #: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
 MAX_SHARED = 232448
 HEADS = 128  # DeepSeek-V3's query heads: the compute-bound case
@@ -38,13 +38,14 @@ HEAD_COUNTS = (16, 32, 64, 128)  # the h_q it compiles for
 BATCH, N_PAGES = 64, 64  # the problem it compiles for (B = 64, L = 4096 at page 64): which head block runs
 
 
-def compile_stage1(kinds=KINDS, page: int = 64, dtype: str = "bf16", final: bool = False, heads: int = HEADS) -> dict:
+def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", final: bool = False,
+                   heads: int = HEADS) -> dict:
     """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant;
     ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``)."""
     kinds = tuple(kinds)
-    bad = [k for k in kinds if k not in KINDS]
+    bad = [k for k in kinds if k not in STAGE1_KINDS]
     if bad or not kinds:
-        raise ValueError(f"kinds must be a non-empty selection of {KINDS}, got {kinds}")
+        raise ValueError(f"kinds must be a non-empty selection of {STAGE1_KINDS}, got {kinds}")
     if dtype not in ("bf16", "fp16"):
         raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
     if heads not in HEAD_COUNTS:
@@ -131,15 +132,15 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
 
 def _kind(value: str) -> str:
     """argparse type of a kind (``choices`` with ``nargs="*"`` refuses an empty list on Python 3.11)."""
-    if value not in KINDS:
-        raise argparse.ArgumentTypeError(f"expected one of {KINDS}, got {value!r}")
+    if value not in STAGE1_KINDS:
+        raise argparse.ArgumentTypeError(f"expected one of {STAGE1_KINDS}, got {value!r}")
     return value
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Compile stage 1 for sm_90a (no GPU needed) and print, per kind, its "
                                  "wgmma layouts and instructions, registers, spills and shared memory as JSON.")
-    ap.add_argument("kinds", nargs="*", type=_kind, help=f"kernels, of {KINDS} (default: all)")
+    ap.add_argument("kinds", nargs="*", type=_kind, help=f"kernels, of {STAGE1_KINDS} (default: all)")
     ap.add_argument("--page", type=int_at_least(1), default=64, help="page size (default 64)")
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--heads", type=int, choices=HEAD_COUNTS, default=HEADS,
@@ -148,7 +149,7 @@ def main(argv=None) -> None:
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
     ap.add_argument("--md", metavar="FILE", help="also write the report as a markdown table to FILE")
     args = ap.parse_args(argv)
-    reports = compile_stage1(args.kinds or KINDS, args.page, args.dtype, args.final, args.heads)
+    reports = compile_stage1(args.kinds or STAGE1_KINDS, args.page, args.dtype, args.final, args.heads)
     if args.ptx:
         os.makedirs(args.ptx, exist_ok=True)
         for k, r in reports.items():

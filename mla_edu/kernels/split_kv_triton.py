@@ -9,9 +9,9 @@ the S partials by LSE. Same algorithm as SGLang's Triton MLA decode
 (``python/sglang/srt/layers/attention/triton_ops/decode_attention.py``), with the cutlass
 contract's page table and workspace.
 
-On a Hopper GPU stage 1 runs ``split_kv_wgmma`` instead (Gluon: layouts and page loads written out,
-``WGMMA``), 1.3-1.9x faster on the H200: ``kernels/NOTES.md``, v4. The tl kernel here runs everywhere
-else: other GPUs, checked calls, the CPU interpreter.
+On a Hopper GPU stage 1 runs ``split_kv_wgmma`` instead (Gluon: layouts and page loads written out;
+``plan_stage1`` chooses, the plan carries the choice), 1.3-1.9x faster on the H200: ``kernels/NOTES.md``,
+v4. The tl kernel here runs everywhere else: other GPUs, checked calls, the CPU interpreter.
 
 dtypes: GPU fp16/bf16/fp32. CPU (TRITON_INTERPRET=1): fp32/fp16; bf16 raises TypeError
 because the interpreter computes bf16 wrongly.
@@ -20,14 +20,16 @@ because the interpreter computes bf16 wrongly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import torch
 
 from mla_edu.device import TRITON_INTERPRET
 from mla_edu.kernels import split_kv_wgmma as wgmma
-from mla_edu.kernels.contract import DecodePlan, flat_table, workspace_views
+from mla_edu.kernels.contract import STAGE1_KINDS, DecodePlan, LaunchConfig, flat_table, workspace_views
 from mla_edu.kernels.workspace import gpu_block_h
+from mla_edu.util import is_int
 
 import triton  # noqa: E402  (after mla_edu.device)
 import triton.language as tl  # noqa: E402
@@ -157,9 +159,6 @@ def _quiet(on_gpu: bool):
 
 #: GPU launch configs (BLOCK_N, num_warps, num_stages) per head-block size (``gpu_block_h``).
 GPU_CONFIGS = {16: (64, 4, 2), 32: (32, 4, 2), 64: (64, 8, 2)}  # measured on the H200 (kernel_bench_h200.md)
-#: Overrides, keyed like GPU_CONFIGS, each a full (BLOCK_H, BLOCK_N, num_warps, num_stages): set by
-#: the benchmark's tuning pass and by the launch-config sweep (``python -m tools.kernel_sweep``).
-TUNED: dict[int, tuple[int, int, int, int]] = {}
 
 
 def _dot_width(d: int) -> int:
@@ -169,20 +168,20 @@ def _dot_width(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
-def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0):
-    """(BLOCK_H, BLOCK_N, num_warps, num_stages); on a GPU the head block is ``gpu_block_h(heads, batch,
-    n_pages)`` (16 for problems too small to fill the GPU with 64-head programs)."""
+def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) -> LaunchConfig:
+    """The tl kernel's default launch config; on a GPU the head block is ``gpu_block_h(heads, batch, n_pages)``
+    (16 for problems too small to fill the GPU with 64-head programs). A call can pass its own
+    (``mla_decode(..., launch=...)``, as ``tools.kernel_sweep`` does)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
-        return max(16, triton.next_power_of_2(heads)), 64, 4, 1
+        return LaunchConfig(max(16, triton.next_power_of_2(heads)), 64, 4, 1)
     block_h = gpu_block_h(heads, batch, n_pages)
-    return TUNED.get(block_h, (block_h, *GPU_CONFIGS[block_h]))
+    return LaunchConfig(block_h, *GPU_CONFIGS[block_h])
 
 
-#: Stage 1 on a Hopper GPU: "tma" or "cp.async" = the Gluon kernels of ``split_kv_wgmma`` where
-#: ``wgmma_applies``, reading pages by TMA (through cp.async where ``split_kv_wgmma.tma_applies`` is false) or
-#: by cp.async; None = the tl kernel above. "tma": the fastest at every shape of the H200 bench
-#: (``results/kernel_bench_h200.md``); ``wgmma_kernel(kind)`` switches for a block of code.
-WGMMA: str | None = "tma"
+#: Stage 1 where ``wgmma_applies`` and the call names none: the Gluon kernel reading pages by TMA (through
+#: cp.async where ``split_kv_wgmma.tma_applies`` is false), the fastest at every shape of the H200 bench
+#: (``results/kernel_bench_h200.md``). Everywhere else "tl".
+DEFAULT_STAGE1 = "tma"
 
 
 def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, max_pages: int,
@@ -197,32 +196,51 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
             and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % block_h == 0)
 
 
-@contextlib.contextmanager
-def wgmma_kernel(kind: str | None = "tma"):
-    """Inside the block stage 1 runs ``kind`` (see ``WGMMA``); the setting is restored after. The choice is
-    made on the host at each call, so a CUDA graph keeps the kernel it captured."""
-    global WGMMA
-    if kind is not None and kind not in wgmma.KINDS:
-        raise ValueError(f"kind must be None or one of {wgmma.KINDS}, got {kind!r}")
-    old, WGMMA = WGMMA, kind
-    try:
-        yield
-    finally:
-        WGMMA = old
+def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: str | None = None,
+                launch=None) -> DecodePlan:
+    """``plan`` with its stage-1 kernel and launch config. ``stage1``: one of ``STAGE1_KINDS``, or None for
+    the device's default (``DEFAULT_STAGE1`` where ``wgmma_applies``, else "tl"); ``launch``: the tl kernel's
+    (BLOCK_H, BLOCK_N, num_warps, num_stages), or None for ``launch_config``'s (the Gluon kernels' are fixed).
+    Chosen on the host at each call, so a CUDA graph keeps the kernel it captured."""
+    if stage1 is not None and stage1 not in STAGE1_KINDS:
+        raise ValueError(f"stage1 must be None or one of {STAGE1_KINDS}, got {stage1!r}")
+    if launch is not None:
+        if stage1 not in (None, "tl"):
+            raise ValueError(f"launch configures the tl kernel (the Gluon kernels' configs are fixed), "
+                             f"got launch={launch!r} with stage1={stage1!r}")
+        if (not isinstance(launch, tuple) or len(launch) != 4 or not all(is_int(x) and x >= 1 for x in launch)
+                or launch[0] & (launch[0] - 1) or launch[1] & (launch[1] - 1)):
+            raise ValueError("launch must be (BLOCK_H, BLOCK_N, num_warps, num_stages), ints >= 1, the blocks "
+                             f"powers of two, got {launch!r}")
+        stage1 = "tl"
+    gluon = wgmma_applies(q_nope, q_pe, cache, plan.max_pages, checked)
+    kind = stage1 if stage1 is not None else (DEFAULT_STAGE1 if gluon else "tl")
+    if kind != "tl" and not gluon:
+        raise ValueError(f"stage1={kind!r} is a Gluon kernel: it needs a Hopper GPU, fp16/bf16, 512 + 64 dims, "
+                         f"an unchecked call and heads a whole number of programs; got {q_nope.dtype} "
+                         f"{tuple(q_nope.shape)} on {q_nope.device}, checked={checked} (stage1='tl' runs anywhere)")
+    if kind == "tl":
+        cfg = LaunchConfig(*launch) if launch is not None else launch_config(plan.heads, q_nope.is_cuda, plan.batch,
+                                                                             plan.max_pages)
+    else:
+        block_h = gpu_block_h(plan.heads, plan.batch, plan.max_pages)
+        cfg = LaunchConfig(block_h, wgmma.BLOCK_N, wgmma.kernel_for(block_h)[1], wgmma.STAGES)
+    return dataclasses.replace(plan, stage1=kind, launch=cfg)
 
 
 @torch.library.custom_op("mla_edu::mla_decode_stage1", mutates_args=("o_acc", "lse_acc", "out"))
 def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, seq_lens: torch.Tensor,
                       table_flat: torch.Tensor, o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor,
                       sm_scale: float, row_stride: int, max_pages: int, num_splits: int, checked: bool,
-                      final: bool) -> None:
+                      final: bool, stage1: str, launch: list[int]) -> None:
+    """Stage 1 by the kernel ``stage1`` (``STAGE1_KINDS``) with ``launch`` (``LaunchConfig``), as planned."""
     b, h, dl = q_nope.shape
-    on_gpu = q_nope.is_cuda
-    if WGMMA is not None and wgmma_applies(q_nope, q_pe, cache, max_pages, checked):
-        wgmma.launch(WGMMA, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                     max_pages, num_splits, final, gpu_block_h(h, b, max_pages))
+    block_h, block_n, warps, stages = launch
+    if stage1 != "tl":
+        wgmma.launch(stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
+                     max_pages, num_splits, final, block_h)
         return
-    block_h, block_n, warps, stages = launch_config(h, on_gpu, b, max_pages)
+    on_gpu = q_nope.is_cuda
     grid = (b, triton.cdiv(h, block_h), num_splits)
     with _quiet(on_gpu):
         _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
@@ -253,7 +271,7 @@ def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_a
 
 @mla_decode_stage1.register_fake
 def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride, max_pages, num_splits,
-      checked, final):
+      checked, final, stage1, launch):
     return None
 
 
@@ -280,16 +298,19 @@ def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_s
                             "use float32 or float16 on CPU (bfloat16 works on GPU)")
     if q_nope.stride(-1) != 1 or q_pe.stride(-1) != 1 or cache.stride(-1) != 1:
         raise ValueError("q_nope, q_pe and kv_c_and_k_pe_cache must be contiguous in their last dim")
+    if plan.stage1 is None or plan.launch is None:
+        raise ValueError("the plan names no stage-1 kernel: make it with plan_stage1 (as mla_decode does)")
+    stage1 = (plan.stage1, list(plan.launch))  # the custom op's last two arguments
     b, h, dl = q_nope.shape
     out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
     table = flat_table(page_table, plan)
     if plan.num_splits == 1:
         dummy = out.new_empty((0,), dtype=torch.float32)
         torch.ops.mla_edu.mla_decode_stage1(q_nope, q_pe, cache, seq_lens, table, dummy, dummy.clone(), out, sm_scale,
-                                            plan.row_stride, plan.max_pages, 1, checked, True)
+                                            plan.row_stride, plan.max_pages, 1, checked, True, *stage1)
         return out
     o_acc, lse_acc = workspace_views(workspace, plan)
     torch.ops.mla_edu.mla_decode_stage1(q_nope, q_pe, cache, seq_lens, table, o_acc, lse_acc, out, sm_scale,
-                                        plan.row_stride, plan.max_pages, plan.num_splits, checked, False)
+                                        plan.row_stride, plan.max_pages, plan.num_splits, checked, False, *stage1)
     torch.ops.mla_edu.mla_decode_stage2(o_acc, lse_acc, out)
     return out

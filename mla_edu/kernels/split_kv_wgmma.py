@@ -24,14 +24,15 @@ shared memory), so a page's unused slots, NaN perhaps, never reach the tensor co
 feeds the scores is the same buffer that feeds ``P V``: the 512 latent columns are both K and V.
 
 Same contract, grid and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits); used
-there on sm90 GPUs for unchecked calls whose heads fill whole programs (``split_kv_triton.WGMMA``, "tma"
-by default). No CPU interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90`` compiles them for sm_90a
-and shows what the compiler made; the tests against float64 run on a Hopper GPU.
+there on sm90 GPUs for unchecked calls whose heads fill whole programs (the plan's ``stage1``, "tma" by
+default: ``split_kv_triton.plan_stage1``). No CPU interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90``
+compiles them for sm_90a and shows what the compiler made; the tests against float64 run on a Hopper GPU.
 """
 
 from __future__ import annotations
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
+from mla_edu.kernels.contract import GLUON_KINDS
 
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
@@ -403,16 +404,13 @@ def stage1_swapped_kernel(
         gl.store(lse_ptr + base, lse)
 
 
-KINDS = ("cp.async", "tma")
-
-
 def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float,
            row_stride: int, max_pages: int, num_splits: int, final: bool, block_h: int = BLOCK_H) -> None:
     """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs) with ``block_h`` heads a
     program: ``stage1_wgmma_kernel`` for 64, ``stage1_swapped_kernel`` for 16 or 32. ``kind`` "tma" reads
     pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind not in GLUON_KINDS:
+        raise ValueError(f"kind must be one of {GLUON_KINDS}, got {kind!r}")
     b, h, dl = q_nope.shape
     if block_h not in (BLOCK_H, *SWAPPED_BLOCK_H) or h % block_h:
         raise ValueError(f"block_h must be one of {(BLOCK_H, *SWAPPED_BLOCK_H)} and divide the {h} heads, "
