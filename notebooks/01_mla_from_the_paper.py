@@ -40,14 +40,14 @@ torch.manual_seed(0)
 torch.set_printoptions(precision=4)
 
 # %% [markdown]
-# ## The symbols
+# ## The symbols (core)
 #
 # | symbol | name in `transformers` | DeepSeek-V3 |
 # |---|---|---|
 # | $d$ | `hidden_size` | 7168 |
 # | $n_h$ | `num_attention_heads` | 128 |
 # | $d_c'$ | `q_lora_rank` (query latent) | 1536 |
-# | $d_c$ | `kv_lora_rank` (key/value latent) | 512 |
+# | $d_c$ | `kv_lora_rank` (key/value [latent](../glossary.md#latent)) | 512 |
 # | $d_h$ | `qk_nope_head_dim` | 128 |
 # | $d_h^R$ | `qk_rope_head_dim` | 64 |
 # | $d_v$ | `v_head_dim` | 128 |
@@ -66,7 +66,7 @@ attention_dims = ("num_attention_heads", "q_lora_rank", "kv_lora_rank",
 assert all(getattr(MLAConfig.deepseek_v3(), k) == getattr(MLAConfig.deepseek_v2(), k) for k in attention_dims)
 
 # %% [markdown]
-# ## The equations
+# ## The equations (core)
 #
 # For the token at position $t$ with hidden state $h_t$:
 #
@@ -77,7 +77,7 @@ assert all(getattr(MLAConfig.deepseek_v3(), k) == getattr(MLAConfig.deepseek_v2(
 # **Queries too** (DeepSeek-V2-Lite skips this and uses $q_t = W^Q h_t$):
 # $$c^Q_t = W^{DQ} h_t \in \mathbb{R}^{d_c'}, \qquad q^C_{t,i} = W^{UQ}_i c^Q_t$$
 #
-# **Position goes in a separate, small part** (decoupled RoPE). Each head gets its own rotated
+# **Position goes in a separate, small part** ([decoupled](../glossary.md#decoupled-rope) RoPE). Each head gets its own rotated
 # query part, but the rotated key part $k^R_t$ is *one vector shared by all heads*:
 # $$q^R_{t,i} = \mathrm{RoPE}(W^{QR}_i c^Q_t), \qquad k^R_t = \mathrm{RoPE}(W^{KR} h_t)$$
 #
@@ -94,7 +94,7 @@ assert all(getattr(MLAConfig.deepseek_v3(), k) == getattr(MLAConfig.deepseek_v2(
 # per layer. Every head's keys and values can be rebuilt from them.
 
 # %% [markdown]
-# ## Building it by hand, one equation at a time
+# ## Building it by hand, one equation at a time (core)
 #
 # A tiny config keeps every tensor printable. `NaiveMLA` holds the weights under the names
 # `transformers` uses; here we only borrow them.
@@ -167,7 +167,7 @@ print(f"NaiveMLA vs by hand: relative error < 1e-6: {err < 1e-6}")
 assert err < 1e-6
 
 # %% [markdown]
-# ## Checking against `transformers`
+# ## Checking against `transformers` (optional)
 #
 # Matching our own hand-written version proves little. The test that matters (as minGPT's single
 # test does for GPT-2) is to load the weights of the reference implementation and get the same
@@ -202,7 +202,7 @@ assert err < 1e-5
 # query compression, both RoPE layouts, YaRN, DeepSeek-V2's module, and random configurations
 # drawn by Hypothesis.
 #
-# ## Decoding with the latent cache
+# ## Decoding with the latent cache (core)
 #
 # At decode time each new token attends to everything before it. MLA caches only $c^{KV}$ and
 # $k^R$; `ContiguousLatentCache` holds them. Prefill 30 tokens, then decode the last 10 one at a time: the
@@ -226,7 +226,7 @@ assert err < 1e-5
 # head** from the latent, then threw them away. That is the price of caching so little, and
 # notebook 02 removes it.
 #
-# ## What the small cache buys
+# ## What the small cache buys (core)
 #
 # Bytes cached per token per layer in bf16, at DeepSeek-V3's sizes, for multi-head attention,
 # grouped-query attention with 8 KV heads, multi-query attention, and MLA. Mind the key widths:
@@ -268,7 +268,7 @@ fig = kv_cache_bytes_per_token()
 # paper puts it as "equal to GQA with only 2.25 groups"), yet every head still gets its own keys
 # and values.
 #
-# ## What we saw
+# ## What we saw (core)
 #
 # - MLA caches one 512-number latent and one 64-number positional key per token and layer; each
 #   head's keys and values are linear functions of that latent.
@@ -276,7 +276,7 @@ fig = kv_cache_bytes_per_token()
 #   YaRN, in prefill and in step-by-step decode.
 # - The literal form decompresses the whole cache for every head at every step.
 #
-# ## Exercises
+# ## Exercises (optional)
 #
 # 1. Set `rope_interleave=False` in `MLAConfig.tiny(...)` and re-run the `transformers` check. Why
 #    does it still agree, when the cached `k_pe` is laid out differently?

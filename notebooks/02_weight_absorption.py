@@ -41,7 +41,7 @@ def rel_err(a, b):
 
 
 # %% [markdown]
-# ## The identity
+# ## The identity (core)
 #
 # The content part of head $i$'s score between a query and a cached token is
 # $$ (q^C_i)^\top k^C_{j,i} = (q^C_i)^\top W^{UK}_i c^{KV}_j = \big((W^{UK}_i)^\top q^C_i\big)^\top c^{KV}_j .$$
@@ -65,13 +65,13 @@ print(f"same scores: {torch.allclose(literal, absorbed)}; "
 assert torch.allclose(literal, absorbed)
 
 # %% [markdown]
-# ## Why RoPE has to be decoupled
+# ## Why RoPE has to be decoupled (core)
 #
 # Suppose positions were applied to the content key itself, $k_j = R_j W^{UK} c^{KV}_j$, with $R_j$
 # the rotation for position $j$. Then
 # $q^\top R_j W^{UK} c_j = \big((W^{UK})^\top R_j^\top q\big)^\top c_j$: the absorbed query now
 # depends on **the key's** position $j$, so it would have to be recomputed for every cached token,
-# which is exactly the work absorption was meant to remove. The paper (section 2.1.3) therefore
+# which is exactly the work [absorption](../glossary.md#weight-absorption) was meant to remove. The paper (section 2.1.3) therefore
 # keeps the content part position-free and adds a small, separately rotated part, $q^R$ and the
 # shared $k^R$.
 #
@@ -98,7 +98,7 @@ assert torch.allclose(rope_on_content[0], absorbed_once[0])
 assert not torch.allclose(rope_on_content[1:], absorbed_once[1:])
 
 # %% [markdown]
-# ## `AbsorbedMLA`
+# ## `AbsorbedMLA` (core)
 #
 # Same weights as `NaiveMLA` (the state dicts are interchangeable), different order:
 #
@@ -144,7 +144,7 @@ with torch.no_grad():
 # operands give. fp32 has a 24-bit significand ($2^{-24} \approx 6 \cdot 10^{-8}$ per rounding); over
 # this layer's sums its error comes out at a few times $10^{-7}$, well inside the $10^{-5}$ checked.
 #
-# ## The softmax scale does not change
+# ## The softmax scale does not change (optional)
 #
 # Absorption computes *the same number* $q_i^\top k_{j,i}$ in another order, so the scale stays
 # $1/\sqrt{d_h + d_h^R} = 1/\sqrt{192}$, times YaRN's temperature $m^2$ with
@@ -173,7 +173,7 @@ print(f"tiny layer, scale 1/sqrt(r + dr) instead of the right one: relative erro
 assert rel_err(wrong, right) > 0.05
 
 # %% [markdown]
-# ## What each order costs
+# ## What each order costs (core)
 #
 # `mla_edu.attention.cost` counts one layer of one decode step (projections both orders share
 # are left out). At DeepSeek-V3 dims, batch 64, 4,096 tokens each:
@@ -210,14 +210,14 @@ assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
 # Even at its idealized minimum of bytes, the naive order spends over 100 times the arithmetic
 # rebuilding keys and values that absorption never builds.
 #
-# **Is absorbed decode memory- or compute-bound?** Its intensity (`cost.decode_intensity`, the one
+# **Is absorbed decode memory- or compute-bound?** Its [intensity](../glossary.md#intensity) (`cost.decode_intensity`, the one
 # function notebook 04 prints too) is 228 FLOP per byte at 128 heads and 30 at 16: each cached
 # row of 576 numbers is used by every head, for a score over 576 and a value over 512, so a cached
 # byte carries $n_h (576 + 512) / 576 \approx 1.89\, n_h$ FLOPs (242 and 30.2, `cost.cached_byte_intensity`,
 # the limit of a long context); reading q and writing o cost bytes too, which brings 242 down to
 # 228 at this shape. "About $2 n_h$" (256 and 32) rounds 1088/576 up to 2. The ceilings come from the project's committed H200
 # benchmark (`results/kernel_bench_h200.json`, notebook 04): dense bf16 matmul and a
-# device-to-device copy, measured in the same run. Their ratio is the ridge. 128 heads (one GPU
+# device-to-device copy, measured in the same run. Their ratio is the [ridge](../glossary.md#ridge). 128 heads (one GPU
 # holding all heads) are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
 
 # %%
@@ -260,7 +260,7 @@ assert cost.prefill_cost(v3, 4096, "naive").flops < cost.prefill_cost(v3, 4096, 
 # same) run prefill in the decompressed, compute-friendly order and decode in the absorbed,
 # data-movement-friendly order.
 #
-# ## Measured on this machine
+# ## Measured on this machine (optional)
 #
 # One decode step of a DeepSeek-V2-Lite-sized layer (16 heads) over 2,048 cached tokens, on the CPU:
 
@@ -300,7 +300,7 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 # robust fact. On a GPU the gap is what notebook 04's benchmark measures.
 #
 # %% [markdown]
-# ## Should the products be pre-multiplied?
+# ## Should the products be pre-multiplied? (optional)
 #
 # One can go further and store $W^{UQ\top} W^{UK}$ (query side) and $W^{O} W^{UV}$ (output side)
 # as single matrices. It is a real trade-off, not a free win: the products are bigger than the
@@ -309,7 +309,7 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 # materialised products to be slower than applying the low-rank factors in sequence; FlashInfer
 # PR #551 chose the other way. `AbsorbedMLA` applies the factors in sequence.
 #
-# ## What we saw
+# ## What we saw (core)
 #
 # - Absorption is the associativity of matrix products: the scores and outputs are the same
 #   numbers (fp32 to $10^{-5}$, bf16 to $2\cdot 10^{-2}$), but no per-head key or value is built.
@@ -319,7 +319,7 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 #   an H200 and 16 heads memory-bound.
 # - The scale is $1/\sqrt{192}$ (times YaRN's $m^2$), never $1/\sqrt{576}$.
 #
-# ## Exercises
+# ## Exercises (optional)
 #
 # 1. In the "why decoupled" cell, absorb the query as $W^\top R_3^\top q$ instead of $W^\top q$.
 #    Which score comes out right now, and why can no single absorbed query get them all?

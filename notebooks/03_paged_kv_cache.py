@@ -17,10 +17,10 @@
 # # 03 · The paged latent KV cache
 #
 # **You will learn** how a serving engine stores MLA's latent cache: token slots grouped into
-# pages, a `req_to_token` table that maps each request's positions to slots, and the small
-# *page table* a decode kernel reads. You will see why pages beat one contiguous block per
-# request, what "stale" entries in a reused page table are, and how a page table read with the
-# wrong row stride hands a request somebody else's pages: the mechanism of SGLang PR #6998.
+# [pages](../glossary.md#page), a [`req_to_token`](../glossary.md#req_to_token) table that maps each request's positions to slots, and the small
+# *[page table](../glossary.md#page-table)* a decode kernel reads. You will see why pages beat one contiguous block per
+# request, what "[stale](../glossary.md#stale-entry)" entries in a reused page table are, and how a page table read with the
+# wrong [row stride](../glossary.md#row-stride) hands a request somebody else's pages: the mechanism of SGLang PR #6998.
 #
 # **You need** a CPU (Run All: about 5 seconds on a 2-core CPU). Triton runs in its CPU interpreter here.
 #
@@ -37,7 +37,7 @@ from mla_edu.kvcache.plots import page_table_figure, page_table_scenario, pages_
 _ = torch.manual_seed(0)
 
 # %% [markdown]
-# ## 1. What one token costs
+# ## 1. What one token costs (core)
 #
 # MLA caches, per token and per layer, the compressed KV `c_kv` (`kv_lora_rank` = 512 numbers)
 # and the shared RoPE key `k_pe` (64 numbers): one row of 576. SGLang stores them side by side
@@ -53,7 +53,7 @@ assert v3.bytes_per_token() == 61 * 576 * 2
 print("a 4096-token request:", round(4096 * v3.bytes_per_token() / 2**20, 1), "MiB")
 
 # %% [markdown]
-# ## 2. Why pages
+# ## 2. Why pages (core)
 #
 # A naive engine reserves `max_context_len` slots per request up front. Requests are ragged,
 # so most of that is never used. Paging hands out fixed-size pages on demand: the only waste is
@@ -75,12 +75,12 @@ for page in (1, 16, 64, 128):
 # Small pages waste less but make the table longer and the kernel's gathers smaller. Kernels
 # pick a page size they can read efficiently: FlashMLA uses 64, the cutlass MLA kernel 128.
 #
-# ## 3. The request pool and the page allocator
+# ## 3. The request pool and the page allocator (core)
 #
 # `ReqToTokenPool` owns `req_to_token`, an int32 `[size, max_context_len]` table: row `r` lists
 # the cache slot of every position of the request living in row `r`. `PagedAllocator` hands out
 # whole pages; slot = `page * PAGE + offset`. Page 0 is reserved as the padding page (SGLang
-# reserves slot 0 for padded tokens in the same way), so a dummy request may always point there.
+# reserves slot 0 for [padded](../glossary.md#padded-rows) tokens in the same way), so a dummy request may always point there.
 
 # %%
 PAGE = 4
@@ -138,10 +138,10 @@ except PoolExhausted as e:
     print("PoolExhausted:", e)
 
 # %% [markdown]
-# ## 4. Writing a step's latents
+# ## 4. Writing a step's latents (optional)
 #
 # Each layer writes the new tokens' `c_kv` and `k_pe` into their slots with one `index_copy_`.
-# No host sync, so this runs inside a captured CUDA graph.
+# No host sync, so this runs inside a [captured](../glossary.md#capture) CUDA graph.
 
 # %%
 cache = LatentKVCache(num_layers=2, num_pages=9, page_size=PAGE, kv_lora_rank=8, qk_rope_head_dim=4)
@@ -153,9 +153,9 @@ print("written rows equal the inputs:", torch.equal(rows_l1[loc], torch.cat([c_k
 print("rows written:", int((rows_l1.abs().sum(-1) > 0).sum()), "of", rows_l1.size(0))
 
 # %% [markdown]
-# ## 5. The page table
+# ## 5. The page table (core)
 #
-# Decode kernels read a page table: int32 `[B, block_num]`, row `b` listing request `b`'s pages.
+# Decode kernels read a page table: int32 [`[B, block_num]`](../glossary.md#block_num), row `b` listing request `b`'s pages.
 # SGLang builds it with a small Triton kernel, `create_flashmla_kv_indices_triton`: one program
 # per request writes
 #
@@ -202,7 +202,7 @@ for impl in ("torch", "triton"):
     assert untouched == b2.numel() - sum(sc["n_pages"])
 
 # %% [markdown]
-# ## 6. Reading the table with the wrong row stride
+# ## 6. Reading the table with the wrong row stride (core)
 #
 # A kernel finds page `j` of request `b` at flat index `b * row_stride + j` of the table's
 # storage. sgl-kernel's `cutlass_mla_decode` takes `row_stride = page_table.size(1)` (its C++
@@ -226,7 +226,7 @@ assert right[0] == wrong[0] and all(right[b] != wrong[b] for b in range(1, 4))
 fig = page_table_figure()
 
 # %% [markdown]
-# ## What we saw
+# ## What we saw (core)
 #
 # - MLA caches 576 numbers per token per layer (70,272 bytes per token for all of DeepSeek-V3 in bf16).
 # - Paging wastes under one page per request; contiguous reservation wasted half of the memory here.
@@ -237,7 +237,7 @@ fig = page_table_figure()
 #   gets its own pages. Notebook 04 runs the decode kernel on such a table; notebooks 06-07 show
 #   the whole bug under CUDA graphs.
 #
-# ## Exercises
+# ## Exercises (optional)
 #
 # 1. With page 128 and lengths uniform in [1, 512], what fraction of allocated slots is wasted?
 #    Compute it, then check with the code of section 2.

@@ -17,8 +17,8 @@
 # # 04 · The MLA decode kernel: gather, split-KV, workspace
 #
 # **You will learn** what a paged MLA decode kernel computes and how it is organised: a naive
-# gather through the page table, then *split-KV* (flash-decoding), where each request's pages
-# are cut into splits processed in parallel and merged by log-sum-exp through a *workspace*.
+# gather through the page table, then *[split-KV](../glossary.md#split)* (flash-decoding), where each request's pages
+# are cut into splits processed in parallel and merged by log-sum-exp through a *[workspace](../glossary.md#workspace)*.
 # You will meet the exact contract of sgl-kernel's `cutlass_mla_decode`, the function behind
 # SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
 # hinges on: the page table's row stride and the split count.
@@ -42,7 +42,7 @@ from mla_edu.kernels.plots import kernel_bench_figure, load_bench
 _ = torch.manual_seed(0)
 
 # %% [markdown]
-# ## 1. The contract
+# ## 1. The contract (core)
 #
 # After weight absorption (notebook 02) decode is multi-query attention over the latent cache:
 # every head's query has a 512-wide part `q_nope` (already multiplied by $W_{UK}$) and a 64-wide
@@ -93,7 +93,7 @@ for heads in (16, 128):
 assert (round(intensity[128]), round(intensity[16])) == (228, 30)  # as quoted here and in notebook 02
 
 # %% [markdown]
-# ## 2. A test problem, built like FlashMLA's tests
+# ## 2. A test problem, built like FlashMLA's tests (optional)
 #
 # Pages are handed out in a random permutation; every page no request owns, and every slot past
 # a request's length, holds NaN; every page-table entry past a request's pages holds an
@@ -127,7 +127,7 @@ def rel_err(x):
 
 
 # %% [markdown]
-# ## 3. Naive gather
+# ## 3. Naive gather (core)
 #
 # The simplest correct kernel: per request, look its `ceil(len / PAGE)` pages up in the table,
 # gather their rows, keep the first `len`, attend. Ten lines; the `"reference"` impl is this.
@@ -151,7 +151,7 @@ print("no NaN, so no stray read:", bool(torch.isfinite(naive).all()))
 # %% [markdown]
 # On a GPU this is one program per request: with few, long requests most of the chip idles.
 #
-# ## 4. Split-KV
+# ## 4. Split-KV (core)
 #
 # Cut request `b`'s pages into `S` splits. Each split `s` computes its own normalized partial
 # output $o_s$ and log-sum-exp $\ell_s = \log \sum_{t \in s} e^{x_t}$; since
@@ -177,7 +177,7 @@ merged = sum(w[s][:, None] * parts[s][0] for s in range(2))
 print("merge of 2 splits equals the full softmax:", torch.allclose(merged, truth[b], atol=1e-12))
 
 # %% [markdown]
-# ## 5. How many splits, and how big a workspace
+# ## 5. How many splits, and how big a workspace (core)
 #
 # sgl-kernel decides the split count **on the host, from shapes only**
 # (`MLA::set_split_kv` in `sgl-kernel/csrc/attention/cutlass_sm100_mla/device/sm100_mla.hpp`):
@@ -186,7 +186,7 @@ print("merge of 2 splits equals the full softmax:", torch.allclose(merged, truth
 # `split = ceil(max_splits / ceil(max_splits / heur))`. The workspace holds fp32
 # `o_acc [B, 128, split, 512]` and then `lse [B, split, 128]`
 # (`kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `to_underlying_arguments`): 262,656 bytes per
-# (batch, split). `mla_edu`'s kernels keep their LSE as `[B, H, split]`; the byte count is the same.
+# (batch, split). `mla_edu`'s kernels keep their [LSE](../glossary.md#lse) as `[B, H, split]`; the byte count is the same.
 
 # %%
 print(" B | max_seq_len | auto split | workspace MiB")
@@ -200,7 +200,7 @@ assert [b for b in range(1, 129) if num_kv_splits_for(4224, b, 132, -1) > 1] == 
 # %% [markdown]
 # Read the `max_seq_len = 128` rows as "a page table one page wide". That is what SGLang's
 # cutlass backend captured before PR #6998: dummy lengths of 1 at capture gave
-# `max_seqlen_pad = 1`, a table view `[:bs, :1]`, one split and a workspace sized for it. A CUDA
+# [`max_seqlen_pad = 1`](../glossary.md#max_seqlen_pad), a table view `[:bs, :1]`, one split and a workspace sized for it. A CUDA
 # graph freezes all of that. With 4224 (33 pages, the full buffer width at context 4096) a batch
 # of up to 66 requests gets more splits on 132 SMs (from 67 on, `sm_count // B` is 1 and so is the
 # split) and needs a bigger workspace: a workspace sized at capture for one split is too small for
@@ -215,7 +215,7 @@ except ValueError as e:
     print("ValueError:", str(e).split(";")[0])
 
 # %% [markdown]
-# ## 6. Four implementations, one answer
+# ## 6. Four implementations, one answer (optional)
 #
 # | impl | what it is | graph-safe |
 # |---|---|---|
@@ -260,7 +260,7 @@ for splits in (1, 3):
     assert written == expected
 
 # %% [markdown]
-# ## 7. The row-stride policy
+# ## 7. The row-stride policy (core)
 #
 # The kernel reads page `j` of request `b` at flat index `b * row_stride + j` of the table's
 # storage. `stride_policy="size"` is the cutlass wrapper (`row_stride = page_table.size(1)`,
@@ -284,7 +284,7 @@ for name, table, policy in (("narrow view [:B, :1]", buf[:4, :1], "size"),
 # Only request 0 survives the `"size"` policy on the narrow view; `"stride"` or a full-width view
 # is right. That is SGLang #6998's trigger in one cell; notebook 06 shows it inside a CUDA graph.
 #
-# ## 8. Checked mode
+# ## 8. Checked mode (optional)
 #
 # The real kernel reads whatever memory an out-of-range page id points at. Without `checked`, the
 # impls here clamp such an id to the last page; `checked=True` turns the read into NaN for that
@@ -313,7 +313,7 @@ for checked in (False, True):
 # wrong. Checked, the same request is NaN, and the three others are unchanged.
 
 # %% [markdown]
-# ## 9. The real kernel, and why it cannot run here
+# ## 9. The real kernel, and why it cannot run here (optional)
 #
 # `impl="cutlass"` calls `sgl_kernel.cutlass_mla_decode`. That kernel is CUTLASS's SM100 MLA
 # (`sm100_fmha_mla_tma_warpspecialized.hpp`: tcgen05 tensor-core instructions and tensor memory),
@@ -349,14 +349,14 @@ except RuntimeError as e:
     print("RuntimeError:", e)
 
 # %% [markdown]
-# ## 10. On the H200
+# ## 10. On the H200 (optional)
 #
 # `python -m tools.kernel_bench --pages 64` ran the Triton kernel on one H200 (through this
 # project's device tool) in bf16 over h_q {16, 128}, B {1, 8, 64, 128}, L {512 ... 32768}, page 64,
 # measuring the two ceilings in the same run, and two peers on the same cache bytes in the same
 # process: SGLang's own Triton MLA decode kernel (`decode_attention_fwd` from the sglang 0.4.7 wheel,
 # the kernel behind its `triton` backend) and FlashMLA (DeepSeek's Hopper kernel, built from source
-# on that machine). Times are CUDA-graph replays. Every split count the rule below can pick was
+# on that machine). Times are CUDA-graph [replays](../glossary.md#replay). Every split count the rule below can pick was
 # timed, so the table shows the rule's split next to the best one. The results:
 # `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
 #
@@ -427,7 +427,7 @@ fig = kernel_bench_figure()
 # the two largest B = 128 shapes). The cutlass-auto column shows what sgl-kernel's heuristic costs:
 # at h_q = 128, B = 64 it picks 2 splits where one wave of 128 programs is already there.
 #
-# ## 11. What the compiler made of it
+# ## 11. What the compiler made of it (optional)
 #
 # A GPU engineer checks a claim like "Q K^T is done twice" in the compiled code, and Triton compiles
 # for the H200 on any machine: `mla_edu.kernels.sm90` runs Triton's compiler and the `ptxas` it ships
@@ -487,7 +487,7 @@ assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 //
 # with the same TMA ring it keeps the pages coming: 79 us at B = 64, L = 4096, 90% of the copy
 # ceiling (the tl kernel 87 us).
 #
-# ## What we saw
+# ## What we saw (core)
 #
 # - Decode is a gather through the page table plus multi-query attention over 576-wide rows;
 #   float64 ground truth agrees with all three CPU impls, and NaN-poisoned unused pages prove that
@@ -502,7 +502,7 @@ assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 //
 #   1.9x faster on the H200 (62% of the matmul rate, 0.67x FlashMLA); at 16 heads it swaps the
 #   operands so no wgmma row is padding (90% of copy, FlashMLA's speed).
 #
-# ## Exercises
+# ## Exercises (optional)
 #
 # 1. Using the formula of section 5, at which batch size does a 4096-token table stop getting
 #    more than one split on a 132-SM GPU? Check with `num_kv_splits_for`.

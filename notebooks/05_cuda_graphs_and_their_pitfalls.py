@@ -22,7 +22,7 @@
 # caught by a checker. One of them is the bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060
 # with graphs, 0.910 to 0.920 over five runs without).
 #
-# **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *emulator* of CUDA graphs; with a GPU,
+# **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *[emulator](../glossary.md#graph-emulator)* of CUDA graphs; with a GPU,
 # the same code captures real `torch.cuda.CUDAGraph`s. Every pitfall below was also run on an H200
 # with real graphs (`results/graph_scenarios_h200_cuda.md`), with the same outcome. Run All
 # takes about 10 seconds on a 2-core CPU.
@@ -45,7 +45,7 @@ DEVICE = mla_edu.default_device()
 _ = torch.manual_seed(0)
 
 # %% [markdown]
-# ## 1. Why graphs: launch overhead
+# ## 1. Why graphs: launch overhead (core)
 #
 # A decode step of a large model launches hundreds of small kernels per token, each doing little
 # work. Launched one by one from Python, the GPU waits for the CPU. A CUDA graph records the
@@ -82,7 +82,7 @@ print(f"emulator replay / eager on CPU: {min(r['replay_over_eager'] for r in cpu
 fig = launch_overhead()
 
 # %% [markdown]
-# ## 2. The rules, seen on a small step
+# ## 2. The rules, seen on a small step (core)
 #
 # `Graph` is one API for both worlds: `torch.cuda.CUDAGraph` on a GPU, the emulator on CPU.
 # `with graph(g): ...` captures, `g.replay()` replays. On CPU, capture records every aten op with
@@ -230,7 +230,7 @@ else:
           "cudaErrorStreamCaptureInvalidated")
 
 # %% [markdown]
-# ## 3. A toy paged decode, and six pitfalls
+# ## 3. A toy paged decode, and six pitfalls (core)
 #
 # `mla_edu.graphs.scenarios` builds the smallest decode that shows each pitfall: a latent cache of
 # pages of 4 tokens, SGLang's `req_to_token`, a persistent page table `kv_indices [4, 8]` filled
@@ -359,7 +359,7 @@ print(inspect.getsource(sc.static_buffers))  # the step, as the graph captures i
 show("static_buffers")
 
 # %% [markdown]
-# ## 4. Catching them: the graph-safety checker
+# ## 4. Catching them: the graph-safety checker (optional)
 #
 # `check(step, make_inputs, static_inputs=..., prepare=..., reference=..., persistent=...)`
 # captures the step once, then for each random batch (sizes between capture buckets, lengths 1 to
@@ -391,7 +391,7 @@ for name, build in sc.PROBLEMS.items():
 # valid page id. FlashMLA's tests use the same idea (NaN pages, out-of-range ids).
 
 # %% [markdown]
-# ## 5. Syncs are refused during capture
+# ## 5. Syncs are refused during capture (optional)
 #
 # (Last, because on a GPU a refused capture is the end of that capture.) `.item()`, `.tolist()`,
 # printing a tensor, `torch.nonzero`, boolean masks: anything that needs the host to wait for the
@@ -423,7 +423,7 @@ print(r.hint[:100])
 assert not r.ok
 
 # %% [markdown]
-# ## What we saw
+# ## What we saw (core)
 #
 # - A graph replays recorded launches with recorded arguments on recorded memory: 4.7x faster than
 #   eager for a 117-kernel step on an H200, because launches, not math, dominate small decode steps.
@@ -435,7 +435,7 @@ assert not r.ok
 #   versions raises a false alarm (tested over more than 100 random schedules in
 #   `tests/test_graphs_check.py`).
 #
-# ## Exercises
+# ## Exercises (optional)
 #
 # 1. In `sc.narrow_view`, change the captured width to 2 pages. Which rows are right now, and why
 #    does row 0 stay right whatever the width?

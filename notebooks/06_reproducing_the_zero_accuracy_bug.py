@@ -48,7 +48,7 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
       f"{max(q.prompt_len for q in questions)} tokens (1 to 4 pages of 128)")
 
 # %% [markdown]
-# ## 1. The seed's table, in miniature
+# ## 1. The seed's table, in miniature (core)
 #
 # The PR's author served DeepSeek-V3 with `python3 -m sglang.launch_server --tp 8
 # --enable-dp-attention --dp 8 --attention-backend cutlass_mla --context-length 4096
@@ -64,7 +64,7 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 # Our stand-in: a 2-layer DeepSeek-style model with a real 576-wide MLA latent, trained on a recall
 # task (a key's two-digit value, stated pages earlier in the prompt), decoded greedily by the mini
 # engine and scored like `benchmark/gsm8k/bench_sglang.py` (last integer in the answer), with the
-# seed's flags (`repro.SEED_CONFIG`): a page table `W = 33` wide, 8 DP-attention ranks of at most
+# seed's flags (`repro.SEED_CONFIG`): a page table [`W = 33`](../glossary.md#w) wide, 8 [DP-attention](../glossary.md#dp-attention) ranks of at most
 # 16 requests each (run in lockstep in one process), each rank's rows padded to the graph that
 # fits the ranks' sum (64 or 128). SGLang then pinned sgl-kernel 0.1.7, whose softmax scale was
 # hard-coded to `1/sqrt(192)` (the "bug-era" kernel): the pre-fix row runs it, and a fifth row
@@ -123,7 +123,7 @@ for k, res in full.items():
 # %% [markdown]
 # Now the diagnosis, one step at a time.
 #
-# ## 2. Graph against eager, on one batch
+# ## 2. Graph against eager, on one batch (core)
 #
 # First make the failure small: six requests of different lengths, one decode step, replayed by
 # the graph captured for batch size 8 (the batch is padded to 8, as SGLang pads), then the same
@@ -149,7 +149,7 @@ assert d.row_err[0] < TOL and all(e > TOL for e in d.row_err[1:])
 print([round(min(e, 99.0), 3) for e in d.row_err])
 
 # %% [markdown]
-# ## 3. Which requests are wrong: all but the first row
+# ## 3. Which requests are wrong: all but the first row (core)
 #
 # Row 0 matches eager; every other row is off by whole logits. A pattern "row 0 right, the rest
 # wrong" points at addressing: something that is right for offset zero and wrong for every other
@@ -164,7 +164,7 @@ assert own[0] and not any(own[1:])
 assert all((e < TOL) == o for e, o in zip(d.row_err, own))  # wrong logits exactly where wrong pages
 
 # %% [markdown]
-# ## 4. What the kernel actually read, and a check of that claim
+# ## 4. What the kernel actually read, and a check of that claim (core)
 #
 # The "read" lists above are *computed*: take the page-table view the kernel got while the graph
 # was captured, index its memory the way sgl-kernel's wrapper does (`row_stride =
@@ -188,7 +188,7 @@ print(f"max |replay - reference on the predicted pages| {max(d.check_err):.1e}; 
 # The prediction holds to float rounding on every row: the graph's kernel read exactly the pages
 # computed from the frozen view. Row `b` reads the entries `b, b+1, ...` of the buffer's memory.
 #
-# ## 5. The page-table buffer: whose entries the wrong rows read
+# ## 5. The page-table buffer: whose entries the wrong rows read (core)
 #
 # SGLang allocates `cuda_graph_kv_indices` once, `(max_bs, W)` with `W = (context + 128) // 128`,
 # filled with 1 (`cutlass_mla_backend.py`, `init_cuda_graph_state`). Before each replay a small
@@ -231,7 +231,8 @@ print(f"W = {w6}: {other} of {sum(len(d6.read[b]) for b in range(1, len(d6.seq_l
 assert w6 == (model.config.mla.max_position_embeddings + PAGE_SIZE) // PAGE_SIZE == 5 and other > 0
 assert d6.rows_reading_own_pages[: len(d6.seq_lens)] == own  # the same rows right and wrong
 
-# ## 6. The launch parameters the graph froze
+# %% [markdown]
+# ## 6. The launch parameters the graph froze (core)
 #
 # At capture the runner fills `seq_lens` with 1 (`get_cuda_graph_seq_len_fill_value`), so the
 # pre-fix capture hook computed `max_seqlen_pad = ceil(1 / 128) = 1` and handed the kernel the
@@ -278,7 +279,7 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 # defect, did no visible harm; notebook 07 makes it harmful. Eager mode built a fresh contiguous
 # `(bs, max_seqlen_pad)` table every step, so its stride always matched: eager was right.
 #
-# ## 7. An open question: why 0.060 and not 0?
+# ## 7. An open question: why 0.060 and not 0? (optional)
 #
 # Under the bug only row 0 reads its own pages. In the seed each DP worker ran at most 16 requests,
 # so a first guess is `0.916 / 16 = 0.057` (0.916: the mean of the five runs without graphs), close
@@ -376,7 +377,7 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # lands as close to its own guess; but its requests live 3 decode steps, not hundreds, so it cannot
 # say why the seed's did: treat it as an open question, not an explanation.
 #
-# ## What we saw
+# ## What we saw (core)
 #
 # - The miniature reproduces the seed's table: eager right, pre-fix graph near zero, the merged fix
 #   and the Triton backend back at the eager accuracy.
@@ -391,7 +392,7 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # - Under the bug, a request is right when its answer-deciding decode step ran in row 0; how often that
 #   happens depends on the row order, so `eager / max running` is only a rough guess.
 #
-# ## Exercises
+# ## Exercises (optional)
 #
 # 1. Run `dg.diagnose_step` with `defects=mla_edu.serving.MERGED_FIX`. Which launch parameters change, and do the
 #    stale entries disappear from the buffer? Why are they harmless now?

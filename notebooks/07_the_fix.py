@@ -18,7 +18,7 @@
 #
 # **You will learn** what SGLang's merged fix (PR #6998, commit `e58423b2b`) changed and why each
 # piece matters, measured piece by piece; why a second, latent defect (the workspace) did no harm in
-# the seed's runs and when it would; how a poison fill turns silent garbage into a loud failure;
+# the seed's runs and when it would; how a [poison fill](../glossary.md#poison-fill) turns silent garbage into a loud failure;
 # what the automated PR summary and the review got right and wrong; and how to catch this class of
 # bug before it reaches a benchmark.
 #
@@ -55,7 +55,7 @@ eager = run(disable_cuda_graph=True, defects=PRE_FIX)
 print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
 
 # %% [markdown]
-# ## 1. The merged fix, piece by piece
+# ## 1. The merged fix, piece by piece (core)
 #
 # The diff of [`e58423b2b`](https://github.com/duihuhu/sglang/commit/e58423b2b9f2b037e208ba4ec346bab5cc1eafe8)
 # (PR [#6998](https://github.com/sgl-project/sglang/pull/6998)) in
@@ -144,7 +144,7 @@ assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.sta
 # real lengths on the host; `max_seq_len = 128 W` is simply the maximum. The stale tails are still
 # there, and no row reads them.
 #
-# ## 2. The ablation: each defect alone, at one split and at the automatic split count
+# ## 2. The ablation: each defect alone, at one split and at the automatic split count (optional)
 #
 # One split is what SGLang ran: the sgl-kernel it pinned at `7059ae16f` (0.1.7) hard-coded one
 # split, and the backend's call passed no split count. The later kernel (PR #7145 on) takes
@@ -204,7 +204,7 @@ assert pre_auto["max_splits_used"] == 1 or pre_auto["eager_step"] > 0  # replays
 # - **none** (the merged fix): stale tails are still in the buffer, but with the right stride the
 #   kernel reads only the `ceil(len / 128)` entries that were just written. Harmless.
 #
-# ## 3. The workspace hazard, made real
+# ## 3. The workspace hazard, made real (optional)
 #
 # Correct width, automatic splits, and the pre-fix workspace handling: the graphs are captured
 # largest first, each capture stores a fresh workspace on the backend and so drops the one the
@@ -255,7 +255,7 @@ if DEVICE.type != "cuda":
 # one split the kernel never writes the workspace, which is why the seed's runs did not show it.
 # The fix allocates one workspace, for the maximum, before any capture, and never replaces it.
 #
-# ## 4. The poison fill: silent garbage becomes a loud failure
+# ## 4. The poison fill: silent garbage becomes a loud failure (core)
 #
 # FlashMLA's tests fill unused table entries with an out-of-range id and unused pages with NaN, so
 # any stray read shows. The same idea here, as an option SGLang never had (`poison_fill=True`,
@@ -285,7 +285,7 @@ print(f"over {N} questions, width alone with the poison fill: {w1['errors']} req
 # reads only live entries and is still silently wrong,
 # which is why poisoning helps but does not replace a graph-vs-eager test (section 6).
 #
-# ## 5. What the PR summary and the review got right and wrong
+# ## 5. What the PR summary and the review got right and wrong (optional)
 #
 # PR #6998's conversation on GitHub holds an automated summary of the PR (gemini-code-assist) and
 # an automated review. Checked against the diff (`7059ae16f` vs `e58423b2b`; a later version of the file, read for this notebook, the one that
@@ -318,7 +318,7 @@ assert d_silent.launches_during_replay == 0
 # parameter to the kernel; PR #7186 (`ed89837cf`) made the backend pass `layer.scaling` to it.
 # `results/seed_config_cpu.md` measures that defect in the miniature (the `scale` defect).
 #
-# ## 6. How to catch this class of bug
+# ## 6. How to catch this class of bug (core)
 #
 # **A graph-safety checker.** `mla_edu.graphs.check` captures a step once, then replays it against
 # eager on random batches, poisoning persistent buffers before each replay, and names the first
@@ -367,7 +367,7 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 # | FlashInfer `trtllm_batch_decode_with_kv_cache` | output depends on the host `max_seq_len` argument, so eager and full-CUDA-graph runs differ | flashinfer issue #4647 |
 # | FlashAttention varlen under graphs | "max_seqlen_k is a variable on CPU. After the kernel is captured, changing this value will have no effect" (T. Dao) | Dao-AILab/flash-attention issue #1164 |
 #
-# ## What we saw
+# ## What we saw (core)
 #
 # - The merged fix's first piece (full-width capture: `size(1)` equals the row stride) alone restores
 #   accuracy; the workspace piece matters only with splits; SGLang did not add a reset.
@@ -380,7 +380,7 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 # - A graph-vs-eager differential test with poisoned buffers catches the whole class; the checker
 #   flags the toy versions with hints that point at the cause.
 #
-# ## Exercises
+# ## Exercises (optional)
 #
 # 1. Fix only the workspace (`defects={"width"}`) and run with `num_kv_splits=-1`. Which
 #    split count does the graph freeze, and why? (Hint: `max_seq_len`.)

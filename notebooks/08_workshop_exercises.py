@@ -44,7 +44,7 @@ if DEVICE.type == "cpu":
     torch.set_num_threads(1)  # small ops: one thread is faster on a shared CPU, and deterministic
 
 # %% [markdown]
-# ## 1. The control panel
+# ## 1. The control panel (core)
 #
 # `ControlPanel` drives the mini serving engine (`mla_edu.serving`) with the shipped tiny model on
 # the first questions of the eval set. For one setting (backend, defects of the cutlass_mla
@@ -144,7 +144,7 @@ assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 panel.show()
 
 # %% [markdown]
-# ## 2. Exercises
+# ## 2. Exercises (core)
 #
 # Each exercise cell holds a starting stub; the checker below it reports "NOT YET" with a hint until
 # your answer is right. Replace the stub, re-run the two cells.
@@ -156,7 +156,7 @@ panel.show()
 # with the full-width view `cuda_graph_kv_indices[:bs, :W]`. Write the hook: it must make the
 # captured graph read the right pages. You have `backend.req_to_token` (`[pool, context]`, the
 # cache slot of each token), `backend.cuda_graph_kv_indices` (`[max_bs, W]` int32) and
-# `mla_edu.kvcache.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, 128)`.
+# [`mla_edu.kvcache.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, 128)`](../glossary.md#req_pool_indices).
 # Remember what a replay can and cannot see.
 #
 # `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
@@ -299,7 +299,7 @@ solved = [r1.passed, all(r.passed for r in r2), r3.passed, r4.passed, r5.passed]
 print(f"solved {sum(solved)} of {len(solved)} exercises")
 
 # %% [markdown]
-# ## What we saw
+# ## What we saw (core)
 #
 # - One switch, the frozen page-table **width**, turns the served accuracy from eager's level to
 #   near zero; only batch row 0 reads its own pages. The **stale** entries are what the mis-strided
@@ -310,7 +310,7 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 # - Launch parameters (row stride, `max_seq_len`, split count, workspace pointer) come from the host
 #   at capture and stay frozen; the checkers read them off the recorded launch, not off the code.
 #
-# ## More exercises (open questions, answers below)
+# ## More exercises (open questions, answers below) (optional)
 #
 # 1. In the panel, set max running requests to 4, then 16, with the pre-fix code. The first
 #    guess for the graph accuracy is `eager / max_running_requests`. Does it hold? Which requests
