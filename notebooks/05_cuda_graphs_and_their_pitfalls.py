@@ -25,9 +25,9 @@
 # **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *[emulator](../glossary.md#graph-emulator)* of CUDA graphs; with a GPU,
 # the same code captures real `torch.cuda.CUDAGraph`s. Every pitfall below was also run on an H200
 # with real graphs (`results/graph_scenarios_h200_cuda.md`), with the same outcome. Run All
-# takes about 10 seconds on a 2-core CPU.
+# takes seconds on a 2-core CPU (the measured time is in README's table of notebooks).
 #
-# The rules come from PyTorch's notes on CUDA graphs (`docs/source/notes/cuda.rst`, section
+# The rules come from PyTorch's notes on CUDA graphs (docs.pytorch.org, `notes/cuda.html`, section
 # "CUDA Graphs") and `torch/cuda/graphs.py`; the facts about SGLang from its code at the commits
 # named below. Every source is listed in `docs/sources.md`.
 
@@ -308,11 +308,13 @@ fig = narrow_view_reads(DEVICE)
 # The pre-fix backend allocated a workspace in its capture hook, on the host just before each
 # capture, and replaced it when the next batch size was captured: the previous graph kept writing
 # memory the allocator considered free. In SGLang this did no harm only because the kernel touched
-# the workspace only when `split_kv > 1`. This scenario makes the reuse concrete: graph 1
-# allocates its workspace while capturing, the host drops it, and graph 2 is captured into the
-# same memory pool (SGLang captures every batch size into one shared pool, `pool=` in
-# `cuda_graph_runner.py`, e.g. at commit 0021673c). The caching allocator hands graph 1's block to
-# graph 2's output, and every replay of graph 1 overwrites it.
+# the workspace only when `split_kv > 1`. SGLang's hook runs before `torch.cuda.graph` begins
+# (`cuda_graph_runner.py` at `7059ae16f`: the hook at line 465, the capture at line 504), so its
+# workspace came from the general caching allocator, where any later allocation can take the
+# dropped block. This scenario takes a different path to the same reuse, through the graphs' private
+# pool: graph 1 allocates its workspace while capturing, the host drops it, and graph 2 is captured
+# into the same pool (SGLang captures every batch size into one shared pool, `pool=` at line 504).
+# The allocator hands graph 1's block to graph 2's output, and every replay of graph 1 overwrites it.
 # **Fix:** allocate the workspace once, at maximum size, before any capture (SGLang's merged fix).
 
 # %%
@@ -338,7 +340,7 @@ show("stale_buffer:fixed")
 #
 # A real batch of 3 is padded to the captured 4. If the padded row keeps last step's
 # `out_cache_loc`, it writes a stale token into a cache slot that now belongs to a live request.
-# **Fix (SGLang's `replay_prepare` in `cuda_graph_runner.py`, e.g. at commit 0021673c):** padded
+# **Fix (SGLang's `replay_prepare` in `cuda_graph_runner.py`, at `7059ae16f` lines 546-548):** padded
 # rows get `seq_lens.fill_(1)` and `out_cache_loc.zero_()`; slot 0 is a dummy no request owns
 # ("The padded slot 0 is used for writing dummy outputs from padded tokens", SGLang's
 # `mem_cache/memory_pool.py`; its allocators hand out pages from 1).

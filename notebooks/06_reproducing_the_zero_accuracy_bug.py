@@ -21,13 +21,13 @@
 # engineer would: graph against eager on one batch, which rows are wrong, which pages each request
 # actually read, what the page-table buffer held, and which launch parameters the graph froze.
 #
-# **You need** a CPU (Run All: about 25 seconds on a 2-core CPU). Without a GPU the graphs are the CPU emulator of
-# `mla_edu.graphs` (notebook 05); with one, the same code captures real `torch.cuda.CUDAGraph`s
-# and runs in bf16. Notebooks 03 (page tables) and 05 (graph rules) help.
+# **You need** a CPU (Run All: under half a minute on a 2-core CPU; README's table of notebooks has
+# the measured time). Without a GPU the graphs are the CPU emulator of `mla_edu.graphs` (notebook 05);
+# with one, the same code captures real `torch.cuda.CUDAGraph`s and runs in bf16. Notebooks 03 (page tables) and 05 (graph rules) help.
 #
 # The facts about SGLang come from its
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at the buggy parent `7059ae16f`
-# and at the fix `e58423b2b` (PR #6998, 2025-06-10); every source is listed in `docs/sources.md`.
+# and at the fix `e58423b2b` (PR #6998, merged 2025-06-09 UTC); every source is listed in `docs/sources.md`.
 
 # %%
 import torch
@@ -275,8 +275,10 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 
 # %% [markdown]
 # Width 1, row stride 1 against a buffer whose rows are `W` apart, and `max_seq_len` 128. The split
-# count is 1 both ways here (SGLang ran with one split), which is why the workspace, the second
-# defect, did no visible harm; notebook 07 makes it harmful. Eager mode built a fresh contiguous
+# count is 1 both ways here, as it most likely was in the seed: the sgl-kernel 0.1.7 wheel SGLang
+# pinned hard-codes one split (an inference from the pin; the PR does not say), and even a source
+# build's automatic rule gives one split for a frozen `max_seq_len` of 128. That is why the
+# workspace, the second defect, did no visible harm; notebook 07 makes it harmful. Eager mode built a fresh contiguous
 # `(bs, max_seqlen_pad)` table every step, so its stride always matched: eager was right.
 #
 # ## 7. An open question: why 0.060 and not 0? (optional)
@@ -333,7 +335,8 @@ for k, res in full.items():
 
 # %% [markdown]
 # DP attention adds a third way to be right. SGLang replays a graph under DP attention only if no
-# rank is prefilling (`can_cuda_graph` is the minimum over the ranks); otherwise every rank runs its
+# rank is prefilling (`can_cuda_graph` is the minimum over the ranks) and the ranks' summed tokens
+# fit the largest captured graph (`CudaGraphRunner.can_run`); otherwise every rank runs its
 # decode step eagerly, on the right pages. In the seed's configuration the repro splits the pre-fix
 # runs by that (`results/repro_cpu.json`, `open_question_this`): requests with an eager decode step,
 # and the rest:
@@ -355,7 +358,7 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # steps run eagerly and right: the pre-fix run scores far above `1/16` of eager. With the bug-era
 # kernel (the seed's pre-fix run) the early ends fell differently, almost no step ran eagerly, and
 # the run lands near `eager / 16` (0.523 / 16 = 0.033), as the seed's 0.060 lands near
-# 0.917 / 16 = 0.057.
+# 0.916 / 16 = 0.057.
 #
 # What this measures (numbers above, on this model). A request's answer has two digits: the first
 # comes from the prefill, which is always right; the second is decoded in the request's first decode
@@ -372,9 +375,10 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # do not have. Also, `bench_sglang.py` puts the same five examples in front of every question
 # (`get_few_shot_examples` takes the first `k` of the set), and SGLang's radix cache keeps that
 # shared prefix once: every request's first pages are the same physical pages. A wrong read that
-# lands on one of them reads the right text; one that lands on another request's own pages does
-# not. The 0.057 guess is close to 0.060, and the miniature's DP run in the seed's configuration
-# lands as close to its own guess; but its requests live 3 decode steps, not hundreds, so it cannot
+# lands on one of them reads text of the request's own prompt, though not the page that slot should
+# hold; one that lands on another request's own pages reads another request's text. The 0.057
+# guess is close to 0.060, and the miniature's DP run in the seed's configuration lands as close to
+# its own guess; but its requests live 3 decode steps, not hundreds, so it cannot
 # say why the seed's did: treat it as an open question, not an explanation.
 #
 # ## What we saw (core)

@@ -22,8 +22,8 @@
 # what the automated PR summary and the review got right and wrong; and how to catch this class of
 # bug before it reaches a benchmark.
 #
-# **You need** a CPU (Run All: about a minute on a 2-core CPU) and notebook 06. On a GPU the same cells capture real CUDA
-# graphs and run in bf16.
+# **You need** a CPU (Run All: about a minute on a 2-core CPU; README's table of notebooks has the
+# measured time) and notebook 06. On a GPU the same cells capture real CUDA graphs and run in bf16.
 #
 # Facts about SGLang come from its
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py` at `7059ae16f` (before) and
@@ -146,11 +146,15 @@ assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.sta
 #
 # ## 2. The ablation: each defect alone, at one split and at the automatic split count (optional)
 #
-# One split is what SGLang ran: the sgl-kernel it pinned at `7059ae16f` (0.1.7) hard-coded one
-# split, and the backend's call passed no split count. The later kernel (PR #7145 on) takes
-# `num_kv_splits`; the `auto` rows model that later kernel, not the seed's run. With `-1` the
-# kernel picks the split count on the host from `max_seq_len`, the batch size and the SM count
-# (sgl-kernel's heuristic), and writes split partials through the workspace.
+# One split is what the seed most likely ran: the sgl-kernel wheel SGLang pinned at `7059ae16f`
+# (0.1.7) hard-codes one split, and the backend's call passes no split count. That is an inference
+# from the pin, not something the PR says: a source build at `7059ae16f` has sgl-kernel's newer
+# Python API, where PR #6929 (`18efb5e8e`, already an ancestor of `7059ae16f`) added `num_kv_splits`
+# with default -1. The pre-fix result holds either way (with the frozen `max_seq_len = 128` the
+# automatic rule gives one split); under the fix a source build would have split, safely, through
+# the one workspace the fix allocates. The `auto` rows model that automatic count, not the pinned
+# wheel. With `-1` the kernel picks the split count on the host from `max_seq_len`, the batch size
+# and the SM count (sgl-kernel's heuristic), and writes split partials through the workspace.
 
 # %%
 from mla_edu.case_study.repro import ABLATION  # (label, defects, poison_fill): the rows repro runs
@@ -216,8 +220,9 @@ assert pre_auto["max_splits_used"] == 1 or pre_auto["eager_step"] > 0  # replays
 # `python -m tools.workspace_reuse` (`results/workspace_reuse_h200.md`) got the very address of the
 # graph's dropped workspace for a new 10.5 MB tensor, and one replay overwrote 3.1% of its bytes
 # while the graph's own logits matched eager. Once, in a process that had run other configurations
-# first, a replay died instead with "an illegal memory access" (the block had gone back to the
-# driver: `torch.cuda.graph` empties the allocator's cache as each capture starts), which poisons
+# first, a replay died instead with "an illegal memory access" (seen once; the likely explanation is
+# that the block had gone back to the driver, since `torch.cuda.graph` empties the allocator's cache
+# as each capture starts), which poisons
 # the whole CUDA context (`results/workspace_hazard_h200.md`); so `run_bench` runs such a setting in
 # a child process. Here the CPU emulator takes the hazard apart, handing the block to a new owner
 # explicitly so that it happens every time:
@@ -252,7 +257,8 @@ if DEVICE.type != "cuda":
 # owner explicitly, so it happens every time. Every replay then writes split partials into the new
 # owner's data. The graph's own answers stay right (it writes each partial before reading it back);
 # the corruption is someone else's: a tensor of the next request, a buffer of another graph. With
-# one split the kernel never writes the workspace, which is why the seed's runs did not show it.
+# one split the kernel never writes the workspace, which is why the seed's runs (one split, by the
+# pinned wheel) did not show it.
 # The fix allocates one workspace, for the maximum, before any capture, and never replaces it.
 #
 # ## 4. The poison fill: silent garbage becomes a loud failure (core)
@@ -288,10 +294,10 @@ print(f"over {N} questions, width alone with the poison fill: {w1['errors']} req
 # ## 5. What the PR summary and the review got right and wrong (optional)
 #
 # PR #6998's conversation on GitHub holds an automated summary of the PR (gemini-code-assist) and
-# an automated review. Checked against the diff (`7059ae16f` vs `e58423b2b`; a later version of the file, read for this notebook, the one that
-# passes `sm_scale=layer.scaling` after #7184, still has `max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]`
-# at capture, no workspace allocation in the hooks and no reset in the replay hook) and against the
-# measurements above:
+# an automated review. Checked against the diff (`7059ae16f` vs `e58423b2b`; the later version of
+# the file at PR #7186, `ed89837cf`, the one that passes `sm_scale=layer.scaling`, still has
+# `max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]` at capture, no workspace allocation in the
+# hooks and no reset in the replay hook) and against the measurements above:
 #
 # | claim | verdict | evidence |
 # |---|---|---|
@@ -362,10 +368,10 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 #
 # | where | what was frozen | reference |
 # |---|---|---|
-# | SGLang `trtllm_mla` backend | the capture hook computed the padded block count from the dummy `seq_lens.max()` and handed the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, the same shape as here | SGLang PR #9675; a stored version of SGLang's `trtllm_mla_backend.py` computes `max_seqlen_pad = self._calc_padded_blocks(seq_lens.max().item())` in its capture hook |
+# | SGLang `trtllm_mla` backend | the capture hook computed the padded block count from the dummy `seq_lens.max()` and handed the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, the same shape as here | SGLang PR #9675 (`ff9b56181`); at its parent, `trtllm_mla_backend.py` lines 210-211 compute `max_seqlen_pad = self._calc_padded_blocks(seq_lens.max().item())` in the capture hook |
 # | Hugging Face `transformers` continuous batching | `max_seqlen_q` / `max_seqlen_k`, Python ints baked into graphs as FlashAttention launch constants; a graph was reused for batches with another `max_seqlen_k`; GSM8K fell from about 0.45 to 0.23 | transformers PR #45323 "[CB] Fix capture of max_seqlen" |
 # | FlashInfer `trtllm_batch_decode_with_kv_cache` | output depends on the host `max_seq_len` argument, so eager and full-CUDA-graph runs differ | flashinfer issue #4647 |
-# | FlashAttention varlen under graphs | "max_seqlen_k is a variable on CPU. After the kernel is captured, changing this value will have no effect" (T. Dao) | Dao-AILab/flash-attention issue #1164 |
+# | FlashAttention varlen under graphs | "max_seqlen_k is a variable on CPU. After the kernel is capture, changing this value will have no effect" (T. Dao, sic) | Dao-AILab/flash-attention issue #1164 |
 #
 # ## What we saw (core)
 #
