@@ -87,6 +87,9 @@ def repro_claims() -> list[str]:
         f"divided by the {rows} rows of a rank ({table['scale']['accuracy'] / rows:.3f})",
         f"the same guess for the seed gives {mean:.3f} / {rows} = {mean / rows:.3f} against its {SEED['prefix']}",
         f"the same DP run scores {model_scale['accuracy']:.3f}",
+        f"W = {width}: pre-fix {model_scale['accuracy']:.3f}, with the scale too {table['prefix']['accuracy']:.3f}",
+        f"answered GSM8K at **{SEED['prefix']}** with CUDA graphs on and **{SEED['eager'].replace('-', ' to ')}** "
+        f"with them off",
         f"and {model_scale['eager_step']} requests had such a step, "
         f"{model_scale['accuracy_eager_step']:.3f} of them right",
         f"has none ({one_engine[16]:.3f} and {one_engine[128]:.3f} on CPU)",
