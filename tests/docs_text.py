@@ -19,10 +19,14 @@ def rel(path: Path) -> str:
     return path.relative_to(REPO_ROOT).as_posix()
 
 
+#: documentation outside README and docs/: the kernel notes and the H200 notebooks' README
+OTHER_DOCS = (REPO_ROOT / "mla_edu" / "kernels" / "NOTES.md", REPO_ROOT / "notebooks" / "gpu" / "README.md")
+
+
 def doc_files() -> list[Path]:
-    """README.md, every docs/*.md and every notebooks/NN_*.py (the paired source of each notebook)."""
+    """README.md, every docs/*.md, ``OTHER_DOCS`` and every notebooks/NN_*.py (each notebook's paired source)."""
     notebooks = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
-    return [README, *sorted((REPO_ROOT / "docs").glob("*.md")), *notebooks]
+    return [README, *sorted((REPO_ROOT / "docs").glob("*.md")), *OTHER_DOCS, *notebooks]
 
 
 def docstrings(path: Path) -> list[str]:
