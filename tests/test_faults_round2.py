@@ -160,3 +160,206 @@ def test_weights_symlink_escaping_the_directory_is_named(tmp_path):
     with pytest.raises(ValueError, match=f"weights file {d / name} is a symlink to {tmp_path / 'elsewhere.safetensors'}"
                                          f", outside {d}; expected a file inside that directory"):
         load_pretrained(d)
+
+
+# ---- 1, 2, 3, 7, 13: commands check their paths and flags before the work, write atomically ---------------
+def _main_exit(module, argv, capsys):
+    """``module.main(argv)`` must exit through argparse: (status, stderr)."""
+    import importlib
+
+    with pytest.raises(SystemExit) as info:
+        importlib.import_module(module).main(argv)
+    return info.value.code, capsys.readouterr().err
+
+
+def _no_work(monkeypatch, obj, name):
+    monkeypatch.setattr(obj, name, lambda *a, **k: pytest.fail(f"{name} ran before the refusal"))
+
+
+def test_train_writes_no_weights_into_the_package_by_default(capsys, monkeypatch):
+    from mla_edu.model import train
+
+    _no_work(monkeypatch, train, "TinyDeepseek")
+    code, err = _main_exit("mla_edu.model.train", ["--steps", "1"], capsys)
+    assert code == 2 and "the following arguments are required: --out" in err
+
+
+def test_train_out_holding_weights_needs_force(tmp_path, capsys, monkeypatch):
+    from mla_edu.model import train
+
+    (tmp_path / "manifest.json").write_text("{}")
+    real = train.TinyDeepseek
+    _no_work(monkeypatch, train, "TinyDeepseek")
+    code, err = _main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path)], capsys)
+    assert code == 2 and f"--out: expected a folder without weights, got {tmp_path}, which holds manifest.json; " \
+                         "pass --force to overwrite them" in err
+    monkeypatch.setattr(train, "TinyDeepseek", real)
+    manifest = train.main(["--steps", "1", "--eval-questions", "1", "--out", str(tmp_path), "--force"])
+    from mla_edu.model import load_pretrained
+
+    assert load_pretrained(tmp_path) is not None and manifest["training"]["steps"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "tiny.safetensors"]  # no temp file left
+
+
+def test_train_out_that_cannot_be_created_fails_before_training(tmp_path, capsys, monkeypatch):
+    from mla_edu.model import train
+
+    (tmp_path / "a_file").write_text("")
+    _no_work(monkeypatch, train, "TinyDeepseek")
+    code, err = _main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path / "a_file" / "w")], capsys)
+    assert code == 2 and f"--out: expected a folder that can be created, got {tmp_path / 'a_file' / 'w'}" in err
+    code, err = _main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path / "a_file")], capsys)
+    assert code == 2 and f"--out: expected a folder, got {tmp_path / 'a_file'}, which is a file" in err
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--json-out", "/no/such/folder/r.json"],
+     "--json-out: expected a file in an existing folder, got /no/such/folder/r.json (no folder /no/such/folder)"),
+    (["--dp", "4", "--no-enable-dp-attention"],
+     "dp_size=4: the mini engine runs data parallelism only as DP attention; pass enable_dp_attention=True"),
+    (["--num-questions", "100000"], "argument --num-questions: expected at most 256 (the eval set), got 100000"),
+])
+def test_repro_refuses_bad_output_path_and_conflicting_flags_before_any_run(argv, msg, capsys, monkeypatch):
+    from mla_edu.case_study import repro
+
+    _no_work(monkeypatch, repro, "AccuracyRuns")
+    code, err = _main_exit("mla_edu.case_study.repro", argv, capsys)
+    assert code == 2 and msg in err and "Traceback" not in err
+
+
+def test_repro_without_dp_attention_runs_one_engine(monkeypatch):
+    from mla_edu.case_study import repro
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def runs(model, questions, common, progress):
+        seen.update(common)
+        raise Stop
+
+    monkeypatch.setattr(repro, "AccuracyRuns", runs)
+    with pytest.raises(Stop):
+        repro.main(["--no-enable-dp-attention", "--num-questions", "2"])
+    assert seen["dp_size"] == 1 and seen["enable_dp_attention"] is False
+
+
+def test_accuracy_num_questions_above_the_eval_set_is_refused(capsys, monkeypatch):
+    from mla_edu.case_study import accuracy
+
+    _no_work(monkeypatch, accuracy, "ServerArgs")  # refused before the engine's arguments are built
+    assert accuracy.main(["--num-questions", "100000"]) == 2
+    assert "error: num_questions: expected an int in [1, 256] (the questions given), got 100000" in \
+        capsys.readouterr().err
+
+
+def test_run_notebooks_out_checked_first_and_a_failed_write_is_a_status(tmp_path, capsys, monkeypatch):
+    import nbclient
+    import nbformat
+
+    from tools import run_notebooks
+
+    (tmp_path / "f").write_text("")
+    code, err = _main_exit("tools.run_notebooks", ["--out", str(tmp_path / "f" / "x")], capsys)
+    assert code == 2 and f"--out: expected a folder that can be created, got {tmp_path / 'f' / 'x'}" in err
+
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    for name in ("01_a.ipynb", "02_b.ipynb"):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), nbs / name)
+
+    class Client:  # no kernel: the test is about the writing
+        def __init__(self, nb, **kw):
+            self.nb = nb
+
+        def execute(self):
+            return self.nb
+
+    monkeypatch.setattr(run_notebooks, "NOTEBOOKS", nbs)
+    monkeypatch.setattr(nbclient, "NotebookClient", Client)
+    out = tmp_path / "out"
+    (out / "01_a.ipynb").mkdir(parents=True)  # the first copy cannot be written
+    assert run_notebooks.main(["--out", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "01_a.ipynb" in lines[0] and "not written" in lines[0]
+    assert "02_b.ipynb" in lines[1] and "  ok  " in lines[1]
+    assert nbformat.read(out / "02_b.ipynb", as_version=4).cells[0].source == "1"
+
+
+@pytest.mark.parametrize("module", ["tools.seed_dp", "tools.seed_scale", "tools.seed_dp_multiprocess"])
+def test_seed_tools_parse_their_arguments_before_the_job(module, capsys, monkeypatch):
+    import importlib
+
+    import mla_edu.model
+
+    _no_work(monkeypatch, mla_edu.model, "load_pretrained")
+    mod = importlib.import_module(module)  # importing runs nothing
+    _no_work(monkeypatch, mod, "load_pretrained")
+    with pytest.raises(SystemExit) as info:
+        mod.main(["--help"])
+    assert info.value.code == 0 and f"usage: python -m {module} [-h]" in capsys.readouterr().out
+    code, err = _main_exit(module, ["--bogus"], capsys)
+    assert code == 2 and "unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize("content,msg", [
+    (None, "(No such file or directory)"),
+    ("not json", "which is not JSON"),
+    ("[1, 2]", "which holds a list, not an object"),
+    ('{"ceilings": {"copy_TBps": 4, "matmul_bf16_TFLOPs": 700}, "info": {}}', "which has no info.sm_count"),
+    ('{"ceilings": {"copy_TBps": 4, "matmul_bf16_TFLOPs": 700}, "info": {"sm_count": 132}, "results": [{}]}',
+     "whose results[0] has no 'page'"),
+])
+def test_kernel_bench_rerule_on_a_missing_or_non_bench_json_is_one_error_line(tmp_path, capsys, content, msg):
+    path = tmp_path / "k.json"
+    if content is not None:
+        path.write_text(content)
+    code, err = _main_exit("tools.kernel_bench", ["--rerule", str(path), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and msg in err and f"got {path}" in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if "error:" in line]) == 1 and not (tmp_path / "o").exists()
+
+
+# ---- no command writes inside the installed package ---------------------------------------------------------
+def _package_files() -> dict:
+    from pathlib import Path
+
+    root = Path(mla_edu.__file__).parent
+    return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _commands() -> list[str]:
+    """Every module of the package and of tools/ that runs as ``python -m``."""
+    from pathlib import Path
+
+    root = Path(mla_edu.__file__).parents[1]
+    found = [p for d in ("mla_edu", "tools") for p in sorted((root / d).rglob("*.py"))
+             if "__pycache__" not in p.parts and 'if __name__ == "__main__"' in p.read_text()]
+    return [".".join(p.relative_to(root).with_suffix("").parts) for p in found]
+
+
+def test_no_command_writes_inside_the_installed_package(tmp_path, capsys):
+    import importlib
+
+    commands = _commands()
+    assert {"mla_edu.model.train", "mla_edu.case_study.repro", "tools.run_notebooks", "tools.seed_dp"} <= set(commands)
+    before = _package_files()
+    for module in commands:  # each command's --help
+        with pytest.raises(SystemExit) as info:
+            importlib.import_module(module).main(["--help"])
+        assert info.value.code == 0, module
+    # the cheap real paths: training with its default output, and with a folder of its own; a rerule
+    with pytest.raises(SystemExit):
+        importlib.import_module("mla_edu.model.train").main(["--steps", "1"])
+    importlib.import_module("mla_edu.model.train").main(["--steps", "1", "--eval-questions", "1",
+                                                         "--out", str(tmp_path / "w")])
+    from mla_edu.paths import RESULTS_DIR
+
+    importlib.import_module("tools.kernel_bench").main(["--rerule", str(RESULTS_DIR / "kernel_bench_h200.json"),
+                                                        "--out", str(tmp_path / "k")])
+    capsys.readouterr()
+    after = _package_files()
+    assert after == before, (f"written inside the package: {sorted(set(after) - set(before))} new, "
+                             f"{sorted(p for p in before if after.get(p) != before[p])} changed")
+    assert (tmp_path / "w" / "manifest.json").is_file() and (tmp_path / "k" / "kernel_bench.json").is_file()

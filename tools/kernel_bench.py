@@ -290,6 +290,37 @@ def stage1_name(kind, heads: int, batch: int, n_pages: int) -> str:
     return f"{kind}, {block_h} heads" + (" (swapped)" if block_h < 64 else "")
 
 
+BENCH_KEYS = {"ceilings": ("copy_TBps", "matmul_bf16_TFLOPs"), "info": ("sm_count",)}
+ROW_KEYS = ("page", "seq_len", "batch", "heads", "bytes", "flops", "triton_split_us")
+
+
+def read_bench_json(path) -> dict:
+    """A bench run's ``kernel_bench.json``, checked for what ``apply_split_rule`` reads; ValueError
+    naming the file and what it lacks otherwise."""
+    want = f"expected a kernel_bench.json written by python -m tools.kernel_bench, got {path}"
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ValueError(f"{want} ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{want}, which is not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{want}, which holds a {type(data).__name__}, not an object")
+    for key, inner in BENCH_KEYS.items():
+        missing = [k for k in inner if not isinstance(data.get(key), dict) or k not in data[key]]
+        if missing:
+            raise ValueError(f"{want}, which has no {key}.{missing[0]}")
+    rows = data.get("results")
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{want}, which has no results")
+    for i, r in enumerate(rows):
+        missing = [k for k in ROW_KEYS if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise ValueError(f"{want}, whose results[{i}] has no {missing[0]!r}")
+    return data
+
+
 def apply_split_rule(data: dict, note: str) -> dict:
     """Recompute the rule's columns of a bench run from its per-split times with the current
     ``triton_num_kv_splits`` (every split the rule can choose was timed), noting why in ``info``."""
@@ -300,6 +331,10 @@ def apply_split_rule(data: dict, note: str) -> dict:
         per = {int(k): v for k, v in r["triton_split_us"].items()}
         rule = triton_num_kv_splits(r["page"] * cdiv(r["seq_len"], r["page"]), r["batch"], r["heads"], r["page"],
                                     data["info"]["sm_count"])
+        if rule not in per:
+            raise ValueError(f"the rule picks {rule} splits at heads {r['heads']}, batch {r['batch']}, length "
+                             f"{r['seq_len']}, page {r['page']}; expected a run that timed it, got splits "
+                             f"{sorted(per)}")
         us = per[rule]
         r.update(triton_rule_splits=rule, triton_rule_us=us, triton_us=us, TBps=r["bytes"] / (us * 1e-6) / 1e12,
                  TFLOPs=r["flops"] / (us * 1e-6) / 1e12)
@@ -456,8 +491,10 @@ def main(argv=None):
         raise SystemExit("python -m tools.kernel_bench needs a CUDA GPU; the committed results are in "
                          "results/kernel_bench_h200.md")
     if args.rerule:
-        with open(args.rerule) as f:
-            data = apply_split_rule(json.load(f), args.note)
+        try:
+            data = apply_split_rule(read_bench_json(args.rerule), args.note)
+        except ValueError as e:
+            ap.error(f"--rerule: {e}")
         _write(args.out, data)
         print(to_markdown(data))
         return

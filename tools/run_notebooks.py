@@ -22,7 +22,7 @@ from pathlib import Path
 from queue import Empty
 
 from mla_edu import cli
-
+from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.paths import NOTEBOOKS_DIR as NOTEBOOKS
 
 
@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=cli.positive_int, default=600, help="seconds per cell")
     parser.add_argument("names", nargs="*", help="notebook file names (default: all in notebooks/)")
     args = parser.parse_args(argv)
+    try:
+        check_out_dir(args.out, "--out")
+    except ValueError as e:
+        parser.error(str(e))
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -60,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         parser.error(f"no such notebook: {missing}")
-    args.out.mkdir(parents=True, exist_ok=True)
     failures = 0
     for path in paths:
         nb = nbformat.read(path, as_version=4)
@@ -84,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             last = max((i for i, n in enumerate(ran) if n is not None), default=-1)
             status = f"error: {type(err).__name__} after code cell {last + 1} of {len(ran)} ran (kernel died?)"
             failures += 1
-        nbformat.write(nb, args.out / path.name)
+        try:  # a failed write is this notebook's status; the others still run
+            write_atomic(args.out / path.name, nbformat.writes(nb))
+        except OSError as err:
+            status += f"; not written: {err}"
+            failures += 1
         print(f"{path.name:45s} {time.perf_counter() - t0:7.1f} s  {status}  ({device})", flush=True)
     return 1 if failures else 0
 

@@ -6,10 +6,12 @@
 pre-fix configurations (with and without the bug-era kernel) both ways on all 256 questions and
 compares every request's output ids, batch rows and graph-replayed decode steps.
 """
+import argparse
 import time
 
 import torch
 
+from mla_edu import cli
 from mla_edu.case_study.repro import SEED_CONFIG
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import PRE_FIX, SEED_PRE_FIX, DPEngine, run_dp_multiprocess
@@ -19,8 +21,16 @@ def accuracy(reqs, qs) -> float:
     return sum(task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, qs)) / len(qs)
 
 
-if __name__ == "__main__":
-    torch.set_num_threads(1)
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tools.seed_dp_multiprocess", description=__doc__.split("\n\n")[0],
+                                epilog="many minutes and several GB on a CPU (8 processes); prints to stdout")
+    p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads (default 1)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
     model = load_pretrained()
     qs = task.default_eval_set()
     prompts = [q.prompt_ids for q in qs]
@@ -39,3 +49,8 @@ if __name__ == "__main__":
               f"steps: {same} of {len(qs)} requests; rank steps {({k: sum(s[k] for s in steps) for k in steps[0]})}",
               flush=True)
         assert same == len(qs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -90,8 +90,9 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     if questions is None:
         questions = task.default_eval_set()
     if num_questions is not None:
-        if not isinstance(num_questions, int) or num_questions < 1:
-            raise ValueError(f"num_questions: expected an int >= 1, got {num_questions!r}")
+        if not isinstance(num_questions, int) or not 1 <= num_questions <= len(questions):
+            raise ValueError(f"num_questions: expected an int in [1, {len(questions)}] (the questions given), "
+                             f"got {num_questions!r}")
         questions = questions[:num_questions]
     if not isinstance(parallel, int) or parallel < 1:
         raise ValueError(f"parallel: expected an int >= 1, got {parallel!r}")

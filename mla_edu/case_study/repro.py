@@ -29,6 +29,7 @@ import sys
 import time
 
 from mla_edu import cli
+from mla_edu.files import check_out_file, write_atomic
 from mla_edu.case_study.accuracy import AccuracyRuns
 from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, ServerArgs
 
@@ -102,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-questions", type=cli.positive_int, default=None, help="default: the whole eval set")
     p.add_argument("--context-length", type=cli.int_at_least(2), default=SEED_CONFIG["context_length"],
                    help="W = (context + 128) // 128 page-table columns (default: the seed's 4096, W = 33)")
-    p.add_argument("--dp", type=cli.positive_int, default=SEED_CONFIG["dp_size"],
-                   help="DP-attention ranks (default: the seed's 8)")
+    p.add_argument("--dp", type=cli.positive_int, default=None,
+                   help="DP-attention ranks (default: the seed's 8 with DP attention, else 1)")
     p.add_argument("--enable-dp-attention", action=argparse.BooleanOptionalAction, default=True,
                    help="DP attention, as the seed ran (default on)")
     p.add_argument("--cuda-graph-bs", type=cli.positive_int, nargs="+", default=list(SEED_CONFIG["cuda_graph_bs"]))
@@ -121,7 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
-    dp = a.dp if a.enable_dp_attention else 1
+    from mla_edu.model import load_pretrained, task
+
+    if a.dp is None:
+        a.dp = SEED_CONFIG["dp_size"] if a.enable_dp_attention else 1
+    if a.num_questions is not None and a.num_questions > task.EVAL_SIZE:
+        p.error(f"argument --num-questions: expected at most {task.EVAL_SIZE} (the eval set), got {a.num_questions}")
+    if a.json_out:
+        try:
+            check_out_file(a.json_out, "--json-out")
+        except ValueError as e:
+            p.error(str(e))
+    dp = a.dp
     common = dict(context_length=a.context_length, dp_size=dp, enable_dp_attention=a.enable_dp_attention,
                   cuda_graph_bs=tuple(a.cuda_graph_bs), max_running_requests=a.max_running_requests,
                   dtype=a.dtype, device=a.device)
@@ -132,8 +144,6 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(a.threads)
-
-    from mla_edu.model import load_pretrained, task
 
     t_start = time.perf_counter()
     model = load_pretrained()
@@ -205,11 +215,11 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - t_start
     print(f"\n{len(run.results)} engine runs, {elapsed:.0f} s in all (prefill computed once per prompt and shared).")
     if a.json_out:
-        with open(a.json_out, "w") as f:
-            json.dump({"configuration": {k: list(v) if isinstance(v, tuple) else v for k, v in common.items()},
-                       "table": table, "ablation": ablation,
-                       # the runs in this configuration, then one engine's: (16, max) running x (append, prepend)
-                       "open_question_this": open_q[:2], "open_question": open_q[2:], "seconds": elapsed}, f, indent=1)
+        write_atomic(a.json_out, json.dumps(
+            {"configuration": {k: list(v) if isinstance(v, tuple) else v for k, v in common.items()},
+             "table": table, "ablation": ablation,
+             # the runs in this configuration, then one engine's: (16, max) running x (append, prepend)
+             "open_question_this": open_q[:2], "open_question": open_q[2:], "seconds": elapsed}, indent=1))
     return 0
 
 

@@ -1,6 +1,6 @@
 """Train the tiny DeepSeek-style model on key-value recall, on CPU.
 
-    python -m mla_edu.model.train [--steps N] [--seed S] [--out DIR]
+    python -m mla_edu.model.train --out DIR [--force] [--steps N] [--seed S]
 
 Seeded; a tqdm bar shows loss and answer accuracy. A curriculum on context length makes
 recall form early (a fixed long context stays at chance for many minutes):
@@ -45,10 +45,11 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from mla_edu import cli
+from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
 
-from mla_edu.model import MANIFEST_FILE, WEIGHTS_DIR, WEIGHTS_FILE, config_sha256, sha256_file
+from mla_edu.model import MANIFEST_FILE, WEIGHTS_FILE, config_sha256, sha256_file
 
 # (fraction of steps at which the stage starts, prompt length: int or "eval")
 CURRICULUM = ((0.0, 64), (0.5, 160), (0.7, "eval"))
@@ -151,20 +152,32 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def check_out(out, force: bool) -> Path:
+    """``--out`` checked before training: a writable folder (created if missing) that holds no
+    weights or manifest yet, unless ``force``; ValueError naming the folder otherwise."""
+    out = check_out_dir(out, "--out")
+    held = [name for name in (WEIGHTS_FILE, MANIFEST_FILE) if (out / name).exists()]
+    if held and not force:
+        raise ValueError(f"--out: expected a folder without weights, got {out}, which holds {', '.join(held)}; "
+                         "pass --force to overwrite them")
+    return out
+
+
 def save(model: TinyDeepseek, out: Path, manifest: dict) -> dict:
-    """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` into ``out``.
+    """Write ``tiny.safetensors`` (fp32) and ``manifest.json`` into ``out``, each atomically (the
+    weights first: a manifest never names weights that are not there).
 
     The manifest records the weight file's and the config's sha256.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     out.mkdir(parents=True, exist_ok=True)
     weights = out / WEIGHTS_FILE
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(weights), metadata={"format": "pt", "model": "TinyDeepseek"})
+    write_atomic(weights, save(state, metadata={"format": "pt", "model": "TinyDeepseek"}))
     manifest = {**manifest, "weights": WEIGHTS_FILE, "sha256": sha256_file(weights),
                 "config_sha256": config_sha256(manifest["config"]), "bytes": weights.stat().st_size}
-    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_atomic(out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
@@ -183,7 +196,10 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m mla_edu.model.train", description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=cli.positive_int, default=1200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=WEIGHTS_DIR)
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for the weights and manifest (never the package's by default: the shipped "
+                        "weights live in mla_edu/model/weights)")
+    p.add_argument("--force", action="store_true", help="overwrite weights already in --out")
     p.add_argument("--batch", type=cli.positive_int, default=32, help="questions per batch at most")
     p.add_argument("--tokens-per-batch", type=cli.positive_int, default=4096,
                    help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
@@ -214,6 +230,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=cli.int_at_least(0), default=1,
                    help="torch threads (0: torch's default); 1 is faster when others share the cores")
     args = p.parse_args(argv)
+    try:
+        args.out = check_out(args.out, args.force)
+    except ValueError as e:
+        p.error(str(e))
     curriculum = parse_curriculum(args.curriculum)
     try:
         facts = tuple(int(x) for x in args.facts.split(","))
