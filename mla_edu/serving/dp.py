@@ -7,7 +7,7 @@ Each DP rank is a scheduler with its own ``Engine`` (pools, latent cache, backen
 - A rank runs at most ``max_running_requests // N`` requests (tp_worker.py lines 119-127); its
   ``req_to_token`` pool and graphs keep the full ``max_running_requests`` sizes.
 - Every step each rank picks its batch as ``Scheduler.get_next_batch_to_run`` does
-  (scheduler.py lines ~1320-1345): a prefill (extend) of waiting requests while there is room,
+  (scheduler.py lines 1297-1345, the choice at 1329-1338): a prefill (extend) of waiting requests while there is room,
   else a decode of its running requests, else nothing.
 - The ranks then all-gather ``[num_tokens, can_cuda_graph]`` (``prepare_dp_attn_batch_raw``,
   scheduler.py lines 1660-1764): ``num_tokens`` is the decode batch size (or the prefill's
