@@ -16,3 +16,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+#: exercise -> (mutants generated, differing from the reference, rejected): tests/test_exercises_mutants.py
+MUTANT_COUNTS = pytest.StashKey[dict]()
+
+
+@pytest.fixture(scope="session")
+def mutant_counts(pytestconfig) -> dict:
+    return pytestconfig.stash.setdefault(MUTANT_COUNTS, {})
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    counts = config.stash.get(MUTANT_COUNTS, {})
+    if counts:
+        terminalreporter.write_line("exercise checkers' mutants (generated / differing from the reference / rejected): "
+                                    + "; ".join(f"{k} {g}/{d}/{r}" for k, (g, d, r) in sorted(counts.items())))

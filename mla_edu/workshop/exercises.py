@@ -428,18 +428,20 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
 
 # ---- 4. size the workspace ------------------------------------------------------------------------
 #: exercise 4's cases: every (max_seq_len, num_batches) of these edges, for each (sm_count, num_kv_splits)
-WORKSPACE_LENGTHS = (1, 127, 128, 129, 255, 256, 257, 640, 4096, 4097, 4224)
-WORKSPACE_BATCHES = (1, 2, 3, 8, 16, 64, 131, 132, 133, 200)  # around sm_count: sm_count // B is 0 past it
+WORKSPACE_LENGTHS = (1, 127, 128, 129, 255, 256, 257, 640, 896, 897, 4096, 4097, 4224)
+#: around sm_count (sm_count // B is 0 past it), divisors of 132 (4, 66) and of 133 = 132 + 1 (7, 19): where
+#: sm_count // B steps
+WORKSPACE_BATCHES = (1, 2, 3, 4, 7, 8, 16, 19, 64, 66, 131, 132, 133, 200)
 WORKSPACE_SPLITS = ((132, 1), (132, 2), (132, 3), (132, -1), (148, -1))
 WORKSPACE_CASES = tuple((L, B, sms, ns) for sms, ns in WORKSPACE_SPLITS
                         for L in WORKSPACE_LENGTHS for B in WORKSPACE_BATCHES)
 
 
 def _split_variant(max_seq_len, num_batches, sm_count, num_kv_splits, *, round_up=True, last_step=True,
-                   auto=True, fixed=True) -> int:
+                   auto=True, fixed=True, chunks=True) -> int:
     """The split count, with one step optionally done wrong (each keyword: one classic mistake)."""
     if (num_kv_splits == -1 and auto) or not fixed:
-        max_splits = cdiv(max_seq_len, PAGE_SIZE) if round_up else max_seq_len // PAGE_SIZE
+        max_splits = (cdiv(max_seq_len, PAGE_SIZE) if round_up else max_seq_len // PAGE_SIZE) if chunks else max_seq_len
         heur = min(max_splits, max(1, sm_count // num_batches))
         if heur < 1:
             return 0
@@ -454,6 +456,7 @@ WORKSPACE_MISTAKES = {
                          "the chunks evenly over the waves of CTAs (it changes the count for some shapes)"),
     "auto": (False, "num_kv_splits = -1 is not a split count: it asks for the automatic one"),
     "fixed": (False, "a num_kv_splits >= 1 is used as is; only -1 asks for the automatic count"),
+    "chunks": (False, "max_splits is a count of 128-token chunks, not of tokens"),
 }
 
 
@@ -532,8 +535,12 @@ def check_workspace_size(fn) -> ExerciseResult:
         if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c, **{name: wrong}) * c[1] for c in WORKSPACE_CASES]:
             return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: {hint}.")
     i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
-    hint = ("it is not 0 at one split: sgl-kernel sizes it for one split anyway" if got[i] == 0 else
-            "find which factor differs: the bytes per (batch, split), the split count, or the batch")
+    L, B, sms, ns = WORKSPACE_CASES[i]
+    if got[i] == 0:
+        hint = ("with more requests than SMs, sm_count // B is 0, and heur has a floor" if ns == -1 and sms // B == 0
+                else "it is not 0 at one split: sgl-kernel sizes it for one split anyway")
+    else:
+        hint = "find which factor differs: the bytes per (batch, split), the split count, or the batch"
     return _report(False, f"{n_wrong} of {len(want)} cases wrong; the first, workspace_size{WORKSPACE_CASES[i]}: "
                           f"expected {want[i]:,} bytes, got {_show(got[i])}; {hint}")
 
@@ -605,17 +612,25 @@ def stale_cases() -> tuple:
 
 
 def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_stride=True, buffer_rows=True,
-                   slot_past_end=True, padded_readers=True, padded_writes=True, round_up=True) -> set:
-    """The stale reads, with one step optionally done wrong (each keyword: one classic mistake)."""
+                   slot_past_end=True, padded_readers=True, padded_writes=True, round_up=True, pages=True) -> set:
+    """The stale reads, with one step optionally done wrong (each keyword: one classic mistake; ``round_up="writes"``:
+    the floor only in the count of entries a row writes; ``pages=False``: that count in tokens)."""
     rows, width = buffer.shape
     if not buffer_rows:  # one buffer row per request: the padded rows forgotten
         rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
-    pages = (lambda n: cdiv(n, PAGE_SIZE)) if round_up else (lambda n: n // PAGE_SIZE)
+    def ceil(n):
+        return cdiv(n, PAGE_SIZE)
+
+    def floor(n):
+        return n // PAGE_SIZE
+
+    read_pages = floor if round_up is False else ceil
+    written_pages = (lambda n: n) if not pages else ceil if round_up is True else floor  # pages False: tokens
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
-    written = [pages(n) if padded_writes or r < len(seq_lens) else 0 for r, n in enumerate(lens)]
+    written = [written_pages(n) if padded_writes or r < len(seq_lens) else 0 for r, n in enumerate(lens)]
     out = set()
     for b, n in enumerate(lens if padded_readers else seq_lens):
-        for j in range(pages(n)):
+        for j in range(read_pages(n)):
             r, slot = divmod(b * (row_stride if frozen_stride else width) + j, width)
             limit = written[r] if landing_row and r < rows else written[min(b, rows - 1)]
             if r >= rows or (slot >= limit if slot_past_end else slot > limit):
@@ -639,6 +654,7 @@ STALE_MISTAKES = {
                      "(seq_len 1: one page)",
     "round_up": "a request's pages are its 128-token pages begun, not only the full ones: a partial page is "
                 "read and written too",
+    "pages": "you compared a page slot with a count of tokens: a row writes one entry per page",
 }
 
 
@@ -711,8 +727,9 @@ def check_stale_reads(fn) -> ExerciseResult:
                              "captured kernel attended over instead of the request's own pages.")
     n_wrong = sum(g != t for g, t in zip(got_all, truths))
     for name, hint in STALE_MISTAKES.items():
-        if got_all == [_stale_variant(*args, **{name: False}) for args, _ in cases]:
-            return _report(False, f"{n_wrong} of {len(cases)} steps wrong, all by one mistake: {hint}.")
+        for wrong in (False, "writes") if name == "round_up" else (False,):
+            if got_all == [_stale_variant(*args, **{name: wrong}) for args, _ in cases]:
+                return _report(False, f"{n_wrong} of {len(cases)} steps wrong, all by one mistake: {hint}.")
     k = next(k for k, (g, t) in enumerate(zip(got_all, truths)) if g != t)
     (buffer, seq_lens, rs), truth = cases[k]
     return _report(False, f"step {k} (seq_lens {list(seq_lens)}, row stride {rs}, buffer {list(buffer.shape)}): "

@@ -1,0 +1,472 @@
+"""Notebook 08's checkers are strict by construction: systematic wrong answers, made by mutating each reference
+solution (every integer constant +-1 and doubled, floor <-> ceil, each additive term dropped, each factor dropped
+or doubled, two arguments swapped, min <-> max, < <-> <=, padded rows in/out, the captured batch size for the real
+one, pages <-> tokens, bf16 <-> fp32 element sizes), are rejected wherever they differ from the reference on a
+domain much denser than the checker's own cases; the classic ones get the hint naming their mistake. Bad inputs
+of every kind get a hint from every checker, never an exception. The closing line of the run counts the
+mutants per exercise (tests/conftest.py)."""
+
+import ast
+import copy
+import itertools
+import types
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from mla_edu.kvcache import fill_page_table  # noqa: E402
+from mla_edu.workshop import exercises as ex  # noqa: E402
+from mla_edu.workshop.solutions import ex08  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# ---- the mutant generator -------------------------------------------------------------------------
+def _is_ceil(node) -> bool:  # -(-a // b)
+    return (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.BinOp)
+            and isinstance(node.operand.op, ast.FloorDiv) and isinstance(node.operand.left, ast.UnaryOp)
+            and isinstance(node.operand.left.op, ast.USub))
+
+
+def _int(c) -> ast.Constant:
+    return ast.Constant(c)
+
+
+def _variants(node, names: dict) -> list:
+    """``(label, replacement)`` for one node. ``names``: argument name -> the names it may be swapped with."""
+    out = []
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        c = node.value
+        out += [(f"{c}+1", _int(c + 1)), (f"{c}-1", _int(c - 1)), (f"{c}*2", _int(2 * c))]
+        if c in (2, 4):
+            out.append((f"element size {c}->{6 - c}", _int(6 - c)))  # bf16 <-> fp32
+    elif _is_ceil(node):
+        a, b = node.operand.left.operand, node.operand.right
+        out.append(("ceil->floor", ast.BinOp(a, ast.FloorDiv(), b)))
+        out.append(("pages->tokens", ast.UnaryOp(ast.USub(), ast.BinOp(ast.UnaryOp(ast.USub(), a), ast.FloorDiv(),
+                                                                          _int(1)))))
+    elif isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.FloorDiv):
+            out.append(("floor->ceil", ast.UnaryOp(ast.USub(), ast.BinOp(ast.UnaryOp(ast.USub(), node.left),
+                                                                         ast.FloorDiv(), node.right))))
+        if isinstance(node.op, (ast.Add, ast.Sub)):
+            out += [("term dropped (right)", node.left), ("term dropped (left)", node.right)]
+        if isinstance(node.op, ast.Mult):
+            out += [("factor dropped (right)", node.left), ("factor dropped (left)", node.right),
+                    ("factor doubled", ast.BinOp(node, ast.Mult(), _int(2)))]
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        if node.id in names:
+            out += [(f"{node.id}->{other}", ast.Name(other, ast.Load())) for other in names[node.id]]
+            out += [(f"{node.id}+1", ast.BinOp(ast.Name(node.id, ast.Load()), ast.Add(), _int(1))),
+                    (f"{node.id}-1", ast.BinOp(ast.Name(node.id, ast.Load()), ast.Sub(), _int(1)))]
+        swap = {"minimum": "maximum", "maximum": "minimum", "min": "max", "max": "min"}
+        if node.id in swap:
+            out.append((f"{node.id}->{swap[node.id]}", ast.Name(swap[node.id], ast.Load())))
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+        flip = {ast.GtE: ast.Gt, ast.Gt: ast.GtE, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Eq: ast.NotEq}
+        if type(node.ops[0]) in flip:
+            out.append(("comparison flipped", ast.Compare(node.left, [flip[type(node.ops[0])]()], node.comparators)))
+    return out
+
+
+def mutants(source: str, names: dict) -> list:
+    """Every single-point mutant of ``source`` (one function or expression): ``(label, source)``."""
+    tree = ast.parse(source)
+    out, seen = [], {ast.unparse(tree)}
+    n_nodes = sum(1 for _ in ast.walk(tree))
+    for i in range(n_nodes):
+        for k in itertools.count():
+            t = copy.deepcopy(tree)
+            node = list(ast.walk(t))[i]
+            variants = _variants(node, names)
+            if k >= len(variants):
+                break
+            label, new = variants[k]
+
+            class Swap(ast.NodeTransformer):
+                def visit(self, n):
+                    return copy.deepcopy(new) if n is node else self.generic_visit(n)
+
+            text = ast.unparse(ast.fix_missing_locations(Swap().visit(t)))
+            if text not in seen:
+                seen.add(text)
+                out.append((label, text))
+    return out
+
+
+def _compile(source: str, name: str, namespace: dict):
+    ns = dict(namespace)
+    exec(compile(source, f"<mutant {name}>", "exec"), ns)
+    return ns[name]
+
+
+def _quiet(fn):
+    """The checker's result for ``fn`` without its printed line (numpy's division warnings off)."""
+    with np.errstate(all="ignore"):
+        return fn()
+
+
+def _record(counts, exercise: str, generated: int, differing: int, rejected: int):
+    counts[exercise] = (generated, differing, rejected)
+
+
+# ---- exercise 1: the replay hook ------------------------------------------------------------------
+REPLAY_REF = """
+def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], backend.cuda_graph_kv_indices[:bs], 128)
+"""
+REPLAY_EXTRA = [  # the mutants no single-node rule makes
+    ("capture batch size", REPLAY_REF.replace("[:bs]", "[:backend.cuda_graph_kv_indices.shape[0]]")),
+    ("one-wide view", REPLAY_REF.replace("cuda_graph_kv_indices[:bs]", "cuda_graph_kv_indices[:bs, :1]")),
+    ("first row only", REPLAY_REF.replace("[:bs]", "[:1]")),
+    ("batch row as pool row", REPLAY_REF.replace("req_pool_indices[:bs]", "torch.arange(bs, dtype=torch.int32)")),
+]
+
+
+def _replay_domain():
+    """Batches on a fake backend: every decode length 2..384 in some row, 1 to 4 real rows, padded to 2 or 4."""
+    pool, ctx, W, max_bs = 8, 384, 4, 4
+    slots = torch.arange(pool * ctx, dtype=torch.int32).reshape(pool, ctx) * 3 + 7  # distinct pages per token
+    cases = []
+    for i, L in enumerate(range(2, 385)):
+        raw = 1 + i % 4
+        lens = [L] + [2 + (L * 37 + 61 * r) % 383 for r in range(1, raw)]
+        bs = 2 if raw <= 2 else 4
+        rpi = torch.tensor([(5 * (r + i)) % pool for r in range(raw)] + [0] * (max_bs - raw), dtype=torch.int32)
+        sl = torch.tensor(lens + [1] * (max_bs - raw), dtype=torch.int32)
+        cases.append((bs, raw, rpi, sl))
+    return slots, W, max_bs, cases
+
+
+def _replay_run(fn, domain) -> list:
+    """What rows [:raw] of the buffer hold, in each row's first ceil(len / 128) entries, after ``fn`` (or the error)."""
+    slots, W, max_bs, cases = domain
+    out = []
+    for bs, raw, rpi, sl in cases:
+        backend = types.SimpleNamespace(req_to_token=slots, device=torch.device("cpu"),
+                                        cuda_graph_kv_indices=torch.full((max_bs, W), -7, dtype=torch.int32))
+        buf = backend.cuda_graph_kv_indices
+        try:
+            fn(backend, bs, rpi, sl, sl.clone())
+        except Exception as e:
+            out.append(type(e).__name__)
+            continue
+        out.append(tuple(tuple(buf[b, : -(-int(sl[b]) // 128)].tolist()) for b in range(raw)))
+    return out
+
+
+def test_replay_mutants_are_rejected(mutant_counts):
+    ns = {"fill_page_table": fill_page_table, "torch": torch}
+    names = {"bs": [], "seq_lens": ["seq_lens_cpu", "req_pool_indices"], "req_pool_indices": ["seq_lens"]}
+    all_mutants = mutants(REPLAY_REF.strip(), names) + [(lbl, src.strip()) for lbl, src in REPLAY_EXTRA]
+    domain = _replay_domain()
+    ref = _replay_run(_compile(REPLAY_REF, "replay", ns), domain)
+    assert ex.check_replay(_compile(REPLAY_REF, "replay", ns)).passed
+    differing, accepted = 0, []
+    for label, src in all_mutants:
+        fn = _compile(src, "replay", ns)
+        if _replay_run(fn, domain) == ref:
+            continue  # the same pages wherever the graph reads: not a wrong answer
+        differing += 1
+        if _quiet(lambda: ex.check_replay(fn)).passed:
+            accepted.append((label, src))
+    _record(mutant_counts, "1 replay hook", len(all_mutants), differing, differing - len(accepted))
+    assert differing >= 10 and not accepted, accepted
+
+
+def test_replay_classic_mutants_get_their_hint():
+    ns = {"fill_page_table": fill_page_table, "torch": torch}
+    for src, hint in [(REPLAY_REF.replace("seq_lens[:bs]", "seq_lens[:bs] - 1"), "lack their last page id"),
+                      (REPLAY_EXTRA[1][1], "only the first page id of each row"),
+                      (REPLAY_EXTRA[3][1], "read wrong (but valid) pages"),
+                      (REPLAY_REF.replace("[:bs]", "[:bs - 1]"), "still held the poison page id")]:
+        r = ex.check_replay(_compile(src, "replay", ns))
+        assert not r.passed and hint in r.message, r.message
+    # the captured size for the real one writes padded rows too, which the graph's real rows never read: right
+    assert ex.check_replay(_compile(REPLAY_EXTRA[0][1], "replay", ns)).passed
+
+
+# ---- exercise 2: mysteries ------------------------------------------------------------------------
+def test_mystery_wrong_options_are_rejected(mutant_counts):
+    n = 0
+    for k, answer in ex08.MYSTERY_ANSWERS.items():
+        for other in sorted(set(ex.OPTIONS) - {answer}):
+            r = ex.check_mystery(k, other)
+            assert not r.passed and f"({other}) says" in r.message, r.message
+            n += 1
+    _record(mutant_counts, "2 mysteries", n, n, n)
+
+
+# ---- exercise 3: row stride -----------------------------------------------------------------------
+ROW_STRIDE_REF = "(1, (640 + 128) // 128, 3 * 1 + 2)"
+
+
+def test_row_stride_mutants_are_rejected(mutant_counts):
+    assert eval(ROW_STRIDE_REF) == ex08.ROW_STRIDE_ANSWERS
+    all_mutants = mutants(ROW_STRIDE_REF, {}) + [("bs for stride", "(8, 6, 3 * 8 + 2)"), ("swap", "(6, 1, 20)")]
+    differing = rejected = 0
+    for label, src in all_mutants:
+        values = eval(src)
+        if values == ex08.ROW_STRIDE_ANSWERS:
+            continue
+        differing += 1
+        r = ex.check_row_stride(*values)
+        rejected += not r.passed
+        assert not r.passed and str(values[0] if values[0] != 1 else "") in r.message, (label, src, r.message)
+    _record(mutant_counts, "3 row stride", len(all_mutants), differing, rejected)
+    assert differing == rejected >= 8
+
+
+# ---- exercise 4: workspace size -------------------------------------------------------------------
+WORKSPACE_REF = """
+def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
+    if num_kv_splits == -1:
+        max_splits = -(-max_seq_len // 128)
+        heur = minimum(max_splits, maximum(1, sm_count // num_batches))
+        split = -(-max_splits // -(-max_splits // heur))
+    else:
+        split = num_kv_splits
+    return (4 * 512 + 4) * 128 * split * num_batches
+"""
+
+
+def _workspace_grid():
+    """Every length 1..1100 and 4000..4300, batches 1..20, 60..70, 125..140, 200, 256, for five (sm_count, splits)."""
+    L = np.array(list(range(1, 1101)) + list(range(4000, 4301)), dtype=np.int64)[:, None]
+    B = np.array(list(range(1, 21)) + list(range(60, 71)) + list(range(125, 141)) + [200, 256], dtype=np.int64)[None]
+    return L, B, [(132, -1), (148, -1), (1, -1), (132, 1), (132, 3), (16, 7)]
+
+
+def _workspace_values(fn, grid):
+    L, B, settings = grid
+    with np.errstate(all="ignore"):
+        try:
+            return [np.broadcast_to(np.asarray(fn(L, B, sms, ns)), (L.shape[0], B.shape[1])) for sms, ns in settings]
+        except Exception as e:
+            return type(e).__name__
+
+
+def test_workspace_mutants_are_rejected(mutant_counts):
+    ns = {"minimum": np.minimum, "maximum": np.maximum}
+    names = {"max_seq_len": ["num_batches", "sm_count"], "num_batches": ["max_seq_len", "sm_count"],
+             "sm_count": ["num_batches", "max_seq_len"], "num_kv_splits": []}
+    all_mutants = mutants(WORKSPACE_REF.strip(), names)
+    grid = _workspace_grid()
+    ref = _workspace_values(_compile(WORKSPACE_REF, "workspace_size", ns), grid)
+    assert _quiet(lambda: ex.check_workspace_size(_compile(WORKSPACE_REF, "workspace_size", ns))).passed
+    differing, accepted = 0, []
+    for label, src in all_mutants:
+        fn = _compile(src, "workspace_size", ns)
+        got = _workspace_values(fn, grid)
+        if not isinstance(got, str) and all(np.array_equal(g, r) for g, r in zip(got, ref)):
+            continue
+        differing += 1
+        if _quiet(lambda: ex.check_workspace_size(fn)).passed:
+            accepted.append((label, src))
+    _record(mutant_counts, "4 workspace", len(all_mutants), differing, differing - len(accepted))
+    assert differing >= 40 and not accepted, accepted
+
+
+def test_workspace_classic_mutants_get_their_hint():
+    ns = {"minimum": np.minimum, "maximum": np.maximum}
+    for old, new, hint in [("-(-max_seq_len // 128)", "max_seq_len // 128", "a partial chunk is a chunk too"),
+                           ("-(-max_seq_len // 128)", "max_seq_len", "not of tokens"),
+                           ("(4 * 512 + 4)", "(2 * 512 + 2)", "bf16 partials"),
+                           ("(4 * 512 + 4)", "(2 * 512 + 4)", "o_acc in bf16"),
+                           ("(4 * 512 + 4)", "(4 * 576 + 4)", "576 wide"),
+                           ("(4 * 512 + 4)", "(4 * 512)", "not lse_acc"),
+                           (" * num_batches\n", "\n", "its own partials"),
+                           ("maximum(1, sm_count // num_batches)", "sm_count // num_batches", "heur has a floor")]:
+        src = WORKSPACE_REF.replace(old, new, 1)
+        assert src != WORKSPACE_REF
+        r = _quiet(lambda: ex.check_workspace_size(_compile(src, "workspace_size", ns)))
+        assert not r.passed and hint in r.message, (new, r.message)
+
+
+# ---- exercise 5: stale reads ----------------------------------------------------------------------
+STALE_REF = """
+def stale_reads(buffer, seq_lens, row_stride):
+    rows, width = buffer.shape
+    lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+    out = set()
+    for b in range(rows):
+        for j in range(-(-lens[b] // 128)):
+            r, slot = divmod(b * row_stride + j, width)
+            if r >= rows or slot >= -(-lens[r] // 128):
+                out.add((b, j))
+    return out
+"""
+STALE_EXTRA = [  # padded rows in/out, and the landing row's request for the reader's
+    ("padded rows do not read", STALE_REF.replace("for b in range(rows):", "for b in range(len(seq_lens)):")),
+    ("padded rows write nothing", STALE_REF.replace("slot >= -(-lens[r] // 128)",
+                                                    "slot >= (-(-lens[r] // 128) if r < len(seq_lens) else 0)")),
+    ("reader's length", STALE_REF.replace("slot >= -(-lens[r] // 128)", "slot >= -(-lens[b] // 128)")),
+    ("one row per request", STALE_REF.replace("rows, width = buffer.shape",
+                                              "rows, width = len(seq_lens), buffer.numel() // len(seq_lens)")),
+]
+LENGTH_EDGES = (1, 2, 127, 128, 129, 255, 256, 257, 383, 384, 385, 511, 512, 513, 639, 640, 641, 767, 768)
+
+
+def _stale_domain():
+    """Steps of every shape W 2..6, rows 1..7, real rows 1..rows, row stride 1..W, lengths from the page edges."""
+    steps = []
+    for W, rows in itertools.product(range(2, 7), range(1, 8)):
+        edges = [n for n in LENGTH_EDGES if -(-n // 128) <= W]
+        for bs, rs, shift in itertools.product(range(1, rows + 1), range(1, W + 1), range(3)):
+            lens = [edges[(shift * 5 + 7 * b + rs + W) % len(edges)] for b in range(bs)]
+            steps.append((torch.zeros(rows, W, dtype=torch.int64), lens, rs))
+    return steps
+
+
+def _stale_values(fn, steps):
+    try:
+        return [fn(buf, list(lens), rs) for buf, lens, rs in steps]
+    except Exception as e:
+        return type(e).__name__
+
+
+def test_stale_mutants_are_rejected(mutant_counts):
+    names = {"row_stride": ["width"], "width": ["row_stride"], "rows": [], "r": ["b"], "b": ["r"], "j": []}
+    all_mutants = mutants(STALE_REF.strip(), names) + [(lbl, src.strip()) for lbl, src in STALE_EXTRA]
+    steps = _stale_domain()
+    ref = _stale_values(_compile(STALE_REF, "stale_reads", {}), steps)
+    assert ex.check_stale_reads(_compile(STALE_REF, "stale_reads", {})).passed
+    differing, accepted = 0, []
+    for label, src in all_mutants:
+        fn = _compile(src, "stale_reads", {})
+        if _stale_values(fn, steps) == ref:
+            continue
+        differing += 1
+        if _quiet(lambda: ex.check_stale_reads(fn)).passed:
+            accepted.append((label, src))
+    _record(mutant_counts, "5 stale reads", len(all_mutants), differing, differing - len(accepted))
+    assert differing >= 20 and not accepted, accepted
+
+
+def test_stale_classic_mutants_get_their_hint():
+    for (label, src), key in zip(STALE_EXTRA, ["padded_readers", "padded_writes", "landing_row", "buffer_rows"]):
+        r = ex.check_stale_reads(_compile(src, "stale_reads", {}))
+        assert not r.passed and ex.STALE_MISTAKES[key] in r.message, (label, r.message)
+    for old, new, key in [("-(-lens[r] // 128)", "lens[r] // 128", "round_up"),
+                          ("-(-lens[r] // 128)", "lens[r]", "pages"),
+                          ("b * row_stride", "b * width", "frozen_stride"),
+                          ("slot >= ", "slot > ", "slot_past_end")]:
+        r = ex.check_stale_reads(_compile(STALE_REF.replace(old, new), "stale_reads", {}))
+        assert not r.passed and ex.STALE_MISTAKES[key] in r.message, (new, r.message)
+
+
+# ---- bad inputs: every checker answers with a hint, none raises -----------------------------------
+class _Weird:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+    def __iter__(self):
+        raise RuntimeError("no iteration")
+
+
+BAD_VALUES = [None, Ellipsis, "1", 1.5, float("nan"), float("inf"), True, [1], (1, 2), {"a": 1}, 10 ** 5000,
+              -(10 ** 5000), np.float64("nan"), torch.tensor([1, 2]), torch.tensor(float("nan")),
+              torch.tensor(1, device="meta"), torch.zeros(3, 3), _Weird()]
+
+
+def _returning(value):
+    return lambda *args: value
+
+
+def _raising(exc):
+    def fn(*args):
+        raise exc
+    return fn
+
+
+def _breaking_hook(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    ex08.replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)
+    backend.forward_metadata = None
+    backend.cuda_graph_mla_workspace = None
+
+
+def _deleting_hook(backend, *args):
+    del backend.cuda_graph_kv_indices
+
+
+RAISED = (ValueError(), SystemExit(3), ZeroDivisionError("x"), RuntimeError("a\nb"), NotImplementedError("stub"))
+BAD_FUNCTIONS = ([_returning(v) for v in BAD_VALUES] + [_raising(e) for e in RAISED]
+                 + [_breaking_hook, _deleting_hook, lambda: 0, lambda *a, **k: iter([(1,)]),
+                    lambda *a: {(10 ** 5000, 0)}, lambda *a: [torch.tensor([1, 2])]])
+
+
+@pytest.mark.parametrize("checker", ["check_replay", "check_workspace_size", "check_stale_reads"])
+def test_function_checkers_never_raise(checker, capsys):
+    check = getattr(ex, checker)
+    for fn in BAD_VALUES + BAD_FUNCTIONS:
+        r = _quiet(lambda: check(fn))
+        assert isinstance(r, ex.ExerciseResult) and "\n" not in r.message
+        if fn is not _breaking_hook or checker != "check_replay":
+            assert not r.passed, (checker, r.message)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == len(BAD_VALUES) + len(BAD_FUNCTIONS)
+    assert all(line.startswith(("NOT YET", "PASS")) for line in out)
+
+
+def test_value_checkers_never_raise(capsys):
+    n = 0
+    for v in BAD_VALUES:
+        for args in [(v, 6, 5), (1, v, 5), (1, 6, v), (v, v, v)]:
+            r = ex.check_row_stride(*args)
+            assert not r.passed and "\n" not in r.message
+            n += 1
+        for args in [(v, "a"), (1, v), (v, v)]:
+            r = ex.check_mystery(*args)
+            assert not r.passed and "\n" not in r.message
+            n += 1
+    assert len(capsys.readouterr().out.splitlines()) == n
+    # integer-likes are ints: numpy scalars and one-element tensors
+    assert ex.check_row_stride(*(np.int64(a) for a in ex08.ROW_STRIDE_ANSWERS)).passed
+    assert ex.check_row_stride(*(torch.tensor(a) for a in ex08.ROW_STRIDE_ANSWERS)).passed
+    assert ex.check_mystery(np.int64(1), " (B) ").passed
+
+
+# ---- the case sets themselves (issue 26 item 9): what each one must contain --------------------------
+def test_replay_cases_cover_every_page_edge_and_both_paddings():
+    lens = {n for case in ex.REPLAY_CASES for n in case}
+    assert {2, 127, 128, 129, 255, 256, 257, 383, 384} <= lens
+    sizes = {len(case) for case in ex.REPLAY_CASES}
+    assert {1, 2, 3, 4} <= sizes  # padded (1 -> 2, 3 -> 4) and exact
+    assert any(-(-n // 128) == 3 for n in ex.REPLAY_CASES[0]) and len(ex.REPLAY_CASES[0]) > 1
+
+
+def test_workspace_cases_cover_every_edge():
+    cases = set(ex.WORKSPACE_CASES)
+    assert {c[0] for c in cases} >= {1, 127, 128, 129, 255, 256, 257}
+    for sms, ns in [(132, -1), (132, 1)]:
+        assert {(L, B) for L, B, s, n in cases if (s, n) == (sms, ns)} == \
+            set(itertools.product(ex.WORKSPACE_LENGTHS, ex.WORKSPACE_BATCHES))
+    assert any(s // B == 0 for _, B, s, n in cases if n == -1) and any(n > 1 for *_, n in cases)
+
+
+def test_stale_cases_cover_strides_paddings_and_edges():
+    cases = ex.stale_cases()
+    shapes = [(args[0].shape[1], args[0].shape[0], args[2], tuple(args[1])) for args, _ in cases]
+    assert {rs == 1 for W, _, rs, _ in shapes} == {True, False} and any(rs == W for W, _, rs, _ in shapes)
+    assert {rows > len(lens) for _, rows, _, lens in shapes} == {True, False}  # with and without padded rows
+    assert {1, 127, 128, 129, 255, 256, 257} <= {n for *_, lens in shapes for n in lens}
+    # a padded row's read is stale in some step (padded readers in/out tell apart), and some padded row reads
+    # its own first entry (padded writers in/out tell apart)
+    assert any(b >= len(args[1]) for args, truth in cases for b, _ in truth)
+    assert any(args[2] == args[0].shape[1] and args[0].shape[0] > len(args[1]) for args, _ in cases)
+
+
+def test_a_random_padded_case_fails_the_case_set_pins(monkeypatch):
+    """Issue 26 item 9: exercise 1's fixed padded batch replaced by a random batch size is caught."""
+    import random
+
+    rng = random.Random(1)
+    swapped = tuple(tuple(rng.randint(2, 384) for _ in range(rng.choice([2, 4]))) if len(c) in (1, 3) else c
+                    for c in ex.REPLAY_CASES)
+    monkeypatch.setattr(ex, "REPLAY_CASES", swapped)
+    with pytest.raises(AssertionError):
+        test_replay_cases_cover_every_page_edge_and_both_paddings()
