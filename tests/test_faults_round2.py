@@ -320,6 +320,68 @@ def test_kernel_bench_rerule_on_a_missing_or_non_bench_json_is_one_error_line(tm
     assert len([line for line in err.splitlines() if "error:" in line]) == 1 and not (tmp_path / "o").exists()
 
 
+
+# ---- 9, 10: the emulator tells what a CUDA graph would hide ----------------------------------------------
+@pytest.mark.parametrize("move", ["tensor.resize_", "storage.resize_"])
+@pytest.mark.parametrize("strict", [False, True])
+def test_replay_after_a_captured_input_moved_is_reported_like_a_dropped_buffer(move, strict):
+    from mla_edu.graphs import FreedMemoryError, Graph, graph
+
+    x, acc = torch.ones(4), torch.zeros(4)
+    g = Graph(device="cpu", mode="emulated", strict=strict)
+    with graph(g):
+        out = x * 2
+        acc.add_(x)  # the graph writes into an old buffer too
+    g.replay()
+    assert out.tolist() == [2] * 4 and acc.tolist() == [1] * 4 and g.freed_uses() == []
+    ptr = x.data_ptr()
+    if move == "tensor.resize_":
+        x.resize_(1 << 16)  # grown: its storage is reallocated
+    else:
+        x.untyped_storage().resize_(1 << 18)
+    assert x.data_ptr() != ptr
+    x[:4] = 3.0
+    if strict:
+        with pytest.raises(FreedMemoryError, match=r"aten.mul.Tensor uses float32\[4\] \(16 bytes, created before "
+                                                    r"capture\), whose storage moved after capture \(resize_"):
+            g.replay()
+        return
+    g.replay()  # a CUDA graph keeps the old, freed address: not the new memory's 3.0 (the eager 6.0)
+    assert len(g.freed_uses()) == 1 and "whose storage moved after capture" in g.freed_uses()[0]
+    assert torch.isnan(out).all() and torch.isnan(acc).all()
+    assert x[:4].tolist() == [3.0] * 4  # the owner's new memory is not the graph's
+
+
+def test_moved_storage_is_not_taken_for_a_dropped_one_by_another_graph():
+    from mla_edu.graphs import Graph, graph
+
+    x = torch.ones(4)
+    g1, g2 = Graph(device="cpu", mode="emulated"), Graph(device="cpu", mode="emulated")
+    with graph(g1):
+        x * 2
+    x.resize_(1 << 16)
+    x[:4] = 1.0
+    g1.replay()
+    assert "moved" in g1.freed_uses()[0]
+    with graph(g2):  # captured after the move, on the new memory
+        out2 = x[:4] * 2
+    g2.replay()
+    assert out2.tolist() == [2.0] * 4 and g2.freed_uses() == []
+
+
+@pytest.mark.parametrize("value", [3, 2.5, True, np.float32(1.5)])
+def test_capture_of_a_fn_returning_a_host_number_is_refused(value):
+    from mla_edu.graphs import Graph
+
+    x = torch.ones(3)
+    with pytest.raises(TypeError, match=rf"Graph.capture: expected fn to return tensors, got {type(value).__name__} "
+                                        r".* \(output leaf 1 of 2\), a host number: it was computed once, at capture"):
+        Graph.capture(lambda: (x + 1, value), warmup=0, device="cpu")
+    g, out = Graph.capture(lambda: (x + 1, None), warmup=0, device="cpu")  # tensors (and None) are fine
+    g.replay()
+    assert out[0].tolist() == [2, 2, 2]
+
+
 # ---- no command writes inside the installed package ---------------------------------------------------------
 def _package_files() -> dict:
     from pathlib import Path

@@ -15,9 +15,11 @@ an :class:`~mla_edu.graphs.emulator.EmulatedPool`).
 from __future__ import annotations
 
 import contextlib
+import numbers
 from typing import Any, Callable
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from mla_edu.device import default_device
 from mla_edu.graphs.emulator import EmulatedPool, GraphCaptureError, Program, Recorder, watch_warmup
@@ -128,7 +130,9 @@ class Graph:
         """Run ``fn`` ``warmup`` times eagerly (on a side stream on CUDA), then capture it.
 
         Returns ``(graph, outputs)``; ``outputs`` are the static tensors ``fn`` returned at capture:
-        read them after each ``replay()``.
+        read them after each ``replay()``. A host number among them (``int``, ``float``, ``bool``, a
+        numpy scalar) is refused with a TypeError: it was computed once, at capture, and no replay
+        would ever change it.
         """
         if not callable(fn):
             raise TypeError(f"Graph.capture expects a callable, got {type(fn).__name__}")
@@ -138,6 +142,14 @@ class Graph:
         warm_up(fn, warmup, g.device, real_cuda=g.backend == "cuda")
         with graph(g, pool=pool):
             outputs = fn()
+        leaves = tree_flatten(outputs)[0]
+        frozen = [(i, v) for i, v in enumerate(leaves) if isinstance(v, numbers.Number)]
+        if frozen:
+            i, v = frozen[0]
+            raise TypeError(f"Graph.capture: expected fn to return tensors, got {type(v).__name__} {v!r} (output "
+                            f"leaf {i} of {len(leaves)}), a host number: it was computed once, at capture, and "
+                            "replay never changes it. Return a tensor that device ops compute, and read it after "
+                            "replay()")
         return g, outputs
 
 

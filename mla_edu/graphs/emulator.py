@@ -13,6 +13,9 @@ on the same storages, with the same scalar arguments. So, exactly as with a CUDA
 * a tensor the graph uses whose last Python reference was dropped after capture is freed
   memory: every replay first fills it with poison (:mod:`mla_edu.graphs.poison`), or, with
   ``strict=True``, replay raises :class:`FreedMemoryError` naming the op that uses it;
+  likewise a storage that moved after capture (``resize_`` to a larger size reallocates it): the
+  graph keeps the old, freed address, so replay runs on a poisoned stand-in of the old size and
+  leaves the owner's new memory alone (strict: :class:`FreedMemoryError`);
   another capture into the same pool may be handed that memory for its own tensors, as
   the CUDA caching allocator does (smallest free block that fits);
 * syncing calls during capture raise :class:`GraphCaptureError` (``.item()``, ``bool(t)``,
@@ -195,6 +198,8 @@ class _Block:
     first_kernel: str = ""  # the first recorded op that replay runs on it
     escaped: bool = False  # capture-allocated and still referenced at capture end
     freed: bool = False  # its owner dropped it after capture
+    data_ptr: int = 0  # its address at capture end
+    moved: bool = False  # its storage was reallocated after capture (resize_): the graph keeps data_ptr
     reassigned: bool = False  # handed to another capture in the same pool
 
 
@@ -382,37 +387,58 @@ class Program:
                     if blk.escaped and not self.observe:
                         poison_(_whole(blk.poison_view))
         self._watch = [b for b in self.blocks.values() if b.origin == "external" or b.escaped]
+        for blk in self._watch:
+            blk.data_ptr = blk.poison_view.untyped_storage().data_ptr()
         if not self.observe:
             self.steps = [step for step in (_build_step(*e) for e in self._entries) if step is not None]
         self._entries.clear()
 
     # ---- replay --------------------------------------------------------------------
     def refresh_freed(self) -> list[_Block]:
-        """Mark blocks whose last outside reference is gone; returns the newly freed ones."""
+        """Mark blocks whose last outside reference is gone (returns the newly freed ones) and blocks
+        whose storage moved (``resize_``), which replay then runs on a stand-in."""
         newly = []
         for blk in self._watch:
             if not blk.freed and _user_refs(blk.cdata) <= 0:
                 blk.freed = True
                 newly.append(blk)
-        if newly:
-            self._watch = [b for b in self._watch if not b.freed]
+            elif blk.poison_view.untyped_storage().data_ptr() != blk.data_ptr:
+                blk.moved = True
+                if not self.observe:
+                    self._stand_in(blk)
+        if newly or any(b.moved for b in self._watch):
+            self._watch = [b for b in self._watch if not (b.freed or b.moved)]
         return newly
+
+    def _stand_in(self, blk: _Block) -> None:
+        """A moved block: the graph's ops now use a storage of the old size (poisoned at each replay),
+        as a CUDA graph keeps the old address; the owner's reallocated storage is left alone."""
+        stand_in = torch.empty(blk.nbytes, dtype=torch.uint8, device=blk.device).untyped_storage()
+        with torch.no_grad():
+            for key, s in self._shadows.items():
+                if key[0] == blk.cdata:
+                    s.set_(stand_in, s.storage_offset(), s.shape, s.stride())
+        held = [c for c in self._held if c == blk.cdata]  # our shadows no longer hold the owner's storage
+        self._held[:] = [c for c in self._held if c != blk.cdata]
+        _release(held)
 
     def replay(self) -> None:
         self.refresh_freed()
-        freed = [b for b in self.blocks.values() if b.freed]
+        freed = [b for b in self.blocks.values() if b.freed or b.moved]
         if freed:
             self.freed_uses = [
                 f"{b.first_kernel or b.first_use} uses {_describe(b.poison_view)} ({b.nbytes} bytes, "
                 f"{'allocated during capture by ' + b.first_use if b.origin == 'capture' else 'created before capture'}"
-                f"), whose last reference was dropped after capture"
+                + ("), whose storage moved after capture (resize_ reallocated it): the graph keeps the old, freed "
+                   "address" if b.moved else "), whose last reference was dropped after capture")
                 + ("; another capture in the same pool now owns it" if b.reassigned else "")
                 for b in freed]
             if self.strict:
                 raise FreedMemoryError(
                     "replay would touch freed memory: " + "; ".join(self.freed_uses)
                     + ". On a GPU that memory belongs to the next allocation: keep every buffer a graph "
-                    "uses alive (allocate it once, before capture) for as long as the graph lives.")
+                    "uses alive and in place (allocate it once, before capture; never resize_ it) for as long "
+                    "as the graph lives.")
             if not self.observe:
                 with torch.inference_mode():
                     for b in freed:
