@@ -20,7 +20,8 @@ import sys
 import time
 
 from mla_edu import cli
-from mla_edu.serving import ALL_DEFECTS, ROW_ORDERS, DPEngine, Engine, ServerArgs, parse_defects
+from mla_edu.serving import (ROW_ORDERS, DPEngine, Engine, ServerArgs, backend_class, backend_names, known_defects,
+                             parse_defects)
 
 
 def _load_model(device=None):
@@ -47,7 +48,7 @@ def may_crash_the_gpu(args: ServerArgs) -> bool:
 
     device = torch.device(args.device) if args.device else default_device()
     return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph
-            and args.attention_backend == "cutlass_mla" and "workspace" in args.defects and args.num_kv_splits != 1)
+            and backend_class(args.attention_backend).may_drop_a_live_workspace(args.defects, args.num_kv_splits))
 
 
 def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
@@ -131,7 +132,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     result = {
         "attention_backend": args.attention_backend,
         "cuda_graph": not args.disable_cuda_graph,
-        "defects": sorted(args.defects) if args.attention_backend == "cutlass_mla" else [],
+        "defects": sorted(backend_class(args.attention_backend).active_defects(args.defects)),
         "poison_fill": args.poison_fill,
         "num_kv_splits": args.num_kv_splits,
         "max_running_requests": args.max_running_requests,
@@ -167,10 +168,10 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mla_edu.case_study.accuracy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--attention-backend", default="cutlass_mla", choices=["cutlass_mla", "triton"])
+    p.add_argument("--attention-backend", default="cutlass_mla", choices=list(backend_names()))
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--defects", default="width,workspace",
-                   help=f"comma list from {','.join(ALL_DEFECTS)} or 'none' (cutlass_mla only; "
+                   help=f"comma list from {','.join(known_defects())} or 'none' (cutlass_mla's; "
                         "'none' = SGLang's merged fix)")
     p.add_argument("--poison-fill", action="store_true",
                    help="cutlass_mla only, not in SGLang: fill unused page-table entries with an out-of-range page "

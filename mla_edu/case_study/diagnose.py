@@ -25,7 +25,7 @@ import torch
 from mla_edu import kernels
 from mla_edu.kvcache.plots import draw_index_buffer, draw_intended_and_read
 from mla_edu.serving import MERGED_FIX, PRE_FIX, Engine, ServerArgs
-from mla_edu.serving.backends.cutlass_mla import POISON_PAGE, CutlassMLADecodeMetadata
+from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
 
 DEFAULT_GRAPH_BS = (4, 8)
@@ -183,8 +183,8 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, poison_fill: bool = False,
     ``context_length``: sets the buffer's width W (see ``make_engine``; the seed ran 4096: W = 33).
     The predicted reads are checked against the kernel: the same step is re-run eagerly with
     the reference kernel on a contiguous table holding exactly the predicted page ids;
-    ``check_err`` is its distance to the replay's logits (cutlass_mla; None for triton, whose
-    launch reads the buffer with its real row stride).
+    ``check_err`` is its distance to the replay's logits (a backend that ``freezes_a_view``, cutlass_mla;
+    None for triton, whose launch reads the buffer with its real row stride).
     """
     if not prompts or len(prompts) > max(cuda_graph_bs):
         raise ValueError(f"prompts: expected 1..{max(cuda_graph_bs)} prompts (the largest captured size), "
@@ -194,7 +194,6 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, poison_fill: bool = False,
                              dtype=dtype, device=device, attention_backend=attention_backend, poison_fill=poison_fill,
                              context_length=context_length)
         runner, backend = engine.runner, engine.runner.backend
-        cutlass = attention_backend == "cutlass_mla"
         gr = runner.graph_runner
 
         if earlier:
@@ -209,13 +208,9 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, poison_fill: bool = False,
         n_before = len(log)
         _, _, logits_g = runner.decode(batch)  # graph replay
         during = len(log) - n_before
-        extra = {}
-        if cutlass:  # what the replay hook left in the metadata for the graph (which never reads it)
-            md = backend.forward_metadata
-            extra = {"metadata_width_after_replay": md.block_kv_indices.size(1),
-                     "metadata_workspace_ptr_after_replay": md.workspace.data_ptr()}
+        extra = backend.metadata_after_replay()  # what the replay hook left where the graph never reads
         # the persistent index buffer: (max_bs, W) int32, cutlass_mla's cuda_graph_kv_indices, triton's page_table
-        buffer = (backend.cuda_graph_kv_indices if cutlass else backend.page_table)[:padded].cpu().long()
+        buffer = backend.graph_index_buffer()[:padded].cpu().long()
         # what each (padded) row owns and what the frozen launch reads
         lens = gr.seq_lens_cpu[:padded].tolist()
         rpi = gr.req_pool_indices[:padded].tolist()
@@ -227,21 +222,12 @@ def diagnose_step(model, prompts, *, defects=PRE_FIX, poison_fill: bool = False,
             fresh[b, :n] = True
         # check against the kernel: reference kernel, contiguous table of the predicted page ids
         logits_ref = None
-        if cutlass:
-            width = max(n_pages)
-            table = torch.zeros((padded, width), dtype=torch.int32)
+        if backend.freezes_a_view:
+            table = torch.zeros((padded, max(n_pages)), dtype=torch.int32)
             for b, pages in enumerate(read):
                 table[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
-            splits = backend.splits_for(PAGE_SIZE * width, padded)
-            ws = torch.empty(kernels.get_workspace_size(PAGE_SIZE * width, padded, backend.sm_count, splits),
-                             dtype=torch.uint8, device=runner.device)
-            saved_md, saved_impl = backend.forward_metadata, backend.kernel_impl
-            backend.forward_metadata = CutlassMLADecodeMetadata(ws, table.to(runner.device))
-            backend.kernel_impl = "reference"
-            try:
+            with backend.reading(table, "reference"):
                 _, _, logits_ref = runner.decode_forward(gr.static_batch(padded))
-            finally:
-                backend.forward_metadata, backend.kernel_impl = saved_md, saved_impl
         # the same step eagerly: a fresh contiguous table (what eager mode always did)
         backend.init_forward_metadata(batch)
         _, _, logits_e = runner.decode_forward(batch)

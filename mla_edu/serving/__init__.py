@@ -6,13 +6,16 @@ runner, and attention backends in SGLang's protocol (``cutlass_mla`` pre-fix/fix
     reqs = engine.generate([prompt_ids, ...], max_new_tokens=3, stop_token_ids=(EOS,))
 """
 
-from mla_edu.serving.args import (ALL_DEFECTS, BACKENDS, DEFECTS, KERNEL_DEFECTS, MERGED_FIX, PRE_FIX, ROW_ORDERS,
-                                  SEED_PRE_FIX, STALE_REMOVED, ServerArgs, page_table_width, parse_defects)
+from mla_edu.serving.args import ROW_ORDERS, STALE_REMOVED, ServerArgs, parse_defects
+from mla_edu.serving.backends import backend_class, backend_names, known_defects, page_table_width
+from mla_edu.serving.backends.cutlass_mla import (ALL_DEFECTS, DEFECTS, KERNEL_DEFECTS, MERGED_FIX, PRE_FIX,
+                                                  SEED_PRE_FIX)
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.serving.engine import Engine, Req
 
 from mla_edu.serving.dp import DPEngine, DPRank, run_dp_multiprocess
 
-__all__ = ["ALL_DEFECTS", "BACKENDS", "DEFECTS", "KERNEL_DEFECTS", "MERGED_FIX", "PRE_FIX", "ROW_ORDERS",
+__all__ = ["ALL_DEFECTS", "DEFECTS", "KERNEL_DEFECTS", "MERGED_FIX", "PRE_FIX", "ROW_ORDERS",
            "SEED_PRE_FIX", "STALE_REMOVED", "DPEngine", "DPRank", "Engine", "ForwardBatch", "Req", "ServerArgs",
-           "page_table_width", "parse_defects", "run_dp_multiprocess"]
+           "backend_class", "backend_names", "known_defects", "page_table_width", "parse_defects",
+           "run_dp_multiprocess"]

@@ -6,38 +6,11 @@ from dataclasses import dataclass, field
 
 from mla_edu.kernels import IMPLS
 from mla_edu.kernels.contract import MAX_SPLITS
-from mla_edu.util import PAGE_SIZE, is_int
+from mla_edu.serving.backends import backend_class, known_defects, page_table_width
+from mla_edu.serving.backends.cutlass_mla import PRE_FIX
+from mla_edu.util import is_int
 
-BACKENDS = ("cutlass_mla", "triton")
-# The pre-fix backend's graph defects (PR #6998, cutlass_mla_backend.py at 7059ae16f): the page
-# table's width frozen at capture, and the capture-time workspace freed.
-DEFECTS = ("width", "workspace")
-# The bug-era kernel contract: sgl-kernel 0.1.7, which SGLang pinned at 7059ae16f
-# (python/pyproject.toml, "sgl-kernel==0.1.7"), hard-coded the softmax scale 1/sqrt(128 + 64)
-# and split_kv = 1 (sgl-kernel/csrc/attention/cutlass_mla_kernel.cu at 6c0a48282, the v0.1.7
-# bump #6963, lines 115-116 and 157). PR #7184 (ab1a4fa5c) added the sm_scale parameter;
-# PR #7186 (ed89837cf) made the backend pass layer.scaling.
-KERNEL_DEFECTS = ("scale",)
-ALL_DEFECTS = DEFECTS + KERNEL_DEFECTS
 ROW_ORDERS = ("append", "prepend")
-# SGLang's merged fix (PR #6998, e58423b2b) fixed both: no defect left. It does not reset the index
-# rows (stale entries stay), which is harmless once the row stride is right; SGLang never had a
-# poison fill (``ServerArgs.poison_fill`` is this project's teaching instrument).
-PRE_FIX = frozenset(DEFECTS)
-MERGED_FIX = frozenset()
-# The seed's pre-fix run: the graph defects plus the bug-era kernel's scale (and one split).
-SEED_PRE_FIX = PRE_FIX | {"scale"}
-
-
-def page_table_width(context_length: int) -> int:
-    """W, the page table's columns: ``(max_context_len + PAGE_SIZE) // PAGE_SIZE``.
-
-    SGLang's ``CutlassMLABackend.init_cuda_graph_state`` (cutlass_mla_backend.py at 7059ae16f,
-    line 132), where ``max_context_len`` is ``model_config.context_len``, i.e.
-    ``--context-length`` when given (flashinfer_mla_backend.py line 78, model_config.py line 153).
-    ``--context-length 4096`` gives 33.
-    """
-    return (int(context_length) + PAGE_SIZE) // PAGE_SIZE
 
 
 STALE_REMOVED = ("'stale' is no longer a defect: SGLang's merged fix (e58423b2b) left stale entries in the "
@@ -56,9 +29,9 @@ def parse_defects(spec) -> frozenset:
         names = list(spec)
     if "stale" in names:
         raise ValueError(f"defects: {STALE_REMOVED}")
-    bad = [n for n in names if n not in ALL_DEFECTS]
+    bad = [n for n in names if n not in known_defects()]
     if bad:
-        raise ValueError(f"defects: expected names from {ALL_DEFECTS} or 'none', got {bad}")
+        raise ValueError(f"defects: expected names from {known_defects()} or 'none', got {bad}")
     return frozenset(names)
 
 
@@ -118,14 +91,10 @@ class ServerArgs:
         return self.max_running_requests // (self.dp_size if self.enable_dp_attention else 1)
 
     def __post_init__(self):
-        if self.attention_backend not in BACKENDS:
-            raise ValueError(f"attention_backend: expected one of {BACKENDS}, got {self.attention_backend!r}")
+        backend = backend_class(self.attention_backend)
         self.defects = parse_defects(self.defects)
         if not isinstance(self.poison_fill, bool):
             raise TypeError(f"poison_fill: expected a bool, got {self.poison_fill!r}")
-        if self.poison_fill and self.attention_backend != "cutlass_mla":
-            raise ValueError(f"poison_fill: applies to the cutlass_mla backend only, got attention_backend="
-                             f"{self.attention_backend!r}")
         splits = self.num_kv_splits
         if not is_int(splits) or not (splits == -1 or 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"num_kv_splits: expected -1 (auto) or an int in [1, {MAX_SPLITS}] (the kernel "
@@ -160,8 +129,6 @@ class ServerArgs:
         if self.max_running_requests_per_rank < 1:
             raise ValueError(f"max_running_requests={self.max_running_requests} over dp_size={self.dp_size} "
                              "leaves a rank no request; expected max_running_requests >= dp_size")
-        if "scale" in self.defects and self.num_kv_splits != 1:
-            raise ValueError(f"defects 'scale' is sgl-kernel 0.1.7's contract, which hard-coded split_kv = 1; "
-                             f"got num_kv_splits={self.num_kv_splits}")
+        backend.check_args(self)  # what only this backend's class knows (poison fill, its defects' rules)
         if self.kernel_impl is not None and self.kernel_impl not in IMPLS:
             raise ValueError(f"kernel_impl: expected None or one of {tuple(IMPLS)}, got {self.kernel_impl!r}")

@@ -16,10 +16,11 @@ import torch
 from torch.nn import functional as F
 
 from mla_edu import default_device, kvcache
+from mla_edu.kernels import DEFAULT_SM_COUNT
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.backends import create_backend
 from mla_edu.serving.batch import ForwardBatch
-from mla_edu.util import cdiv
+from mla_edu.util import PAGE_SIZE, cdiv
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,7 +38,7 @@ class ModelRunner:
         mla = model.config.mla
         self.num_layers = len(model.layers)
         self.context_length = args.context_length
-        self.page_size = 128
+        self.page_size = PAGE_SIZE
         self.pages_per_req = cdiv(self.context_length, self.page_size)
         # ``max_running_requests`` rows, as SGLang sizes ``req_to_token`` even under DP attention
         # (model_runner.py at 7059ae16f, lines 915-917); a context's worth of pages for each request
@@ -61,7 +62,7 @@ class ModelRunner:
         sm_count = args.sm_count
         if sm_count is None:
             sm_count = (torch.cuda.get_device_properties(self.device).multi_processor_count
-                        if self.device.type == "cuda" else 132)
+                        if self.device.type == "cuda" else DEFAULT_SM_COUNT)
         self.backend = create_backend(
             args.attention_backend, self.req_to_token_pool, self.kv_cache,
             sm_scale=model.layers[0].attn.softmax_scale, max_context_len=self.context_length,

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mla_edu.case_study.diagnose import PageReads, accuracy_bars, diagnose_step, draw_page_reads, page_reads
-from mla_edu.serving import BACKENDS, DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED
+from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED, backend_class, backend_names
 from mla_edu.util import is_int
 
 SPLIT_MODES = {"1": 1, "auto": -1}
@@ -59,8 +59,7 @@ class PanelSettings:
     num_questions: int = 32
 
     def __post_init__(self):
-        if self.attention_backend not in BACKENDS:
-            raise ValueError(f"attention_backend: expected one of {BACKENDS}, got {self.attention_backend!r}")
+        backend_class(self.attention_backend)  # ValueError naming the registered backends
         defects = PRE_FIX if self.defects is None else self.defects  # None: the pre-fix defects, as ServerArgs
         if not isinstance(defects, (set, frozenset, list, tuple)) or not all(isinstance(d, str) for d in defects):
             raise TypeError(f"defects: expected a set of names from {DEFECTS}, got {defects!r}")
@@ -84,11 +83,11 @@ class PanelSettings:
 
     @property
     def active_defects(self) -> frozenset:
-        return self.defects if self.attention_backend == "cutlass_mla" else frozenset()
+        return backend_class(self.attention_backend).active_defects(self.defects)
 
     @property
     def active_poison_fill(self) -> bool:
-        return self.poison_fill and self.attention_backend == "cutlass_mla"
+        return self.poison_fill and backend_class(self.attention_backend).supports_poison_fill
 
     def server_args(self, cuda_graph: bool) -> dict:
         """Keyword ``ServerArgs`` for the eager (``cuda_graph=False``) or graph run."""
@@ -101,8 +100,8 @@ class PanelSettings:
         d = ",".join(sorted(self.active_defects)) or "none"
         split = "auto" if self.num_kv_splits == -1 else "1"
         defects = ""
-        if self.attention_backend == "cutlass_mla":
-            defects = f", defects={d}" + ", poison fill" * self.poison_fill
+        if backend_class(self.attention_backend).switchable_defects:
+            defects = f", defects={d}" + ", poison fill" * self.active_poison_fill
         return (f"{self.attention_backend}{defects}, splits={split}, max running {self.max_running_requests} "
                 f"(graphs for {self.cuda_graph_bs[0]}, {self.cuda_graph_bs[1]}), {self.num_questions} questions")
 
@@ -320,7 +319,7 @@ class ControlPanel:
 
         s = self.settings
         wd = {
-            "backend": w.ToggleButtons(options=list(BACKENDS), value=s.attention_backend, description="backend"),
+            "backend": w.ToggleButtons(options=list(backend_names()), value=s.attention_backend, description="backend"),
             **{n: w.Checkbox(value=n in s.defects, description=f"defect: {n}") for n in DEFECTS},
             "poison_fill": w.Checkbox(value=s.poison_fill, description="poison fill"),
             "split": w.ToggleButtons(options=list(SPLIT_MODES), value="auto" if s.num_kv_splits == -1 else "1",

@@ -1,20 +1,18 @@
-"""Attention backends in SGLang's protocol: ``cutlass_mla`` (pre-fix / fixed) and ``triton``."""
+"""Attention backends in SGLang's protocol, each registered by name (``base.register_backend``): ``cutlass_mla``
+(pre-fix / fixed) and ``triton``. A new backend is one module and its import here (``docs/CONTRIBUTING.md``)."""
 
-from mla_edu.serving.backends.base import AttentionBackend
+from mla_edu.serving.backends.base import (BACKEND_CLASSES, AttentionBackend, backend_class, backend_names,
+                                           known_defects, page_table_width, register_backend)
 from mla_edu.serving.backends.cutlass_mla import BUG_ERA_SM_SCALE, POISON_PAGE, CutlassMLABackend
 from mla_edu.serving.backends.triton import TritonBackend
 
-BACKEND_CLASSES = {"cutlass_mla": CutlassMLABackend, "triton": TritonBackend}
+
+def create_backend(name: str, *args, defects=frozenset(), **kw) -> AttentionBackend:
+    """Build the backend registered as ``name`` (``--attention-backend``) with the ``defects`` it applies."""
+    cls = backend_class(name)
+    return cls(*args, defects=cls.active_defects(defects), **kw)
 
 
-def create_backend(name: str, *args, defects=frozenset(), poison_fill: bool = False, **kw) -> AttentionBackend:
-    """Build the backend named ``name`` (``--attention-backend``)."""
-    if name not in BACKEND_CLASSES:
-        raise ValueError(f"attention backend: expected one of {sorted(BACKEND_CLASSES)}, got {name!r}")
-    if name == "cutlass_mla":
-        return CutlassMLABackend(*args, defects=defects, poison_fill=poison_fill, **kw)
-    return BACKEND_CLASSES[name](*args, **kw)
-
-
-__all__ = ["AttentionBackend", "BUG_ERA_SM_SCALE", "CutlassMLABackend", "TritonBackend", "POISON_PAGE",
-           "create_backend", "BACKEND_CLASSES"]
+__all__ = ["AttentionBackend", "BACKEND_CLASSES", "BUG_ERA_SM_SCALE", "CutlassMLABackend", "POISON_PAGE",
+           "TritonBackend", "backend_class", "backend_names", "create_backend", "known_defects", "page_table_width",
+           "register_backend"]

@@ -1,4 +1,5 @@
-"""SGLang's attention-backend protocol (``python/sglang/srt/layers/attention/base_attn_backend.py``).
+"""SGLang's attention-backend protocol (``python/sglang/srt/layers/attention/base_attn_backend.py``) and the
+registry of backends.
 
 The engine calls, in this order:
 - eager: ``init_forward_metadata(batch)`` then, per layer, ``forward_decode(...)``;
@@ -6,23 +7,88 @@ The engine calls, in this order:
   ``init_forward_metadata_capture_cuda_graph(bs, req_pool_indices, seq_lens)`` then the
   captured step; before each replay ``init_forward_metadata_replay_cuda_graph(bs, ...)``,
   which may only change the *contents* of buffers the graph already points at.
+
+A backend registers itself with ``@register_backend(name)`` (as SGLang's ``@register_attention_backend``
+in ``python/sglang/srt/layers/attention/attention_registry.py``) and declares what it supports as class
+attributes; ``ServerArgs``, the CLIs, the panel and the case study ask the class (``backend_class(name)``).
 """
 
 from __future__ import annotations
 
+import contextlib
+from typing import ClassVar
+
 import torch
 
-from mla_edu.kernels import num_kv_splits_for
+from mla_edu.kernels import DEFAULT_SM_COUNT, num_kv_splits_for
 from mla_edu.serving.batch import ForwardBatch
+from mla_edu.util import PAGE_SIZE
+
+#: name -> backend class, in registration order (``--attention-backend``'s choices)
+BACKEND_CLASSES: dict[str, type[AttentionBackend]] = {}
+
+
+def register_backend(name: str):
+    """Class decorator: register an ``AttentionBackend`` subclass as ``--attention-backend name``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"backend name: expected a non-empty str, got {name!r}")
+
+    def register(cls):
+        if not (isinstance(cls, type) and issubclass(cls, AttentionBackend)):
+            raise TypeError(f"register_backend({name!r}): expected an AttentionBackend subclass, got {cls!r}")
+        if name in BACKEND_CLASSES:
+            raise ValueError(f"register_backend: {name!r} is already registered ({BACKEND_CLASSES[name].__name__})")
+        cls.name = name
+        BACKEND_CLASSES[name] = cls
+        return cls
+
+    return register
+
+
+def backend_names() -> tuple:
+    """The registered backends' names, in registration order."""
+    return tuple(BACKEND_CLASSES)
+
+
+def backend_class(name) -> type[AttentionBackend]:
+    """The class registered as ``name``; ValueError naming the registered ones otherwise."""
+    if not isinstance(name, str) or name not in BACKEND_CLASSES:
+        raise ValueError(f"attention_backend: expected one of {backend_names()}, got {name!r}")
+    return BACKEND_CLASSES[name]
+
+
+def known_defects() -> tuple:
+    """Every defect some registered backend can switch on, in registration order."""
+    return tuple(dict.fromkeys(d for cls in BACKEND_CLASSES.values() for d in cls.switchable_defects))
+
+
+def page_table_width(context_length: int) -> int:
+    """W, the page table's columns: ``(max_context_len + PAGE_SIZE) // PAGE_SIZE``.
+
+    SGLang's ``CutlassMLABackend.init_cuda_graph_state`` (cutlass_mla_backend.py at 7059ae16f,
+    line 132), where ``max_context_len`` is ``model_config.context_len``, i.e.
+    ``--context-length`` when given (flashinfer_mla_backend.py line 78, model_config.py line 153).
+    ``--context-length 4096`` gives 33.
+    """
+    return (int(context_length) + PAGE_SIZE) // PAGE_SIZE
 
 
 class AttentionBackend:
-    """Shared state: the pools, the latent cache, the kernel choice."""
+    """Shared state: the pools, the latent cache, the kernel choice; what the backend supports, declared."""
 
-    page_size: int = 128
+    name: ClassVar[str] = ""  # set by ``register_backend``
+    page_size: ClassVar[int] = PAGE_SIZE
+    #: defects (``ServerArgs.defects`` names) it can switch on; the others are not applied (``active_defects``)
+    switchable_defects: ClassVar[tuple] = ()
+    #: whether it implements ``ServerArgs.poison_fill``
+    supports_poison_fill: ClassVar[bool] = False
+    #: whether its captured launch reads a view of the index buffer frozen at capture, which
+    #: ``case_study.diagnose`` checks by re-running the step on the predicted reads (``reading``)
+    freezes_a_view: ClassVar[bool] = False
 
     def __init__(self, req_to_token_pool, kv_cache, *, sm_scale: float, max_context_len: int,
-                 num_kv_splits: int = 1, kernel_impl: str = "torch", sm_count: int = 132):
+                 num_kv_splits: int = 1, kernel_impl: str = "torch", sm_count: int = DEFAULT_SM_COUNT,
+                 defects=frozenset(), poison_fill: bool = False):
         self.req_to_token = req_to_token_pool.req_to_token  # [pool, max_context_len] int32
         self.kv_cache = kv_cache
         self.sm_scale = float(sm_scale)
@@ -30,9 +96,50 @@ class AttentionBackend:
         self.num_kv_splits = int(num_kv_splits)
         self.kernel_impl = kernel_impl
         self.sm_count = int(sm_count)
+        self.defects = frozenset(defects)
+        bad = sorted(self.defects - set(self.switchable_defects))
+        if bad:
+            raise ValueError(f"defects: the {self.name} backend switches on {self.switchable_defects}, got {bad}")
+        if poison_fill and not self.supports_poison_fill:
+            raise ValueError(f"poison_fill: the {self.name} backend does not implement it")
+        self.poison_fill = bool(poison_fill)
         self.device = self.req_to_token.device
         self.forward_metadata = None
         self.splits_used: set = set()  # split counts the kernel was launched with (host ints)
+
+    @classmethod
+    def active_defects(cls, defects) -> frozenset:
+        """The defects of ``defects`` this backend applies (``ServerArgs.defects`` names the cutlass_mla
+        backend's; another backend runs without them)."""
+        return frozenset(d for d in defects if d in cls.switchable_defects)
+
+    @classmethod
+    def check_args(cls, args) -> None:
+        """ValueError for a ``ServerArgs`` this backend cannot run (beyond the generic checks)."""
+        if args.poison_fill and not cls.supports_poison_fill:
+            names = [n for n, c in BACKEND_CLASSES.items() if c.supports_poison_fill]
+            raise ValueError(f"poison_fill: applies to the {' and '.join(names)} backend{'s' * (len(names) > 1)} "
+                             f"only, got attention_backend={cls.name!r}")
+
+    @classmethod
+    def may_drop_a_live_workspace(cls, defects, num_kv_splits: int) -> bool:
+        """Whether a captured graph may keep writing a workspace Python has dropped (a crash on a GPU)."""
+        return False
+
+    def graph_index_buffer(self) -> torch.Tensor:
+        """The persistent index buffer the graphs read, ``[max_bs, W]`` int32."""
+        raise NotImplementedError
+
+    def metadata_after_replay(self) -> dict:
+        """What the replay hook left in metadata the graph never reads (for ``case_study.diagnose``)."""
+        return {}
+
+    @contextlib.contextmanager
+    def reading(self, table: torch.Tensor, impl: str):
+        """Inside the block an eager decode step reads ``table`` (int32 ``[bs, width]``) with kernel ``impl``
+        (``freezes_a_view`` backends)."""
+        raise NotImplementedError(f"the {self.name} backend's launch freezes no view to check")
+        yield
 
     def splits_for(self, max_seq_len: int, batch: int) -> int:
         """The split count the kernel's host wrapper picks for these launch shapes (sgl-kernel's

@@ -31,19 +31,36 @@ read of an unused entry gives NaN for that request (loud) instead of a stale pag
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
 import torch
 
 from mla_edu import kernels, kvcache
-from mla_edu.serving.args import page_table_width
-from mla_edu.serving.backends.base import AttentionBackend
+from mla_edu.serving.backends.base import AttentionBackend, page_table_width, register_backend
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.util import PAGE_SIZE, cdiv
 
 BUG_ERA_SM_SCALE = 1.0 / math.sqrt(128 + 64)  # sgl-kernel 0.1.7's hard-coded scale
 POISON_PAGE = 2**30  # far past any page id: a read of it is out of range
+# The pre-fix backend's graph defects (PR #6998, cutlass_mla_backend.py at 7059ae16f): the page
+# table's width frozen at capture, and the capture-time workspace freed.
+DEFECTS = ("width", "workspace")
+# The bug-era kernel contract: sgl-kernel 0.1.7, which SGLang pinned at 7059ae16f
+# (python/pyproject.toml, "sgl-kernel==0.1.7"), hard-coded the softmax scale 1/sqrt(128 + 64)
+# and split_kv = 1 (sgl-kernel/csrc/attention/cutlass_mla_kernel.cu at 6c0a48282, the v0.1.7
+# bump #6963, lines 115-116 and 157). PR #7184 (ab1a4fa5c) added the sm_scale parameter;
+# PR #7186 (ed89837cf) made the backend pass layer.scaling.
+KERNEL_DEFECTS = ("scale",)
+ALL_DEFECTS = DEFECTS + KERNEL_DEFECTS
+# SGLang's merged fix (PR #6998, e58423b2b) fixed both: no defect left. It does not reset the index
+# rows (stale entries stay), which is harmless once the row stride is right; SGLang never had a
+# poison fill (``ServerArgs.poison_fill`` is this project's teaching instrument).
+PRE_FIX = frozenset(DEFECTS)
+MERGED_FIX = frozenset()
+# The seed's pre-fix run: the graph defects plus the bug-era kernel's scale (and one split).
+SEED_PRE_FIX = PRE_FIX | {"scale"}
 
 
 @dataclass
@@ -52,17 +69,52 @@ class CutlassMLADecodeMetadata:
     block_kv_indices: torch.Tensor  # [bs, max_seqlen_pad] int32 (a view in graph mode)
 
 
+@register_backend("cutlass_mla")
 class CutlassMLABackend(AttentionBackend):
-    page_size = PAGE_SIZE
+    switchable_defects = ALL_DEFECTS
+    supports_poison_fill = True
+    freezes_a_view = True  # the pre-fix capture hands the kernel a narrow view of the buffer
 
-    def __init__(self, *args, defects=frozenset(), poison_fill: bool = False, **kw):
+    def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.defects = frozenset(defects)
-        self.poison_fill = poison_fill
         # the scale the decode kernel uses: the model's, or the bug-era kernel's constant
         self.kernel_sm_scale = BUG_ERA_SM_SCALE if "scale" in self.defects else self.sm_scale
         self.cuda_graph_kv_indices = None
         self.cuda_graph_mla_workspace = None
+
+    @classmethod
+    def check_args(cls, args) -> None:
+        super().check_args(args)
+        if "scale" in args.defects and args.num_kv_splits != 1:
+            raise ValueError(f"defects 'scale' is sgl-kernel 0.1.7's contract, which hard-coded split_kv = 1; "
+                             f"got num_kv_splits={args.num_kv_splits}")
+
+    @classmethod
+    def may_drop_a_live_workspace(cls, defects, num_kv_splits: int) -> bool:
+        """The pre-fix workspace handling with split partials: each capture replaces the workspace the
+        previous graph writes (``results/workspace_hazard_h200.md``)."""
+        return "workspace" in defects and num_kv_splits != 1
+
+    def graph_index_buffer(self) -> torch.Tensor:
+        return self.cuda_graph_kv_indices
+
+    def metadata_after_replay(self) -> dict:
+        md = self.forward_metadata
+        return {"metadata_width_after_replay": md.block_kv_indices.size(1),
+                "metadata_workspace_ptr_after_replay": md.workspace.data_ptr()}
+
+    @contextlib.contextmanager
+    def reading(self, table: torch.Tensor, impl: str):
+        bs, width = table.shape
+        splits = self.splits_for(PAGE_SIZE * width, bs)
+        ws = torch.empty(kernels.get_workspace_size(PAGE_SIZE * width, bs, self.sm_count, splits),
+                         dtype=torch.uint8, device=self.device)
+        saved = self.forward_metadata, self.kernel_impl
+        self.forward_metadata, self.kernel_impl = CutlassMLADecodeMetadata(ws, table.to(self.device)), impl
+        try:
+            yield
+        finally:
+            self.forward_metadata, self.kernel_impl = saved
 
     # --- workspace: bytes for split partials, sized by sgl-kernel's formula -----------------
     def _workspace(self, max_seq_len: int, bs: int) -> torch.Tensor:

@@ -15,16 +15,14 @@ from __future__ import annotations
 import torch
 
 from mla_edu import kernels, kvcache
-from mla_edu.serving.args import page_table_width
-from mla_edu.serving.backends.base import AttentionBackend
+from mla_edu.serving.backends.base import AttentionBackend, page_table_width, register_backend
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.util import PAGE_SIZE
 
 
 
+@register_backend("triton")
 class TritonBackend(AttentionBackend):
-    page_size = PAGE_SIZE
-
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.width = page_table_width(self.max_context_len)
@@ -47,6 +45,9 @@ class TritonBackend(AttentionBackend):
         splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
         self.workspace = torch.empty(size, dtype=torch.uint8, device=self.device)
+
+    def graph_index_buffer(self) -> torch.Tensor:
+        return self.page_table
 
     def init_forward_metadata(self, batch: ForwardBatch):
         bs = batch.batch_size
