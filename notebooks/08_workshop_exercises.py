@@ -139,7 +139,7 @@ assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 #
 # The widgets (run in JupyterLab; a static page shows nothing here): pick a setting, press "run".
 
-# %%
+# %% tags=["remove-output"]
 # NBVAL_IGNORE_OUTPUT
 panel.show()
 
@@ -277,7 +277,8 @@ def stale_reads(buffer, seq_lens, row_stride):
 r5 = ex.check_stale_reads(stale_reads)
 
 # %% [markdown]
-# ```{dropdown} Solutions (try first)
+# <details><summary>Solutions (try first)</summary>
+#
 # 1. Change only the *contents* of the captured buffer: fill rows `[:bs]` of
 #    `backend.cuda_graph_kv_indices` in place with `fill_page_table(backend.req_to_token,
 #    req_pool_indices[:bs], seq_lens[:bs], backend.cuda_graph_kv_indices[:bs], 128)`. No new tensor,
@@ -292,7 +293,8 @@ r5 = ex.check_stale_reads(stale_reads)
 #    i.e. row `r, slot = divmod(flat, W)`; it is stale when `slot >= ceil(len_r / 128)`.
 #
 # The code: `mla_edu/workshop/solutions/ex08.py`.
-# ```
+#
+# </details>
 
 # %%
 solved = [r1.passed, all(r.passed for r in r2), r3.passed, r4.passed, r5.passed]
@@ -320,7 +322,8 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 # 3. Port exercise 1 to the triton backend: why does its replay hook not need a poison fill to be
 #    correct?
 #
-# ```{dropdown} Answers
+# <details><summary>Answers</summary>
+#
 # 1. No: the guess counts only row 0, but a request also answers right when every step it needs
 #    ran in row 0, and its first generated token comes from prefill, not from a replay. `Req.rows`
 #    lists each request's rows; the panel's "only row 0" count is the floor it reaches.
@@ -330,4 +333,5 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 # 3. The triton backend captures the full-width view and the buffer's real row stride, and its kernel
 #    reads only `ceil(seq_len / 128)` entries of each row, all written this step: an unwritten entry
 #    is never read, poisoned or not.
-# ```
+#
+# </details>

@@ -19,9 +19,6 @@ library's own code. No answer is importable from here: the engines behind the my
 
 from __future__ import annotations
 
-import math
-import operator
-from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -29,67 +26,8 @@ import torch
 from mla_edu.serving import PRE_FIX, Engine
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
-
-
-@dataclass
-class ExerciseResult:
-    passed: bool
-    message: str
-
-    def __str__(self) -> str:
-        return ("PASS: " if self.passed else "NOT YET: ") + self.message
-
-    def __repr__(self) -> str:
-        return f"ExerciseResult(passed={self.passed})"
-
-
-def _report(passed: bool, message: str) -> ExerciseResult:
-    r = ExerciseResult(passed, " ".join(message.split()))  # one line
-    print(r)
-    return r
-
-
-def _show(x, limit: int = 48) -> str:
-    """A short one-line repr of anything a learner gives (a 5000-digit int, a tensor, an object whose repr raises)."""
-    try:
-        if isinstance(x, int) and x.bit_length() > 128:  # str() of a 5000-digit int raises
-            return f"an int of about {int(x.bit_length() * math.log10(2)) + 1} digits"
-        s = " ".join(repr(x).split())
-    except Exception:
-        s = f"a {type(x).__name__}"
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _as_int(x, allow_float: bool = False):
-    """``x`` as a Python int, or None: ints and integer-likes (numpy's int64, a one-element integer tensor on
-    any device) count, bools do not; with ``allow_float`` a finite float with no fractional part too."""
-    try:
-        if isinstance(x, bool) or type(x).__name__ == "bool_":
-            return None
-        if isinstance(x, torch.Tensor):
-            if x.numel() != 1 or x.dtype == torch.bool or x.is_complex() or x.device.type == "meta":
-                return None
-            x = x.item()
-            if isinstance(x, float) and not allow_float:
-                return None
-        if isinstance(x, float) or type(x).__module__ == "numpy" and "float" in type(x).__name__:
-            x = float(x)
-            return int(x) if allow_float and math.isfinite(x) and x.is_integer() else None
-        return operator.index(x)
-    except Exception:
-        return None
-
-
-def _call(fn, *args):
-    """``(value, None)`` or ``(None, a one-line description of what fn raised)``."""
-    try:
-        return fn(*args), None
-    except (Exception, SystemExit) as e:  # the learner's code: any failure is a hint, not a crash
-        try:
-            first = str(e).splitlines()[0][:160] if str(e) else ""
-        except Exception:
-            first = ""
-        return None, f"{type(e).__name__}: {first}"
+from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
+from mla_edu.workshop.checks import as_int as _as_int, call as _call, report as _report, show as _show
 
 
 def _not_callable(fn, signature: str):
