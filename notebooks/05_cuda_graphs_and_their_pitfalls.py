@@ -22,7 +22,7 @@
 # caught by a checker. One of them is the bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060
 # with graphs, 0.910 to 0.920 over five runs without).
 #
-# **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *[emulator](../glossary.md#graph-emulator)* of CUDA graphs; with a GPU,
+# **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *[emulator](../docs/glossary.md#graph-emulator)* of CUDA graphs; with a GPU,
 # the same code captures real `torch.cuda.CUDAGraph`s. Every pitfall below was also run on an H200
 # with real graphs (`results/graph_scenarios_h200_cuda.md`), with the same outcome. Run All
 # takes seconds on a 2-core CPU (the measured time is in README's table of notebooks).
@@ -90,7 +90,6 @@ fig = launch_overhead()
 
 # %%
 x = torch.arange(4.0, device=DEVICE)  # a static input buffer
-n_host = 2  # a Python int the host computed
 host_calls = []
 
 
@@ -99,9 +98,19 @@ def step():
     return (x[:n_host] * 10).sum(dim=0, keepdim=True)  # the slice uses the Python int
 
 
-g = Graph(device=DEVICE)
-with graph(g):
-    out = step()
+def capture_step():
+    """A new graph of ``step`` on the starting input; each cell below builds its own, so that it can be re-run."""
+    global n_host
+    x.copy_(torch.arange(4.0))
+    n_host = 2  # a Python int the host computed
+    host_calls.clear()
+    g = Graph(device=DEVICE)
+    with graph(g):
+        out = step()
+    return g, out
+
+
+g, out = capture_step()
 print("backend:", g.backend, "| emulated:", is_emulated(g))
 if is_emulated(g):
     print("recorded ops:", g.recorded_ops())
@@ -112,6 +121,7 @@ if is_emulated(g):
 # outputs only after a replay.
 
 # %%
+g, out = capture_step()
 print("output right after capture is NaN:", bool(torch.isnan(out).all()))
 g.replay()
 print("after replay:", out.item())
@@ -122,6 +132,7 @@ assert out.item() == 10.0  # (0 + 1) * 10
 # buffer*. A Python value the host computes (here `n_host`) was used once, at capture.
 
 # %%
+g, out = capture_step()
 x.copy_(torch.tensor([5.0, 6.0, 7.0, 8.0]))
 n_host = 4
 g.replay()
@@ -176,8 +187,9 @@ except FreedMemoryError as e:
 # %%
 import warnings  # noqa: E402
 
-from mla_edu.graphs import GraphWarmupWarning  # noqa: E402
+from mla_edu.graphs import GraphWarmupWarning, forget_warmups  # noqa: E402
 
+forget_warmups()  # as in a fresh process, where no matmul ran yet (the fix below warms up; re-running this cell)
 w = torch.eye(4, device=DEVICE) * 3
 
 
@@ -439,11 +451,139 @@ assert not r.ok
 #
 # ## Exercises (optional)
 #
-# 1. In `sc.narrow_view`, change the captured width to 2 pages. Which rows are right now, and why
-#    does row 0 stay right whatever the width?
-# 2. Make `sc.stale_buffer`'s bug invisible to a single replay per trial. Which check still catches
-#    it if you also turn off poisoning?
-# 3. Write a step that rebuilds `seq_lens` as a new tensor (`seq_lens = torch.tensor(...)`) inside
-#    the host `prepare` instead of copying into the captured buffer. What does `check` report?
-# 4. The emulator runs each recorded op again at replay. Which CUDA-graph behaviour can it not
-#    show? (Hint: think about what happens to a kernel's grid when the batch grows.)
+# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
+# answers, with the why, are in the collapsed dropdowns.
+#
+# **1.** In `sc.narrow_view`, capture the view 2 pages wide instead of 1 (row stride 2 instead of 8). Which
+# rows of the first replay batch read their own pages now? (A set of rows.) Why does row 0 stay right
+# whatever the width?
+
+# %%
+ex1_right_rows = None  # a set of rows in 0..3
+
+# %%
+from mla_edu.graphs.check import HINTS  # noqa: E402
+from mla_edu.workshop import checks  # noqa: E402
+
+toy = sc.ToyServer(DEVICE)
+reqs1, lens1 = sc.REPLAY_BATCHES[0]
+toy.set_batch(reqs1, lens1)
+toy.fill_page_table(toy.kv_indices, len(reqs1))
+own = sc.pages_read(toy.kv_indices[:, :sc.W], toy.seq_lens)  # [4, W] through the full width
+two_wide = sc.pages_read(toy.kv_indices[:, :2], toy.seq_lens)  # through a 2-wide view: row stride 2
+r1 = checks.check_items("exercise 1", ex1_right_rows, {b for b in range(4) if bool((own[b] == two_wide[b]).all())},
+                        mistakes={frozenset({0, 1}): "row 1 now starts at flat index 2: row 0's third page"})
+
+# %% [markdown]
+# <details><summary>Answer 1</summary>
+#
+# Still only row 0. Row `b` reads flat `b * 2 + j`: row 1 starts at row 0's third entry, row 2 at its
+# fifth, row 3 at its seventh, then runs into row 1's entries. Any width below the buffer's 8 gives a
+# row stride below 8, so every row `b > 0` starts inside an earlier row; row 0 starts at flat 0 for
+# every stride, which is why the bug spares it.
+#
+# </details>
+#
+# **2.** Turn off the poisoning: `sc.check_problem(sc.PROBLEMS["stale_buffer"](DEVICE), poison=False)`.
+# Is the stale buffer still caught, and by which of the checker's tests?
+
+# %%
+ex2_caught_by = None  # "a", "b", "c" or "d" (the options printed below)
+
+# %%
+OPTIONS2 = {"a": "NaN from a poisoned buffer", "b": "the second replay on the same inputs differs from the first",
+            "c": "row 0 right, rows 1.. wrong (a frozen row stride)", "d": "not caught: the report is OK"}
+for key, text in OPTIONS2.items():
+    print(f"({key}) {text}")
+rep2 = sc.check_problem(sc.PROBLEMS["stale_buffer"](DEVICE), n_trials=4, seed=1, poison=False)
+found = "d" if rep2.ok else "b" if rep2.hint == HINTS["stale"] else "a" if "NaN" in rep2.failure else "c"
+r2 = checks.check_choice("exercise 2", ex2_caught_by, OPTIONS2, found)
+
+# %% [markdown]
+# <details><summary>Answer 2</summary>
+#
+# (b). Without poison, replay 0 of a trial can even look plausible, but the checker replays twice on the
+# same inputs: the accumulator adds the second replay's sums to the first's, so the two replays differ,
+# and that difference can only come from state leaking between replays. Poison makes it louder and
+# earlier (NaN at replay 0); the double replay catches it with no help.
+#
+# </details>
+#
+# **3.** Write a host `prepare` that rebuilds `seq_lens` as a new tensor
+# (`server.seq_lens = torch.tensor(...)`) instead of copying into the captured buffer, on the correct
+# pattern `sc.static_buffers`. What does `check` report?
+
+# %%
+ex3_report = None  # "a", "b", "c" or "d" (the options printed below)
+
+# %%
+OPTIONS3 = {"a": "OK: the graph reads the new tensor", "b": "wrong rows: the graph reads capture's lengths",
+            "c": "freed capture-time memory used at replay", "d": "capture refused"}
+for key, text in OPTIONS3.items():
+    print(f"({key}) {text}")
+problem3 = sc.static_buffers(DEVICE)
+server3 = problem3.server
+
+
+def rebuild_prepare(reqs, lens):
+    server3.req_pool_indices[: len(reqs)].copy_(torch.tensor(reqs))
+    server3.seq_lens = torch.tensor(lens + [1] * (sc.MAX_BS - len(lens)), dtype=torch.int32)  # a new tensor
+    server3.fill_page_table(server3.kv_indices, len(reqs))
+
+
+problem3.prepare = rebuild_prepare
+rep3 = sc.check_problem(problem3, n_trials=4, seed=1)
+r3 = checks.check_choice("exercise 3", ex3_report, OPTIONS3,
+                         "a" if rep3.ok else "c" if "freed" in rep3.failure else "d" if "capture" in rep3.failure
+                         else "b")
+
+# %% [markdown]
+# <details><summary>Answer 3</summary>
+#
+# (c), on the emulator: `check` first runs `prepare` on the capture inputs, so the graph is captured
+# reading the tensor that call created; the next `prepare` rebinds `server.seq_lens` to a new tensor,
+# the captured one loses its last reference, and every replay reads freed memory (on a GPU, memory the
+# caching allocator may hand to anything). Even had it stayed alive, the graph would keep reading it,
+# never the new tensor. Copy into the captured buffer (`seq_lens[:n].copy_(...)`), as `set_batch` does.
+#
+# </details>
+#
+# **4.** The emulator re-runs each recorded op at replay; a custom op (a Triton kernel wrapped in
+# `torch.library.custom_op`) is ONE recorded op. A real CUDA graph replays the kernel launches it
+# recorded, grid and arguments as they were at capture. Predict: when such an op's own host code sizes
+# its grid from the data (here, the longest length), does that host code run again at an emulated
+# replay, with the new data? (`True` or `False`.) Then: which CUDA-graph behaviour can the emulator not
+# show?
+
+# %%
+ex4_host_code_reruns = None  # True or False
+
+# %%
+HOST_RUNS = []  # what the op's host code saw, one entry per time it ran
+try:
+    torch.ops.nb05.grid_sized_op
+except AttributeError:
+    @torch.library.custom_op("nb05::grid_sized_op", mutates_args=("out",))
+    def grid_sized_op(lens: torch.Tensor, out: torch.Tensor) -> None:
+        HOST_RUNS.append(int(lens.max()))  # host code: a launch grid sized from the data at hand
+        out.copy_(lens * 2)
+lens4, out4 = torch.ones(4, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)
+g4 = Graph(mode="emulated")
+with graph(g4):
+    torch.ops.nb05.grid_sized_op(lens4, out4)
+lens4.copy_(torch.tensor([5, 9, 2, 7]))  # a longer batch than capture's
+g4.replay()
+r4 = checks.check_choice("exercise 4", ex4_host_code_reruns, {True: "it runs again", False: "it does not"},
+                         HOST_RUNS[-1] == 9)
+
+# %% [markdown]
+# <details><summary>Answer 4</summary>
+#
+# `True`: the emulator calls the custom op again at replay, so its host code sees the new lengths (9) and
+# would size a bigger grid. A real CUDA graph replays the launch recorded at capture: the grid sized for
+# capture's lengths (1), whatever the batch holds now, and the programs a longer batch needs never run.
+# So a launch configuration derived on the host *inside* a custom op is frozen on a GPU but not in the
+# emulator. (Shapes, Python ints and slices outside the op are frozen in both.)
+#
+# </details>
