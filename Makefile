@@ -3,7 +3,8 @@
 #   make test    every test: unit tests, then pytest --nbval over all notebooks
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
 # (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
-# More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make test-latest
+# More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make slides (a
+# reveal.js deck per notebook), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks).
 
 PYTHON ?= python3
@@ -19,7 +20,7 @@ PIP    := -m pip install -q --disable-pip-version-check
 # every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs.
 NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 
-.PHONY: repro test lint unit nbval test-lab book test-latest lock figures notebooks clean-venv
+.PHONY: repro test lint unit nbval test-lab book slides test-latest lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -57,7 +58,7 @@ nbval: $(VENV)/.ready
 
 # JupyterLab from .venv on 127.0.0.1, driven by headless Chromium: Run All in every notebook, the panel's
 # run button in notebook 08, and the book's pages. Installs Debian's chromium + chromium-driver if missing.
-test-lab: $(VENV)/.ready book
+test-lab: $(VENV)/.ready book slides
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
 	$(PY) -m pytest -q -m lab tests/lab
@@ -65,6 +66,13 @@ test-lab: $(VENV)/.ready book
 # A static HTML site of the executed notebooks (Sphinx + MyST-NB; the stored outputs, nothing re-run).
 book: $(VENV)/.ready
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs build/book
+
+# A reveal.js deck per notebook, made of its core sections, in build/book/slides/ (linked from the book's
+# instructor pages). reveal.js, require.js, jQuery and MathJax: exact versions from the npm registry, checked
+# against their sha512 (tools/slides.py), fetched once into build/npm/; the decks then open offline.
+slides: $(VENV)/.ready
+	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)
+	$(PY) -m tools.slides
 
 # The same tests in a separate environment with the newest release of every dependency that
 # pyproject.toml allows (torch: the newest CPU build reachable). Run it before refreshing the lock.

@@ -10,8 +10,32 @@ extensions = ["myst_nb"]
 nb_execution_mode = "off"  # show the committed outputs
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
-exclude_patterns = ["_build", "notebooks/gpu", "notebooks/*.py", "**/.ipynb_checkpoints"]
+# timings.md is not a page: instructor.md includes it (python -m tools.notebook_timings writes it)
+exclude_patterns = ["_build", "notebooks/gpu", "notebooks/*.py", "**/.ipynb_checkpoints", "timings.md"]
+nb_merge_streams = True  # one output box per cell, not one per print that a table was written with
+# The book shows a static image, never a widget: a widget needs a live kernel. A cell's widget view
+# ranks below its PNG; notebook 08 adds the panel's figure as a PNG output after the widget cell.
+nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
 html_theme = "sphinx_book_theme"
 html_title = "mla-edu: MLA, paged KV caches and a CUDA-graph bug"
 html_theme_options = {"show_toc_level": 2}
 html_static_path: list[str] = []
+
+NBVAL_MARKER = "# NBVAL_"  # nbval's cell markers (NBVAL_IGNORE_OUTPUT, ...): for the tests, not for readers
+
+
+def strip_nbval_markers(app, doctree) -> None:
+    """Drop nbval's marker lines from the code cells the book shows (the notebooks keep them)."""
+    from docutils import nodes
+
+    for block in list(doctree.findall(nodes.literal_block)):
+        text = block.astext()
+        if NBVAL_MARKER not in text:
+            continue
+        kept = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(NBVAL_MARKER))
+        block.children = [nodes.Text(kept)]
+        block.rawsource = kept
+
+
+def setup(app):
+    app.connect("doctree-read", strip_nbval_markers)

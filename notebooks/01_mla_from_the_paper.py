@@ -47,7 +47,7 @@ torch.set_printoptions(precision=4)
 # | $d$ | `hidden_size` | 7168 |
 # | $n_h$ | `num_attention_heads` | 128 |
 # | $d_c'$ | `q_lora_rank` (query latent) | 1536 |
-# | $d_c$ | `kv_lora_rank` (key/value [latent](../glossary.md#latent)) | 512 |
+# | $d_c$ | `kv_lora_rank` (key/value [latent](../docs/glossary.md#latent)) | 512 |
 # | $d_h$ | `qk_nope_head_dim` | 128 |
 # | $d_h^R$ | `qk_rope_head_dim` | 64 |
 # | $d_v$ | `v_head_dim` | 128 |
@@ -77,7 +77,7 @@ assert all(getattr(MLAConfig.deepseek_v3(), k) == getattr(MLAConfig.deepseek_v2(
 # **Queries too** (DeepSeek-V2-Lite skips this and uses $q_t = W^Q h_t$):
 # $$c^Q_t = W^{DQ} h_t \in \mathbb{R}^{d_c'}, \qquad q^C_{t,i} = W^{UQ}_i c^Q_t$$
 #
-# **Position goes in a separate, small part** ([decoupled](../glossary.md#decoupled-rope) RoPE). Each head gets its own rotated
+# **Position goes in a separate, small part** ([decoupled](../docs/glossary.md#decoupled-rope) RoPE). Each head gets its own rotated
 # query part, but the rotated key part $k^R_t$ is *one vector shared by all heads*:
 # $$q^R_{t,i} = \mathrm{RoPE}(W^{QR}_i c^Q_t), \qquad k^R_t = \mathrm{RoPE}(W^{KR} h_t)$$
 #

@@ -71,7 +71,7 @@ assert torch.allclose(literal, absorbed)
 # the rotation for position $j$. Then
 # $q^\top R_j W^{UK} c_j = \big((W^{UK})^\top R_j^\top q\big)^\top c_j$: the absorbed query now
 # depends on **the key's** position $j$, so it would have to be recomputed for every cached token,
-# which is exactly the work [absorption](../glossary.md#weight-absorption) was meant to remove. The paper (section 2.1.3) therefore
+# which is exactly the work [absorption](../docs/glossary.md#weight-absorption) was meant to remove. The paper (section 2.1.3) therefore
 # keeps the content part position-free and adds a small, separately rotated part, $q^R$ and the
 # shared $k^R$.
 #
@@ -210,14 +210,14 @@ assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
 # Even at its idealized minimum of bytes, the naive order spends over 100 times the arithmetic
 # rebuilding keys and values that absorption never builds.
 #
-# **Is absorbed decode memory- or compute-bound?** Its [intensity](../glossary.md#intensity) (`cost.decode_intensity`, the one
+# **Is absorbed decode memory- or compute-bound?** Its [intensity](../docs/glossary.md#intensity) (`cost.decode_intensity`, the one
 # function notebook 04 prints too) is 228 FLOP per byte at 128 heads and 30 at 16: each cached
 # row of 576 numbers is used by every head, for a score over 576 and a value over 512, so a cached
 # byte carries $n_h (576 + 512) / 576 \approx 1.89\, n_h$ FLOPs (242 and 30.2, `cost.cached_byte_intensity`,
 # the limit of a long context); reading q and writing o cost bytes too, which brings 242 down to
 # 228 at this shape. "About $2 n_h$" (256 and 32) rounds 1088/576 up to 2. The ceilings come from the project's committed H200
 # benchmark (`results/kernel_bench_h200.json`, notebook 04): dense bf16 matmul and a
-# device-to-device copy, measured in the same run. Their ratio is the [ridge](../glossary.md#ridge). 128 heads (one GPU
+# device-to-device copy, measured in the same run. Their ratio is the [ridge](../docs/glossary.md#ridge). 128 heads (one GPU
 # holding all heads) are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
 
 # %%

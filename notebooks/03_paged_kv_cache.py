@@ -17,10 +17,10 @@
 # # 03 · The paged latent KV cache
 #
 # **You will learn** how a serving engine stores MLA's latent cache: token slots grouped into
-# [pages](../glossary.md#page), a [`req_to_token`](../glossary.md#req_to_token) table that maps each request's positions to slots, and the small
-# *[page table](../glossary.md#page-table)* a decode kernel reads. You will see why pages beat one contiguous block per
-# request, what "[stale](../glossary.md#stale-entry)" entries in a reused page table are, and how a page table read with the
-# wrong [row stride](../glossary.md#row-stride) hands a request somebody else's pages: the mechanism of SGLang PR #6998.
+# [pages](../docs/glossary.md#page), a [`req_to_token`](../docs/glossary.md#req_to_token) table that maps each request's positions to slots, and the small
+# *[page table](../docs/glossary.md#page-table)* a decode kernel reads. You will see why pages beat one contiguous block per
+# request, what "[stale](../docs/glossary.md#stale-entry)" entries in a reused page table are, and how a page table read with the
+# wrong [row stride](../docs/glossary.md#row-stride) hands a request somebody else's pages: the mechanism of SGLang PR #6998.
 #
 # **You need** a CPU (Run All: about 5 seconds on a 2-core CPU). Triton runs in its CPU interpreter here.
 #
@@ -80,7 +80,7 @@ for page in (1, 16, 64, 128):
 # `ReqToTokenPool` owns `req_to_token`, an int32 `[size, max_context_len]` table: row `r` lists
 # the cache slot of every position of the request living in row `r`. `PagedAllocator` hands out
 # whole pages; slot = `page * PAGE + offset`. Page 0 is reserved as the padding page (SGLang
-# reserves slot 0 for [padded](../glossary.md#padded-rows) tokens in the same way), so a dummy request may always point there.
+# reserves slot 0 for [padded](../docs/glossary.md#padded-rows) tokens in the same way), so a dummy request may always point there.
 
 # %%
 PAGE = 4
@@ -141,7 +141,7 @@ except PoolExhausted as e:
 # ## 4. Writing a step's latents (optional)
 #
 # Each layer writes the new tokens' `c_kv` and `k_pe` into their slots with one `index_copy_`.
-# No host sync, so this runs inside a [captured](../glossary.md#capture) CUDA graph.
+# No host sync, so this runs inside a [captured](../docs/glossary.md#capture) CUDA graph.
 
 # %%
 cache = LatentKVCache(num_layers=2, num_pages=9, page_size=PAGE, kv_lora_rank=8, qk_rope_head_dim=4)
@@ -155,7 +155,7 @@ print("rows written:", int((rows_l1.abs().sum(-1) > 0).sum()), "of", rows_l1.siz
 # %% [markdown]
 # ## 5. The page table (core)
 #
-# Decode kernels read a page table: int32 [`[B, block_num]`](../glossary.md#block_num), row `b` listing request `b`'s pages.
+# Decode kernels read a page table: int32 [`[B, block_num]`](../docs/glossary.md#block_num), row `b` listing request `b`'s pages.
 # SGLang builds it with a small Triton kernel, `create_flashmla_kv_indices_triton`: one program
 # per request writes
 #

@@ -17,8 +17,8 @@
 # # 04 · The MLA decode kernel: gather, split-KV, workspace
 #
 # **You will learn** what a paged MLA decode kernel computes and how it is organised: a naive
-# gather through the page table, then *[split-KV](../glossary.md#split)* (flash-decoding), where each request's pages
-# are cut into splits processed in parallel and merged by log-sum-exp through a *[workspace](../glossary.md#workspace)*.
+# gather through the page table, then *[split-KV](../docs/glossary.md#split)* (flash-decoding), where each request's pages
+# are cut into splits processed in parallel and merged by log-sum-exp through a *[workspace](../docs/glossary.md#workspace)*.
 # You will meet the exact contract of sgl-kernel's `cutlass_mla_decode`, the function behind
 # SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
 # hinges on: the page table's row stride and the split count.
@@ -186,7 +186,7 @@ print("merge of 2 splits equals the full softmax:", torch.allclose(merged, truth
 # `split = ceil(max_splits / ceil(max_splits / heur))`. The workspace holds fp32
 # `o_acc [B, 128, split, 512]` and then `lse [B, split, 128]`
 # (`kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `to_underlying_arguments`): 262,656 bytes per
-# (batch, split). `mla_edu`'s kernels keep their [LSE](../glossary.md#lse) as `[B, H, split]`; the byte count is the same.
+# (batch, split). `mla_edu`'s kernels keep their [LSE](../docs/glossary.md#lse) as `[B, H, split]`; the byte count is the same.
 
 # %%
 print(" B | max_seq_len | auto split | workspace MiB")
@@ -200,7 +200,7 @@ assert [b for b in range(1, 129) if num_kv_splits_for(4224, b, 132, -1) > 1] == 
 # %% [markdown]
 # Read the `max_seq_len = 128` rows as "a page table one page wide". That is what SGLang's
 # cutlass backend captured before PR #6998: dummy lengths of 1 at capture gave
-# [`max_seqlen_pad = 1`](../glossary.md#max_seqlen_pad), a table view `[:bs, :1]`, one split and a workspace sized for it. A CUDA
+# [`max_seqlen_pad = 1`](../docs/glossary.md#max_seqlen_pad), a table view `[:bs, :1]`, one split and a workspace sized for it. A CUDA
 # graph freezes all of that. With 4224 (33 pages, the full buffer width at context 4096) a batch
 # of up to 66 requests gets more splits on 132 SMs (from 67 on, `sm_count // B` is 1 and so is the
 # split) and needs a bigger workspace: a workspace sized at capture for one split is too small for
@@ -356,7 +356,7 @@ except RuntimeError as e:
 # measuring the two ceilings in the same run, and two peers on the same cache bytes in the same
 # process: SGLang's own Triton MLA decode kernel (`decode_attention_fwd` from the sglang 0.4.7 wheel,
 # the kernel behind its `triton` backend) and FlashMLA (DeepSeek's Hopper kernel, built from source
-# on that machine). Times are CUDA-graph [replays](../glossary.md#replay). Every split count the rule below can pick was
+# on that machine). Times are CUDA-graph [replays](../docs/glossary.md#replay). Every split count the rule below can pick was
 # timed, so the table shows the rule's split next to the best one. The results:
 # `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
 #

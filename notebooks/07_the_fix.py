@@ -18,7 +18,7 @@
 #
 # **You will learn** what SGLang's merged fix (PR #6998, commit `e58423b2b`) changed and why each
 # piece matters, measured piece by piece; why a second, latent defect (the workspace) did no harm in
-# the seed's runs and when it would; how a [poison fill](../glossary.md#poison-fill) turns silent garbage into a loud failure;
+# the seed's runs and when it would; how a [poison fill](../docs/glossary.md#poison-fill) turns silent garbage into a loud failure;
 # what the automated PR summary and the review got right and wrong; and how to catch this class of
 # bug before it reaches a benchmark.
 #

@@ -156,7 +156,7 @@ panel.show()
 # with the full-width view `cuda_graph_kv_indices[:bs, :W]`. Write the hook: it must make the
 # captured graph read the right pages. You have `backend.req_to_token` (`[pool, context]`, the
 # cache slot of each token), `backend.cuda_graph_kv_indices` (`[max_bs, W]` int32) and
-# [`mla_edu.kvcache.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, 128)`](../glossary.md#req_pool_indices).
+# [`mla_edu.kvcache.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, 128)`](../docs/glossary.md#req_pool_indices).
 # Remember what a replay can and cannot see.
 #
 # `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
