@@ -7,7 +7,7 @@ and nbval's marker lines are dropped from the code. reveal.js, require.js, jQuer
 the npm registry (``VENDOR``: exact versions and their sha512), fetched once by ``npm pack`` into
 ``build/npm/`` and unpacked beside the decks, so that a deck opens without a network:
 
-    build/book/slides/NN_name.slides.html, build/book/slides/vendor/...
+    build/book/slides/ (a deck per notebook, named after it), build/book/slides/vendor/ (what the decks load)
 """
 
 from __future__ import annotations
