@@ -10,7 +10,8 @@ Capture and replay (``capture.py``)::
     warm_up(step, n=1, device=None)    # eager runs before a capture (side stream on CUDA)
 
 A failed capture leaves ``g`` empty and usable; a capture inside another capture is refused;
-a capture of a matmul with no warm-up on that device warns (``GraphWarmupWarning``).
+a capture of a matmul with no warm-up on that device warns (``GraphWarmupWarning``; ``forget_warmups()``
+makes it warn again, as in a fresh process).
 
 The emulator (``emulator.py``) records aten ops and custom ops (one op each) with a
 TorchDispatchMode and replays them on the same storages; its exact semantics are in that
@@ -26,9 +27,9 @@ Launch overhead: ``python -m tools.launch_bench``.
 from mla_edu.graphs.capture import Graph, graph, is_emulated, warm_up
 from mla_edu.graphs.check import CheckReport, check
 from mla_edu.graphs.emulator import (EmulatedPool, FreedMemoryError, GraphCaptureError, GraphWarmupWarning,
-                                     host_tensor, is_host_tensor)
+                                     forget_warmups, host_tensor, is_host_tensor)
 from mla_edu.graphs.poison import is_poison, poison_, poison_value
 
 __all__ = ["Graph", "graph", "is_emulated", "warm_up", "check", "CheckReport", "EmulatedPool", "FreedMemoryError",
-           "GraphCaptureError", "GraphWarmupWarning", "host_tensor", "is_host_tensor", "poison_", "poison_value",
-           "is_poison"]
+           "GraphCaptureError", "GraphWarmupWarning", "forget_warmups", "host_tensor", "is_host_tensor", "poison_",
+           "poison_value", "is_poison"]

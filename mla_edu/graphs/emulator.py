@@ -54,7 +54,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from mla_edu.graphs.poison import poison_
 
 __all__ = ["GraphCaptureError", "GraphWarmupWarning", "FreedMemoryError", "EmulatedPool", "Program", "Recorder",
-           "host_tensor", "is_host_tensor", "watch_warmup"]
+           "forget_warmups", "host_tensor", "is_host_tensor", "watch_warmup"]
 
 
 class GraphCaptureError(RuntimeError):
@@ -101,6 +101,12 @@ def watch_warmup():
     """Note the cuBLAS ops run inside the block as warmed up on their device (see ``warm_up``)."""
     with _WarmupWatch():
         yield
+
+
+def forget_warmups() -> None:
+    """Forget every warm-up seen so far, as a fresh process would have none: the next capture of a
+    matmul warns again (a notebook cell that shows the warning can then be re-run)."""
+    _WARMED.clear()
 
 
 def _unwarmed_cublas(ops: list[str], device_type: str) -> list[str]:
