@@ -114,6 +114,20 @@ def _record(counts, exercise: str, generated: int, differing: int, rejected: int
     counts[exercise] = (generated, differing, rejected)
 
 
+def _judge(all_mutants, name: str, namespace: dict, same, check) -> tuple:
+    """``(differing, accepted)``: how many mutants differ from the reference (``same(fn)`` is False), and those
+    of them that ``check`` passes (each one a wrong answer the checker accepts)."""
+    differing, accepted = 0, []
+    for label, src in all_mutants:
+        fn = _compile(src, name, namespace)
+        if same(fn):
+            continue
+        differing += 1
+        if _quiet(lambda: check(fn)).passed:
+            accepted.append((label, src))
+    return differing, accepted
+
+
 # ---- exercise 1: the replay hook ------------------------------------------------------------------
 REPLAY_REF = """
 def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
@@ -166,14 +180,8 @@ def test_replay_mutants_are_rejected(mutant_counts):
     domain = _replay_domain()
     ref = _replay_run(_compile(REPLAY_REF, "replay", ns), domain)
     assert ex.check_replay(_compile(REPLAY_REF, "replay", ns)).passed
-    differing, accepted = 0, []
-    for label, src in all_mutants:
-        fn = _compile(src, "replay", ns)
-        if _replay_run(fn, domain) == ref:
-            continue  # the same pages wherever the graph reads: not a wrong answer
-        differing += 1
-        if _quiet(lambda: ex.check_replay(fn)).passed:
-            accepted.append((label, src))
+    # the same pages wherever the graph reads: not a wrong answer
+    differing, accepted = _judge(all_mutants, "replay", ns, lambda fn: _replay_run(fn, domain) == ref, ex.check_replay)
     _record(mutant_counts, "1 replay hook", len(all_mutants), differing, differing - len(accepted))
     assert differing >= 10 and not accepted, accepted
 
@@ -258,15 +266,11 @@ def test_workspace_mutants_are_rejected(mutant_counts):
     grid = _workspace_grid()
     ref = _workspace_values(_compile(WORKSPACE_REF, "workspace_size", ns), grid)
     assert _quiet(lambda: ex.check_workspace_size(_compile(WORKSPACE_REF, "workspace_size", ns))).passed
-    differing, accepted = 0, []
-    for label, src in all_mutants:
-        fn = _compile(src, "workspace_size", ns)
+    def same(fn):
         got = _workspace_values(fn, grid)
-        if not isinstance(got, str) and all(np.array_equal(g, r) for g, r in zip(got, ref)):
-            continue
-        differing += 1
-        if _quiet(lambda: ex.check_workspace_size(fn)).passed:
-            accepted.append((label, src))
+        return not isinstance(got, str) and all(np.array_equal(g, r) for g, r in zip(got, ref))
+
+    differing, accepted = _judge(all_mutants, "workspace_size", ns, same, ex.check_workspace_size)
     _record(mutant_counts, "4 workspace", len(all_mutants), differing, differing - len(accepted))
     assert differing >= 40 and not accepted, accepted
 
@@ -335,14 +339,8 @@ def test_stale_mutants_are_rejected(mutant_counts):
     steps = _stale_domain()
     ref = _stale_values(_compile(STALE_REF, "stale_reads", {}), steps)
     assert ex.check_stale_reads(_compile(STALE_REF, "stale_reads", {})).passed
-    differing, accepted = 0, []
-    for label, src in all_mutants:
-        fn = _compile(src, "stale_reads", {})
-        if _stale_values(fn, steps) == ref:
-            continue
-        differing += 1
-        if _quiet(lambda: ex.check_stale_reads(fn)).passed:
-            accepted.append((label, src))
+    differing, accepted = _judge(all_mutants, "stale_reads", {}, lambda fn: _stale_values(fn, steps) == ref,
+                                 ex.check_stale_reads)
     _record(mutant_counts, "5 stale reads", len(all_mutants), differing, differing - len(accepted))
     assert differing >= 20 and not accepted, accepted
 
