@@ -215,6 +215,9 @@ return {title: document.title, n: imgs.length, broken};
 @pytest.mark.parametrize("page, text, min_images", [
     ("index.html", "Read them in order", 0),
     ("notebooks/06_reproducing_the_zero_accuracy_bug.html", "Reproducing", 2),
+    ("instructor.html", "The 3-hour track", 0),
+    ("glossary.html", "max_seqlen_pad", 0),
+    ("slides.html", "reveal.js deck per notebook", 0),
 ])
 def test_book_page_loads_with_figures(browser, book_url, page, text, min_images):
     """The static book: the index and a notebook page load, show their text and every figure."""
@@ -225,6 +228,46 @@ def test_book_page_loads_with_figures(browser, book_url, page, text, min_images)
     info = browser.execute_script(IMAGES_JS)
     assert text in browser.find_element("tag name", "body").text
     assert info["n"] >= min_images and not info["broken"], info
+    links = browser.execute_script("return Array.from(document.links).map(a => a.getAttribute('href'))")
     if page == "index.html":  # every notebook is linked from the index
-        links = browser.execute_script("return Array.from(document.links).map(a => a.getAttribute('href'))")
         assert all(any(f"notebooks/{n[:-6]}.html" in (h or "") for h in links) for n in NOTEBOOKS), links
+    if page == "slides.html":  # and every deck from the slides page
+        assert all(f"slides/{n[:-6]}.slides.html" in links for n in NOTEBOOKS), links
+    if page == "instructor.html":  # the timings table is on the page (included from docs/timings.md)
+        assert "minutes of teaching" in browser.find_element("tag name", "body").text.lower()
+
+
+# The deck's state: reveal.js initialised, the current slide's indices, its visible images that loaded.
+DECK_JS = """
+const reveal = document.querySelector('.reveal');
+const present = Array.from(document.querySelectorAll('.slides section.present')).pop();
+const imgs = present ? Array.from(present.querySelectorAll('img')) : [];
+const shown = imgs.filter(i => i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().width > 100
+                               && i.getBoundingClientRect().height > 50);
+return {ready: !!reveal && reveal.classList.contains('ready'), hash: location.hash, figures: shown.length,
+        sections: document.querySelectorAll('.slides section').length};
+"""
+
+
+def test_slide_deck_advances_to_a_figure(browser, book_url):
+    """make slides' deck of notebook 03 in Chromium, served beside the book with no network: reveal.js starts,
+    the space key advances slide by slide, and a slide of the core sections shows its figure."""
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    deck = "03_paged_kv_cache.slides.html"
+    browser.get(f"{book_url}/slides/{deck}")
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(DECK_JS)["ready"])
+    state = browser.execute_script(DECK_JS)
+    assert state["sections"] > 5, state
+    seen = [state["hash"]]
+    body = browser.find_element("tag name", "body")
+    for _ in range(state["sections"]):
+        body.send_keys(Keys.SPACE)
+        WebDriverWait(browser, 10).until(lambda d: d.execute_script(DECK_JS)["hash"] != seen[-1])
+        state = browser.execute_script(DECK_JS)
+        seen.append(state["hash"])
+        if state["figures"]:
+            break
+    assert state["figures"] >= 1, f"no slide showed a figure after {len(seen) - 1} steps: {seen}"
+    assert len(set(seen)) == len(seen) > 2, seen  # every step moved to a new slide
