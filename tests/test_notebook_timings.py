@@ -111,3 +111,13 @@ def test_weights_and_smoke_run_refusals():
     for bad in (1, 2.0, True, "8"):
         with pytest.raises(ValueError, match="num_questions: expected an int >= 2"):
             sc.smoke_run(bad)
+
+
+def test_readme_and_the_guide_quote_the_tables_totals(committed):
+    from mla_edu.paths import REPO_ROOT
+
+    short, long = (round(committed["tracks"][t]["total_min"]) for t in ("90-minute", "3-hour"))
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    guide = " ".join((REPO_ROOT / "docs" / "instructor.md").read_text().split())
+    assert f"({short} minutes by the script)" in readme and f"({long} of 180 minutes" in readme, RERUN
+    assert f"({long} of 180 minutes at the last count)" in guide, RERUN
