@@ -189,7 +189,7 @@ import warnings  # noqa: E402
 
 from mla_edu.graphs import GraphWarmupWarning, forget_warmups  # noqa: E402
 
-forget_warmups()  # as in a fresh process, where no matmul ran yet (the fix below warms up; re-running this cell)
+forget_warmups()  # forget earlier warm-ups (a fresh process has none), so that a re-run warns too
 w = torch.eye(4, device=DEVICE) * 3
 
 
