@@ -49,7 +49,7 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
     data = load_bench(path)
     ceil = data["ceilings"]
     batches = sorted({r["batch"] for r in data["results"]})
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    fig, axes = plt.subplots(3, 1, figsize=(7.5, 13))  # one column: legible at a book's width (~590 px)
     for ax, heads, key, ceil_v, unit in ((axes[0], 16, "TBps", ceil["copy_TBps"], "TB/s"),
                                          (axes[1], 128, "TFLOPs", ceil["matmul_bf16_TFLOPs"], "TFLOP/s")):
         for page, style in ((64, "--"), (128, "-")):
@@ -75,7 +75,7 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
         ax.set_ylabel(unit)
         ax.set_title(f"h_q = {heads}: {'memory' if heads == 16 else 'compute'}-bound regime")
     for ax in axes[:2]:
-        ax.legend(fontsize=6, ncol=2, loc="lower right")
+        ax.legend(fontsize=7, ncol=2, loc="lower right")
     _roofline(axes[2], data)
     fig.suptitle(f"mla_edu's split-KV MLA decode on {data['info']['gpu']} (bf16)")
     fig.tight_layout()
