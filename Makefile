@@ -111,10 +111,11 @@ lock:
 figures: $(VENV)/.ready
 	$(PY) -m tools.figures
 
-# Re-execute every notebook in place (after editing the paired .py files).
+# Re-execute every notebook in place (after editing the paired .py files), then rewrite the timings table.
 notebooks: $(VENV)/.ready
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 	for nb in notebooks/*.ipynb; do $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace $$nb || exit 1; done
+	$(PY) -m tools.notebook_timings  # the instructor guide's table, from the notebooks just executed
 
 clean-venv:
 	rm -rf $(VENV) $(LATEST) .venv-uv
