@@ -5,28 +5,16 @@
 Each configuration's accuracy, global steps and the ranks' step counts (extend, decode, idle, graph
 replays, decode steps run eagerly because a rank was prefilling or the sum exceeded the largest graph).
 """
-import argparse
 import time
 
-import torch
-
-from mla_edu import cli
 from mla_edu.case_study.repro import SEED_CONFIG
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, DPEngine
-from tools.seed_dp_multiprocess import accuracy
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.seed_dp", description=__doc__.split("\n\n")[0],
-                                epilog="several minutes and a few GB on a CPU; prints to stdout")
-    p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads (default 1)")
-    return p
+from tools.seed_dp_multiprocess import accuracy, start
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    torch.set_num_threads(args.threads)
+    start("tools.seed_dp", __doc__, "several minutes and a few GB on a CPU", argv)
     qs = task.default_eval_set()
     model = load_pretrained()
     cache = {}

@@ -21,16 +21,17 @@ def accuracy(reqs, qs) -> float:
     return sum(task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, qs)) / len(qs)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.seed_dp_multiprocess", description=__doc__.split("\n\n")[0],
-                                epilog="many minutes and several GB on a CPU (8 processes); prints to stdout")
+def start(module: str, doc: str, cost: str, argv=None) -> None:
+    """The seed tools' command line, parsed before any work: ``--threads`` (default 1) and ``--help``
+    (which says what the job costs and runs nothing)."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0],
+                                epilog=f"{cost}; prints to stdout")
     p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads (default 1)")
-    return p
+    torch.set_num_threads(p.parse_args(argv).threads)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    torch.set_num_threads(args.threads)
+    start("tools.seed_dp_multiprocess", __doc__, "many minutes and several GB on a CPU (8 processes)", argv)
     model = load_pretrained()
     qs = task.default_eval_set()
     prompts = [q.prompt_ids for q in qs]

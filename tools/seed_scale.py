@@ -2,25 +2,13 @@
 
     .venv/bin/python -m tools.seed_scale > results/scale_cpu.txt
 """
-import argparse
-
-import torch
-
-from mla_edu import cli
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import Engine
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.seed_scale", description=__doc__.split("\n\n")[0],
-                                epilog="minutes on a CPU (2 models x 3 kernels x 256 questions); prints to stdout")
-    p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads (default 1)")
-    return p
+from tools.seed_dp_multiprocess import start
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    torch.set_num_threads(args.threads)
+    start("tools.seed_scale", __doc__, "minutes on a CPU (2 models x 3 kernels x 256 questions)", argv)
     qs = task.default_eval_set()
     for name in ("tiny", "tiny-yarn"):
         model = load_pretrained(name)
