@@ -4,6 +4,9 @@ Sphinx with MyST-NB renders each notebook from its stored outputs (nothing is re
 what the site shows is what ``make test`` checked. ``docs/notebooks`` links to ``../notebooks``.
 """
 
+import sys
+from pathlib import Path
+
 project = "mla-edu"
 author = "the mla-edu developers"
 extensions = ["myst_nb"]
@@ -21,7 +24,8 @@ html_title = "mla-edu: MLA, paged KV caches and a CUDA-graph bug"
 html_theme_options = {"show_toc_level": 2}
 html_static_path: list[str] = []
 
-NBVAL_MARKER = "# NBVAL_"  # nbval's cell markers (NBVAL_IGNORE_OUTPUT, ...): for the tests, not for readers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for tools.slides
+from tools.slides import NBVAL_MARKER, without_nbval_markers  # noqa: E402
 
 
 def strip_nbval_markers(app, doctree) -> None:
@@ -32,7 +36,7 @@ def strip_nbval_markers(app, doctree) -> None:
         text = block.astext()
         if NBVAL_MARKER not in text:
             continue
-        kept = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(NBVAL_MARKER))
+        kept = without_nbval_markers(text)
         block.children = [nodes.Text(kept)]
         block.rawsource = kept
 

@@ -42,6 +42,12 @@ _HEADING = re.compile(r"^## .+ \((core|optional)\)\s*$", re.MULTILINE)
 NBVAL_MARKER = "# NBVAL_"
 
 
+def without_nbval_markers(code: str) -> str:
+    """``code`` without nbval's marker lines (``# NBVAL_IGNORE_OUTPUT``, ...): they are for the tests, not for
+    readers (the decks here, the book's code cells in docs/conf.py)."""
+    return "\n".join(line for line in code.splitlines() if not line.lstrip().startswith(NBVAL_MARKER))
+
+
 def _tarball(name: str) -> Path:
     """``build/npm/<name>-<version>.tgz``, fetched with ``npm pack`` if absent, checked against its sha512."""
     version, integrity, _ = VENDOR[name]
@@ -88,8 +94,7 @@ def slideshow(nb: dict) -> dict:
             linked = src.replace("](../docs/glossary.md#", "](../glossary.html#")
             cell["source"] = re.sub(r" \((?:core|optional)\)$", "", linked, flags=re.MULTILINE)
         if cell["cell_type"] == "code":
-            cell["source"] = "\n".join(line for line in src.splitlines()
-                                       if not line.lstrip().startswith(NBVAL_MARKER))
+            cell["source"] = without_nbval_markers(src)
     return nb
 
 
