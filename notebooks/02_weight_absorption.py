@@ -240,7 +240,7 @@ limit = {h: cost.cached_byte_intensity(v3.replace(num_attention_heads=h)) for h 
 assert (round(limit[128]), round(limit[16], 1)) == (242, 30.2)
 
 # %% [markdown]
-# Across context lengths (the left panel is arithmetic, the right the time floor on the H200):
+# Across context lengths (above: the arithmetic; below: the time floor on the H200):
 
 # %%
 fig = naive_vs_absorbed_cost()

@@ -73,7 +73,7 @@ assert min(speedups) > 4.5 and all(r["max_abs_err"] == 0 for r in h200["rows"])
 # of kernels.
 #
 # The emulator does not make anything faster: it exists so that the rules can be seen and tested
-# on a laptop. Its replay costs about 1.3x an eager run (right panel; target: at most 2x).
+# on a laptop. Its replay costs about 1.3x an eager run (lower panel; target: at most 2x).
 
 # %%
 assert all(r["replay_over_eager"] <= 2.0 for r in cpu["rows"])

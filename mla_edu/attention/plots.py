@@ -40,7 +40,7 @@ def naive_vs_absorbed_cost():
     v3 = MLAConfig.deepseek_v3()
     flop_per_s, bytes_per_s = h200_ceilings()
     lengths = np.array([256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.5, 6.8))  # stacked: legible at a book's width
     for order, color, marker in (("naive", palette.GREY, "s"), ("absorbed", palette.HIGHLIGHT, "o")):
         costs = [cost.decode_cost(v3, [int(L)] * 64, order) for L in lengths]
         flops = np.array([c.flops for c in costs])

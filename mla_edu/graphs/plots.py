@@ -20,7 +20,7 @@ def load_launch_results(name: str = "graph_launch_h200.json") -> dict:
 
 def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench_cpu.json"):
     """Time per decode-like step vs kernels per step: eager and graph replay, H200 and the CPU emulator."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(2, 1, figsize=(6.5, 6.8))  # stacked: legible at a book's width
     for ax, name, replay_label in [(axes[0], gpu, "CUDA graph replay"), (axes[1], cpu, "emulator replay")]:
         res = load_launch_results(name)
         k = [r["kernels"] for r in res["rows"]]
@@ -31,7 +31,7 @@ def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench
         ax.set_title(res["device"], fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("Launch overhead: a decode-like step of many small kernels (batch 8, hidden 256)", fontsize=11)
+    fig.suptitle("Launch overhead: a decode-like step of many small kernels\n(batch 8, hidden 256)", fontsize=11)
     fig.tight_layout()
     return fig
 

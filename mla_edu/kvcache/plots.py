@@ -140,14 +140,14 @@ def draw_intended_and_read(ax_intended, ax_read, intended, read, *, unused: int 
 
 
 def page_table_figure():
-    """Left: the persistent buffer (entries written this step vs stale ones). Right: what a width-1 view
+    """Above: the persistent buffer (entries written this step vs stale ones). Below: what a width-1 view
     read with the ``"size"`` policy (row stride 1) hands the kernel, versus the right pages."""
     import matplotlib.pyplot as plt
 
     sc = page_table_scenario()
     buf, n_pages = sc["buf"][:4], sc["n_pages"]
     width = buf.size(1)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [width, 5]})
+    fig, axes = plt.subplots(2, 1, figsize=(7, 6.4))  # stacked: legible at a book's width
     written = torch.arange(width)[None, :] < torch.tensor(n_pages)[:, None]  # [4, width]
     draw_index_buffer(axes[0], buf, written, fontsize=9)
     axes[0].set_yticks(range(4), [f"row {b}: len {int(n)}" for b, n in enumerate(sc["seq_lens"])])
