@@ -102,7 +102,9 @@ class ServerArgs:
         if self.sm_count is not None and (not is_int(self.sm_count)
                                           or self.sm_count < 1):
             raise ValueError(f"sm_count: expected None (the GPU's) or an int >= 1, got {self.sm_count!r}")
-        bs = tuple(int(b) for b in self.cuda_graph_bs)
+        bs = self.cuda_graph_bs
+        if not isinstance(bs, (list, tuple)) or not all(is_int(b) for b in bs):
+            raise TypeError(f"cuda_graph_bs: expected a list or tuple of int batch sizes, got {bs!r}")
         if not bs or any(b < 1 for b in bs):
             raise ValueError(f"cuda_graph_bs: expected positive batch sizes, got {self.cuda_graph_bs!r}")
         self.cuda_graph_bs = tuple(sorted(set(bs)))
