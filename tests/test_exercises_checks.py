@@ -1,6 +1,9 @@
 """The "predict, then run" checks of notebooks 01-07: a right prediction passes, a blank one is "not answered
 yet", a classic mistake gets its hint, and no input makes a check raise."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -40,3 +43,30 @@ def test_no_check_raises(value, capsys):
               checks.check_choice("q", value, {"a": "x", True: "y"}, "a"), checks.check_items("q", value, {7})]:
         assert not r.passed and "\n" not in r.message
     assert len(capsys.readouterr().out.splitlines()) == 4
+
+
+# ---- every exercise of notebooks 01-07 is checkable, and its answer collapsed ----------------------
+NOTEBOOKS = sorted(Path(__file__).parent.parent.glob("notebooks/0[1-7]_*.py"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
+def test_each_exercise_has_a_prediction_a_check_and_a_collapsed_answer(path):
+    text = path.read_text()
+    assert "# ## Exercises" in text, path.name
+    section = text[text.index("# ## Exercises"):]
+    exercises = re.findall(r"^# \*\*(\d+)\.\*\*", section, flags=re.M)
+    assert len(exercises) >= 3 and exercises == [str(i + 1) for i in range(len(exercises))], exercises
+    predictions = re.findall(r"^(ex(\d+)_\w+) = None  # ", section, flags=re.M)
+    assert {n for _, n in predictions} == set(exercises)  # every exercise asks for a prediction
+    for name, _ in predictions:  # ... which the cell after it reads
+        assert len(re.findall(rf"\b{name}\b", section)) >= 2, name
+    assert len(re.findall(r"checks\.check_\w+\(", section)) >= len(exercises)
+    assert section.count("# <details><summary>Answer") == len(exercises) == section.count("# </details>")
+
+
+def test_notebook_08_checks_every_exercise_and_collapses_its_answers():
+    text = (Path(__file__).parent.parent / "notebooks/08_workshop_exercises.py").read_text()
+    for check in ("check_replay", "check_mystery", "check_row_stride", "check_workspace_size", "check_stale_reads"):
+        assert f"ex.{check}(" in text, check
+    assert "ex.MYSTERIES" not in text and "option_for" not in text and "solutions" not in text.split("# %%")[2]
+    assert text.count("# <details>") == text.count("# </details>") == 2
