@@ -90,3 +90,16 @@ def test_wrong_cells_are_hatched_not_only_coloured():
     hatched = [p for p in ax_read.patches if p.get_hatch()]
     assert [p.get_xy() for p in hatched] == [(-0.5, 0.5)]  # cell (b=1, j=0) only
     assert not [p for p in ax_int.patches if p.get_hatch()]
+
+
+def test_no_colour_is_written_outside_the_palette():
+    """Every figure takes its colours from mla_edu.palette: no hex colour or colour name in another module."""
+    import re
+
+    from mla_edu.paths import REPO_ROOT
+
+    pattern = re.compile(r"""["']#[0-9a-fA-F]{6}["']|color=["'](?:red|green|blue|gr[ae]y|k|orange|black)["']""")
+    files = [*sorted((REPO_ROOT / "mla_edu").rglob("*.py")), *sorted((REPO_ROOT / "tools").glob("*.py"))]
+    found = [f"{p.relative_to(REPO_ROOT)}: {m.group(0)}" for p in files if p.name != "palette.py"
+             for m in pattern.finditer(p.read_text())]
+    assert not found, found

@@ -66,7 +66,7 @@ def kernel_bench_figure(path: Path | str = BENCH_JSON):
                 ax.plot([r["seq_len"] for r in rows], [r[r_unit] / r[peer] / 1e6 for r in rows], style,
                         color=palette.GREY, marker="s", ms=3,
                         label=f"{'FlashMLA' if peer == 'flashmla_us' else 'SGLang Triton'}, B=64")
-        ax.axhline(ceil_v, color="k", lw=1)
+        ax.axhline(ceil_v, color=palette.OKABE_ITO["black"], lw=1)
         ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
         ax.set_xscale("log", base=2)
         # room above the ceiling: a read-only stream can pass the copy ceiling, which counts a read and a write
