@@ -91,6 +91,7 @@ def test_lock_refusals(tmp_path):
     assert sc.lock_path(True).name == "gpu.txt" and sc.lock_path(False).name == "cpu.txt"
 
 
+@pytest.mark.skipif(not sc.locked(), reason="make test-latest: the newest versions, not the lock's, on purpose")
 def test_this_environment_matches_its_lock():
     assert sc.lock_mismatches() == [], "the environment differs from its lock: make clean-venv && make .venv/.ready"
 
@@ -121,3 +122,11 @@ def test_readme_and_the_guide_quote_the_tables_totals(committed):
     guide = " ".join((REPO_ROOT / "docs" / "instructor.md").read_text().split())
     assert f"({short} minutes by the script)" in readme and f"({long} of 180 minutes" in readme, RERUN
     assert f"({long} of 180 minutes at the last count)" in guide, RERUN
+
+
+def test_make_test_latest_marks_its_environment_unlocked(monkeypatch):
+    monkeypatch.delenv(sc.UNLOCKED_ENV, raising=False)
+    assert sc.locked()
+    monkeypatch.setenv(sc.UNLOCKED_ENV, "1")
+    assert not sc.locked()
+    assert f"{sc.UNLOCKED_ENV}=1" in (sc.REPO_ROOT / "Makefile").read_text()

@@ -11,6 +11,7 @@ take on this machine (``results/notebook_timings.json``, written by ``python -m 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from importlib import metadata
@@ -20,7 +21,13 @@ from mla_edu.paths import REPO_ROOT, RESULTS_DIR
 
 TIMINGS_JSON = RESULTS_DIR / "notebook_timings.json"
 SMOKE_QUESTIONS = 8  # the smoke run's size: a few seconds on a laptop CPU
+UNLOCKED_ENV = "MLA_EDU_UNLOCKED"  # "1" in make test-latest, whose environment has the newest versions on purpose
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+
+
+def locked() -> bool:
+    """Whether this environment is meant to match the lock (everywhere but ``make test-latest``)."""
+    return os.environ.get(UNLOCKED_ENV) != "1"
 
 
 def lock_path(has_gpu: bool | None = None) -> Path:
