@@ -303,6 +303,22 @@ def test_seed_tools_parse_their_arguments_before_the_job(module, capsys, monkeyp
     assert code == 2 and "unrecognized arguments: --bogus" in err
 
 
+@pytest.mark.parametrize("module,argv,heavy,msg", [
+    ("tools.launch_bench", ["--out", "/no/such/folder/l.json"], "run",
+     "--out: expected a file in an existing folder, got /no/such/folder/l.json (no folder /no/such/folder)"),
+    ("mla_edu.kernels.sm90", ["--md", "/no/such/folder/s.md"], "compile_stage1",
+     "--md: expected a file in an existing folder, got /no/such/folder/s.md"),
+    ("mla_edu.kernels.sm90", ["--ptx", "/dev/null/ptx"], "compile_stage1",
+     "--ptx: expected a folder that can be created, got /dev/null/ptx"),
+])
+def test_long_commands_check_their_output_paths_before_the_work(module, argv, heavy, msg, capsys, monkeypatch):
+    import importlib
+
+    _no_work(monkeypatch, importlib.import_module(module), heavy)
+    code, err = _main_exit(module, argv, capsys)
+    assert code == 2 and msg in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("content,msg", [
     (None, "(No such file or directory)"),
     ("not json", "which is not JSON"),

@@ -30,6 +30,7 @@ import time
 
 import torch
 
+from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.kernels.plots import summary
 from mla_edu.kernels.workspace import num_kv_splits_for
 from mla_edu.util import cdiv
@@ -353,11 +354,8 @@ def _version(dist: str) -> str:
 
 
 def _write(out_dir: str, data: dict) -> None:
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "kernel_bench.json"), "w") as f:
-        json.dump(data, f, indent=1)
-    with open(os.path.join(out_dir, "kernel_bench.md"), "w") as f:
-        f.write(to_markdown(data))
+    write_atomic(os.path.join(out_dir, "kernel_bench.json"), json.dumps(data, indent=1))
+    write_atomic(os.path.join(out_dir, "kernel_bench.md"), to_markdown(data))
 
 
 def _rounded(x):
@@ -490,11 +488,16 @@ def main(argv=None):
     if not args.rerule and not torch.cuda.is_available():
         raise SystemExit("python -m tools.kernel_bench needs a CUDA GPU; the committed results are in "
                          "results/kernel_bench_h200.md")
-    if args.rerule:
+    try:  # before any work: a rerule's input, then where the results go
+        data = apply_split_rule(read_bench_json(args.rerule), args.note) if args.rerule else None
+    except ValueError as e:
+        ap.error(f"--rerule: {e}")
+    if not args.once:
         try:
-            data = apply_split_rule(read_bench_json(args.rerule), args.note)
+            check_out_dir(args.out, "--out")
         except ValueError as e:
-            ap.error(f"--rerule: {e}")
+            ap.error(str(e))
+    if args.rerule:
         _write(args.out, data)
         print(to_markdown(data))
         return

@@ -21,6 +21,7 @@ import sys
 import torch
 
 from mla_edu import cli
+from mla_edu.files import check_out_dir, write_atomic
 
 #: (BLOCK_H, BLOCK_N, num_warps, num_stages); the first is the current default for 128 heads.
 CONFIGS = [
@@ -47,6 +48,10 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the sweep times GPU kernels: it needs a CUDA GPU")
+    try:
+        check_out_dir(args.out, "--out")
+    except ValueError as e:
+        ap.error(str(e))
     import triton
 
     from mla_edu.kernels import get_workspace_size, mla_decode
@@ -80,9 +85,8 @@ def main(argv=None) -> None:
     info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "batch": b, "heads": h, "len": length, "page": args.page,
             "command": "python -m tools.kernel_sweep " + " ".join(sys.argv[1:] if argv is None else argv)}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "kernel_sweep.json"), "w") as f:
-        json.dump({"info": info, "ceilings": ceil, "rows": rows}, f, indent=1)
+    write_atomic(os.path.join(args.out, "kernel_sweep.json"),
+                 json.dumps({"info": info, "ceilings": ceil, "rows": rows}, indent=1))
     ok = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
     lines = [f"# Launch-config sweep, {info['gpu']}: bf16, B={b}, h_q={h}, L={length}, page {args.page}", "",
              f"Command: `{info['command']}`; torch {info['torch']}, triton {info['triton']}.", "",
@@ -98,8 +102,7 @@ def main(argv=None) -> None:
         if "error" in r:
             lines.append(f"| {r['BLOCK_H']} | {r['BLOCK_N']} | {r['num_warps']} | {r['num_stages']} | {r['splits']} | "
                          f"{r['programs']} | failed: {r['error']} | | | |")
-    with open(os.path.join(args.out, "kernel_sweep.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_atomic(os.path.join(args.out, "kernel_sweep.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -18,6 +18,7 @@ import time
 import torch
 
 from mla_edu import cli
+from mla_edu.files import check_out_file, write_atomic
 from mla_edu.device import default_device
 from mla_edu.graphs.capture import Graph, graph, warm_up
 
@@ -114,6 +115,11 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=cli.positive_int, default=30)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
+    if args.out:
+        try:
+            check_out_file(args.out, "--out")
+        except ValueError as e:
+            ap.error(str(e))
     dev = torch.device(args.device) if args.device else default_device()
     if dev.type == "cpu":
         torch.set_num_threads(1)
@@ -121,9 +127,8 @@ def main(argv=None) -> None:
     rows = run(dev, reps=args.reps)
     print(format_rows(rows, name))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": name, "torch": torch.__version__, "batch": 8, "hidden": 256, "rows": rows},
-                      f, indent=1)
+        write_atomic(args.out, json.dumps({"device": name, "torch": torch.__version__, "batch": 8, "hidden": 256,
+                                           "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

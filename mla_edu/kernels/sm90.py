@@ -27,6 +27,7 @@ import sys
 import tempfile
 
 from mla_edu.cli import int_at_least
+from mla_edu.files import check_out_dir, check_out_file, write_atomic
 from mla_edu.device import TRITON_INTERPRET
 from mla_edu.kernels.contract import STAGE1_KINDS
 from mla_edu.kernels.workspace import gpu_block_h
@@ -149,16 +150,20 @@ def main(argv=None) -> None:
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
     ap.add_argument("--md", metavar="FILE", help="also write the report as a markdown table to FILE")
     args = ap.parse_args(argv)
+    try:  # before the compile, which takes minutes
+        if args.ptx:
+            check_out_dir(args.ptx, "--ptx")
+        if args.md:
+            check_out_file(args.md, "--md")
+    except ValueError as e:
+        ap.error(str(e))
     reports = compile_stage1(args.kinds or STAGE1_KINDS, args.page, args.dtype, args.final, args.heads)
     if args.ptx:
-        os.makedirs(args.ptx, exist_ok=True)
         for k, r in reports.items():
-            with open(os.path.join(args.ptx, f"{k}.ptx"), "w") as f:
-                f.write(r["ptx"])
+            write_atomic(os.path.join(args.ptx, f"{k}.ptx"), r["ptx"])
     if args.md:
-        with open(args.md, "w") as f:
-            command = "python -m mla_edu.kernels.sm90 " + " ".join(argv or sys.argv[1:])
-            f.write(to_markdown(reports, command, args.heads))
+        command = "python -m mla_edu.kernels.sm90 " + " ".join(argv or sys.argv[1:])
+        write_atomic(args.md, to_markdown(reports, command, args.heads))
     print(json.dumps(reports))
 
 
