@@ -188,12 +188,14 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
                   checked: bool) -> bool:
     """Whether the Gluon wgmma kernels fit the call: a Hopper GPU (sm90), fp16/bf16, DeepSeek's 512 + 64
     dims, unchecked, heads a whole number of programs (``gpu_block_h``: 64, or 16 and 32 for the swapped
-    kernel). Everything else runs the tl kernel above."""
+    kernel), a cache whose base and rows are 16-byte aligned (Triton cannot compile the cp.async kernel for
+    one that is not: seen on the H200, ``tests/test_rules_wgmma.py``). Everything else runs the tl kernel above."""
     b, h, dl = q_nope.shape
     block_h = gpu_block_h(h, b, max_pages)
     return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
             and cache.dtype == q_pe.dtype == q_nope.dtype and dl == 512 and q_pe.size(2) == 64
-            and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % block_h == 0)
+            and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % block_h == 0
+            and cache.data_ptr() % 16 == 0 and all(s * cache.element_size() % 16 == 0 for s in cache.stride()[:2]))
 
 
 def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: str | None = None,
@@ -217,7 +219,8 @@ def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: st
     kind = stage1 if stage1 is not None else (DEFAULT_STAGE1 if gluon else "tl")
     if kind != "tl" and not gluon:
         raise ValueError(f"stage1={kind!r} is a Gluon kernel: it needs a Hopper GPU, fp16/bf16, 512 + 64 dims, "
-                         f"an unchecked call and heads a whole number of programs; got {q_nope.dtype} "
+                         f"an unchecked call, heads a whole number of programs and a 16-byte aligned cache; "
+                         f"got {q_nope.dtype} "
                          f"{tuple(q_nope.shape)} on {q_nope.device}, checked={checked} (stage1='tl' runs anywhere)")
     if kind == "tl":
         cfg = LaunchConfig(*launch) if launch is not None else launch_config(plan.heads, q_nope.is_cuda, plan.batch,
