@@ -39,6 +39,7 @@ import torch
 
 import mla_edu
 from mla_edu.case_study import diagnose as dg
+from mla_edu.case_study import plots
 from mla_edu.graphs import scenarios as sc
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX
@@ -120,7 +121,7 @@ accs = [r["accuracy"] for _, r in piece]
 assert accs[0] < 0.25 * eager["accuracy"]
 assert all(abs(a - eager["accuracy"]) <= 0.03 for a in accs[1:])
 assert all(r["errors"] == 0 for _, r in piece)
-fig = dg.piece_by_piece_figure(run)  # the runs above (memoized), drawn as figures/ draws them
+fig = plots.piece_by_piece_figure(run)  # the runs above (memoized), drawn as figures/ draws them
 
 # %% [markdown]
 # The width alone brings accuracy back; the workspace and the reset change nothing *here*. What the
@@ -388,11 +389,126 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 #
 # ## Exercises (optional)
 #
-# 1. Fix only the workspace (`defects={"width"}`) and run with `num_kv_splits=-1`. Which
-#    split count does the graph freeze, and why? (Hint: `max_seq_len`.)
-# 2. Change the poison value to 1 (the buffer's initial fill). Which rows of section 4 still fail
-#    loudly? What does that tell you about choosing a poison value?
-# 3. Write the replay hook of a backend that passes the differential test of section 6 without
-#    relying on a full-width view: what must the kernel read from device memory instead?
-# 4. The seed's graphs were captured for 64 and 128 with 16 running requests per worker. Which
-#    graph did every decode step replay, and how many padded rows did it carry?
+# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
+# answers, with the why, are in the collapsed dropdowns.
+#
+# **1.** Fix only the workspace (`defects={"width"}`) and capture with `num_kv_splits=-1` (automatic). Which
+# split count does the graph freeze for section 3's batch? (Hint: `max_seq_len`.)
+
+# %%
+ex1_frozen_splits = None  # an int
+
+# %%
+from mla_edu.workshop import checks  # noqa: E402
+
+d_width = dg.diagnose_step(model, prompts, earlier=earlier, defects=frozenset({"width"}), num_kv_splits=-1,
+                           cuda_graph_bs=(4, 8), dtype=DTYPE, context_length=4096)
+r1 = checks.check_number("exercise 1", ex1_frozen_splits, d_width.captured.num_splits, mistakes={
+    d_width.needed.num_splits: "that is what this batch needs eagerly; the graph keeps capture's count"})
+
+# %% [markdown]
+# <details><summary>Answer 1</summary>
+#
+# One split. Capture's dummy lengths are 1, so the frozen view is 1 page wide and the host computes the
+# split from `max_seq_len = 128`: `max_splits = 1`, hence one split, whatever the batch at replay
+# (eagerly this batch of up to 427 tokens would get several). That is why the pre-fix workspace never
+# mattered: at one split the kernel does not touch it. Fix the width alone with automatic splits and both
+# the split count and the workspace come back into play (section 3).
+#
+# </details>
+#
+# **2.** Make the poison value 1 (the buffer's initial fill, a real page id) instead of `POISON_PAGE`.
+# Which rows of section 4's batch still fail loudly (NaN)? (A set of rows.)
+
+# %%
+ex2_loud_rows = None  # a set of rows
+
+# %%
+from unittest import mock  # noqa: E402
+
+import mla_edu.serving.backends.cutlass_mla as cutlass_backend  # noqa: E402
+
+with mock.patch.object(cutlass_backend, "POISON_PAGE", 1):  # the poison fill now writes page id 1
+    d_one = dg.diagnose_step(model, prompts, poison_fill=True, **seed_step)
+loud = {b for b, nan in enumerate(d_one.nan_rows) if nan}
+r2 = checks.check_items("exercise 2", ex2_loud_rows, loud, mistakes={
+    frozenset(b for b, nan in enumerate(d_loud.nan_rows) if nan): "those read a poison entry with the out-of-range "
+                                                                  "id; page 1 is a page the kernel can read"})
+
+# %% [markdown]
+# <details><summary>Answer 2</summary>
+#
+# None: page 1 is a valid page of the cache, so a wrong row that reads it attends over real (someone
+# else's) latents and gets finite, wrong logits, exactly as with the stale ids SGLang leaves. A poison
+# value must be one no correct read can produce and the kernel can detect: out of range (as
+# `POISON_PAGE = 2**30` here, or FlashMLA's tests' out-of-range ids), so that a stray read is loud.
+#
+# </details>
+#
+# **3.** A backend could keep the pre-fix 1-wide view and still pass section 6's differential test, if the
+# kernel read one more thing from device memory instead of deriving it from the view's shape. Which?
+
+# %%
+ex3_read_from_memory = None  # "a", "b" or "c" (the options printed below)
+
+# %%
+from mla_edu.kernels import pages_read  # noqa: E402
+from mla_edu.util import PAGE_SIZE, cdiv  # noqa: E402
+
+OPTIONS3 = {"a": "the sequence lengths (seq_lens)", "b": "the table's real row stride (stride(0))",
+            "c": "the batch size"}
+for key, text in OPTIONS3.items():
+    print(f"({key}) {text}")
+view1 = d_silent.captured_table  # the 1-wide view the pre-fix graph captured
+pages1 = [cdiv(n, PAGE_SIZE) for n in d_silent.seq_lens]
+own_pages = [list(p) for p in d_silent.intended[: len(pages1)]]
+by_stride = pages_read(view1, pages1, view1.stride(0)) == own_pages  # reads through the real row stride
+by_size = pages_read(view1, pages1, view1.size(1)) == own_pages  # what the cutlass wrapper does
+r3 = checks.check_choice("exercise 3", ex3_read_from_memory, OPTIONS3,
+                         "b" if by_stride and not by_size else "a")
+
+# %% [markdown]
+# <details><summary>Answer 3</summary>
+#
+# (b), the row stride: read through `stride(0)` (the buffer's `W`), the 1-wide view gives every row its
+# own pages; through `size(1)` only row 0. FlashMLA's kernel takes `block_table.stride(0)`; the lengths
+# (a) it already reads from device memory (`seq_lens`), and the batch size (c) is fixed per graph anyway.
+# A kernel reading only `ceil(seq_len / 128)` entries of each row through the real stride needs no
+# full-width view: the replay hook then only rewrites the buffer's contents, as the fixed one does.
+#
+# </details>
+#
+# **4.** The seed captured graphs for 64 and 128 and ran 8 DP-attention ranks of 16 requests each. When
+# every rank decodes 16 requests, which captured graph does each rank replay, and how many of its rows are
+# padded?
+
+# %%
+ex4_graph_bs = None  # 64 or 128
+ex4_padded_rows = None  # an int
+
+# %%
+import types  # noqa: E402
+
+from mla_edu.case_study.repro import SEED_CONFIG  # noqa: E402
+from mla_edu.serving.graph_runner import GraphRunner  # noqa: E402
+
+per_rank = SEED_CONFIG["max_running_requests"] // SEED_CONFIG["dp_size"]
+runner = types.SimpleNamespace(capture_bs=sorted(SEED_CONFIG["cuda_graph_bs"]))
+graph_bs = GraphRunner.padded_size(runner, per_rank * SEED_CONFIG["dp_size"])  # DP: the ranks' summed tokens
+r4 = [checks.check_number("exercise 4, graph", ex4_graph_bs, graph_bs, mistakes={
+          GraphRunner.padded_size(runner, per_rank): "that fits one rank's rows; under DP attention the size is "
+                                                     "chosen for the ranks' summed tokens"}),
+      checks.check_number("exercise 4, padded rows", ex4_padded_rows, graph_bs - per_rank, mistakes={
+          GraphRunner.padded_size(runner, per_rank) - per_rank: "that pads to the graph fitting one rank's rows"})]
+
+# %% [markdown]
+# <details><summary>Answer 4</summary>
+#
+# The graph for 128, with 112 padded rows per rank: SGLang picks the captured size that fits the sum of
+# all ranks' tokens (8 x 16 = 128), not one rank's 16 (`cuda_graph_runner.py` at `7059ae16f`, lines
+# 539-545, as notebook 06 cites). Every rank then runs 128 rows of which 16 are real: the frozen 1-wide
+# view makes each real row `b > 0` read row 0's entries shifted by `b`, and the padded rows (length 1)
+# compute answers nobody reads.
+#
+# </details>

@@ -9,6 +9,7 @@ import pytest
 from tiny_models import random_prompts, random_tiny_model
 
 from mla_edu.case_study import diagnose as dg
+from mla_edu.case_study import plots
 from mla_edu.serving import MERGED_FIX
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 
@@ -119,8 +120,8 @@ def test_bad_input(model, prefix):
 def test_figures(prefix):
     import matplotlib.pyplot as plt
 
-    for fig in (dg.page_reads_figure(prefix), dg.page_table_figure(prefix),
-                dg.accuracy_bars_figure([("eager", 0.9, 0.0), ("graph", 0.1, 0.0)], "t")):
+    for fig in (plots.page_reads_figure(prefix), plots.page_table_figure(prefix),
+                plots.accuracy_bars_figure([("eager", 0.9, 0.0), ("graph", 0.1, 0.0)], "t")):
         assert isinstance(fig, matplotlib.figure.Figure)
         plt.close(fig)
     rows = dg.launch_table(prefix.captured, prefix.needed)

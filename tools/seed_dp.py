@@ -7,7 +7,7 @@ replays, decode steps run eagerly because a rank was prefilling or the sum excee
 """
 import time
 
-from mla_edu.case_study.repro import SEED_CONFIG
+from mla_edu.case_study.seed import SEED_CONFIG
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, DPEngine
 from tools.seed_dp_multiprocess import accuracy, start

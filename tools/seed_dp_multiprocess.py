@@ -12,7 +12,7 @@ import time
 import torch
 
 from mla_edu import cli
-from mla_edu.case_study.repro import SEED_CONFIG
+from mla_edu.case_study.seed import SEED_CONFIG
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import PRE_FIX, SEED_PRE_FIX, DPEngine, run_dp_multiprocess
 

@@ -76,6 +76,25 @@ def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
             "device": "cuda", "dtype": args.dtype}
 
 
+#: request groups by the batch rows their decode steps ran in (``Req.rows``; ``row_groups``)
+ROW_GROUPS = ("only_row0", "first_row0", "rest")
+
+
+def row_groups(reqs, correct) -> dict:
+    """Requests sorted by the batch rows their decode steps ran in (``Req.rows``): ``only_row0`` (every step in
+    row 0; a request with no decode step counts here), ``first_row0`` (the first in row 0, a later one
+    elsewhere), ``rest`` (the first elsewhere). Per group: the count, ``right_<group>`` (right answers,
+    ``correct``: one bool per request) and ``acc_<group>`` (their share, NaN for an empty group)."""
+    only0 = [r.decoded_only_in_row0 for r in reqs]
+    first0 = [bool(r.rows) and r.rows[0] == 0 and not o for r, o in zip(reqs, only0)]
+    rest = [not (o or f) for o, f in zip(only0, first0)]
+    out = {}
+    for name, mask in zip(ROW_GROUPS, (only0, first0, rest)):
+        n, right = sum(mask), sum(c for c, m in zip(correct, mask) if m)
+        out.update({name: n, f"right_{name}": right, f"acc_{name}": right / n if n else float("nan")})
+    return out
+
+
 def run_bench(model=None, questions=None, *, num_questions: int | None = None, parallel: int = 128,
               progress: bool = False, prefill_cache: dict | None = None, **server_args) -> dict:
     """Run the eval set through an ``Engine`` and score it like bench_sglang.py.
@@ -124,8 +143,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     texts = ["" if r.error else task.decode(r.output_ids) for r in reqs]
     accuracy, invalid = task.score(texts, [q.answer for q in questions])
     correct = [task.get_answer_value(t) == q.label for t, q in zip(texts, questions)]
-    row0 = [r.decoded_only_in_row0 for r in reqs]
-    n_row0 = sum(row0)
+    groups = row_groups(reqs, correct)
     eager_step = [not all(r.replayed) for r in reqs]  # a decode step ran eagerly (DP: a rank was prefilling)
     n_eager = sum(eager_step)
     out_tokens = sum(len(r.output_ids) for r in reqs)
@@ -149,8 +167,8 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
         "decode_steps": sum(e.stats["decode_steps"] for e in engines),  # over the DP ranks
         "graph_steps": sum(e.stats["graph_steps"] for e in engines),
         "max_splits_used": max((s for e in engines for s in e.runner.backend.splits_used), default=1),
-        "only_row0": n_row0,
-        "accuracy_only_row0": (sum(c for c, r in zip(correct, row0) if r) / n_row0) if n_row0 else float("nan"),
+        **groups,  # only_row0, first_row0, rest: counts, right_*, acc_*
+        "accuracy_only_row0": groups["acc_only_row0"],
         "eager_step": n_eager,
         "accuracy_eager_step": sum(c for c, g in zip(correct, eager_step) if g) / n_eager if n_eager else float("nan"),
         "accuracy_no_eager_step": (sum(c for c, g in zip(correct, eager_step) if not g) / (len(reqs) - n_eager)

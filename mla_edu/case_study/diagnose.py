@@ -6,7 +6,7 @@ Used by notebooks 06 (the bug) and 07 (the fix).
         ...
     d = diagnose_step(model, prompts, earlier=older_prompts)   # one decode step, graph vs eager
     d.row_err, d.read, d.intended, d.captured, d.needed, d.check_err
-    page_reads_figure(d); page_table_figure(d)
+    plots.page_reads_figure(d); plots.page_table_figure(d)   # mla_edu.case_study.plots draws them
 
 Everything is measured on the mini engine (``mla_edu.serving``): real CUDA graphs on a GPU,
 the CPU graph emulator otherwise. Nothing here re-derives what the graph "should" do from
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from mla_edu import kernels
-from mla_edu.kvcache.plots import draw_index_buffer, draw_intended_and_read
+from mla_edu.case_study.accuracy import AccuracyRuns, run_bench
+from mla_edu.case_study.seed import SEED_CONFIG
 from mla_edu.serving import MERGED_FIX, PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
@@ -354,91 +355,11 @@ def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv
     return WorkspaceHazard(frozenset(engine.args.defects), launch.num_splits, held, freed, changed, err)
 
 
-# ---- figures ---------------------------------------------------------------------------------------
-def draw_buffer(ax, buffer: torch.Tensor, fresh: torch.Tensor, frames=()):
-    """The persistent index buffer ``[padded bs, W]``: entries written for this step (green), stale ones
-    (orange, x: old ids or the initial 1), poison (grey, P); ``frames``: flat indices framed in red."""
-    draw_index_buffer(ax, buffer, fresh, poison=POISON_PAGE, reads=frames)
-    ax.set_xlabel("column of the index buffer")
-    ax.set_ylabel("row (request slot)")
-
-
-def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
-    """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (green right, red wrong)."""
-    if ax_buf is not None:
-        draw_buffer(ax_buf, reads.buffer, reads.live)
-        ax_buf.set_title(f"index buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
-                         "(green written now, orange x stale, grey P poison)", fontsize=8)
-    draw_intended_and_read(ax_int, ax_read, reads.intended, reads.read, unused=UNUSED,
-                           labels={POISON: "P", OUTSIDE: "X"})
-    stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
-              if show_stride else "\n(green: the intended page, red: another one)")
-    ax_read.set_title("page ids read under replay" + stride, fontsize=8)
-    for ax in (ax_int, ax_read):
-        ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
-                      fontsize=7)
-
-
-def page_reads_figure(d: StepDiagnosis):
-    """Left: the pages each request owns. Right: the pages the replayed kernel read (red: wrong)."""
-    import matplotlib.pyplot as plt
-
-    reads = page_reads(d)
-    bs, p = reads.intended.shape
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 0.45 * bs + 1.6), sharey=True)
-    draw_page_reads(None, ax0, ax1, reads)
-    fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}"
-                 + ", poison fill" * d.poison_fill, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def page_table_figure(d: StepDiagnosis, columns: int | None = None):
-    """The persistent index buffer at replay: entries written for this step, stale ones (x), and
-    the entries the mis-strided rows b > 0 actually read (red frame). ``columns``: draw only the first
-    ones (default: those up to the last entry written or read, plus one; all when W is small)."""
-    import matplotlib.pyplot as plt
-
-    buf, w = d.buffer, d.buffer.shape[1]
-    stride = d.captured.row_stride
-    reads = [divmod(b * stride + j, w) for b in range(1, len(d.seq_lens)) for j in range(len(d.read[b]))]
-    if columns is None:
-        last = max([c for _, c in reads] + [len(row) - 1 for row in d.intended])
-        columns = w if w <= 12 else min(w, last + 2)
-    if not is_int(columns) or not 1 <= columns <= w:
-        raise ValueError(f"columns: expected an int in 1..{w} (the buffer's width), got {columns!r}")
-    frames = [r * columns + c for r, c in reads if c < columns]
-    fig, ax = plt.subplots(figsize=(0.7 * columns + 2.5, 0.42 * buf.shape[0] + 1.4))
-    draw_buffer(ax, buf[:, :columns], d.fresh[:, :columns], frames)
-    shown = "" if columns == w else f" (columns 0..{columns - 1} of W = {w})"
-    ax.set_title(f"index buffer at replay{shown}: green written for this step, orange x stale (old ids\n"
-                 "or the initial 1), grey P poison; red frames: entries rows 1.. read with the frozen row stride",
-                 fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def accuracy_bars_figure(rows: list, title: str = ""):
-    """Bars of accuracy: ``rows`` = [(label, accuracy, invalid)]."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(1.3 * len(rows) + 2, 3.2))
-    names = [r[0] for r in rows]
-    accs = [r[1] for r in rows]
-    bars = ax.bar(range(len(rows)), accs, color=["#4c72b0" if a > 0.5 else "#d62728" for a in accs])
-    for bar, a in zip(bars, accs):
-        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(rows)), names, rotation=20, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.1)
-    ax.set_ylabel("accuracy")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
 # ---- the runs notebooks 06-07 show, and the figures figures/ holds ----------------------------------
 # (label, server arguments): SGLang's merged fix one piece at a time, then the poison fill on top
-MERGED_FIX_STEPS = (("pre-fix (7059ae16f)", dict(defects=PRE_FIX)),
+# The first has the pre-fix graph defects with the model's scale; "pre-fix (7059ae16f)" names only the seed's
+# configuration (``SEED_PRE_FIX``: the bug-era kernel too), in notebook 06 and ``repro``
+MERGED_FIX_STEPS = (("both graph defects, model's scale", dict(defects=PRE_FIX)),
                     ("+ width fixed", dict(defects=frozenset({"workspace"}))),
                     ("+ workspace fixed = merged fix (e58423b2b)", dict(defects=MERGED_FIX)),
                     ("+ poison fill (not in SGLang)", dict(defects=MERGED_FIX, poison_fill=True)))
@@ -457,105 +378,34 @@ def example_batch(questions=None) -> tuple:
 
 
 def accuracy_runs(model, questions, n: int = 64, dtype: str | None = None):
-    """``AccuracyRuns`` over the first ``n`` questions in the seed's configuration (``repro.SEED_CONFIG``:
+    """``AccuracyRuns`` over the first ``n`` questions in the seed's configuration (``seed.SEED_CONFIG``:
     --context-length 4096, DP attention 8 x 16 rows in lockstep, graphs for 64 and 128)."""
-    from mla_edu.case_study.accuracy import AccuracyRuns
-    from mla_edu.case_study.repro import SEED_CONFIG
-
     common = dict(SEED_CONFIG, dtype=dtype or default_dtype(), device=None)
     return AccuracyRuns(model, questions[:n], common, progress=False)
 
 
-_CACHE: dict = {}
+def example_diagnosis(model=None, questions=None, defects=PRE_FIX) -> StepDiagnosis:
+    """Notebook 06's step (``example_batch``, graphs for 4 and 8, the seed's ``--context-length 4096``) on the
+    shipped model and eval set unless given: what ``figures/bug_page_reads.png`` and ``bug_page_table.png`` show."""
+    from mla_edu.model import load_pretrained, task
 
-
-def _shipped():
-    if "model" not in _CACHE:
-        from mla_edu.model import load_pretrained, task
-
-        _CACHE["model"], _CACHE["questions"] = load_pretrained(), task.default_eval_set()
-    return _CACHE["model"], _CACHE["questions"]
-
-
-def _example_diagnosis(defects=PRE_FIX) -> StepDiagnosis:
-    key = ("diag", frozenset(defects))
-    if key not in _CACHE:
-        model, questions = _shipped()
-        prompts, earlier = example_batch(questions)
-        _CACHE[key] = diagnose_step(model, prompts, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8),
-                                    context_length=4096)  # notebook 06's step: the seed's --context-length
-    return _CACHE[key]
-
-
-def bug_page_reads():
-    """figures/bug_page_reads.png: pages owned vs read under replay, pre-fix, the example batch."""
-    return page_reads_figure(_example_diagnosis())
-
-
-def bug_page_table():
-    """figures/bug_page_table.png: the index buffer at that replay, stale entries and mis-strided reads marked."""
-    return page_table_figure(_example_diagnosis())
-
-
-def piece_by_piece_rows(run) -> list:
-    """[(label, accuracy, invalid)]: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
-    eager = run(disable_cuda_graph=True, defects=PRE_FIX)
-    rows = [("eager", eager["accuracy"], eager["invalid"])]
-    for name, server_args in MERGED_FIX_STEPS:
-        r = run(**server_args)
-        rows.append((name.split(" (")[0].split(" =")[0], r["accuracy"], r["invalid"]))
-    return rows
-
-
-def piece_by_piece_figure(run):
-    """Accuracy bars: eager, then each step of the merged fix (``run``: an ``accuracy_runs``)."""
-    title = f"cutlass_mla with graphs, {len(run.questions)} questions: the merged fix piece by piece"
-    return accuracy_bars_figure(piece_by_piece_rows(run), title)
-
-
-def fix_piece_by_piece():
-    """figures/fix_piece_by_piece.png: accuracy after each piece of SGLang's merged fix (64 questions)."""
-    model, questions = _shipped()
-    return piece_by_piece_figure(accuracy_runs(model, questions))
+    model = load_pretrained() if model is None else model
+    prompts, earlier = example_batch(task.default_eval_set() if questions is None else questions)
+    return diagnose_step(model, prompts, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8), context_length=4096)
 
 
 # ---- why 0.060 and not 0: which requests are right under the bug -------------------------------------
-@torch.no_grad()
 def row0_study(model, questions, *, max_running_requests: int, row_order: str = "append", defects=PRE_FIX,
                prefill_cache: dict | None = None, dtype: str | None = None, device=None) -> dict:
-    """Run ``questions`` through the pre-fix graph engine and score each request against the rows it
-    decoded in (``Req.rows``: the batch row of each decode step).
-
-    Returns counts and accuracies of three disjoint groups: requests that decoded only in row 0;
-    those whose *first* decode step (the one that produces the answer's second digit; the first
-    digit comes from the prefill) ran in row 0 but a later one did not; the rest (first decode
-    step in another row).
-    """
-    from mla_edu.model import task
-
+    """Run ``questions`` through the pre-fix graph engine (one engine, ``max_running_requests`` rows, graphs for
+    half and all of them) and score each request against the rows it decoded in: ``accuracy.run_bench``'s
+    result, whose ``row_groups`` (``only_row0``, ``first_row0``, ``rest``) are the study, as ``repro`` reads
+    them. The first decode step produces the answer's second digit (the first comes from the prefill)."""
     mr = max_running_requests
     if not is_int(mr) or mr < 1:
         raise ValueError(f"max_running_requests: expected an int >= 1, got {mr!r}")
-    args = ServerArgs(attention_backend="cutlass_mla", defects=defects, cuda_graph_bs=(max(1, mr // 2), mr),
-                      max_running_requests=mr, row_order=row_order,
-                      context_length=model.config.mla.max_position_embeddings,
-                      dtype=dtype or default_dtype(device), device=device)
-    engine = Engine(model, args, prefill_cache=prefill_cache)
-    reqs = engine.generate([q.prompt_ids for q in questions], max_new_tokens=task.MAX_NEW_TOKENS,
-                           stop_token_ids=(task.EOS,))
-    right = [task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, questions)]
-    first0 = [bool(r.rows) and r.rows[0] == 0 for r in reqs]
-    only0 = [bool(r.rows) and r.decoded_only_in_row0 for r in reqs]
-
-    def acc(mask):
-        sel = [c for c, m in zip(right, mask) if m]
-        return (sum(sel) / len(sel)) if sel else float("nan")
-
-    first_only = [f and not o for f, o in zip(first0, only0)]
-    rest = [not f for f in first0]
-    out = {"max_running_requests": mr, "row_order": row_order, "n": len(reqs), "accuracy": sum(right) / len(reqs)}
-    for name, mask in (("only_row0", only0), ("first_row0", first_only), ("rest", rest)):
-        out[name] = sum(mask)
-        out[f"right_{name}"] = sum(c for c, m in zip(right, mask) if m)
-        out[f"acc_{name}"] = acc(mask)
-    return out
+    r = run_bench(model, questions, parallel=mr, prefill_cache=prefill_cache, attention_backend="cutlass_mla",
+                  defects=defects, cuda_graph_bs=(max(1, mr // 2), mr), max_running_requests=mr, row_order=row_order,
+                  context_length=model.config.mla.max_position_embeddings, dtype=dtype or default_dtype(device),
+                  device=device)
+    return {**r, "n": r["num_questions"]}

@@ -31,13 +31,9 @@ import time
 from mla_edu import cli
 from mla_edu.files import check_out_file, write_atomic
 from mla_edu.case_study.accuracy import AccuracyRuns
+from mla_edu.case_study.seed import SEED, SEED_CONFIG
 from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, ServerArgs
 
-SEED = {"eager": "0.910-0.920", "prefix": "0.060", "fixed": "0.906-0.917", "triton": "0.927-0.937"}
-# the seed's server flags: --context-length 4096 --dp 8 --enable-dp-attention --cuda-graph-bs 64 128
-# --max-running-requests 128 (ServerArgs fields)
-SEED_CONFIG = dict(context_length=4096, dp_size=8, enable_dp_attention=True, cuda_graph_bs=(64, 128),
-                   max_running_requests=128)
 CUTLASS = dict(attention_backend="cutlass_mla", num_kv_splits=1)  # the split given, so AccuracyRuns memoizes
 # (label, defects, poison_fill): each graph defect alone, both (pre-fix), none (merged fix), width with the poison fill
 ABLATION = [("width", frozenset({"width"}), False), ("width + poison fill", frozenset({"width"}), True),

@@ -242,7 +242,7 @@ def mystery_figure(k: int):
         raise ValueError(f"mystery: expected one of {list(MYSTERY_NUMBERS)}, got {_show(k)}")
     import matplotlib.pyplot as plt
 
-    from mla_edu.case_study.diagnose import draw_page_reads
+    from mla_edu.case_study.plots import draw_page_reads
 
     reads = _mystery_reads(_as_int(k))
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})

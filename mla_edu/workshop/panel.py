@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mla_edu.case_study.diagnose import PageReads, accuracy_bars, diagnose_step, draw_page_reads, page_reads
+from mla_edu.case_study.diagnose import PageReads, diagnose_step, page_reads
+from mla_edu.case_study.plots import accuracy_bars, draw_page_reads
 from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED, backend_class, backend_names
 from mla_edu.util import is_int
 
