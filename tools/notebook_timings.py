@@ -170,8 +170,9 @@ def track_minutes(table: dict, blocks: list) -> dict:
             continue
         name, nb = _notebook(table, prefix)
         chosen = select(nb, which)
-        label = which if isinstance(which, str) else "sections " + ", ".join(map(str, which))
-        rows.append({"block": f"{name[:-6]}: {label} ({mode})", "minutes": round(sum(map(minutes, chosen)), 1)})
+        label = which if isinstance(which, str) else ("section " if len(which) == 1 else "sections ") + ", ".join(
+            map(str, which))
+        rows.append({"block": f"{name[:2]}: {label} ({mode})", "minutes": round(sum(map(minutes, chosen)), 1)})
     return {"blocks": rows, "total_min": round(sum(r["minutes"] for r in rows), 1)}
 
 
@@ -192,7 +193,7 @@ def to_markdown(table: dict) -> str:
     for name, nb in table["notebooks"].items():
         mins = {m: sum(s["minutes"] for s in nb["sections"] if s["marker"] == m) for m in MARKERS}
         cells = sum(s["code_cells"] for s in nb["sections"])
-        lines.append(f"| {name[:-6]} | {nb['words']} | {cells} | {nb['run_all_s']:.0f} "
+        lines.append(f"| {name[:2]} | {nb['words']} | {cells} | {nb['run_all_s']:.0f} "
                      f"| {mins['core']:.0f} | {mins['optional']:.0f} |")
     for track, t in table["tracks"].items():
         lines += ["", f"**{track} track: {t['total_min']:.0f} of {BUDGET_MIN[track]} minutes**", "",
