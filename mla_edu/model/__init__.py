@@ -116,7 +116,7 @@ def load_pretrained(
                          f"got {type(manifest.get('config')).__name__}")
     path = _weights_path(weights_dir, manifest)
     if verify:
-        retrain = manifest.get("command", "python -m mla_edu.model.train")
+        retrain = manifest.get("command", f"python -m mla_edu.model.train --out {weights_dir} --force")
         want, got = _digest(manifest, "sha256", mpath), sha256_file(path)
         if got != want:
             raise ValueError(
