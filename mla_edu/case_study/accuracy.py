@@ -52,28 +52,66 @@ def may_crash_the_gpu(args: ServerArgs) -> bool:
 
 
 def _run_in_child(args: ServerArgs, num_questions: int, parallel: int) -> dict:
-    """``python -m mla_edu.case_study.accuracy --json`` in a child process; a crash becomes the result."""
+    """``run_bench`` in a child process (``child_main``), which gets ``args`` as data (``ServerArgs.to_json``);
+    a crash becomes the result."""
     import subprocess
 
-    cmd = [sys.executable, "-m", "mla_edu.case_study.accuracy", "--json", "--attention-backend", args.attention_backend,
-           "--defects", ",".join(sorted(args.defects)) or "none", *(["--poison-fill"] if args.poison_fill else []),
-           "--num-kv-splits", str(args.num_kv_splits),
-           "--num-questions", str(num_questions), "--parallel", str(parallel),
-           "--cuda-graph-bs", *map(str, args.cuda_graph_bs), "--max-running-requests", str(args.max_running_requests),
-           "--row-order", args.row_order, "--dtype", args.dtype, "--context-length", str(args.context_length),
-           "--dp", str(args.dp_size)] + (["--enable-dp-attention"] if args.enable_dp_attention else []) + (
-               ["--device", str(args.device)] if args.device else [])
-    env = {**os.environ, _IN_CHILD: "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    job = json.dumps({"server_args": args.to_json(), "num_questions": num_questions, "parallel": parallel})
+    cmd = [sys.executable, "-c", "from mla_edu.case_study.accuracy import child_main; child_main()"]
+    proc = subprocess.run(cmd, input=job, capture_output=True, text=True, env={**os.environ, _IN_CHILD: "1"})
     if proc.returncode == 0:
-        return {**json.loads(proc.stdout.strip().splitlines()[-1]), "crashed": None}
+        return json.loads(proc.stdout.strip().splitlines()[-1])
     lines = [ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or proc.stderr.strip().splitlines()[-1:]
-    return {"attention_backend": args.attention_backend, "cuda_graph": True, "defects": sorted(args.defects),
-            "poison_fill": args.poison_fill,
-            "num_kv_splits": args.num_kv_splits, "max_running_requests": args.max_running_requests,
-            "num_questions": num_questions, "accuracy": 0.0, "invalid": 1.0, "errors": num_questions,
-            "max_splits_used": None, "crashed": lines[-1][:300] if lines else f"exit code {proc.returncode}",
-            "device": "cuda", "dtype": args.dtype}
+    return bench_result(args, num_questions, accuracy=0.0, invalid=1.0, errors=num_questions, device="cuda",
+                        crashed=lines[-1][:300] if lines else f"exit code {proc.returncode}")
+
+
+def child_main() -> None:
+    """The child of ``_run_in_child``: a job (JSON on stdin: server_args, num_questions, parallel) in, the
+    ``run_bench`` result out (one JSON line on stdout)."""
+    job = json.loads(sys.stdin.read())
+    fields = ServerArgs.from_json(job["server_args"]).__dict__
+    print(json.dumps(run_bench(num_questions=job["num_questions"], parallel=job["parallel"], **fields)))
+
+
+def bench_result(args: ServerArgs, num_questions: int, *, accuracy: float, invalid: float, errors: int,
+                 device: str, crashed: str | None = None, latency: float = float("nan"), decode_steps=None,
+                 graph_steps=None, max_splits_used=None, groups: dict | None = None, eager_step=None,
+                 accuracy_eager_step: float = float("nan"), accuracy_no_eager_step: float = float("nan"),
+                 output_tokens: int = 0) -> dict:
+    """The one schema of a ``run_bench`` result, measured or crashed (``crashed``: the error; None for a run)."""
+    backend = backend_class(args.attention_backend)
+    if groups is None:  # no requests were measured: every group empty
+        groups = {k: v for g in ROW_GROUPS for k, v in ((g, None), (f"right_{g}", None), (f"acc_{g}", float("nan")))}
+    return {
+        "attention_backend": args.attention_backend,
+        "cuda_graph": not args.disable_cuda_graph,
+        "defects": sorted(backend.active_defects(args.defects)),
+        "poison_fill": args.poison_fill,
+        "num_kv_splits": args.num_kv_splits,
+        "max_running_requests": args.max_running_requests,
+        "context_length": args.context_length,
+        "page_table_width": args.page_table_width,
+        "dp_size": args.dp_size if args.enable_dp_attention else 1,
+        "row_order": args.row_order,
+        "num_questions": num_questions,
+        "accuracy": accuracy,
+        "invalid": invalid,
+        "errors": errors,
+        "latency": latency,
+        "output_throughput": output_tokens / latency if latency > 0 else float("nan"),
+        "decode_steps": decode_steps,
+        "graph_steps": graph_steps,
+        "max_splits_used": max_splits_used,
+        **groups,  # only_row0, first_row0, rest: counts, right_*, acc_* (``row_groups``)
+        "accuracy_only_row0": groups["acc_only_row0"],
+        "eager_step": eager_step,
+        "accuracy_eager_step": accuracy_eager_step,
+        "accuracy_no_eager_step": accuracy_no_eager_step,
+        "device": device,
+        "dtype": args.dtype,
+        "crashed": crashed,
+    }
 
 
 #: request groups by the batch rows their decode steps ran in (``Req.rows``; ``row_groups``)
@@ -143,40 +181,19 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     texts = ["" if r.error else task.decode(r.output_ids) for r in reqs]
     accuracy, invalid = task.score(texts, [q.answer for q in questions])
     correct = [task.get_answer_value(t) == q.label for t, q in zip(texts, questions)]
-    groups = row_groups(reqs, correct)
     eager_step = [not all(r.replayed) for r in reqs]  # a decode step ran eagerly (DP: a rank was prefilling)
     n_eager = sum(eager_step)
-    out_tokens = sum(len(r.output_ids) for r in reqs)
-    result = {
-        "attention_backend": args.attention_backend,
-        "cuda_graph": not args.disable_cuda_graph,
-        "defects": sorted(backend_class(args.attention_backend).active_defects(args.defects)),
-        "poison_fill": args.poison_fill,
-        "num_kv_splits": args.num_kv_splits,
-        "max_running_requests": args.max_running_requests,
-        "context_length": args.context_length,
-        "page_table_width": args.page_table_width,
-        "dp_size": args.dp_size if args.enable_dp_attention else 1,
-        "row_order": args.row_order,
-        "num_questions": len(questions),
-        "accuracy": accuracy,
-        "invalid": invalid,
-        "errors": sum(r.finished_reason == "error" for r in reqs),
-        "latency": latency,
-        "output_throughput": out_tokens / latency if latency > 0 else float("nan"),
-        "decode_steps": sum(e.stats["decode_steps"] for e in engines),  # over the DP ranks
-        "graph_steps": sum(e.stats["graph_steps"] for e in engines),
-        "max_splits_used": max((s for e in engines for s in e.runner.backend.splits_used), default=1),
-        **groups,  # only_row0, first_row0, rest: counts, right_*, acc_*
-        "accuracy_only_row0": groups["acc_only_row0"],
-        "eager_step": n_eager,
-        "accuracy_eager_step": sum(c for c, g in zip(correct, eager_step) if g) / n_eager if n_eager else float("nan"),
-        "accuracy_no_eager_step": (sum(c for c, g in zip(correct, eager_step) if not g) / (len(reqs) - n_eager)
-                                   if n_eager < len(reqs) else float("nan")),
-        "device": str(engines[0].runner.device),
-        "dtype": args.dtype,
-        "crashed": None,
-    }
+    result = bench_result(
+        args, len(questions), accuracy=accuracy, invalid=invalid,
+        errors=sum(r.finished_reason == "error" for r in reqs), device=str(engines[0].runner.device),
+        latency=latency, output_tokens=sum(len(r.output_ids) for r in reqs),
+        decode_steps=sum(e.stats["decode_steps"] for e in engines),  # over the DP ranks
+        graph_steps=sum(e.stats["graph_steps"] for e in engines),
+        max_splits_used=max((s for e in engines for s in e.runner.backend.splits_used), default=1),
+        groups=row_groups(reqs, correct), eager_step=n_eager,
+        accuracy_eager_step=sum(c for c, g in zip(correct, eager_step) if g) / n_eager if n_eager else float("nan"),
+        accuracy_no_eager_step=(sum(c for c, g in zip(correct, eager_step) if not g) / (len(reqs) - n_eager)
+                                if n_eager < len(reqs) else float("nan")))
     # free the engines' pools now (8 DP ranks at context 4096: 2.4 GB), not at the next garbage collection:
     # a ModelRunner and its GraphRunner refer to each other
     del engine, engines

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 
 from mla_edu.kernels import IMPLS
 from mla_edu.kernels.contract import MAX_SPLITS
@@ -84,6 +85,20 @@ class ServerArgs:
     def page_table_width(self) -> int:
         """W = ``(context_length + 128) // 128`` (SGLang's formula, see ``page_table_width``)."""
         return page_table_width(self.context_length)
+
+    def to_json(self) -> str:
+        """The fields as a JSON object (sets and tuples as lists), what ``from_json`` reads back: how a child
+        process gets the settings (``case_study.accuracy``), as data rather than as command-line flags."""
+        return json.dumps({f.name: sorted(v) if isinstance(v, (set, frozenset)) else list(v) if isinstance(v, tuple)
+                           else v for f in fields(self) for v in [getattr(self, f.name)]})
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerArgs:
+        """``ServerArgs`` from ``to_json``'s text, validated as any other (TypeError for an unknown field)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError(f"ServerArgs.from_json: expected a JSON object, got {type(data).__name__}")
+        return cls(**data)
 
     @property
     def max_running_requests_per_rank(self) -> int:
