@@ -103,3 +103,19 @@ def test_no_colour_is_written_outside_the_palette():
     found = [f"{p.relative_to(REPO_ROOT)}: {m.group(0)}" for p in files if p.name != "palette.py"
              for m in pattern.finditer(p.read_text())]
     assert not found, found
+
+
+def test_accuracy_bars_that_lost_accuracy_are_hatched():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    from mla_edu.case_study.plots import accuracy_bars
+
+    ax = Figure().subplots()
+    bars = accuracy_bars(ax, ["eager", "pre-fix", "fixed"], [1.0, 0.1, 1.0], [False, True, False], baseline=(0,))
+    assert [b.get_hatch() or "" for b in bars] == ["", palette.HATCH["wrong"], ""]
+    assert [to_hex(b.get_facecolor()) for b in bars] == [c.lower() for c in (palette.BASELINE, palette.WRONG,
+                                                                              palette.RIGHT)]
