@@ -32,7 +32,7 @@ import torch
 
 from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.kernels.plots import summary
-from mla_edu.kernels.workspace import num_kv_splits_for
+from mla_edu.kernels.workspace import D_LATENT, D_ROPE, num_kv_splits_for
 from mla_edu.util import cdiv
 
 PAGES = (64, 128)
@@ -40,7 +40,7 @@ HEADS = (16, 128)
 BATCHES = (1, 8, 64, 128)
 LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 PEER_POINTS = [(b, l) for b, l in ((8, 4096), (64, 4096), (128, 2048))]
-D_LAT, D_ROPE = 512, 64
+D_LAT = D_LATENT  # the latent width, as the tables and tools.schedule_bench name it
 
 
 def _median_ms(fn, warmup=25, rep=100):

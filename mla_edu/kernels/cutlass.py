@@ -14,11 +14,8 @@ from __future__ import annotations
 import torch
 
 from mla_edu.kernels.contract import DecodePlan, check_lengths_and_table, check_page_table_layout, check_tensors
-from mla_edu.kernels.workspace import get_workspace_size
+from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT, D_ROPE, get_workspace_size
 from mla_edu.util import is_int
-
-MAX_HEADS = 128
-D_LATENT, D_ROPE = 512, 64
 
 
 def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits=1, sm_count=0) -> None:
@@ -37,8 +34,8 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
         raise ValueError(f"q_pe last dim must be {D_ROPE} (qk_rope_head_dim), got {q_pe.size(2)}")
     if cache.size(2) != D_LATENT + D_ROPE:
         raise ValueError(f"kv_c_and_k_pe_cache last dim must be {D_LATENT + D_ROPE}, got {cache.size(2)}")
-    if h > MAX_HEADS:
-        raise ValueError(f"H must be <= {MAX_HEADS} (heads are padded to the 128-row tile), got {h}")
+    if h > CUTLASS_HEADS:
+        raise ValueError(f"H must be <= {CUTLASS_HEADS} (heads are padded to the 128-row tile), got {h}")
     if page <= 0 or page & (page - 1) or page > 128:
         raise ValueError(f"page size must be a power of two <= 128, got {page}")
     if page_table.dim() != 2:

@@ -30,7 +30,7 @@ from mla_edu.cli import int_at_least
 from mla_edu.files import check_out_dir, check_out_file, write_atomic
 from mla_edu.device import TRITON_INTERPRET
 from mla_edu.kernels.contract import STAGE1_KINDS
-from mla_edu.kernels.workspace import gpu_block_h
+from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 
 #: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
 MAX_SHARED = 232448
@@ -96,7 +96,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
     if kind == "tl":
         block_h, block_n, warps, stages = tl_kernels.launch_config(heads, on_gpu=True, batch=BATCH,
                                                                    n_pages=N_PAGES)
-        consts = tl_kernels.stage1_constexprs(page, 512, 64, False, False, final, block_h, block_n)
+        consts = tl_kernels.stage1_constexprs(page, D_LATENT, D_ROPE, False, False, final, block_h, block_n)
         sig, attrs = _signature(tl_kernels.stage1_kernel, dtype, consts, {})
         src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
         options = {"num_warps": warps, "num_stages": stages}
@@ -104,8 +104,9 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
         tma = kind == "tma"
         block_h = gpu_block_h(heads, BATCH, N_PAGES)  # as split_kv_triton.mla_decode_stage1 picks it
         kernel, warps = wg.kernel_for(block_h)
-        consts = wg.constexprs(page, 512, 64, final, tma, block_h)
-        cache = torch.empty(2, max(page, wg.BLOCK_N), 576, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+        consts = wg.constexprs(page, D_LATENT, D_ROPE, final, tma, block_h)
+        cache = torch.empty(2, max(page, wg.BLOCK_N), D_LATENT + D_ROPE,
+                            dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
         names = ("kv_desc", "pe_desc")
         if tma:  # the descriptors' types, as the JIT derives them from real ones
             descriptors = dict(zip(names, map(mangle_type, wg.tma_descriptors(cache))))

@@ -28,7 +28,7 @@ import torch
 from mla_edu.device import TRITON_INTERPRET
 from mla_edu.kernels import split_kv_wgmma as wgmma
 from mla_edu.kernels.contract import STAGE1_KINDS, DecodePlan, LaunchConfig, flat_table, workspace_views
-from mla_edu.kernels.workspace import gpu_block_h
+from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 from mla_edu.util import is_int
 
 import triton  # noqa: E402  (after mla_edu.device)
@@ -193,7 +193,7 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
     b, h, dl = q_nope.shape
     block_h = gpu_block_h(h, b, max_pages)
     return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
-            and cache.dtype == q_pe.dtype == q_nope.dtype and dl == 512 and q_pe.size(2) == 64
+            and cache.dtype == q_pe.dtype == q_nope.dtype and dl == D_LATENT and q_pe.size(2) == D_ROPE
             and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % block_h == 0
             and cache.data_ptr() % 16 == 0 and all(s * cache.element_size() % 16 == 0 for s in cache.stride()[:2]))
 

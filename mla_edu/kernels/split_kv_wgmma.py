@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 from mla_edu.kernels.contract import GLUON_KINDS
+from mla_edu.kernels.workspace import D_LATENT
 
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
@@ -445,7 +446,7 @@ def tma_applies(cache) -> bool:
             and (cache.stride(1) * cache.element_size()) % 16 == 0 and cache.data_ptr() % 16 == 0)
 
 
-def tma_descriptors(cache, d_latent: int = 512):
+def tma_descriptors(cache, d_latent: int = D_LATENT):
     """(kv_desc, pe_desc): TMA descriptors over the rows ``[num_pages * PAGE, 576]`` of a cache that
     ``tma_applies`` to, blocks of ``BLOCK_N`` rows x the latent / rope columns. Host objects only (the
     launch copies them into the kernel's parameters), so a CUDA graph captures them like any argument."""

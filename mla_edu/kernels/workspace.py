@@ -17,7 +17,10 @@ from mla_edu.util import cdiv, is_int
 DEFAULT_SM_COUNT = 132
 #: cutlass pads heads to its 128-row tile; workspace is sized for 128 heads whatever H is.
 CUTLASS_HEADS = 128
+#: DeepSeek's MLA dims, the cutlass kernel's fixed ones (and the Gluon kernels'): kv_lora_rank (the latent, the
+#: value) and qk_rope_head_dim (the shared RoPE key); a cache row holds D_LATENT + D_ROPE = 576 numbers
 D_LATENT = 512
+D_ROPE = 64
 #: float32 o_acc [B, 128, split, 512] + float32 lse [B, split, 128], per (batch, split); the kernel's LSE
 #: layout (ptr_lse_acc + H * split, batch stride H * split_kv); mla_edu's kernels use [B, H, split], same bytes.
 BYTES_PER_BATCH_SPLIT = (4 * D_LATENT + 4) * CUTLASS_HEADS  # 262,656
@@ -91,7 +94,7 @@ def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0) -> int:
 
 
 def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, page_size: int,
-                         sm_count: int = 0, d_latent: int = D_LATENT, d_rope: int = 64) -> int:
+                         sm_count: int = 0, d_latent: int = D_LATENT, d_rope: int = D_ROPE) -> int:
     """The split count for ``mla_decode(impl="triton")``: host side, from shapes only (graph-safe).
 
     Cost model in page-times (the time one program takes for one page): the ``P * S`` programs
