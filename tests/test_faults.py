@@ -15,7 +15,7 @@ from tiny_models import random_prompts, random_tiny_model
 import mla_edu  # noqa: F401
 from mla_edu.graphs import Graph, GraphCaptureError, GraphWarmupWarning, check, graph, warm_up
 from mla_edu.graphs import emulator
-from mla_edu.kernels import check_cutlass_args, mla_decode
+from mla_edu.kernels import IMPLS, check_cutlass_args, mla_decode
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.model import WEIGHTS_DIR, load_manifest, load_pretrained, task
 from mla_edu.serving import Engine
@@ -323,7 +323,7 @@ def test_negative_seq_len_flagged_when_checked(impl):
     assert (out[0] == 0).all()  # unchecked: a negative length attends to nothing, as documented
 
 
-@pytest.mark.parametrize("impl", ["reference", "torch", "triton", "cutlass"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_empty_batch_gives_an_empty_output_for_every_impl(impl):
     c = _case()
     out = mla_decode(c.q_nope[:0], c.q_pe[:0], c.cache, c.seq_lens[:0], c.page_table[:0], c.workspace(1),
