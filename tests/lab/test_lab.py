@@ -215,6 +215,7 @@ return {title: document.title, n: imgs.length, broken};
 @pytest.mark.parametrize("page, text, min_images", [
     ("index.html", "Read them in order", 0),
     ("notebooks/06_reproducing_the_zero_accuracy_bug.html", "Reproducing", 2),
+    ("notebooks/08_workshop_exercises.html", "control panel", 2),
     ("instructor.html", "The 3-hour track", 0),
     ("glossary.html", "max_seqlen_pad", 0),
     ("slides.html", "reveal.js deck per notebook", 0),
@@ -229,6 +230,12 @@ def test_book_page_loads_with_figures(browser, book_url, page, text, min_images)
     assert text in browser.find_element("tag name", "body").text
     assert info["n"] >= min_images and not info["broken"], info
     links = browser.execute_script("return Array.from(document.links).map(a => a.getAttribute('href'))")
+    if page.startswith("notebooks/"):  # one output box per cell's prints, and no nbval marker in sight
+        split = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.cell')).filter(c => c.querySelectorAll("
+            "'.output.stream').length > 1).length")
+        assert split == 0, f"{split} cells show their printed output in more than one box"
+        assert "NBVAL" not in browser.find_element("tag name", "body").text
     if page == "index.html":  # every notebook is linked from the index
         assert all(any(f"notebooks/{n[:-6]}.html" in (h or "") for h in links) for n in NOTEBOOKS), links
     if page == "slides.html":  # and every deck from the slides page
