@@ -399,11 +399,15 @@ CLI_CASES = [
 
 
 def _run_cli(module, argv, capsys):
-    """``module.main(argv)`` -> (exit status, stderr); it must exit through argparse."""
+    """``module.main(argv)`` -> (exit status, stderr); it must exit through argparse. A package's command line
+    (``python -m package``) is its ``__main__`` module."""
     import importlib
 
+    mod = importlib.import_module(module)
+    if hasattr(mod, "__path__"):
+        mod = importlib.import_module(module + ".__main__")
     with pytest.raises(SystemExit) as exit_info:
-        importlib.import_module(module).main(argv)
+        mod.main(argv)
     return exit_info.value.code, capsys.readouterr().err
 
 

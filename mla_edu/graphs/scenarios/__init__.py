@@ -9,12 +9,11 @@ MLA wrapper does; sources in docs/sources.md).
 
     python -m mla_edu.graphs.scenarios [--mode auto|cuda|emulated]
 
-prints ``device | backend | scenario | outcome`` for every scenario.
+prints ``device | backend | scenario | outcome`` for every scenario (the command line: ``__main__.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Callable
 import torch
 
 import mla_edu  # noqa: F401  (TRITON_INTERPRET before triton)
-from mla_edu import cli
+from mla_edu.device import default_device
 from mla_edu.graphs.capture import Graph, graph
 from mla_edu.graphs.emulator import GraphCaptureError, host_tensor
 
@@ -493,8 +492,6 @@ def check_problem(problem: Problem, n_trials: int = 6, seed: int = 0, mode: str 
 
 def run_all(device=None, mode: str = "auto", names=None) -> list[tuple[str, str, str, str]]:
     """Rows (device, backend, scenario, outcome); the sync scenario runs last."""
-    from mla_edu.device import default_device
-
     dev = torch.device(device) if device is not None else default_device()
     backend = Graph(device=dev, mode=mode).backend
     rows = []
@@ -512,42 +509,3 @@ def format_table(rows) -> str:
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]
     line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", default="auto", choices=["auto", "cuda", "emulated"])
-    ap.add_argument("--device", type=cli.device, default=None)
-    ap.add_argument("--check", action="store_true", help="also run the checker on every problem")
-    ap.add_argument("--schedules", type=cli.positive_int, default=3, help="checker: random schedules per problem")
-    args = ap.parse_args(argv)
-    if torch.cuda.is_available():
-        print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__}")
-    else:
-        print(f"# CPU | torch {torch.__version__}")
-    from mla_edu.device import default_device
-
-    dev = torch.device(args.device) if args.device else default_device()
-    names = [n for n in SCENARIOS if n != "sync_in_capture"]  # a refused CUDA capture goes last
-    rows = run_all(dev, args.mode, names)
-    checks = []
-    if args.check:
-        for name in [n for n in PROBLEMS if n != "sync_in_capture"] + ["sync_in_capture"]:
-            if name == "sync_in_capture":
-                rows += run_all(dev, args.mode, ["sync_in_capture"])
-            reports = [check_problem(PROBLEMS[name](dev), seed=k, mode=args.mode) for k in range(args.schedules)]
-            bad = next((r for r in reports if not r.ok), None)
-            checks.append((name, name.endswith(":fixed") or name == "static_buffers",
-                           "".join("." if r.ok else "F" for r in reports), (bad.hint or "")[:90] if bad else ""))
-    else:
-        rows += run_all(dev, args.mode, ["sync_in_capture"])
-    print(format_table(rows))
-    if checks:
-        print(f"\nchecker, {args.schedules} random schedules per problem ('.' = safe, 'F' = flagged)")
-        print("| problem | safe | verdicts | first hint |\n|---|---|---|---|")
-        for c in checks:
-            print("| " + " | ".join(map(str, c)) + " |")
-
-
-if __name__ == "__main__":
-    main()
