@@ -164,11 +164,15 @@ def test_weights_symlink_escaping_the_directory_is_named(tmp_path):
 
 # ---- 1, 2, 3, 7, 13: commands check their paths and flags before the work, write atomically ---------------
 def _main_exit(module, argv, capsys):
-    """``module.main(argv)`` must exit through argparse: (status, stderr)."""
+    """``module.main(argv)`` must exit through argparse: (status, stderr). A package's command line is its
+    ``__main__`` module."""
     import importlib
 
+    mod = importlib.import_module(module)
+    if hasattr(mod, "__path__"):
+        mod = importlib.import_module(module + ".__main__")
     with pytest.raises(SystemExit) as info:
-        importlib.import_module(module).main(argv)
+        mod.main(argv)
     return info.value.code, capsys.readouterr().err
 
 
@@ -194,7 +198,9 @@ def test_train_out_holding_weights_needs_force(tmp_path, capsys, monkeypatch):
     assert code == 2 and f"--out: expected a folder without weights, got {tmp_path}, which holds manifest.json; " \
                          "pass --force to overwrite them" in err
     monkeypatch.setattr(train, "TinyDeepseek", real)
-    manifest = train.main(["--steps", "1", "--eval-questions", "1", "--out", str(tmp_path), "--force"])
+    from mla_edu.model.train import __main__ as train_cli
+
+    manifest = train_cli.main(["--steps", "1", "--eval-questions", "1", "--out", str(tmp_path), "--force"])
     from mla_edu.model import load_pretrained
 
     assert load_pretrained(tmp_path) is not None and manifest["training"]["steps"] == 1

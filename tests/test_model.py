@@ -9,7 +9,7 @@ import torch
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET before anything imports triton)
 from mla_edu.attention import latent_attention
 from mla_edu.model import WEIGHTS_DIR, load_manifest, load_pretrained, task
-from mla_edu.model import train as train_mod
+from mla_edu.model.train import __main__ as train_cli
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
 
 
@@ -125,7 +125,7 @@ def test_config_round_trips_through_dict():
 
 def test_train_cli_writes_loadable_weights(tmp_path):
     out = tmp_path / "w"
-    manifest = train_mod.main(["--steps", "3", "--batch", "4", "--hidden", "32", "--heads", "2",
+    manifest = train_cli.main(["--steps", "3", "--batch", "4", "--hidden", "32", "--heads", "2",
                                "--head-dim", "8", "--intermediate", "32", "--curriculum", "64@0,eval@0.5",
                                "--eval-questions", "2", "--out", str(out)])
     assert manifest["training"]["steps"] == 3 and 0.0 <= manifest["eval"]["accuracy"] <= 1.0

@@ -1,6 +1,6 @@
 """Train the tiny DeepSeek-style model on key-value recall, on CPU.
 
-    python -m mla_edu.model.train --out DIR [--force] [--steps N] [--seed S]
+    python -m mla_edu.model.train --out DIR [--force] [--steps N] [--seed S]     (the flags: __main__.py)
 
 Seeded; a tqdm bar shows loss and answer accuracy. A curriculum on context length makes
 recall form early (a fixed long context stays at chance for many minutes):
@@ -30,7 +30,6 @@ is above; they score 0.984).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import platform
@@ -44,7 +43,6 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from mla_edu import cli
 from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
@@ -192,48 +190,9 @@ def _without_rope_scaling(config: dict) -> dict:
     return {**config, "mla": {k: v for k, v in config["mla"].items() if k != "rope_scaling"}}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m mla_edu.model.train", description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=cli.positive_int, default=1200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, required=True,
-                   help="folder for the weights and manifest (never the package's by default: the shipped "
-                        "weights live in mla_edu/model/weights)")
-    p.add_argument("--force", action="store_true", help="overwrite weights already in --out")
-    p.add_argument("--batch", type=cli.positive_int, default=32, help="questions per batch at most")
-    p.add_argument("--tokens-per-batch", type=cli.positive_int, default=4096,
-                   help="long prompts get fewer questions per batch: min(batch, this // prompt length)")
-    p.add_argument("--queries", type=cli.positive_int, default=4,
-                   help="answers per training sequence (the first as in eval)")
-    p.add_argument("--lr", type=cli.positive_float, default=3e-3)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup", type=cli.int_at_least(0), default=100)
-    p.add_argument("--grad-clip", type=cli.positive_float, default=1.0)
-    p.add_argument("--attn-impl", choices=("sdpa", "naive", "absorbed"), default="sdpa",
-                   help="attention form used for training (same weights either way)")
-    p.add_argument("--eval-questions", type=cli.positive_int, default=task.EVAL_SIZE,
-                   help="how many questions of the default eval set to decode at the end")
-    p.add_argument("--hidden", type=cli.positive_int, default=64, help="hidden_size")
-    p.add_argument("--heads", type=cli.positive_int, default=4, help="num_attention_heads")
-    p.add_argument("--head-dim", type=cli.positive_int, default=16, help="qk_nope_head_dim = v_head_dim")
-    p.add_argument("--layers", type=cli.positive_int, default=2)
-    p.add_argument("--intermediate", type=cli.positive_int, default=128, help="SwiGLU intermediate_size")
-    p.add_argument("--facts", default="1,1", help="MIN,MAX facts per training prompt (the eval set has 1)")
-    p.add_argument("--curriculum", default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
-                   help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
-    p.add_argument("--init", type=Path, default=None,
-                   help="start from the weights in this directory (a manifest + safetensors) instead of random")
-    p.add_argument("--yarn-factor", type=float, default=None,
-                   help="rope_scaling yarn with this factor (mscale = mscale_all_dim = 1, as DeepSeek-V3; "
-                        "original_max_position_embeddings = the task's context): the softmax scale becomes "
-                        "mscale**2/sqrt(qk_head_dim); --init may then name weights trained without it")
-    p.add_argument("--threads", type=cli.int_at_least(0), default=1,
-                   help="torch threads (0: torch's default); 1 is faster when others share the cores")
-    args = p.parse_args(argv)
-    try:
-        args.out = check_out(args.out, args.force)
-    except ValueError as e:
-        p.error(str(e))
+def run(args, command: str) -> dict:
+    """Train, evaluate and save as ``args`` says (the namespace ``python -m mla_edu.model.train`` parses:
+    ``__main__.py``); ``command``: the command line, recorded in the manifest. Returns the manifest."""
     curriculum = parse_curriculum(args.curriculum)
     try:
         facts = tuple(int(x) for x in args.facts.split(","))
@@ -333,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict:
             "questions": len(questions), "accuracy": round(acc, 4), "invalid": round(invalid, 4),
             "decoder": "TinyDeepseek.generate (greedy, contiguous ContiguousLatentCache, absorbed MLA, fp32)",
         },
-        "command": "python -m mla_edu.model.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command,
     }
     if args.init is not None:  # the run this one continued, with its own command: the full recipe
         from mla_edu.model import load_manifest
@@ -343,6 +302,3 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"wrote {args.out / WEIGHTS_FILE} ({manifest['bytes']:,} bytes) and {args.out / MANIFEST_FILE}")
     return manifest
 
-
-if __name__ == "__main__":
-    main()
