@@ -48,7 +48,7 @@ def page_reads_figure(d: StepDiagnosis):
 
     reads = page_reads(d)
     bs, p = reads.intended.shape
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 0.45 * bs + 1.6), sharey=True)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(6.5, 0.45 * bs + 1.6), sharey=True)  # legible at ~590 px
     draw_page_reads(None, ax0, ax1, reads)
     fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}"
                  + ", poison fill" * d.poison_fill, fontsize=10)

@@ -39,7 +39,7 @@ def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench
 def page_reads(intended: torch.Tensor, read: torch.Tensor, title: str):
     """Two page grids ``[B, W]`` (-1 = unused): the page id each (request row b, page slot j) should read,
     and the one it read (green: its own page, red and hatched: another)."""
-    fig, axes = plt.subplots(1, 2, figsize=(9, 2.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(6.5, 2.8), sharey=True)  # legible at a book's width (~590 px)
     draw_intended_and_read(axes[0], axes[1], intended, read)
     axes[0].set_ylabel("request row b")
     fig.suptitle(title, fontsize=10)
