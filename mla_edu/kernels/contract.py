@@ -67,6 +67,7 @@ class DecodePlan:
     stride_policy: str
     stage1: str | None = None  # the stage-1 kernel (STAGE1_KINDS) of an impl that has a choice, else None
     launch: LaunchConfig | None = None  # its launch config (None where the impl has no choice)
+    schedule: str = "splits"  # "balanced": splits from the lengths (``kernels.schedule``), num_splits unused
 
 
 def check_page_table_layout(page_table: torch.Tensor) -> None:
@@ -169,7 +170,7 @@ def workspace_bytes_needed(plan: DecodePlan) -> int:
 
 
 def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
-              sm_count=None) -> DecodePlan:
+              sm_count=None, schedule="splits") -> DecodePlan:
     """Resolve the launch parameters from shapes/strides; check the workspace when splits > 1."""
     if stride_policy not in STRIDE_POLICIES:
         raise ValueError(f"stride_policy must be one of {STRIDE_POLICIES} (or None for the impl's default), "
@@ -186,7 +187,7 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     sms = device_sm_count() if not sm_count else int(sm_count)
     splits = num_kv_splits_for(max_seq_len, max(b, 1), sms, num_kv_splits)
     plan = DecodePlan(b, h, dl, dr, page, num_pages, row_stride, max_pages, offset, reach, max_seq_len, splits,
-                      stride_policy)
+                      stride_policy, schedule=schedule)
     if splits > 1:
         check_workspace_layout(workspace)
         need = workspace_bytes_needed(plan)

@@ -15,7 +15,9 @@ from mla_edu.kernels.contract import STRIDE_POLICIES, DecodePlan, check_common, 
 from mla_edu.kernels.cutlass import check_cutlass_call, mla_decode_cutlass
 from mla_edu.kernels.reference import mla_decode_reference
 from mla_edu.kernels.split_kv_torch import mla_decode_torch
-from mla_edu.kernels.split_kv_triton import mla_decode_triton, plan_stage1
+from mla_edu.kernels.schedule import SCHEDULES
+from mla_edu.kernels.split_kv_triton import mla_decode_triton, mla_decode_triton_balanced, plan_stage1
+from mla_edu.kernels.workspace import device_sm_count
 
 
 class Impl(NamedTuple):
@@ -30,6 +32,8 @@ class Impl(NamedTuple):
     #: (q_nope, q_pe, cache, plan, checked, stage1, launch) -> the plan with its stage-1 kernel and launch
     #: config; None: the impl has no such choice
     plan_stage1: Callable[..., DecodePlan] | None = None
+    #: ``run`` with the balanced schedule (``schedule="balanced"``), sm_count appended; None: the impl has none
+    balanced: Callable[..., torch.Tensor] | None = None
 
 
 def _reference(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, plan, checked):
@@ -40,7 +44,7 @@ def _reference(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, p
 IMPLS: dict[str, Impl] = {
     "reference": Impl(_reference),
     "torch": Impl(mla_decode_torch),
-    "triton": Impl(mla_decode_triton, plan_stage1=plan_stage1),
+    "triton": Impl(mla_decode_triton, plan_stage1=plan_stage1, balanced=mla_decode_triton_balanced),
     "cutlass": Impl(mla_decode_cutlass, check_cutlass_call, ("size",)),
 }
 
@@ -62,7 +66,7 @@ def observe_plans(observer: Callable[[DecodePlan, torch.Tensor, torch.Tensor], N
 
 def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits=1, *,
                impl="torch", stride_policy=None, checked=False, sm_count=None, stage1=None,
-               launch=None) -> torch.Tensor:
+               launch=None, schedule="splits") -> torch.Tensor:
     """Absorbed-MLA decode attention over a paged latent cache; returns ``out [B, H, D_latent]``.
 
     q_nope ``[B, H, 512]``, q_pe ``[B, H, 64]`` (other dims allowed except for "cutlass"),
@@ -95,6 +99,9 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
     stage1, launch: impl "triton" only: its stage-1 kernel, one of ``contract.STAGE1_KINDS`` (None: the
       device's default, ``split_kv_triton.plan_stage1``), and the tl kernel's launch config (BLOCK_H, BLOCK_N,
       num_warps, num_stages; None: ``split_kv_triton.launch_config``). The plan carries both.
+    schedule: "splits" (every request split ``num_kv_splits`` ways, the cutlass contract) or "balanced" (impl
+      "triton", ``num_kv_splits=-1``: near-equal work units over the SMs from the lengths, on the device;
+      ``mla_edu.kernels.schedule``; its partials need ``schedule.workspace_bytes`` of workspace).
 
     Refused up front (ValueError/TypeError): a non-finite or non-positive ``sm_scale``, a page table
     whose rows are not contiguous (``stride(1) != 1``), a misaligned or strided workspace when
@@ -104,6 +111,13 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
         raise ValueError(f"impl must be one of {tuple(IMPLS)}, got {impl!r}")
     entry = IMPLS[impl]
     check_flags(checked, sm_count)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "balanced" and entry.balanced is None:
+        raise ValueError(f"schedule='balanced' needs impl='triton', got impl={impl!r}")
+    if schedule == "balanced" and num_kv_splits != -1:
+        raise ValueError(f"schedule='balanced' chooses each request's splits itself: num_kv_splits must be -1, "
+                         f"got {num_kv_splits!r}")
     if entry.plan_stage1 is None and (stage1, launch) != (None, None):
         raise ValueError(f"impl={impl!r} has no stage-1 kernel to choose: stage1 and launch must be None, "
                          f"got stage1={stage1!r}, launch={launch!r}")
@@ -116,13 +130,15 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
                          f"contract), got {stride_policy!r}")
     entry.check(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
     policy = entry.stride_policies[0] if stride_policy is None else stride_policy  # "size": the cutlass wrapper's
-    plan = make_plan(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, num_kv_splits, policy,
-                     sm_count)
+    balanced = schedule == "balanced"  # its splits come from the lengths: the plan's split count is not used
+    plan = make_plan(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace,
+                     1 if balanced else num_kv_splits, policy, sm_count, schedule)
     if entry.plan_stage1 is not None:
         plan = entry.plan_stage1(q_nope, q_pe, kv_c_and_k_pe_cache, plan, checked, stage1, launch)
     for observer in _observers:
         observer(plan, page_table, workspace)
-    out = entry.run(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale), plan, checked)
+    args = (q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale), plan, checked)
+    out = entry.balanced(*args, sm_count or device_sm_count()) if balanced else entry.run(*args)
     if checked:  # a negative length is an invalid request too; a device op, no host sync (graph-safe)
         out = torch.where((seq_lens < 0)[:, None, None], float("nan"), out)
     return out

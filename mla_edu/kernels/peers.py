@@ -28,9 +28,9 @@ import torch
 SGLANG_MODULE = "sglang/srt/layers/attention/triton_ops/decode_attention.py"
 
 
-def _sglang_file() -> str | None:
+def _sglang_file(module: str = SGLANG_MODULE) -> str | None:
     for root in sys.path:
-        path = os.path.join(root or ".", SGLANG_MODULE)
+        path = os.path.join(root or ".", module)
         if os.path.isfile(path):
             return path
     return None
@@ -66,6 +66,39 @@ def load_flash_mla():
     return flash_mla, None
 
 
+#: SGLang's per-request split rule for its Triton backend (sglang 0.4.7), a Triton kernel in this file.
+SGLANG_BACKEND = "sglang/srt/layers/attention/triton_backend.py"
+#: ``--triton-attention-num-kv-splits``'s default on CUDA (sglang 0.4.7 ``server_args.py``; 16 on ROCm).
+SGLANG_MAX_KV_SPLITS = 8
+
+
+def load_sglang_split_rule():
+    """(``get_num_kv_splits_triton``, None) from the installed sglang's Triton backend, or (None, reason). The
+    module itself imports the serving stack, so only this one function's source is taken (with ``ast``) into
+    a module of its own, whose only imports are triton and triton.language (all the function uses)."""
+    import ast
+    import tempfile
+
+    path = _sglang_file(SGLANG_BACKEND)
+    if path is None:
+        return None, f"sglang is not installed ({SGLANG_BACKEND} not found on sys.path)"
+    with open(path) as f:
+        src = f.read()
+    node = next((n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)
+                 and n.name == "get_num_kv_splits_triton"), None)
+    if node is None:
+        return None, f"get_num_kv_splits_triton not found in {path}"
+    lines = src.splitlines()[node.decorator_list[0].lineno - 1: node.end_lineno]
+    folder = tempfile.mkdtemp(prefix="mla_edu_sglang_rule_")
+    with open(os.path.join(folder, "sglang_split_rule.py"), "w") as f:  # Triton's JIT reads the source file
+        f.write("import triton\nimport triton.language as tl\n\n\n" + "\n".join(lines) + "\n")
+    spec = importlib.util.spec_from_file_location("mla_edu_peer_sglang_split_rule",
+                                                  os.path.join(folder, "sglang_split_rule.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_num_kv_splits_triton, None
+
+
 class SGLangTriton:
     """SGLang's Triton MLA decode on our paged cache: ``run(num_kv_splits)`` -> out [B, H, 512]."""
 
@@ -88,6 +121,22 @@ class SGLangTriton:
         self.attn_lse = torch.empty(b, h, self.max_splits, dtype=torch.float32, device=q_nope.device)
         self.splits = {s: torch.full((b,), s, dtype=torch.int32, device=q_nope.device)
                        for s in range(1, self.max_splits + 1)}
+
+    def own_splits(self, rule, sm_count: int) -> torch.Tensor:
+        """int32 ``[B]``: each request's split count by SGLang's own rule (``load_sglang_split_rule``), as its
+        Triton backend computes it for MLA (one KV head, ``max_kv_splits = SGLANG_MAX_KV_SPLITS``)."""
+        b, h = self.q.shape[:2]
+        lens = self.kv_indptr[1:] - self.kv_indptr[:-1]
+        splits = torch.empty(b, dtype=torch.int32, device=self.q.device)
+        rule[(1,)](splits, lens, b, 1, h, 1, SGLANG_MAX_KV_SPLITS, sm_count,
+                   MAX_NUM_SEQ=max(256, 1 << (b - 1).bit_length()))  # SCHEDULE_SEQ, as get_num_kv_splits sets it
+        return splits
+
+    def run_splits(self, splits: torch.Tensor) -> torch.Tensor:
+        """Every request its own split count (``splits`` int32 [B], each <= max_splits): SGLang's default mode."""
+        self.mod.decode_attention_fwd(self.q, self.k_buffer, self.v_buffer, self.o, self.kv_indptr, self.kv_indices,
+                                      self.attn_logits, self.attn_lse, splits, self.max_splits, self.sm_scale)
+        return self.o
 
     def run(self, num_kv_splits: int) -> torch.Tensor:
         # every request gets num_kv_splits; max_kv_splits is the grid's split dimension (as SGLang sizes it)

@@ -65,7 +65,8 @@ def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", fina
 
 def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, dict]:
     """Triton's signature (name -> type string) and attributes (16-byte divisibility of pointers and strides)."""
-    pointers = {"seq_lens_ptr": "*i32", "table_ptr": "*i32", "o_acc_ptr": "*fp32", "lse_ptr": "*fp32"}
+    pointers = {"seq_lens_ptr": "*i32", "table_ptr": "*i32", "units_ptr": "*i32", "o_acc_ptr": "*fp32",
+                "lse_ptr": "*fp32"}
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name.endswith("_ptr"):

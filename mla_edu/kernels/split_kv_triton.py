@@ -26,8 +26,10 @@ import numpy as np
 import torch
 
 from mla_edu.device import TRITON_INTERPRET
+from mla_edu.kernels import schedule
 from mla_edu.kernels import split_kv_wgmma as wgmma
-from mla_edu.kernels.contract import STAGE1_KINDS, DecodePlan, LaunchConfig, flat_table, workspace_views
+from mla_edu.kernels.contract import (STAGE1_KINDS, DecodePlan, LaunchConfig, check_workspace_layout, flat_table,
+                                      workspace_views)
 from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 from mla_edu.util import is_int
 
@@ -37,27 +39,33 @@ import triton.language as tl  # noqa: E402
 
 @triton.jit
 def stage1_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, units_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
     H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
     PAGE: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, CHECKED: tl.constexpr, FINAL: tl.constexpr,
-    IEEE: tl.constexpr, SAME_PAGE: tl.constexpr,
+    IEEE: tl.constexpr, SAME_PAGE: tl.constexpr, SCHEDULED: tl.constexpr,
 ):
-    b = tl.program_id(0)
     hb = tl.program_id(1)
-    s = tl.program_id(2)
-
-    seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
-    n_pages = (seq_len + PAGE - 1) // PAGE
-    too_long = n_pages > max_pages
-    n_pages = tl.minimum(n_pages, max_pages)
-    seq_len = tl.minimum(seq_len, n_pages * PAGE)
-    per_split = (n_pages + num_splits - 1) // num_splits
-    t_start = s * per_split * PAGE
-    t_end = tl.minimum((s + 1) * per_split * PAGE, seq_len)
+    if SCHEDULED:  # grid (max_units, head blocks): unit u of the balanced schedule (``kernels.schedule``)
+        b, t_start, t_end, flag, part = _unit(units_ptr, tl.program_id(0))
+        if flag == -1:  # idle (schedule.IDLE)
+            return
+        seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
+        too_long = (seq_len + PAGE - 1) // PAGE > max_pages
+    else:  # grid (B, head blocks, splits): split s of request b
+        b = tl.program_id(0)
+        s = tl.program_id(2)
+        seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
+        n_pages = (seq_len + PAGE - 1) // PAGE
+        too_long = n_pages > max_pages
+        n_pages = tl.minimum(n_pages, max_pages)
+        seq_len = tl.minimum(seq_len, n_pages * PAGE)
+        per_split = (n_pages + num_splits - 1) // num_splits
+        t_start = s * per_split * PAGE
+        t_end = tl.minimum((s + 1) * per_split * PAGE, seq_len)
 
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
     mask_h = offs_h < H
@@ -122,13 +130,31 @@ def stage1_kernel(
         bad = (tl.sum(n_bad, 0) > 0) | too_long
         o = tl.where(bad, float("nan"), o)
     mask_o = mask_h[:, None] & mask_dl[None, :]
-    if FINAL:
-        tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=mask_o)
-    else:
-        base = (b * H + offs_h) * num_splits + s  # [BLOCK_H] row of o_acc [B, H, S, DL]
-        tl.store(o_acc_ptr + base[:, None] * DL + offs_dl[None, :], o, mask=mask_o)
-        tl.store(lse_ptr + base, lse, mask=mask_h)
+    out_rows = out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :]
+    if SCHEDULED:  # a request's only unit writes its output, the others a partial in workspace row `part`
+        if flag == 1:
+            tl.store(out_rows, o.to(out_ptr.dtype.element_ty), mask=mask_o)
+        if flag == 0:
+            _store_partial(o_acc_ptr, lse_ptr, part * H + offs_h, o, lse, offs_dl, mask_h, mask_o, DL)
+    elif FINAL:
+        tl.store(out_rows, o.to(out_ptr.dtype.element_ty), mask=mask_o)
+    else:  # [BLOCK_H] row of o_acc [B, H, S, DL]
+        _store_partial(o_acc_ptr, lse_ptr, (b * H + offs_h) * num_splits + s, o, lse, offs_dl, mask_h, mask_o, DL)
+
+
+@triton.jit
+def _unit(units_ptr, u):
+    """(request, t_start, t_end, flag, row) of unit u: a row of ``schedule.Schedule.units`` (int32 [U, 5])."""
+    p = units_ptr + u * 5
+    return (tl.load(p), tl.load(p + 1).to(tl.int64), tl.load(p + 2).to(tl.int64), tl.load(p + 3),
+            tl.load(p + 4).to(tl.int64))
+
+
+@triton.jit
+def _store_partial(o_acc_ptr, lse_ptr, base, o, lse, offs_dl, mask_h, mask_o, DL: tl.constexpr):
+    """A partial output and its log-sum-exp into rows ``base`` [BLOCK_H] of o_acc [rows, DL] and lse [rows]."""
+    tl.store(o_acc_ptr + base[:, None] * DL + offs_dl[None, :], o, mask=mask_o)
+    tl.store(lse_ptr + base, lse, mask=mask_h)
 
 
 @triton.jit
@@ -150,6 +176,43 @@ def stage2_kernel(o_acc_ptr, lse_ptr, out_ptr, stride_o_b, stride_o_h, H, num_sp
     den = tl.sum(w, 0)
     res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
     tl.store(out_ptr + b * stride_o_b + h * stride_o_h + offs_d, res.to(out_ptr.dtype.element_ty), mask=mask_d)
+
+
+@triton.jit
+def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, first_ptr, out_ptr, stride_o_b, stride_o_h, H,
+                            DL: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Grid ``(B, ceil(H / BLOCK_H), ceil(DL / BLOCK_DL))``: merges request b's partials, workspace rows
+    ``[first[b], first[b + 1])`` (a variable number, as FlashMLA's combine kernel), by log-sum-exp, ``BLOCK_S``
+    partials at a time (loaded together: a long request's merge is not a chain of dependent loads); a request
+    of one unit was written by stage 1."""
+    b = tl.program_id(0)
+    u0 = tl.load(first_ptr + b)
+    u1 = tl.load(first_ptr + b + 1)
+    if u1 - u0 > 1:
+        offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BH]
+        offs_d = tl.program_id(2) * BLOCK_DL + tl.arange(0, BLOCK_DL)  # [BD]
+        offs_s = tl.arange(0, BLOCK_S)  # [BS]
+        mask_h = offs_h < H
+        mask_d = offs_d < DL
+        m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_H], tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_DL], tl.float32)
+        for s0 in range(u0, u1, BLOCK_S):  # online over blocks of partials: running max, rescaled sums
+            rows = (s0 + offs_s)[None, :] * H + offs_h[:, None]  # [BH, BS] rows of lse [U, H]
+            ok = ((s0 + offs_s) < u1)[None, :] & mask_h[:, None]
+            lse = tl.load(lse_ptr + rows, mask=ok, other=float("-inf"))
+            o = tl.load(o_acc_ptr + rows[:, :, None] * DL + offs_d[None, None, :],
+                        mask=ok[:, :, None] & mask_d[None, None, :], other=0.0)  # [BH, BS, BD]
+            m_new = tl.maximum(m, tl.max(lse, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m - m_safe)
+            w = tl.exp(lse - m_safe[:, None])  # [BH, BS]
+            acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, 1)
+            den = den * alpha + tl.sum(w, 1)
+            m = m_new
+        res = acc / tl.where(den > 0, den, 1.0)[:, None]
+        tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_d[None, :],
+                 res.to(out_ptr.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
 
 def _quiet(on_gpu: bool):
@@ -251,23 +314,24 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
 
 
 def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, final: bool, block_h: int,
-                      block_n: int) -> dict:
+                      block_n: int, scheduled: bool = False) -> dict:
     """``stage1_kernel``'s compile-time parameters for a launch (also what ``mla_edu.kernels.sm90`` compiles)."""
     return dict(PAGE=page, DL=dl, DR=dr, BLOCK_DL=_dot_width(dl), BLOCK_DR=_dot_width(dr), BLOCK_H=block_h,
-                BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=fp32, SAME_PAGE=page % block_n == 0)
+                BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=fp32, SAME_PAGE=page % block_n == 0,
+                SCHEDULED=scheduled)
 
 
 def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                   max_pages, num_splits, checked, final, block_h, block_n, warps, stages):
+                   max_pages, num_splits, checked, final, block_h, block_n, warps, stages, units=None):
     b, h, dl = q_nope.shape
     stage1_kernel[grid](
-        q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
+        q_nope, q_pe, cache, seq_lens, table_flat, seq_lens if units is None else units, o_acc, lse_acc, out,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
         cache.stride(0), cache.stride(1),
         out.stride(0), out.stride(1),
         h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
         **stage1_constexprs(cache.size(1), dl, q_pe.size(2), q_nope.dtype == torch.float32, checked, final,
-                            block_h, block_n),
+                            block_h, block_n, units is not None),
         num_warps=warps, num_stages=stages,
     )
 
@@ -291,8 +355,57 @@ def _(o_acc, lse_acc, out):
     return None
 
 
-def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,
-                      checked: bool = False) -> torch.Tensor:
+@torch.library.custom_op("mla_edu::mla_decode_stage1_scheduled", mutates_args=("o_acc", "lse_acc", "out"))
+def mla_decode_stage1_scheduled(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, seq_lens: torch.Tensor,
+                                table_flat: torch.Tensor, units: torch.Tensor, o_acc: torch.Tensor,
+                                lse_acc: torch.Tensor, out: torch.Tensor, sm_scale: float, row_stride: int,
+                                max_pages: int, checked: bool, stage1: str, launch: list[int]) -> None:
+    """Stage 1 over the balanced schedule's units (``schedule.Schedule.units`` [U, 5]): one program per unit
+    and head block; partials in o_acc ``[U, H, DL]``, lse ``[U, H]``."""
+    h = q_nope.size(1)
+    block_h, block_n, warps, stages = launch
+    if stage1 != "tl":
+        wgmma.launch(stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
+                     max_pages, 1, False, block_h, units=units)
+        return
+    with _quiet(q_nope.is_cuda):
+        _launch_stage1((units.size(0), triton.cdiv(h, block_h)), q_nope, q_pe, cache, seq_lens, table_flat, o_acc,
+                       lse_acc, out, sm_scale, row_stride, max_pages, 1, checked, False, block_h, block_n, warps,
+                       stages, units)
+
+
+@mla_decode_stage1_scheduled.register_fake
+def _(q_nope, q_pe, cache, seq_lens, table_flat, units, o_acc, lse_acc, out, sm_scale, row_stride, max_pages,
+      checked, stage1, launch):
+    return None
+
+
+#: Heads, partials and latent columns a program of ``stage2_scheduled_kernel`` merges at a time (a [8, 8, 128]
+#: float32 tile).
+STAGE2_BLOCK_H, STAGE2_BLOCK_S, STAGE2_BLOCK_D = 8, 8, 128
+
+
+@torch.library.custom_op("mla_edu::mla_decode_stage2_scheduled", mutates_args=("out",))
+def mla_decode_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, first: torch.Tensor,
+                                out: torch.Tensor) -> None:
+    """Merge each request's partials (rows ``[first[b], first[b + 1])`` of o_acc [U, H, DL], lse [U, H])."""
+    b, h, dl = out.shape
+    block_h = min(STAGE2_BLOCK_H, triton.next_power_of_2(h))
+    block_d = min(STAGE2_BLOCK_D, triton.next_power_of_2(dl))
+    grid = (b, triton.cdiv(h, block_h), triton.cdiv(dl, block_d))
+    with _quiet(out.is_cuda):
+        stage2_scheduled_kernel[grid](o_acc, lse_acc, first, out, out.stride(0), out.stride(1), h, DL=dl,
+                                      BLOCK_DL=block_d, BLOCK_H=block_h, BLOCK_S=STAGE2_BLOCK_S)
+
+
+@mla_decode_stage2_scheduled.register_fake
+def _(o_acc, lse_acc, first, out):
+    return None
+
+
+def _check_inputs(q_nope, q_pe, cache, plan: DecodePlan) -> None:
+    """What the Triton impl refuses beyond ``mla_decode``'s checks (the interpreter's bf16, strided rows, a plan
+    without a stage-1 kernel)."""
     if not q_nope.is_cuda:
         if not TRITON_INTERPRET:
             raise RuntimeError("impl='triton' on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported")
@@ -303,6 +416,11 @@ def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_s
         raise ValueError("q_nope, q_pe and kv_c_and_k_pe_cache must be contiguous in their last dim")
     if plan.stage1 is None or plan.launch is None:
         raise ValueError("the plan names no stage-1 kernel: make it with plan_stage1 (as mla_decode does)")
+
+
+def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,
+                      checked: bool = False) -> torch.Tensor:
+    _check_inputs(q_nope, q_pe, cache, plan)
     stage1 = (plan.stage1, list(plan.launch))  # the custom op's last two arguments
     b, h, dl = q_nope.shape
     out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
@@ -316,4 +434,32 @@ def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_s
     torch.ops.mla_edu.mla_decode_stage1(q_nope, q_pe, cache, seq_lens, table, o_acc, lse_acc, out, sm_scale,
                                         plan.row_stride, plan.max_pages, plan.num_splits, checked, False, *stage1)
     torch.ops.mla_edu.mla_decode_stage2(o_acc, lse_acc, out)
+    return out
+
+
+def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float,
+                               plan: DecodePlan, checked: bool, sm_count: int) -> torch.Tensor:
+    """``mla_decode_triton`` with the balanced schedule (``kernels.schedule``) instead of one split count for all
+    requests: the schedule from ``seq_lens`` on the device (torch ops, graph-safe), stage 1 over its units,
+    stage 2 merging each request's own number of partials. The partials go through the workspace
+    (``schedule.workspace_bytes``; ValueError if it is smaller)."""
+    _check_inputs(q_nope, q_pe, cache, plan)
+    b, h, dl = q_nope.shape
+    target = schedule.units_target(h, sm_count, b, plan.max_pages)
+    need = schedule.workspace_bytes(b, h, dl, target)
+    check_workspace_layout(workspace)
+    if workspace.numel() < need:
+        raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "
+                         f"{schedule.max_units(b, target)} units), got {workspace.numel()} bytes; size it with "
+                         "schedule.workspace_bytes(B, H, D_latent, schedule.units_target(H, sm_count, B, max_pages))")
+    sched = schedule.balanced_schedule(seq_lens, plan.page_size, plan.max_pages, target)
+    rows = sched.units.size(0)
+    f32 = workspace[: need].view(torch.float32)
+    o_acc = f32[: rows * h * dl].view(rows, h, dl)  # [U, H, DL]
+    lse_acc = f32[rows * h * dl:].view(rows, h)  # [U, H]
+    out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
+    torch.ops.mla_edu.mla_decode_stage1_scheduled(q_nope, q_pe, cache, seq_lens, flat_table(page_table, plan),
+                                                  sched.units, o_acc, lse_acc, out, sm_scale, plan.row_stride,
+                                                  plan.max_pages, checked, plan.stage1, list(plan.launch))
+    torch.ops.mla_edu.mla_decode_stage2_scheduled(o_acc, lse_acc, sched.first, out)
     return out

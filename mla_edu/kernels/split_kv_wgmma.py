@@ -99,6 +99,29 @@ def _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE: gl.constexpr, BLOCK
 
 
 @gluon.jit
+def _program(seq_lens_ptr, units_ptr, max_pages, num_splits, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
+             SCHEDULED: gl.constexpr):
+    """(b, t_start, t_end, n_tiles, flag, row) of this program. Grid ``(head blocks, B, splits)``: split
+    ``program_id(2)`` of request ``program_id(1)``, flag 0 and row b (``_write``'s FINAL decides). SCHEDULED, grid
+    ``(head blocks, max_units)``: unit ``program_id(1)`` of the balanced schedule (``kernels.schedule``: request,
+    tokens, flag 1 = write the output, 0 = a partial in workspace row ``row``, -1 = idle)."""
+    if SCHEDULED:
+        p = units_ptr + gl.program_id(1) * 5
+        b = gl.load(p)
+        t_start = gl.load(p + 1)
+        t_end = gl.load(p + 2)
+        n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
+        flag = gl.load(p + 3)
+        row = gl.load(p + 4)
+    else:
+        b = gl.program_id(1)
+        t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, gl.program_id(2), max_pages, num_splits, PAGE, BLOCK_N)
+        flag = 0
+        row = b
+    return b, t_start, t_end, n_tiles, flag, row
+
+
+@gluon.jit
 def _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
             BLOCK_H: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, LOAD_KV: gl.constexpr,
             LOAD_PE: gl.constexpr):
@@ -180,10 +203,11 @@ def _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, pos, t_end,
 
 
 @gluon.jit
-def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
-           BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, S_LAYOUT: gl.constexpr,
-           O_LAYOUT: gl.constexpr):
-    """Normalized output (FINAL: into out) or the split's partial output and log-sum-exp (into o_acc, lse)."""
+def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, flag,
+           row, BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
+           S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """Normalized output (FINAL, or a unit of flag 1: into out) or the split's partial output and log-sum-exp
+    (into o_acc, lse: row ``(b * H + h) * num_splits + s``, or a unit of flag 0 its row ``row * H + h``)."""
     l_i = gl.sum(l_tile, 1)
     has = l_i > 0
     l_safe = gl.where(has, l_i, 1.0)
@@ -191,13 +215,19 @@ def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_split
     lse = gl.where(has, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))  # x ln 2: natural log
     offs_ho = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_LAYOUT))
     offs_do = gl.arange(0, DL, layout=gl.SliceLayout(0, O_LAYOUT))
-    if FINAL:
-        gl.store(out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :],
-                 o.to(out_ptr.dtype.element_ty))
+    offs_hs = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_LAYOUT))
+    out_rows = out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :]
+    if SCHEDULED:
+        if flag == 1:
+            gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
+        if flag == 0:
+            gl.store(o_acc_ptr + (row * H + offs_ho)[:, None] * DL + offs_do[None, :], o)
+            gl.store(lse_ptr + row * H + offs_hs, lse)
+    elif FINAL:
+        gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
     else:
         base = (b * H + offs_ho) * num_splits + s  # row of o_acc [B, H, S, DL]
         gl.store(o_acc_ptr + base[:, None] * DL + offs_do[None, :], o)
-        offs_hs = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_LAYOUT))
         gl.store(lse_ptr + (b * H + offs_hs) * num_splits + s, lse)
 
 
@@ -243,16 +273,17 @@ def _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL: gl.constexpr, DR: gl.constex
 
 
 @gluon.jit
-def _setup(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, b, hb, s,
+def _setup(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, hb,
            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
            row_stride, max_pages, table_reach, num_pages, num_splits,
            PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
            STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr,
-           SMEM: gl.constexpr):
-    """A program's start, the same in both kernels: its split's bounds, q in shared memory, the ring of
-    page tiles, P's buffer, an mbarrier per slot (TMA), the first ``STAGES - 1`` tiles in flight."""
+           SMEM: gl.constexpr, SCHEDULED: gl.constexpr):
+    """A program's start, the same in both kernels: its request and tokens (``_program``), q in shared memory,
+    the ring of page tiles, P's buffer, an mbarrier per slot (TMA), the first ``STAGES - 1`` tiles in flight."""
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
-    t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE, BLOCK_N)
+    b, t_start, t_end, n_tiles, flag, row = _program(seq_lens_ptr, units_ptr, max_pages, num_splits, PAGE, BLOCK_N,
+                                                     SCHEDULED)
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
     qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
     _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
@@ -269,18 +300,19 @@ def _setup(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, tabl
         _issue(i, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
                row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
                PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
-    return t_start, t_end, n_tiles, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars
+    return b, t_start, t_end, n_tiles, flag, row, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars
 
 
 @gluon.jit
 def stage1_wgmma_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, o_acc_ptr, lse_ptr,
+    out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
     H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
     PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
 ):
     """Grid ``(H / BLOCK_H, B, splits)``. Page tiles by cp.async (``TMA`` false: any page size, each row
     looks its page up; ``kv_desc``, ``pe_desc`` unused) or by TMA, the bulk copy engine (``TMA``: one page
@@ -289,19 +321,21 @@ def stage1_wgmma_kernel(
     per ring slot says when it has landed, no address registers). TMA cannot mask rows, so the rows of
     the last tile past the length (which may hold anything, NaN included) are zeroed in shared memory."""
     hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
-    b = gl.program_id(1)
     s = gl.program_id(2)
+    if SCHEDULED:
+        if gl.load(units_ptr + gl.program_id(1) * 5 + 3) == -1:  # an idle unit (schedule.IDLE): no setup
+            return
     S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
     O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
     LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
     LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
     SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
 
-    t_start, t_end, n_tiles, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
-        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, b, hb, s,
+    b, t_start, t_end, n_tiles, flag, row, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
+        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, hb,
         stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
         row_stride, max_pages, table_reach, num_pages, num_splits,
-        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM)
+        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM, SCHEDULED)
 
     m_i, l_tile, acc, offs_n = _initial_state(BLOCK_H, BLOCK_N, DL, S_LAYOUT, O_LAYOUT)
     qk_scale = sm_scale * 1.4426950408889634  # exp2 in _attend_tile: log2(e) folded into the scale
@@ -315,8 +349,8 @@ def stage1_wgmma_kernel(
         m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv_bufs.index(j % STAGES), pe_bufs.index(j % STAGES),
                                         p_smem, m_i, l_tile, acc, t0 + offs_n, t_end, qk_scale, S_LAYOUT, O_LAYOUT)
     _drain(bars, STAGES, TMA)
-    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
-           BLOCK_H, DL, FINAL, S_LAYOUT, O_LAYOUT)
+    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, flag, row,
+           BLOCK_H, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
 
 
 @gluon.jit
@@ -331,13 +365,14 @@ def _drain(bars, STAGES: gl.constexpr, TMA: gl.constexpr):
 
 @gluon.jit
 def stage1_swapped_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, o_acc_ptr, lse_ptr,
+    out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
     H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
     PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
 ):
     """``stage1_wgmma_kernel`` for 16 or 32 heads a program, one warpgroup, every product transposed ("swap
     A and B"): a wgmma's M is 64 rows, so 16 heads as M would waste three quarters of the tensor cores.
@@ -345,8 +380,10 @@ def stage1_swapped_kernel(
     softmax down the columns, ``P^T`` to shared memory, output ``O^T = V^T P^T`` [512, BLOCK_H], V^T being
     the page tile read transposed from shared memory. Same grid, loads and outputs."""
     hb = gl.program_id(0)
-    b = gl.program_id(1)
     s = gl.program_id(2)
+    if SCHEDULED:
+        if gl.load(units_ptr + gl.program_id(1) * 5 + 3) == -1:  # an idle unit (schedule.IDLE): no setup
+            return
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
     T_LAYOUT: gl.constexpr = _swapped_layouts(BLOCK_H)[0]
     LOAD_KV: gl.constexpr = _swapped_layouts(BLOCK_H)[1]
@@ -355,11 +392,11 @@ def stage1_swapped_kernel(
     TOKENS: gl.constexpr = gl.SliceLayout(1, T_LAYOUT)  # along a transposed tile's rows
     HEADS: gl.constexpr = gl.SliceLayout(0, T_LAYOUT)  # along its columns
 
-    t_start, t_end, n_tiles, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
-        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, b, hb, s,
+    b, t_start, t_end, n_tiles, flag, row, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
+        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, hb,
         stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
         row_stride, max_pages, table_reach, num_pages, num_splits,
-        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM)
+        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM, SCHEDULED)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HEADS)
     l_tile = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)  # column sums kept as a tile
@@ -396,9 +433,15 @@ def stage1_swapped_kernel(
     lse = gl.where(has, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
     offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=HEADS)
     offs_d = gl.arange(0, DL, layout=TOKENS)
-    if FINAL:
-        gl.store(out_ptr + b * stride_o_b + offs_h[None, :] * stride_o_h + offs_d[:, None],
-                 o.to(out_ptr.dtype.element_ty))
+    out_rows = out_ptr + b * stride_o_b + offs_h[None, :] * stride_o_h + offs_d[:, None]
+    if SCHEDULED:  # as _write
+        if flag == 1:
+            gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
+        if flag == 0:
+            gl.store(o_acc_ptr + (row * H + offs_h)[None, :] * DL + offs_d[:, None], o)
+            gl.store(lse_ptr + row * H + offs_h, lse)
+    elif FINAL:
+        gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
     else:
         base = (b * H + offs_h) * num_splits + s  # row of o_acc [B, H, S, DL]
         gl.store(o_acc_ptr + base[None, :] * DL + offs_d[:, None], o)
@@ -406,26 +449,30 @@ def stage1_swapped_kernel(
 
 
 def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float,
-           row_stride: int, max_pages: int, num_splits: int, final: bool, block_h: int = BLOCK_H) -> None:
+           row_stride: int, max_pages: int, num_splits: int, final: bool, block_h: int = BLOCK_H,
+           units=None) -> None:
     """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs) with ``block_h`` heads a
     program: ``stage1_wgmma_kernel`` for 64, ``stage1_swapped_kernel`` for 16 or 32. ``kind`` "tma" reads
-    pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async."""
+    pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async. ``units``: the
+    balanced schedule's (``schedule.Schedule.units``, int32 ``[U, 5]``): grid ``(head blocks, U)``, partials in
+    o_acc ``[U, H, DL]`` and lse ``[U, H]`` (``num_splits`` and ``final`` unused)."""
     if kind not in GLUON_KINDS:
         raise ValueError(f"kind must be one of {GLUON_KINDS}, got {kind!r}")
     b, h, dl = q_nope.shape
     if block_h not in (BLOCK_H, *SWAPPED_BLOCK_H) or h % block_h:
         raise ValueError(f"block_h must be one of {(BLOCK_H, *SWAPPED_BLOCK_H)} and divide the {h} heads, "
                          f"got {block_h}")
-    grid = (h // block_h, b, num_splits)
+    grid = (h // block_h, b, num_splits) if units is None else (h // block_h, units.size(0), 1)
     q_strides = (q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1))
     tail = (out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
             sm_scale)
     tma_on = kind == "tma" and tma_applies(cache)
     kv_desc, pe_desc = tma_descriptors(cache, dl) if tma_on else (None, None)
     kernel, warps = kernel_for(block_h)
-    kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
-                 *q_strides, cache.stride(0), cache.stride(1), *tail,
-                 **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on, block_h), num_warps=warps)
+    kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, seq_lens if units is None else units,
+                 o_acc, lse_acc, out, *q_strides, cache.stride(0), cache.stride(1), *tail,
+                 **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on, block_h, units is not None),
+                 num_warps=warps)
 
 
 def kernel_for(block_h: int):
@@ -433,10 +480,12 @@ def kernel_for(block_h: int):
     return (stage1_wgmma_kernel, NUM_WARPS) if block_h == BLOCK_H else (stage1_swapped_kernel, SWAPPED_WARPS)
 
 
-def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool, block_h: int = BLOCK_H) -> dict:
+def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool, block_h: int = BLOCK_H,
+               scheduled: bool = False) -> dict:
     """The compile-time parameters of ``kernel_for(block_h)``'s kernel for a launch (also what
     ``mla_edu.kernels.sm90`` compiles)."""
-    return dict(PAGE=page, DL=dl, DR=dr, BLOCK_H=block_h, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma)
+    return dict(PAGE=page, DL=dl, DR=dr, BLOCK_H=block_h, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma,
+                SCHEDULED=scheduled)
 
 
 def tma_applies(cache) -> bool:

@@ -5,9 +5,10 @@ touches is allocated once at its maximum size before any capture; launch shapes 
 on the batch's lengths: the page table is full width and read through its real row stride
 (``stride_policy="stride"``), and the split count is fixed for the maximum context (SGLang's
 static-split mode; its default computes per-request counts into a device tensor, which is
-graph-safe for the same reason: the grid never changes). With ``num_kv_splits=-1`` the count
-comes from the Triton kernel's own rule (``kernels.triton_num_kv_splits``); the cutlass backend
-keeps sgl-kernel's heuristic, as SGLang does.
+graph-safe for the same reason: the grid never changes). With ``num_kv_splits=-1`` and the Triton
+kernel, the balanced schedule (``kernels.schedule``: each request's splits from the lengths, on the
+device); with another impl the Triton kernel's own rule (``kernels.triton_num_kv_splits``); the
+cutlass backend keeps sgl-kernel's heuristic, as SGLang does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import torch
 
 from mla_edu import kernels, kvcache
+from mla_edu.kernels import schedule
+from mla_edu.kernels.workspace import D_LATENT
 from mla_edu.serving.backends.base import AttentionBackend, page_table_width, register_backend
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.util import PAGE_SIZE
@@ -37,6 +40,11 @@ class TritonBackend(AttentionBackend):
             return kernels.triton_num_kv_splits(self.width * PAGE_SIZE, bs, heads, PAGE_SIZE, self.sm_count)
         return self.splits_for(self.width * PAGE_SIZE, bs)
 
+    def _balanced(self) -> bool:
+        """Auto splits (-1) with the Triton kernel: the balanced schedule (``kernels.schedule``: each request's
+        splits from the batch's lengths, on the device, so a graph follows them at every replay)."""
+        return self.num_kv_splits == -1 and self.kernel_impl == "triton"
+
     def _alloc(self, max_bs: int):
         self.max_bs = max_bs
         self.page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
@@ -44,6 +52,10 @@ class TritonBackend(AttentionBackend):
         # (get_workspace_size counts 128 heads per split)
         splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
+        if self._balanced():  # its partials, for any batch size and head count up to 128
+            size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.units_target(h, self.sm_count, b,
+                                                                                                   self.width))
+                                 for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128)])
         self.workspace = torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def graph_index_buffer(self) -> torch.Tensor:
@@ -70,9 +82,10 @@ class TritonBackend(AttentionBackend):
 
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
         bs, heads = q_nope.shape[:2]
-        splits = self._splits(bs, heads)
-        self.splits_used.add(splits)
+        splits = -1 if self._balanced() else self._splits(bs, heads)
+        if splits != -1:  # the balanced schedule's counts are on the device, per request
+            self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs],
             self.workspace, self.sm_scale, splits, impl=self.kernel_impl,
-            stride_policy="stride")
+            stride_policy="stride", schedule="balanced" if self._balanced() else "splits")

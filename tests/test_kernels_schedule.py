@@ -1,0 +1,169 @@
+"""The balanced split-KV schedule (``kernels.schedule``): its units on the host for enumerated length sets,
+``mla_decode(schedule="balanced")`` against float64 (Triton's interpreter on CPU; the real kernels, every
+stage-1 kind, and graph replay with new lengths on a GPU)."""
+
+import pytest
+import torch
+
+import mla_edu  # noqa: F401
+from mla_edu.kernels import mla_decode
+from mla_edu.kernels import schedule as sc
+from mla_edu.kernels.cases import random_decode_case
+from mla_edu.util import cdiv
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+HOPPER = DEV == "cuda" and torch.cuda.get_device_capability()[0] == 9
+
+LENGTH_SETS = [  # (page, max_pages, lengths): ones, zeros, negatives, page multiples, past the table, one giant
+    (16, 20, [1]), (16, 20, [0]), (16, 20, [-5, 3]), (16, 20, [16, 32, 320]), (16, 4, [100, 1, 64, 65]),
+    (64, 500, [205, 2043, 28562, 1, 64, 4096]), (64, 64, [4096] * 64), (1, 40, [40, 1, 39, 7]),
+    (128, 300, [37000, 5, 128, 129, 255]), (1, 100, [100, 3]),  # the last: one request cut into MAX_PIECES
+]
+
+
+@pytest.mark.parametrize("page,max_pages,lens", LENGTH_SETS)
+@pytest.mark.parametrize("target", [1, 3, 66, 132])
+def test_units_cover_every_token_once(page, max_pages, lens, target):
+    s = sc.balanced_schedule(torch.tensor(lens, dtype=torch.int32, device=DEV), page, max_pages, target)
+    units, first = s.units.tolist(), s.first.tolist()
+    assert len(units) == sc.max_units(len(lens), target) and len(first) == len(lens) + 1 and first[0] == 0
+    live = [u for u in units if u[3] != sc.IDLE]
+    assert len(live) == first[-1] <= len(units)
+    assert sorted(u[4] for u in units) == list(range(len(units)))  # every workspace row once
+    assert all(u[:4] == [0, 0, 0, sc.IDLE] and u[4] >= first[-1] for u in units if u[3] == sc.IDLE)
+    flags = [u[3] for u in live]
+    assert flags == sorted(flags)  # launch order: the pieces of cut requests (PARTIAL) before whole ones (DIRECT)
+    assert [u[0] for u in live if u[3] == sc.DIRECT] == sorted(u[0] for u in live if u[3] == sc.DIRECT)
+    n = [min(cdiv(max(x, 0), page), max_pages) for x in lens]
+    chunk = max(sc.MIN_UNIT_PAGES, cdiv(sum(n) + len(lens) * sc.FIXED_OVERHEAD_PAGES, target))
+    for b, x in enumerate(lens):
+        mine = sorted((t, e, f, r) for q, t, e, f, r in live if q == b)
+        assert [r for *_, r in mine] == list(range(first[b], first[b + 1]))  # its partials are adjacent rows
+        per = max(1, cdiv(n[b], min(sc.MAX_PIECES, max(1, cdiv(n[b], chunk)))))  # near-equal pieces, none empty
+        assert len(mine) == max(1, cdiv(n[b], per)) <= sc.MAX_PIECES
+        assert all(f == (sc.DIRECT if len(mine) == 1 else sc.PARTIAL) for _, _, f, _ in mine)
+        covered = [t for s_, e, _, _ in mine for t in range(s_, e)]
+        assert covered == list(range(min(max(x, 0), n[b] * page)))  # each token once, in order
+        assert all(s_ % page == 0 and 0 < e - s_ <= per * page for s_, e, _, _ in mine if n[b])
+
+
+def test_balanced_beats_one_split_count_on_a_ragged_batch():
+    # the issue's example shape: B = 64, lengths from 205 to 28562 tokens (seeded log-normal), page 64, 16 heads
+    lens = sc.lognormal_lengths(64, 2048, seed=0)
+    bars, balanced = sc.simulate(sc.pages_per_program(lens, 64, 16, 132), 132)
+    fixed = min(sc.simulate(sc.pages_per_program(lens, 64, 16, 132, num_splits=s), 132)[1] for s in range(1, 33))
+    assert balanced < 0.75 * fixed
+    assert len({slot for _, _, slot, _ in bars}) >= 125  # nearly every SM gets work
+
+
+def test_lognormal_lengths_are_seeded_and_clipped():
+    a = sc.lognormal_lengths(128, 1024, seed=3)
+    assert a == sc.lognormal_lengths(128, 1024, seed=3) and a != sc.lognormal_lengths(128, 1024, seed=4)
+    assert len(a) == 128 and min(a) >= 1 and max(a) <= sc.MAX_LOGNORMAL_LEN
+    assert sorted(a)[64] in range(512, 2049)  # the median near the one asked for
+
+
+def _case(seed, lens, dtype=torch.float32, heads=4, device=DEV, **kw):
+    return random_decode_case(seed, heads=heads, page_size=kw.pop("page_size", 16), lens=lens, dtype=dtype,
+                              device=device, **kw)
+
+
+def _balanced(case, sm_count, **kw):
+    b, h, dl = case.q_nope.shape
+    target = sc.units_target(h, sm_count, b, case.page_table.size(1))
+    ws = torch.full((sc.workspace_bytes(b, h, dl, target),), 0xFF, dtype=torch.uint8, device=case.q_nope.device)
+    return mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, -1,
+                      impl="triton", schedule="balanced", sm_count=sm_count, **kw)
+
+
+INTERP_CASES = [  # lengths, sm_count (few SMs: long requests cut into many units, short ones alone)
+    ([1, 200, 33, 0, 64], 8), ([300, 2, 2, 2], 4), ([17], 1), ([5, 90, 161, 48, 16, 1], 16),
+]
+
+
+@pytest.mark.parametrize("lens,sms", INTERP_CASES)
+@pytest.mark.parametrize("checked", [False, True])
+def test_matches_float64(lens, sms, checked):
+    case = _case(11, lens, d_latent=32, d_rope=16)  # every slot no request owns is NaN
+    out = _balanced(case, sms, checked=checked)
+    ref = case.dense_f64()
+    assert torch.isfinite(out).all()
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
+
+
+def test_checked_poisons_only_the_bad_request():
+    case = _case(12, [40, 90, 3], d_latent=32, d_rope=16)
+    case.page_table[1, 2] = case.cache.size(0) + 5  # request 1's third page id is out of range
+    out = _balanced(case, 4, checked=True)
+    assert torch.isnan(out[1]).all() and torch.isfinite(out[[0, 2]]).all()
+
+
+def test_bad_arguments_are_refused():
+    case = _case(13, [10, 20], d_latent=32, d_rope=16)
+    call = lambda ws, splits=-1, **kw: mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens,  # noqa: E731
+                                                  case.page_table, ws, case.sm_scale, splits, **kw)
+    ws = torch.zeros(1 << 20, dtype=torch.uint8, device=DEV)
+    with pytest.raises(ValueError, match=r"schedule must be one of \('splits', 'balanced'\), got 'lpt'"):
+        call(ws, impl="triton", schedule="lpt")
+    with pytest.raises(ValueError, match="schedule='balanced' needs impl='triton', got impl='torch'"):
+        call(ws, impl="torch", schedule="balanced")
+    with pytest.raises(ValueError, match="num_kv_splits must be -1, got 2"):
+        call(ws, 2, impl="triton", schedule="balanced")
+    with pytest.raises(ValueError, match=r"workspace too small for the balanced schedule: need 32736 bytes "
+                                         r"\(B=2, H=4, 62 units\), got 100 bytes"):
+        call(ws[:100], impl="triton", schedule="balanced", sm_count=60)
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="real kernels on a GPU")
+@pytest.mark.parametrize("stage1", ["tl", "cp.async", "tma"] if HOPPER else ["tl"])
+@pytest.mark.parametrize("heads,page", [(128, 64), (16, 64), (128, 16), (32, 128)])
+def test_ragged_bf16_on_gpu(stage1, heads, page):
+    if stage1 == "tma" and page % 64:
+        pytest.skip("TMA reads whole 64-token tiles of one page")
+    lens = sc.lognormal_lengths(24, 700, seed=heads + page)
+    case = _case(14, lens, torch.bfloat16, heads=heads, page_size=page, device="cuda")
+    ref = case.dense_f64()
+    for sms in (132, 7):
+        out = _balanced(case, sms, stage1=stage1)
+        assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="CUDA graphs")
+@pytest.mark.parametrize("heads", [128, 16])
+def test_graph_replay_follows_new_lengths(heads):
+    # captured with one batch's lengths, replayed with others in the same buffers: equal to eager every time
+    case = _case(15, [3000] * 8, torch.bfloat16, heads=heads, page_size=64, device="cuda")  # pages for 3000 each
+    case.seq_lens.copy_(torch.tensor([3000, 10, 700, 64, 1, 2500, 90, 129], dtype=torch.int32))
+    b, h, dl = case.q_nope.shape
+    target = sc.units_target(h, 132, b, case.page_table.size(1))
+    ws = torch.empty(sc.workspace_bytes(b, h, dl, target), dtype=torch.uint8, device="cuda")
+    call = lambda: mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table,  # noqa: E731
+                              ws, case.sm_scale, -1, impl="triton", schedule="balanced")
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    for lens in ([1, 1, 1, 1, 1, 1, 1, 1], [3000, 3000, 3000, 3000, 3000, 3000, 3000, 3000], [0, 2999, 5, 64, 65, 1,
+                                                                                                128, 1000]):
+        case.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))  # pages past the old lengths hold NaN
+        graph.replay()
+        assert torch.isfinite(out).all() and torch.equal(out, call())
+
+
+def test_triton_backend_runs_the_balanced_schedule_for_auto_splits():
+    # the serving backend's default for num_kv_splits=-1 with the Triton kernel: under graph replay (the CPU
+    # emulator here; real graphs on a GPU) the same tokens as the torch impl eagerly
+    from tiny_models import random_prompts, random_tiny_model
+
+    from mla_edu.serving import Engine
+
+    model = random_tiny_model(qk_rope_head_dim=16)
+    ps = random_prompts(4, 3, 20, 260)
+    runs = {}
+    for impl, graphs in (("torch", False), ("triton", True)):
+        eng = Engine(model, attention_backend="triton", kernel_impl=impl, num_kv_splits=-1, context_length=384,
+                     max_running_requests=3, **({"cuda_graph_bs": (4,)} if graphs else {"disable_cuda_graph": True}))
+        runs[impl, graphs] = [r.output_ids for r in eng.generate(ps, max_new_tokens=2, stop_token_ids=())]
+        backend = eng.runner.backend
+        assert backend._balanced() == (impl == "triton") and (backend.splits_used == set()) == (impl == "triton")
+    assert runs["triton", True] == runs["torch", False]

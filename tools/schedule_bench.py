@@ -1,0 +1,243 @@
+"""GPU benchmark of the balanced split-KV schedule: ``python -m tools.schedule_bench --out DIR``.
+
+One run, page 64, bf16, CUDA-graph replay (``kernel_bench.graph_us``), the same cache bytes for every kernel:
+
+* the ragged set: seeded log-normal lengths (``schedule.lognormal_lengths``: B in ``RAGGED_BATCHES``, medians
+  ``RAGGED_MEDIANS``, h_q 16 and 128), as a serving engine's decode batch holds them;
+* beside it the uniform grid (``--batches`` x ``--lens``, h_q 16 and 128).
+
+Per problem: mla_edu at the split rule's count (``triton_num_kv_splits``, from the page table's width, the
+longest request), at every fixed split of ``SPLIT_CHOICES`` (the best of them), and with the balanced schedule
+(``mla_decode(..., -1, schedule="balanced")``: its device-side schedule inside the timed call); FlashMLA
+(``get_mla_metadata`` outside the timed call); SGLang's Triton kernel at its best fixed split (powers of two)
+and with its own per-request split counts (its backend's ``get_num_kv_splits_triton``, computed outside the
+timed call). Errors against float64 on the first, last and longest request. Writes ``schedule_bench.json`` /
+``.md`` into ``--out`` after every problem (a crash keeps what was measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+
+import torch
+
+from tools.kernel_bench import D_LAT, D_ROPE, _rel_err, _version, ceilings, f64_reference, graph_us
+
+RAGGED_BATCHES = (16, 64, 128)
+RAGGED_MEDIANS = (1024, 2048)
+UNIFORM_BATCHES = (1, 4, 16, 64, 128)
+UNIFORM_LENS = (1024, 4096, 16384)
+HEADS = (16, 128)
+PAGE = 64
+SEED = 0
+
+
+def make_problem(lens: list[int], heads: int, page: int = PAGE, seed: int = SEED):
+    """(q_nope, q_pe, cache, seq_lens, table) for requests of ``lens`` tokens: each request its own pages in a
+    random permutation, the table as wide as the longest request (entries past a request's pages: page 0)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    n = [math.ceil(x / page) for x in lens]
+    width, total = max(n), sum(n)
+    cache = torch.randn(total + 1, page, D_LAT + D_ROPE, device="cuda", dtype=torch.bfloat16, generator=g)
+    perm = (torch.randperm(total, device="cuda", generator=g) + 1).to(torch.int32)
+    table = torch.zeros(len(lens), width, dtype=torch.int32, device="cuda")
+    start = 0
+    for b, k in enumerate(n):
+        table[b, :k] = perm[start:start + k]
+        start += k
+    b = len(lens)
+    q_nope = torch.randn(b, heads, D_LAT, device="cuda", dtype=torch.bfloat16, generator=g)
+    q_pe = torch.randn(b, heads, D_ROPE, device="cuda", dtype=torch.bfloat16, generator=g)
+    return q_nope, q_pe, cache, torch.tensor(lens, dtype=torch.int32, device="cuda"), table
+
+
+def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule) -> dict:
+    """One problem's row (see the module docstring)."""
+    from mla_edu.kernels import get_workspace_size, mla_decode, peers
+    from mla_edu.kernels import schedule as sc
+    from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
+
+    q_nope, q_pe, cache, seq_lens, table = make_problem(lens, heads)
+    b, width = table.shape
+    scale = 1 / math.sqrt(192)
+    splits = [s for s in SPLIT_CHOICES if s <= width]
+    target = sc.units_target(heads, sms, b, width)
+    ws = torch.empty(max(get_workspace_size(PAGE * width, b, sms, max(splits)), b * heads * max(splits) * (D_LAT + 1)
+                         * 4, sc.workspace_bytes(b, heads, D_LAT, target)), dtype=torch.uint8, device="cuda")
+    ours = lambda s: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, s, impl="triton",  # noqa: E731
+                                sm_count=sms)
+    balanced = lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton",  # noqa: E731
+                                  sm_count=sms, schedule="balanced")
+    tokens = sum(lens)
+    row = {"heads": heads, "batch": b, "lens_min": min(lens), "lens_median": int(statistics.median(lens)),
+           "lens_max": max(lens), "tokens": tokens, "bytes": tokens * (D_LAT + D_ROPE) * 2,
+           "flops": 2 * tokens * heads * (D_LAT + D_LAT + D_ROPE)}
+    check = sorted({0, b - 1, max(range(b), key=lambda i: lens[i])})
+    ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check)
+    per = {s: graph_us(lambda: ours(s)) for s in splits}
+    rule = triton_num_kv_splits(PAGE * width, b, heads, PAGE, sms)
+    best = min(per, key=per.get)
+    row.update(split_us=per, rule_splits=rule, rule_us=per[rule], best_splits=best, best_us=per[best],
+               balanced_us=graph_us(balanced), units=sc.max_units(b, target),
+               rule_err=max(_rel_err(ours(s)[check], ref) for s in (1, rule)),
+               balanced_err=_rel_err(balanced()[check], ref))
+    if flash_mla is not None:
+        peer = peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale)
+        row.update(flashmla_us=graph_us(peer.run), flashmla_err=_rel_err(peer.run()[check], ref))
+        del peer
+    if sglang is not None and cache.numel() < 2**31:  # its int32 offsets wrap past 2^31 elements
+        peer = peers.SGLangTriton(sglang, q_nope, q_pe, cache, seq_lens, table, scale, 32)
+        sg = {s: graph_us(lambda: peer.run(s)) for s in (1, 2, 4, 8, 16, 32) if s <= width}
+        row.update(sglang_split_us=sg, sglang_splits=min(sg, key=sg.get), sglang_us=min(sg.values()))
+        if sglang_rule is not None:
+            own = peer.own_splits(sglang_rule, sms)
+            row.update(sglang_own_us=graph_us(lambda: peer.run_splits(own)),
+                       sglang_own_splits=sorted(set(own.tolist())),
+                       sglang_err=_rel_err(peer.run_splits(own)[check], ref))
+        del peer
+    return row
+
+
+def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool = True, uniform: bool = True) -> dict:
+    import triton
+
+    from mla_edu.kernels import peers
+    from mla_edu.kernels import schedule as sc
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    props = torch.cuda.get_device_properties(0)
+    sms = props.multi_processor_count
+    sglang, sglang_why = peers.load_sglang_decode()
+    rule, rule_why = peers.load_sglang_split_rule()
+    flash_mla, flash_why = peers.load_flash_mla()
+    info = {"gpu": props.name, "sm_count": sms, "torch": torch.__version__, "triton": triton.__version__,
+            "python": platform.python_version(), "command": "python -m tools.schedule_bench " + " ".join(sys.argv[1:]),
+            "sglang": sglang_why or f"sglang {_version('sglang')}", "sglang_rule": rule_why or "its own",
+            "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)"}
+    print(json.dumps(info), flush=True)
+    data = {"info": info, "ceilings": ceilings(), "ragged": [], "uniform": []}
+    problems = [("ragged", bb, m, h) for h in HEADS for bb in RAGGED_BATCHES for m in RAGGED_MEDIANS] if ragged else []
+    problems += [("uniform", bb, ln, h) for h in HEADS for bb in batches for ln in lens] if uniform else []
+    for kind, bb, size, h in problems:
+        lengths = sc.lognormal_lengths(bb, size, SEED) if kind == "ragged" else [size] * bb
+        row = measure(lengths, h, sms, flash_mla, sglang, rule)
+        torch.cuda.empty_cache()  # the problem's tensors are gone with measure's frame
+        data[kind].append(row)
+        print(kind, json.dumps(row), flush=True)
+        _write(out_dir, data)
+    print(to_markdown(data))
+    return data
+
+
+def _write(out_dir: str, data: dict) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "schedule_bench.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(out_dir, "schedule_bench.md"), "w") as f:
+        f.write(to_markdown(data))
+
+
+def _geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def summary(data: dict) -> dict:
+    """The issue's acceptance numbers: x FlashMLA = FlashMLA's time / mla_edu's (above 1: mla_edu faster)."""
+    out = {}
+    for kind in ("ragged", "uniform"):
+        rows = [r for r in data[kind] if "flashmla_us" in r]
+        for key in ("balanced", "rule"):
+            x = [r["flashmla_us"] / r[f"{key}_us"] for r in rows]
+            if x:
+                out[f"{kind}_{key}_x_flashmla"] = {"geomean": _geomean(x), "min": min(x)}
+    uni = data["uniform"]
+    for h in HEADS:
+        x = [r["flashmla_us"] / r["balanced_us"] for r in uni if r["heads"] == h and "flashmla_us" in r
+             and (h == 16 or r["batch"] >= 4)]
+        if x:
+            out[f"uniform_h{h}_balanced_x_flashmla"] = {"geomean": _geomean(x), "min": min(x),
+                                                        "below_0.9": sum(v < 0.9 for v in x)}
+    ratio = [r["balanced_us"] / r["best_us"] for r in uni]
+    if ratio:
+        out["uniform_balanced_over_best_split"] = {"max": max(ratio), "within_5pct": sum(v <= 1.05 for v in ratio),
+                                                   "shapes": len(ratio)}
+    errs = [r[k] for kind in ("ragged", "uniform") for r in data[kind] for k in r if k.endswith("_err")]
+    if errs:
+        out["max_rel_err"] = max(errs)
+    return {k: {a: round(b, 3) for a, b in v.items()} if isinstance(v, dict) else round(v, 4) for k, v in out.items()}
+
+
+def to_markdown(data: dict) -> str:
+    info, ceil = data["info"], data["ceilings"]
+
+    def us(r, k, s=None):
+        return f"{r[k]:.1f}" + (f" ({r[s]})" if s else "") if k in r else ""
+
+    def x(r, k):
+        return f"{r['flashmla_us'] / r[k]:.2f}" if "flashmla_us" in r else ""
+
+    lines = [f"# The balanced split-KV schedule on {info['gpu']} ({info['sm_count']} SMs)", "",
+             f"Command: `{info['command']}`; torch {info['torch']}, triton {info['triton']}, Python {info['python']}. "
+             f"FlashMLA: {info['flash_mla']}. SGLang: {info['sglang']}, split rule: {info['sglang_rule']}.", "",
+             *([f"Setup: {info['setup']}", ""] if info.get("setup") else []),
+             f"Ceilings of the same run: copy {ceil['copy_TBps']:.2f} TB/s, bf16 matmul "
+             f"{ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s.", "",
+             "bf16, page 64, median CUDA-graph replay, the same cache bytes for every kernel. 'rule' = mla_edu at the "
+             "split count of `triton_num_kv_splits` (from the table's width: the longest request); 'best fixed' = "
+             "the fastest of its split counts 1-32; 'balanced' = `schedule=\"balanced\"` (its device-side schedule "
+             "inside the timed call); FlashMLA with `get_mla_metadata` outside the timed call; SGLang = its Triton "
+             "decode kernel at its best power-of-two split and with its own per-request split counts "
+             "(`get_num_kv_splits_triton`, computed outside the timed call). 'x FM' = FlashMLA's time / mla_edu's "
+             "(above 1: mla_edu is faster). err = max |out - float64| / max |float64| over the first, last and "
+             "longest request.", ""]
+    head = ("| h_q | B | {} | rule us (split) | best fixed us (split) | balanced us | balanced / best | FlashMLA us "
+            "| x FM rule | x FM balanced | SGLang best us (split) | SGLang own splits us | err rule / balanced "
+            "/ FlashMLA / SGLang |")
+    for kind, col in (("ragged", "lengths min / median / max"), ("uniform", "L")):
+        if not data[kind]:
+            continue
+        lines += [f"## {kind.capitalize()} lengths", "", head.format(col), "|---" * 13 + "|"]
+        for r in data[kind]:
+            size = (f"{r['lens_min']} / {r['lens_median']} / {r['lens_max']}" if kind == "ragged"
+                    else str(r["lens_max"]))
+            errs = " / ".join(f"{r[k]:.1e}" if k in r else "-" for k in ("rule_err", "balanced_err", "flashmla_err",
+                                                                         "sglang_err"))
+            lines.append(f"| {r['heads']} | {r['batch']} | {size} | {us(r, 'rule_us', 'rule_splits')} "
+                         f"| {us(r, 'best_us', 'best_splits')} | {us(r, 'balanced_us')} "
+                         f"| {r['balanced_us'] / r['best_us']:.2f} | {us(r, 'flashmla_us')} | {x(r, 'rule_us')} "
+                         f"| {x(r, 'balanced_us')} | {us(r, 'sglang_us', 'sglang_splits')} | {us(r, 'sglang_own_us')} "
+                         f"| {errs} |")
+        lines.append("")
+    lines.append("Summary: " + json.dumps(summary(data)))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for schedule_bench.json / .md")
+    ap.add_argument("--batches", default=",".join(map(str, UNIFORM_BATCHES)), help="uniform grid's batch sizes")
+    ap.add_argument("--lens", default=",".join(map(str, UNIFORM_LENS)), help="uniform grid's lengths")
+    ap.add_argument("--only", choices=("ragged", "uniform"), help="run one of the two sets")
+    ap.add_argument("--render", metavar="JSON", help="no GPU: write the markdown of a run's json into --out")
+    args = ap.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        _write(args.out, data)
+        return
+    if not torch.cuda.is_available():
+        raise SystemExit("python -m tools.schedule_bench needs a CUDA GPU; the committed results are in "
+                         "results/kernel_bench_h200_schedule.md")
+    run(args.out, tuple(map(int, args.batches.split(","))), tuple(map(int, args.lens.split(","))),
+        ragged=args.only != "uniform", uniform=args.only != "ragged")
+
+
+if __name__ == "__main__":
+    main()
