@@ -70,13 +70,23 @@ def test_dp_replays_a_graph_only_if_every_rank_can_lockstep(model, one_thread):
     Bent in a copy, each fails here: ``can_cuda_graph = max(c for _, c in info)`` (rank 1 replays in step 3:
     p1's ``replayed`` reads [True, True, True]); ``rank.run(global_num_tokens, info[i][1])``, a rank's own
     flag (the same); ``schedule`` returning ``can_cuda_graph`` 1 for an extend (the same). Also the graph's
-    size from the SUM of the ranks' tokens: ``total = max(global_num_tokens)`` fails the padded rows.
+    size from the SUM of the ranks' tokens: ``total = max(global_num_tokens)`` fails the padded rows; an idle
+    rank's step counted as an eager decode (``eager_for_extend += 1``) fails the second schedule.
     """
     dp = DPEngine(model, **DP)
     reqs = dp.generate(PROMPTS, max_new_tokens=4, stop_token_ids=(STOP,))
     _check_schedule(reqs, [r.steps for r in dp.ranks])
     assert [tuple(r.engine.stats[k] for k in ("decode_steps", "graph_steps", "padded_rows"))
             for r in dp.ranks] == EXPECTED_STATS
+    # an IDLE rank while another prefills: 2 tokens each, no stop. Step 1 both ranks prefill 2; step 2 both
+    # decode (graph for 4) and all 4 finish; step 3 rank 0 prefills p4 (1 token: it would fit a graph) while
+    # rank 1 is idle: no graph, and nothing counted as an eager decode; step 4 rank 0 decodes p4, rank 1 idle:
+    # the graph for 2, both
+    dp = DPEngine(model, **DP)
+    reqs = dp.generate(PROMPTS, max_new_tokens=2, stop_token_ids=())
+    assert [r.replayed for r in reqs] == [[True]] * 5 and len(PROMPTS[4]) == 1
+    assert [r.steps for r in dp.ranks] == [dict(extend=2, decode=2, idle=0, graph=2, eager_for_extend=0, too_big=0),
+                                           dict(extend=1, decode=1, idle=2, graph=2, eager_for_extend=0, too_big=0)]
 
 
 def test_dp_replays_a_graph_only_if_every_rank_can_multiprocess(model, one_thread):
