@@ -487,6 +487,78 @@ assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 //
 # with the same TMA ring it keeps the pages coming: 79 us at B = 64, L = 4096, 90% of the copy
 # ceiling (the tl kernel 87 us).
 #
+# ## 12. Ragged batches: a balanced schedule (optional)
+#
+# Every grid above gives each request the same split count, sized from the page table's width: the
+# longest request a graph can see. A serving engine's decode batch is ragged: most requests short, a
+# few long. Here is one such batch (seeded log-normal lengths, as `tools/schedule_bench.py` draws
+# them), B = 64, 16 heads, page 64, on the H200's 132 SMs:
+
+# %%
+from mla_edu.kernels import schedule  # noqa: E402
+from mla_edu.kernels.plots import schedule_gantt  # noqa: E402
+from mla_edu.kernels.workspace import triton_num_kv_splits  # noqa: E402
+from mla_edu.paths import RESULTS_DIR  # noqa: E402
+
+ragged = schedule.lognormal_lengths(64, 2048, seed=0)
+print(f"lengths: min {min(ragged)}, median {sorted(ragged)[32]}, max {max(ragged)}, total {sum(ragged)}")
+rule_splits = triton_num_kv_splits(64 * math.ceil(max(ragged) / 64), 64, 16, 64, 132)  # from the widest row
+spans = {name: schedule.simulate(schedule.pages_per_program(ragged, 64, 16, 132, num_splits=s), 132)[1]
+         for name, s in (("rule", rule_splits), ("balanced", None))}
+print(f"the rule's {rule_splits} splits: done after {spans['rule']:.0f} page-times; "
+      f"balanced: {spans['balanced']:.0f}")
+assert rule_splits == 2 and spans["balanced"] < spans["rule"] / 4
+
+# %% [markdown]
+# The rule sees a 32768-token row and 64 requests: two splits each fill the GPU once. But request 53 is
+# the only one that long, so its two programs read 256 pages each while the rest of the GPU sat idle
+# long before. The balanced schedule (`mla_edu.kernels.schedule`) cuts the batch's total pages into about one
+# equal share per SM instead: long requests into up to 32 pieces, short ones whole, the pieces first.
+# Below, which SM runs which program when (the block scheduler's rule, simulated on the CPU from the same
+# `balanced_schedule` the kernel runs, here in Triton's interpreter):
+
+# %%
+fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
+
+# %% [markdown]
+# Why a kernel needs this computed **on the device**: the lengths are a device tensor, and the schedule
+# depends on them. Computing it on the host would need a sync every step, and under a CUDA graph the
+# host's answer would be frozen at capture, which is this repository's bug all over again. FlashMLA
+# (`docs/sources.md`, at `9edee0c`) therefore has `get_mla_metadata`: one warp
+# (`csrc/kernels/get_mla_metadata.cu` lines 8-75) sums the batch's 64-token blocks plus a fixed
+# overhead of 5 per request (`csrc/kernels/config.h` line 11), gives each of `num_sm_parts` parts an
+# equal payload (line 34; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`, `csrc/flash_api.cpp` line
+# 39) and writes where each part begins and ends. Its attention kernel is persistent, one CTA per part,
+# so the grid says nothing about the work: each CTA reads its begin and end from that tensor and walks
+# the requests between (`csrc/kernels/splitkv_mla.cu` lines 1019-1039), and the combine kernel merges
+# each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-30). mla_edu's version
+# is one Triton program (`schedule.schedule_kernel`) that writes a table of work units, one program per
+# unit, and a stage 2 that merges a variable number of partials; all fixed shapes, so a graph replays it
+# with new lengths (`tests/test_kernels_schedule.py` checks exactly that on the H200).
+#
+# On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
+# on the same bytes; time in us):
+
+# %%
+sched_bench = load_bench(RESULTS_DIR / "kernel_bench_h200_schedule.json")
+for r in sched_bench["ragged"]:
+    print(f"h_q {r['heads']:3d} B {r['batch']:3d} lengths {r['lens_min']:3d}..{r['lens_max']:5d}: "
+          f"rule {r['rule_us']:6.1f}, best fixed split {r['best_us']:6.1f}, balanced {r['balanced_us']:6.1f}, "
+          f"FlashMLA {r['flashmla_us']:6.1f}")
+x_fm = [r["flashmla_us"] / r["balanced_us"] for r in sched_bench["ragged"]]
+geo = math.exp(sum(map(math.log, x_fm)) / len(x_fm))
+print(f"balanced vs FlashMLA: geomean {geo:.2f}x (rule: "
+      f"{math.exp(sum(math.log(r['flashmla_us'] / r['rule_us']) for r in sched_bench['ragged']) / 12):.2f}x)")
+assert all(r["balanced_us"] < r["rule_us"] / 1.25 for r in sched_bench["ragged"])  # the schedule's gain
+assert all(r["balanced_us"] < r["best_us"] for r in sched_bench["ragged"])  # even the best single split count
+assert 0.6 < geo < 1.0  # ... yet FlashMLA is still faster on these batches (see kernels/NOTES.md, v5)
+
+# %% [markdown]
+# The schedule takes the rule's 0.31x of FlashMLA on ragged batches to 0.72x, and beats the best single
+# split count (chosen after the fact) at all 12 batches. The rest is the kernel itself at 128 heads (section 10: 0.6-0.7x
+# FlashMLA on uniform lengths too) and a few microseconds of fixed cost (the schedule's kernel, the
+# merge's launch) that show at small uniform batches, where the split rule stays faster.
+#
 # ## What we saw (core)
 #
 # - Decode is a gather through the page table plus multi-query attention over 576-wide rows;
