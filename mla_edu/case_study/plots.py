@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from mla_edu import palette
 from mla_edu.case_study.diagnose import (MERGED_FIX_STEPS, OUTSIDE, POISON, UNUSED, PageReads, StepDiagnosis,
                                          page_reads)
 from mla_edu.kvcache.plots import draw_index_buffer, draw_intended_and_read
@@ -84,8 +85,6 @@ def page_table_figure(d: StepDiagnosis, columns: int | None = None):
 def accuracy_bars(ax, names, accs, lost, baseline=()):
     """Accuracy bars on ``ax``: a bar that ``lost`` accuracy is red and hatched, a ``baseline`` one (indices) blue,
     the others green. Returns the bars."""
-    from mla_edu import palette
-
     colors = [palette.BASELINE if i in baseline else palette.WRONG if bad else palette.RIGHT
               for i, bad in enumerate(lost)]
     return ax.bar(names, accs, color=colors, hatch=[palette.HATCH["wrong"] if bad else "" for bad in lost],
@@ -96,7 +95,7 @@ def accuracy_bars_figure(rows: list, title: str = ""):
     """Bars of accuracy: ``rows`` = [(label, accuracy, invalid)]; red and hatched at 0.5 or below."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1.3 * len(rows) + 2, 3.2))
+    fig, ax = plt.subplots(figsize=(1.0 * len(rows) + 1.5, 3.2))  # 6.5 in at five bars: legible at ~590 px
     names = [r[0] for r in rows]
     accs = [r[1] for r in rows]
     bars = accuracy_bars(ax, range(len(rows)), accs, [a <= 0.5 for a in accs])
