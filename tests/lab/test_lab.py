@@ -263,6 +263,8 @@ def test_slide_deck_advances_to_a_figure(browser, book_url):
     from selenium.webdriver.support.ui import WebDriverWait
 
     deck = "03_paged_kv_cache.slides.html"
+    if not (ROOT / "build" / "book" / "slides" / deck).is_file():
+        pytest.fail(f"build/book/slides/{deck} is missing: run make slides first (make test-lab does)")
     browser.get(f"{book_url}/slides/{deck}")
     WebDriverWait(browser, 30).until(lambda d: d.execute_script(DECK_JS)["ready"])
     state = browser.execute_script(DECK_JS)
