@@ -39,7 +39,7 @@ def positive_float(text: str) -> float:
 
 def kv_splits(text: str) -> int:
     """A split count the kernel contract accepts: -1 (auto) or 1..MAX_SPLITS (checked before allocating)."""
-    from mla_edu.kernels.contract import MAX_SPLITS
+    from mla_edu.kernels.contract import MAX_SPLITS  # here: the kernels (torch, Triton) load only for this flag
 
     try:
         value = int(text)

@@ -414,7 +414,7 @@ def _package_files() -> dict:
 
 
 def _commands() -> list[str]:
-    """Every module of the package and of tools/ that runs as ``python -m``."""
+    """Every module of the package and of tools/ that runs as ``python -m`` (a package's: its ``__main__``)."""
     from pathlib import Path
 
     root = Path(mla_edu.__file__).parents[1]
@@ -427,7 +427,8 @@ def test_no_command_writes_inside_the_installed_package(tmp_path, capsys):
     import importlib
 
     commands = _commands()
-    assert {"mla_edu.model.train", "mla_edu.case_study.repro", "tools.run_notebooks", "tools.seed_dp"} <= set(commands)
+    assert {"mla_edu.model.train.__main__", "mla_edu.case_study.repro", "tools.run_notebooks",
+            "tools.seed_dp"} <= set(commands)
     before = _package_files()
     for module in commands:  # each command's --help
         with pytest.raises(SystemExit) as info:
@@ -435,9 +436,9 @@ def test_no_command_writes_inside_the_installed_package(tmp_path, capsys):
         assert info.value.code == 0, module
     # the cheap real paths: training with its default output, and with a folder of its own; a rerule
     with pytest.raises(SystemExit):
-        importlib.import_module("mla_edu.model.train").main(["--steps", "1"])
-    importlib.import_module("mla_edu.model.train").main(["--steps", "1", "--eval-questions", "1",
-                                                         "--out", str(tmp_path / "w")])
+        importlib.import_module("mla_edu.model.train.__main__").main(["--steps", "1"])
+    importlib.import_module("mla_edu.model.train.__main__").main(["--steps", "1", "--eval-questions", "1",
+                                                                  "--out", str(tmp_path / "w")])
     from mla_edu.paths import RESULTS_DIR
 
     importlib.import_module("tools.kernel_bench").main(["--rerule", str(RESULTS_DIR / "kernel_bench_h200.json"),

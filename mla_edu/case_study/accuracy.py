@@ -19,14 +19,16 @@ import os
 import sys
 import time
 
+import torch
+
 from mla_edu import cli
+from mla_edu.device import default_device
+from mla_edu.model import load_pretrained, task
 from mla_edu.serving import (ROW_ORDERS, DPEngine, Engine, ServerArgs, backend_class, backend_names, known_defects,
                              parse_defects)
 
 
 def _load_model(device=None):
-    from mla_edu.model import load_pretrained
-
     return load_pretrained(device=device) if device else load_pretrained()
 
 
@@ -42,10 +44,6 @@ def may_crash_the_gpu(args: ServerArgs) -> bool:
     be unmapped, and the replay dies with "an illegal memory access". That error poisons the
     whole process's CUDA context, so ``run_bench`` runs such a configuration in a child process.
     """
-    import torch
-
-    from mla_edu.device import default_device
-
     device = torch.device(args.device) if args.device else default_device()
     return (os.environ.get(_IN_CHILD) != "1" and device.type == "cuda" and not args.disable_cuda_graph
             and backend_class(args.attention_backend).may_drop_a_live_workspace(args.defects, args.num_kv_splits))
@@ -141,8 +139,6 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
     ``latency`` (s), ``output_throughput`` (tok/s), ``errors``, ``crashed`` (None, or the error
     of a configuration that ``may_crash_the_gpu`` and did) and row statistics.
     """
-    from mla_edu.model import task
-
     if model is None:
         model = _load_model(server_args.get("device"))
     if questions is None:
@@ -256,8 +252,6 @@ class AccuracyRuns:
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     if a.threads:
-        import torch
-
         torch.set_num_threads(a.threads)
     try:
         defects = parse_defects(a.defects)

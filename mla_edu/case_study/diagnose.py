@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mla_edu import kernels
+from mla_edu import default_device, kernels
 from mla_edu.case_study.accuracy import AccuracyRuns, run_bench
 from mla_edu.case_study.seed import SEED_CONFIG
+from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX, Engine, ServerArgs
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv, is_int
@@ -152,8 +153,6 @@ def _owned_pages(req_to_token: torch.Tensor, req_pool_indices: list, seq_lens: l
 
 def default_dtype(device=None) -> str:
     """bf16 on a GPU, float32 on CPU (the emulator's reference runs)."""
-    from mla_edu import default_device
-
     dev = torch.device(device) if device is not None else default_device()
     return "bfloat16" if dev.type == "cuda" else "float32"
 
@@ -367,8 +366,6 @@ MERGED_FIX_STEPS = (("both graph defects, model's scale", dict(defects=PRE_FIX))
 
 def example_batch(questions=None) -> tuple:
     """(prompts, earlier): the eval set's first 6 questions, decoded after 8 longer ones (6..13) finished."""
-    from mla_edu.model import task
-
     questions = task.default_eval_set() if questions is None else questions
     if len(questions) < 14:
         raise ValueError(f"questions: expected at least 14, got {len(questions)}")
@@ -387,8 +384,6 @@ def accuracy_runs(model, questions, n: int = 64, dtype: str | None = None):
 def example_diagnosis(model=None, questions=None, defects=PRE_FIX) -> StepDiagnosis:
     """Notebook 06's step (``example_batch``, graphs for 4 and 8, the seed's ``--context-length 4096``) on the
     shipped model and eval set unless given: what ``figures/bug_page_reads.png`` and ``bug_page_table.png`` show."""
-    from mla_edu.model import load_pretrained, task
-
     model = load_pretrained() if model is None else model
     prompts, earlier = example_batch(task.default_eval_set() if questions is None else questions)
     return diagnose_step(model, prompts, earlier=earlier, defects=defects, cuda_graph_bs=(4, 8), context_length=4096)

@@ -32,6 +32,7 @@ from mla_edu import cli
 from mla_edu.files import check_out_file, write_atomic
 from mla_edu.case_study.accuracy import AccuracyRuns
 from mla_edu.case_study.seed import SEED, SEED_CONFIG
+from mla_edu.model import load_pretrained, task
 from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, ServerArgs
 
 CUTLASS = dict(attention_backend="cutlass_mla", num_kv_splits=1)  # the split given, so AccuracyRuns memoizes
@@ -118,8 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
-    from mla_edu.model import load_pretrained, task
-
     if a.dp is None:
         a.dp = SEED_CONFIG["dp_size"] if a.enable_dp_attention else 1
     if a.num_questions is not None and a.num_questions > task.EVAL_SIZE:

@@ -65,7 +65,7 @@ def fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, 
 @torch.library.custom_op("mla_edu::fill_page_table", mutates_args=("page_table",))
 def _fill_page_table_op(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                         page_table: torch.Tensor, page_size: int) -> None:
-    from mla_edu.kvcache.page_table_triton import launch_fill_page_table
+    from mla_edu.kvcache.page_table_triton import launch_fill_page_table  # Triton only when this impl runs
 
     launch_fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
 

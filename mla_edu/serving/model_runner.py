@@ -20,6 +20,7 @@ from mla_edu.kernels import DEFAULT_SM_COUNT
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.backends import create_backend
 from mla_edu.serving.batch import ForwardBatch
+from mla_edu.serving.graph_runner import GraphRunner
 from mla_edu.util import PAGE_SIZE, cdiv
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -70,8 +71,6 @@ class ModelRunner:
             poison_fill=args.poison_fill)
         self.graph_runner = None
         if not args.disable_cuda_graph:
-            from mla_edu.serving.graph_runner import GraphRunner
-
             self.graph_runner = GraphRunner(self, args.cuda_graph_bs)
 
     # --- memory -----------------------------------------------------------------------------

@@ -25,9 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mla_edu import palette
+from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
 from mla_edu.case_study.diagnose import PageReads, diagnose_step, page_reads
 from mla_edu.case_study.plots import accuracy_bars, draw_page_reads
-from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED, backend_class, backend_names
+from mla_edu.model import load_pretrained, task
+from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED, ServerArgs, backend_class, backend_names
 from mla_edu.util import is_int
 
 SPLIT_MODES = {"1": 1, "auto": -1}
@@ -160,8 +163,6 @@ class PanelRuns:
     """Runs settings on one model and question set; shares prefill work and memoizes results."""
 
     def __init__(self, model=None, questions=None):
-        from mla_edu.model import load_pretrained, task
-
         self.model = load_pretrained() if model is None else model
         self.questions = task.default_eval_set() if questions is None else list(questions)
         self.prefill_cache: dict = {}
@@ -174,9 +175,6 @@ class PanelRuns:
             raise ValueError(f"num_questions: expected at most {len(self.questions)} (the questions this panel holds), "
                              f"got {settings.num_questions}")
         if settings not in self.results:
-            from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
-            from mla_edu.serving import ServerArgs
-
             if may_crash_the_gpu(ServerArgs(**settings.server_args(True))):
                 raise RuntimeError("this setting (workspace defect, automatic splits) can kill the CUDA context on a "
                                    "GPU, and the panel replays it in-process: see notebook 07, section 3, or run it "
@@ -195,8 +193,6 @@ class PanelRuns:
 def draw_accuracy(ax, result: PanelResult):
     """Bars: eager and graph accuracy (a graph that lost accuracy red and cross-hatched; invalid answers
     stacked on top, hatched //) for one setting."""
-    from mla_edu import palette
-
     e, g = result.eager, result.graph
     names = ["eager", "graph" + ("\n(emulated)" if g["device"] == "cpu" else "")]
     accs = [e["accuracy"], g["accuracy"]]

@@ -22,8 +22,10 @@ from typing import Callable
 import torch
 
 import mla_edu  # noqa: F401  (TRITON_INTERPRET before triton)
+from mla_edu import kernels
 from mla_edu.device import default_device
 from mla_edu.graphs.capture import Graph, graph
+from mla_edu.graphs.check import check, rows_label
 from mla_edu.graphs.emulator import GraphCaptureError, host_tensor
 
 PAGE = 4  # tokens per page
@@ -100,11 +102,9 @@ def _(page_table, seq_lens, kv_cache):
 
 def pages_read(page_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
     """The page id each (request b, page slot j) reads with the size-derived stride; -1 if unused. [B, W]"""
-    from mla_edu.kernels import pages_read as kernel_pages_read
-
     n_pages = ((seq_lens.long() + PAGE - 1) // PAGE).clamp(max=W).tolist()
     out = torch.full((page_table.size(0), W), -1, dtype=torch.int64)
-    for b, row in enumerate(kernel_pages_read(page_table, n_pages, row_stride=page_table.size(1))):
+    for b, row in enumerate(kernels.pages_read(page_table, n_pages, row_stride=page_table.size(1))):
         out[b, : len(row)] = torch.tensor(row, dtype=torch.int64)
     return out
 
@@ -347,8 +347,6 @@ def freed_workspace(device="cpu", fixed: bool = False) -> Problem:
 # ---- running a scenario ---------------------------------------------------------------------
 def classify(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-3) -> str:
     """'matches eager', 'wrong: rows>0' (row 0 right), 'NaN', 'wrong: all rows' or 'wrong: some rows'."""
-    from mla_edu.graphs.check import rows_label
-
     return rows_label(out, ref, atol=atol, rtol=1e-4)
 
 
@@ -474,8 +472,6 @@ SCENARIOS: dict[str, Callable] = {name: functools.partial(run_scenario, name) fo
 
 def check_problem(problem: Problem, n_trials: int = 6, seed: int = 0, mode: str = "auto", poison: bool = True):
     """Run :func:`mla_edu.graphs.check` on a scenario's step over random batches."""
-    from mla_edu.graphs.check import check
-
     s = problem.server
 
     def make_inputs(gen, trial):

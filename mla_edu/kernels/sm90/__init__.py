@@ -88,6 +88,8 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
+    # here, not at the top: this runs in the child without Triton's interpreter (``compile_stage1``), whose
+    # kernels must be the compiler's JIT functions, not the interpreter's
     from mla_edu.kernels import split_kv_triton as tl_kernels
     from mla_edu.kernels import split_kv_wgmma as wg
 

@@ -47,7 +47,7 @@ from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
 
-from mla_edu.model import MANIFEST_FILE, WEIGHTS_FILE, config_sha256, sha256_file
+from mla_edu.model import MANIFEST_FILE, WEIGHTS_FILE, config_sha256, load_manifest, load_pretrained, sha256_file
 
 # (fraction of steps at which the stage starts, prompt length: int or "eval")
 CURRICULUM = ((0.0, 64), (0.5, 160), (0.7, "eval"))
@@ -213,8 +213,6 @@ def run(args, command: str) -> dict:
     config = TinyDeepseekConfig(mla=mla, num_hidden_layers=args.layers, intermediate_size=args.intermediate)
     model = TinyDeepseek(config, attn_impl=args.attn_impl)
     if args.init is not None:
-        from mla_edu.model import load_pretrained
-
         init = load_pretrained(args.init, attn_impl=args.attn_impl)
         if _without_rope_scaling(init.config.to_dict()) != _without_rope_scaling(config.to_dict()):
             raise SystemExit(f"--init {args.init}: its config {init.config.to_dict()} "
@@ -295,8 +293,6 @@ def run(args, command: str) -> dict:
         "command": command,
     }
     if args.init is not None:  # the run this one continued, with its own command: the full recipe
-        from mla_edu.model import load_manifest
-
         manifest["init_manifest"] = load_manifest(args.init)
     manifest = save(model, args.out, manifest)
     print(f"wrote {args.out / WEIGHTS_FILE} ({manifest['bytes']:,} bytes) and {args.out / MANIFEST_FILE}")
