@@ -129,7 +129,8 @@ def test_workspace_contract_refuses_a_workspace_not_4_byte_aligned(offset):
     touches it).
 
     Bent in a copy, fails here: ``workspace.data_ptr() % 4`` -> ``% 2`` (offsets 1 and 3 still refused, 2
-    accepted: the float32 view then fails deep inside with another error).
+    accepted: the float32 view then fails deep inside with another error); the contiguity check dropped (a
+    workspace of every other byte accepted).
     """
     buf = torch.empty(BYTES_PER_BATCH_SPLIT * 2 + 64, dtype=torch.uint8)  # 1 request, 2 splits: sgl-kernel's size
     base = (-buf.data_ptr()) % 16  # a 16-byte aligned start inside buf
@@ -138,6 +139,9 @@ def test_workspace_contract_refuses_a_workspace_not_4_byte_aligned(offset):
     with pytest.raises(ValueError, match=rf"4-byte boundary .* got an address {offset} bytes past one"):
         _plan(16, 32, 1, 2, buf[base + offset:])
     assert _plan(16, 32, 1, 1, buf[base + offset:]).num_splits == 1  # one split: not checked
+    strided = torch.empty(2 * BYTES_PER_BATCH_SPLIT * 2, dtype=torch.uint8)[::2]
+    with pytest.raises(ValueError, match="workspace must be contiguous bytes, got stride 2"):
+        _plan(16, 32, 1, 2, strided)
 
 
 # Bytes needed: max(ours, theirs), ours = B * H * S * (d_latent + 1) * 4 (the o_acc floats and ONE LSE float per

@@ -30,7 +30,7 @@ class _Recorder:
         self.calls = []
 
     def __getitem__(self, grid):
-        return lambda *args, **kw: self.calls.append((grid, kw))
+        return lambda *args, **kw: self.calls.append((grid, kw, args))
 
 
 @pytest.mark.parametrize("heads,block_h", [(16, 16), (32, 32), (64, 64), (128, 64), (128, 16), (96, 32), (48, 16)])
@@ -51,9 +51,29 @@ def test_gluon_grid_has_one_program_per_head_block_of_its_own_kernel(monkeypatch
     wg.launch("cp.async", case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table.reshape(-1), None,
               None, out, case.sm_scale, case.page_table.size(1), case.page_table.size(1), splits, splits == 1,
               block_h)
-    [(grid, constexprs)] = rec.calls
+    [(grid, constexprs, _)] = rec.calls
     assert tuple(grid) == (heads // block_h, 3, splits)
     assert constexprs["BLOCK_H"] == block_h and constexprs["TMA"] is False
+
+
+@pytest.mark.parametrize("kind,page,offset,tma", [("tma", 64, 0, True), ("tma", 64, 8, False), ("tma", 16, 0, False),
+                                                  ("cp.async", 64, 0, False)])
+def test_gluon_launch_takes_tma_only_where_it_applies(monkeypatch, kind, page, offset, tma):
+    """The "tma" kind launches with TMA descriptors (and ``TMA=True``) only for a cache ``tma_applies`` to;
+    otherwise, and for "cp.async", with no descriptor. On the host, with the kernel replaced by a recorder.
+
+    Bent in a copy, fails here: ``tma_on = kind == "tma"`` (TMA for a misaligned cache, or pages of 16 rows).
+    """
+    case = random_decode_case(0, batch=2, heads=64, d_latent=512, d_rope=64, lens=[70, 130], page_size=page,
+                              dtype=torch.bfloat16)
+    cache = _cache_at(case.cache, offset)
+    rec = _Recorder()
+    monkeypatch.setattr(wg, "kernel_for", lambda bh: (rec, 8))
+    wg.launch(kind, case.q_nope, case.q_pe, cache, case.seq_lens, case.page_table.reshape(-1), None, None,
+              torch.empty_like(case.q_nope), case.sm_scale, case.page_table.size(1), case.page_table.size(1), 1,
+              True, 64)
+    [(_, constexprs, args)] = rec.calls
+    assert constexprs["TMA"] is tma and (args[3] is not None, args[4] is not None) == (tma, tma)
 
 
 def test_gluon_kernel_for_each_head_block():
