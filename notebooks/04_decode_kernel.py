@@ -464,7 +464,8 @@ print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply
 # pieces, any page size) and TMA (the bulk copy engine: a few instructions move a whole tile, no
 # per-thread addresses; one page per tile). On the H200 the TMA kind is the faster (169 against
 # 196 us at h_q = 128, B = 64, L = 4096; the tl kernel 321 us), so on a Hopper GPU `mla_decode`
-# runs it (`split_kv_triton.WGMMA = "tma"`): 1.53x less tensor work, 1.9x less time.
+# runs it (`split_kv_triton.DEFAULT_STAGE1 = "tma"`, the stage 1 the plan carries unless a call names
+# another): 1.53x less tensor work, 1.9x less time.
 #
 # At h_q = 16 the problem is the other way round. A wgmma's M is 64 rows; 16 heads as M would leave
 # three quarters of every instruction empty (FlashMLA does pad so: its M is the request's query
