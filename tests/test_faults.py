@@ -10,6 +10,7 @@ from collections import deque
 
 import pytest
 import torch
+from cli_run import main_exit
 from tiny_models import random_prompts, random_tiny_model
 
 import mla_edu  # noqa: F401
@@ -398,22 +399,9 @@ CLI_CASES = [
 ]
 
 
-def _run_cli(module, argv, capsys):
-    """``module.main(argv)`` -> (exit status, stderr); it must exit through argparse. A package's command line
-    (``python -m package``) is its ``__main__`` module."""
-    import importlib
-
-    mod = importlib.import_module(module)
-    if hasattr(mod, "__path__"):
-        mod = importlib.import_module(module + ".__main__")
-    with pytest.raises(SystemExit) as exit_info:
-        mod.main(argv)
-    return exit_info.value.code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("module,argv,msg", CLI_CASES)
 def test_cli_flags_validated_up_front(capsys, module, argv, msg):
-    code, err = _run_cli(module, argv, capsys)
+    code, err = main_exit(module, argv, capsys)
     assert code == 2 and msg in err and "Traceback" not in err
     assert len([line for line in err.splitlines() if "error:" in line]) == 1
 
@@ -421,5 +409,5 @@ def test_cli_flags_validated_up_front(capsys, module, argv, msg):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
 @pytest.mark.parametrize("module", ["mla_edu.case_study.repro", "mla_edu.case_study.accuracy", "tools.launch_bench"])
 def test_cli_cuda_device_without_cuda(capsys, module):
-    code, err = _run_cli(module, ["--device", "cuda"], capsys)
+    code, err = main_exit(module, ["--device", "cuda"], capsys)
     assert code == 2 and "'cuda' asked for, but CUDA is not available here" in err

@@ -7,6 +7,7 @@ raised before any long work; no work is lost after a long run and no shipped fil
 import numpy as np
 import pytest
 import torch
+from cli_run import main_exit
 from tiny_models import random_prompts, random_tiny_model
 
 import mla_edu  # noqa: F401
@@ -163,19 +164,6 @@ def test_weights_symlink_escaping_the_directory_is_named(tmp_path):
 
 
 # ---- 1, 2, 3, 7, 13: commands check their paths and flags before the work, write atomically ---------------
-def _main_exit(module, argv, capsys):
-    """``module.main(argv)`` must exit through argparse: (status, stderr). A package's command line is its
-    ``__main__`` module."""
-    import importlib
-
-    mod = importlib.import_module(module)
-    if hasattr(mod, "__path__"):
-        mod = importlib.import_module(module + ".__main__")
-    with pytest.raises(SystemExit) as info:
-        mod.main(argv)
-    return info.value.code, capsys.readouterr().err
-
-
 def _no_work(monkeypatch, obj, name):
     monkeypatch.setattr(obj, name, lambda *a, **k: pytest.fail(f"{name} ran before the refusal"))
 
@@ -184,7 +172,7 @@ def test_train_writes_no_weights_into_the_package_by_default(capsys, monkeypatch
     from mla_edu.model import train
 
     _no_work(monkeypatch, train, "TinyDeepseek")
-    code, err = _main_exit("mla_edu.model.train", ["--steps", "1"], capsys)
+    code, err = main_exit("mla_edu.model.train", ["--steps", "1"], capsys)
     assert code == 2 and "the following arguments are required: --out" in err
 
 
@@ -194,7 +182,7 @@ def test_train_out_holding_weights_needs_force(tmp_path, capsys, monkeypatch):
     (tmp_path / "manifest.json").write_text("{}")
     real = train.TinyDeepseek
     _no_work(monkeypatch, train, "TinyDeepseek")
-    code, err = _main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path)], capsys)
+    code, err = main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path)], capsys)
     assert code == 2 and f"--out: expected a folder without weights, got {tmp_path}, which holds manifest.json; " \
                          "pass --force to overwrite them" in err
     monkeypatch.setattr(train, "TinyDeepseek", real)
@@ -212,9 +200,9 @@ def test_train_out_that_cannot_be_created_fails_before_training(tmp_path, capsys
 
     (tmp_path / "a_file").write_text("")
     _no_work(monkeypatch, train, "TinyDeepseek")
-    code, err = _main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path / "a_file" / "w")], capsys)
+    code, err = main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path / "a_file" / "w")], capsys)
     assert code == 2 and f"--out: expected a folder that can be created, got {tmp_path / 'a_file' / 'w'}" in err
-    code, err = _main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path / "a_file")], capsys)
+    code, err = main_exit("mla_edu.model.train", ["--steps", "1", "--out", str(tmp_path / "a_file")], capsys)
     assert code == 2 and f"--out: expected a folder, got {tmp_path / 'a_file'}, which is a file" in err
 
 
@@ -229,7 +217,7 @@ def test_repro_refuses_bad_output_path_and_conflicting_flags_before_any_run(argv
     from mla_edu.case_study import repro
 
     _no_work(monkeypatch, repro, "AccuracyRuns")
-    code, err = _main_exit("mla_edu.case_study.repro", argv, capsys)
+    code, err = main_exit("mla_edu.case_study.repro", argv, capsys)
     assert code == 2 and msg in err and "Traceback" not in err
 
 
@@ -267,7 +255,7 @@ def test_run_notebooks_out_checked_first_and_a_failed_write_is_a_status(tmp_path
     from tools import run_notebooks
 
     (tmp_path / "f").write_text("")
-    code, err = _main_exit("tools.run_notebooks", ["--out", str(tmp_path / "f" / "x")], capsys)
+    code, err = main_exit("tools.run_notebooks", ["--out", str(tmp_path / "f" / "x")], capsys)
     assert code == 2 and f"--out: expected a folder that can be created, got {tmp_path / 'f' / 'x'}" in err
 
     nbs = tmp_path / "nbs"
@@ -305,7 +293,7 @@ def test_seed_tools_parse_their_arguments_before_the_job(module, capsys, monkeyp
     with pytest.raises(SystemExit) as info:
         mod.main(["--help"])
     assert info.value.code == 0 and f"usage: python -m {module} [-h]" in capsys.readouterr().out
-    code, err = _main_exit(module, ["--bogus"], capsys)
+    code, err = main_exit(module, ["--bogus"], capsys)
     assert code == 2 and "unrecognized arguments: --bogus" in err
 
 
@@ -321,7 +309,7 @@ def test_long_commands_check_their_output_paths_before_the_work(module, argv, he
     import importlib
 
     _no_work(monkeypatch, importlib.import_module(module), heavy)
-    code, err = _main_exit(module, argv, capsys)
+    code, err = main_exit(module, argv, capsys)
     assert code == 2 and msg in err and "Traceback" not in err
 
 
@@ -337,7 +325,7 @@ def test_kernel_bench_rerule_on_a_missing_or_non_bench_json_is_one_error_line(tm
     path = tmp_path / "k.json"
     if content is not None:
         path.write_text(content)
-    code, err = _main_exit("tools.kernel_bench", ["--rerule", str(path), "--out", str(tmp_path / "o")], capsys)
+    code, err = main_exit("tools.kernel_bench", ["--rerule", str(path), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and msg in err and f"got {path}" in err and "Traceback" not in err
     assert len([line for line in err.splitlines() if "error:" in line]) == 1 and not (tmp_path / "o").exists()
 
