@@ -20,7 +20,7 @@ module's docstring. Mark CPU tensors that play host memory (``seq_lens_cpu``) wi
 
 Checking (``check.py``): ``check(step, make_inputs, static_inputs=..., prepare=..., reference=...,
 persistent=..., model_state=...) -> CheckReport`` replays against eager on random inputs with
-poisoned buffers. Pitfalls with their fixes: ``scenarios.py`` (``python -m mla_edu.graphs.scenarios``).
+poisoned buffers. Pitfalls with their fixes: ``scenarios`` (``python -m mla_edu.graphs.scenarios``).
 Launch overhead: ``python -m tools.launch_bench``.
 """
 
