@@ -23,9 +23,18 @@ from functools import lru_cache
 
 import torch
 
+from mla_edu.case_study.diagnose import last_launch, record_launches
+from mla_edu.case_study.plots import draw_page_reads
+from mla_edu.config import MLAConfig
+from mla_edu.kernels import get_workspace_size, num_kv_splits_for
+from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, CUTLASS_HEADS, D_LATENT, D_ROPE
+from mla_edu.kvcache import fill_page_table
+from mla_edu.model import task
+from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
 from mla_edu.serving import PRE_FIX, Engine
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
+from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
 from mla_edu.workshop.checks import as_int as _as_int, call as _call, report as _report, show as _show
 
@@ -41,10 +50,6 @@ def _not_callable(fn, signature: str):
 @lru_cache(maxsize=1)
 def toy_model():
     """A small random TinyDeepseek over the task's vocabulary (fast on CPU), seeded, eval mode."""
-    from mla_edu.config import MLAConfig
-    from mla_edu.model import task
-    from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
-
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(0)
     mla = MLAConfig(hidden_size=32, num_attention_heads=2, q_lora_rank=None, kv_lora_rank=32,
@@ -119,8 +124,6 @@ REPLAY_HINTS = {
 
 def _replay_prompts(seq_lens) -> list:
     """One prompt of ``seq_len - 1`` token ids per row (deterministic; the values do not matter)."""
-    from mla_edu.model import task
-
     return [[(3 + 5 * i + 7 * b) % task.VOCAB_SIZE for i in range(n - 1)] for b, n in enumerate(seq_lens)]
 
 
@@ -156,7 +159,6 @@ def check_replay(fn) -> ExerciseResult:
     bad = _not_callable(fn, "(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)")
     if bad:
         return bad
-    from mla_edu.kvcache import fill_page_table
 
     engine = Engine(toy_model(), attention_backend="cutlass_mla", defects="none", poison_fill=True,
                     **REPLAY_SETUP)  # poison_fill: the kernel runs checked
@@ -222,15 +224,13 @@ _OPTION_CLAIMS = {"a": (True, True), "b": (True, False), "c": (False, True), "d"
 
 
 def _mystery_engine(k: int) -> dict:
-    from mla_edu.workshop.solutions.ex08 import MYSTERY_ENGINES
+    from mla_edu.workshop.solutions.ex08 import MYSTERY_ENGINES  # the answers load only when a checker runs
 
     return MYSTERY_ENGINES[k]
 
 
 @lru_cache(maxsize=None)
 def _mystery_reads(k: int):
-    from mla_edu.model import task
-    from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
     settings = PanelSettings(**_mystery_engine(k), max_running_requests=6)
     return measure_page_reads(toy_model(), task.default_eval_set()[20:], settings)
@@ -241,8 +241,6 @@ def mystery_figure(k: int):
     if _as_int(k) not in MYSTERY_NUMBERS:
         raise ValueError(f"mystery: expected one of {list(MYSTERY_NUMBERS)}, got {_show(k)}")
     import matplotlib.pyplot as plt
-
-    from mla_edu.case_study.plots import draw_page_reads
 
     reads = _mystery_reads(_as_int(k))
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})
@@ -262,7 +260,7 @@ def _option(answer):
 
 def check_mystery(k, answer) -> ExerciseResult:
     """A wrong answer is told which of its two claims the figure contradicts, and where to look; not the answer."""
-    from mla_edu.workshop.solutions.ex08 import option_for
+    from mla_edu.workshop.solutions.ex08 import option_for  # the answers load only when a checker runs
 
     n = _as_int(k)
     if n not in MYSTERY_NUMBERS:
@@ -297,8 +295,6 @@ ROW_STRIDE_SETUP = dict(context_length=640, cuda_graph_bs=(4, 8), max_running_re
 @lru_cache(maxsize=1)
 def _row_stride_truth():
     """Capture the pre-fix engine of ``ROW_STRIDE_SETUP`` and read what the bs-8 graph froze."""
-    from mla_edu.case_study.diagnose import last_launch, record_launches
-
     s = ROW_STRIDE_SETUP
     with record_launches() as log:  # the engine captures its graphs here
         engine = Engine(toy_model(), attention_backend="cutlass_mla", defects=PRE_FIX,
@@ -400,9 +396,7 @@ WORKSPACE_MISTAKES = {
 
 def _bytes_mistakes() -> dict:
     """Bytes per (batch, split) a classic mistake gives instead of the right count, and its hint."""
-    from mla_edu.kernels.cutlass import D_ROPE
-    from mla_edu.kernels.workspace import CUTLASS_HEADS as H, D_LATENT as D
-
+    H, D = CUTLASS_HEADS, D_LATENT
     fp32 = ("the partials are float32 (4 bytes each) whatever the dtype of q and the cache: the kernel "
             "accumulates in fp32")
     return {
@@ -445,8 +439,6 @@ def check_workspace_size(fn) -> ExerciseResult:
     cases (``WORKSPACE_CASES``) are its edges. Every case is run first; an answer that one classic mistake
     explains on all of them gets that mistake's hint, any other the first case it gets wrong.
     """
-    from mla_edu.kernels import get_workspace_size, num_kv_splits_for
-
     bad = _not_callable(fn, "(max_seq_len, num_batches, sm_count, num_kv_splits)")
     if bad:
         return bad
@@ -464,7 +456,6 @@ def check_workspace_size(fn) -> ExerciseResult:
         hint = _bytes_mistakes().get(per_split.pop(), "the bytes per (batch, split) are off on every case: count "
                                                       "the elements of o_acc and lse_acc and their size")
         return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: {hint}.")
-    from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT
 
     if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c) for c in WORKSPACE_CASES]:
         return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: every request of the "
@@ -523,8 +514,6 @@ def _stale_from_live(live: torch.Tensor, rows: int, seq_lens, row_stride: int) -
 
 @lru_cache(maxsize=None)
 def _stale_engine_case(k: int):
-    from mla_edu.model import task
-    from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 
     mr, bs = STALE_ENGINE_CASES[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
