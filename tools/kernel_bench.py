@@ -15,7 +15,8 @@ float32 reference impl and a ``torch.compile``d dense gather + attention. Writes
 TMA (``split_kv_triton.DEFAULT_STAGE1``); ``--kernels`` also times the other stage-1 kernels (the tl kernel, the
 Gluon kernel by cp.async) at every split where they differ, in a table of its own. ``--once H,B,L`` runs
 each kernel once (for ``ncu``); ``--rerule JSON`` recomputes the rule's columns of a run on the CPU.
-``plot_bench(json, png)`` draws the figure (CPU is fine).
+``plot_bench(json, png)`` draws the figure (CPU is fine). Ragged batches and the balanced schedule
+(``schedule="balanced"``) against the split rule, FlashMLA and SGLang: ``tools/schedule_bench.py``.
 """
 from __future__ import annotations
 
