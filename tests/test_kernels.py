@@ -5,13 +5,14 @@ Ground truth here is a float64 dense computation over each request's own token s
 """
 
 import math
+import re
 
 import pytest
 import torch
 
 import mla_edu  # noqa: F401
-from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
-                            num_kv_splits_for, pages_read)
+from mla_edu.kernels import (IMPLS, check_cutlass_args, cutlass_unavailable_reason, get_workspace_size,
+                            mla_decode, num_kv_splits_for, pages_read)
 from mla_edu.graphs import Graph
 from mla_edu.kernels import make_plan
 from mla_edu.kernels.cases import random_decode_case
@@ -399,3 +400,17 @@ def test_pages_read_walks_the_storage_from_the_views_first_element():
     assert pages_read(tail, [3], row_stride=4) == [[8, 9, 10]]
     assert pages_read(buf, [1, 1, 3], row_stride=5) == [[0], [5], [10, 11, 11]]  # clamped like the kernel
     assert pages_read(buf, [1, 1, 3], row_stride=5, clamp=False) == [[0], [5], [10, 11, None]]
+
+
+@pytest.mark.parametrize("impl", IMPLS)  # every registered impl, a new one included
+def test_every_impl_matches_float64_or_says_why_it_cannot_run_here(impl):
+    # the cutlass contract's shapes (512 + 64 dims, page 128, fp16) so that every impl accepts the call
+    case = random_decode_case(5, heads=16, page_size=128, lens=[100, 300, 129], dtype=torch.float16, extra_cols=0)
+    ws = case.workspace(1)
+    args = (case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale)
+    reason = cutlass_unavailable_reason(case.q_nope.device) if impl == "cutlass" else None
+    if reason is not None:
+        with pytest.raises(RuntimeError, match=re.escape(reason)):
+            mla_decode(*args, impl=impl)
+        return
+    assert rel_err(mla_decode(*args, impl=impl), case.dense_f64()) < 2e-3
