@@ -10,6 +10,7 @@ import torch
 
 from mla_edu import kernels, kvcache
 from mla_edu.case_study import accuracy
+from mla_edu.case_study.accuracy import __main__ as accuracy_cli
 from mla_edu.model import task
 from mla_edu.serving import Engine, ServerArgs, backend_class, backend_names
 from mla_edu.serving.backends import BACKEND_CLASSES, AttentionBackend, page_table_width, register_backend
@@ -89,7 +90,7 @@ def test_one_decode_step_through_the_engine_matches_triton(toy):
 
 def test_the_cli_and_the_panel_ask_the_class(toy, monkeypatch, capsys):
     monkeypatch.setattr(accuracy, "_load_model", lambda device=None: toy_model())
-    rc = accuracy.main(["--attention-backend", "toy", "--num-questions", "2", "--parallel", "2",
+    rc = accuracy_cli.main(["--attention-backend", "toy", "--num-questions", "2", "--parallel", "2",
                         "--cuda-graph-bs", "1", "2", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and res["attention_backend"] == "toy" and res["defects"] == [] and res["graph_steps"] > 0

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import mla_edu.case_study.accuracy as bench
+from mla_edu.case_study.accuracy import __main__ as bench_cli
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek
 
@@ -27,7 +28,7 @@ def patched(monkeypatch, random_model):
 
 
 def test_bench_cli_text(patched, capsys):
-    rc = bench.main(["--attention-backend", "cutlass_mla", "--num-questions", "3", "--parallel", "2",
+    rc = bench_cli.main(["--attention-backend", "cutlass_mla", "--num-questions", "3", "--parallel", "2",
                      "--cuda-graph-bs", "2", "4", "--max-running-requests", "4"])
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
@@ -36,7 +37,7 @@ def test_bench_cli_text(patched, capsys):
 
 
 def test_bench_cli_json_and_scoring(patched, capsys):
-    rc = bench.main(["--attention-backend", "triton", "--num-questions", "4", "--parallel", "4",
+    rc = bench_cli.main(["--attention-backend", "triton", "--num-questions", "4", "--parallel", "4",
                      "--cuda-graph-bs", "2", "4", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and res["num_questions"] == 4 and res["cuda_graph"] and res["graph_steps"] > 0
@@ -53,7 +54,7 @@ def test_bench_cli_poison_fill(patched, capsys):
     common = ["--defects", "width", "--num-questions", "6", "--parallel", "4", "--cuda-graph-bs", "2", "4", "--json"]
     results = {}
     for flag in ([], ["--poison-fill"]):
-        assert bench.main(common + flag) == 0
+        assert bench_cli.main(common + flag) == 0
         results[bool(flag)] = json.loads(capsys.readouterr().out)
     assert [results[k]["poison_fill"] for k in (False, True)] == [False, True]
     assert results[False]["errors"] == 0 and results[True]["errors"] > 0
@@ -68,7 +69,7 @@ def test_bench_cli_poison_fill(patched, capsys):
 ])
 def test_bench_cli_bad_arguments(patched, capsys, argv, msg):
     try:
-        status = bench.main(argv + ["--json"])
+        status = bench_cli.main(argv + ["--json"])
     except SystemExit as e:  # argparse's own one-line error
         status = e.code
     assert status == 2
@@ -78,12 +79,12 @@ def test_bench_cli_bad_arguments(patched, capsys, argv, msg):
 
 def test_bench_cli_unknown_backend(capsys):
     with pytest.raises(SystemExit):
-        bench.main(["--attention-backend", "flashinfer"])
+        bench_cli.main(["--attention-backend", "flashinfer"])
     assert "invalid choice" in capsys.readouterr().err
 
 
 def test_bench_cli_dp_attention_and_context(patched, capsys):
-    rc = bench.main(["--num-questions", "4", "--cuda-graph-bs", "2", "4", "--max-running-requests", "4",
+    rc = bench_cli.main(["--num-questions", "4", "--cuda-graph-bs", "2", "4", "--max-running-requests", "4",
                      "--context-length", "1000", "--dp", "2", "--enable-dp-attention", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and (res["dp_size"], res["context_length"], res["page_table_width"]) == (2, 1000, 8)

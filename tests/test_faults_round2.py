@@ -114,11 +114,11 @@ def test_torch_decode_on_a_page_strided_cache_equals_the_reference(splits):
 
 # ---- 8, 16: what a setting says is what runs; errors that name the thing --------------------------------
 def test_panel_asked_for_more_questions_than_it_holds_refuses_before_running(monkeypatch):
-    from mla_edu.case_study import accuracy
     from mla_edu.model import task
+    from mla_edu.workshop import panel
     from mla_edu.workshop.panel import PanelRuns, PanelSettings
 
-    monkeypatch.setattr(accuracy, "run_bench", lambda *a, **k: pytest.fail("ran before refusing"))
+    monkeypatch.setattr(panel, "run_bench", lambda *a, **k: pytest.fail("ran before refusing"))  # the panel's
     runs = PanelRuns(random_tiny_model(), task.default_eval_set()[:20])
     with pytest.raises(ValueError, match=r"num_questions: expected at most 20 \(the questions this panel holds\), "
                                          r"got 32"):
@@ -241,9 +241,10 @@ def test_repro_without_dp_attention_runs_one_engine(monkeypatch):
 
 def test_accuracy_num_questions_above_the_eval_set_is_refused(capsys, monkeypatch):
     from mla_edu.case_study import accuracy
+    from mla_edu.case_study.accuracy import __main__ as accuracy_cli
 
     _no_work(monkeypatch, accuracy, "ServerArgs")  # refused before the engine's arguments are built
-    assert accuracy.main(["--num-questions", "100000"]) == 2
+    assert accuracy_cli.main(["--num-questions", "100000"]) == 2
     assert "error: num_questions: expected an int in [1, 256] (the questions given), got 100000" in \
         capsys.readouterr().err
 
