@@ -455,7 +455,8 @@ def _stage1_text(info: dict) -> str:
     tl = f"the tl kernel (launch configs, BLOCK_H, BLOCK_N, warps, stages: {configs})"
     if info.get("stage1", "tl") == "tl":  # a run before the Gluon kernels, or with the tl kernel as the default
         return f"{tl} throughout."
-    return (f"default stage 1 (`split_kv_triton.DEFAULT_STAGE1`) {info['stage1']!r}: the Gluon kernel reading pages by {info['stage1']} "
+    return (f"default stage 1 (`split_kv_triton.DEFAULT_STAGE1`) {info['stage1']!r}: the Gluon kernel reading pages "
+            f"by {info['stage1']} "
             f"wherever it applies (a Hopper GPU; 64 heads a program, or 16 and 32 swapped), else {tl}.")
 
 
