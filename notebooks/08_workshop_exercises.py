@@ -312,26 +312,71 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 # - Launch parameters (row stride, `max_seq_len`, split count, workspace pointer) come from the host
 #   at capture and stay frozen; the checkers read them off the recorded launch, not off the code.
 #
-# ## More exercises (open questions, answers below) (optional)
+# ## More exercises: predict, then run (optional)
 #
-# 1. In the panel, set max running requests to 4, then 16, with the pre-fix code. The first
-#    guess for the graph accuracy is `eager / max_running_requests`. Does it hold? Which requests
-#    still answer right (hint: `Req.rows`, and which token comes from prefill)?
-# 2. With `workspace` only and automatic splits, which condition would make the freed workspace
-#    corrupt answers on a GPU? Compare with notebook 07.
-# 3. Port exercise 1 to the triton backend: why does its replay hook not need a poison fill to be
-#    correct?
+# Write your prediction in the variable (it is `None` until you do), then run the cell after it, which
+# runs the experiment and checks your prediction (`mla_edu.workshop.checks`); the answers are collapsed.
 #
+# **1.** With the pre-fix code and 4 running requests, the first guess for the graph accuracy is
+# `eager / 4`. Does it hold, within one question of the 32? (`True` or `False`; then: which requests still
+# answer right? Hint: `Req.rows`, and which token comes from prefill.)
+
+# %%
+more1_guess_holds = None  # True or False
+
+# %%
+from mla_edu.serving import backend_class  # noqa: E402
+from mla_edu.workshop import checks  # noqa: E402
+
+at_4 = panel.run(PanelSettings(max_running_requests=4), draw=False, verbose=False)
+m1 = checks.check_choice("more 1", more1_guess_holds, {True: "it holds", False: "it does not"},
+                         abs(at_4.graph["accuracy"] - at_4.eager["accuracy"] / 4) < 1 / at_4.graph["num_questions"])
+
+# %% [markdown]
+# **2.** With only the `workspace` defect, at which split setting can a captured graph keep writing a
+# workspace Python has dropped (a crash on a GPU)? The backend answers with
+# `backend_class("cutlass_mla").may_drop_a_live_workspace(defects, num_kv_splits)`.
+
+# %%
+more2_when = None  # "a", "b" or "c" (the options printed below)
+
+# %%
+OPTIONS_M2 = {"a": "only with split partials (num_kv_splits != 1, e.g. automatic)", "b": "at one split too",
+              "c": "never: the graph keeps the workspace alive"}
+for key, text in OPTIONS_M2.items():
+    print(f"({key}) {text}")
+drops = {n: backend_class("cutlass_mla").may_drop_a_live_workspace(frozenset({"workspace"}), n) for n in (1, -1)}
+m2 = checks.check_choice("more 2", more2_when, OPTIONS_M2,
+                         "a" if drops[-1] and not drops[1] else "b" if drops[1] else "c")
+
+# %% [markdown]
+# **3.** The triton backend's replay hook fills the same kind of persistent buffer. Without the poison
+# fill, does every row read its own pages under graph replay? (`True` or `False`; then: why does it need no
+# poison fill to be correct?)
+
+# %%
+more3_rows_right = None  # True or False
+
+# %%
+triton_plain = panel.run(PanelSettings(attention_backend="triton"), draw=False, verbose=False)
+m3 = checks.check_choice("more 3", more3_rows_right, {True: "every row reads its own pages", False: "some do not"},
+                         all(triton_plain.reads.rows_ok))
+
+# %% [markdown]
 # <details><summary>Answers</summary>
 #
-# 1. No: the guess counts only row 0, but a request also answers right when every step it needs
-#    ran in row 0, and its first generated token comes from prefill, not from a replay. `Req.rows`
-#    lists each request's rows; the panel's "only row 0" count is the floor it reaches.
-# 2. A later allocation reusing the freed bytes while the graph still writes its partials there:
-#    the memory goes to the next tensor, and the graph's writes and the new owner's interleave.
-#    Notebook 07 section 3 makes it happen.
-# 3. The triton backend captures the full-width view and the buffer's real row stride, and its kernel
-#    reads only `ceil(seq_len / 128)` entries of each row, all written this step: an unwritten entry
-#    is never read, poisoned or not.
+# 1. `False`: at 4 running requests the graph scores about half of `eager / 4` here. The guess assumes a
+#    request is right when some step of it ran in row 0; in fact a request is right when the steps that
+#    decide its answer read its own pages. Its first answer token comes from prefill (no replay); the
+#    next ones come from decode steps, right only in row 0. `Req.rows` lists each request's rows; the
+#    panel counts those that decoded only in row 0 (`only_row0`), and notebook 06, section 7, sorts all
+#    of them into groups.
+# 2. (a): at one split the kernel never touches the workspace, so a dropped one is harmless (the seed's
+#    case); with split partials every replay writes them into the workspace the next capture dropped.
+#    On the H200 that replay died with an illegal memory access (`results/workspace_hazard_h200.md`;
+#    notebook 07, section 3). The fix allocates one workspace, at its maximum, before any capture.
+# 3. `True`: the triton backend captures the full-width view and reads the buffer with its real row
+#    stride, and its kernel reads only `ceil(seq_len / 128)` entries of each row, all written this step.
+#    An unwritten entry is never read, so what it holds (stale id or poison) does not matter.
 #
 # </details>
