@@ -16,9 +16,10 @@ from mla_edu.serving.graph_runner import GraphRunner
 from mla_edu.util import PAGE_SIZE, cdiv
 from tiny_models import random_prompts, random_tiny_model
 
+# every engine here on the CPU (float32, the graph emulator), where the tokens below were read, on any machine
+CPU = dict(defects="none", context_length=512, device="cpu")
 # DP attention: 2 ranks of at most 2 requests, graphs for 2 and 4 rows
-DP = dict(dp_size=2, enable_dp_attention=True, max_running_requests=4, cuda_graph_bs=(2, 4), defects="none",
-          context_length=512)
+DP = dict(dp_size=2, enable_dp_attention=True, max_running_requests=4, cuda_graph_bs=(2, 4), **CPU)
 PROMPTS = random_prompts(0, 5, 1, 3)  # short prompts: 1 to 3 tokens
 STOP = 21
 # the 4 tokens each prompt's greedy decode gives without a stop token (eager, one engine)
@@ -51,7 +52,7 @@ def model():
 
 def test_the_scenarios_tokens(model, one_thread):
     """The hand-computed schedules below rest on these tokens (and on 21 ending p0 and p3 early)."""
-    eng = Engine(model, disable_cuda_graph=True, max_running_requests=8, defects="none", context_length=512)
+    eng = Engine(model, disable_cuda_graph=True, max_running_requests=8, **CPU)
     assert [r.output_ids for r in eng.generate(PROMPTS, max_new_tokens=4, stop_token_ids=())] == OUTPUTS
 
 
@@ -110,7 +111,7 @@ def test_engine_eager_flag_wins_over_an_available_graph(model, one_thread, monke
     replays = []
     real = GraphRunner.replay
     monkeypatch.setattr(GraphRunner, "replay", lambda self, batch, bs=None: replays.append(bs) or real(self, batch, bs))
-    eng = Engine(model, max_running_requests=4, cuda_graph_bs=(2, 4), defects="none", context_length=512)
+    eng = Engine(model, max_running_requests=4, cuda_graph_bs=(2, 4), **CPU)
     reqs = [eng.new_req(p, 8) for p in PROMPTS[:3]]
     for req in reqs:
         eng.prefill(req)
@@ -194,7 +195,7 @@ def test_interrupted_request_ends_with_error_and_its_reason(model, one_thread, k
     Bent in a copy, fails here: ``abandon`` calling ``self.free_req(req)`` instead of ``self._finish(...)``
     (freed, never finished: ``finished_reason`` stays None); the reason's text changed.
     """
-    eng = Engine(model, max_running_requests=2, cuda_graph_bs=(2,), defects="none", context_length=512)
+    eng = Engine(model, max_running_requests=2, cuda_graph_bs=(2,), **CPU)
     reqs = _record_requests(eng)
     _fail_on(eng, "decode_step", k, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
@@ -217,7 +218,7 @@ def test_pages_allocated_are_exactly_ceil_tokens_over_page(model, one_thread, pr
     Bent in a copy, fails here: ``need = n_tokens // page + 1 - len(req.pages)`` (a page too many at
     every boundary: 128 tokens get 2 pages); ``cdiv(n_tokens - 1, ...)`` (a page too few after 129).
     """
-    eng = Engine(model, disable_cuda_graph=True, max_running_requests=1, defects="none", context_length=512)
+    eng = Engine(model, disable_cuda_graph=True, max_running_requests=1, **CPU)
     alloc = eng.runner.allocator
     free0 = alloc.available_pages()
     [req] = eng.prefill_requests([[5] * prompt_len])
