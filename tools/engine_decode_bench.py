@@ -22,27 +22,31 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3) -> dict:
     from mla_edu.model import load_pretrained
     from mla_edu.model.task import default_eval_set
     from mla_edu.serving import Engine
+    from mla_edu.serving.backends.base import backend_names, register_backend
     from mla_edu.serving.backends.triton import TritonBackend
 
+    class TritonRuleBackend(TritonBackend):
+        """The triton backend as before the balanced schedule: one split count for every request."""
+
+        def uses_balanced_schedule(self) -> bool:
+            return False
+
+    if "triton_rule" not in backend_names():
+        register_backend("triton_rule")(TritonRuleBackend)
     model = load_pretrained(device="cuda")
     prompts = [q.prompt_ids for q in default_eval_set()[:requests]]
-    balanced = TritonBackend._balanced
     out = {"gpu": torch.cuda.get_device_name(0), "requests": requests, "new_tokens": new_tokens}
     tokens = {}
     for name in ("rule", "balanced"):
-        TritonBackend._balanced = balanced if name == "balanced" else (lambda self: False)
-        try:
-            eng = Engine(model, attention_backend="triton", num_kv_splits=-1, dtype="bfloat16", defects="none",
-                         max_running_requests=requests)
-            times = []
-            for _ in range(reps + 1):  # the first captures the graphs
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                reqs = eng.generate(prompts, max_new_tokens=new_tokens, stop_token_ids=())
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-        finally:
-            TritonBackend._balanced = balanced
+        eng = Engine(model, attention_backend="triton" if name == "balanced" else "triton_rule", num_kv_splits=-1,
+                     dtype="bfloat16", defects="none", max_running_requests=requests)
+        times = []
+        for _ in range(reps + 1):  # the first captures the graphs
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            reqs = eng.generate(prompts, max_new_tokens=new_tokens, stop_token_ids=())
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
         tokens[name] = [r.output_ids for r in reqs]
         out[name] = {"best_s": min(times[1:]), "times_s": times[1:], "decode_steps": eng.stats["decode_steps"],
                      "graph_steps": eng.stats["graph_steps"]}

@@ -151,7 +151,7 @@ def f64_reference(q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float, ro
     return torch.stack(out)
 
 
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max |out - ref| / max |ref|, with NaN counted as a failure (inf)."""
     d = (out.double() - ref).abs().max().item()
     return d / ref.abs().max().item() if math.isfinite(d) else math.inf
@@ -178,7 +178,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
             "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
             "command": "python -m tools.kernel_bench " + " ".join(sys.argv[1:]),
             "cutlass": cutlass_unavailable_reason() or "available",
-            "sglang": sglang_why or f"sglang {_version('sglang')}: {peers.SGLANG_MODULE}",
+            "sglang": sglang_why or f"sglang {dist_version('sglang')}: {peers.SGLANG_MODULE}",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
             "configs": {k: skt.launch_config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES),
             "stage1": skt.DEFAULT_STAGE1}
@@ -227,13 +227,13 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                     row["frac_matmul"] = row["TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
                     check_rows = sorted({0, b - 1})
                     ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check_rows)
-                    row["triton_rel_err"] = max(_rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
+                    row["triton_rel_err"] = max(rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
                     gluon = skt.wgmma_applies(q_nope, q_pe, cache, table.size(1), False)
                     row["stage1"] = stage1_name(skt.DEFAULT_STAGE1 if gluon else "tl", heads, b, table.size(1))
                     others = [k for k in STAGE1_KINDS if k != skt.DEFAULT_STAGE1] if kernels and gluon else []
                     for kind in others:  # another stage-1 kernel, every split timed
                         per = _us_per_split(lambda s, kind=kind: ours(s, kind), splits)
-                        errs = [_rel_err(ours(s, kind)[check_rows], ref) for s in (1, rule, max(splits))]
+                        errs = [rel_err(ours(s, kind)[check_rows], ref) for s in (1, rule, max(splits))]
                         best = min(per, key=per.get)
                         row.setdefault("kernels", {})[stage1_name(kind, heads, b, table.size(1))] = {
                             "split_us": per, "rule_us": per[rule], "best_splits": best, "best_us": per[best],
@@ -247,12 +247,12 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                         row["sglang_split_us"] = per
                         row["sglang_best_splits"] = min(per, key=per.get)
                         row["sglang_us"] = per[row["sglang_best_splits"]]
-                        row["sglang_rel_err"] = _rel_err(peer.run(row["sglang_best_splits"])[check_rows], ref)
+                        row["sglang_rel_err"] = rel_err(peer.run(row["sglang_best_splits"])[check_rows], ref)
                         del peer
                     if flash_mla is not None and page == 64:
                         peer = peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale)
                         row["flashmla_us"] = graph_us(peer.run)
-                        row["flashmla_rel_err"] = _rel_err(peer.run()[check_rows], ref)
+                        row["flashmla_rel_err"] = rel_err(peer.run()[check_rows], ref)
                         del peer
                     if (b, length) in PEER_POINTS:
                         row["triton_eager_us"] = _median_ms(lambda: ours(rule)) * 1e3
@@ -263,7 +263,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                         t0 = time.time()
                         out = compiled(q_nope, q_pe, cache, seq_lens, table, scale)
                         row["compile_s"] = time.time() - t0
-                        row["compiled_rel_err"] = _rel_err(out[check_rows], ref)
+                        row["compiled_rel_err"] = rel_err(out[check_rows], ref)
                         peer = lambda: compiled(q_nope, q_pe, cache, seq_lens, table, scale)  # noqa: E731
                         try:
                             row["compiled_us"] = graph_us(peer)
@@ -345,7 +345,7 @@ def apply_split_rule(data: dict, note: str) -> dict:
     return data
 
 
-def _version(dist: str) -> str:
+def dist_version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -27,7 +27,7 @@ import sys
 
 import torch
 
-from tools.kernel_bench import D_LAT, D_ROPE, _rel_err, _version, ceilings, f64_reference, graph_us
+from tools.kernel_bench import D_LAT, D_ROPE, ceilings, dist_version, rel_err, f64_reference, graph_us
 
 RAGGED_BATCHES = (16, 64, 128)
 RAGGED_MEDIANS = (1024, 2048)
@@ -85,11 +85,11 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     best = min(per, key=per.get)
     row.update(split_us=per, rule_splits=rule, rule_us=per[rule], best_splits=best, best_us=per[best],
                balanced_us=graph_us(balanced), units=sc.max_units(b, target),
-               rule_err=max(_rel_err(ours(s)[check], ref) for s in (1, rule)),
-               balanced_err=_rel_err(balanced()[check], ref))
+               rule_err=max(rel_err(ours(s)[check], ref) for s in (1, rule)),
+               balanced_err=rel_err(balanced()[check], ref))
     if flash_mla is not None:
         peer = peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale)
-        row.update(flashmla_us=graph_us(peer.run), flashmla_err=_rel_err(peer.run()[check], ref))
+        row.update(flashmla_us=graph_us(peer.run), flashmla_err=rel_err(peer.run()[check], ref))
         del peer
     if sglang is not None and cache.numel() < 2**31:  # its int32 offsets wrap past 2^31 elements
         peer = peers.SGLangTriton(sglang, q_nope, q_pe, cache, seq_lens, table, scale, 32)
@@ -99,7 +99,7 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
             own = peer.own_splits(sglang_rule, sms)
             row.update(sglang_own_us=graph_us(lambda: peer.run_splits(own)),
                        sglang_own_splits=sorted(set(own.tolist())),
-                       sglang_err=_rel_err(peer.run_splits(own)[check], ref))
+                       sglang_err=rel_err(peer.run_splits(own)[check], ref))
         del peer
     return row
 
@@ -118,7 +118,7 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
     flash_mla, flash_why = peers.load_flash_mla()
     info = {"gpu": props.name, "sm_count": sms, "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "command": "python -m tools.schedule_bench " + " ".join(sys.argv[1:]),
-            "sglang": sglang_why or f"sglang {_version('sglang')}", "sglang_rule": rule_why or "its own",
+            "sglang": sglang_why or f"sglang {dist_version('sglang')}", "sglang_rule": rule_why or "its own",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)"}
     print(json.dumps(info), flush=True)
     data = {"info": info, "ceilings": ceilings(), "ragged": [], "uniform": []}

@@ -40,7 +40,7 @@ class TritonBackend(AttentionBackend):
             return kernels.triton_num_kv_splits(self.width * PAGE_SIZE, bs, heads, PAGE_SIZE, self.sm_count)
         return self.splits_for(self.width * PAGE_SIZE, bs)
 
-    def _balanced(self) -> bool:
+    def uses_balanced_schedule(self) -> bool:
         """Auto splits (-1) with the Triton kernel: the balanced schedule (``kernels.schedule``: each request's
         splits from the batch's lengths, on the device, so a graph follows them at every replay)."""
         return self.num_kv_splits == -1 and self.kernel_impl == "triton"
@@ -52,7 +52,7 @@ class TritonBackend(AttentionBackend):
         # (get_workspace_size counts 128 heads per split)
         splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
-        if self._balanced():  # its partials, for any batch size and head count up to 128
+        if self.uses_balanced_schedule():  # its partials, for any batch size and head count up to 128
             size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.units_target(h, self.sm_count, b,
                                                                                                    self.width))
                                  for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128)])
@@ -82,10 +82,10 @@ class TritonBackend(AttentionBackend):
 
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
         bs, heads = q_nope.shape[:2]
-        splits = -1 if self._balanced() else self._splits(bs, heads)
+        splits = -1 if self.uses_balanced_schedule() else self._splits(bs, heads)
         if splits != -1:  # the balanced schedule's counts are on the device, per request
             self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs],
             self.workspace, self.sm_scale, splits, impl=self.kernel_impl,
-            stride_policy="stride", schedule="balanced" if self._balanced() else "splits")
+            stride_policy="stride", schedule="balanced" if self.uses_balanced_schedule() else "splits")
