@@ -528,7 +528,8 @@ server3 = problem3.server
 
 def rebuild_prepare(reqs, lens):
     server3.req_pool_indices[: len(reqs)].copy_(torch.tensor(reqs))
-    server3.seq_lens = torch.tensor(lens + [1] * (sc.MAX_BS - len(lens)), dtype=torch.int32)  # a new tensor
+    server3.seq_lens = torch.tensor(lens + [1] * (sc.MAX_BS - len(lens)), dtype=torch.int32,
+                                    device=DEVICE)  # a new tensor
     server3.fill_page_table(server3.kv_indices, len(reqs))
 
 
