@@ -36,7 +36,7 @@ def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool
     draw_intended_and_read(ax_int, ax_read, reads.intended, reads.read, unused=UNUSED,
                            labels={POISON: "P", OUTSIDE: "X"})
     stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
-              if show_stride else "\n(green: the intended page, red and hatched: another one)")
+              if show_stride else "\n(green: its own page; hatched: another)")
     ax_read.set_title("page ids read under replay" + stride, fontsize=8)
     for ax in (ax_int, ax_read):
         ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],

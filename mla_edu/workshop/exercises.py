@@ -243,8 +243,11 @@ def mystery_figure(k: int):
     import matplotlib.pyplot as plt
 
     reads = _mystery_reads(_as_int(k))
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [reads.buffer.shape[1], 4, 4]})
-    draw_page_reads(*axes, reads, show_stride=False)
+    rows = reads.buffer.shape[0]
+    fig = plt.figure(figsize=(6.5, 0.5 * rows + 3.4))  # the buffer above, intended and read pages below: ~590 px
+    grid = fig.add_gridspec(2, 2)
+    draw_page_reads(fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1]), reads,
+                    show_stride=False)
     fig.suptitle(f"mystery {k}: one decode step by graph replay", fontsize=9)
     fig.tight_layout()
     return fig
@@ -284,7 +287,7 @@ def check_mystery(k, answer) -> ExerciseResult:
     if claim_stale != stale:
         hints.append(f"({option}) says the entries not written this step hold "
                      f"{'old page ids' if claim_stale else 'the poison id'}: look at the index buffer's entries "
-                     "that are not green")
+                     "not written this step (' x' stale, 'P' poison)")
     return _report(False, f"mystery {n}: not ({option}). " + "; ".join(hints) + ".")
 
 
