@@ -165,5 +165,6 @@ def test_triton_backend_runs_the_balanced_schedule_for_auto_splits():
                      max_running_requests=3, **({"cuda_graph_bs": (4,)} if graphs else {"disable_cuda_graph": True}))
         runs[impl, graphs] = [r.output_ids for r in eng.generate(ps, max_new_tokens=2, stop_token_ids=())]
         backend = eng.runner.backend
-        assert backend.uses_balanced_schedule() == (impl == "triton") and (backend.splits_used == set()) == (impl == "triton")
+        balanced = impl == "triton"
+        assert backend.uses_balanced_schedule() == balanced and (backend.splits_used == set()) == balanced
     assert runs["triton", True] == runs["torch", False]
