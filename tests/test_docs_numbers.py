@@ -241,3 +241,16 @@ def test_a_drifted_number_is_caught():
             d = re.search(r"\d", claim).start()
             drifted = body.replace(claim, f"{claim[:d]}{(int(claim[d]) + 1) % 10}{claim[d + 1:]}")
             assert missing([claim], drifted) == [claim], claim
+
+
+def test_readme_run_all_column_is_the_timings_file():
+    """README's 'Run All, s' column is results/notebook_timings.json's run_all_s, rounded: the numbers the
+    instructor guide's tracks are built from (one file, two places)."""
+    timings = json.loads((REPO_ROOT / "results" / "notebook_timings.json").read_text())["notebooks"]
+    rows = re.findall(r"^\| \d\d \| \[[^\]]+\]\(notebooks/(\d\d_\w+\.ipynb)\) \|.*\| (\d+) \|$", README.read_text(),
+                      re.M)
+    assert sorted(name for name, _ in rows) == sorted(timings), "README's notebook table and the timings file list " \
+        "different notebooks"
+    wrong = [(name, int(s), round(timings[name]["run_all_s"])) for name, s in rows
+             if int(s) != round(timings[name]["run_all_s"])]
+    assert not wrong, f"README's Run All column (quoted, measured): {wrong}; run python -m tools.notebook_timings"
