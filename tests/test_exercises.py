@@ -57,6 +57,13 @@ def _one_token_less(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # c
                             backend.cuda_graph_kv_indices[:bs], 128)
 
 
+def _token_slots(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # req_to_token's slots, not // 128
+    for b in range(bs):
+        n = (int(seq_lens[b]) + 127) // 128
+        slots = backend.req_to_token[req_pool_indices[b], ::128][:n]
+        backend.cuda_graph_kv_indices[b, :n] = slots.to(torch.int32)
+
+
 REPLAY_MISTAKES = [
     (_stub, "raised NotImplementedError"),
     (_nothing, ex.REPLAY_HINTS["nothing"]),
@@ -66,6 +73,7 @@ REPLAY_MISTAKES = [
     (_first_row_only, "rows 1 of the 2 the hook was called with still held the poison page id"),
     (_row_as_pool_index, "read wrong (but valid) pages: row b belongs to request req_pool_indices[b]"),
     (_one_token_less, "rows 1 (seq_lens [129]) lack their last page id"),
+    (_token_slots, "hold cache slots of tokens (req_to_token's entries), not page ids"),
     ("replay", "expected a function"),
 ]
 

@@ -94,6 +94,9 @@ def _replay_diagnosis(buf: torch.Tensor, want: torch.Tensor, n_pages: list) -> s
              and int(rows[b, n_pages[b] - 1]) == POISON_PAGE]
     if short == wrong:
         return "short:" + ", ".join(map(str, short))
+    slots = [b for b in wrong if torch.equal(rows[b, : n_pages[b]], want[b, : n_pages[b]] * PAGE_SIZE)]
+    if slots == wrong:  # req_to_token's entries at each page's first token, not divided by the page size
+        return "token_slots:" + ", ".join(map(str, slots))
     return "wrong_pages:" + ", ".join(map(str, wrong))
 
 
@@ -112,6 +115,8 @@ REPLAY_HINTS = {
             "function ran: it wrote nothing into them",
     "short": "rows {rows} (seq_lens {lens}) lack their last page id: the hook wrote one page too few for a "
              "request whose last token begins a new page; count the pages of the tokens the request has now",
+    "token_slots": "rows {rows} hold cache slots of tokens (req_to_token's entries), not page ids: a page holds "
+                   "128 slots, and the kernel wants the page's number",
     "wrong_pages": "rows {rows} read wrong (but valid) pages: row b belongs to request req_pool_indices[b], "
                    "and its page p holds the cache page of that request's token p * 128",
     "right": "the buffer held the right page ids after your function ran, yet the replay differs from eager: "
