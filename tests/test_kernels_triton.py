@@ -15,6 +15,11 @@ def random_decode_case(*args, **kw):
     return _case(*args, device=DEV, **kw)
 
 
+def _two_requests():
+    """Two requests of 20 and 40 tokens, 4 heads, pages of 16, a small latent: the launch-level tests' case."""
+    return random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+
+
 def rel_err(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
 
@@ -116,7 +121,7 @@ def test_checked_mode_and_workspace_errors():
 
 
 def test_each_launch_is_one_custom_op():
-    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    case = _two_requests()
     for s, expect in ((1, ["mla_edu.mla_decode_stage1.default"]),
                       (2, ["mla_edu.mla_decode_stage1.default", "mla_edu.mla_decode_stage2.default"])):
         ws = case.workspace(s)
@@ -133,7 +138,7 @@ def test_launch_configs_default_explicit_and_interpreted():
     assert skt.launch_config(128, on_gpu=True) == (64, *skt.GPU_CONFIGS[64])  # 128 heads: two 64-head blocks
     assert skt.launch_config(20, on_gpu=True)[0] == 32
     assert skt.launch_config(128, on_gpu=False)[:2] == (128, 64)  # the interpreter's own
-    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    case = _two_requests()
     plans = []
     with observe_plans(lambda plan, table, ws: plans.append(plan)):
         for launch in (None, (16, 32, 4, 1)):  # the default, then one passed with the call (as the sweep does)
@@ -153,7 +158,7 @@ def test_launch_configs_default_explicit_and_interpreted():
     (dict(launch=[16, 32, 4, 1]), r"launch must be"),
 ])
 def test_stage1_and_launch_are_checked(kw, msg):
-    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    case = _two_requests()
     with pytest.raises(ValueError, match=msg):
         mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1),
                    case.sm_scale, impl="triton", **kw)
@@ -161,7 +166,7 @@ def test_stage1_and_launch_are_checked(kw, msg):
 
 @pytest.mark.parametrize("impl", [i for i, entry in IMPLS.items() if entry.plan_stage1 is None])
 def test_impls_without_a_stage1_choice_refuse_one(impl):
-    case = random_decode_case(1, batch=2, heads=4, page_size=16, lens=[20, 40], d_latent=32, d_rope=16)
+    case = _two_requests()
     with pytest.raises(ValueError, match=f"impl='{impl}' has no stage-1 kernel to choose"):
         mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1),
                    case.sm_scale, impl=impl, stage1="tl")
