@@ -19,14 +19,19 @@ def rel(path: Path) -> str:
     return path.relative_to(REPO_ROOT).as_posix()
 
 
+NOTES = REPO_ROOT / "mla_edu" / "kernels" / "NOTES.md"
 #: documentation outside README and docs/: the kernel notes and the H200 notebooks' README
-OTHER_DOCS = (REPO_ROOT / "mla_edu" / "kernels" / "NOTES.md", REPO_ROOT / "notebooks" / "gpu" / "README.md")
+OTHER_DOCS = (NOTES, REPO_ROOT / "notebooks" / "gpu" / "README.md")
+
+
+def notebook_sources() -> list[Path]:
+    """Every notebooks/NN_*.py (each notebook's paired source)."""
+    return sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 
 
 def doc_files() -> list[Path]:
-    """README.md, every docs/*.md, ``OTHER_DOCS`` and every notebooks/NN_*.py (each notebook's paired source)."""
-    notebooks = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
-    return [README, *sorted((REPO_ROOT / "docs").glob("*.md")), *OTHER_DOCS, *notebooks]
+    """README.md, every docs/*.md, ``OTHER_DOCS`` and ``notebook_sources()``."""
+    return [README, *sorted((REPO_ROOT / "docs").glob("*.md")), *OTHER_DOCS, *notebook_sources()]
 
 
 def docstrings(path: Path) -> list[str]:

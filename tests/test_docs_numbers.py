@@ -14,14 +14,13 @@ import re
 from functools import cache
 
 import pytest
-from docs_text import README
+from docs_text import NOTES, README, SOURCES
 
 from mla_edu.paths import REPO_ROOT, RESULTS_DIR
 from mla_edu.util import PAGE_SIZE
 
 #: GSM8K of the five eager runs in PR #6998's description (docs/sources.md); the seed's guess uses their mean
 PR_6998_EAGER_RUNS = (0.917, 0.917, 0.910, 0.920, 0.916)
-NOTES = REPO_ROOT / "mla_edu" / "kernels" / "NOTES.md"
 NOTEBOOK_06 = REPO_ROOT / "notebooks" / "06_reproducing_the_zero_accuracy_bug.py"
 ROW_LABELS = {  # README's Results table: key in repro's JSON -> (run, kernel) cells
     "eager": ("cutlass_mla, `--disable-cuda-graph`", "model's scale"),
@@ -222,7 +221,7 @@ def test_the_seed_numbers_have_one_source():
 
     runs = PR_6998_EAGER_RUNS
     assert SEED["eager"] == f"{min(runs):.3f}-{max(runs):.3f}"
-    sources = norm((REPO_ROOT / "docs" / "sources.md").read_text(encoding="utf-8"))
+    sources = norm(SOURCES.read_text(encoding="utf-8"))
     assert "without CUDA graphs " + ", ".join(f"{x:.3f}" for x in runs) in sources
     mean = sum(runs) / len(runs)
     guess = f"{mean:.3f} / 16 = {mean / 16:.3f}"
@@ -246,7 +245,7 @@ def test_a_drifted_number_is_caught():
 def test_readme_run_all_column_is_the_timings_file():
     """README's 'Run All, s' column is results/notebook_timings.json's run_all_s, rounded: the numbers the
     instructor guide's tracks are built from (one file, two places)."""
-    timings = json.loads((REPO_ROOT / "results" / "notebook_timings.json").read_text())["notebooks"]
+    timings = result("notebook_timings.json")["notebooks"]
     rows = re.findall(r"^\| \d\d \| \[[^\]]+\]\(notebooks/(\d\d_\w+\.ipynb)\) \|.*\| (\d+) \|$", README.read_text(),
                       re.M)
     assert sorted(name for name, _ in rows) == sorted(timings), "README's notebook table and the timings file list " \

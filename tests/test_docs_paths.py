@@ -14,7 +14,7 @@ import itertools
 import re
 
 import pytest
-from docs_text import texts
+from docs_text import rel, texts
 
 from mla_edu.paths import REPO_ROOT
 
@@ -97,12 +97,8 @@ def missing_module(dotted: str) -> str | None:
     if len(rest) > 1 or not source.is_file():
         return f"{dotted}: {'.'.join(parts[:n])} has no module {'.'.join(rest)}"
     if not re.search(rf"\b{re.escape(rest[0])}\b", source.read_text(encoding="utf-8")):
-        return f"{dotted}: {rel_name(source)} defines no {rest[0]!r}"
+        return f"{dotted}: {rel(source)} defines no {rest[0]!r}"
     return None
-
-
-def rel_name(path) -> str:
-    return path.relative_to(REPO_ROOT).as_posix()
 
 
 def problems(name: str, text: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 import re
 
+from docs_text import notebook_sources
+
 from mla_edu.paths import REPO_ROOT
 
 GLOSSARY = REPO_ROOT / "docs" / "glossary.md"
@@ -21,7 +23,7 @@ def test_anchor_spelling():
 def test_every_term_is_linked_and_every_link_has_a_term():
     terms = {anchor(m) for m in re.findall(r"^## (.+)$", GLOSSARY.read_text(), re.MULTILINE)}
     links = {}
-    for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
+    for path in notebook_sources():
         for target in LINK.findall(path.read_text()):
             links.setdefault(target, []).append(path.name)
     assert not sorted(set(links) - terms), f"links to terms the glossary lacks: {sorted(set(links) - terms)}"
