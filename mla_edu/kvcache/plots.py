@@ -92,9 +92,7 @@ def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsi
             label = {"unused": "", "poison": "P"}.get(kind, labels.get(v, str(v)) + " x" * (kind == "stale"))
             ax.text(j, b, label if text is None else text[b][j], ha="center", va="center", fontsize=fontsize,
                     bbox=_LABEL_BOX if kind == "wrong" else None)
-    for b in range(rows):
-        for j in range(cols):
-            if kinds[b][j] == "wrong":
+            if kind == "wrong":
                 ax.add_patch(Rectangle((j - 0.5, b - 0.5), 1, 1, fill=False, hatch=palette.HATCH["wrong"],
                                        edgecolor=palette.HATCH_COLOR, lw=0))
     for b, j in cells:
