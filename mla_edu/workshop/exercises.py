@@ -36,13 +36,13 @@ from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
-from mla_edu.workshop.checks import as_int as _as_int, call as _call, report as _report, show as _show
+from mla_edu.workshop.checks import as_int as _as_int, call as _call, not_answered, report as _report, show as _show
 
 
 def _not_callable(fn, signature: str):
     if callable(fn):
         return None
-    if fn is None or fn is Ellipsis:
+    if not_answered(fn):
         return _report(False, "not answered yet: write the function and pass it")
     return _report(False, f"expected a function {signature}, got {type(fn).__name__} {_show(fn)}")
 
@@ -273,7 +273,7 @@ def check_mystery(k, answer) -> ExerciseResult:
     n = _as_int(k)
     if n not in MYSTERY_NUMBERS:
         return _report(False, f"expected a mystery number from {list(MYSTERY_NUMBERS)}, got {_show(k)}")
-    if answer is None or answer is Ellipsis:
+    if not_answered(answer):
         return _report(False, f"mystery {n}: not answered yet; pick one of {sorted(OPTIONS)}")
     option = _option(answer)
     if option is None:
@@ -351,7 +351,7 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
     the flat index (from the buffer's first entry) where request row 3 reads its page j = 2.
     Ints or integer-likes (numpy's int64, a one-element integer tensor)."""
     given = (used_row_stride, buffer_row_stride, flat_index)
-    if all(a is None or a is Ellipsis for a in given):
+    if all(map(not_answered, given)):
         return _report(False, "not answered yet: give three ints (used row stride, buffer row stride, flat index)")
     answers = tuple(_as_int(a) for a in given)
     names = ("used row stride", "buffer row stride", "flat index")
