@@ -85,16 +85,21 @@ def as_float(x):
         return None
 
 
+def describe(e: BaseException, limit: int = 160) -> str:
+    """``"TypeError: the first line of its message"`` (at most ``limit`` characters of it), whatever ``str(e)`` does."""
+    try:
+        first = str(e).splitlines()[0][:limit] if str(e) else ""
+    except Exception:
+        first = ""
+    return f"{type(e).__name__}: {first}"
+
+
 def call(fn, *args):
     """``(value, None)`` or ``(None, a one-line description of what fn raised)``."""
     try:
         return fn(*args), None
     except (Exception, SystemExit) as e:  # the learner's code: any failure is a hint, not a crash
-        try:
-            first = str(e).splitlines()[0][:160] if str(e) else ""
-        except Exception:
-            first = ""
-        return None, f"{type(e).__name__}: {first}"
+        return None, describe(e)
 
 
 def not_answered(prediction) -> bool:
@@ -175,5 +180,5 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
                          f"{len(truth - got)} missing")
 
 
-__all__ = ["ExerciseResult", "as_float", "as_int", "call", "check_choice", "check_items", "check_number",
+__all__ = ["ExerciseResult", "as_float", "as_int", "call", "check_choice", "check_items", "check_number", "describe",
            "not_answered", "report", "show"]

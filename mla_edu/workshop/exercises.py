@@ -36,7 +36,8 @@ from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
-from mla_edu.workshop.checks import as_int as _as_int, call as _call, not_answered, report as _report, show as _show
+from mla_edu.workshop.checks import as_int as _as_int, call as _call, describe as _describe, not_answered
+from mla_edu.workshop.checks import report as _report, show as _show
 
 
 def _not_callable(fn, signature: str):
@@ -196,8 +197,7 @@ def check_replay(fn) -> ExerciseResult:
         try:
             logits_g, logits_e, _ = _replay_case(engine, fn, seq_lens, state)
         except Exception as e:  # the step itself failed: the learner's function broke some state
-            err = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
-            return _report(False, f"{where}: " + REPLAY_HINTS["broke"].format(err=err) + ".")
+            return _report(False, f"{where}: " + REPLAY_HINTS["broke"].format(err=_describe(e, 120)) + ".")
         finally:  # whatever fn did: the next batch starts from the captured state
             backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace = buf, workspace
             backend.forward_metadata = metadata_class(workspace, buf)
