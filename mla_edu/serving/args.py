@@ -89,8 +89,7 @@ class ServerArgs:
     def to_json(self) -> str:
         """The fields as a JSON object (sets and tuples as lists), what ``from_json`` reads back: how a child
         process gets the settings (``case_study.accuracy``), as data rather than as command-line flags."""
-        return json.dumps({f.name: sorted(v) if isinstance(v, (set, frozenset)) else list(v) if isinstance(v, tuple)
-                           else v for f in fields(self) for v in [getattr(self, f.name)]})
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, default=sorted)  # default: the sets
 
     @classmethod
     def from_json(cls, text: str) -> ServerArgs:
