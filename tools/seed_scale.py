@@ -4,7 +4,7 @@
 """
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import Engine
-from tools.seed_dp_multiprocess import start
+from tools.seed_dp_multiprocess import accuracy, start
 
 
 def main(argv=None) -> int:
@@ -19,7 +19,7 @@ def main(argv=None) -> int:
                           ("triton eager", dict(attention_backend="triton"))):
             reqs = Engine(model, prefill_cache=cache, disable_cuda_graph=True, max_running_requests=16,
                           **kw).generate([q.prompt_ids for q in qs])
-            acc = sum(task.get_answer_value(task.decode(r.output_ids)) == q.label for r, q in zip(reqs, qs)) / len(qs)
+            acc = accuracy(reqs, qs)
             print(f"{name:9s} (model scale {scale:.4f}, kernel x{scale * 192 ** 0.5:.2f}) {label:32s} {acc:.3f}",
                   flush=True)
     return 0
