@@ -43,6 +43,12 @@ BASELINE = OKABE_ITO["blue"]  # eager, the reference run
 HATCH = {"wrong": "xx", "invalid": "//"}  # the second channel of a wrong cell or bar, and of invalid answers
 HATCH_COLOR = "#444444"  # hatch lines: dark enough over any fill
 
+
+def hatched(flags) -> dict:
+    """``ax.bar`` keywords: the bars where ``flags`` is true hatched (``HATCH["wrong"]``), the others plain."""
+    return {"hatch": [HATCH["wrong"] if f else "" for f in flags], "edgecolor": HATCH_COLOR, "lw": 0}
+
+
 #: Lines of one plot, in order: colour and marker change together.
 SERIES = [OKABE_ITO[k] for k in ("blue", "vermillion", "bluish green", "orange", "reddish purple", "sky blue",
                                  "black")]

@@ -24,7 +24,7 @@ def kv_cache_bytes_per_token():
     fig, ax = plt.subplots(figsize=(6, 3.2))
     mla = [scheme == "MLA" for scheme in sizes]  # the highlighted bar: coloured and hatched
     bars = ax.bar(list(sizes), list(sizes.values()), color=[palette.HIGHLIGHT if m else palette.GREY for m in mla],
-                  hatch=[palette.HATCH["wrong"] if m else "" for m in mla], edgecolor=palette.HATCH_COLOR, lw=0)
+                  **palette.hatched(mla))
     ax.set_yscale("log")
     ax.set_ylabel("bytes / token / layer (bf16)")
     ax.set_title("KV cache per token at DeepSeek-V3 dims (128 heads)")

@@ -87,8 +87,7 @@ def accuracy_bars(ax, names, accs, lost, baseline=()):
     the others green. Returns the bars."""
     colors = [palette.BASELINE if i in baseline else palette.WRONG if bad else palette.RIGHT
               for i, bad in enumerate(lost)]
-    return ax.bar(names, accs, color=colors, hatch=[palette.HATCH["wrong"] if bad else "" for bad in lost],
-                  edgecolor=palette.HATCH_COLOR, lw=0)
+    return ax.bar(names, accs, color=colors, **palette.hatched(lost))
 
 
 def accuracy_bars_figure(rows: list, title: str = ""):
