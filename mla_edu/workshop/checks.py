@@ -130,13 +130,18 @@ def check_number(question: str, prediction, truth, *, tolerance: float = 0.0, mi
     return report(False, f"{question}: not {show(prediction)} ({side}); see the hint in the exercise")
 
 
+def option_key(answer):
+    """A written option label as a key: ``"b"``, ``"B"``, ``"(b)"``, ``" b. "`` -> ``"b"``; anything but a str as is."""
+    if not isinstance(answer, str):
+        return answer
+    return answer.strip().strip(".").strip().strip("()").strip().lower()
+
+
 def check_choice(question: str, prediction, options: dict, truth) -> ExerciseResult:
     """``prediction``: a key of ``options`` ("a", "b", ... or True / False) against the measured ``truth``."""
     if not_answered(prediction):
         return _waiting(question)
-    key = prediction
-    if isinstance(prediction, str):
-        key = prediction.strip().strip(".").strip().strip("()").strip().lower()
+    key = option_key(prediction)
     try:
         known = key in options and not (isinstance(key, (int, float)) and not isinstance(key, bool)
                                         and any(isinstance(o, bool) for o in options))
@@ -181,4 +186,4 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
 
 
 __all__ = ["ExerciseResult", "as_float", "as_int", "call", "check_choice", "check_items", "check_number", "describe",
-           "not_answered", "report", "show"]
+           "not_answered", "option_key", "report", "show"]

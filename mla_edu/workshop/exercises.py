@@ -36,7 +36,7 @@ from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
-from mla_edu.workshop.checks import as_int as _as_int, call as _call, describe as _describe, not_answered
+from mla_edu.workshop.checks import as_int as _as_int, call as _call, describe as _describe, not_answered, option_key
 from mla_edu.workshop.checks import report as _report, show as _show
 
 
@@ -260,9 +260,7 @@ def mystery_figure(k: int):
 
 def _option(answer):
     """"b", "B", "(b)", " b. " -> "b"; anything else None."""
-    if not isinstance(answer, str):
-        return None
-    a = answer.strip().strip(".").strip().strip("()").strip().lower()
+    a = option_key(answer) if isinstance(answer, str) else None
     return a if a in OPTIONS else None
 
 
