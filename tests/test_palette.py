@@ -96,11 +96,10 @@ def test_no_colour_is_written_outside_the_palette():
     """Every figure takes its colours from mla_edu.palette: no hex colour or colour name in another module."""
     import re
 
-    from mla_edu.paths import REPO_ROOT
+    from docs_text import library_files, rel
 
     pattern = re.compile(r"""["']#[0-9a-fA-F]{6}["']|color=["'](?:red|green|blue|gr[ae]y|k|orange|black)["']""")
-    files = [*sorted((REPO_ROOT / "mla_edu").rglob("*.py")), *sorted((REPO_ROOT / "tools").glob("*.py"))]
-    found = [f"{p.relative_to(REPO_ROOT)}: {m.group(0)}" for p in files if p.name != "palette.py"
+    found = [f"{rel(p)}: {m.group(0)}" for p in library_files() if p.name != "palette.py"
              for m in pattern.finditer(p.read_text())]
     assert not found, found
 
