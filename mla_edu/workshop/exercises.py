@@ -499,10 +499,15 @@ STALE_EDGE_CASES = (
 )
 
 
+def _padded(seq_lens, rows: int) -> list:
+    """Every buffer row's seq_len: the real rows' ``seq_lens``, then 1 for each padded row."""
+    return list(seq_lens) + [1] * (rows - len(seq_lens))
+
+
 def _live(rows: int, width: int, seq_lens) -> torch.Tensor:
     """``[rows * W]`` bool: the entries a step writes (row r its first ceil(seq_len / 128); padded rows seq_len 1)."""
     live = torch.zeros(rows * width, dtype=torch.bool)
-    for r, n in enumerate(list(seq_lens) + [1] * (rows - len(seq_lens))):
+    for r, n in enumerate(_padded(seq_lens, rows)):
         live[r * width: r * width + cdiv(n, PAGE_SIZE)] = True
     return live
 
@@ -510,7 +515,7 @@ def _live(rows: int, width: int, seq_lens) -> torch.Tensor:
 def _stale_from_live(live: torch.Tensor, rows: int, seq_lens, row_stride: int) -> set:
     """The reads ``(b, j)`` of every row, padded ones included, that hit an entry ``live`` marks unwritten."""
     out = set()
-    for b, n in enumerate(list(seq_lens) + [1] * (rows - len(seq_lens))):
+    for b, n in enumerate(_padded(seq_lens, rows)):
         for j in range(cdiv(n, PAGE_SIZE)):
             i = b * row_stride + j
             if i >= live.numel() or not bool(live[i]):
@@ -559,7 +564,7 @@ def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_str
 
     read_pages = floor if round_up is False else ceil
     written_pages = (lambda n: n) if not pages else ceil if round_up is True else floor  # pages False: tokens
-    lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+    lens = _padded(seq_lens, rows)
     written = [written_pages(n) if padded_writes or r < len(seq_lens) else 0 for r, n in enumerate(lens)]
     out = set()
     for b, n in enumerate(lens if padded_readers else seq_lens):
@@ -613,7 +618,7 @@ def _stale_answer(got) -> tuple:
 def _stale_hint(buffer, seq_lens, rs, got, truth) -> str:
     """A hint on one step's wrong answer: what is missing and extra, and the mistake it looks like."""
     rows, width = buffer.shape
-    lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+    lens = _padded(seq_lens, rows)
     reads = {(b, j) for b, n in enumerate(lens) for j in range(cdiv(n, PAGE_SIZE))}
     missing, extra = sorted(truth - got), sorted(got - truth)
     wrong = {(b, j) for b, j in reads if b * rs + j != b * width + j}
