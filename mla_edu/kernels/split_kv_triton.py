@@ -300,17 +300,8 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                       sm_scale: float, row_stride: int, max_pages: int, num_splits: int, checked: bool,
                       final: bool, stage1: str, launch: list[int]) -> None:
     """Stage 1 by the kernel ``stage1`` (``STAGE1_KINDS``) with ``launch`` (``LaunchConfig``), as planned."""
-    b, h, dl = q_nope.shape
-    block_h, block_n, warps, stages = launch
-    if stage1 != "tl":
-        wgmma.launch(stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                     max_pages, num_splits, final, block_h)
-        return
-    on_gpu = q_nope.is_cuda
-    grid = (b, triton.cdiv(h, block_h), num_splits)
-    with _quiet(on_gpu):
-        _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                       max_pages, num_splits, checked, final, block_h, block_n, warps, stages)
+    _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
+                   row_stride, max_pages, num_splits, checked, final)
 
 
 def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, final: bool, block_h: int,
@@ -321,19 +312,28 @@ def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, fi
                 SCHEDULED=scheduled)
 
 
-def _launch_stage1(grid, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                   max_pages, num_splits, checked, final, block_h, block_n, warps, stages, units=None):
+def _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
+                   row_stride, max_pages, num_splits, checked, final, units=None):
+    """Both stage-1 ops' launch: the Gluon kernel ``stage1`` (``split_kv_wgmma.launch``) or the tl kernel, grid
+    ``(B, head blocks, splits)``, or with the balanced schedule's ``units`` [U, 5] ``(U, head blocks)``."""
     b, h, dl = q_nope.shape
-    stage1_kernel[grid](
-        q_nope, q_pe, cache, seq_lens, table_flat, seq_lens if units is None else units, o_acc, lse_acc, out,
-        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-        cache.stride(0), cache.stride(1),
-        out.stride(0), out.stride(1),
-        h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
-        **stage1_constexprs(cache.size(1), dl, q_pe.size(2), q_nope.dtype == torch.float32, checked, final,
-                            block_h, block_n, units is not None),
-        num_warps=warps, num_stages=stages,
-    )
+    block_h, block_n, warps, stages = launch
+    if stage1 != "tl":
+        wgmma.launch(stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
+                     max_pages, num_splits, final, block_h, units=units)
+        return
+    grid = (b, triton.cdiv(h, block_h), num_splits) if units is None else (units.size(0), triton.cdiv(h, block_h))
+    with _quiet(q_nope.is_cuda):
+        stage1_kernel[grid](
+            q_nope, q_pe, cache, seq_lens, table_flat, seq_lens if units is None else units, o_acc, lse_acc, out,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+            cache.stride(0), cache.stride(1),
+            out.stride(0), out.stride(1),
+            h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
+            **stage1_constexprs(cache.size(1), dl, q_pe.size(2), q_nope.dtype == torch.float32, checked, final,
+                                block_h, block_n, units is not None),
+            num_warps=warps, num_stages=stages,
+        )
 
 
 @mla_decode_stage1.register_fake
@@ -362,16 +362,8 @@ def mla_decode_stage1_scheduled(q_nope: torch.Tensor, q_pe: torch.Tensor, cache:
                                 max_pages: int, checked: bool, stage1: str, launch: list[int]) -> None:
     """Stage 1 over the balanced schedule's units (``schedule.Schedule.units`` [U, 5]): one program per unit
     and head block; partials in o_acc ``[U, H, DL]``, lse ``[U, H]``."""
-    h = q_nope.size(1)
-    block_h, block_n, warps, stages = launch
-    if stage1 != "tl":
-        wgmma.launch(stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                     max_pages, 1, False, block_h, units=units)
-        return
-    with _quiet(q_nope.is_cuda):
-        _launch_stage1((units.size(0), triton.cdiv(h, block_h)), q_nope, q_pe, cache, seq_lens, table_flat, o_acc,
-                       lse_acc, out, sm_scale, row_stride, max_pages, 1, checked, False, block_h, block_n, warps,
-                       stages, units)
+    _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
+                   row_stride, max_pages, 1, checked, False, units)
 
 
 @mla_decode_stage1_scheduled.register_fake
