@@ -21,7 +21,7 @@ import os
 
 import pytest
 
-from mla_edu.case_study.accuracy import run_bench
+from mla_edu.case_study.accuracy import AccuracyRuns
 from mla_edu.paths import RESULTS_DIR
 
 COMMITTED = json.loads((RESULTS_DIR / "repro_cpu.json").read_text())
@@ -41,20 +41,12 @@ def _configuration(r: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def rerun(one_thread):
-    """Runs a committed result's configuration on the whole eval set (memoized; one prefill cache), one torch
-    thread as the repro that wrote the file (``--threads 1``)."""
+    """Runs a committed result's configuration on the whole eval set (memoized; one prefill cache: ``AccuracyRuns``,
+    as the repro that wrote the file), one torch thread as that repro (``--threads 1``)."""
     from mla_edu.model import load_pretrained, task
 
-    model, questions, cache, done = load_pretrained(), task.default_eval_set(), {}, {}
-
-    def run(r: dict) -> dict:
-        cfg = _configuration(r)
-        key = tuple(sorted((k, tuple(sorted(v)) if isinstance(v, frozenset) else v) for k, v in cfg.items()))
-        if key not in done:
-            done[key] = run_bench(model, questions, prefill_cache=cache, **cfg)
-        return done[key]
-
-    return run
+    runs = AccuracyRuns(load_pretrained(), task.default_eval_set(), {}, progress=False)
+    return lambda r: runs(**_configuration(r))
 
 
 def _same(name: str, committed: dict, measured: dict) -> None:
