@@ -96,16 +96,27 @@ def ceilings() -> dict:
 
 
 def make_problem(batch, heads, page, length, dtype=torch.bfloat16, seed=0):
+    """``make_ragged_problem`` for ``batch`` requests of ``length`` tokens each."""
+    return make_ragged_problem([length] * batch, heads, page, dtype, seed)
+
+
+def make_ragged_problem(lens: list[int], heads: int, page: int, dtype=torch.bfloat16, seed: int = 0):
+    """(q_nope, q_pe, cache, seq_lens, table) for requests of ``lens`` tokens: each request its own pages in a
+    random permutation, the table as wide as the longest request (entries past a request's pages: page 0)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
-    n_pages = math.ceil(length / page)
-    num_pages = batch * n_pages + 1
-    cache = torch.randn(num_pages, page, D_LAT + D_ROPE, device="cuda", dtype=dtype, generator=g)
-    perm = torch.randperm(num_pages - 1, device="cuda", generator=g) + 1
-    table = perm[: batch * n_pages].view(batch, n_pages).to(torch.int32)
-    q_nope = torch.randn(batch, heads, D_LAT, device="cuda", dtype=dtype, generator=g)
-    q_pe = torch.randn(batch, heads, D_ROPE, device="cuda", dtype=dtype, generator=g)
-    seq_lens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
-    return q_nope, q_pe, cache, seq_lens, table
+    n = [math.ceil(x / page) for x in lens]
+    width, total = max(n), sum(n)
+    cache = torch.randn(total + 1, page, D_LAT + D_ROPE, device="cuda", dtype=dtype, generator=g)
+    perm = (torch.randperm(total, device="cuda", generator=g) + 1).to(torch.int32)
+    table = torch.zeros(len(lens), width, dtype=torch.int32, device="cuda")
+    start = 0
+    for b, k in enumerate(n):
+        table[b, :k] = perm[start:start + k]
+        start += k
+    b = len(lens)
+    q_nope = torch.randn(b, heads, D_LAT, device="cuda", dtype=dtype, generator=g)
+    q_pe = torch.randn(b, heads, D_ROPE, device="cuda", dtype=dtype, generator=g)
+    return q_nope, q_pe, cache, torch.tensor(lens, dtype=torch.int32, device="cuda"), table
 
 
 def gather_attention(q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float):

@@ -27,7 +27,8 @@ import sys
 
 import torch
 
-from tools.kernel_bench import D_LAT, D_ROPE, ceilings, dist_version, rel_err, f64_reference, graph_us
+from tools.kernel_bench import (D_LAT, D_ROPE, ceilings, dist_version, f64_reference, graph_us, make_ragged_problem,
+                                rel_err)
 
 RAGGED_BATCHES = (16, 64, 128)
 RAGGED_MEDIANS = (1024, 2048)
@@ -38,32 +39,13 @@ PAGE = 64
 SEED = 0
 
 
-def make_problem(lens: list[int], heads: int, page: int = PAGE, seed: int = SEED):
-    """(q_nope, q_pe, cache, seq_lens, table) for requests of ``lens`` tokens: each request its own pages in a
-    random permutation, the table as wide as the longest request (entries past a request's pages: page 0)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    n = [math.ceil(x / page) for x in lens]
-    width, total = max(n), sum(n)
-    cache = torch.randn(total + 1, page, D_LAT + D_ROPE, device="cuda", dtype=torch.bfloat16, generator=g)
-    perm = (torch.randperm(total, device="cuda", generator=g) + 1).to(torch.int32)
-    table = torch.zeros(len(lens), width, dtype=torch.int32, device="cuda")
-    start = 0
-    for b, k in enumerate(n):
-        table[b, :k] = perm[start:start + k]
-        start += k
-    b = len(lens)
-    q_nope = torch.randn(b, heads, D_LAT, device="cuda", dtype=torch.bfloat16, generator=g)
-    q_pe = torch.randn(b, heads, D_ROPE, device="cuda", dtype=torch.bfloat16, generator=g)
-    return q_nope, q_pe, cache, torch.tensor(lens, dtype=torch.int32, device="cuda"), table
-
-
 def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule) -> dict:
     """One problem's row (see the module docstring)."""
     from mla_edu.kernels import get_workspace_size, mla_decode, peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
 
-    q_nope, q_pe, cache, seq_lens, table = make_problem(lens, heads)
+    q_nope, q_pe, cache, seq_lens, table = make_ragged_problem(lens, heads, PAGE, seed=SEED)
     b, width = table.shape
     scale = 1 / math.sqrt(192)
     splits = [s for s in SPLIT_CHOICES if s <= width]
