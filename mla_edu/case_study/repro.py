@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     print(f"\n{len(run.results)} engine runs, {elapsed:.0f} s in all (prefill computed once per prompt and shared).")
     if a.json_out:
         write_atomic(a.json_out, json.dumps(
-            {"configuration": {k: list(v) if isinstance(v, tuple) else v for k, v in common.items()},
+            {"configuration": common,  # json writes the tuple (cuda_graph_bs) as a list
              "table": table, "ablation": ablation,
              # the runs in this configuration, then one engine's: (16, max) running x (append, prepend)
              "open_question_this": open_q[:2], "open_question": open_q[2:], "seconds": elapsed}, indent=1))
