@@ -22,8 +22,8 @@ SPLITS = (-1, 1, 2, 4, 8, 16, 32, 64)
 def main(argv=None) -> int:
     import triton.testing
 
-    from mla_edu.kernels import get_workspace_size, mla_decode, num_kv_splits_for, peers
-    from tools.kernel_bench import make_problem
+    from mla_edu.kernels import mla_decode, num_kv_splits_for, peers
+    from tools.kernel_bench import bench_workspace, make_problem
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-flashmla", action="store_true", help="leave FlashMLA out of the sequence")
@@ -39,8 +39,7 @@ def main(argv=None) -> int:
                 print(f"shape h_q={heads} B={b} L={length}", flush=True)
                 q_nope, q_pe, cache, seq_lens, table = make_problem(b, heads, 64, length)
                 most = max(*SPLITS, num_kv_splits_for(64 * table.size(1), b, sms, -1))  # the auto split: up to 128
-                ws = torch.empty(max(get_workspace_size(64 * table.size(1), b, sms, most), b * heads * most * 513 * 4),
-                                 dtype=torch.uint8, device="cuda")
+                ws = bench_workspace(64 * table.size(1), b, heads, sms, most)
                 for s in SPLITS:
                     triton.testing.do_bench_cudagraph(lambda s=s: mla_decode(
                         q_nope, q_pe, cache, seq_lens, table, ws, scale, s, impl="triton", stage1=args.stage1))

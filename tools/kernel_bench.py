@@ -33,7 +33,7 @@ import torch
 
 from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.kernels.plots import summary
-from mla_edu.kernels.workspace import D_LATENT, D_ROPE, num_kv_splits_for
+from mla_edu.kernels.workspace import D_LATENT, D_ROPE, get_workspace_size, num_kv_splits_for
 from mla_edu.util import cdiv
 
 PAGES = (64, 128)
@@ -93,6 +93,13 @@ def ceilings() -> dict:
     mm_tflops = 2 * m**3 / (ms * 1e-3) / 1e12
     torch.cuda.empty_cache()
     return {"copy_TBps": copy_tbs, "matmul_bf16_TFLOPs": mm_tflops}
+
+
+def bench_workspace(max_seq_len: int, batch: int, heads: int, sms: int, splits: int, at_least: int = 0):
+    """A workspace for ``mla_decode`` at up to ``splits`` splits: the larger of sgl-kernel's bytes and this
+    package's (o_acc and one LSE float per request, head and split), and at least ``at_least`` bytes."""
+    size = max(get_workspace_size(max_seq_len, batch, sms, splits), batch * heads * splits * (D_LAT + 1) * 4, at_least)
+    return torch.empty(size, dtype=torch.uint8, device="cuda")
 
 
 def make_problem(batch, heads, page, length, dtype=torch.bfloat16, seed=0):
@@ -219,8 +226,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                     splits = [s for s in SPLIT_CHOICES if s <= cdiv(max_seq_len, page)]
                     auto = num_kv_splits_for(max_seq_len, b, sms, -1)
                     most = max(max(splits), auto)
-                    ws = torch.empty(max(get_workspace_size(max_seq_len, b, sms, most),
-                                         b * heads * most * (D_LAT + 1) * 4), dtype=torch.uint8, device="cuda")
+                    ws = bench_workspace(max_seq_len, b, heads, sms, most)
                     ours = lambda s, kind=None: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws,  # noqa: E731
                                                            scale, s, impl="triton", sm_count=sms, stage1=kind)
                     per = _us_per_split(ours, splits)
@@ -522,14 +528,13 @@ def main(argv=None):
 
 def run_once(heads: int, batch: int, length: int, page: int = 64, kernels: bool = False) -> None:
     """One call of each kernel on one problem (after a warm-up call), for a profiler."""
-    from mla_edu.kernels import get_workspace_size, mla_decode, peers
+    from mla_edu.kernels import mla_decode, peers
     from mla_edu.kernels.workspace import triton_num_kv_splits
 
     q_nope, q_pe, cache, seq_lens, table = make_problem(batch, heads, page, length)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     splits = triton_num_kv_splits(page * table.size(1), batch, heads, page, sms)
-    ws = torch.empty(max(get_workspace_size(page * table.size(1), batch, sms, splits),
-                         batch * heads * splits * (D_LAT + 1) * 4), dtype=torch.uint8, device="cuda")
+    ws = bench_workspace(page * table.size(1), batch, heads, sms, splits)
     scale = 1 / math.sqrt(192)
     calls = {"mla_edu": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits, impl="triton")}
     if kernels:

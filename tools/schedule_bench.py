@@ -27,8 +27,8 @@ import sys
 
 import torch
 
-from tools.kernel_bench import (D_LAT, D_ROPE, ceilings, dist_version, f64_reference, graph_us, make_ragged_problem,
-                                rel_err)
+from tools.kernel_bench import (D_LAT, D_ROPE, bench_workspace, ceilings, dist_version, f64_reference, graph_us,
+                                make_ragged_problem, rel_err)
 
 RAGGED_BATCHES = (16, 64, 128)
 RAGGED_MEDIANS = (1024, 2048)
@@ -41,7 +41,7 @@ SEED = 0
 
 def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule) -> dict:
     """One problem's row (see the module docstring)."""
-    from mla_edu.kernels import get_workspace_size, mla_decode, peers
+    from mla_edu.kernels import mla_decode, peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
 
@@ -50,8 +50,7 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     scale = 1 / math.sqrt(192)
     splits = [s for s in SPLIT_CHOICES if s <= width]
     target = sc.units_target(heads, sms, b, width)
-    ws = torch.empty(max(get_workspace_size(PAGE * width, b, sms, max(splits)), b * heads * max(splits) * (D_LAT + 1)
-                         * 4, sc.workspace_bytes(b, heads, D_LAT, target)), dtype=torch.uint8, device="cuda")
+    ws = bench_workspace(PAGE * width, b, heads, sms, max(splits), sc.workspace_bytes(b, heads, D_LAT, target))
     ours = lambda s: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, s, impl="triton",  # noqa: E731
                                 sm_count=sms)
     balanced = lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton",  # noqa: E731
