@@ -124,11 +124,6 @@ def _write(out_dir: str, data: dict) -> None:
         f.write(to_markdown(data))
 
 
-def _geomean(xs) -> float:
-    xs = list(xs)
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-
-
 def summary(data: dict) -> dict:
     """The issue's acceptance numbers: x FlashMLA = FlashMLA's time / mla_edu's (above 1: mla_edu faster)."""
     out = {}
@@ -137,13 +132,13 @@ def summary(data: dict) -> dict:
         for key in ("balanced", "rule"):
             x = [r["flashmla_us"] / r[f"{key}_us"] for r in rows]
             if x:
-                out[f"{kind}_{key}_x_flashmla"] = {"geomean": _geomean(x), "min": min(x)}
+                out[f"{kind}_{key}_x_flashmla"] = {"geomean": statistics.geometric_mean(x), "min": min(x)}
     uni = data["uniform"]
     for h in HEADS:
         x = [r["flashmla_us"] / r["balanced_us"] for r in uni if r["heads"] == h and "flashmla_us" in r
              and (h == 16 or r["batch"] >= 4)]
         if x:
-            out[f"uniform_h{h}_balanced_x_flashmla"] = {"geomean": _geomean(x), "min": min(x),
+            out[f"uniform_h{h}_balanced_x_flashmla"] = {"geomean": statistics.geometric_mean(x), "min": min(x),
                                                         "below_0.9": sum(v < 0.9 for v in x)}
     ratio = [r["balanced_us"] / r["best_us"] for r in uni]
     if ratio:
