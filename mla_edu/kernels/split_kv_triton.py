@@ -258,7 +258,7 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
     return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
             and cache.dtype == q_pe.dtype == q_nope.dtype and dl == D_LATENT and q_pe.size(2) == D_ROPE
             and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % block_h == 0
-            and cache.data_ptr() % 16 == 0 and all(s * cache.element_size() % 16 == 0 for s in cache.stride()[:2]))
+            and wgmma.aligned_16(cache))
 
 
 def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: str | None = None,

@@ -488,11 +488,17 @@ def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool, block_h: int
                 SCHEDULED=scheduled)
 
 
+def aligned_16(cache) -> bool:
+    """Whether the cache's base address and its page and row strides are multiples of 16 bytes (what both kinds'
+    16-byte copies need: ``split_kv_triton.wgmma_applies``, ``tma_applies``)."""
+    return cache.data_ptr() % 16 == 0 and all(s * cache.element_size() % 16 == 0 for s in cache.stride()[:2])
+
+
 def tma_applies(cache) -> bool:
     """Whether the TMA kind of ``stage1_wgmma_kernel`` can read this cache: whole tiles inside one page
-    (``PAGE % BLOCK_N == 0``), pages back to back (a 2D view of its rows), rows 16-byte aligned."""
+    (``PAGE % BLOCK_N == 0``), pages back to back (a 2D view of its rows), base and rows 16-byte aligned."""
     return (cache.size(1) % BLOCK_N == 0 and cache.stride(0) == cache.size(1) * cache.stride(1)
-            and (cache.stride(1) * cache.element_size()) % 16 == 0 and cache.data_ptr() % 16 == 0)
+            and aligned_16(cache))
 
 
 def tma_descriptors(cache, d_latent: int = D_LATENT):
