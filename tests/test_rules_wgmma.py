@@ -43,7 +43,7 @@ def test_gluon_grid_has_one_program_per_head_block_of_its_own_kernel(monkeypatch
     Bent in a copy, fails here: ``grid = (h // BLOCK_H, b, num_splits)`` (the 64-head block for every kernel:
     0 programs at 16 or 32 heads, 2 instead of 8 at 128 heads with 16 a program); the batch and the split
     swapped in the grid; ``kernel_for`` giving the 64-head kernel to a 32-head block; the balanced schedule's
-    grid ``(h // BLOCK_H, U, 1)``.
+    grid ``(h // BLOCK_H, num_parts, 1)``.
     """
     case = random_decode_case(0, batch=3, heads=heads, d_latent=512, d_rope=64, lens=[70, 5, 130], page_size=64)
     rec = _Recorder()
@@ -55,12 +55,11 @@ def test_gluon_grid_has_one_program_per_head_block_of_its_own_kernel(monkeypatch
     [(grid, constexprs, _)] = rec.calls
     assert tuple(grid) == (heads // block_h, 3, splits)
     assert constexprs["BLOCK_H"] == block_h and constexprs["TMA"] is False
-    # the balanced schedule's launch: one program per (head block, work unit)
-    units = torch.zeros(7, 5, dtype=torch.int32)
+    # the balanced schedule's launch: one persistent program per (head block, part)
     wg.launch("cp.async", case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table.reshape(-1), None,
               None, out, case.sm_scale, case.page_table.size(1), case.page_table.size(1), 1, False, block_h,
-              units=units)
-    assert tuple(rec.calls[1][0]) == (heads // block_h, 7, 1)
+              num_parts=7)
+    assert tuple(rec.calls[1][0]) == (heads // block_h, 7, 1) and rec.calls[1][1]["SCHEDULED"] is True
 
 
 @pytest.mark.parametrize("kind,page,offset,tma", [("tma", 64, 0, True), ("tma", 64, 8, False), ("tma", 16, 0, False),

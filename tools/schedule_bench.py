@@ -39,8 +39,8 @@ PAGE = 64
 SEED = 0
 
 
-def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule) -> dict:
-    """One problem's row (see the module docstring)."""
+def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule, quick: bool = False) -> dict:
+    """One problem's row (see the module docstring); ``quick``: mla_edu at the rule's split only (no sweep)."""
     from mla_edu.kernels import mla_decode, peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
@@ -48,8 +48,9 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     q_nope, q_pe, cache, seq_lens, table = make_ragged_problem(lens, heads, PAGE, seed=SEED)
     b, width = table.shape
     scale = 1 / math.sqrt(192)
-    splits = [s for s in SPLIT_CHOICES if s <= width]
-    target = sc.units_target(heads, sms, b, width)
+    rule = triton_num_kv_splits(PAGE * width, b, heads, PAGE, sms)
+    splits = [rule] if quick else [s for s in SPLIT_CHOICES if s <= width]
+    target = sc.num_parts(heads, sms, b, width)
     ws = bench_workspace(PAGE * width, b, heads, sms, max(splits), sc.workspace_bytes(b, heads, D_LAT, target))
     ours = lambda s: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, s, impl="triton",  # noqa: E731
                                 sm_count=sms)
@@ -62,10 +63,9 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     check = sorted({0, b - 1, max(range(b), key=lambda i: lens[i])})
     ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check)
     per = {s: graph_us(lambda: ours(s)) for s in splits}
-    rule = triton_num_kv_splits(PAGE * width, b, heads, PAGE, sms)
     best = min(per, key=per.get)
     row.update(split_us=per, rule_splits=rule, rule_us=per[rule], best_splits=best, best_us=per[best],
-               balanced_us=graph_us(balanced), units=sc.max_units(b, target),
+               balanced_us=graph_us(balanced), units=sc.workspace_rows(b, target),
                rule_err=max(rel_err(ours(s)[check], ref) for s in (1, rule)),
                balanced_err=rel_err(balanced()[check], ref))
     if flash_mla is not None:
@@ -85,7 +85,8 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     return row
 
 
-def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool = True, uniform: bool = True) -> dict:
+def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool = True, uniform: bool = True,
+        quick: bool = False) -> dict:
     import triton
 
     from mla_edu.kernels import peers
@@ -94,7 +95,7 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
-    sglang, sglang_why = peers.load_sglang_decode()
+    sglang, sglang_why = (None, "not run (--quick)") if quick else peers.load_sglang_decode()
     rule, rule_why = peers.load_sglang_split_rule()
     flash_mla, flash_why = peers.load_flash_mla()
     info = {"gpu": props.name, "sm_count": sms, "torch": torch.__version__, "triton": triton.__version__,
@@ -107,7 +108,7 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
     problems += [("uniform", bb, ln, h) for h in HEADS for bb in batches for ln in lens] if uniform else []
     for kind, bb, size, h in problems:
         lengths = sc.lognormal_lengths(bb, size, SEED) if kind == "ragged" else [size] * bb
-        row = measure(lengths, h, sms, flash_mla, sglang, rule)
+        row = measure(lengths, h, sms, flash_mla, sglang, rule, quick)
         torch.cuda.empty_cache()  # the problem's tensors are gone with measure's frame
         data[kind].append(row)
         print(kind, json.dumps(row), flush=True)
@@ -201,6 +202,8 @@ def main(argv=None):
     ap.add_argument("--batches", default=",".join(map(str, UNIFORM_BATCHES)), help="uniform grid's batch sizes")
     ap.add_argument("--lens", default=",".join(map(str, UNIFORM_LENS)), help="uniform grid's lengths")
     ap.add_argument("--only", choices=("ragged", "uniform"), help="run one of the two sets")
+    ap.add_argument("--quick", action="store_true", help="exploring: no split sweep ('best fixed' is the rule's "
+                    "split), no SGLang")
     ap.add_argument("--render", metavar="JSON", help="no GPU: write the markdown of a run's json into --out")
     args = ap.parse_args(argv)
     if args.render:
@@ -212,7 +215,7 @@ def main(argv=None):
         raise SystemExit("python -m tools.schedule_bench needs a CUDA GPU; the committed results are in "
                          "results/kernel_bench_h200_schedule.md")
     run(args.out, tuple(map(int, args.batches.split(","))), tuple(map(int, args.lens.split(","))),
-        ragged=args.only != "uniform", uniform=args.only != "ragged")
+        ragged=args.only != "uniform", uniform=args.only != "ragged", quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -1,35 +1,37 @@
-"""A work-balanced split-KV schedule for ragged batches: near-equal work units over the SMs.
+"""A work-balanced split-KV schedule for ragged batches: one equal share of the batch for each SM.
 
 The split rule of ``workspace.triton_num_kv_splits`` gives every request of a batch the same split
 count, sized from the page table's width (the longest request a graph can see). In a serving batch
 the lengths are ragged: a few long requests' programs then run alone while most SMs idle. FlashMLA
 (at ``9edee0c``; ``docs/sources.md``) avoids this with ``get_mla_metadata``
 (``csrc/kernels/get_mla_metadata.cu`` lines 8-75): one warp, on the device and so inside a CUDA graph,
-that cuts the batch's total KV blocks (plus a fixed overhead per request) into one near-equal share per
-SM part (``payload``, line 34), cutting long requests into several pieces and packing short ones
-together; each persistent CTA then walks its part (``csrc/kernels/splitkv_mla.cu`` lines 1019-1039) and
-its combine kernel merges a variable number of partials per request (``csrc/kernels/mla_combine.cu``
-lines 25-30).
+cuts the batch's total KV blocks (plus a fixed overhead per request) into one near-equal share per SM
+part (``payload``, line 34); each persistent CTA then walks its part (``csrc/kernels/splitkv_mla.cu``
+lines 1019-1039), and its combine kernel merges a variable number of partials per request
+(``csrc/kernels/mla_combine.cu`` lines 25-30).
 
-Here the same idea in one small Triton kernel (``schedule_kernel``, one program: no host sync, fixed shapes,
-so a graph captures it and the schedule follows the lengths at every replay; a first version in ~50 torch ops
-cost ~130 us of launches on the H200), one program per work unit:
+Here the same partition, in closed form, so that no kernel has to run first: every stage-1 program
+computes it from ``seq_lens`` (one vector of B lengths, a prefix sum: ``batch_plan``) and then walks its
+own part (``part_requests``, ``segment``); stage 2 computes it again to find each request's partials.
+No host sync, no table, fixed shapes: a graph captures it and the partition follows the lengths at
+every replay.
 
-* request ``b`` has ``n_b = ceil(len_b / PAGE)`` pages (clamped to ``[0, max_pages]``);
-* ``target`` units fill the GPU once (``units_target``, FlashMLA's ``num_sm_parts``); a unit holds at most
-  ``chunk = max(MIN_UNIT_PAGES, ceil((sum n_b + B * FIXED_OVERHEAD_PAGES) / target))`` pages: the overhead
-  term, as in FlashMLA, keeps a request that nearly fits one unit from being cut into a big piece and a crumb;
-* request ``b`` is cut into ``min(MAX_PIECES, ceil(n_b / chunk))`` near-equal pieces on page boundaries;
-  there are at most ``target + B`` units (``max_units``), the grid's static size; units past the real count
-  are idle (flag -1) and their programs return at once;
-* launch order: the pieces of the requests cut in several first, then the requests of one unit, so the
-  GPU's block scheduler, which hands the next program to the first free SM, packs the short ones into the
-  gaps (longest-first list scheduling, by two classes: no sort);
-* a request with one piece writes its output directly (flag 1); the others write partials (flag 0),
-  which the stage 2 merges by log-sum-exp over the request's ``s_b`` units.
+* request ``b`` has ``n_b = ceil(len_b / PAGE)`` pages (clamped to ``[0, max_pages]``) and costs
+  ``w_b = n_b + FIXED_OVERHEAD_PAGES`` page-times (0 for an empty request): the overhead, as FlashMLA's,
+  is its q load, the ring's first fill and its partial;
+* the requests' costs are laid end to end on one line, request ``b`` at ``[W_b, W_b + w_b)``, and its page
+  ``k`` at ``x = W_b + k * w_b / n_b`` (the overhead spread over its pages, so a short request weighs
+  more per page);
+* part ``p`` (one persistent program per head block, ``num_parts`` of them fill the GPU once) takes the
+  pages with ``x`` in ``[p * chunk, (p + 1) * chunk)``, ``chunk = ceil(sum w_b / num_parts)`` (at least
+  ``MIN_PART_PAGES``, and large enough that no request is cut into more than ``MAX_PIECES``);
+* so a long request is cut across several parts and a part holds several short requests, walked in order;
+  a request whose pages all fall in one part is written to the output there, the others leave one
+  partial per part, in workspace row ``p + b`` (unique: both indices grow along the line), which stage 2
+  merges by log-sum-exp over parts ``[p_first(b), p_last(b)]``.
 
-``balanced_schedule`` runs on any device; on CPU tensors (Triton's interpreter) it is the host-side version
-that the figures and ``simulate`` use (the same function, so the picture is the kernel's schedule).
+``segments`` runs the same arithmetic in a small kernel (Triton's interpreter on CPU) and returns every
+part's segments: what the tests check and the figures draw.
 """
 
 from __future__ import annotations
@@ -48,122 +50,158 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 #: How ``mla_decode`` splits the KV: "splits", the same count for every request (its ``num_kv_splits``, the
-#: cutlass contract); "balanced", this module's schedule (impl "triton").
+#: cutlass contract); "balanced", this module's partition (impl "triton").
 SCHEDULES = ("splits", "balanced")
-#: Per-unit fixed cost in pages (q load, the ring's first fill, the partial's write), FlashMLA's
+#: Per-request fixed cost in pages (q load, the ring's first fill, the partial's write), FlashMLA's
 #: ``Config::FIXED_OVERHEAD_NUM_BLOCKS`` (``csrc/kernels/config.h`` line 11 at ``9edee0c``, 64-token blocks).
 FIXED_OVERHEAD_PAGES = 5
-#: Fewest pages a unit holds (a unit's q load, ring fill and partial cost about FIXED_OVERHEAD_PAGES): a
-#: small batch is not cut into crumbs whose merge costs more than their balance gains.
-MIN_UNIT_PAGES = 2
-#: Most units of one request: its partials' merge is read by few programs, and at B=1 more pieces than the
-#: split rule's largest count (32, ``workspace.SPLIT_CHOICES``) ran slower on the H200 (FlashMLA, which cuts
-#: one request into ~128, too: results/kernel_bench_h200_schedule.md).
+#: Fewest page-times a part holds: a small batch is not cut into crumbs whose merge costs more than their
+#: balance gains.
+MIN_PART_PAGES = 2
+#: Most parts one request is cut across: at B=1 more pieces than the split rule's largest count (32,
+#: ``workspace.SPLIT_CHOICES``) ran slower on the H200 (FlashMLA, which cuts one request into ~128, too:
+#: results/kernel_bench_h200_schedule.md).
 MAX_PIECES = max(SPLIT_CHOICES)
-#: Fields of one row of ``Schedule.units``: its request, its tokens [t_start, t_end), its flag, and the
-#: workspace row of its partial (its index before the longest-first ordering: a request's rows are adjacent).
-UNIT_FIELDS = ("request", "t_start", "t_end", "flag", "row")
-#: ``flag`` values: the unit is its request's only one and writes the output; writes a partial; is idle.
+#: Fields of a row of ``segments``: its part, its request, its tokens [t_start, t_end), its flag.
+SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
+#: ``flag`` values: the request's only part, which writes the output; one of several, which writes a
+#: partial; no segment in this workspace row.
 DIRECT, PARTIAL, IDLE = 1, 0, -1
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """Device tensors a graph can capture: ``units`` int32 ``[max_units, 5]`` (``UNIT_FIELDS``), in launch
-    order; ``first`` int32 ``[B + 1]``: request b's partials are workspace rows ``[first[b], first[b + 1])``."""
-
-    units: torch.Tensor
-    first: torch.Tensor
-
-
-def units_target(heads: int, sm_count: int, batch: int = 0, n_pages: int = 0) -> int:
-    """Units that fill the GPU once: its program slots (``PROGRAMS_PER_SM`` of the head block the kernel
-    takes, ``gpu_block_h``) over the head blocks each unit runs as (FlashMLA's ``num_sm_parts``:
+def num_parts(heads: int, sm_count: int, batch: int = 0, n_pages: int = 0) -> int:
+    """Parts that fill the GPU once: its program slots (``PROGRAMS_PER_SM`` of the head block the kernel takes,
+    ``gpu_block_h``) over the head blocks each part runs as (FlashMLA's ``num_sm_parts``:
     ``sm_count / h_k / ceil(h_q / 64)``, ``csrc/flash_api.cpp`` line 39 at ``9edee0c``)."""
     block_h = gpu_block_h(heads, batch, n_pages)
     return max(1, PROGRAMS_PER_SM[block_h] * sm_count // cdiv(heads, block_h))
 
 
-def max_units(batch: int, target: int) -> int:
-    """The grid's static unit count: ``sum_b max(1, ceil(n_b / chunk)) <= sum n_b / chunk + B <= target + B``
-    (``chunk >= sum n_b / target``; the cap of ``MAX_PIECES`` only lowers a count)."""
-    return target + batch
+def workspace_rows(batch: int, parts: int) -> int:
+    """Workspace rows of the partials: row ``p + b`` for part p's segment of request b, ``p < parts``,
+    ``b < batch``."""
+    return parts + batch - 1
 
 
-def workspace_bytes(batch: int, heads: int, d_latent: int, target: int) -> int:
-    """float32 partials ``[max_units, H, d_latent]`` and their log-sum-exps ``[max_units, H]``."""
-    return max_units(batch, target) * heads * (d_latent + 1) * 4
+def workspace_bytes(batch: int, heads: int, d_latent: int, parts: int) -> int:
+    """float32 partials ``[rows, H, d_latent]`` and their log-sum-exps ``[rows, H]``."""
+    return workspace_rows(batch, parts) * heads * (d_latent + 1) * 4
 
 
 @triton.jit
-def schedule_kernel(seq_lens_ptr, units_ptr, first_ptr, B, max_pages, target, n_rows, PAGE: tl.constexpr,
-                    OVERHEAD: tl.constexpr, MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr, BLOCK_B: tl.constexpr,
-                    BLOCK_U: tl.constexpr):
-    """One program (FlashMLA's ``get_mla_metadata`` is one warp): the batch's schedule into ``units`` [n_rows, 5]
-    and ``first`` [B + 1] (see ``balanced_schedule``)."""
-    offs = tl.arange(0, BLOCK_B)
+def batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
+               MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
+    """The partition of the batch, for the requests ``offs`` (a vector of ``>= B`` indices, in the caller's
+    layout). Returns per request (int32 vectors): ``lens`` (tokens read), ``n`` (pages), ``start`` (``W_b``),
+    ``w`` (cost), ``p_first``, ``p_last`` (its parts; ``p_last < p_first`` for an empty request), and the
+    scalar ``chunk``."""
     mask = offs < B
     lens = tl.maximum(tl.load(seq_lens_ptr + offs, mask=mask, other=0), 0)
-    n = tl.minimum((lens + PAGE - 1) // PAGE, max_pages)  # [BLOCK_B] pages read
-    lens = tl.minimum(lens, n * PAGE)  # tokens read
-    chunk = tl.maximum((tl.sum(n, 0) + B * OVERHEAD + target - 1) // target, MIN_PAGES)  # pages a unit, at most
-    pieces = tl.minimum(tl.maximum((n + chunk - 1) // chunk, 1), MAX_PIECES)
-    per = tl.maximum((n + pieces - 1) // pieces, 1)  # pages a piece: near-equal pieces
-    splits = tl.where(mask, tl.maximum((n + per - 1) // per, 1), 0)  # none empty (the cap can leave some)
-    incl = tl.cumsum(splits, 0)
-    tl.store(first_ptr + 1 + offs, incl, mask=mask)
-    tl.store(first_ptr + offs, 0, mask=offs == 0)
-    # launch order: the pieces of the requests cut in several (each near chunk pages) first, then the requests
-    # of one unit (shorter): the block scheduler gives the next program to the first free SM, so the short
-    # ones fill the gaps the long ones leave (longest-first list scheduling, by two classes)
-    multi = splits > 1
-    cut = tl.where(multi, splits, 0)
-    alone = tl.where(mask & (splits == 1), 1, 0)
-    base = tl.where(multi, tl.cumsum(cut, 0) - cut, tl.sum(cut, 0) + tl.cumsum(alone, 0) - alone)
-    flag = tl.where(multi, 0, 1)  # PARTIAL, DIRECT
-    for k in range(0, tl.max(splits, 0)):
-        live = mask & (k < splits)
-        row = units_ptr + (base + k) * 5
-        tl.store(row, offs, mask=live)
-        tl.store(row + 1, tl.minimum(k * per * PAGE, lens), mask=live)
-        tl.store(row + 2, tl.minimum((k + 1) * per * PAGE, lens), mask=live)
-        tl.store(row + 3, flag, mask=live)
-        tl.store(row + 4, incl - splits + k, mask=live)  # the partial's workspace row: a request's are adjacent
-    n_units = tl.sum(splits, 0)
-    for u0 in range(0, n_rows, BLOCK_U):  # the rest idle: (0, 0, 0, IDLE, u)
-        u = u0 + tl.arange(0, BLOCK_U)
-        idle = (u >= n_units) & (u < n_rows)
-        zero = tl.zeros([BLOCK_U], tl.int32)
-        tl.store(units_ptr + u * 5, zero, mask=idle)
-        tl.store(units_ptr + u * 5 + 1, zero, mask=idle)
-        tl.store(units_ptr + u * 5 + 2, zero, mask=idle)
-        tl.store(units_ptr + u * 5 + 3, zero - 1, mask=idle)
-        tl.store(units_ptr + u * 5 + 4, u, mask=idle)
+    n = tl.minimum((lens + PAGE - 1) // PAGE, max_pages)
+    lens = tl.minimum(lens, n * PAGE)
+    w = tl.where(n > 0, n + OVERHEAD, 0)
+    start = tl.cumsum(w, 0) - w
+    chunk = tl.maximum((tl.sum(w, 0) + parts - 1) // parts, MIN_PAGES)
+    chunk = tl.maximum(chunk, (tl.max(w, 0) + MAX_PIECES - 2) // (MAX_PIECES - 1))
+    n_safe = tl.maximum(n, 1)
+    p_first = start // chunk
+    x_last = start.to(tl.int64) * n_safe + (n_safe - 1) * w  # page n-1's place on the line, times n
+    p_last = tl.where(n > 0, (x_last // (n_safe * chunk)).to(tl.int32), p_first - 1)
+    return lens, n, start, w, p_first, p_last, chunk
 
 
-@torch.library.custom_op("mla_edu::balanced_schedule", mutates_args=("units", "first"))
-def _schedule_op(seq_lens: torch.Tensor, units: torch.Tensor, first: torch.Tensor, page_size: int, max_pages: int,
-                 target: int) -> None:
+@triton.jit
+def part_requests(seq_lens_ptr, offs, B, max_pages, parts, p, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
+                  MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
+    """[b_lo, b_hi]: the requests part ``p`` holds pages of lie in this range (walk it, skipping a request
+    whose ``segment`` is not live); b_hi < b_lo for a part past the batch's end."""
+    _, n, _, _, p_first, p_last, _ = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD, MIN_PAGES,
+                                                MAX_PIECES)
+    live = (n > 0) & (p_first <= p) & (p_last >= p)
+    return tl.min(tl.where(live, offs, 1 << 30), 0), tl.max(tl.where(live, offs, -1), 0)
+
+
+@triton.jit
+def _pick(vec, offs, b):
+    """``vec[b]``, a scalar."""
+    return tl.sum(tl.where(offs == b, vec, 0), 0)
+
+
+@triton.jit
+def segment(seq_lens_ptr, offs, B, max_pages, parts, b, p, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
+            MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
+    """Request b's segment in part p: ``(t_start, t_end, live, flag, row)``, tokens ``[t_start, t_end)``
+    (perhaps none), ``live`` whether part p holds any of b's pages, ``flag`` DIRECT or PARTIAL and ``row``
+    ``p + b`` (its workspace row). The plan is computed again at each call (a few hundred clocks) rather than
+    kept: a persistent program's registers are for its tiles."""
+    lens, n, start, w, p_first, p_last, chunk = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD,
+                                                           MIN_PAGES, MAX_PIECES)
+    n_b = _pick(n, offs, b).to(tl.int64)
+    w_b = tl.maximum(_pick(w, offs, b), 1).to(tl.int64)
+    s_b = _pick(start, offs, b)
+    pf = _pick(p_first, offs, b)
+    pl = _pick(p_last, offs, b)
+    lo = tl.maximum(p * chunk - s_b, 0).to(tl.int64)  # the part's bounds on b's stretch of the line
+    hi = tl.maximum((p + 1) * chunk - s_b, 0).to(tl.int64)
+    k_lo = tl.minimum((lo * n_b + w_b - 1) // w_b, n_b).to(tl.int32)  # first page k with x_k >= p * chunk
+    k_hi = tl.minimum((hi * n_b + w_b - 1) // w_b, n_b).to(tl.int32)  # first page k with x_k >= (p + 1) * chunk
+    live = (n_b > 0) & (pf <= p) & (p <= pl)
+    flag = tl.where(pf == pl, 1, 0)  # DIRECT, PARTIAL
+    return k_lo * PAGE, tl.minimum(k_hi * PAGE, _pick(lens, offs, b)), live, flag, p + b
+
+
+@triton.jit
+def segments_kernel(seq_lens_ptr, out_ptr, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
+                    MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr, BLOCK_B: tl.constexpr):
+    """Program p writes its segments (``SEGMENT_FIELDS``) into rows ``p + b`` of out [rows, 5]: the walk every
+    stage-1 program makes, without the attention."""
+    p = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_B)
+    b_lo, b_hi = part_requests(seq_lens_ptr, offs, B, max_pages, parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+    for b in range(b_lo, b_hi + 1):
+        t_start, t_end, live, flag, row = segment(seq_lens_ptr, offs, B, max_pages, parts, b, p, PAGE, OVERHEAD,
+                                                  MIN_PAGES, MAX_PIECES)
+        if live:
+            dst = out_ptr + row * 5
+            tl.store(dst, p)
+            tl.store(dst + 1, b)
+            tl.store(dst + 2, t_start)
+            tl.store(dst + 3, t_end)
+            tl.store(dst + 4, flag)
+
+
+def block_b(batch: int) -> int:
+    """The width of the lengths vector every program loads (a power of two, at least 16)."""
+    return max(16, triton.next_power_of_2(batch))
+
+
+def plan_constexprs(batch: int) -> dict:
+    """The compile-time parameters of ``batch_plan`` for a launch, as every kernel that computes it takes them."""
+    return dict(OVERHEAD=FIXED_OVERHEAD_PAGES, MIN_PAGES=MIN_PART_PAGES, MAX_PIECES=MAX_PIECES,
+                BLOCK_B=block_b(batch))
+
+
+@dataclass(frozen=True)
+class Segment:
+    part: int
+    request: int
+    t_start: int
+    t_end: int
+    flag: int
+
+
+def segments(seq_lens, page_size: int, max_pages: int, parts: int) -> list[Segment]:
+    """Every part's segments, in workspace-row order (part by part, each part's requests in order), from the
+    arithmetic the kernels run (``segments_kernel``: on the lengths' GPU, or in Triton's interpreter on CPU).
+    ``seq_lens``: int32 [B] tensor or a list."""
+    if not isinstance(seq_lens, torch.Tensor):
+        seq_lens = torch.tensor(seq_lens, dtype=torch.int32)
+    dev = seq_lens.device if seq_lens.is_cuda or TRITON_INTERPRET else torch.device("cuda")
     b = seq_lens.numel()
-    schedule_kernel[(1,)](seq_lens, units, first, b, max_pages, target, units.size(0), PAGE=page_size,
-                          OVERHEAD=FIXED_OVERHEAD_PAGES, MIN_PAGES=MIN_UNIT_PAGES, MAX_PIECES=MAX_PIECES,
-                          BLOCK_B=max(16, triton.next_power_of_2(b)), BLOCK_U=256)
-
-
-@_schedule_op.register_fake
-def _(seq_lens, units, first, page_size, max_pages, target):
-    return None
-
-
-def balanced_schedule(seq_lens: torch.Tensor, page_size: int, max_pages: int, target: int) -> Schedule:
-    """The schedule of a batch (see the module docstring) from ``seq_lens`` int32 [B] on its own device: one
-    small kernel (Triton's interpreter on CPU), no host sync, shapes from ``B`` and ``target`` only."""
-    b = seq_lens.numel()
-    dev = seq_lens.device if seq_lens.is_cuda or TRITON_INTERPRET else torch.device("cuda")  # CPU lengths on a GPU box
-    units = torch.empty((max_units(b, target), len(UNIT_FIELDS)), dtype=torch.int32, device=dev)
-    first = torch.empty(b + 1, dtype=torch.int32, device=dev)
-    torch.ops.mla_edu.balanced_schedule(seq_lens.to(dev), units, first, page_size, max_pages, target)
-    return Schedule(units.to(seq_lens.device), first.to(seq_lens.device))
+    table = torch.full((workspace_rows(b, parts), len(SEGMENT_FIELDS)), IDLE, dtype=torch.int32, device=dev)
+    segments_kernel[(parts,)](seq_lens.to(dev, torch.int32), table, b, max_pages, parts, PAGE=page_size,
+                              **plan_constexprs(b))
+    return [Segment(*row) for row in table.tolist() if row[4] != IDLE]
 
 
 #: Longest request ``lognormal_lengths`` draws (the bench's and the issue's batches reach 29K tokens).
@@ -177,19 +215,13 @@ def lognormal_lengths(batch: int, median: int, seed: int, sigma: float = 1.0) ->
     return [min(max(1, round(median * float(torch.exp(sigma * x)))), MAX_LOGNORMAL_LEN) for x in z]
 
 
-def pages_per_program(lens: list[int], page_size: int, heads: int, sm_count: int, max_pages: int | None = None,
-                      num_splits: int | None = None) -> list[tuple[int, int]]:
-    """Host side, for figures: ``(request, pages)`` of each stage-1 program in launch order, head blocks
-    included; by the balanced schedule (``num_splits=None``) or by one split count for every request
-    (the rule's grid ``(head blocks, B, splits)``, ``ceil(n_b / splits)`` pages a split)."""
+def pages_per_program(lens: list[int], page_size: int, heads: int, sm_count: int, num_splits: int,
+                      max_pages: int | None = None) -> list[tuple[int, int]]:
+    """Host side, for figures: ``(request, pages)`` of each stage-1 program of the split rule's grid
+    ``(head blocks, B, splits)``, in launch order (``ceil(n_b / splits)`` pages a split)."""
     n_pages = [cdiv(max(x, 0), page_size) for x in lens]
     max_pages = max(n_pages + [1]) if max_pages is None else max_pages
     hb = cdiv(heads, gpu_block_h(heads, len(lens), max_pages))
-    if num_splits is None:
-        sched = balanced_schedule(torch.tensor(lens, dtype=torch.int32), page_size, max_pages,
-                                  units_target(heads, sm_count, len(lens), max_pages))
-        units = [(r, cdiv(e - s, page_size)) for r, s, e, f, _ in sched.units.tolist() if f != IDLE]
-        return [u for u in units for _ in range(hb)]
     out = []
     for r, n in enumerate(n_pages):
         per = cdiv(n, num_splits)
@@ -211,3 +243,20 @@ def simulate(programs: list[tuple[int, int]], slots: int, overhead: float = FIXE
         bars.append((t, end, s, req))
         heapq.heappush(free, (end, s))
     return bars, max((e for _, e, _, _ in bars), default=0.0)
+
+
+def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, max_pages: int | None = None,
+                  overhead: float = FIXED_OVERHEAD_PAGES):
+    """The balanced schedule's stage 1 in the same terms as ``simulate``: part p's program of head block h runs
+    on slot ``p * head blocks + h`` and walks its segments one after the other, each costing ``overhead +
+    pages`` page-times. Returns ``(start, end, slot, request)`` per segment and program, and the makespan."""
+    max_pages = max([cdiv(max(x, 0), page_size) for x in lens] + [1]) if max_pages is None else max_pages
+    hb = cdiv(heads, gpu_block_h(heads, len(lens), max_pages))
+    parts = num_parts(heads, sm_count, len(lens), max_pages)
+    clock = [0.0] * parts
+    bars = []
+    for s in segments(lens, page_size, max_pages, parts):
+        t = clock[s.part]
+        clock[s.part] = t + overhead + cdiv(s.t_end - s.t_start, page_size)
+        bars += [(t, clock[s.part], s.part * hb + h, s.request) for h in range(hb)]
+    return bars, max(clock, default=0.0)

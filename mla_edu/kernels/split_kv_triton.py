@@ -39,37 +39,72 @@ import triton.language as tl  # noqa: E402
 
 @triton.jit
 def stage1_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, units_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
-    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
     PAGE: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, CHECKED: tl.constexpr, FINAL: tl.constexpr,
-    IEEE: tl.constexpr, SAME_PAGE: tl.constexpr, SCHEDULED: tl.constexpr,
+    IEEE: tl.constexpr, SAME_PAGE: tl.constexpr, SCHEDULED: tl.constexpr, OVERHEAD: tl.constexpr,
+    MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     hb = tl.program_id(1)
-    if SCHEDULED:  # grid (max_units, head blocks): unit u of the balanced schedule (``kernels.schedule``)
-        b, t_start, t_end, flag, part = _unit(units_ptr, tl.program_id(0))
-        if flag == -1:  # idle (schedule.IDLE)
-            return
-        seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
-        too_long = (seq_len + PAGE - 1) // PAGE > max_pages
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    mask_h = offs_h < H
+    offs_dl = tl.arange(0, BLOCK_DL)
+    mask_o = mask_h[:, None] & (offs_dl < DL)[None, :]
+    if SCHEDULED:  # grid (num_parts, head blocks): part p of the balanced schedule walks its requests
+        p = tl.program_id(0)
+        offs = tl.arange(0, BLOCK_B)
+        b_lo, b_hi = schedule.part_requests(seq_lens_ptr, offs, B, max_pages, num_parts, p, PAGE, OVERHEAD,
+                                            MIN_PAGES, MAX_PIECES)
+        for b in range(b_lo, b_hi + 1):
+            t_start, t_end, live, flag, row = schedule.segment(seq_lens_ptr, offs, B, max_pages, num_parts, b, p,
+                                                               PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+            if live:
+                o, lse = _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start, t_end,
+                                 offs_h, mask_h, offs_dl, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+                                 stride_c_page, stride_c_slot, row_stride, max_pages, table_reach, num_pages,
+                                 sm_scale, PAGE, DL, DR, BLOCK_DL, BLOCK_DR, BLOCK_H, BLOCK_N, CHECKED, IEEE,
+                                 SAME_PAGE)
+                if flag == 1:  # the request's only part: its output
+                    tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :],
+                             o.to(out_ptr.dtype.element_ty), mask=mask_o)
+                else:  # one partial of several, in workspace row p + b
+                    _store_partial(o_acc_ptr, lse_ptr, row * H + offs_h, o, lse, offs_dl, mask_h, mask_o, DL)
     else:  # grid (B, head blocks, splits): split s of request b
         b = tl.program_id(0)
         s = tl.program_id(2)
         seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
-        n_pages = (seq_len + PAGE - 1) // PAGE
-        too_long = n_pages > max_pages
-        n_pages = tl.minimum(n_pages, max_pages)
+        n_pages = tl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
         seq_len = tl.minimum(seq_len, n_pages * PAGE)
         per_split = (n_pages + num_splits - 1) // num_splits
         t_start = s * per_split * PAGE
         t_end = tl.minimum((s + 1) * per_split * PAGE, seq_len)
+        o, lse = _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start, t_end, offs_h,
+                         mask_h, offs_dl, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page,
+                         stride_c_slot, row_stride, max_pages, table_reach, num_pages, sm_scale, PAGE, DL, DR,
+                         BLOCK_DL, BLOCK_DR, BLOCK_H, BLOCK_N, CHECKED, IEEE, SAME_PAGE)
+        if FINAL:
+            tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :],
+                     o.to(out_ptr.dtype.element_ty), mask=mask_o)
+        else:  # [BLOCK_H] row of o_acc [B, H, S, DL]
+            _store_partial(o_acc_ptr, lse_ptr, (b * H + offs_h) * num_splits + s, o, lse, offs_dl, mask_h, mask_o,
+                           DL)
 
-    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
-    mask_h = offs_h < H
-    offs_dl = tl.arange(0, BLOCK_DL)
+
+@triton.jit
+def _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start, t_end, offs_h, mask_h, offs_dl,
+            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+            row_stride, max_pages, table_reach, num_pages, sm_scale,
+            PAGE: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
+            BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, CHECKED: tl.constexpr, IEEE: tl.constexpr,
+            SAME_PAGE: tl.constexpr):
+    """Online softmax of request b's heads ``offs_h`` over its tokens [t_start, t_end), each token's page looked
+    up in the table: the normalized output [BLOCK_H, BLOCK_DL] and its log-sum-exp [BLOCK_H] (-inf, with a
+    zero output, over no tokens). CHECKED: NaN where a page id is out of range or the request is longer than
+    its table row."""
     offs_dr = tl.arange(0, BLOCK_DR)
     mask_dl = offs_dl < DL
     mask_dr = offs_dr < DR
@@ -127,27 +162,9 @@ def stage1_kernel(
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
     if CHECKED:
-        bad = (tl.sum(n_bad, 0) > 0) | too_long
+        bad = (tl.sum(n_bad, 0) > 0) | ((tl.load(seq_lens_ptr + b) + PAGE - 1) // PAGE > max_pages)
         o = tl.where(bad, float("nan"), o)
-    mask_o = mask_h[:, None] & mask_dl[None, :]
-    out_rows = out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :]
-    if SCHEDULED:  # a request's only unit writes its output, the others a partial in workspace row `part`
-        if flag == 1:
-            tl.store(out_rows, o.to(out_ptr.dtype.element_ty), mask=mask_o)
-        if flag == 0:
-            _store_partial(o_acc_ptr, lse_ptr, part * H + offs_h, o, lse, offs_dl, mask_h, mask_o, DL)
-    elif FINAL:
-        tl.store(out_rows, o.to(out_ptr.dtype.element_ty), mask=mask_o)
-    else:  # [BLOCK_H] row of o_acc [B, H, S, DL]
-        _store_partial(o_acc_ptr, lse_ptr, (b * H + offs_h) * num_splits + s, o, lse, offs_dl, mask_h, mask_o, DL)
-
-
-@triton.jit
-def _unit(units_ptr, u):
-    """(request, t_start, t_end, flag, row) of unit u: a row of ``schedule.Schedule.units`` (int32 [U, 5])."""
-    p = units_ptr + u * 5
-    return (tl.load(p), tl.load(p + 1).to(tl.int64), tl.load(p + 2).to(tl.int64), tl.load(p + 3),
-            tl.load(p + 4).to(tl.int64))
+    return o, lse
 
 
 @triton.jit
@@ -179,26 +196,37 @@ def stage2_kernel(o_acc_ptr, lse_ptr, out_ptr, stride_o_b, stride_o_h, H, num_sp
 
 
 @triton.jit
-def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, first_ptr, out_ptr, stride_o_b, stride_o_h, H,
-                            DL: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Grid ``(B, ceil(H / BLOCK_H), ceil(DL / BLOCK_DL))``: merges request b's partials, workspace rows
-    ``[first[b], first[b + 1])`` (a variable number, as FlashMLA's combine kernel), by log-sum-exp, ``BLOCK_S``
-    partials at a time (loaded together: a long request's merge is not a chain of dependent loads); a request
-    of one unit was written by stage 1."""
+def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_b, stride_o_h, H, B, max_pages,
+                            num_parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr, MIN_PAGES: tl.constexpr,
+                            MAX_PIECES: tl.constexpr, BLOCK_B: tl.constexpr, DL: tl.constexpr,
+                            BLOCK_DL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Grid ``(B, ceil(H / BLOCK_H), ceil(DL / BLOCK_DL))``: merges request b's partials, workspace rows ``p + b``
+    for its parts ``p`` in ``[p_first, p_last]`` (the balanced schedule, computed again from the lengths: a
+    variable number, as FlashMLA's combine kernel merges), by log-sum-exp, ``BLOCK_S`` partials at a time
+    (loaded together: a long request's merge is not a chain of dependent loads). A request of one part was
+    written by stage 1; an empty request's output is zeros, as with one split."""
     b = tl.program_id(0)
-    u0 = tl.load(first_ptr + b)
-    u1 = tl.load(first_ptr + b + 1)
-    if u1 - u0 > 1:
-        offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BH]
-        offs_d = tl.program_id(2) * BLOCK_DL + tl.arange(0, BLOCK_DL)  # [BD]
+    offs = tl.arange(0, BLOCK_B)
+    lens, n, start, w, p_first, p_last, chunk = schedule.batch_plan(seq_lens_ptr, offs, B, max_pages, num_parts,
+                                                                    PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+    n_b = tl.sum(tl.where(offs == b, n, 0), 0)
+    u0 = tl.sum(tl.where(offs == b, p_first, 0), 0) + b  # its rows p + b
+    u1 = tl.sum(tl.where(offs == b, p_last, 0), 0) + b + 1
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BH]
+    offs_d = tl.program_id(2) * BLOCK_DL + tl.arange(0, BLOCK_DL)  # [BD]
+    mask_h = offs_h < H
+    mask_d = offs_d < DL
+    dst = out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_d[None, :]
+    if n_b == 0:
+        tl.store(dst, tl.zeros([BLOCK_H, BLOCK_DL], tl.float32).to(out_ptr.dtype.element_ty),
+                 mask=mask_h[:, None] & mask_d[None, :])
+    elif u1 - u0 > 1:
         offs_s = tl.arange(0, BLOCK_S)  # [BS]
-        mask_h = offs_h < H
-        mask_d = offs_d < DL
         m = tl.full([BLOCK_H], float("-inf"), tl.float32)
         den = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, BLOCK_DL], tl.float32)
         for s0 in range(u0, u1, BLOCK_S):  # online over blocks of partials: running max, rescaled sums
-            rows = (s0 + offs_s)[None, :] * H + offs_h[:, None]  # [BH, BS] rows of lse [U, H]
+            rows = (s0 + offs_s)[None, :] * H + offs_h[:, None]  # [BH, BS] rows of lse [rows, H]
             ok = ((s0 + offs_s) < u1)[None, :] & mask_h[:, None]
             lse = tl.load(lse_ptr + rows, mask=ok, other=float("-inf"))
             o = tl.load(o_acc_ptr + rows[:, :, None] * DL + offs_d[None, None, :],
@@ -206,13 +234,12 @@ def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, first_ptr, out_ptr, stride_o_b, 
             m_new = tl.maximum(m, tl.max(lse, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m - m_safe)
-            w = tl.exp(lse - m_safe[:, None])  # [BH, BS]
-            acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, 1)
-            den = den * alpha + tl.sum(w, 1)
+            w_s = tl.exp(lse - m_safe[:, None])  # [BH, BS]
+            acc = acc * alpha[:, None] + tl.sum(w_s[:, :, None] * o, 1)
+            den = den * alpha + tl.sum(w_s, 1)
             m = m_new
         res = acc / tl.where(den > 0, den, 1.0)[:, None]
-        tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_d[None, :],
-                 res.to(out_ptr.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
+        tl.store(dst, res.to(out_ptr.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
 
 def _quiet(on_gpu: bool):
@@ -305,33 +332,33 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
 
 
 def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, final: bool, block_h: int,
-                      block_n: int, scheduled: bool = False) -> dict:
+                      block_n: int, scheduled: bool = False, batch: int = 1) -> dict:
     """``stage1_kernel``'s compile-time parameters for a launch (also what ``mla_edu.kernels.sm90`` compiles)."""
     return dict(PAGE=page, DL=dl, DR=dr, BLOCK_DL=_dot_width(dl), BLOCK_DR=_dot_width(dr), BLOCK_H=block_h,
                 BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=fp32, SAME_PAGE=page % block_n == 0,
-                SCHEDULED=scheduled)
+                SCHEDULED=scheduled, **schedule.plan_constexprs(batch))
 
 
 def _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
-                   row_stride, max_pages, num_splits, checked, final, units=None):
+                   row_stride, max_pages, num_splits, checked, final, num_parts=0):
     """Both stage-1 ops' launch: the Gluon kernel ``stage1`` (``split_kv_wgmma.launch``) or the tl kernel, grid
-    ``(B, head blocks, splits)``, or with the balanced schedule's ``units`` [U, 5] ``(U, head blocks)``."""
+    ``(B, head blocks, splits)``, or with ``num_parts`` > 0 the balanced schedule's ``(num_parts, head blocks)``."""
     b, h, dl = q_nope.shape
     block_h, block_n, warps, stages = launch
     if stage1 != "tl":
         wgmma.launch(stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                     max_pages, num_splits, final, block_h, units=units)
+                     max_pages, num_splits, final, block_h, num_parts=num_parts)
         return
-    grid = (b, triton.cdiv(h, block_h), num_splits) if units is None else (units.size(0), triton.cdiv(h, block_h))
+    grid = (b, triton.cdiv(h, block_h), num_splits) if not num_parts else (num_parts, triton.cdiv(h, block_h))
     with _quiet(q_nope.is_cuda):
         stage1_kernel[grid](
-            q_nope, q_pe, cache, seq_lens, table_flat, seq_lens if units is None else units, o_acc, lse_acc, out,
+            q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
             cache.stride(0), cache.stride(1),
             out.stride(0), out.stride(1),
-            h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale,
+            h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale, b, num_parts,
             **stage1_constexprs(cache.size(1), dl, q_pe.size(2), q_nope.dtype == torch.float32, checked, final,
-                                block_h, block_n, units is not None),
+                                block_h, block_n, num_parts > 0, b),
             num_warps=warps, num_stages=stages,
         )
 
@@ -357,17 +384,17 @@ def _(o_acc, lse_acc, out):
 
 @torch.library.custom_op("mla_edu::mla_decode_stage1_scheduled", mutates_args=("o_acc", "lse_acc", "out"))
 def mla_decode_stage1_scheduled(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, seq_lens: torch.Tensor,
-                                table_flat: torch.Tensor, units: torch.Tensor, o_acc: torch.Tensor,
-                                lse_acc: torch.Tensor, out: torch.Tensor, sm_scale: float, row_stride: int,
-                                max_pages: int, checked: bool, stage1: str, launch: list[int]) -> None:
-    """Stage 1 over the balanced schedule's units (``schedule.Schedule.units`` [U, 5]): one program per unit
-    and head block; partials in o_acc ``[U, H, DL]``, lse ``[U, H]``."""
+                                table_flat: torch.Tensor, o_acc: torch.Tensor, lse_acc: torch.Tensor,
+                                out: torch.Tensor, sm_scale: float, row_stride: int, max_pages: int, num_parts: int,
+                                checked: bool, stage1: str, launch: list[int]) -> None:
+    """Stage 1 by the balanced schedule (``kernels.schedule``): ``num_parts`` persistent programs per head block,
+    each walking its part of the batch; partials in o_acc ``[rows, H, DL]``, lse ``[rows, H]`` (row ``p + b``)."""
     _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
-                   row_stride, max_pages, 1, checked, False, units)
+                   row_stride, max_pages, 1, checked, False, num_parts)
 
 
 @mla_decode_stage1_scheduled.register_fake
-def _(q_nope, q_pe, cache, seq_lens, table_flat, units, o_acc, lse_acc, out, sm_scale, row_stride, max_pages,
+def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride, max_pages, num_parts,
       checked, stage1, launch):
     return None
 
@@ -378,20 +405,21 @@ STAGE2_BLOCK_H, STAGE2_BLOCK_S, STAGE2_BLOCK_D = 8, 8, 128
 
 
 @torch.library.custom_op("mla_edu::mla_decode_stage2_scheduled", mutates_args=("out",))
-def mla_decode_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, first: torch.Tensor,
-                                out: torch.Tensor) -> None:
-    """Merge each request's partials (rows ``[first[b], first[b + 1])`` of o_acc [U, H, DL], lse [U, H])."""
+def mla_decode_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens: torch.Tensor,
+                                out: torch.Tensor, page_size: int, max_pages: int, num_parts: int) -> None:
+    """Merge each request's partials (rows ``p + b`` of o_acc [rows, H, DL], lse [rows, H] for its parts p)."""
     b, h, dl = out.shape
     block_h = min(STAGE2_BLOCK_H, triton.next_power_of_2(h))
     block_d = min(STAGE2_BLOCK_D, triton.next_power_of_2(dl))
     grid = (b, triton.cdiv(h, block_h), triton.cdiv(dl, block_d))
     with _quiet(out.is_cuda):
-        stage2_scheduled_kernel[grid](o_acc, lse_acc, first, out, out.stride(0), out.stride(1), h, DL=dl,
+        stage2_scheduled_kernel[grid](o_acc, lse_acc, seq_lens, out, out.stride(0), out.stride(1), h, b, max_pages,
+                                      num_parts, PAGE=page_size, **schedule.plan_constexprs(b), DL=dl,
                                       BLOCK_DL=block_d, BLOCK_H=block_h, BLOCK_S=STAGE2_BLOCK_S)
 
 
 @mla_decode_stage2_scheduled.register_fake
-def _(o_acc, lse_acc, first, out):
+def _(o_acc, lse_acc, seq_lens, out, page_size, max_pages, num_parts):
     return None
 
 
@@ -432,26 +460,28 @@ def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_s
 def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float,
                                plan: DecodePlan, checked: bool, sm_count: int) -> torch.Tensor:
     """``mla_decode_triton`` with the balanced schedule (``kernels.schedule``) instead of one split count for all
-    requests: the schedule from ``seq_lens`` on the device (torch ops, graph-safe), stage 1 over its units,
-    stage 2 merging each request's own number of partials. The partials go through the workspace
+    requests: ``num_parts`` persistent stage-1 programs per head block, each computing the partition from
+    ``seq_lens`` on the device and walking its part (no host sync, no extra launch: graph-safe), and a stage 2
+    merging each request's own number of partials. The partials go through the workspace
     (``schedule.workspace_bytes``; ValueError if it is smaller)."""
     _check_inputs(q_nope, q_pe, cache, plan)
     b, h, dl = q_nope.shape
-    target = schedule.units_target(h, sm_count, b, plan.max_pages)
-    need = schedule.workspace_bytes(b, h, dl, target)
+    parts = schedule.num_parts(h, sm_count, b, plan.max_pages)
+    need = schedule.workspace_bytes(b, h, dl, parts)
     check_workspace_layout(workspace)
     if workspace.numel() < need:
         raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "
-                         f"{schedule.max_units(b, target)} units), got {workspace.numel()} bytes; size it with "
-                         "schedule.workspace_bytes(B, H, D_latent, schedule.units_target(H, sm_count, B, max_pages))")
-    sched = schedule.balanced_schedule(seq_lens, plan.page_size, plan.max_pages, target)
-    rows = sched.units.size(0)
+                         f"{schedule.workspace_rows(b, parts)} rows of partials), got {workspace.numel()} bytes; "
+                         "size it with schedule.workspace_bytes(B, H, D_latent, schedule.num_parts(H, sm_count, B, "
+                         "max_pages))")
+    rows = schedule.workspace_rows(b, parts)
     f32 = workspace[: need].view(torch.float32)
-    o_acc = f32[: rows * h * dl].view(rows, h, dl)  # [U, H, DL]
-    lse_acc = f32[rows * h * dl:].view(rows, h)  # [U, H]
+    o_acc = f32[: rows * h * dl].view(rows, h, dl)  # [rows, H, DL]
+    lse_acc = f32[rows * h * dl:].view(rows, h)  # [rows, H]
     out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
     torch.ops.mla_edu.mla_decode_stage1_scheduled(q_nope, q_pe, cache, seq_lens, flat_table(page_table, plan),
-                                                  sched.units, o_acc, lse_acc, out, sm_scale, plan.row_stride,
-                                                  plan.max_pages, checked, plan.stage1, list(plan.launch))
-    torch.ops.mla_edu.mla_decode_stage2_scheduled(o_acc, lse_acc, sched.first, out)
+                                                  o_acc, lse_acc, out, sm_scale, plan.row_stride, plan.max_pages,
+                                                  parts, checked, plan.stage1, list(plan.launch))
+    torch.ops.mla_edu.mla_decode_stage2_scheduled(o_acc, lse_acc, seq_lens, out, plan.page_size, plan.max_pages,
+                                                  parts)
     return out

@@ -32,6 +32,7 @@ compiles them for sm_90a and shows what the compiler made; the tests against flo
 from __future__ import annotations
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
+from mla_edu.kernels import schedule
 from mla_edu.kernels.contract import GLUON_KINDS
 from mla_edu.kernels.workspace import D_LATENT
 
@@ -86,39 +87,20 @@ def _swapped_layouts(BLOCK_H):
             *_load_layouts(4), _smem_layout())
 
 
+@gluon.constexpr_function
+def _plan_layout(warps):
+    """The batch's lengths, one vector across the program (``schedule.batch_plan``)."""
+    return gl.BlockedLayout([1], [32], [warps], [0])
+
+
 @gluon.jit
-def _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Tokens [t_start, t_end) of split s of request b, and its number of tiles (int32 positions)."""
+def _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE: gl.constexpr):
+    """Tokens [t_start, t_end) of split s of request b (int32 positions)."""
     seq_len = gl.load(seq_lens_ptr + b)
     n_pages = gl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
     seq_len = gl.minimum(seq_len, n_pages * PAGE)
     per_split = (n_pages + num_splits - 1) // num_splits
-    t_start = s * per_split * PAGE
-    t_end = gl.minimum((s + 1) * per_split * PAGE, seq_len)
-    return t_start, t_end, (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
-
-
-@gluon.jit
-def _program(seq_lens_ptr, units_ptr, max_pages, num_splits, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
-             SCHEDULED: gl.constexpr):
-    """(b, t_start, t_end, n_tiles, flag, row) of this program. Grid ``(head blocks, B, splits)``: split
-    ``program_id(2)`` of request ``program_id(1)``, flag 0 and row b (``_write``'s FINAL decides). SCHEDULED, grid
-    ``(head blocks, max_units)``: unit ``program_id(1)`` of the balanced schedule (``kernels.schedule``: request,
-    tokens, flag 1 = write the output, 0 = a partial in workspace row ``row``, -1 = idle)."""
-    if SCHEDULED:
-        p = units_ptr + gl.program_id(1) * 5
-        b = gl.load(p)
-        t_start = gl.load(p + 1)
-        t_end = gl.load(p + 2)
-        n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
-        flag = gl.load(p + 3)
-        row = gl.load(p + 4)
-    else:
-        b = gl.program_id(1)
-        t_start, t_end, n_tiles = _bounds(seq_lens_ptr, b, gl.program_id(2), max_pages, num_splits, PAGE, BLOCK_N)
-        flag = 0
-        row = b
-    return b, t_start, t_end, n_tiles, flag, row
+    return s * per_split * PAGE, gl.minimum((s + 1) * per_split * PAGE, seq_len)
 
 
 @gluon.jit
@@ -232,12 +214,13 @@ def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_split
 
 
 @gluon.jit
-def _issue(j, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
+def _issue(j, g, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
            row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
            PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
            TMA: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
-    """Start loading tile j of the split into ring slot j % STAGES (by TMA: nothing past the last tile)."""
-    slot = j % STAGES
+    """Start loading tile j of the segment into ring slot (g + j) % STAGES, g the program's tiles before this
+    segment (by TMA: nothing past the last tile)."""
+    slot = (g + j) % STAGES
     if TMA:
         _issue_tma(kv_desc, pe_desc, kv_bufs.index(slot), pe_bufs.index(slot), bars.index(slot), table_ptr, b,
                    t_start + j * BLOCK_N, j < n_tiles, row_stride, table_reach, num_pages, PAGE)
@@ -249,13 +232,14 @@ def _issue(j, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b,
 
 
 @gluon.jit
-def _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr,
+def _wait(j, g, kv_bufs, pe_bufs, bars, t0, t_end, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_PE: gl.constexpr):
-    """Wait until tile j (tokens from t0) is in its slot for every thread. By TMA, the last tile's rows past
-    the length are then zeroed in shared memory, 64 columns (one 128-byte swizzle span) at a time."""
+    """Wait until tile j (tokens from t0) is in its slot for every thread. By TMA (the slot's barrier completes
+    once per tile the program loads into it: phase ``((g + j) // STAGES) & 1``), the last tile's rows past the
+    length are then zeroed in shared memory, 64 columns (one 128-byte swizzle span) at a time."""
     if TMA:
-        slot = j % STAGES
-        mbarrier.wait(bars.index(slot), phase=(j // STAGES) & 1)
+        slot = (g + j) % STAGES
+        mbarrier.wait(bars.index(slot), phase=((g + j) // STAGES) & 1)
         if t0 + BLOCK_N > t_end:
             kv = kv_bufs.index(slot)
             pe = pe_bufs.index(slot)
@@ -273,21 +257,13 @@ def _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL: gl.constexpr, DR: gl.constex
 
 
 @gluon.jit
-def _setup(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, hb,
-           stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-           row_stride, max_pages, table_reach, num_pages, num_splits,
-           PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-           STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr,
-           SMEM: gl.constexpr, SCHEDULED: gl.constexpr):
-    """A program's start, the same in both kernels: its request and tokens (``_program``), q in shared memory,
-    the ring of page tiles, P's buffer, an mbarrier per slot (TMA), the first ``STAGES - 1`` tiles in flight."""
+def _alloc(cache_ptr, BLOCK_H: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: gl.constexpr,
+           STAGES: gl.constexpr, TMA: gl.constexpr, SMEM: gl.constexpr):
+    """A program's shared memory, the same in both kernels: q, the ring of page tiles, P's buffer, an mbarrier
+    per slot (TMA, initialized here)."""
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
-    b, t_start, t_end, n_tiles, flag, row = _program(seq_lens_ptr, units_ptr, max_pages, num_splits, PAGE, BLOCK_N,
-                                                     SCHEDULED)
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DL], SMEM)
     qpe_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, DR], SMEM)
-    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
-            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
     kv_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DL], SMEM)  # ring of page tiles
     pe_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DR], SMEM)
     p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)  # P (the swapped kernel reads it as P^T)
@@ -295,125 +271,166 @@ def _setup(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, tabl
     if TMA:
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
-    fence_async_shared()  # q stored and the barriers initialized before any use by the async proxy
-    for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
-        _issue(i, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
+    fence_async_shared()  # the barriers initialized before any use by the async proxy
+    return q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars
+
+
+@gluon.jit
+def _begin(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end, n_tiles,
+           q_smem, qpe_smem, kv_bufs, pe_bufs, bars, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+           stride_c_page, stride_c_slot, row_stride, table_reach, num_pages,
+           PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+           STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
+    """A segment's start, the same in both kernels: once every warp is done with the last segment's q, request
+    b's q into shared memory, and its first ``STAGES - 1`` tiles in flight."""
+    thread_barrier()
+    _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, q_smem, qpe_smem,
+            BLOCK_H, DL, DR, LOAD_KV, LOAD_PE)
+    fence_async_shared()  # q stored before the wgmma (the async proxy) reads it
+    for i in gl.static_range(STAGES - 1):  # prologue
+        _issue(i, g, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end, n_tiles,
                row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
                PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
-    return b, t_start, t_end, n_tiles, flag, row, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars
+
+
+@gluon.jit
+def _end(TMA: gl.constexpr):
+    """A segment's end: by cp.async, the copies issued past its last tile (zero fills into slots the next
+    segment uses) retired. (By TMA nothing was issued past the last tile.)"""
+    if not TMA:
+        async_copy.wait_group(0)
+
+
+@gluon.jit
+def _segment_wgmma(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
+                   q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+                   stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+                   row_stride, table_reach, num_pages,
+                   PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr,
+                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr,
+                   LOAD_PE: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """Request b's tokens [t_start, t_end) for 64 heads: ``(m_i, l_tile, acc)`` and the program's tile count g
+    after it."""
+    n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
+    _begin(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end, n_tiles,
+           q_smem, qpe_smem, kv_bufs, pe_bufs, bars, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+           stride_c_page, stride_c_slot, row_stride, table_reach, num_pages,
+           PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+    m_i, l_tile, acc, offs_n = _initial_state(BLOCK_H, BLOCK_N, DL, S_LAYOUT, O_LAYOUT)
+    for j in range(n_tiles):
+        t0 = t_start + j * BLOCK_N
+        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
+        _issue(j + STAGES - 1, g, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end,
+               n_tiles, row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
+               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
+        _wait(j, g, kv_bufs, pe_bufs, bars, t0, t_end, DL, DR, BLOCK_N, STAGES, TMA, LOAD_PE)
+        slot = (g + j) % STAGES
+        m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv_bufs.index(slot), pe_bufs.index(slot), p_smem, m_i,
+                                        l_tile, acc, t0 + offs_n, t_end, qk_scale, S_LAYOUT, O_LAYOUT)
+    _end(TMA)
+    return m_i, l_tile, acc, g + n_tiles
+
+
+@gluon.jit
+def _drain(bars, STAGES: gl.constexpr, TMA: gl.constexpr):
+    """After the program's last tile: the barriers invalidated (TMA)."""
+    if TMA:
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
 
 
 @gluon.jit
 def stage1_wgmma_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, o_acc_ptr, lse_ptr,
-    out_ptr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
-    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
     PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
+    OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr, BLOCK_B: gl.constexpr,
 ):
-    """Grid ``(H / BLOCK_H, B, splits)``. Page tiles by cp.async (``TMA`` false: any page size, each row
-    looks its page up; ``kv_desc``, ``pe_desc`` unused) or by TMA, the bulk copy engine (``TMA``: one page
-    per tile, ``PAGE % BLOCK_N == 0``; ``kv_desc``, ``pe_desc`` are 2D descriptors over the cache's rows
-    ``[num_pages * PAGE, 576]``, columns [0, DL) and [DL, DL + DR): one thread issues a tile, an mbarrier
-    per ring slot says when it has landed, no address registers). TMA cannot mask rows, so the rows of
-    the last tile past the length (which may hold anything, NaN included) are zeroed in shared memory."""
+    """Grid ``(H / BLOCK_H, B, splits)``, or SCHEDULED ``(H / BLOCK_H, num_parts)``: part ``program_id(1)`` of the
+    balanced schedule (``kernels.schedule``), a persistent program walking the segments of its part. Page tiles
+    by cp.async (``TMA`` false: any page size, each row looks its page up; ``kv_desc``, ``pe_desc`` unused) or by
+    TMA, the bulk copy engine (``TMA``: one page per tile, ``PAGE % BLOCK_N == 0``; ``kv_desc``, ``pe_desc`` are
+    2D descriptors over the cache's rows ``[num_pages * PAGE, 576]``, columns [0, DL) and [DL, DL + DR): one
+    thread issues a tile, an mbarrier per ring slot says when it has landed, no address registers). TMA cannot
+    mask rows, so the rows of the last tile past the length (which may hold anything, NaN included) are zeroed
+    in shared memory."""
     hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
-    s = gl.program_id(2)
-    if SCHEDULED:
-        if gl.load(units_ptr + gl.program_id(1) * 5 + 3) == -1:  # an idle unit (schedule.IDLE): no setup
-            return
     S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
     O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
     LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
     LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
     SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
-
-    b, t_start, t_end, n_tiles, flag, row, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
-        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, hb,
-        stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-        row_stride, max_pages, table_reach, num_pages, num_splits,
-        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM, SCHEDULED)
-
-    m_i, l_tile, acc, offs_n = _initial_state(BLOCK_H, BLOCK_N, DL, S_LAYOUT, O_LAYOUT)
+    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _alloc(cache_ptr, BLOCK_H, DL, DR, BLOCK_N, STAGES, TMA, SMEM)
     qk_scale = sm_scale * 1.4426950408889634  # exp2 in _attend_tile: log2(e) folded into the scale
-    for j in range(n_tiles):
-        t0 = t_start + j * BLOCK_N
-        thread_barrier()  # both warpgroups are done with tile j - 1, whose slot the next load reuses
-        _issue(j + STAGES - 1, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end,
-               n_tiles, row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
-               PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
-        _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL, DR, BLOCK_N, STAGES, TMA, LOAD_PE)
-        m_i, l_tile, acc = _attend_tile(q_smem, qpe_smem, kv_bufs.index(j % STAGES), pe_bufs.index(j % STAGES),
-                                        p_smem, m_i, l_tile, acc, t0 + offs_n, t_end, qk_scale, S_LAYOUT, O_LAYOUT)
-    _drain(bars, STAGES, TMA)
-    _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, flag, row,
-           BLOCK_H, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
-
-
-@gluon.jit
-def _drain(bars, STAGES: gl.constexpr, TMA: gl.constexpr):
-    """After the last tile: the barriers invalidated (TMA), or the cp.async groups (all empty) retired."""
-    if TMA:
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(i))
-    else:
-        async_copy.wait_group(0)
-
-
-@gluon.jit
-def stage1_swapped_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, o_acc_ptr, lse_ptr,
-    out_ptr,
-    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
-    stride_c_page, stride_c_slot,
-    stride_o_b, stride_o_h,
-    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale,
-    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
-):
-    """``stage1_wgmma_kernel`` for 16 or 32 heads a program, one warpgroup, every product transposed ("swap
-    A and B"): a wgmma's M is 64 rows, so 16 heads as M would waste three quarters of the tensor cores.
-    Tokens and latent columns take M instead, heads are the n: scores ``S^T = K q^T`` [64 tokens, BLOCK_H],
-    softmax down the columns, ``P^T`` to shared memory, output ``O^T = V^T P^T`` [512, BLOCK_H], V^T being
-    the page tile read transposed from shared memory. Same grid, loads and outputs."""
-    hb = gl.program_id(0)
-    s = gl.program_id(2)
     if SCHEDULED:
-        if gl.load(units_ptr + gl.program_id(1) * 5 + 3) == -1:  # an idle unit (schedule.IDLE): no setup
-            return
+        p = gl.program_id(1)
+        b_lo, b_hi = schedule.part_requests(seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())),
+                                            B, max_pages, num_parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+        g = p * 0  # tiles loaded so far: each ring slot's barrier phase
+        for b in range(b_lo, b_hi + 1):
+            offs = gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps()))
+            t_start, t_end, live, flag, row = schedule.segment(seq_lens_ptr, offs, B, max_pages, num_parts, b, p,
+                                                               PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+            if live:
+                m_i, l_tile, acc, g = _segment_wgmma(
+                    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
+                    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+                    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+                    row_stride, table_reach, num_pages,
+                    PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, S_LAYOUT, O_LAYOUT)
+                _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, 0, H, num_splits, stride_o_b,
+                       stride_o_h, flag, row, BLOCK_H, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
+    else:
+        b = gl.program_id(1)
+        s = gl.program_id(2)
+        t_start, t_end = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
+        m_i, l_tile, acc, g = _segment_wgmma(
+            q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, 0, t_start, t_end,
+            q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+            row_stride, table_reach, num_pages,
+            PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, S_LAYOUT, O_LAYOUT)
+        _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, 0, b,
+               BLOCK_H, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
+    _drain(bars, STAGES, TMA)
+
+
+@gluon.jit
+def _segment_swapped(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
+                     q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+                     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+                     row_stride, table_reach, num_pages,
+                     PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr,
+                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr,
+                     LOAD_PE: gl.constexpr, T_LAYOUT: gl.constexpr):
+    """``_segment_wgmma`` transposed: ``(m_i, l_tile, acc)`` with ``acc`` = O^T [DL, BLOCK_H], and g after it."""
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
-    T_LAYOUT: gl.constexpr = _swapped_layouts(BLOCK_H)[0]
-    LOAD_KV: gl.constexpr = _swapped_layouts(BLOCK_H)[1]
-    LOAD_PE: gl.constexpr = _swapped_layouts(BLOCK_H)[2]
-    SMEM: gl.constexpr = _swapped_layouts(BLOCK_H)[3]
     TOKENS: gl.constexpr = gl.SliceLayout(1, T_LAYOUT)  # along a transposed tile's rows
     HEADS: gl.constexpr = gl.SliceLayout(0, T_LAYOUT)  # along its columns
-
-    b, t_start, t_end, n_tiles, flag, row, q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _setup(
-        q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, units_ptr, hb,
-        stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-        row_stride, max_pages, table_reach, num_pages, num_splits,
-        PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, SMEM, SCHEDULED)
-
+    n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
+    _begin(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end, n_tiles,
+           q_smem, qpe_smem, kv_bufs, pe_bufs, bars, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+           stride_c_page, stride_c_slot, row_stride, table_reach, num_pages,
+           PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HEADS)
     l_tile = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)  # column sums kept as a tile
     acc = gl.zeros([DL, BLOCK_H], gl.float32, layout=T_LAYOUT)  # O^T
     offs_n = gl.arange(0, BLOCK_N, layout=TOKENS)
-    qk_scale = sm_scale * 1.4426950408889634
     for j in range(n_tiles):
         t0 = t_start + j * BLOCK_N
         thread_barrier()  # every warp is done with tile j - 1, whose slot the next load reuses
-        _issue(j + STAGES - 1, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end,
+        _issue(j + STAGES - 1, g, kv_bufs, pe_bufs, bars, kv_desc, pe_desc, cache_ptr, table_ptr, b, t_start, t_end,
                n_tiles, row_stride, table_reach, num_pages, stride_c_page, stride_c_slot,
                PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
-        _wait(j, kv_bufs, pe_bufs, bars, t0, t_end, DL, DR, BLOCK_N, STAGES, TMA, LOAD_PE)
-        kv = kv_bufs.index(j % STAGES)  # [BLOCK_N, DL]
+        _wait(j, g, kv_bufs, pe_bufs, bars, t0, t_end, DL, DR, BLOCK_N, STAGES, TMA, LOAD_PE)
+        kv = kv_bufs.index((g + j) % STAGES)  # [BLOCK_N, DL]
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)
         sc = warpgroup_mma(kv, q_smem.permute((1, 0)), s_zero, use_acc=False)  # S^T [BLOCK_N, BLOCK_H]
-        sc = warpgroup_mma(pe_bufs.index(j % STAGES), qpe_smem.permute((1, 0)), sc)
+        sc = warpgroup_mma(pe_bufs.index((g + j) % STAGES), qpe_smem.permute((1, 0)), sc)
         sc = gl.where(((t0 + offs_n) < t_end)[:, None], sc * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(sc, 0))  # per head, over the tile's tokens (across the 4 warps)
         alpha = gl.exp2(m_i - m_new)
@@ -424,15 +441,22 @@ def stage1_swapped_kernel(
         thread_barrier()  # all of P written before the wgmma reads it
         acc = warpgroup_mma(kv.permute((1, 0)), p_smem.permute((1, 0)), acc * alpha[None, :])  # O^T [DL, BLOCK_H]
         m_i = m_new
-    _drain(bars, STAGES, TMA)
+    _end(TMA)
+    return m_i, l_tile, acc, g + n_tiles
 
+
+@gluon.jit
+def _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
+                   flag, row, BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
+                   T_LAYOUT: gl.constexpr):
+    """``_write`` for the transposed accumulator O^T [DL, BLOCK_H]."""
     l_i = gl.sum(l_tile, 0)  # [BLOCK_H]
     has = l_i > 0
     l_safe = gl.where(has, l_i, 1.0)
     o = acc / l_safe[None, :]
     lse = gl.where(has, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=HEADS)
-    offs_d = gl.arange(0, DL, layout=TOKENS)
+    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, T_LAYOUT))
+    offs_d = gl.arange(0, DL, layout=gl.SliceLayout(1, T_LAYOUT))
     out_rows = out_ptr + b * stride_o_b + offs_h[None, :] * stride_o_h + offs_d[:, None]
     if SCHEDULED:  # as _write
         if flag == 1:
@@ -448,30 +472,86 @@ def stage1_swapped_kernel(
         gl.store(lse_ptr + base, lse)
 
 
+@gluon.jit
+def stage1_swapped_kernel(
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_c_page, stride_c_slot,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
+    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
+    OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr, BLOCK_B: gl.constexpr,
+):
+    """``stage1_wgmma_kernel`` for 16 or 32 heads a program, one warpgroup, every product transposed ("swap
+    A and B"): a wgmma's M is 64 rows, so 16 heads as M would waste three quarters of the tensor cores.
+    Tokens and latent columns take M instead, heads are the n: scores ``S^T = K q^T`` [64 tokens, BLOCK_H],
+    softmax down the columns, ``P^T`` to shared memory, output ``O^T = V^T P^T`` [512, BLOCK_H], V^T being
+    the page tile read transposed from shared memory. Same grids, loads and outputs."""
+    hb = gl.program_id(0)
+    T_LAYOUT: gl.constexpr = _swapped_layouts(BLOCK_H)[0]
+    LOAD_KV: gl.constexpr = _swapped_layouts(BLOCK_H)[1]
+    LOAD_PE: gl.constexpr = _swapped_layouts(BLOCK_H)[2]
+    SMEM: gl.constexpr = _swapped_layouts(BLOCK_H)[3]
+    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _alloc(cache_ptr, BLOCK_H, DL, DR, BLOCK_N, STAGES, TMA, SMEM)
+    qk_scale = sm_scale * 1.4426950408889634
+    if SCHEDULED:
+        p = gl.program_id(1)
+        b_lo, b_hi = schedule.part_requests(seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())),
+                                            B, max_pages, num_parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+        g = p * 0
+        for b in range(b_lo, b_hi + 1):
+            offs = gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps()))
+            t_start, t_end, live, flag, row = schedule.segment(seq_lens_ptr, offs, B, max_pages, num_parts, b, p,
+                                                               PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+            if live:
+                m_i, l_tile, acc, g = _segment_swapped(
+                    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
+                    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+                    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+                    row_stride, table_reach, num_pages,
+                    PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, T_LAYOUT)
+                _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, 0, H, num_splits, stride_o_b,
+                               stride_o_h, flag, row, BLOCK_H, DL, FINAL, SCHEDULED, T_LAYOUT)
+    else:
+        b = gl.program_id(1)
+        s = gl.program_id(2)
+        t_start, t_end = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
+        m_i, l_tile, acc, g = _segment_swapped(
+            q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, 0, t_start, t_end,
+            q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+            row_stride, table_reach, num_pages,
+            PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, T_LAYOUT)
+        _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b,
+                       stride_o_h, 0, b, BLOCK_H, DL, FINAL, SCHEDULED, T_LAYOUT)
+    _drain(bars, STAGES, TMA)
+
+
 def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float,
            row_stride: int, max_pages: int, num_splits: int, final: bool, block_h: int = BLOCK_H,
-           units=None) -> None:
+           num_parts: int = 0) -> None:
     """Stage 1 for ``split_kv_triton.mla_decode_stage1`` (same arguments, same outputs) with ``block_h`` heads a
     program: ``stage1_wgmma_kernel`` for 64, ``stage1_swapped_kernel`` for 16 or 32. ``kind`` "tma" reads
-    pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async. ``units``: the
-    balanced schedule's (``schedule.Schedule.units``, int32 ``[U, 5]``): grid ``(head blocks, U)``, partials in
-    o_acc ``[U, H, DL]`` and lse ``[U, H]`` (``num_splits`` and ``final`` unused)."""
+    pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async. ``num_parts`` > 0: the
+    balanced schedule (``kernels.schedule``), grid ``(head blocks, num_parts)``, partials in o_acc ``[rows, H,
+    DL]`` and lse ``[rows, H]`` (``num_splits`` and ``final`` unused)."""
     if kind not in GLUON_KINDS:
         raise ValueError(f"kind must be one of {GLUON_KINDS}, got {kind!r}")
     b, h, dl = q_nope.shape
     if block_h not in (BLOCK_H, *SWAPPED_BLOCK_H) or h % block_h:
         raise ValueError(f"block_h must be one of {(BLOCK_H, *SWAPPED_BLOCK_H)} and divide the {h} heads, "
                          f"got {block_h}")
-    grid = (h // block_h, b, num_splits) if units is None else (h // block_h, units.size(0), 1)
+    grid = (h // block_h, b, num_splits) if not num_parts else (h // block_h, num_parts, 1)
     q_strides = (q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1))
     tail = (out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
-            sm_scale)
+            sm_scale, b, num_parts)
     tma_on = kind == "tma" and tma_applies(cache)
     kv_desc, pe_desc = tma_descriptors(cache, dl) if tma_on else (None, None)
     kernel, warps = kernel_for(block_h)
-    kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, seq_lens if units is None else units,
-                 o_acc, lse_acc, out, *q_strides, cache.stride(0), cache.stride(1), *tail,
-                 **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on, block_h, units is not None),
+    kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out, *q_strides,
+                 cache.stride(0), cache.stride(1), *tail,
+                 **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on, block_h, num_parts > 0, b),
                  num_warps=warps)
 
 
@@ -481,11 +561,11 @@ def kernel_for(block_h: int):
 
 
 def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool, block_h: int = BLOCK_H,
-               scheduled: bool = False) -> dict:
+               scheduled: bool = False, batch: int = 1) -> dict:
     """The compile-time parameters of ``kernel_for(block_h)``'s kernel for a launch (also what
     ``mla_edu.kernels.sm90`` compiles)."""
     return dict(PAGE=page, DL=dl, DR=dr, BLOCK_H=block_h, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma,
-                SCHEDULED=scheduled)
+                SCHEDULED=scheduled, **schedule.plan_constexprs(batch))
 
 
 def aligned_16(cache) -> bool:

@@ -37,9 +37,10 @@ BATCH, N_PAGES = 64, 64  # the problem it compiles for (B = 64, L = 4096 at page
 
 
 def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", final: bool = False,
-                   heads: int = HEADS) -> dict:
+                   heads: int = HEADS, scheduled: bool = False) -> dict:
     """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant;
-    ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``)."""
+    ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``);
+    ``scheduled``: the balanced schedule's persistent variant (``kernels.schedule``)."""
     kinds = tuple(kinds)
     bad = [k for k in kinds if k not in STAGE1_KINDS]
     if bad or not kinds:
@@ -49,11 +50,10 @@ def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", fina
     if heads not in HEAD_COUNTS:
         raise ValueError(f"heads must be one of {HEAD_COUNTS}, got {heads!r}")
     if not TRITON_INTERPRET:
-        return {k: _compile(k, page, dtype, final, heads) for k in kinds}
+        return {k: _compile(k, page, dtype, final, heads, scheduled) for k in kinds}
     cmd = [sys.executable, "-m", "mla_edu.kernels.sm90", *kinds, "--page", str(page), "--dtype", dtype,
-           "--heads", str(heads)]
-    run = subprocess.run(cmd + ["--final"] * final, env={**os.environ, "TRITON_INTERPRET": "0"},
-                         capture_output=True, text=True)
+           "--heads", str(heads)] + ["--final"] * final + ["--scheduled"] * scheduled
+    run = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
     if run.returncode != 0:  # the error, without the binding's reference-leak report printed at exit
         err = "\n".join(ln for ln in run.stderr.splitlines() if not ln.startswith(("nanobind:", " - ")))
         raise RuntimeError(f"compiling stage 1 for sm_90a failed ({' '.join(cmd)}):\n{err[-4000:]}")
@@ -62,7 +62,7 @@ def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", fina
 
 def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, dict]:
     """Triton's signature (name -> type string) and attributes (16-byte divisibility of pointers and strides)."""
-    pointers = {"seq_lens_ptr": "*i32", "table_ptr": "*i32", "units_ptr": "*i32", "o_acc_ptr": "*fp32",
+    pointers = {"seq_lens_ptr": "*i32", "table_ptr": "*i32", "o_acc_ptr": "*fp32",
                 "lse_ptr": "*fp32"}
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
@@ -79,7 +79,7 @@ def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, d
     return sig, attrs
 
 
-def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
+def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, scheduled: bool = False) -> dict:
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -96,7 +96,8 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
     if kind == "tl":
         block_h, block_n, warps, stages = tl_kernels.launch_config(heads, on_gpu=True, batch=BATCH,
                                                                    n_pages=N_PAGES)
-        consts = tl_kernels.stage1_constexprs(page, D_LATENT, D_ROPE, False, False, final, block_h, block_n)
+        consts = tl_kernels.stage1_constexprs(page, D_LATENT, D_ROPE, False, False, final, block_h, block_n,
+                                              scheduled, BATCH)
         sig, attrs = _signature(tl_kernels.stage1_kernel, dtype, consts, {})
         src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
         options = {"num_warps": warps, "num_stages": stages}
@@ -104,7 +105,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int) -> dict:
         tma = kind == "tma"
         block_h = gpu_block_h(heads, BATCH, N_PAGES)  # as split_kv_triton.mla_decode_stage1 picks it
         kernel, warps = wg.kernel_for(block_h)
-        consts = wg.constexprs(page, D_LATENT, D_ROPE, final, tma, block_h)
+        consts = wg.constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, BATCH)
         cache = torch.empty(2, max(page, wg.BLOCK_N), D_LATENT + D_ROPE,
                             dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
         names = ("kv_desc", "pe_desc")

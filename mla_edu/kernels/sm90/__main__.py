@@ -30,6 +30,8 @@ def main(argv=None) -> None:
     ap.add_argument("--heads", type=int, choices=HEAD_COUNTS, default=HEADS,
                     help=f"h_q of the problem (default {HEADS}; 16: the 16-head programs)")
     ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
+    ap.add_argument("--scheduled", action="store_true",
+                    help="the balanced schedule's persistent variant (kernels.schedule)")
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
     ap.add_argument("--md", metavar="FILE", help="also write the report as a markdown table to FILE")
     args = ap.parse_args(argv)
@@ -40,7 +42,8 @@ def main(argv=None) -> None:
             check_out_file(args.md, "--md")
     except ValueError as e:
         ap.error(str(e))
-    reports = compile_stage1(args.kinds or STAGE1_KINDS, args.page, args.dtype, args.final, args.heads)
+    reports = compile_stage1(args.kinds or STAGE1_KINDS, args.page, args.dtype, args.final, args.heads,
+                             args.scheduled)
     if args.ptx:
         for k, r in reports.items():
             write_atomic(os.path.join(args.ptx, f"{k}.ptx"), r["ptx"])

@@ -53,7 +53,7 @@ class TritonBackend(AttentionBackend):
         splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
         if self.uses_balanced_schedule():  # its partials, for any batch size and head count up to 128
-            size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.units_target(h, self.sm_count, b,
+            size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b,
                                                                                                    self.width))
                                  for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128)])
         self.workspace = torch.empty(size, dtype=torch.uint8, device=self.device)
