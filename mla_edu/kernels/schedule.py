@@ -89,65 +89,66 @@ def workspace_bytes(batch: int, heads: int, d_latent: int, parts: int) -> int:
 
 
 @triton.jit
-def batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
-               MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
-    """The partition of the batch, for the requests ``offs`` (a vector of ``>= B`` indices, in the caller's
-    layout). Returns per request (int32 vectors): ``lens`` (tokens read), ``n`` (pages), ``start`` (``W_b``),
-    ``w`` (cost), ``p_first``, ``p_last`` (its parts; ``p_last < p_first`` for an empty request), and the
-    scalar ``chunk``."""
-    mask = offs < B
-    lens = tl.maximum(tl.load(seq_lens_ptr + offs, mask=mask, other=0), 0)
-    n = tl.minimum((lens + PAGE - 1) // PAGE, max_pages)
-    lens = tl.minimum(lens, n * PAGE)
-    w = tl.where(n > 0, n + OVERHEAD, 0)
-    start = tl.cumsum(w, 0) - w
-    chunk = tl.maximum((tl.sum(w, 0) + parts - 1) // parts, MIN_PAGES)
-    chunk = tl.maximum(chunk, (tl.max(w, 0) + MAX_PIECES - 2) // (MAX_PIECES - 1))
+def _cost(len_b, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
+    """(tokens read, pages, cost) of requests of ``len_b`` tokens (scalars or vectors, int32)."""
+    len_b = tl.maximum(len_b, 0)
+    n = tl.minimum((len_b + PAGE - 1) // PAGE, max_pages)
+    return tl.minimum(len_b, n * PAGE), n, tl.where(n > 0, n + OVERHEAD, 0)
+
+
+@triton.jit
+def _parts_of(start, n, w, chunk):
+    """(p_first, p_last): the parts holding a request's first and last page (``p_last < p_first`` when it has
+    none), from its place on the line; scalars or vectors."""
     n_safe = tl.maximum(n, 1)
     p_first = start // chunk
     x_last = start.to(tl.int64) * n_safe + (n_safe - 1) * w  # page n-1's place on the line, times n
-    p_last = tl.where(n > 0, (x_last // (n_safe * chunk)).to(tl.int32), p_first - 1)
-    return lens, n, start, w, p_first, p_last, chunk
+    return p_first, tl.where(n > 0, (x_last // (n_safe * chunk)).to(tl.int32), p_first - 1)
+
+
+@triton.jit
+def batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
+               MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
+    """The partition of the batch, for the requests ``offs`` (a vector of ``>= B`` indices, in the caller's
+    layout). Returns per request (int32 vectors): ``n`` (pages), ``start`` (``W_b``), ``p_first``, ``p_last``
+    (its parts; ``p_last < p_first`` for an empty request), and the scalar ``chunk``."""
+    _, n, w = _cost(tl.load(seq_lens_ptr + offs, mask=offs < B, other=0), max_pages, PAGE, OVERHEAD)
+    start = tl.cumsum(w, 0) - w
+    chunk = tl.maximum((tl.sum(w, 0) + parts - 1) // parts, MIN_PAGES)
+    chunk = tl.maximum(chunk, (tl.max(w, 0) + MAX_PIECES - 2) // (MAX_PIECES - 1))
+    p_first, p_last = _parts_of(start, n, w, chunk)
+    return n, start, p_first, p_last, chunk
 
 
 @triton.jit
 def part_requests(seq_lens_ptr, offs, B, max_pages, parts, p, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
                   MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
-    """[b_lo, b_hi]: the requests part ``p`` holds pages of lie in this range (walk it, skipping a request
-    whose ``segment`` is not live); b_hi < b_lo for a part past the batch's end."""
-    _, n, _, _, p_first, p_last, _ = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD, MIN_PAGES,
-                                                MAX_PIECES)
+    """``(b_lo, b_hi, start, chunk)``: part ``p`` holds pages of requests in ``[b_lo, b_hi]`` only (walk them with
+    ``segment``; b_hi < b_lo for a part past the batch's end), ``start`` is b_lo's place on the line. The vectors
+    die here: the walk carries scalars only (a persistent program's registers are for its tiles)."""
+    n, start, p_first, p_last, chunk = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD,
+                                                  MIN_PAGES, MAX_PIECES)
     live = (n > 0) & (p_first <= p) & (p_last >= p)
-    return tl.min(tl.where(live, offs, 1 << 30), 0), tl.max(tl.where(live, offs, -1), 0)
+    b_lo = tl.min(tl.where(live, offs, 1 << 30), 0)
+    return b_lo, tl.max(tl.where(live, offs, -1), 0), tl.sum(tl.where(offs == b_lo, start, 0), 0), chunk
 
 
 @triton.jit
-def _pick(vec, offs, b):
-    """``vec[b]``, a scalar."""
-    return tl.sum(tl.where(offs == b, vec, 0), 0)
-
-
-@triton.jit
-def segment(seq_lens_ptr, offs, B, max_pages, parts, b, p, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
-            MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
-    """Request b's segment in part p: ``(t_start, t_end, live, flag, row)``, tokens ``[t_start, t_end)``
-    (perhaps none), ``live`` whether part p holds any of b's pages, ``flag`` DIRECT or PARTIAL and ``row``
-    ``p + b`` (its workspace row). The plan is computed again at each call (a few hundred clocks) rather than
-    kept: a persistent program's registers are for its tiles."""
-    lens, n, start, w, p_first, p_last, chunk = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD,
-                                                           MIN_PAGES, MAX_PIECES)
-    n_b = _pick(n, offs, b).to(tl.int64)
-    w_b = tl.maximum(_pick(w, offs, b), 1).to(tl.int64)
-    s_b = _pick(start, offs, b)
-    pf = _pick(p_first, offs, b)
-    pl = _pick(p_last, offs, b)
-    lo = tl.maximum(p * chunk - s_b, 0).to(tl.int64)  # the part's bounds on b's stretch of the line
-    hi = tl.maximum((p + 1) * chunk - s_b, 0).to(tl.int64)
-    k_lo = tl.minimum((lo * n_b + w_b - 1) // w_b, n_b).to(tl.int32)  # first page k with x_k >= p * chunk
-    k_hi = tl.minimum((hi * n_b + w_b - 1) // w_b, n_b).to(tl.int32)  # first page k with x_k >= (p + 1) * chunk
+def segment(seq_lens_ptr, b, p, start, chunk, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
+    """Request b's segment in part p, b at ``start`` on the line: ``(t_start, t_end, live, flag, row, next)``,
+    tokens ``[t_start, t_end)`` (perhaps none), ``live`` whether part p holds any of b's pages, ``flag`` DIRECT
+    or PARTIAL, ``row`` ``p + b`` (its workspace row) and ``next`` request b + 1's place on the line."""
+    len_b, n_b, w_b = _cost(tl.load(seq_lens_ptr + b), max_pages, PAGE, OVERHEAD)
+    pf, pl = _parts_of(start, n_b, w_b, chunk)
+    n64 = n_b.to(tl.int64)
+    w64 = tl.maximum(w_b, 1).to(tl.int64)
+    lo = tl.maximum(p * chunk - start, 0).to(tl.int64)  # the part's bounds on b's stretch of the line
+    hi = tl.maximum((p + 1) * chunk - start, 0).to(tl.int64)
+    k_lo = tl.minimum((lo * n64 + w64 - 1) // w64, n64).to(tl.int32)  # first page k with x_k >= p * chunk
+    k_hi = tl.minimum((hi * n64 + w64 - 1) // w64, n64).to(tl.int32)  # first page k with x_k >= (p + 1) * chunk
     live = (n_b > 0) & (pf <= p) & (p <= pl)
     flag = tl.where(pf == pl, 1, 0)  # DIRECT, PARTIAL
-    return k_lo * PAGE, tl.minimum(k_hi * PAGE, _pick(lens, offs, b)), live, flag, p + b
+    return k_lo * PAGE, tl.minimum(k_hi * PAGE, len_b), live, flag, p + b, start + w_b
 
 
 @triton.jit
@@ -156,11 +157,10 @@ def segments_kernel(seq_lens_ptr, out_ptr, B, max_pages, parts, PAGE: tl.constex
     """Program p writes its segments (``SEGMENT_FIELDS``) into rows ``p + b`` of out [rows, 5]: the walk every
     stage-1 program makes, without the attention."""
     p = tl.program_id(0)
-    offs = tl.arange(0, BLOCK_B)
-    b_lo, b_hi = part_requests(seq_lens_ptr, offs, B, max_pages, parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+    b_lo, b_hi, start, chunk = part_requests(seq_lens_ptr, tl.arange(0, BLOCK_B), B, max_pages, parts, p, PAGE,
+                                             OVERHEAD, MIN_PAGES, MAX_PIECES)
     for b in range(b_lo, b_hi + 1):
-        t_start, t_end, live, flag, row = segment(seq_lens_ptr, offs, B, max_pages, parts, b, p, PAGE, OVERHEAD,
-                                                  MIN_PAGES, MAX_PIECES)
+        t_start, t_end, live, flag, row, start = segment(seq_lens_ptr, b, p, start, chunk, max_pages, PAGE, OVERHEAD)
         if live:
             dst = out_ptr + row * 5
             tl.store(dst, p)

@@ -56,12 +56,11 @@ def stage1_kernel(
     mask_o = mask_h[:, None] & (offs_dl < DL)[None, :]
     if SCHEDULED:  # grid (num_parts, head blocks): part p of the balanced schedule walks its requests
         p = tl.program_id(0)
-        offs = tl.arange(0, BLOCK_B)
-        b_lo, b_hi = schedule.part_requests(seq_lens_ptr, offs, B, max_pages, num_parts, p, PAGE, OVERHEAD,
-                                            MIN_PAGES, MAX_PIECES)
+        b_lo, b_hi, start, chunk = schedule.part_requests(seq_lens_ptr, tl.arange(0, BLOCK_B), B, max_pages,
+                                                          num_parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
         for b in range(b_lo, b_hi + 1):
-            t_start, t_end, live, flag, row = schedule.segment(seq_lens_ptr, offs, B, max_pages, num_parts, b, p,
-                                                               PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+            t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
+                                                                      PAGE, OVERHEAD)
             if live:
                 o, lse = _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start, t_end,
                                  offs_h, mask_h, offs_dl, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
@@ -207,8 +206,8 @@ def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_
     written by stage 1; an empty request's output is zeros, as with one split."""
     b = tl.program_id(0)
     offs = tl.arange(0, BLOCK_B)
-    lens, n, start, w, p_first, p_last, chunk = schedule.batch_plan(seq_lens_ptr, offs, B, max_pages, num_parts,
-                                                                    PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+    n, start, p_first, p_last, chunk = schedule.batch_plan(seq_lens_ptr, offs, B, max_pages, num_parts, PAGE,
+                                                           OVERHEAD, MIN_PAGES, MAX_PIECES)
     n_b = tl.sum(tl.where(offs == b, n, 0), 0)
     u0 = tl.sum(tl.where(offs == b, p_first, 0), 0) + b  # its rows p + b
     u1 = tl.sum(tl.where(offs == b, p_last, 0), 0) + b + 1

@@ -368,13 +368,13 @@ def stage1_wgmma_kernel(
     qk_scale = sm_scale * 1.4426950408889634  # exp2 in _attend_tile: log2(e) folded into the scale
     if SCHEDULED:
         p = gl.program_id(1)
-        b_lo, b_hi = schedule.part_requests(seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())),
-                                            B, max_pages, num_parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+        b_lo, b_hi, start, chunk = schedule.part_requests(
+            seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())), B, max_pages, num_parts, p,
+            PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
         g = p * 0  # tiles loaded so far: each ring slot's barrier phase
         for b in range(b_lo, b_hi + 1):
-            offs = gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps()))
-            t_start, t_end, live, flag, row = schedule.segment(seq_lens_ptr, offs, B, max_pages, num_parts, b, p,
-                                                               PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+            t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
+                                                                      PAGE, OVERHEAD)
             if live:
                 m_i, l_tile, acc, g = _segment_wgmma(
                     q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
@@ -497,13 +497,13 @@ def stage1_swapped_kernel(
     qk_scale = sm_scale * 1.4426950408889634
     if SCHEDULED:
         p = gl.program_id(1)
-        b_lo, b_hi = schedule.part_requests(seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())),
-                                            B, max_pages, num_parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+        b_lo, b_hi, start, chunk = schedule.part_requests(
+            seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())), B, max_pages, num_parts, p,
+            PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
         g = p * 0
         for b in range(b_lo, b_hi + 1):
-            offs = gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps()))
-            t_start, t_end, live, flag, row = schedule.segment(seq_lens_ptr, offs, B, max_pages, num_parts, b, p,
-                                                               PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+            t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
+                                                                      PAGE, OVERHEAD)
             if live:
                 m_i, l_tile, acc, g = _segment_swapped(
                     q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
