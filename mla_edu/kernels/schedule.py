@@ -25,8 +25,6 @@ every replay.
 * part ``p`` (one persistent program per head block, ``num_parts`` of them fill the GPU once) takes the
   pages with ``x`` in ``[p * chunk, (p + 1) * chunk)``, ``chunk = ceil(sum w_b / num_parts)`` (at least
   ``MIN_PART_PAGES``, and large enough that no request is cut into more than ``MAX_PIECES``);
-* a request that costs no more than a part (``w_b <= chunk``) is not cut: all of it goes to the part holding
-  its middle (cutting it would buy little balance for a partial written and merged: 128 KB a head block);
 * so a long request is cut across several parts and a part holds several short requests, walked in order;
   a request whose pages all fall in one part is written to the output there, the others leave one
   partial per part, in workspace row ``p + b`` (unique: both indices grow along the line), which stage 2
@@ -101,14 +99,11 @@ def _cost(len_b, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
 @triton.jit
 def _parts_of(start, n, w, chunk):
     """(p_first, p_last): the parts holding a request's first and last page (``p_last < p_first`` when it has
-    none), from its place on the line; scalars or vectors. A request no costlier than a part is not cut: all of
-    it goes to the part holding its middle."""
+    none), from its place on the line; scalars or vectors."""
     n_safe = tl.maximum(n, 1)
+    p_first = start // chunk
     x_last = start.to(tl.int64) * n_safe + (n_safe - 1) * w  # page n-1's place on the line, times n
-    whole = w <= chunk
-    p_first = tl.where(whole, (start + w // 2) // chunk, start // chunk)
-    p_last = tl.where(whole, p_first, (x_last // (n_safe * chunk)).to(tl.int32))
-    return p_first, tl.where(n > 0, p_last, p_first - 1)
+    return p_first, tl.where(n > 0, (x_last // (n_safe * chunk)).to(tl.int32), p_first - 1)
 
 
 @triton.jit
@@ -151,11 +146,8 @@ def segment(seq_lens_ptr, b, p, start, chunk, max_pages, PAGE: tl.constexpr, OVE
     hi = tl.maximum((p + 1) * chunk - start, 0).to(tl.int64)
     k_lo = tl.minimum((lo * n64 + w64 - 1) // w64, n64).to(tl.int32)  # first page k with x_k >= p * chunk
     k_hi = tl.minimum((hi * n64 + w64 - 1) // w64, n64).to(tl.int32)  # first page k with x_k >= (p + 1) * chunk
-    one = pf == pl  # the request's only part: all of its pages, written to the output (DIRECT)
-    k_lo = tl.where(one, 0, k_lo)
-    k_hi = tl.where(one, n_b, k_hi)
     live = (n_b > 0) & (pf <= p) & (p <= pl)
-    flag = tl.where(one, 1, 0)  # DIRECT, PARTIAL
+    flag = tl.where(pf == pl, 1, 0)  # DIRECT, PARTIAL
     return k_lo * PAGE, tl.minimum(k_hi * PAGE, len_b), live, flag, p + b, start + w_b
 
 
