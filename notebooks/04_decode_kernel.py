@@ -496,6 +496,7 @@ assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 //
 # them), B = 64, 16 heads, page 64, on the H200's 132 SMs:
 
 # %%
+from collections import Counter  # noqa: E402
 from mla_edu.kernels import schedule  # noqa: E402
 from mla_edu.kernels.plots import schedule_gantt  # noqa: E402
 from mla_edu.kernels.workspace import triton_num_kv_splits  # noqa: E402
@@ -505,25 +506,69 @@ from statistics import geometric_mean  # noqa: E402
 ragged = schedule.lognormal_lengths(64, 2048, seed=0)
 print(f"lengths: min {min(ragged)}, median {sorted(ragged)[32]}, max {max(ragged)}, total {sum(ragged)}")
 rule_splits = triton_num_kv_splits(64 * math.ceil(max(ragged) / 64), 64, 16, 64, 132)  # from the widest row
-spans = {name: schedule.simulate(schedule.pages_per_program(ragged, 64, 16, 132, num_splits=s), 132)[1]
-         for name, s in (("rule", rule_splits), ("balanced", None))}
-print(f"the rule's {rule_splits} splits: done after {spans['rule']:.0f} page-times; "
-      f"balanced: {spans['balanced']:.0f}")
+rule_programs = schedule.pages_per_program(ragged, 64, 16, 132, rule_splits)  # (request, pages), grid (1, B, splits)
+spans = {"rule": schedule.simulate(rule_programs, 132)[1],  # the block scheduler: next program to the first free SM
+         "balanced": schedule.part_timeline(ragged, 64, 16, 132)[1]}  # one persistent program per part and SM
+print(f"the rule's {rule_splits} splits: {len(rule_programs)} programs, done after {spans['rule']:.0f} page-times; "
+      f"balanced: done after {spans['balanced']:.0f}")
 assert rule_splits == 2 and spans["balanced"] < spans["rule"] / 4
 
 # %% [markdown]
 # The rule sees a 32768-token row and 64 requests: two splits each fill the GPU once. But request 53 is
 # the only one that long, so its two programs read 256 pages each while the rest of the GPU sat idle
-# long before. The balanced schedule (`mla_edu.kernels.schedule`) cuts the batch's total pages into about one
-# equal share per SM instead: long requests into up to 32 pieces, short ones whole, the pieces first.
-# Below, which SM runs which program when (the block scheduler's rule, simulated on the CPU from the same
-# `balanced_schedule` the kernel runs, here in Triton's interpreter):
+# long before.
+#
+# The balanced schedule (`mla_edu.kernels.schedule`) shares the batch's work out instead, the way
+# FlashMLA does (below). Request b has $n_b$ pages and costs $w_b = n_b + 5$ page-times (the 5: its
+# q load, the first pages in flight, its partial). Lay the 64 costs end to end on one line, request b at
+# $[W_b, W_b + w_b)$ with $W_b$ the sum of the costs before it, and page k of request b at
+# $W_b + k\,w_b / n_b$ (the overhead spread over its pages). Cut the line into `num_parts` equal parts,
+# one per SM here (16 heads are one head block, so a part is one program): part p takes the pages whose
+# place falls in $[p \cdot \text{chunk}, (p + 1) \cdot \text{chunk})$, chunk = ceil(total / parts). The
+# stage-1 grid is (parts, head blocks) and each program is persistent: it walks its part's requests in
+# order, reading each one's segment of pages. So a long request is cut across several parts, and a part
+# holds several short requests. A request that lands in one part is finished there and written to the
+# output; a cut one leaves one partial per part, in workspace row p + b. Along the line the next segment
+# is in the next part or of the next request, so p + b only grows: one row per segment, `parts + B - 1`
+# rows in all, a size fixed by shapes. Stage 2 merges rows $p_{first}(b) + b$ to $p_{last}(b) + b$ by
+# log-sum-exp, as section 4 merged splits. Parts 0 and 1, and the first pieces of request 53, from
+# the kernels' own arithmetic (`schedule.segments`, here in Triton's interpreter):
+
+# %%
+max_pages = math.ceil(max(ragged) / 64)  # 512: the widest row
+parts = schedule.num_parts(16, 132, 64, max_pages)  # 132: one head block, one part per SM
+costs = [math.ceil(n / 64) + schedule.FIXED_OVERHEAD_PAGES for n in ragged]  # w_b, in page-times
+chunk = math.ceil(sum(costs) / parts)
+print(f"the line: {sum(costs)} page-times, {parts} parts of {chunk}")
+segs = schedule.segments(ragged, 64, max_pages, parts)  # every part's walk, in workspace-row order
+longest = max(range(64), key=ragged.__getitem__)  # request 53
+print("part  request  tokens          writes   row p + b")
+for s in [s for s in segs if s.part <= 1] + [s for s in segs if s.request == longest][:3]:
+    kind = "output" if s.flag == schedule.DIRECT else "partial"
+    print(f"{s.part:4d} {s.request:8d}  [{s.t_start:5d}, {s.t_end:5d})  {kind:7s}  {s.part + s.request:9d}")
+pieces, per_part = Counter(s.request for s in segs), Counter(s.part for s in segs)
+print(f"request {longest}: {pieces[longest]} pieces; {sum(v == 1 for v in pieces.values())} of 64 requests whole; "
+      f"at most {max(per_part.values())} requests in a part")
+for b, n in enumerate(ragged):  # every token of every request read once, by consecutive parts
+    mine = [s for s in segs if s.request == b]
+    assert [s.t_start for s in mine] == [0] + [s.t_end for s in mine[:-1]] and mine[-1].t_end == n
+    assert [s.part for s in mine] == list(range(mine[0].part, mine[0].part + len(mine)))
+    assert {s.flag for s in mine} == {schedule.DIRECT if len(mine) == 1 else schedule.PARTIAL}
+assert len(segs) <= schedule.workspace_rows(64, parts) and pieces[longest] <= schedule.MAX_PIECES
+assert chunk < spans["balanced"] < 1.5 * chunk  # a cut request pays its fixed cost again in every part
+
+# %% [markdown]
+# Every part holds 29 page-times of the line, yet the last part finishes after 38: each piece of a cut
+# request pays the fixed cost of 5 again, which the line counted once. Below, which SM runs what when.
+# Above, the rule's 128 programs, placed as the block scheduler places them (simulated: the next
+# program to the first free SM); below, each SM's persistent program walking its part's segments
+# (`schedule.part_timeline`). Request 53 is hatched:
 
 # %%
 fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 
 # %% [markdown]
-# Why a kernel needs this computed **on the device**: the lengths are a device tensor, and the schedule
+# Why every program computes this **on the device**: the lengths are a device tensor, and the partition
 # depends on them. Computing it on the host would need a sync every step, and under a CUDA graph the
 # host's answer would be frozen at capture, which is this repository's bug all over again. FlashMLA
 # (`docs/sources.md`, at `9edee0c`) therefore has `get_mla_metadata`: one warp
@@ -533,10 +578,20 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # 39) and writes where each part begins and ends. Its attention kernel is persistent, one CTA per part,
 # so the grid says nothing about the work: each CTA reads its begin and end from that tensor and walks
 # the requests between (`csrc/kernels/splitkv_mla.cu` lines 1019-1039), and the combine kernel merges
-# each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-30). mla_edu's version
-# is one Triton program (`schedule.schedule_kernel`) that writes a table of work units, one program per
-# unit, and a stage 2 that merges a variable number of partials; all fixed shapes, so a graph replays it
-# with new lengths (`tests/test_kernels_schedule.py` checks exactly that on the H200).
+# each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-30).
+#
+# mla_edu keeps the idea and drops the kernel that runs first. FlashMLA's thread fills the parts one
+# after the other (lines 38-67), so its answer has to be written down for the attention kernel to read.
+# Cut the line at multiples of chunk instead, and every part's requests follow from the lengths alone:
+# a prefix sum gives each request's place $W_b$, and its parts run from $W_b$ // chunk to its last page's
+# place // chunk. So every stage-1 program loads `seq_lens` (one vector of B lengths), computes the
+# same closed form and keeps its own part (`schedule.batch_plan`, `part_requests`, `segment`); stage 2,
+# one program per request, computes it again to find its rows. Row p + b stands in for FlashMLA's
+# per-request split offsets (lines 48-49). No table and no extra launch: the grid (parts x head blocks)
+# and the workspace are fixed by shapes and the kernels read the lengths at every step, so a CUDA graph
+# captured once follows new lengths at each replay (`test_graph_replay_follows_new_lengths` in
+# `tests/test_kernels_schedule.py`, on a GPU). The price: every program redoes a prefix sum over B
+# lengths, a few vector operations next to its pages' loads.
 #
 # On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
 # on the same bytes; time in us):

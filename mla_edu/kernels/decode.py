@@ -100,7 +100,7 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
       device's default, ``split_kv_triton.plan_stage1``), and the tl kernel's launch config (BLOCK_H, BLOCK_N,
       num_warps, num_stages; None: ``split_kv_triton.launch_config``). The plan carries both.
     schedule: "splits" (every request split ``num_kv_splits`` ways, the cutlass contract) or "balanced" (impl
-      "triton", ``num_kv_splits=-1``: near-equal work units over the SMs from the lengths, on the device;
+      "triton", ``num_kv_splits=-1``: one near-equal part of the batch per SM, from the lengths, on the device;
       ``mla_edu.kernels.schedule``; its partials need ``schedule.workspace_bytes`` of workspace).
 
     Refused up front (ValueError/TypeError): a non-finite or non-positive ``sm_scale``, a page table

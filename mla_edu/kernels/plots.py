@@ -107,29 +107,35 @@ def _roofline(ax, data: dict) -> None:
 
 
 def schedule_gantt(lens: list[int], page_size: int, heads: int, sm_count: int, num_splits: int):
-    """Which SM runs which stage-1 program when, for one batch of ``lens``: with ``num_splits`` for every
-    request (left) and with the balanced schedule (right), as ``schedule.simulate`` places the programs (the
-    block scheduler's rule: the next program to the first free SM). The longest request's programs are
-    highlighted (colour and hatch); time in page-times (one page read by one program)."""
+    """Which SM runs what when, for one batch of ``lens``, stacked: above, ``num_splits`` for every request, the
+    grid's programs placed by the block scheduler's rule (the next program to the first free SM,
+    ``schedule.simulate``); below, the balanced schedule, one persistent program per part walking its
+    segments in order (``schedule.part_timeline``, from the kernels' own arithmetic). The longest request is
+    highlighted (colour and hatch); time in page-times (one page read by one program), each program or
+    segment also paying ``schedule.FIXED_OVERHEAD_PAGES``."""
     import matplotlib.pyplot as plt
 
     from mla_edu.kernels import schedule
 
     longest = max(range(len(lens)), key=lens.__getitem__)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharex=True, sharey=True)
-    for ax, (title, splits) in zip(axes, ((f"{num_splits} splits for every request", num_splits),
-                                          ("balanced schedule", None))):
-        programs = schedule.pages_per_program(lens, page_size, heads, sm_count, num_splits=splits)
-        bars, span = schedule.simulate(programs, sm_count)
+    programs = schedule.pages_per_program(lens, page_size, heads, sm_count, num_splits)
+    rule_bars, rule_span = schedule.simulate(programs, sm_count)
+    part_bars, part_span = schedule.part_timeline(lens, page_size, heads, sm_count)
+    parts = schedule.num_parts(heads, sm_count, len(lens), max(-(-max(x, 0) // page_size) for x in lens))
+    fig, axes = plt.subplots(2, 1, figsize=(7, 6.4), sharex=True, sharey=True)  # stacked: legible at a book's width
+    panels = ((axes[0], rule_bars, f"{num_splits} splits for every request: {len(programs)} programs, "
+                                   f"done after {rule_span:.0f} page-times"),
+              (axes[1], part_bars, f"balanced schedule: {parts} parts, done after {part_span:.0f} page-times"))
+    for ax, bars, title in panels:
         for hot in (False, True):
             sel = [(s, e, slot) for s, e, slot, req in bars if (req == longest) == hot]
             ax.barh([slot for _, _, slot in sel], [e - s for s, e, _ in sel], left=[s for s, _, _ in sel],
                     height=0.85, color=palette.HIGHLIGHT if hot else palette.GREY, hatch="////" if hot else None,
                     edgecolor=palette.HATCH_COLOR if hot else "none", linewidth=0,
                     label=f"request {longest} ({lens[longest]} tokens)" if hot else "the other requests")
-        ax.set_title(f"{title}: {len(programs)} programs, done after {span:.0f} page-times")
-        ax.set_xlabel(f"time (page-times; each program also costs {schedule.FIXED_OVERHEAD_PAGES})")
-    axes[0].set_ylabel("SM")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel("SM")
+    axes[1].set_xlabel(f"time (page-times; each program or segment also costs {schedule.FIXED_OVERHEAD_PAGES})")
     axes[0].legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     return fig
