@@ -398,9 +398,10 @@ def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, 
     return None
 
 
-#: Heads, partials and latent columns a program of ``stage2_scheduled_kernel`` merges at a time (a [8, 8, 128]
-#: float32 tile).
-STAGE2_BLOCK_H, STAGE2_BLOCK_S, STAGE2_BLOCK_D = 8, 8, 128
+#: Heads, partials and latent columns a program of ``stage2_scheduled_kernel`` merges at a time (a [16, 4, 128]
+#: float32 tile): on the H200 ragged batches 2-8% faster than [8, 8, 128] (a quarter of the programs, each
+#: request's plan computed once per 16 heads; most requests have 1-4 partials), uniform ones within 3%.
+STAGE2_BLOCK_H, STAGE2_BLOCK_S, STAGE2_BLOCK_D = 16, 4, 128
 
 
 @torch.library.custom_op("mla_edu::mla_decode_stage2_scheduled", mutates_args=("out",))
