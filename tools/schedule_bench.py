@@ -8,7 +8,8 @@ One run, page 64, bf16, CUDA-graph replay (``kernel_bench.graph_us``), the same 
 
 Per problem: mla_edu at the split rule's count (``triton_num_kv_splits``, from the page table's width, the
 longest request), at every fixed split of ``SPLIT_CHOICES`` (the best of them), and with the balanced schedule
-(``mla_decode(..., -1, schedule="balanced")``: its device-side schedule inside the timed call); FlashMLA
+(``mla_decode(..., -1, schedule="balanced")``: persistent programs, each computing the partition from the
+lengths inside the timed call); FlashMLA
 (``get_mla_metadata`` outside the timed call); SGLang's Triton kernel at its best fixed split (powers of two)
 and with its own per-request split counts (its backend's ``get_num_kv_splits_triton``, computed outside the
 timed call). Errors against float64 on the first, last and longest request. Writes ``schedule_bench.json`` /
@@ -168,8 +169,9 @@ def to_markdown(data: dict) -> str:
              f"{ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s.", "",
              "bf16, page 64, median CUDA-graph replay, the same cache bytes for every kernel. 'rule' = mla_edu at the "
              "split count of `triton_num_kv_splits` (from the table's width: the longest request); 'best fixed' = "
-             "the fastest of its split counts 1-32; 'balanced' = `schedule=\"balanced\"` (its device-side schedule "
-             "inside the timed call); FlashMLA with `get_mla_metadata` outside the timed call; SGLang = its Triton "
+             "the fastest of its split counts 1-32; 'balanced' = `schedule=\"balanced\"` (persistent programs, each "
+             "computing the partition from the lengths inside the timed call); "
+             "FlashMLA with `get_mla_metadata` outside the timed call; SGLang = its Triton "
              "decode kernel at its best power-of-two split and with its own per-request split counts "
              "(`get_num_kv_splits_triton`, computed outside the timed call). 'x FM' = FlashMLA's time / mla_edu's "
              "(above 1: mla_edu is faster). err = max |out - float64| / max |float64| over the first, last and "
