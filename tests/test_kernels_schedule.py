@@ -151,21 +151,27 @@ def test_graph_replay_follows_new_lengths(heads):
         assert torch.isfinite(out).all() and torch.equal(out, call())
 
 
-def test_triton_backend_runs_the_balanced_schedule_for_auto_splits():
-    # the serving backend's default for num_kv_splits=-1 with the Triton kernel: under graph replay (the CPU
-    # emulator here; real graphs on a GPU) the same tokens as the torch impl eagerly
+@pytest.mark.parametrize("context_length,balanced", [(384, False), (3968, False), (4096, True)])
+def test_triton_backend_runs_the_balanced_schedule_for_auto_splits(context_length, balanced):
+    # the serving backend's default for num_kv_splits=-1 with the Triton kernel where its page table holds more
+    # than BALANCED_ABOVE_TOKENS tokens (page_table_width: 32 pages of 128 at 3968, 33 at 4096), the split rule
+    # below: under graph replay (the CPU emulator here; real graphs on a GPU) the same tokens as the torch impl
     from tiny_models import random_prompts, random_tiny_model
 
     from mla_edu.serving import Engine
+    from mla_edu.serving.backends.base import page_table_width
+    from mla_edu.util import PAGE_SIZE
 
+    assert (page_table_width(context_length) * PAGE_SIZE > sc.BALANCED_ABOVE_TOKENS) == balanced
     model = random_tiny_model(qk_rope_head_dim=16)
     ps = random_prompts(4, 3, 20, 260)
     runs = {}
     for impl, graphs in (("torch", False), ("triton", True)):
-        eng = Engine(model, attention_backend="triton", kernel_impl=impl, num_kv_splits=-1, context_length=384,
-                     max_running_requests=3, **({"cuda_graph_bs": (4,)} if graphs else {"disable_cuda_graph": True}))
+        eng = Engine(model, attention_backend="triton", kernel_impl=impl, num_kv_splits=-1,
+                     context_length=context_length, max_running_requests=3,
+                     **({"cuda_graph_bs": (4,)} if graphs else {"disable_cuda_graph": True}))
         runs[impl, graphs] = [r.output_ids for r in eng.generate(ps, max_new_tokens=2, stop_token_ids=())]
         backend = eng.runner.backend
-        balanced = impl == "triton"
-        assert backend.uses_balanced_schedule() == balanced and (backend.splits_used == set()) == balanced
+        on = impl == "triton" and balanced
+        assert backend.uses_balanced_schedule() == on and (backend.splits_used == set()) == on
     assert runs["triton", True] == runs["torch", False]

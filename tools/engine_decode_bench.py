@@ -3,9 +3,11 @@
 The shipped model, the triton backend with ``num_kv_splits=-1``, CUDA graphs (``cuda_graph_bs`` 64 and 128),
 ``dtype`` bf16, the first ``--requests`` questions of the eval set (prompts of 100-508 tokens: a ragged
 batch), ``--new-tokens`` greedy tokens each. Two settings on the same engine arguments: "balanced" (the
-backend's default for auto splits with the Triton kernel, ``kernels.schedule``) and "rule" (one split count
-for every request, ``triton_num_kv_splits``, the default before). Wall time of ``generate`` (prefill
-included, the same in both), best of ``--reps`` after a warm-up, and whether both answered the same tokens.
+balanced schedule, ``kernels.schedule``, taken whatever the table's width) and "rule" (one split count for
+every request, ``triton_num_kv_splits``). The engine's own page table holds 768 tokens (its context length is
+640), below ``schedule.BALANCED_ABOVE_TOKENS``, so its triton backend takes the rule. Wall time of
+``generate`` (prefill included, the same in both), best of ``--reps`` after a warm-up, and whether both
+answered the same tokens.
 """
 
 from __future__ import annotations
@@ -26,19 +28,26 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3) -> dict:
     from mla_edu.serving.backends.triton import TritonBackend
 
     class TritonRuleBackend(TritonBackend):
-        """The triton backend as before the balanced schedule: one split count for every request."""
+        """The triton backend with one split count for every request."""
 
         def uses_balanced_schedule(self) -> bool:
             return False
 
-    if "triton_rule" not in backend_names():
-        register_backend("triton_rule")(TritonRuleBackend)
+    class TritonBalancedBackend(TritonBackend):
+        """The triton backend with the balanced schedule for auto splits, whatever its table's width."""
+
+        def uses_balanced_schedule(self) -> bool:
+            return self.num_kv_splits == -1 and self.kernel_impl == "triton"
+
+    for name, cls in (("triton_rule", TritonRuleBackend), ("triton_balanced", TritonBalancedBackend)):
+        if name not in backend_names():
+            register_backend(name)(cls)
     model = load_pretrained(device="cuda")
     prompts = [q.prompt_ids for q in default_eval_set()[:requests]]
     out = {"gpu": torch.cuda.get_device_name(0), "requests": requests, "new_tokens": new_tokens}
     tokens = {}
     for name in ("rule", "balanced"):
-        eng = Engine(model, attention_backend="triton" if name == "balanced" else "triton_rule", num_kv_splits=-1,
+        eng = Engine(model, attention_backend=f"triton_{name}", num_kv_splits=-1,
                      dtype="bfloat16", defects="none", max_running_requests=requests)
         times = []
         for _ in range(reps + 1):  # the first captures the graphs

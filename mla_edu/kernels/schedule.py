@@ -62,11 +62,25 @@ MIN_PART_PAGES = 2
 #: ``workspace.SPLIT_CHOICES``) ran slower on the H200 (FlashMLA, which cuts one request into ~128, too:
 #: results/kernel_bench_h200_schedule.md).
 MAX_PIECES = max(SPLIT_CHOICES)
+#: The triton serving backend takes the balanced schedule for auto splits when its page table holds more than
+#: this many tokens (``uses_balanced``). Below, a request's imbalance is at most a few pages and the schedule's
+#: fixed cost (the merge's launch, partials where a part boundary cuts a request) outweighs it: on the H200 the
+#: balanced path was 1.07-2.0x the best fixed split on uniform batches of 1K-4K tokens and the mini engine
+#: (contexts up to 768 tokens) decoded 1.26x slower with it (results/kernel_bench_h200_schedule.md,
+#: results/engine_decode_h200.json); on ragged batches up to 32K tokens it was 1.05-4.8x faster than the rule.
+BALANCED_ABOVE_TOKENS = 4096
 #: Fields of a row of ``segments``: its part, its request, its tokens [t_start, t_end), its flag.
 SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
 #: ``flag`` values: the request's only part, which writes the output; one of several, which writes a
 #: partial; no segment in this workspace row.
 DIRECT, PARTIAL, IDLE = 1, 0, -1
+
+
+def uses_balanced(table_tokens: int) -> bool:
+    """Whether a serving backend with auto splits takes the balanced schedule for a page table that holds
+    ``table_tokens`` tokens (its width times the page size: the longest request a graph can see); see
+    ``BALANCED_ABOVE_TOKENS``. Decided on the host from the table's shape, as the split rule is."""
+    return table_tokens > BALANCED_ABOVE_TOKENS
 
 
 def num_parts(heads: int, sm_count: int, batch: int = 0, n_pages: int = 0) -> int:

@@ -6,8 +6,9 @@ on the batch's lengths: the page table is full width and read through its real r
 (``stride_policy="stride"``), and the split count is fixed for the maximum context (SGLang's
 static-split mode; its default computes per-request counts into a device tensor, which is
 graph-safe for the same reason: the grid never changes). With ``num_kv_splits=-1`` and the Triton
-kernel, the balanced schedule (``kernels.schedule``: each request's splits from the lengths, on the
-device); with another impl the Triton kernel's own rule (``kernels.triton_num_kv_splits``); the
+kernel, the balanced schedule (``kernels.schedule``: each request's parts from the lengths, on the
+device) where the page table holds more than ``schedule.BALANCED_ABOVE_TOKENS`` tokens; with a
+narrower table or another impl the Triton kernel's own rule (``kernels.triton_num_kv_splits``); the
 cutlass backend keeps sgl-kernel's heuristic, as SGLang does.
 """
 
@@ -41,9 +42,11 @@ class TritonBackend(AttentionBackend):
         return self.splits_for(self.width * PAGE_SIZE, bs)
 
     def uses_balanced_schedule(self) -> bool:
-        """Auto splits (-1) with the Triton kernel: the balanced schedule (``kernels.schedule``: each request's
-        splits from the batch's lengths, on the device, so a graph follows them at every replay)."""
-        return self.num_kv_splits == -1 and self.kernel_impl == "triton"
+        """Auto splits (-1) with the Triton kernel and a page table of more than ``BALANCED_ABOVE_TOKENS`` tokens:
+        the balanced schedule (``kernels.schedule``: each request's parts from the batch's lengths, on the device,
+        so a graph follows them at every replay); with a narrower table, the split rule (``_splits``)."""
+        return (self.num_kv_splits == -1 and self.kernel_impl == "triton"
+                and schedule.uses_balanced(self.width * PAGE_SIZE))
 
     def _alloc(self, max_bs: int):
         self.max_bs = max_bs
