@@ -33,6 +33,9 @@ def test_segments_cover_every_token_once(page, max_pages, lens, parts):
     chunk = max(cdiv(sum(w), parts), sc.MIN_PART_PAGES, cdiv(max(w), sc.MAX_PIECES - 1))
     for p in range(parts):  # each part near its share: at most chunk page-times of pages
         assert sum(cdiv(s.t_end - s.t_start, page) for s in segs if s.part == p) <= chunk
+    if any(n):  # the last page of the last request sits at sum(w) - w_l / n_l on the line: the chunk is exact
+        last = max(b for b in range(len(n)) if n[b])
+        assert max(s.part for s in segs) == (sum(w) * n[last] - w[last]) // (n[last] * chunk)
     for b, x in enumerate(lens):
         mine = [s for s in segs if s.request == b]
         if not n[b]:

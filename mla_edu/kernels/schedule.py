@@ -104,10 +104,11 @@ def workspace_bytes(batch: int, heads: int, d_latent: int, parts: int) -> int:
 
 @triton.jit
 def _cost(len_b, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
-    """(tokens read, pages, cost) of requests of ``len_b`` tokens (scalars or vectors, int32)."""
+    """(tokens, pages read, cost) of requests of ``len_b`` tokens (scalars or vectors, int32; a negative length is
+    0, a request longer than its table row reads the row's ``max_pages`` pages)."""
     len_b = tl.maximum(len_b, 0)
     n = tl.minimum((len_b + PAGE - 1) // PAGE, max_pages)
-    return tl.minimum(len_b, n * PAGE), n, tl.where(n > 0, n + OVERHEAD, 0)
+    return len_b, n, tl.where(n > 0, n + OVERHEAD, 0)
 
 
 @triton.jit
@@ -162,7 +163,7 @@ def segment(seq_lens_ptr, b, p, start, chunk, max_pages, PAGE: tl.constexpr, OVE
     k_hi = tl.minimum((hi * n64 + w64 - 1) // w64, n64).to(tl.int32)  # first page k with x_k >= (p + 1) * chunk
     live = (n_b > 0) & (pf <= p) & (p <= pl)
     flag = tl.where(pf == pl, 1, 0)  # DIRECT, PARTIAL
-    return k_lo * PAGE, tl.minimum(k_hi * PAGE, len_b), live, flag, p + b, start + w_b
+    return k_lo * PAGE, tl.minimum(k_hi * PAGE, len_b), live, flag, p + b, start + w_b  # k_hi <= n_b: in the row
 
 
 @triton.jit
@@ -197,6 +198,9 @@ def plan_constexprs(batch: int) -> dict:
 
 @dataclass(frozen=True)
 class Segment:
+    """One row of ``segments`` (``SEGMENT_FIELDS``): part ``part`` reads tokens ``[t_start, t_end)`` of request
+    ``request``; ``flag`` DIRECT or PARTIAL."""
+
     part: int
     request: int
     t_start: int
