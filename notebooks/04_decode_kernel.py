@@ -586,11 +586,11 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # a prefix sum gives each request's place $W_b$, and its parts run from $W_b$ // chunk to its last page's
 # place // chunk. So every stage-1 program loads `seq_lens` (one vector of B lengths), computes the
 # same closed form and keeps its own part (`schedule.batch_plan`, `part_requests`, `segment`); stage 2,
-# one program per request, computes it again to find its rows. Row p + b stands in for FlashMLA's
+# whose programs each merge one request's rows for 16 heads, computes it again to find those rows. Row p + b stands in for FlashMLA's
 # per-request split offsets (lines 48-49). No table and no extra launch: the grid (parts x head blocks)
 # and the workspace are fixed by shapes and the kernels read the lengths at every step, so a CUDA graph
 # captured once follows new lengths at each replay (`test_graph_replay_follows_new_lengths` in
-# `tests/test_kernels_schedule.py`, on a GPU). The price: every program redoes a prefix sum over B
+# `tests/test_kernels_schedule.py`, which passed on the H200 with every stage-1 kernel). The price: every program redoes a prefix sum over B
 # lengths, a few vector operations next to its pages' loads.
 #
 # On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
