@@ -7,7 +7,10 @@ looks each token's page up in the table, and keeps an online softmax over
 workspace (or, with one split, the final output directly). Stage 2, grid ``(B, H)``, merges
 the S partials by LSE. Same algorithm as SGLang's Triton MLA decode
 (``python/sglang/srt/layers/attention/triton_ops/decode_attention.py``), with the cutlass
-contract's page table and workspace.
+contract's page table and workspace. With the balanced schedule (``kernels.schedule``,
+``mla_decode_triton_balanced``) stage 1's grid is ``(num_parts, head blocks)`` instead: persistent programs,
+each computing the batch's partition from ``seq_lens`` and walking its part's requests, and
+``stage2_scheduled_kernel`` merges each cut request's own number of partials.
 
 On a Hopper GPU stage 1 runs ``split_kv_wgmma`` instead (Gluon: layouts and page loads written out;
 ``plan_stage1`` chooses, the plan carries the choice), 1.3-1.9x faster on the H200: ``kernels/NOTES.md``,
