@@ -23,7 +23,12 @@ masked rows zero-filled) or by TMA (one page per tile; the last tile's rows past
 shared memory), so a page's unused slots, NaN perhaps, never reach the tensor cores. The tile that
 feeds the scores is the same buffer that feeds ``P V``: the 512 latent columns are both K and V.
 
-Same contract, grid and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits); used
+Both also run the balanced schedule (``kernels.schedule``): a persistent program per part and head block
+walks its part's requests (``schedule.part_requests``, ``segment``), one segment at a time (``_segment_wgmma``,
+``_segment_swapped``: q loaded again, the ring refilled; the ring's barrier phases count the program's tiles
+across segments).
+
+Same contract, grids and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits); used
 there on sm90 GPUs for unchecked calls whose heads fill whole programs (the plan's ``stage1``, "tma" by
 default: ``split_kv_triton.plan_stage1``). No CPU interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90``
 compiles them for sm_90a and shows what the compiler made; the tests against float64 run on a Hopper GPU.
