@@ -86,10 +86,10 @@ def _layouts(BLOCK_N, DL):
 
 @gluon.constexpr_function
 def _swapped_layouts(BLOCK_H):
-    """(T_LAYOUT, LOAD_KV, LOAD_PE, SMEM) of ``stage1_swapped_kernel``: one warpgroup, heads as the wgmma's n,
-    for both transposed products (scores ``S^T`` [tokens, heads] and output ``O^T`` [512, heads])."""
-    return (gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]),
-            *_load_layouts(4), _smem_layout())
+    """``_layouts``' five for ``stage1_swapped_kernel``: one warpgroup, heads as the wgmma's n, the same layout
+    (T_LAYOUT) for both transposed products (scores ``S^T`` [tokens, heads] and output ``O^T`` [512, heads])."""
+    t_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16])
+    return (t_layout, t_layout, *_load_layouts(4), _smem_layout())
 
 
 @gluon.constexpr_function
@@ -193,8 +193,9 @@ def _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, pos, t_end,
 def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, flag,
            row, BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
            S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
-    """Normalized output (FINAL, or a unit of flag 1: into out) or the split's partial output and log-sum-exp
-    (into o_acc, lse: row ``(b * H + h) * num_splits + s``, or a unit of flag 0 its row ``row * H + h``)."""
+    """Normalized output (FINAL, or a segment of flag 1: into out) or the split's partial output and
+    log-sum-exp (into o_acc, lse: row ``(b * H + h) * num_splits + s``, or a segment of flag 0 its row
+    ``row * H + h``)."""
     l_i = gl.sum(l_tile, 1)
     has = l_i > 0
     l_safe = gl.where(has, l_i, 1.0)
@@ -312,8 +313,8 @@ def _segment_wgmma(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr,
                    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
                    row_stride, table_reach, num_pages,
                    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr,
-                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr,
-                   LOAD_PE: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, S_LAYOUT: gl.constexpr,
+                   O_LAYOUT: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
     """Request b's tokens [t_start, t_end) for 64 heads: ``(m_i, l_tile, acc)`` and the program's tile count g
     after it."""
     n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
@@ -345,74 +346,15 @@ def _drain(bars, STAGES: gl.constexpr, TMA: gl.constexpr):
 
 
 @gluon.jit
-def stage1_wgmma_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
-    stride_c_page, stride_c_slot,
-    stride_o_b, stride_o_h,
-    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
-    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
-    OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr, BLOCK_B: gl.constexpr,
-):
-    """Grid ``(H / BLOCK_H, B, splits)``, or SCHEDULED ``(H / BLOCK_H, num_parts)``: part ``program_id(1)`` of the
-    balanced schedule (``kernels.schedule``), a persistent program walking the segments of its part. Page tiles
-    by cp.async (``TMA`` false: any page size, each row looks its page up; ``kv_desc``, ``pe_desc`` unused) or by
-    TMA, the bulk copy engine (``TMA``: one page per tile, ``PAGE % BLOCK_N == 0``; ``kv_desc``, ``pe_desc`` are
-    2D descriptors over the cache's rows ``[num_pages * PAGE, 576]``, columns [0, DL) and [DL, DL + DR): one
-    thread issues a tile, an mbarrier per ring slot says when it has landed, no address registers). TMA cannot
-    mask rows, so the rows of the last tile past the length (which may hold anything, NaN included) are zeroed
-    in shared memory."""
-    hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
-    S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
-    O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
-    LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
-    LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
-    SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
-    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _alloc(cache_ptr, BLOCK_H, DL, DR, BLOCK_N, STAGES, TMA, SMEM)
-    qk_scale = sm_scale * 1.4426950408889634  # exp2 in _attend_tile: log2(e) folded into the scale
-    if SCHEDULED:
-        p = gl.program_id(1)
-        b_lo, b_hi, start, chunk = schedule.part_requests(
-            seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())), B, max_pages, num_parts, p,
-            PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
-        g = p * 0  # tiles loaded so far: each ring slot's barrier phase
-        for b in range(b_lo, b_hi + 1):
-            t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
-                                                                      PAGE, OVERHEAD)
-            if live:
-                m_i, l_tile, acc, g = _segment_wgmma(
-                    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
-                    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
-                    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-                    row_stride, table_reach, num_pages,
-                    PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, S_LAYOUT, O_LAYOUT)
-                _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, 0, H, num_splits, stride_o_b,
-                       stride_o_h, flag, row, BLOCK_H, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
-    else:
-        b = gl.program_id(1)
-        s = gl.program_id(2)
-        t_start, t_end = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
-        m_i, l_tile, acc, g = _segment_wgmma(
-            q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, 0, t_start, t_end,
-            q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
-            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-            row_stride, table_reach, num_pages,
-            PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, S_LAYOUT, O_LAYOUT)
-        _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, 0, b,
-               BLOCK_H, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
-    _drain(bars, STAGES, TMA)
-
-
-@gluon.jit
 def _segment_swapped(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
                      q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
                      stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
                      row_stride, table_reach, num_pages,
                      PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr,
-                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, LOAD_KV: gl.constexpr,
-                     LOAD_PE: gl.constexpr, T_LAYOUT: gl.constexpr):
-    """``_segment_wgmma`` transposed: ``(m_i, l_tile, acc)`` with ``acc`` = O^T [DL, BLOCK_H], and g after it."""
+                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, T_LAYOUT: gl.constexpr,
+                     T_LAYOUT_TOO: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
+    """``_segment_wgmma`` transposed: ``(m_i, l_tile, acc)`` with ``acc`` = O^T [DL, BLOCK_H], and g after it
+    (one layout, ``T_LAYOUT``, for scores and output: ``_swapped_layouts`` gives it twice)."""
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
     TOKENS: gl.constexpr = gl.SliceLayout(1, T_LAYOUT)  # along a transposed tile's rows
     HEADS: gl.constexpr = gl.SliceLayout(0, T_LAYOUT)  # along its columns
@@ -453,7 +395,7 @@ def _segment_swapped(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_pt
 @gluon.jit
 def _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
                    flag, row, BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
-                   T_LAYOUT: gl.constexpr):
+                   T_LAYOUT: gl.constexpr, T_LAYOUT_TOO: gl.constexpr):
     """``_write`` for the transposed accumulator O^T [DL, BLOCK_H]."""
     l_i = gl.sum(l_tile, 0)  # [BLOCK_H]
     has = l_i > 0
@@ -478,6 +420,90 @@ def _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, n
 
 
 @gluon.jit
+def _stage1(SEGMENT: gl.constexpr, WRITE: gl.constexpr, SCORES: gl.constexpr, OUTPUT: gl.constexpr,
+            LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr, SMEM: gl.constexpr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_c_page, stride_c_slot,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
+    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
+    OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr, BLOCK_B: gl.constexpr,
+):
+    """Both kernels' program: its shared memory, then its split of a request (grid ``(head blocks, B, splits)``)
+    or, SCHEDULED, the segments of its part of the batch (grid ``(head blocks, num_parts)``), each read by
+    ``SEGMENT`` (``_segment_wgmma`` or ``_segment_swapped``) and written by ``WRITE`` (``_write``,
+    ``_write_swapped``), in the five layouts of ``_layouts`` or ``_swapped_layouts`` (passed one by one:
+    Triton 3.6, the H200's, cannot pass a tuple of layouts to a function)."""
+    hb = gl.program_id(0)  # head block first: the programs that read the same pages run side by side
+    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _alloc(cache_ptr, BLOCK_H, DL, DR, BLOCK_N, STAGES, TMA, SMEM)
+    qk_scale = sm_scale * 1.4426950408889634  # exp2 in the tile loop: log2(e) folded into the scale
+    if SCHEDULED:
+        p = gl.program_id(1)
+        b_lo, b_hi, start, chunk = schedule.part_requests(
+            seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())), B, max_pages, num_parts, p,
+            PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
+        g = p * 0  # tiles loaded so far: each ring slot's barrier phase
+        for b in range(b_lo, b_hi + 1):
+            t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
+                                                                      PAGE, OVERHEAD)
+            if live:
+                m_i, l_tile, acc, g = SEGMENT(
+                    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
+                    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+                    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+                    row_stride, table_reach, num_pages, PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, SCORES, OUTPUT,
+                    LOAD_KV, LOAD_PE)
+                WRITE(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, 0, H, num_splits, stride_o_b, stride_o_h,
+                      flag, row, BLOCK_H, DL, FINAL, SCHEDULED, SCORES, OUTPUT)
+    else:
+        b = gl.program_id(1)
+        s = gl.program_id(2)
+        t_start, t_end = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
+        m_i, l_tile, acc, g = SEGMENT(
+            q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, 0, t_start, t_end,
+            q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
+            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
+            row_stride, table_reach, num_pages, PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, SCORES, OUTPUT,
+            LOAD_KV, LOAD_PE)
+        WRITE(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, 0, b,
+              BLOCK_H, DL, FINAL, SCHEDULED, SCORES, OUTPUT)
+    _drain(bars, STAGES, TMA)
+
+
+@gluon.jit
+def stage1_wgmma_kernel(
+    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    stride_c_page, stride_c_slot,
+    stride_o_b, stride_o_h,
+    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
+    PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
+    OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr, BLOCK_B: gl.constexpr,
+):
+    """Grid ``(H / BLOCK_H, B, splits)``, or SCHEDULED ``(H / BLOCK_H, num_parts)``: part ``program_id(1)`` of the
+    balanced schedule (``kernels.schedule``), a persistent program walking the segments of its part. Page tiles
+    by cp.async (``TMA`` false: any page size, each row looks its page up; ``kv_desc``, ``pe_desc`` unused) or by
+    TMA, the bulk copy engine (``TMA``: one page per tile, ``PAGE % BLOCK_N == 0``; ``kv_desc``, ``pe_desc`` are
+    2D descriptors over the cache's rows ``[num_pages * PAGE, 576]``, columns [0, DL) and [DL, DL + DR): one
+    thread issues a tile, an mbarrier per ring slot says when it has landed, no address registers). TMA cannot
+    mask rows, so the rows of the last tile past the length (which may hold anything, NaN included) are zeroed
+    in shared memory."""
+    S_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[0]
+    O_LAYOUT: gl.constexpr = _layouts(BLOCK_N, DL)[1]
+    LOAD_KV: gl.constexpr = _layouts(BLOCK_N, DL)[2]
+    LOAD_PE: gl.constexpr = _layouts(BLOCK_N, DL)[3]
+    SMEM: gl.constexpr = _layouts(BLOCK_N, DL)[4]
+    _stage1(_segment_wgmma, _write, S_LAYOUT, O_LAYOUT, LOAD_KV, LOAD_PE, SMEM,
+            q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr,
+            out_ptr, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot, stride_o_b,
+            stride_o_h, H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
+            PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, FINAL, TMA, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B)
+
+
+@gluon.jit
 def stage1_swapped_kernel(
     q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
@@ -493,44 +519,15 @@ def stage1_swapped_kernel(
     Tokens and latent columns take M instead, heads are the n: scores ``S^T = K q^T`` [64 tokens, BLOCK_H],
     softmax down the columns, ``P^T`` to shared memory, output ``O^T = V^T P^T`` [512, BLOCK_H], V^T being
     the page tile read transposed from shared memory. Same grids, loads and outputs."""
-    hb = gl.program_id(0)
     T_LAYOUT: gl.constexpr = _swapped_layouts(BLOCK_H)[0]
-    LOAD_KV: gl.constexpr = _swapped_layouts(BLOCK_H)[1]
-    LOAD_PE: gl.constexpr = _swapped_layouts(BLOCK_H)[2]
-    SMEM: gl.constexpr = _swapped_layouts(BLOCK_H)[3]
-    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars = _alloc(cache_ptr, BLOCK_H, DL, DR, BLOCK_N, STAGES, TMA, SMEM)
-    qk_scale = sm_scale * 1.4426950408889634
-    if SCHEDULED:
-        p = gl.program_id(1)
-        b_lo, b_hi, start, chunk = schedule.part_requests(
-            seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())), B, max_pages, num_parts, p,
-            PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
-        g = p * 0
-        for b in range(b_lo, b_hi + 1):
-            t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
-                                                                      PAGE, OVERHEAD)
-            if live:
-                m_i, l_tile, acc, g = _segment_swapped(
-                    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end,
-                    q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
-                    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-                    row_stride, table_reach, num_pages,
-                    PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, T_LAYOUT)
-                _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, 0, H, num_splits, stride_o_b,
-                               stride_o_h, flag, row, BLOCK_H, DL, FINAL, SCHEDULED, T_LAYOUT)
-    else:
-        b = gl.program_id(1)
-        s = gl.program_id(2)
-        t_start, t_end = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
-        m_i, l_tile, acc, g = _segment_swapped(
-            q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, 0, t_start, t_end,
-            q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
-            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-            row_stride, table_reach, num_pages,
-            PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE, T_LAYOUT)
-        _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b,
-                       stride_o_h, 0, b, BLOCK_H, DL, FINAL, SCHEDULED, T_LAYOUT)
-    _drain(bars, STAGES, TMA)
+    LOAD_KV: gl.constexpr = _swapped_layouts(BLOCK_H)[2]
+    LOAD_PE: gl.constexpr = _swapped_layouts(BLOCK_H)[3]
+    SMEM: gl.constexpr = _swapped_layouts(BLOCK_H)[4]
+    _stage1(_segment_swapped, _write_swapped, T_LAYOUT, T_LAYOUT, LOAD_KV, LOAD_PE, SMEM,
+            q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr,
+            out_ptr, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot, stride_o_b,
+            stride_o_h, H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
+            PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, FINAL, TMA, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B)
 
 
 def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float,
