@@ -351,21 +351,21 @@ def _segment_swapped(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_pt
                      stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
                      row_stride, table_reach, num_pages,
                      PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr,
-                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, T_LAYOUT: gl.constexpr,
-                     T_LAYOUT_TOO: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
-    """``_segment_wgmma`` transposed: ``(m_i, l_tile, acc)`` with ``acc`` = O^T [DL, BLOCK_H], and g after it
-    (one layout, ``T_LAYOUT``, for scores and output: ``_swapped_layouts`` gives it twice)."""
+                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TMA: gl.constexpr, S_LAYOUT: gl.constexpr,
+                     O_LAYOUT: gl.constexpr, LOAD_KV: gl.constexpr, LOAD_PE: gl.constexpr):
+    """``_segment_wgmma`` transposed: ``(m_i, l_tile, acc)`` with ``acc`` = O^T [DL, BLOCK_H], and g after it.
+    Scores S^T [tokens, heads] in ``S_LAYOUT``, the output O^T in ``O_LAYOUT``: both ``_swapped_layouts``' T."""
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
-    TOKENS: gl.constexpr = gl.SliceLayout(1, T_LAYOUT)  # along a transposed tile's rows
-    HEADS: gl.constexpr = gl.SliceLayout(0, T_LAYOUT)  # along its columns
+    TOKENS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)  # along a transposed score tile's rows
+    HEADS: gl.constexpr = gl.SliceLayout(0, S_LAYOUT)  # along its columns
     n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
     _begin(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, g, t_start, t_end, n_tiles,
            q_smem, qpe_smem, kv_bufs, pe_bufs, bars, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
            stride_c_page, stride_c_slot, row_stride, table_reach, num_pages,
            PAGE, DL, DR, BLOCK_H, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HEADS)
-    l_tile = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)  # column sums kept as a tile
-    acc = gl.zeros([DL, BLOCK_H], gl.float32, layout=T_LAYOUT)  # O^T
+    l_tile = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=S_LAYOUT)  # column sums kept as a tile
+    acc = gl.zeros([DL, BLOCK_H], gl.float32, layout=O_LAYOUT)  # O^T
     offs_n = gl.arange(0, BLOCK_N, layout=TOKENS)
     for j in range(n_tiles):
         t0 = t_start + j * BLOCK_N
@@ -375,7 +375,7 @@ def _segment_swapped(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_pt
                PAGE, DL, DR, BLOCK_N, STAGES, TMA, LOAD_KV, LOAD_PE)
         _wait(j, g, kv_bufs, pe_bufs, bars, t0, t_end, DL, DR, BLOCK_N, STAGES, TMA, LOAD_PE)
         kv = kv_bufs.index((g + j) % STAGES)  # [BLOCK_N, DL]
-        s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_LAYOUT)
+        s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=S_LAYOUT)
         sc = warpgroup_mma(kv, q_smem.permute((1, 0)), s_zero, use_acc=False)  # S^T [BLOCK_N, BLOCK_H]
         sc = warpgroup_mma(pe_bufs.index((g + j) % STAGES), qpe_smem.permute((1, 0)), sc)
         sc = gl.where(((t0 + offs_n) < t_end)[:, None], sc * qk_scale, float("-inf"))
@@ -395,15 +395,15 @@ def _segment_swapped(q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_pt
 @gluon.jit
 def _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
                    flag, row, BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
-                   T_LAYOUT: gl.constexpr, T_LAYOUT_TOO: gl.constexpr):
-    """``_write`` for the transposed accumulator O^T [DL, BLOCK_H]."""
+                   S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """``_write`` for the transposed accumulator O^T [DL, BLOCK_H] (``O_LAYOUT``; the row sums in ``S_LAYOUT``)."""
     l_i = gl.sum(l_tile, 0)  # [BLOCK_H]
     has = l_i > 0
     l_safe = gl.where(has, l_i, 1.0)
     o = acc / l_safe[None, :]
     lse = gl.where(has, (m_i + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, T_LAYOUT))
-    offs_d = gl.arange(0, DL, layout=gl.SliceLayout(1, T_LAYOUT))
+    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, O_LAYOUT))
+    offs_d = gl.arange(0, DL, layout=gl.SliceLayout(1, O_LAYOUT))
     out_rows = out_ptr + b * stride_o_b + offs_h[None, :] * stride_o_h + offs_d[:, None]
     if SCHEDULED:  # as _write
         if flag == 1:
