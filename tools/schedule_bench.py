@@ -29,6 +29,7 @@ import sys
 import torch
 
 from mla_edu.kernels.schedule import uses_balanced
+from mla_edu.util import cdiv
 from tools.kernel_bench import (D_LAT, D_ROPE, bench_workspace, ceilings, dist_version, f64_reference, graph_us,
                                 make_ragged_problem, rel_err)
 
@@ -149,7 +150,7 @@ def summary(data: dict) -> dict:
                                                    "shapes": len(ratio)}
         # the triton backend's choice for auto splits: balanced above schedule.BALANCED_ABOVE_TOKENS (the table's
         # width is the longest request: pages of the uniform length), the rule below
-        choice = [r[f"{'balanced' if uses_balanced(PAGE * -(-r['lens_max'] // PAGE)) else 'rule'}_us"] / r["best_us"]
+        choice = [r[f"{'balanced' if uses_balanced(PAGE * cdiv(r['lens_max'], PAGE)) else 'rule'}_us"] / r["best_us"]
                   for r in uni]
         out["uniform_backend_over_best_split"] = {"max": max(choice), "within_5pct": sum(v <= 1.05 for v in choice),
                                                   "shapes": len(choice)}

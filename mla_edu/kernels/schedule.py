@@ -145,7 +145,23 @@ def part_requests(seq_lens_ptr, offs, B, max_pages, parts, p, PAGE: tl.constexpr
                                                   MIN_PAGES, MAX_PIECES)
     live = (n > 0) & (p_first <= p) & (p_last >= p)
     b_lo = tl.min(tl.where(live, offs, 1 << 30), 0)
-    return b_lo, tl.max(tl.where(live, offs, -1), 0), tl.sum(tl.where(offs == b_lo, start, 0), 0), chunk
+    return b_lo, tl.max(tl.where(live, offs, -1), 0), _pick(start, offs, b_lo), chunk
+
+
+@triton.jit
+def request_parts(seq_lens_ptr, offs, b, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
+                  MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
+    """``(n_b, p_first, p_last)`` of request b: its pages and the parts holding its first and last page (stage 2
+    merges workspace rows ``p_first + b .. p_last + b``)."""
+    n, _, p_first, p_last, _ = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD, MIN_PAGES,
+                                          MAX_PIECES)
+    return _pick(n, offs, b), _pick(p_first, offs, b), _pick(p_last, offs, b)
+
+
+@triton.jit
+def _pick(vec, offs, b):
+    """``vec[b]`` of a per-request vector, a scalar."""
+    return tl.sum(tl.where(offs == b, vec, 0), 0)
 
 
 @triton.jit

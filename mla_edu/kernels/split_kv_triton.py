@@ -209,11 +209,10 @@ def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_
     written by stage 1; an empty request's output is zeros, as with one split."""
     b = tl.program_id(0)
     offs = tl.arange(0, BLOCK_B)
-    n, start, p_first, p_last, chunk = schedule.batch_plan(seq_lens_ptr, offs, B, max_pages, num_parts, PAGE,
-                                                           OVERHEAD, MIN_PAGES, MAX_PIECES)
-    n_b = tl.sum(tl.where(offs == b, n, 0), 0)
-    u0 = tl.sum(tl.where(offs == b, p_first, 0), 0) + b  # its rows p + b
-    u1 = tl.sum(tl.where(offs == b, p_last, 0), 0) + b + 1
+    n_b, p_first, p_last = schedule.request_parts(seq_lens_ptr, offs, b, B, max_pages, num_parts, PAGE, OVERHEAD,
+                                                  MIN_PAGES, MAX_PIECES)
+    u0 = p_first + b  # its rows p + b
+    u1 = p_last + b + 1
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BH]
     offs_d = tl.program_id(2) * BLOCK_DL + tl.arange(0, BLOCK_DL)  # [BD]
     mask_h = offs_h < H
