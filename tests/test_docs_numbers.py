@@ -138,16 +138,22 @@ def notes_claims() -> list[str]:
             f"is {rng[16]} at h_q=16 and {rng[128]} at h_q=128"]
 
 
-def schedule_claims() -> list[str]:
-    """README's ragged-batch row and kernels/NOTES.md's v6, from results/kernel_bench_h200_schedule.json."""
-    from mla_edu.kernels.schedule import BALANCED_ABOVE_TOKENS
+def schedule_numbers() -> tuple[list, dict, dict]:
+    """The ragged rows of results/kernel_bench_h200_schedule.json, FlashMLA's time over the schedule's per head
+    count, and schedule_bench's summary of the run."""
     from tools.schedule_bench import summary
 
     k = result("kernel_bench_h200_schedule.json")
-    ragged = k["ragged"]
-    x = {h: [r["flashmla_us"] / r["balanced_us"] for r in ragged if r["heads"] == h] for h in (16, 128)}
+    x = {h: [r["flashmla_us"] / r["balanced_us"] for r in k["ragged"] if r["heads"] == h] for h in (16, 128)}
+    return k["ragged"], x, summary(k)
+
+
+def schedule_claims() -> list[str]:
+    """README's ragged-batch row, from results/kernel_bench_h200_schedule.json."""
+    from mla_edu.kernels.schedule import BALANCED_ABOVE_TOKENS
+
+    ragged, x, s = schedule_numbers()
     own = [r["sglang_own_us"] / r["balanced_us"] for r in ragged]
-    s = summary(k)
     choice = s["uniform_backend_over_best_split"]
     return [f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x FlashMLA's speed in geomean (h_q=16 {min(x[16]):.2f}-"
             f"{max(x[16]):.2f}x, h_q=128 {min(x[128]):.2f}-{max(x[128]):.2f}x), against "
@@ -159,11 +165,8 @@ def schedule_claims() -> list[str]:
 
 
 def schedule_notes_claims() -> list[str]:
-    k = result("kernel_bench_h200_schedule.json")
-    x = {h: [r["flashmla_us"] / r["balanced_us"] for r in k["ragged"] if r["heads"] == h] for h in (16, 128)}
-    from tools.schedule_bench import summary
-
-    s = summary(k)
+    """kernels/NOTES.md's v6 acceptance table, from the same file."""
+    _, x, s = schedule_numbers()
     return [f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x (v5 0.72x, the rule "
             f"{s['ragged_rule_x_flashmla']['geomean']:.2f}x); h_q=16 {min(x[16]):.2f}-{max(x[16]):.2f}x, h_q=128 "
             f"{min(x[128]):.2f}-{max(x[128]):.2f}x",
