@@ -446,7 +446,7 @@ fig = kernel_bench_figure()
 # %%
 from mla_edu.kernels import sm90  # noqa: E402
 
-compiled = sm90.compile_stage1()  # three compiles for sm_90a: a few seconds
+compiled = sm90.compile_stage1(["tl", "cp.async", "tma"])  # three compiles for sm_90a: a few seconds
 for kind, r in compiled.items():
     print(f"{kind:8s} {'; '.join(r['mma_layouts'])}")
     print(f"{'':8s} per tile and warpgroup: " + ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items()))

@@ -394,7 +394,8 @@ CLI_CASES = [
     ("mla_edu.model.train", ["--hidden", "0"], "argument --hidden: expected an int >= 1, got 0"),
     ("tools.run_notebooks", ["--out", "x", "--timeout", "0"], "argument --timeout: expected an int >= 1"),
     ("tools.figures", ["no_such_figure"], "unknown figure(s) ['no_such_figure']"),
-    ("mla_edu.kernels.sm90", ["wgmma"], "argument kinds: expected one of ('tl', 'cp.async', 'tma'), got 'wgmma'"),
+    ("mla_edu.kernels.sm90", ["wgmma"],
+     "argument kinds: expected one of ('tl', 'cp.async', 'tma', 'seesaw'), got 'wgmma'"),
     ("mla_edu.kernels.sm90", ["--page", "0"], "argument --page: expected an int >= 1, got 0"),
 ]
 

@@ -150,7 +150,7 @@ def test_launch_configs_default_explicit_and_interpreted():
 
 
 @pytest.mark.parametrize("kw,msg", [
-    (dict(stage1="wgmma"), r"stage1 must be None or one of \('tl', 'cp.async', 'tma'\), got 'wgmma'"),
+    (dict(stage1="wgmma"), r"stage1 must be None or one of \('tl', 'cp.async', 'tma', 'seesaw'\), got 'wgmma'"),
     (dict(stage1="tma"), r"stage1='tma' is a Gluon kernel: it needs a Hopper GPU"),
     (dict(stage1="cp.async", launch=(16, 32, 4, 1)), r"launch configures the tl kernel"),
     (dict(launch=(16, 32, 4)), r"launch must be \(BLOCK_H, BLOCK_N, num_warps, num_stages\)"),

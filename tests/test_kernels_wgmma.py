@@ -1,5 +1,5 @@
-"""The Gluon wgmma stage 1 (``split_kv_wgmma``, cp.async and TMA): its switch and its TMA rule on any machine,
-its answers on a Hopper GPU. What the compiler makes of it: ``tests/test_sm90.py``."""
+"""The Gluon wgmma stage 1 (``split_kv_wgmma``, cp.async and TMA; ``split_kv_seesaw``): its switch and its TMA rule
+on any machine, its answers on a Hopper GPU. What the compiler makes of it: ``tests/test_sm90.py``."""
 
 import pytest
 import torch
@@ -25,7 +25,8 @@ def test_tma_by_default_where_the_gluon_kernels_apply_else_tl():
 def test_unknown_kind_is_refused():
     case = random_decode_case(0, batch=2, heads=64)
     plan = make_plan(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1), 1)
-    with pytest.raises(ValueError, match=r"stage1 must be None or one of \('tl', 'cp.async', 'tma'\), got 'wgmma'"):
+    with pytest.raises(ValueError, match=r"stage1 must be None or one of \('tl', 'cp.async', 'tma', 'seesaw'\), "
+                                         r"got 'wgmma'"):
         skt.plan_stage1(case.q_nope, case.q_pe, case.cache, plan, False, "wgmma")
 
 
@@ -97,3 +98,25 @@ def test_graph_replay_equals_eager_on_hopper(kind, heads):
     graph.replay()
     assert torch.equal(out, call())
     assert not torch.equal(out, eager)
+
+
+#: Lengths around the seesaw kernel's edges: a pair is two 64-token tiles (warpgroup 0 scores the first, warpgroup 1
+#: the second), so one below, at and above each multiple of 64 up to 3 pairs, a partial tile 0 or 1, a pair
+#: without tile 1 (an odd tile count), and 0.
+PAIR_EDGES = [0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383, 384, 385]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
+@pytest.mark.parametrize("splits", [1, 3, -1])  # -1: the balanced schedule, a part walking several segments
+def test_seesaw_at_every_tile_pair_edge_on_hopper(splits):
+    case = random_decode_case(5, heads=128, page_size=64, lens=PAIR_EDGES, dtype=torch.bfloat16, device="cuda")
+    schedule = "balanced" if splits == -1 else "splits"
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    for sms in (132, 3):  # 3 SMs: 1 part per head block, so one program walks the whole batch
+        out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale,
+                         splits, impl="triton", stage1="seesaw", schedule=schedule, sm_count=sms)
+        ref = case.dense_f64()  # every slot no request owns is NaN
+        assert torch.isfinite(out).all()
+        assert torch.equal(out[0], torch.zeros_like(out[0]))  # no token: zeros
+        err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+        assert err < 1e-2, (sms, err)

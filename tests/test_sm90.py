@@ -4,6 +4,7 @@
 import pytest
 
 from mla_edu.kernels import sm90
+from mla_edu.kernels import split_kv_seesaw as seesaw
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,26 @@ def test_the_persistent_tma_kernels_do_not_spill(heads):
                                                     else {"m64n16k16": 68})
 
 
+@pytest.mark.parametrize("scheduled", [False, True])
+def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(scheduled):
+    # split_kv_seesaw: warpgroup 0 scores tile 0 of a pair, warpgroup 1 tile 1, n = 64 (36 m64n64k16 each: 32 for
+    # the latent columns, 4 for the rope ones); each multiplies its own P and the other's by its 256 output
+    # columns (2 x 4 m64n256k16). Two partitions of 4 warps: the layouts are per warpgroup
+    r = sm90.compile_stage1(["seesaw"], scheduled=scheduled)["seesaw"]
+    assert r["mma_layouts"] == ["warps [4, 1], instr [16, 256, 16]", "warps [4, 1], instr [16, 64, 16]"]
+    assert r["wgmma"] == {"m64n64k16": 2 * 576 // 16, "m64n256k16": 2 * 2 * 64 // 16}
+    # q_nope (64 KB) + 2 page tiles (2 x 72 KB) + P0, P1 (2 x 8 KB) + statistics and mbarriers; q_pe in registers
+    assert 224 * 1024 < r["shared_bytes"] <= sm90.MAX_SHARED
+    # its register budget, and no spill: with each slot's role fixed the compiler hoisted the pair loop's wgmma
+    # descriptors out of it and spilled them (536 bytes, 2,340 in the persistent variant) until the loop took its
+    # shared-memory operands at an index it cannot see is 0 (split_kv_seesaw._opaque_zero)
+    assert r["registers"] <= seesaw.REGISTERS.value and r["spill_bytes"] == 0
+    # tile halves by TMA, each from the warpgroup that reloads it: the left halves (warpgroup 0) in one copy, the
+    # right halves and rope columns (warpgroup 1) in two; at the segment's start and in the loop, for each slot
+    assert r["ptx"].count("cp.async.bulk.tensor.2d") == 2 * 2 * (1 + 2)
+    assert r["ptx"].count("mbarrier.init") == seesaw.NUM_BARRIERS.value
+
+
 @pytest.fixture(scope="module")
 def swapped():
     return sm90.compile_stage1(["cp.async", "tma"], heads=16)
@@ -69,8 +90,8 @@ def test_the_swapped_kernel_puts_heads_on_n(swapped, kind):
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match=r"kinds must be a non-empty selection of \('tl', 'cp.async', 'tma'\), "
-                                         r"got \('wgmma',\)"):
+    with pytest.raises(ValueError, match=r"kinds must be a non-empty selection of \('tl', 'cp.async', 'tma', "
+                                         r"'seesaw'\), got \('wgmma',\)"):
         sm90.compile_stage1(["wgmma"])
     with pytest.raises(ValueError, match="dtype must be 'bf16' or 'fp16', got 'fp32'"):
         sm90.compile_stage1(dtype="fp32")

@@ -183,9 +183,10 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
     import triton
 
     from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode, peers
+    from mla_edu.kernels import split_kv_seesaw as seesaw
     from mla_edu.kernels import split_kv_triton as skt
     from mla_edu.kernels.contract import STAGE1_KINDS
-    from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
+    from mla_edu.kernels.workspace import SPLIT_CHOICES, gpu_block_h, triton_num_kv_splits
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
@@ -247,7 +248,8 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                     row["triton_rel_err"] = max(rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
                     gluon = skt.wgmma_applies(q_nope, q_pe, cache, table.size(1), False)
                     row["stage1"] = stage1_name(skt.DEFAULT_STAGE1 if gluon else "tl", heads, b, table.size(1))
-                    others = [k for k in STAGE1_KINDS if k != skt.DEFAULT_STAGE1] if kernels and gluon else []
+                    others = [k for k in STAGE1_KINDS if k != skt.DEFAULT_STAGE1 and (k != "seesaw" or seesaw.applies(
+                        gpu_block_h(heads, b, table.size(1)), cache))] if kernels and gluon else []
                     for kind in others:  # another stage-1 kernel, every split timed
                         per = _us_per_split(lambda s, kind=kind: ours(s, kind), splits)
                         errs = [rel_err(ours(s, kind)[check_rows], ref) for s in (1, rule, max(splits))]
@@ -305,6 +307,8 @@ def stage1_name(kind, heads: int, batch: int, n_pages: int) -> str:
 
     if kind == "tl":
         return "tl"
+    if kind == "seesaw":
+        return "seesaw, 64 heads"  # timed only where it applies (else "tma" runs)
     block_h = gpu_block_h(heads, batch, n_pages)
     return f"{kind}, {block_h} heads" + (" (swapped)" if block_h < 64 else "")
 

@@ -28,6 +28,7 @@ import sys
 
 import torch
 
+from mla_edu.kernels.contract import STAGE1_KINDS
 from mla_edu.kernels.schedule import uses_balanced
 from mla_edu.util import cdiv
 from tools.kernel_bench import (D_LAT, D_ROPE, bench_workspace, ceilings, dist_version, f64_reference, graph_us,
@@ -42,8 +43,10 @@ PAGE = 64
 SEED = 0
 
 
-def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule, quick: bool = False) -> dict:
-    """One problem's row (see the module docstring); ``quick``: mla_edu at the rule's split only (no sweep)."""
+def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule, quick: bool = False,
+            stage1: str | None = None) -> dict:
+    """One problem's row (see the module docstring); ``quick``: mla_edu at the rule's split only (no sweep);
+    ``stage1``: mla_edu's stage-1 kernel (``contract.STAGE1_KINDS``; None: the device's default)."""
     from mla_edu.kernels import mla_decode, peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
@@ -56,9 +59,9 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     target = sc.num_parts(heads, sms, b, width)
     ws = bench_workspace(PAGE * width, b, heads, sms, max(splits), sc.workspace_bytes(b, heads, D_LAT, target))
     ours = lambda s: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, s, impl="triton",  # noqa: E731
-                                sm_count=sms)
+                                sm_count=sms, stage1=stage1)
     balanced = lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton",  # noqa: E731
-                                  sm_count=sms, schedule="balanced")
+                                  sm_count=sms, schedule="balanced", stage1=stage1)
     tokens = sum(lens)
     row = {"heads": heads, "batch": b, "lens_min": min(lens), "lens_median": int(statistics.median(lens)),
            "lens_max": max(lens), "tokens": tokens, "bytes": tokens * (D_LAT + D_ROPE) * 2,
@@ -89,7 +92,7 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
 
 
 def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool = True, uniform: bool = True,
-        quick: bool = False) -> dict:
+        quick: bool = False, stage1: str | None = None) -> dict:
     import triton
 
     from mla_edu.kernels import peers
@@ -104,14 +107,15 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
     info = {"gpu": props.name, "sm_count": sms, "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "command": "python -m tools.schedule_bench " + " ".join(sys.argv[1:]),
             "sglang": sglang_why or f"sglang {dist_version('sglang')}", "sglang_rule": rule_why or "its own",
-            "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)"}
+            "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
+            "stage1": stage1 or "the device's default"}
     print(json.dumps(info), flush=True)
     data = {"info": info, "ceilings": ceilings(), "ragged": [], "uniform": []}
     problems = [("ragged", bb, m, h) for h in HEADS for bb in RAGGED_BATCHES for m in RAGGED_MEDIANS] if ragged else []
     problems += [("uniform", bb, ln, h) for h in HEADS for bb in batches for ln in lens] if uniform else []
     for kind, bb, size, h in problems:
         lengths = sc.lognormal_lengths(bb, size, SEED) if kind == "ragged" else [size] * bb
-        row = measure(lengths, h, sms, flash_mla, sglang, rule, quick)
+        row = measure(lengths, h, sms, flash_mla, sglang, rule, quick, stage1)
         torch.cuda.empty_cache()  # the problem's tensors are gone with measure's frame
         data[kind].append(row)
         print(kind, json.dumps(row), flush=True)
@@ -214,6 +218,7 @@ def main(argv=None):
     ap.add_argument("--only", choices=("ragged", "uniform"), help="run one of the two sets")
     ap.add_argument("--quick", action="store_true", help="exploring: no split sweep ('best fixed' is the rule's "
                     "split), no SGLang")
+    ap.add_argument("--stage1", choices=STAGE1_KINDS, help="mla_edu's stage-1 kernel (default: the device's)")
     ap.add_argument("--render", metavar="JSON", help="no GPU: write the markdown of a run's json into --out")
     args = ap.parse_args(argv)
     if args.render:
@@ -225,7 +230,7 @@ def main(argv=None):
         raise SystemExit("python -m tools.schedule_bench needs a CUDA GPU; the committed results are in "
                          "results/kernel_bench_h200_schedule.md")
     run(args.out, tuple(map(int, args.batches.split(","))), tuple(map(int, args.lens.split(","))),
-        ragged=args.only != "uniform", uniform=args.only != "ragged", quick=args.quick)
+        ragged=args.only != "uniform", uniform=args.only != "ragged", quick=args.quick, stage1=args.stage1)
 
 
 if __name__ == "__main__":

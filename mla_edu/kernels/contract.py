@@ -34,9 +34,10 @@ STRIDE_POLICIES = ("size", "stride")
 MAX_SPLITS = 256
 #: Stage-1 kernels of the Triton impl, the one vocabulary for choosing and compiling them: "tl" the plain-Triton
 #: kernel (``split_kv_triton.stage1_kernel``: every GPU, checked calls, the CPU interpreter); "cp.async" and "tma"
-#: the Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages.
-STAGE1_KINDS = ("tl", "cp.async", "tma")
-GLUON_KINDS = STAGE1_KINDS[1:]  # the kinds ``split_kv_wgmma`` launches
+#: the Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages; "seesaw" the two-warpgroup
+#: kernel of ``split_kv_seesaw`` for 64-head programs on a cache TMA reads (else what "tma" runs).
+STAGE1_KINDS = ("tl", "cp.async", "tma", "seesaw")
+GLUON_KINDS = STAGE1_KINDS[1:]  # the kinds ``split_kv_wgmma.launch`` launches
 
 
 class LaunchConfig(NamedTuple):

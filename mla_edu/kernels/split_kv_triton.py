@@ -30,6 +30,7 @@ import torch
 
 from mla_edu.device import TRITON_INTERPRET
 from mla_edu.kernels import schedule
+from mla_edu.kernels import split_kv_seesaw as seesaw
 from mla_edu.kernels import split_kv_wgmma as wgmma
 from mla_edu.kernels.contract import (STAGE1_KINDS, DecodePlan, LaunchConfig, check_workspace_layout, flat_table,
                                       workspace_views)
@@ -342,13 +343,18 @@ def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, fi
 
 def _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
                    row_stride, max_pages, num_splits, checked, final, num_parts=0):
-    """Both stage-1 ops' launch: the Gluon kernel ``stage1`` (``split_kv_wgmma.launch``) or the tl kernel, grid
-    ``(B, head blocks, splits)``, or with ``num_parts`` > 0 the balanced schedule's ``(num_parts, head blocks)``."""
+    """Both stage-1 ops' launch: a Gluon kernel (``split_kv_seesaw.launch`` for "seesaw" where it ``applies``, else
+    ``split_kv_wgmma.launch``, "seesaw" there as "tma") or the tl kernel, grid ``(B, head blocks, splits)``, or with
+    ``num_parts`` > 0 the balanced schedule's ``(num_parts, head blocks)``."""
     b, h, dl = q_nope.shape
     block_h, block_n, warps, stages = launch
+    if stage1 == "seesaw" and seesaw.applies(block_h, cache):
+        seesaw.launch(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
+                      max_pages, num_splits, final, num_parts)
+        return
     if stage1 != "tl":
-        wgmma.launch(stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                     max_pages, num_splits, final, block_h, num_parts=num_parts)
+        wgmma.launch("tma" if stage1 == "seesaw" else stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc,
+                     lse_acc, out, sm_scale, row_stride, max_pages, num_splits, final, block_h, num_parts=num_parts)
         return
     grid = (b, triton.cdiv(h, block_h), num_splits) if not num_parts else (num_parts, triton.cdiv(h, block_h))
     with _quiet(q_nope.is_cuda):

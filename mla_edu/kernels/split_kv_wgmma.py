@@ -54,6 +54,7 @@ thread_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
+WGMMA_KINDS = GLUON_KINDS[:2]  # the kinds ``launch`` takes ("seesaw" is ``split_kv_seesaw``'s)
 BLOCK_H = 64  # heads per program: one wgmma M of 64 rows per warpgroup
 BLOCK_N = 64  # tokens per tile
 STAGES = 2  # page tiles in flight: q (72 KB) + 2 tiles (144 KB) + P (8 KB) = 224 KB of shared memory
@@ -70,7 +71,7 @@ def _load_layouts(warps):
 
 
 @gluon.constexpr_function
-def _smem_layout():
+def smem_layout():
     """128-byte swizzled shared memory, as the wgmma and TMA read it."""
     return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
@@ -81,7 +82,7 @@ def _layouts(BLOCK_N, DL):
     [4, 2] (see the module docstring)."""
     return (gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]),
             gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, DL // 2, 16]),
-            *_load_layouts(8), _smem_layout())
+            *_load_layouts(8), smem_layout())
 
 
 @gluon.constexpr_function
@@ -89,17 +90,17 @@ def _swapped_layouts(BLOCK_H):
     """``_layouts``' five for ``stage1_swapped_kernel``: one warpgroup, heads as the wgmma's n, the same layout
     (T_LAYOUT) for both transposed products (scores ``S^T`` [tokens, heads] and output ``O^T`` [512, heads])."""
     t_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16])
-    return (t_layout, t_layout, *_load_layouts(4), _smem_layout())
+    return (t_layout, t_layout, *_load_layouts(4), smem_layout())
 
 
 @gluon.constexpr_function
-def _plan_layout(warps):
+def plan_layout(warps):
     """The batch's lengths, one vector across the program (``schedule.batch_plan``)."""
     return gl.BlockedLayout([1], [32], [warps], [0])
 
 
 @gluon.jit
-def _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE: gl.constexpr):
+def split_bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE: gl.constexpr):
     """Tokens [t_start, t_end) of split s of request b (int32 positions)."""
     seq_len = gl.load(seq_lens_ptr + b)
     n_pages = gl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
@@ -122,7 +123,7 @@ def _load_q(q_nope_ptr, q_pe_ptr, b, hb, stride_qn_b, stride_qn_h, stride_qp_b, 
 
 
 @gluon.jit
-def _page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE: gl.constexpr):
+def page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE: gl.constexpr):
     """Page id of token t0 (a position or a tensor of them) of request b: the table entry, clamped into the
     storage and [0, num_pages), so every load is in bounds."""
     page = gl.load(table_ptr + gl.minimum(b * row_stride + t0 // PAGE, table_reach - 1)).to(gl.int64)
@@ -134,7 +135,7 @@ def _issue_tma(kv_desc, pe_desc, kv_buf, pe_buf, bar, table_ptr, b, t0, pred, ro
                PAGE: gl.constexpr):
     """TMA of the tile at token t0 of request b (inside one page) into one ring slot; ``bar`` completes when
     its bytes have landed. Nothing is issued where ``pred`` is false (a tile past the split's end)."""
-    row0 = (_page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
+    row0 = (page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
     mbarrier.expect(bar, kv_desc.block_type.nbytes + pe_desc.block_type.nbytes, pred=pred)
     tma_load(kv_desc, [row0, 0], bar, kv_buf, pred=pred)
     tma_load(pe_desc, [row0, 0], bar, pe_buf, pred=pred)
@@ -148,7 +149,7 @@ def _issue_tile(kv_buf, pe_buf, cache_ptr, table_ptr, b, t0, t_end, row_stride, 
     """cp.async of tokens [t0, t0 + BLOCK_N) of request b into one ring slot; rows >= t_end are zero-filled."""
     pos = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD_KV))  # [BLOCK_N]
     ok = pos < t_end
-    page = _page_of(table_ptr, b, pos, row_stride, table_reach, num_pages, PAGE)  # [BLOCK_N]
+    page = page_of(table_ptr, b, pos, row_stride, table_reach, num_pages, PAGE)  # [BLOCK_N]
     row = page * stride_c_page + (pos % PAGE).to(gl.int64) * stride_c_slot  # [BLOCK_N] offset of each token's row
     offs_dl = gl.arange(0, DL, layout=gl.SliceLayout(0, LOAD_KV))
     cp_async_load(kv_buf, cache_ptr + row[:, None] + offs_dl[None, :], mask=ok[:, None])
@@ -442,7 +443,7 @@ def _stage1(SEGMENT: gl.constexpr, WRITE: gl.constexpr, SCORES: gl.constexpr, OU
     if SCHEDULED:
         p = gl.program_id(1)
         b_lo, b_hi, start, chunk = schedule.part_requests(
-            seq_lens_ptr, gl.arange(0, BLOCK_B, layout=_plan_layout(gl.num_warps())), B, max_pages, num_parts, p,
+            seq_lens_ptr, gl.arange(0, BLOCK_B, layout=plan_layout(gl.num_warps())), B, max_pages, num_parts, p,
             PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
         g = p * 0  # tiles loaded so far: each ring slot's barrier phase
         for b in range(b_lo, b_hi + 1):
@@ -460,7 +461,7 @@ def _stage1(SEGMENT: gl.constexpr, WRITE: gl.constexpr, SCORES: gl.constexpr, OU
     else:
         b = gl.program_id(1)
         s = gl.program_id(2)
-        t_start, t_end = _bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
+        t_start, t_end = split_bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
         m_i, l_tile, acc, g = SEGMENT(
             q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, table_ptr, b, hb, 0, t_start, t_end,
             q_smem, qpe_smem, kv_bufs, pe_bufs, p_smem, bars, qk_scale,
@@ -538,8 +539,8 @@ def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc,
     pages with TMA where ``tma_applies(cache)``, else (and for "cp.async") with cp.async. ``num_parts`` > 0: the
     balanced schedule (``kernels.schedule``), grid ``(head blocks, num_parts)``, partials in o_acc ``[rows, H,
     DL]`` and lse ``[rows, H]`` (``num_splits`` and ``final`` unused)."""
-    if kind not in GLUON_KINDS:
-        raise ValueError(f"kind must be one of {GLUON_KINDS}, got {kind!r}")
+    if kind not in WGMMA_KINDS:
+        raise ValueError(f"kind must be one of {WGMMA_KINDS}, got {kind!r}")
     b, h, dl = q_nope.shape
     if block_h not in (BLOCK_H, *SWAPPED_BLOCK_H) or h % block_h:
         raise ValueError(f"block_h must be one of {(BLOCK_H, *SWAPPED_BLOCK_H)} and divide the {h} heads, "
@@ -590,7 +591,7 @@ def tma_descriptors(cache, d_latent: int = D_LATENT):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     rows = cache.view(-1, cache.size(-1))  # [num_pages * PAGE, 576]
-    layout = _smem_layout()
+    layout = smem_layout()
     d_rope = cache.size(-1) - d_latent
     kv = TensorDescriptor(rows, [rows.size(0), d_latent], list(rows.stride()), [BLOCK_N, d_latent], layout)
     pe = TensorDescriptor(rows[:, d_latent:], [rows.size(0), d_rope], list(rows.stride()), [BLOCK_N, d_rope], layout)

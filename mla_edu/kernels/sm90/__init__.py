@@ -90,6 +90,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
 
     # here, not at the top: this runs in the child without Triton's interpreter (``compile_stage1``), whose
     # kernels must be the compiler's JIT functions, not the interpreter's
+    from mla_edu.kernels import split_kv_seesaw as seesaw
     from mla_edu.kernels import split_kv_triton as tl_kernels
     from mla_edu.kernels import split_kv_wgmma as wg
 
@@ -102,20 +103,22 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
         src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
         options = {"num_warps": warps, "num_stages": stages}
     else:
-        tma = kind == "tma"
+        tma = kind in ("tma", "seesaw")
         block_h = gpu_block_h(heads, BATCH, N_PAGES)  # as split_kv_triton.mla_decode_stage1 picks it
-        kernel, warps = wg.kernel_for(block_h)
-        consts = wg.constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, BATCH)
         cache = torch.empty(2, max(page, wg.BLOCK_N), D_LATENT + D_ROPE,
                             dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+        two = kind == "seesaw" and seesaw.applies(block_h, cache)
+        kernel, warps = (seesaw.stage1_seesaw_kernel, seesaw.WARPS) if two else wg.kernel_for(block_h)
+        consts = wg.constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, BATCH)
         names = ("kv_desc", "pe_desc")
         if tma:  # the descriptors' types, as the JIT derives them from real ones
-            descriptors = dict(zip(names, map(mangle_type, wg.tma_descriptors(cache))))
+            descs = seesaw.descriptors(cache, D_LATENT) if two else wg.tma_descriptors(cache)
+            descriptors = dict(zip(names, map(mangle_type, descs)))
         else:  # None: a constexpr
             descriptors, consts = {}, dict(consts, kv_desc=None, pe_desc=None)
         sig, attrs = _signature(kernel, dtype, consts, descriptors)
         src = GluonASTSource(kernel, sig, consts, attrs)
-        options = {"num_warps": warps}
+        options = {"num_warps": warps, **({"maxnreg": seesaw.REGISTERS.value} if two else {})}
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = kernel.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
