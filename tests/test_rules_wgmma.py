@@ -4,7 +4,8 @@ block), and TMA is chosen only for a cache whose base address is 16-byte aligned
 
 On any machine the launch's grid and the TMA rule are checked on the host; on a Hopper GPU the answers are
 checked against float64 (every slot no request owns is NaN). The GPU-only tests ran on the H200 (one run
-through the project's device tool, with the two bent copies below run beside them: see each docstring).
+through the project's device tool, with the two bent copies below run beside them: see each docstring), for the
+kinds "cp.async" and "tma"; "seesaw" (``split_kv_seesaw``, added later) has not run there yet.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import torch
 
 import mla_edu  # noqa: F401  (TRITON_INTERPRET on CPU before triton is imported)
 from mla_edu.kernels import mla_decode
+from mla_edu.kernels import split_kv_seesaw as seesaw
+from mla_edu.kernels import split_kv_triton as skt
 from mla_edu.kernels import split_kv_wgmma as wg
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kernels.contract import GLUON_KINDS
 from mla_edu.kernels.workspace import gpu_block_h
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-ON_HOPPER = pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only (ran on the H200)")
+ON_HOPPER = pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only (ran on the H200, "
+                               "but for 'seesaw')")
 
 
 class _Recorder:
@@ -80,6 +84,40 @@ def test_gluon_launch_takes_tma_only_where_it_applies(monkeypatch, kind, page, o
               True, 64)
     [(_, constexprs, args)] = rec.calls
     assert constexprs["TMA"] is tma and (args[3] is not None, args[4] is not None) == (tma, tma)
+
+
+@pytest.mark.parametrize("block_h,page,offset,seesaw_runs", [(64, 64, 0, True), (16, 64, 0, False), (32, 128, 0, False),
+                                                              (64, 16, 0, False), (64, 64, 8, False)])
+@pytest.mark.parametrize("num_parts", [0, 7])
+def test_seesaw_runs_where_it_applies_else_what_tma_runs(monkeypatch, block_h, page, offset, seesaw_runs, num_parts):
+    """Stage-1 kind "seesaw": ``split_kv_seesaw``'s kernel for 64-head programs on a cache TMA reads, launched with
+    two warpgroups' worth of registers (4 warps, the worker adds 4) and descriptors of half-width latent blocks;
+    anywhere else the "tma" kind's launch (the swapped kernel at 16 or 32 heads, cp.async where TMA does not
+    apply). On the host, both kernels replaced by recorders.
+
+    Bent in a copy, fails here: ``seesaw.applies`` without the block check (the two-warpgroup kernel given a
+    16-head block), without ``tma_applies`` (a 16-row page or a misaligned cache given to TMA), the split grid's
+    batch and head block swapped, ``maxnreg`` dropped, the latent descriptor's block full-width.
+    """
+    case = random_decode_case(0, batch=3, heads=128 if block_h == 64 else block_h, d_latent=512, d_rope=64,
+                              lens=[70, 5, 130], page_size=page, dtype=torch.bfloat16)
+    cache = _cache_at(case.cache, offset)
+    two, one = _Recorder(), _Recorder()
+    monkeypatch.setattr(seesaw, "stage1_seesaw_kernel", two)
+    monkeypatch.setattr(wg, "kernel_for", lambda bh: (one, 8 if bh == wg.BLOCK_H else 4))
+    b, h, _ = case.q_nope.shape
+    skt._launch_stage1("seesaw", (block_h, 64, 8, 2), case.q_nope, case.q_pe, cache, case.seq_lens,
+                       case.page_table.reshape(-1), None, None, torch.empty_like(case.q_nope), case.sm_scale,
+                       case.page_table.size(1), case.page_table.size(1), 3, False, False, num_parts)
+    assert (len(two.calls), len(one.calls)) == ((1, 0) if seesaw_runs else (0, 1))
+    [(grid, kw, args)] = two.calls or one.calls
+    assert tuple(grid) == ((h // block_h, num_parts, 1) if num_parts else (h // block_h, b, 3))
+    assert kw["SCHEDULED"] is (num_parts > 0) and kw["BLOCK_H"] == block_h
+    if seesaw_runs:
+        assert kw["num_warps"] == seesaw.WARPS and kw["maxnreg"] == seesaw.REGISTERS.value and kw["TMA"] is True
+        assert list(args[3].block_shape) == [64, 256] and list(args[4].block_shape) == [64, 64]
+    else:  # "tma": TMA where it applies (whole 64-row tiles of an aligned cache), else cp.async
+        assert kw["TMA"] is (page % 64 == 0 and offset == 0)
 
 
 def test_gluon_kernel_for_each_head_block():

@@ -20,7 +20,26 @@ import time
 import torch
 
 
-def run(requests: int = 128, new_tokens: int = 64, reps: int = 3) -> dict:
+def kernel_times(fn, top: int = 8) -> list:
+    """``fn()`` once under ``torch.profiler``: its CUDA kernels' total time in ms and launch counts, the ``top``
+    longest first, as ``[name, ms, launches]``."""
+    import collections
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    total, count = collections.defaultdict(float), collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            total[e.name[:60]] += e.device_time / 1e3
+            count[e.name[:60]] += 1
+    return [[k, round(v, 3), count[k]] for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool = False) -> dict:
     from mla_edu.model import load_pretrained
     from mla_edu.model.task import default_eval_set
     from mla_edu.serving import Engine
@@ -57,6 +76,10 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3) -> dict:
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         tokens[name] = [r.output_ids for r in reqs]
+        if profile:  # where one more generate's GPU time goes, kernel by kernel
+            out[f"{name}_kernels_ms"] = kernel_times(
+                lambda: eng.generate(prompts, max_new_tokens=new_tokens, stop_token_ids=()))
+            print(name, "kernels [name, ms, launches]:", json.dumps(out[f"{name}_kernels_ms"]), flush=True)
         out[name] = {"best_s": min(times[1:]), "times_s": times[1:], "decode_steps": eng.stats["decode_steps"],
                      "graph_steps": eng.stats["graph_steps"]}
         print(name, json.dumps(out[name]), flush=True)
@@ -71,10 +94,12 @@ def main(argv=None):
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="also the CUDA kernels of one more generate per setting "
+                    "(torch.profiler): total ms and launches of the longest")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("python -m tools.engine_decode_bench needs a CUDA GPU")
-    out = run(args.requests, args.new_tokens, args.reps)
+    out = run(args.requests, args.new_tokens, args.reps, args.profile)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "engine_decode_bench.json"), "w") as f:
         json.dump(out, f, indent=1)

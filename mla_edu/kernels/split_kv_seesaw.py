@@ -7,7 +7,7 @@ wait, and an n = 32 score product reads more shared memory per multiply-add than
 h_q = 128 it runs at 0.6-0.7x of FlashMLA (``kernels/NOTES.md``, v6).
 
 FlashMLA's sm90 kernel (``csrc/kernels/splitkv_mla.cu`` at ``9edee0c``, ``wg0_subroutine`` and ``wg1_subroutine``,
-lines 740-941; ``docs/sources.md``) takes the tiles two at a time instead. Warpgroup 0 scores tile 0 of the
+lines 740-943; ``docs/sources.md``) takes the tiles two at a time instead. Warpgroup 0 scores tile 0 of the
 pair, warpgroup 1 tile 1, each with n = 64. The output stays split by columns (a 64 x 512 float32 accumulator
 does not fit one warpgroup's registers): warpgroup 0 owns columns [0, 256), "left", warpgroup 1 [256, 512),
 "right". So each needs the other's P, and the running max passes from one to the other. Here, per pair:

@@ -10,7 +10,9 @@ Triton's own compiler and the ptxas it ships, and reports what a GPU engineer re
 * ``registers`` and ``spill_bytes`` (``ptxas -v``), ``shared_bytes``; ``ptx``.
 
 Kinds: "tl" (``split_kv_triton.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
-(``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel). Triton's CPU
+(``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel), "seesaw"
+(``split_kv_seesaw.stage1_seesaw_kernel`` at 64 heads a program: its wgmma counted per warpgroup and pair of tiles;
+at 16 or 32 the "tma" kernel, which it runs there). Triton's CPU
 interpreter replaces Triton's library functions, so under it the compile runs in a child process without
 it: ``python -m mla_edu.kernels.sm90 tl cp.async tma`` (the command line: ``__main__.py``).
 """
@@ -94,6 +96,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
     from mla_edu.kernels import split_kv_triton as tl_kernels
     from mla_edu.kernels import split_kv_wgmma as wg
 
+    two = False  # split_kv_seesaw's kernel: two warpgroups of 4 warps, each its own code
     if kind == "tl":
         block_h, block_n, warps, stages = tl_kernels.launch_config(heads, on_gpu=True, batch=BATCH,
                                                                    n_pages=N_PAGES)
@@ -128,8 +131,10 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
                              capture_output=True, text=True, check=True).stderr
     mma = r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[\d, ]+\]), instrShape = (\[[\d, ]+\])"
     layouts = re.findall(mma, kernel.asm["ttgir"])
-    return {"mma_layouts": sorted({f"warps {w}, instr {i}" for w, i in layouts}),
-            "wgmma": dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
+    wgmma = collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))
+    if kind == "seesaw" and two:  # its PTX holds both warpgroups' code (the same instructions): per warpgroup
+        wgmma = {shape: n // 2 for shape, n in wgmma.items()}
+    return {"mma_layouts": sorted({f"warps {w}, instr {i}" for w, i in layouts}), "wgmma": dict(wgmma),
             "mma_sync": dict(collections.Counter(re.findall(r"\bmma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
             "registers": int(re.search(r"Used (\d+) registers", log)[1]),
             "spill_bytes": sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
@@ -150,6 +155,8 @@ def to_markdown(reports: dict, command: str, heads: int = HEADS) -> str:
     for kind, r in reports.items():
         wgmma = ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items()) or "none: " + ", ".join(
             f"{n} x mma.sync {shape} per warp" for shape, n in r.get("mma_sync", {}).items())
+        if kind == "seesaw" and "m64n64k16" in r["wgmma"]:
+            wgmma += " (a pair of tiles: one scored, both multiplied)"
         lines.append(f"| {kind} | {'; '.join(r['mma_layouts'])} | {wgmma} | {r['registers']} | {r['spill_bytes']} "
                      f"| {r['shared_bytes']:,} |")
     return "\n".join(lines) + "\n"
