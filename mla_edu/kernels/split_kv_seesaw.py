@@ -122,6 +122,26 @@ def _zero_rows(kv, pe, t0, t_end, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: g
 
 
 @gluon.jit
+def _hand_over_max(stats, M_ROW: gl.constexpr, SCALE_ROW: gl.constexpr, m, scale, bar):
+    """A warpgroup's new row max and its scale to the statistics buffer for the other, then one arrival on
+    ``bar`` once every thread has stored its rows."""
+    stats.index(M_ROW).store(m)
+    stats.index(SCALE_ROW).store(scale)
+    wg.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _hand_over_p(p_smem, p, bar):
+    """A warpgroup's P tile to shared memory for the other's wgmma (the async proxy: a fence), then one arrival
+    on ``bar``."""
+    p_smem.store(p)
+    fence_async_shared()
+    wg.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
 def _scores(q_smem, qpe, kv, pe, first, second, LEFT_FIRST: gl.constexpr, phase, t0, t_end, qk_scale,
             DL: gl.constexpr, DR: gl.constexpr, HALF: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
             S_LAYOUT: gl.constexpr, ROWS: gl.constexpr):
@@ -224,17 +244,11 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, table_p
                          True, ph, t0, t_end, qk_scale, DL, DR, HALF, BLOCK_H, BLOCK_N, S_LAYOUT, ROWS)
             m0 = gl.maximum(m_i, gl.max(sc, 1))  # tile 0 has a token in range: m0 is finite
             scale0 = gl.exp2(m_i - m0)
-            stats.index(M0).store(m0)
-            stats.index(SC0).store(scale0)
-            wg.thread_barrier()
-            mbarrier.arrive(bars.index(SCALE0), count=1)
+            _hand_over_max(stats, M0, SC0, m0, scale0, bars.index(SCALE0))
             p = gl.exp2(sc - m0[:, None]).to(q_smem.dtype)  # P0 against m0
             l_i = l_i * scale0 + gl.sum(p.to(gl.float32), 1)
             mbarrier.wait(bars.index(P0_FREE), ph ^ 1)  # warpgroup 1 is done with the last pair's P0
-            p0_smem.store(p)
-            fence_async_shared()
-            wg.thread_barrier()
-            mbarrier.arrive(bars.index(P0_READY), count=1)
+            _hand_over_p(p0_smem, p, bars.index(P0_READY))
             acc = acc * gl.convert_layout(scale0, ROW_O)[:, None]
             acc = warpgroup_mma(gl.convert_layout(p, P_OPERAND), kv0.slice(0, HALF, dim=1), acc,
                                 is_async=True)  # O_L += P0 V0_left, P0 from registers
@@ -264,16 +278,10 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, table_p
             scale0 = stats.index(SC0).load(ROW)
             m1 = gl.maximum(m0, gl.max(sc, 1))
             scale1 = gl.exp2(m0 - m1)
-            stats.index(M1).store(m1)
-            stats.index(SC1).store(scale1)
-            wg.thread_barrier()
-            mbarrier.arrive(bars.index(SCALE1), count=1)
+            _hand_over_max(stats, M1, SC1, m1, scale1, bars.index(SCALE1))
             p = gl.exp2(sc - m1[:, None]).to(q_smem.dtype)  # P1 against m1
             l_i = l_i * (scale0 * scale1) + gl.sum(p.to(gl.float32), 1)
-            p1_smem.store(p)
-            fence_async_shared()
-            wg.thread_barrier()
-            mbarrier.arrive(bars.index(P1_READY), count=1)
+            _hand_over_p(p1_smem, p, bars.index(P1_READY))
             p = gl.convert_layout(p, P_OPERAND)
             mbarrier.wait(bars.index(P0_READY), ph)
             acc = acc * gl.convert_layout(scale0, ROW_O)[:, None]
