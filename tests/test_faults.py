@@ -397,6 +397,8 @@ CLI_CASES = [
     ("mla_edu.kernels.sm90", ["wgmma"],
      "argument kinds: expected one of ('tl', 'cp.async', 'tma', 'seesaw'), got 'wgmma'"),
     ("mla_edu.kernels.sm90", ["--page", "0"], "argument --page: expected an int >= 1, got 0"),
+    ("tools.schedule_bench", ["--also", "seesaw,wgmma"],
+     "argument --also: expected stage-1 kinds of ('tl', 'cp.async', 'tma', 'seesaw'), got wgmma"),
 ]
 
 

@@ -44,9 +44,10 @@ SEED = 0
 
 
 def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rule, quick: bool = False,
-            stage1: str | None = None) -> dict:
+            stage1: str | None = None, also: tuple = ()) -> dict:
     """One problem's row (see the module docstring); ``quick``: mla_edu at the rule's split only (no sweep);
-    ``stage1``: mla_edu's stage-1 kernel (``contract.STAGE1_KINDS``; None: the device's default)."""
+    ``stage1``: mla_edu's stage-1 kernel (``contract.STAGE1_KINDS``; None: the device's default); ``also``: other
+    stage-1 kinds whose balanced path is timed too, on the same bytes (``balanced_us_by_stage1``)."""
     from mla_edu.kernels import mla_decode, peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
@@ -74,6 +75,11 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
                balanced_us=graph_us(balanced), units=sc.workspace_rows(b, target),
                rule_err=max(rel_err(ours(s)[check], ref) for s in (1, rule)),
                balanced_err=rel_err(balanced()[check], ref))
+    for kind in also:
+        other = lambda kind=kind: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1,  # noqa: E731
+                                             impl="triton", sm_count=sms, schedule="balanced", stage1=kind)
+        row.setdefault("balanced_us_by_stage1", {})[kind] = graph_us(other)
+        row.setdefault("balanced_err_by_stage1", {})[kind] = rel_err(other()[check], ref)
     if flash_mla is not None:
         peer = peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale)
         row.update(flashmla_us=graph_us(peer.run), flashmla_err=rel_err(peer.run()[check], ref))
@@ -92,7 +98,7 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
 
 
 def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool = True, uniform: bool = True,
-        quick: bool = False, stage1: str | None = None) -> dict:
+        quick: bool = False, stage1: str | None = None, also: tuple = ()) -> dict:
     import triton
 
     from mla_edu.kernels import peers
@@ -108,14 +114,14 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
             "python": platform.python_version(), "command": "python -m tools.schedule_bench " + " ".join(sys.argv[1:]),
             "sglang": sglang_why or f"sglang {dist_version('sglang')}", "sglang_rule": rule_why or "its own",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
-            "stage1": stage1 or "the device's default"}
+            "stage1": stage1 or "the device's default", "also": list(also)}
     print(json.dumps(info), flush=True)
     data = {"info": info, "ceilings": ceilings(), "ragged": [], "uniform": []}
     problems = [("ragged", bb, m, h) for h in HEADS for bb in RAGGED_BATCHES for m in RAGGED_MEDIANS] if ragged else []
     problems += [("uniform", bb, ln, h) for h in HEADS for bb in batches for ln in lens] if uniform else []
     for kind, bb, size, h in problems:
         lengths = sc.lognormal_lengths(bb, size, SEED) if kind == "ragged" else [size] * bb
-        row = measure(lengths, h, sms, flash_mla, sglang, rule, quick, stage1)
+        row = measure(lengths, h, sms, flash_mla, sglang, rule, quick, stage1, also)
         torch.cuda.empty_cache()  # the problem's tensors are gone with measure's frame
         data[kind].append(row)
         print(kind, json.dumps(row), flush=True)
@@ -141,6 +147,10 @@ def summary(data: dict) -> dict:
             x = [r["flashmla_us"] / r[f"{key}_us"] for r in rows]
             if x:
                 out[f"{kind}_{key}_x_flashmla"] = {"geomean": statistics.geometric_mean(x), "min": min(x)}
+        for k in sorted({k for r in rows for k in r.get("balanced_us_by_stage1", {})}):  # --also's kinds
+            x = [r["flashmla_us"] / r["balanced_us_by_stage1"][k] for r in rows if k in r.get("balanced_us_by_stage1",
+                                                                                              {})]
+            out[f"{kind}_balanced_{k}_x_flashmla"] = {"geomean": statistics.geometric_mean(x), "min": min(x)}
     uni = data["uniform"]
     for h in HEADS:
         x = [r["flashmla_us"] / r["balanced_us"] for r in uni if r["heads"] == h and "flashmla_us" in r
@@ -159,6 +169,8 @@ def summary(data: dict) -> dict:
         out["uniform_backend_over_best_split"] = {"max": max(choice), "within_5pct": sum(v <= 1.05 for v in choice),
                                                   "shapes": len(choice)}
     errs = [r[k] for kind in ("ragged", "uniform") for r in data[kind] for k in r if k.endswith("_err")]
+    errs += [e for kind in ("ragged", "uniform") for r in data[kind] for e in r.get("balanced_err_by_stage1",
+                                                                                      {}).values()]
     if errs:
         out["max_rel_err"] = max(errs)
     return {k: {a: round(b, 3) for a, b in v.items()} if isinstance(v, dict) else round(v, 4) for k, v in out.items()}
@@ -206,8 +218,29 @@ def to_markdown(data: dict) -> str:
                          f"| {x(r, 'balanced_us')} | {us(r, 'sglang_us', 'sglang_splits')} | {us(r, 'sglang_own_us')} "
                          f"| {errs} |")
         lines.append("")
+    also = sorted({k for kind in ("ragged", "uniform") for r in data[kind] for k in r.get("balanced_us_by_stage1", {})})
+    if also:  # --also: the balanced path with other stage-1 kernels, same bytes, same run
+        lines += ["## The balanced path by stage-1 kernel", "",
+                  "| set | h_q | B | size | balanced us | " + " | ".join(f"{k} us | x FM {k}" for k in also) + " |",
+                  "|---" * (5 + 2 * len(also)) + "|"]
+        for kind in ("ragged", "uniform"):
+            for r in data[kind]:
+                by = r.get("balanced_us_by_stage1", {})
+                cells = " | ".join(f"{by[k]:.1f} | {r['flashmla_us'] / by[k]:.2f}" if k in by and "flashmla_us" in r
+                                   else (f"{by[k]:.1f} | " if k in by else " | ") for k in also)
+                lines.append(f"| {kind} | {r['heads']} | {r['batch']} | {r['lens_median']} / {r['lens_max']} "
+                             f"| {r['balanced_us']:.1f} | {cells} |")
+        lines.append("")
     lines.append("Summary: " + json.dumps(summary(data)))
     return "\n".join(lines) + "\n"
+
+
+def _kinds(text: str) -> tuple:
+    kinds = tuple(k for k in text.split(",") if k)
+    bad = [k for k in kinds if k not in STAGE1_KINDS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"expected stage-1 kinds of {STAGE1_KINDS}, got {', '.join(bad)}")
+    return kinds
 
 
 def main(argv=None):
@@ -219,6 +252,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="exploring: no split sweep ('best fixed' is the rule's "
                     "split), no SGLang")
     ap.add_argument("--stage1", choices=STAGE1_KINDS, help="mla_edu's stage-1 kernel (default: the device's)")
+    ap.add_argument("--also", type=_kinds, default=(), help="other stage-1 kinds (comma-separated) whose balanced "
+                    "path is timed too, in the same run (a column each)")
     ap.add_argument("--render", metavar="JSON", help="no GPU: write the markdown of a run's json into --out")
     args = ap.parse_args(argv)
     if args.render:
@@ -230,7 +265,8 @@ def main(argv=None):
         raise SystemExit("python -m tools.schedule_bench needs a CUDA GPU; the committed results are in "
                          "results/kernel_bench_h200_schedule.md")
     run(args.out, tuple(map(int, args.batches.split(","))), tuple(map(int, args.lens.split(","))),
-        ragged=args.only != "uniform", uniform=args.only != "ragged", quick=args.quick, stage1=args.stage1)
+        ragged=args.only != "uniform", uniform=args.only != "ragged", quick=args.quick, stage1=args.stage1,
+        also=args.also)
 
 
 if __name__ == "__main__":
