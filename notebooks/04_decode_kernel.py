@@ -488,6 +488,29 @@ assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 //
 # with the same TMA ring it keeps the pages coming: 79 us at B = 64, L = 4096, 90% of the copy
 # ceiling (the tl kernel 87 us).
 #
+# FlashMLA's answer at 128 heads (section 10: two warpgroups taking turns on pairs of tiles) is written in
+# Gluon too, as the stage-1 kind `"seesaw"` (`mla_edu/kernels/split_kv_seesaw.py`): each warpgroup is its
+# own partition (`gl.warp_specialize`), scores its own tile of the pair with n = 64, and multiplies its own
+# P from registers and the other's from shared memory by its 256 output columns; the row max, its scales
+# and the P tiles pass between them through shared memory, each hand-off an mbarrier. What it costs:
+
+# %%
+seesaw = sm90.compile_stage1(["seesaw"])["seesaw"]
+print(f"seesaw {'; '.join(seesaw['mma_layouts'])}")
+print("       per warpgroup and pair of tiles: " + ", ".join(f"{n} x {k}" for k, n in seesaw["wgmma"].items()))
+print(f"       {seesaw['registers']} registers a thread, {seesaw['spill_bytes']} bytes spilled, "
+      f"{seesaw['shared_bytes']:,} of {sm90.MAX_SHARED:,} bytes of shared memory")
+assert seesaw["wgmma"] == {"m64n64k16": 576 // 16, "m64n256k16": 2 * 64 // 16}  # one tile scored, two multiplied
+assert seesaw["spill_bytes"] == 0 and sm90.MAX_SHARED - seesaw["shared_bytes"] < 2048  # full to its last 2 KB
+
+# %% [markdown]
+# The scores are n = 64 products now: 4 KB of shared-memory operands per 64K multiply-adds, where the
+# lock-step kernel's n = 32 ones read 3 KB per 32K. The second P tile fills shared memory to its last
+# 1.2 KB: q_pe (8 KB) had to move into each warpgroup's registers, as FlashMLA keeps one of its nine q pieces in registers. Whether
+# the hand-offs hide the softmax as they do in FlashMLA is a measurement on a Hopper GPU
+# (`python -m tools.kernel_bench --kernels` times it beside the TMA kernel and FlashMLA); `kernels/NOTES.md`
+# (v7) holds the prediction written before that run.
+#
 # ## 12. Ragged batches: a balanced schedule (optional)
 #
 # Every grid above gives each request the same split count, sized from the page table's width: the
