@@ -37,7 +37,7 @@ MAX_SPLITS = 256
 #: the Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages; "seesaw" the two-warpgroup
 #: kernel of ``split_kv_seesaw`` for 64-head programs on a cache TMA reads (else what "tma" runs).
 STAGE1_KINDS = ("tl", "cp.async", "tma", "seesaw")
-GLUON_KINDS = STAGE1_KINDS[1:]  # the kinds ``split_kv_wgmma.launch`` launches
+GLUON_KINDS = STAGE1_KINDS[1:]  # the Gluon kernels (Hopper only)
 
 
 class LaunchConfig(NamedTuple):

@@ -132,7 +132,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
     mma = r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[\d, ]+\]), instrShape = (\[[\d, ]+\])"
     layouts = re.findall(mma, kernel.asm["ttgir"])
     wgmma = collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))
-    if kind == "seesaw" and two:  # its PTX holds both warpgroups' code (the same instructions): per warpgroup
+    if two:  # its PTX holds both warpgroups' code (the same instructions): per warpgroup
         wgmma = {shape: n // 2 for shape, n in wgmma.items()}
     return {"mma_layouts": sorted({f"warps {w}, instr {i}" for w, i in layouts}), "wgmma": dict(wgmma),
             "mma_sync": dict(collections.Counter(re.findall(r"\bmma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
