@@ -175,6 +175,20 @@ def schedule_notes_claims() -> list[str]:
             f" of {s['uniform_balanced_over_best_split']['shapes']}"]
 
 
+def schedule_choice_claims() -> list[str]:
+    """kernels/NOTES.md v7's scores of a choice from the lengths, from tools.schedule_choice on the same run."""
+    from tools import schedule_choice
+
+    r = schedule_choice.score(result("kernel_bench_h200_schedule.json"))
+    w, u = r["within_5pct"], r["uniform_within_5pct"]
+    engine = schedule_choice.engine_batches()
+    rules = sorted({round(e["model_rule"]) for e in engine})
+    return [f"within 5% of the best split\nat {u['table']} of the 30 uniform shapes",
+            f"Within 5% of the best at {w['lengths']} of {r['problems']} problems (uniform {u['lengths']} of 30",
+            f"(model\n{rules[0]}-{rules[-1]} against {round(engine[0]['model_balanced'])} page-times)",
+            f"the schedule only where its model is {schedule_choice.MARGIN:.0%} below"]
+
+
 def graph_claims() -> list[str]:
     launch = {r["kernels"]: r["speedup"] for r in result("graph_launch_h200.json")["rows"]}
     emulated = [r["replay_over_eager"] for r in result("graph_bench_cpu.json")["rows"]]
@@ -250,7 +264,8 @@ def test_readme_quotes_the_committed_results(group):
 
 
 def test_notes_quote_the_kernel_bench():
-    lost = missing(notes_claims() + schedule_notes_claims(), NOTES.read_text(encoding="utf-8"))
+    lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims(),
+                   NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
 
