@@ -155,27 +155,63 @@ def test_graph_replay_follows_new_lengths(heads):
         assert torch.isfinite(out).all() and torch.equal(out, call())
 
 
-@pytest.mark.parametrize("context_length,balanced", [(384, False), (3968, False), (4096, True)])
-def test_triton_backend_runs_the_balanced_schedule_for_auto_splits(context_length, balanced):
-    # the serving backend's default for num_kv_splits=-1 with the Triton kernel where its page table holds more
-    # than BALANCED_ABOVE_TOKENS tokens (page_table_width: 32 pages of 128 at 3968, 33 at 4096), the split rule
-    # below: under graph replay (the CPU emulator here; real graphs on a GPU) the same tokens as the torch impl
-    from tiny_models import random_prompts, random_tiny_model
+def test_triton_backend_chooses_each_batchs_schedule_from_its_lengths():
+    # auto splits with the Triton kernel: schedule.prefers_balanced on the lengths, the rule's count for the batch
+    # size; here with 2 SMs, where a batch of one long request and short ones needs the schedule and a uniform
+    # one does not. The same choice names the graph a replay runs (choose_graph_variant: padded rows included)
+    from tiny_models import random_tiny_model
 
     from mla_edu.serving import Engine
-    from mla_edu.serving.backends.base import page_table_width
-    from mla_edu.util import PAGE_SIZE
 
-    assert (page_table_width(context_length) * PAGE_SIZE > sc.BALANCED_ABOVE_TOKENS) == balanced
+    eng = Engine(random_tiny_model(qk_rope_head_dim=16), attention_backend="triton", kernel_impl="triton",
+                 num_kv_splits=-1, context_length=8192, sm_count=2, disable_cuda_graph=True)
+    backend = eng.runner.backend
+    assert backend.chooses_schedule() and backend.graph_variants() == ("splits", "balanced")
+    skewed, uniform = [6000, 30, 30, 30], [1500] * 4
+    assert backend.choose_schedule(skewed, 2) == "balanced" and backend.choose_schedule(uniform, 2) == "splits"
+    backend.heads = 2
+    assert backend.choose_graph_variant(4, torch.tensor(skewed + [1] * 4, dtype=torch.int32)) == "balanced"
+    assert backend.choose_graph_variant(4, torch.tensor(uniform + [6000] * 4, dtype=torch.int32)) == "splits"
+    for other in (dict(kernel_impl="torch"), dict(num_kv_splits=2)):  # no choice: one graph per size, the rule
+        b = Engine(random_tiny_model(qk_rope_head_dim=16), attention_backend="triton", disable_cuda_graph=True,
+                   **{"kernel_impl": "triton", "num_kv_splits": -1, **other}).runner.backend
+        assert not b.chooses_schedule() and b.graph_variants() == (None,) and b.choose_graph_variant(1, None) is None
+
+
+@pytest.mark.parametrize("chosen", ["splits", "balanced", "alternate"])
+def test_triton_backend_replays_the_graph_of_the_chosen_schedule(monkeypatch, chosen):
+    # a graph per batch size and schedule, the one the backend names replayed: under graph replay (the CPU emulator
+    # here; real graphs on a GPU) the same tokens as the torch impl, whichever schedule each step takes
+    from tiny_models import random_prompts, random_tiny_model
+
+    from mla_edu.kernels import observe_plans
+    from mla_edu.serving import Engine
+    from mla_edu.serving.backends.triton import TritonBackend
+
+    steps = []
+
+    def choose(self, lens, heads):
+        pick = chosen if chosen != "alternate" else ("splits", "balanced")[len(steps) % 2]
+        steps.append(pick)
+        return pick
+
+    monkeypatch.setattr(TritonBackend, "choose_schedule", choose)
     model = random_tiny_model(qk_rope_head_dim=16)
     ps = random_prompts(4, 3, 20, 260)
     runs = {}
     for impl, graphs in (("torch", False), ("triton", True)):
-        eng = Engine(model, attention_backend="triton", kernel_impl=impl, num_kv_splits=-1,
-                     context_length=context_length, max_running_requests=3,
-                     **({"cuda_graph_bs": (4,)} if graphs else {"disable_cuda_graph": True}))
-        runs[impl, graphs] = [r.output_ids for r in eng.generate(ps, max_new_tokens=2, stop_token_ids=())]
-        backend = eng.runner.backend
-        on = impl == "triton" and balanced
-        assert backend.uses_balanced_schedule() == on and (backend.splits_used == set()) == on
-    assert runs["triton", True] == runs["torch", False]
+        captured = []
+        with observe_plans(lambda plan, table, ws: captured.append(plan.schedule)):  # the captures' launches
+            eng = Engine(model, attention_backend="triton", kernel_impl=impl, num_kv_splits=-1, context_length=384,
+                         max_running_requests=3,
+                         **({"cuda_graph_bs": (4,)} if graphs else {"disable_cuda_graph": True}))
+        assert set(captured) == ({"splits", "balanced"} if graphs else set())  # each graph its own path
+        steps.clear()
+        replays = []
+        for key, g in (eng.runner.graph_runner.graphs.items() if graphs else ()):
+            monkeypatch.setattr(g, "replay", lambda g=g, key=key: (replays.append(key[1]), type(g).replay(g)))
+        runs[impl] = [r.output_ids for r in eng.generate(ps, max_new_tokens=3, stop_token_ids=())]
+        if graphs:
+            assert set(eng.runner.graph_runner.graphs) == {(4, "splits"), (4, "balanced")}
+            assert replays == steps and len(steps) == eng.stats["graph_steps"] >= 2  # the graph each step chose
+    assert runs["triton"] == runs["torch"]

@@ -1,6 +1,6 @@
-"""``tools.schedule_choice``: the split rule or the balanced schedule chosen from a batch's lengths, scored on the
-committed H200 run. Its markdown is the committed ``results/schedule_choice_h200.md``, and the model's picks are
-pinned on batches built to need one or the other."""
+"""``schedule.prefers_balanced`` (the triton backend's choice per batch) and ``tools.schedule_choice``, which scores
+it on the committed H200 run. The script's markdown is the committed ``results/schedule_choice_h200.md``, and the
+model's picks are pinned on batches built to need one or the other."""
 
 import copy
 import json
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mla_edu.kernels import schedule as sc
 from mla_edu.kernels.workspace import triton_num_kv_splits
 from tools import schedule_choice as choice
 
@@ -40,8 +41,9 @@ def test_the_committed_results_file_is_the_scripts_output(bench):
 def test_the_model_picks_the_path_a_batch_needs(lens, heads, pick):
     width = -(-max(lens) // choice.PAGE)
     splits = triton_num_kv_splits(choice.PAGE * width, len(lens), heads, choice.PAGE, choice.SM_COUNT)
-    rule, bal = choice.makespans(lens, heads, splits)
-    assert ("balanced" if bal < (1 - choice.MARGIN) * rule else "rule") == pick
+    rule, bal = sc.makespans(lens, choice.PAGE, heads, choice.SM_COUNT, splits)
+    assert ("balanced" if bal < (1 - sc.BALANCED_MARGIN) * rule else "rule") == pick
+    assert sc.prefers_balanced(lens, choice.PAGE, heads, choice.SM_COUNT, splits) == (pick == "balanced")
 
 
 def test_a_bench_of_other_problems_is_refused(bench):

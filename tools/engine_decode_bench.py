@@ -1,13 +1,12 @@
-"""The mini engine's decode on a GPU, before and after the balanced schedule: ``python -m tools.engine_decode_bench``.
+"""The mini engine's decode on a GPU, with and without the balanced schedule: ``python -m tools.engine_decode_bench``.
 
 The shipped model, the triton backend with ``num_kv_splits=-1``, CUDA graphs (``cuda_graph_bs`` 64 and 128),
 ``dtype`` bf16, the first ``--requests`` questions of the eval set (prompts of 100-508 tokens: a ragged
-batch), ``--new-tokens`` greedy tokens each. Two settings on the same engine arguments: "balanced" (the
-balanced schedule, ``kernels.schedule``, taken whatever the table's width) and "rule" (one split count for
-every request, ``triton_num_kv_splits``). The engine's own page table holds 768 tokens (its context length is
-640), below ``schedule.BALANCED_ABOVE_TOKENS``, so its triton backend takes the rule. Wall time of
-``generate`` (prefill included, the same in both), best of ``--reps`` after a warm-up, and whether both
-answered the same tokens.
+batch), ``--new-tokens`` greedy tokens each. Three settings on the same engine arguments: "rule" (one split
+count for every request, ``triton_num_kv_splits``, for every batch), "balanced" (the balanced schedule,
+``kernels.schedule``, for every batch) and "auto" (the backend's own choice per batch,
+``schedule.prefers_balanced``, a graph captured for each path). Wall time of ``generate`` (prefill included, the
+same in all), best of ``--reps`` after a warm-up, and whether all answered the same tokens.
 """
 
 from __future__ import annotations
@@ -47,17 +46,24 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool 
     from mla_edu.serving.backends.triton import TritonBackend
 
     class TritonRuleBackend(TritonBackend):
-        """The triton backend with one split count for every request."""
+        """The triton backend with the split rule for every batch."""
 
-        def uses_balanced_schedule(self) -> bool:
-            return False
+        def choose_schedule(self, lens, heads):
+            return "splits"
+
+        def graph_variants(self):
+            return ("splits",)
 
     class TritonBalancedBackend(TritonBackend):
-        """The triton backend with the balanced schedule for auto splits, whatever its table's width."""
+        """The triton backend with the balanced schedule for every batch."""
 
-        def uses_balanced_schedule(self) -> bool:
-            return self.num_kv_splits == -1 and self.kernel_impl == "triton"
+        def choose_schedule(self, lens, heads):
+            return "balanced"
 
+        def graph_variants(self):
+            return ("balanced",)
+
+    backends = {"rule": "triton_rule", "balanced": "triton_balanced", "auto": "triton"}
     for name, cls in (("triton_rule", TritonRuleBackend), ("triton_balanced", TritonBalancedBackend)):
         if name not in backend_names():
             register_backend(name)(cls)
@@ -65,8 +71,8 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool 
     prompts = [q.prompt_ids for q in default_eval_set()[:requests]]
     out = {"gpu": torch.cuda.get_device_name(0), "requests": requests, "new_tokens": new_tokens}
     tokens = {}
-    for name in ("rule", "balanced"):
-        eng = Engine(model, attention_backend=f"triton_{name}", num_kv_splits=-1,
+    for name, backend in backends.items():
+        eng = Engine(model, attention_backend=backend, num_kv_splits=-1,
                      dtype="bfloat16", defects="none", max_running_requests=requests)
         times = []
         for _ in range(reps + 1):  # the first captures the graphs
@@ -83,8 +89,9 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool 
             out[f"{name}_kernels_ms"] = kernel_times(
                 lambda: eng.generate(prompts, max_new_tokens=new_tokens, stop_token_ids=()))
             print(name, "kernels [name, ms, launches]:", json.dumps(out[f"{name}_kernels_ms"]), flush=True)
-    out["same_tokens"] = tokens["rule"] == tokens["balanced"]
-    out["balanced_over_rule"] = out["balanced"]["best_s"] / out["rule"]["best_s"]
+    out["same_tokens"] = tokens["rule"] == tokens["balanced"] == tokens["auto"]
+    for name in ("balanced", "auto"):
+        out[f"{name}_over_rule"] = out[name]["best_s"] / out["rule"]["best_s"]
     return out
 
 

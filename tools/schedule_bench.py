@@ -29,8 +29,7 @@ import sys
 import torch
 
 from mla_edu.kernels.contract import STAGE1_KINDS
-from mla_edu.kernels.schedule import uses_balanced
-from mla_edu.util import cdiv
+from mla_edu.kernels.schedule import prefers_balanced
 from tools.kernel_bench import (D_LAT, D_ROPE, bench_workspace, ceilings, dist_version, f64_reference, graph_us,
                                 make_ragged_problem, rel_err)
 
@@ -162,10 +161,11 @@ def summary(data: dict) -> dict:
     if ratio:
         out["uniform_balanced_over_best_split"] = {"max": max(ratio), "within_5pct": sum(v <= 1.05 for v in ratio),
                                                    "shapes": len(ratio)}
-        # the triton backend's choice for auto splits: balanced above schedule.BALANCED_ABOVE_TOKENS (the table's
-        # width is the longest request: pages of the uniform length), the rule below
-        choice = [r[f"{'balanced' if uses_balanced(PAGE * cdiv(r['lens_max'], PAGE)) else 'rule'}_us"] / r["best_us"]
-                  for r in uni]
+        # the triton backend's choice for auto splits, per batch from its lengths (schedule.prefers_balanced)
+        sms = data["info"]["sm_count"]
+        picks = ["balanced" if prefers_balanced([r["lens_max"]] * r["batch"], PAGE, r["heads"], sms, r["rule_splits"])
+                 else "rule" for r in uni]
+        choice = [r[f"{pick}_us"] / r["best_us"] for r, pick in zip(uni, picks)]
         out["uniform_backend_over_best_split"] = {"max": max(choice), "within_5pct": sum(v <= 1.05 for v in choice),
                                                   "shapes": len(choice)}
     errs = [r[k] for kind in ("ragged", "uniform") for r in data[kind] for k in r if k.endswith("_err")]

@@ -1,56 +1,35 @@
-"""Choosing between the split rule and the balanced schedule from a batch's lengths, scored on measured times:
+"""The split rule or the balanced schedule, chosen from a batch's lengths, scored on measured times:
 ``python -m tools.schedule_choice``. No GPU: it reads a ``tools.schedule_bench`` run's json.
 
-The triton serving backend takes the balanced schedule where its page table holds more than
-``schedule.BALANCED_ABOVE_TOKENS`` tokens, the rule below: a choice from the table's shape, the same for every
-batch a graph replays. This script scores another choice, from the batch's own lengths (which an engine has on
-the host at every step, ``seq_lens_cpu``), with a model of each path's makespan in page-times (the time one
-program takes for one page; each program or segment also pays ``schedule.FIXED_OVERHEAD_PAGES``):
-
-* the rule: its programs (``ceil(n_b / S)`` pages each, per head block) on ``slots`` program slots, at least the
-  longest program and at least their total spread over the slots;
-* the balanced schedule: one part's share, ``chunk`` (``schedule.batch_plan``'s), plus one overhead.
-
-It picks the balanced schedule where its model is ``MARGIN`` below the rule's, else the rule, and the bench's
-measured time of what it picked is compared with the best fixed split (uniform lengths: the acceptance of issue
-25) or with the best of rule, balanced and fixed splits (ragged). No backend uses this choice yet: a graph fixes
-its kernels at capture (``kernels/NOTES.md``, v7, says what wiring it in needs). Its output for the committed
-run: ``results/schedule_choice_h200.md`` (``tests/test_schedule_choice.py`` regenerates and compares it).
+The triton serving backend chooses per batch with ``schedule.prefers_balanced``: a model of each path's
+makespan in page-times (``schedule.makespans``), from the lengths an engine has on the host at every step
+(``seq_lens_cpu``), the schedule only ``schedule.BALANCED_MARGIN`` below the rule. Until v7 (``kernels/NOTES.md``)
+it chose from the page table's width (``by_table``), the same for every batch a graph replays. For every problem
+of the run this script takes both choices, and compares the bench's measured time of what each picked with the
+best fixed split (uniform lengths: the acceptance of issue 25) or with the best of rule, balanced and fixed
+splits (ragged); and it models the mini engine's batches (``engine_batches``). Its output for the committed run:
+``results/schedule_choice_h200.md`` (``tests/test_schedule_choice.py`` regenerates and compares it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 
 from mla_edu.kernels import schedule as sc
-from mla_edu.kernels.workspace import PROGRAMS_PER_SM, gpu_block_h
 from mla_edu.util import cdiv
 from tools.schedule_bench import HEADS, PAGE, RAGGED_BATCHES, RAGGED_MEDIANS, SEED, UNIFORM_BATCHES, UNIFORM_LENS
 
 SM_COUNT = 132  # the H200 of the committed run
-#: The balanced schedule is picked only where its model is this much below the rule's: its merge's launch and the
-#: partials of requests cut at a part boundary are not in the model (``kernels/NOTES.md``, v6: 2-26 us).
-MARGIN = 0.1
+#: The triton backend's choice until v7 (``kernels/NOTES.md``): the balanced schedule where the page table holds
+#: more than this many tokens, the same for every batch a graph replays.
+V6_BALANCED_ABOVE_TOKENS = 4096
 
 
-def makespans(lens: list[int], heads: int, num_splits: int, page: int = PAGE, sm_count: int = SM_COUNT,
-              max_pages: int | None = None) -> tuple[float, float]:
-    """(rule, balanced): the modelled makespans in page-times of the split rule at ``num_splits`` and of the
-    balanced schedule, for requests of ``lens`` tokens."""
-    n = [cdiv(max(x, 0), page) for x in lens]
-    max_pages = max(n + [1]) if max_pages is None else max_pages
-    block_h = gpu_block_h(heads, len(lens), max_pages)
-    head_blocks, slots = cdiv(heads, block_h), PROGRAMS_PER_SM[block_h] * sm_count
-    ov = sc.FIXED_OVERHEAD_PAGES
-    programs = [cdiv(k, num_splits) + ov for k in n if k > 0 for _ in range(num_splits)] * head_blocks
-    rule = max(max(programs, default=0), sum(programs) / slots)
-    w = [k + ov for k in n if k > 0]
-    parts = sc.num_parts(heads, sm_count, len(lens), max_pages)
-    chunk = max(math.ceil(sum(w) / parts), sc.MIN_PART_PAGES, math.ceil(max(w, default=0) / (sc.MAX_PIECES - 1)))
-    return rule, chunk + ov
+def by_table(lens: list[int]) -> bool:
+    """v6's choice for a batch of ``lens`` tokens at page ``PAGE``, its table as wide as the longest request."""
+    return PAGE * cdiv(max(lens), PAGE) > V6_BALANCED_ABOVE_TOKENS
 
 
 def problems(data: dict):
@@ -71,10 +50,11 @@ def score(data: dict) -> dict:
     """Per problem the model's choice and its measured time against the best; and the counts within 5%."""
     rows, within = [], {"table": 0, "lengths": 0}
     for kind, lens, r in problems(data):
-        rule, bal = makespans(lens, r["heads"], r["rule_splits"])
+        rule, bal = sc.makespans(lens, PAGE, r["heads"], SM_COUNT, r["rule_splits"])
         best = r["best_us"] if kind == "uniform" else min(r["best_us"], r["rule_us"], r["balanced_us"])
-        picks = {"table": "balanced" if sc.uses_balanced(PAGE * cdiv(max(lens), PAGE)) else "rule",
-                 "lengths": "balanced" if bal < (1 - MARGIN) * rule else "rule"}
+        picks = {"table": "balanced" if by_table(lens) else "rule",
+                 "lengths": "balanced" if sc.prefers_balanced(lens, PAGE, r["heads"], SM_COUNT, r["rule_splits"])
+                 else "rule"}
         ratios = {k: r[f"{v}_us"] / best for k, v in picks.items()}
         for k, x in ratios.items():
             within[k] += x <= 1.05
@@ -101,19 +81,21 @@ def engine_batches(steps=(1, 32, 64)) -> list[dict]:
     splits = triton_num_kv_splits(width * PAGE_SIZE, len(prompts), 4, PAGE_SIZE, SM_COUNT)
     out = []
     for t in steps:
-        rule, bal = makespans([n + t for n in prompts], 4, splits, PAGE_SIZE, SM_COUNT, width)
+        lens = [n + t for n in prompts]
+        rule, bal = sc.makespans(lens, PAGE_SIZE, 4, SM_COUNT, splits, width)
         out.append({"tokens": t, "model_rule": rule, "model_balanced": bal,
-                    "pick": "balanced" if bal < (1 - MARGIN) * rule else "rule"})
+                    "pick": "balanced" if sc.prefers_balanced(lens, PAGE_SIZE, 4, SM_COUNT, splits, width) else "rule"})
     return out
 
 
 def to_markdown(result: dict, source: str) -> str:
     lines = ["# The split rule or the balanced schedule, chosen from the batch's lengths", "",
              f"Command: `python -m tools.schedule_choice --bench {source}` (no GPU: the measured times are that "
-             "run's). Model in page-times (see the script's docstring; balanced picked where its model is "
-             f"{MARGIN:.0%} below the rule's); 'best' = the best fixed split (uniform) or "
-             "the best of rule, balanced and fixed splits (ragged). 'by table' = today's triton backend "
-             "(`schedule.uses_balanced`: the table's width).", "",
+             "run's). Model in page-times (`schedule.makespans`; balanced picked where its model is "
+             f"{sc.BALANCED_MARGIN:.0%} below the rule's: `schedule.prefers_balanced`); 'best' = the best fixed "
+             "split (uniform) or "
+             "the best of rule, balanced and fixed splits (ragged). 'by table' = the triton backend's choice until v7 "
+             f"(the schedule for tables over {V6_BALANCED_ABOVE_TOKENS} tokens).", "",
              "| set | h_q | B | median / max | model rule | model balanced | pick | rule us | balanced us | best us "
              "| pick / best | by table / best |", "|---" * 12 + "|"]
     for r in result["rows"]:

@@ -337,7 +337,7 @@ def workspace_hazard(model, prompts, *, defects=frozenset({"workspace"}), num_kv
     held = engine.runner.backend.cuda_graph_mla_workspace.data_ptr() == launch.workspace_ptr
     del log
     reqs, batch, logits_g = one_step(engine)
-    freed = engine.runner.graph_runner.graphs[big].freed_uses()
+    freed = engine.runner.graph_runner.graphs[big, None].freed_uses()  # the cutlass backend: one variant
     runner = engine.runner
     runner.backend.init_forward_metadata(batch)
     _, _, logits_e = runner.decode_forward(batch)

@@ -62,13 +62,10 @@ MIN_PART_PAGES = 2
 #: ``workspace.SPLIT_CHOICES``) ran slower on the H200 (FlashMLA, which cuts one request into ~128, too:
 #: results/kernel_bench_h200_schedule.md).
 MAX_PIECES = max(SPLIT_CHOICES)
-#: The triton serving backend takes the balanced schedule for auto splits when its page table holds more than
-#: this many tokens (``uses_balanced``). Below, a request's imbalance is at most a few pages and the schedule's
-#: fixed cost (the merge's launch, partials where a part boundary cuts a request) outweighs it: on the H200 the
-#: balanced path was 1.07-2.0x the best fixed split on uniform batches of 1K-4K tokens and the mini engine
-#: (contexts up to 768 tokens) decoded 1.26x slower with it (results/kernel_bench_h200_schedule.md,
-#: results/engine_decode_h200.json); on ragged batches up to 32K tokens it was 1.05-4.8x faster than the rule.
-BALANCED_ABOVE_TOKENS = 4096
+#: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan is this much below the split
+#: rule's: its merge's launch and the partials of requests cut at a part boundary are not in the model (2-26 us on
+#: the H200, kernels/NOTES.md v6).
+BALANCED_MARGIN = 0.1
 #: Fields of a row of ``segments``: its part, its request, its tokens [t_start, t_end), its flag.
 SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
 #: ``flag`` values: the request's only part, which writes the output; one of several, which writes a
@@ -76,11 +73,36 @@ SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
 DIRECT, PARTIAL, IDLE = 1, 0, -1
 
 
-def uses_balanced(table_tokens: int) -> bool:
-    """Whether a serving backend with auto splits takes the balanced schedule for a page table that holds
-    ``table_tokens`` tokens (its width times the page size: the longest request a graph can see); see
-    ``BALANCED_ABOVE_TOKENS``. Decided on the host from the table's shape, as the split rule is."""
-    return table_tokens > BALANCED_ABOVE_TOKENS
+def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
+              max_pages: int | None = None) -> tuple[float, float]:
+    """(rule, balanced): modelled makespans in page-times (one program's time for one page; each program or
+    segment also pays ``FIXED_OVERHEAD_PAGES``) of the split rule at ``num_splits`` and of the balanced schedule,
+    for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block)
+    on the GPU's program slots, at least the longest and at least their total spread over the slots. The schedule:
+    one part's share (``batch_plan``'s chunk) and one overhead."""
+    n = [cdiv(max(int(x), 0), page_size) for x in lens]
+    max_pages = max(n + [1]) if max_pages is None else max_pages
+    n = [min(k, max_pages) for k in n]
+    block_h = gpu_block_h(heads, len(n), max_pages)
+    slots = PROGRAMS_PER_SM[block_h] * sm_count
+    programs = [cdiv(k, num_splits) + FIXED_OVERHEAD_PAGES for k in n if k > 0
+                for _ in range(num_splits)] * cdiv(heads, block_h)
+    rule = max(max(programs, default=0), sum(programs) / slots)
+    w = [k + FIXED_OVERHEAD_PAGES for k in n if k > 0]
+    chunk = max(cdiv(sum(w), num_parts(heads, sm_count, len(n), max_pages)), MIN_PART_PAGES,
+                cdiv(max(w, default=0), MAX_PIECES - 1))
+    return rule, chunk + FIXED_OVERHEAD_PAGES
+
+
+def prefers_balanced(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
+                     max_pages: int | None = None) -> bool:
+    """Whether a batch of requests of ``lens`` tokens (host ints: an engine has them at every step,
+    ``seq_lens_cpu``) is better served by the balanced schedule than by the split rule at ``num_splits``: its
+    modelled makespan (``makespans``) ``BALANCED_MARGIN`` below the rule's. Scored on the H200's measured times
+    (``tools/schedule_choice.py``, ``results/schedule_choice_h200.md``): within 5% of the best at 40 of 42
+    problems, where the choice by the table's width was at 34."""
+    rule, balanced = makespans(lens, page_size, heads, sm_count, num_splits, max_pages)
+    return balanced < (1 - BALANCED_MARGIN) * rule
 
 
 def num_parts(heads: int, sm_count: int, batch: int = 0, n_pages: int = 0) -> int:

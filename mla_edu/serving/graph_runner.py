@@ -51,16 +51,23 @@ class GraphRunner:
 
     @torch.no_grad()
     def capture(self):
-        for bs in reversed(self.capture_bs):
-            batch = self.static_batch(bs)
-            self.runner.backend.init_forward_metadata_capture_cuda_graph(
-                bs, batch.req_pool_indices, batch.seq_lens)
-            graphs.warm_up(lambda: self.runner.decode_forward(batch), self.num_warmup, self.runner.device)
-            g = graphs.Graph(device=self.runner.device)
-            with graphs.graph(g, pool=self.pool):
-                out = self.runner.decode_forward(batch)
-            self.pool = g.pool()
-            self.graphs[bs], self.outputs[bs] = g, out
+        """A graph per captured size and per variant of the backend's step (``graph_variants``: one for most
+        backends), all in one memory pool (they replay one at a time)."""
+        backend = self.runner.backend
+        try:
+            for bs in reversed(self.capture_bs):
+                for variant in backend.graph_variants():
+                    backend.set_graph_variant(variant)
+                    batch = self.static_batch(bs)
+                    backend.init_forward_metadata_capture_cuda_graph(bs, batch.req_pool_indices, batch.seq_lens)
+                    graphs.warm_up(lambda: self.runner.decode_forward(batch), self.num_warmup, self.runner.device)
+                    g = graphs.Graph(device=self.runner.device)
+                    with graphs.graph(g, pool=self.pool):
+                        out = self.runner.decode_forward(batch)
+                    self.pool = g.pool()
+                    self.graphs[bs, variant], self.outputs[bs, variant] = g, out
+        finally:
+            backend.set_graph_variant(None)
 
     def can_run(self, bs: int) -> bool:
         return bs <= self.max_bs
@@ -80,7 +87,7 @@ class GraphRunner:
         raw_bs = batch.batch_size
         if bs is None:
             bs = self.padded_size(raw_bs)
-        elif bs not in self.graphs or bs < raw_bs:
+        elif bs not in self.capture_bs or bs < raw_bs:
             raise ValueError(f"replay: expected a captured size >= {raw_bs} from {self.capture_bs}, got {bs}")
         if bs != raw_bs:
             self.seq_lens.fill_(self.seq_len_fill_value)
@@ -92,7 +99,8 @@ class GraphRunner:
         self.seq_lens[:raw_bs].copy_(batch.seq_lens)
         self.seq_lens_cpu[:raw_bs].copy_(batch.seq_lens_cpu)
         self.out_cache_loc[:raw_bs].copy_(batch.out_cache_loc)
-        self.runner.backend.init_forward_metadata_replay_cuda_graph(
-            bs, self.req_pool_indices, self.seq_lens, self.seq_lens_cpu)
-        self.graphs[bs].replay()
-        return tuple(t[:raw_bs].clone() for t in self.outputs[bs])  # next ids, bad flags, logits
+        backend = self.runner.backend
+        backend.init_forward_metadata_replay_cuda_graph(bs, self.req_pool_indices, self.seq_lens, self.seq_lens_cpu)
+        key = bs, backend.choose_graph_variant(bs, self.seq_lens_cpu)
+        self.graphs[key].replay()
+        return tuple(t[:raw_bs].clone() for t in self.outputs[key])  # next ids, bad flags, logits

@@ -106,6 +106,7 @@ class AttentionBackend:
         self.device = self.req_to_token.device
         self.forward_metadata = None
         self.splits_used: set = set()  # split counts the kernel was launched with (host ints)
+        self.graph_variant = None  # the variant (``graph_variants``) a graph is being captured for; None otherwise
 
     @classmethod
     def active_defects(cls, defects) -> frozenset:
@@ -129,6 +130,21 @@ class AttentionBackend:
     def graph_index_buffer(self) -> torch.Tensor:
         """The persistent index buffer the graphs read, ``[max_bs, W]`` int32."""
         raise NotImplementedError
+
+    def graph_variants(self) -> tuple:
+        """The kernel paths a replay may need: the graph runner captures a graph per batch size and variant
+        (``set_graph_variant`` around each capture) and replays the one ``choose_graph_variant`` names. One
+        (None) for a backend whose captured step serves every batch."""
+        return (None,)
+
+    def set_graph_variant(self, variant) -> None:
+        """The variant of ``graph_variants`` the next capture records (None after the captures)."""
+        self.graph_variant = variant
+
+    def choose_graph_variant(self, bs: int, seq_lens_cpu: torch.Tensor):
+        """Which captured variant a replay of the first ``bs`` rows runs, from the host's copy of their lengths
+        (called after ``init_forward_metadata_replay_cuda_graph``)."""
+        return None
 
     def metadata_after_replay(self) -> dict:
         """What the replay hook left in metadata the graph never reads (for ``case_study.diagnose``)."""

@@ -6,10 +6,12 @@ on the batch's lengths: the page table is full width and read through its real r
 (``stride_policy="stride"``), and the split count is fixed for the maximum context (SGLang's
 static-split mode; its default computes per-request counts into a device tensor, which is
 graph-safe for the same reason: the grid never changes). With ``num_kv_splits=-1`` and the Triton
-kernel, the balanced schedule (``kernels.schedule``: each request's parts from the lengths, on the
-device) where the page table holds more than ``schedule.BALANCED_ABOVE_TOKENS`` tokens; with a
-narrower table or another impl the Triton kernel's own rule (``kernels.triton_num_kv_splits``); the
-cutlass backend keeps sgl-kernel's heuristic, as SGLang does.
+kernel, each batch takes the balanced schedule (``kernels.schedule``: each request's parts from the lengths,
+on the device) or the kernel's own split rule (``kernels.triton_num_kv_splits``), whichever
+``schedule.prefers_balanced`` models faster for its lengths. A graph fixes its kernels at capture, so the graph
+runner captures a graph per batch size for each (``graph_variants``) and this backend names the one to replay
+from the host's copy of the lengths (``choose_graph_variant``): a step mla_edu adds to SGLang's protocol. Another
+impl takes the rule; the cutlass backend keeps sgl-kernel's heuristic, as SGLang does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class TritonBackend(AttentionBackend):
         self.page_table = None
         self.workspace = None
         self.max_bs = 0
+        self.heads = None  # the query heads of the last decode step (known once a step ran)
 
     def _splits(self, bs: int, heads: int) -> int:
         """A fixed ``num_kv_splits`` as given; auto (-1): the Triton kernel's own rule
@@ -41,12 +44,28 @@ class TritonBackend(AttentionBackend):
             return kernels.triton_num_kv_splits(self.width * PAGE_SIZE, bs, heads, PAGE_SIZE, self.sm_count)
         return self.splits_for(self.width * PAGE_SIZE, bs)
 
-    def uses_balanced_schedule(self) -> bool:
-        """Auto splits (-1) with the Triton kernel and a page table of more than ``BALANCED_ABOVE_TOKENS`` tokens:
-        the balanced schedule (``kernels.schedule``: each request's parts from the batch's lengths, on the device,
-        so a graph follows them at every replay); with a narrower table, the split rule (``_splits``)."""
-        return (self.num_kv_splits == -1 and self.kernel_impl == "triton"
-                and schedule.uses_balanced(self.width * PAGE_SIZE))
+    def chooses_schedule(self) -> bool:
+        """Auto splits (-1) with the Triton kernel: each batch's schedule chosen from its lengths
+        (``choose_schedule``), a graph captured for each; otherwise the split count of ``_splits`` always."""
+        return self.num_kv_splits == -1 and self.kernel_impl == "triton"
+
+    def choose_schedule(self, lens: list, heads: int) -> str:
+        """ "balanced" (``kernels.schedule``: each request's parts from the lengths, on the device) or "splits" (the
+        split rule's count for every request) for a batch of requests of ``lens`` tokens (host ints):
+        ``schedule.prefers_balanced``, the two paths' modelled makespans."""
+        prefers = schedule.prefers_balanced(lens, PAGE_SIZE, heads, self.sm_count, self._splits(len(lens), heads),
+                                            self.width)
+        return "balanced" if prefers else "splits"
+
+    def graph_variants(self) -> tuple:
+        return schedule.SCHEDULES if self.chooses_schedule() else (None,)
+
+    def choose_graph_variant(self, bs: int, seq_lens_cpu: torch.Tensor):
+        if not self.chooses_schedule():
+            return None
+        if self.heads is None:
+            raise RuntimeError("choose_graph_variant: no graph captured yet (the head count comes from a capture)")
+        return self.choose_schedule(seq_lens_cpu[:bs].tolist(), self.heads)
 
     def _alloc(self, max_bs: int):
         self.max_bs = max_bs
@@ -55,7 +74,7 @@ class TritonBackend(AttentionBackend):
         # (get_workspace_size counts 128 heads per split)
         splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
-        if self.uses_balanced_schedule():  # its partials, for any batch size and head count up to 128
+        if self.chooses_schedule():  # the balanced schedule's partials, for any batch size and head count up to 128
             size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b,
                                                                                                    self.width))
                                  for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128)])
@@ -85,10 +104,14 @@ class TritonBackend(AttentionBackend):
 
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
         bs, heads = q_nope.shape[:2]
-        splits = -1 if self.uses_balanced_schedule() else self._splits(bs, heads)
+        self.heads = heads
+        chosen = "splits"
+        if self.chooses_schedule():  # capturing: the graph's variant; eager: this batch's own choice
+            lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
+            chosen = self.graph_variant or self.choose_schedule(lens[:bs].tolist(), heads)
+        splits = -1 if chosen == "balanced" else self._splits(bs, heads)
         if splits != -1:  # the balanced schedule's counts are on the device, per request
             self.splits_used.add(splits)
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs],
-            self.workspace, self.sm_scale, splits, impl=self.kernel_impl,
-            stride_policy="stride", schedule="balanced" if self.uses_balanced_schedule() else "splits")
+            self.workspace, self.sm_scale, splits, impl=self.kernel_impl, stride_policy="stride", schedule=chosen)
