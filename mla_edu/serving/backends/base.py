@@ -7,6 +7,10 @@ The engine calls, in this order:
   ``init_forward_metadata_capture_cuda_graph(bs, req_pool_indices, seq_lens)`` then the
   captured step; before each replay ``init_forward_metadata_replay_cuda_graph(bs, ...)``,
   which may only change the *contents* of buffers the graph already points at.
+- mla_edu's one addition: a backend whose step takes one of several kernel paths per batch lists them in
+  ``graph_variants()``; the runner captures each size once per variant (``set_graph_variant`` around it) and,
+  after the replay hook, replays the graph ``choose_graph_variant(bs, seq_lens_cpu)`` names. Every backend but
+  the triton one with auto splits has one variant, None.
 
 A backend registers itself with ``@register_backend(name)`` (as SGLang's ``@register_attention_backend``
 in ``python/sglang/srt/layers/attention/attention_registry.py``) and declares what it supports as class
