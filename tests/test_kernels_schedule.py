@@ -199,7 +199,8 @@ def test_triton_backend_replays_the_graph_of_the_chosen_schedule(monkeypatch, ch
     model = random_tiny_model(qk_rope_head_dim=16)
     ps = random_prompts(4, 3, 20, 260)
     runs = {}
-    for impl, graphs in (("torch", False), ("triton", True)):
+    # torch eager, the Triton impl under graphs, and (once) the Triton impl eager: one choice a step, not a layer
+    for impl, graphs in (("torch", False), ("triton", True)) + ((("triton", False),) if chosen == "alternate" else ()):
         captured = []
         with observe_plans(lambda plan, table, ws: captured.append(plan.schedule)):  # the captures' launches
             eng = Engine(model, attention_backend="triton", kernel_impl=impl, num_kv_splits=-1, context_length=384,
@@ -210,8 +211,10 @@ def test_triton_backend_replays_the_graph_of_the_chosen_schedule(monkeypatch, ch
         replays = []
         for key, g in (eng.runner.graph_runner.graphs.items() if graphs else ()):
             monkeypatch.setattr(g, "replay", lambda g=g, key=key: (replays.append(key[1]), type(g).replay(g)))
-        runs[impl] = [r.output_ids for r in eng.generate(ps, max_new_tokens=3, stop_token_ids=())]
+        runs[impl, graphs] = [r.output_ids for r in eng.generate(ps, max_new_tokens=3, stop_token_ids=())]
+        if impl == "triton" and not graphs:
+            assert len(steps) == eng.stats["decode_steps"] >= 2 and eng.stats["graph_steps"] == 0
         if graphs:
             assert set(eng.runner.graph_runner.graphs) == {(4, "splits"), (4, "balanced")}
             assert replays == steps and len(steps) == eng.stats["graph_steps"] >= 2  # the graph each step chose
-    assert runs["triton"] == runs["torch"]
+    assert all(tokens == runs["torch", False] for tokens in runs.values())

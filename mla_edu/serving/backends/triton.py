@@ -36,6 +36,7 @@ class TritonBackend(AttentionBackend):
         self.workspace = None
         self.max_bs = 0
         self.heads = None  # the query heads of the last decode step (known once a step ran)
+        self.step_schedule = None  # an eager step's schedule, chosen at its first layer for all of them
 
     def _splits(self, bs: int, heads: int) -> int:
         """A fixed ``num_kv_splits`` as given; auto (-1): the Triton kernel's own rule
@@ -90,6 +91,7 @@ class TritonBackend(AttentionBackend):
         kvcache.fill_page_table(self.req_to_token, batch.req_pool_indices, batch.seq_lens,
                                 self.page_table[:bs], PAGE_SIZE)
         self.forward_metadata = bs
+        self.step_schedule = None
 
     def init_cuda_graph_state(self, max_bs: int):
         self._alloc(max_bs)
@@ -106,9 +108,11 @@ class TritonBackend(AttentionBackend):
         bs, heads = q_nope.shape[:2]
         self.heads = heads
         chosen = "splits"
-        if self.chooses_schedule():  # capturing: the graph's variant; eager: this batch's own choice
-            lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
-            chosen = self.graph_variant or self.choose_schedule(lens[:bs].tolist(), heads)
+        if self.chooses_schedule():  # capturing: the graph's variant; eager: this batch's own choice, once a step
+            chosen = self.graph_variant or self.step_schedule
+            if chosen is None:
+                lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
+                chosen = self.step_schedule = self.choose_schedule(lens[:bs].tolist(), heads)
         splits = -1 if chosen == "balanced" else self._splits(bs, heads)
         if splits != -1:  # the balanced schedule's counts are on the device, per request
             self.splits_used.add(splits)
