@@ -68,23 +68,28 @@ def score(data: dict) -> dict:
 
 
 def engine_batches(steps=(1, 32, 64)) -> list[dict]:
-    """The mini engine's decode batches (``tools.engine_decode_bench``: the first 128 questions of the eval set,
-    after 1, 32 and 64 generated tokens; page 128, 4 heads, a table of 6 pages): their modelled makespans at the
-    rule's split count for that table, and the choice."""
+    """The mini engine's decode batches (``tools.engine_decode_bench``: the shipped model, the first 128 questions of
+    the eval set, after 1, 32 and 64 generated tokens): what its own triton backend picks for them
+    (``choose_schedule``, on an engine built as the bench builds it, its page table and SM count included), and
+    the two modelled makespans behind the pick."""
     from mla_edu.kernels.workspace import triton_num_kv_splits
+    from mla_edu.model import load_pretrained
     from mla_edu.model.task import default_eval_set
-    from mla_edu.serving.backends.base import page_table_width
+    from mla_edu.serving import Engine
     from mla_edu.util import PAGE_SIZE
 
+    model = load_pretrained(device="cpu")
     prompts = [len(q.prompt_ids) for q in default_eval_set()[:128]]
-    width = page_table_width(640)  # the engine's context length: its table holds 768 tokens
-    splits = triton_num_kv_splits(width * PAGE_SIZE, len(prompts), 4, PAGE_SIZE, SM_COUNT)
+    backend = Engine(model, attention_backend="triton", num_kv_splits=-1, kernel_impl="triton",
+                     max_running_requests=len(prompts), disable_cuda_graph=True).runner.backend
+    heads = model.config.mla.num_attention_heads
+    splits = triton_num_kv_splits(backend.width * PAGE_SIZE, len(prompts), heads, PAGE_SIZE, backend.sm_count)
     out = []
     for t in steps:
         lens = [n + t for n in prompts]
-        rule, bal = sc.makespans(lens, PAGE_SIZE, 4, SM_COUNT, splits, width)
+        rule, bal = sc.makespans(lens, PAGE_SIZE, heads, backend.sm_count, splits, backend.width)
         out.append({"tokens": t, "model_rule": rule, "model_balanced": bal,
-                    "pick": "balanced" if sc.prefers_balanced(lens, PAGE_SIZE, 4, SM_COUNT, splits, width) else "rule"})
+                    "pick": "balanced" if backend.choose_schedule(lens, heads) == "balanced" else "rule"})
     return out
 
 
