@@ -96,12 +96,28 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     return row
 
 
+def problems(batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool = True, uniform: bool = True):
+    """(set, h_q, lengths) of each problem, in the bench's order: ragged by h_q, B, median (seeded log-normal
+    lengths), then uniform by h_q, B, L."""
+    from mla_edu.kernels import schedule as sc
+
+    if ragged:
+        for h in HEADS:
+            for b in RAGGED_BATCHES:
+                for m in RAGGED_MEDIANS:
+                    yield "ragged", h, sc.lognormal_lengths(b, m, SEED)
+    if uniform:
+        for h in HEADS:
+            for b in batches:
+                for ln in lens:
+                    yield "uniform", h, [ln] * b
+
+
 def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool = True, uniform: bool = True,
         quick: bool = False, stage1: str | None = None, also: tuple = ()) -> dict:
     import triton
 
     from mla_edu.kernels import peers
-    from mla_edu.kernels import schedule as sc
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
@@ -116,10 +132,7 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
             "stage1": stage1 or "the device's default", "also": list(also)}
     print(json.dumps(info), flush=True)
     data = {"info": info, "ceilings": ceilings(), "ragged": [], "uniform": []}
-    problems = [("ragged", bb, m, h) for h in HEADS for bb in RAGGED_BATCHES for m in RAGGED_MEDIANS] if ragged else []
-    problems += [("uniform", bb, ln, h) for h in HEADS for bb in batches for ln in lens] if uniform else []
-    for kind, bb, size, h in problems:
-        lengths = sc.lognormal_lengths(bb, size, SEED) if kind == "ragged" else [size] * bb
+    for kind, h, lengths in problems(batches, lens, ragged, uniform):
         row = measure(lengths, h, sms, flash_mla, sglang, rule, quick, stage1, also)
         torch.cuda.empty_cache()  # the problem's tensors are gone with measure's frame
         data[kind].append(row)

@@ -19,7 +19,8 @@ import os
 
 from mla_edu.kernels import schedule as sc
 from mla_edu.util import cdiv
-from tools.schedule_bench import HEADS, PAGE, RAGGED_BATCHES, RAGGED_MEDIANS, SEED, UNIFORM_BATCHES, UNIFORM_LENS
+from tools import schedule_bench
+from tools.schedule_bench import PAGE
 
 SM_COUNT = 132  # the H200 of the committed run
 #: The triton backend's choice until v7 (``kernels/NOTES.md``): the balanced schedule where the page table holds
@@ -33,11 +34,11 @@ def by_table(lens: list[int]) -> bool:
 
 
 def problems(data: dict):
-    """(set, lengths, row) of each problem of a ``schedule_bench`` run, the lengths rebuilt as the bench drew
-    them (its order: ragged by h_q, B, median; uniform by h_q, B, L)."""
-    ragged = [sc.lognormal_lengths(b, m, SEED) for _ in HEADS for b in RAGGED_BATCHES for m in RAGGED_MEDIANS]
-    uniform = [[ln] * b for _ in HEADS for b in UNIFORM_BATCHES for ln in UNIFORM_LENS]
-    for kind, lengths in (("ragged", ragged), ("uniform", uniform)):
+    """(set, lengths, row) of each problem of a ``schedule_bench`` run of the default sets, the lengths drawn again
+    as the bench draws them (``schedule_bench.problems``)."""
+    drawn = list(schedule_bench.problems())
+    for kind in ("ragged", "uniform"):
+        lengths = [lens for k, _, lens in drawn if k == kind]
         if len(lengths) != len(data[kind]):
             raise ValueError(f"expected the default sets ({len(lengths)} {kind} problems), got {len(data[kind])}")
         for lens, row in zip(lengths, data[kind]):
