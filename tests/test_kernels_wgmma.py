@@ -14,8 +14,8 @@ from mla_edu.kernels.contract import GLUON_KINDS, STAGE1_KINDS
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
-def test_tma_by_default_where_the_gluon_kernels_apply_else_tl():
-    assert skt.DEFAULT_STAGE1 == "tma" and set(GLUON_KINDS) | {"tl"} == set(STAGE1_KINDS)
+def test_seesaw_by_default_where_the_gluon_kernels_apply_else_tl():
+    assert skt.DEFAULT_STAGE1 == "seesaw" and set(GLUON_KINDS) | {"tl"} == set(STAGE1_KINDS)
     case = random_decode_case(0, batch=2, heads=64)
     plan = make_plan(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1), 1)
     assert skt.plan_stage1(case.q_nope, case.q_pe, case.cache, plan, False).stage1 == "tl"  # CPU tensors

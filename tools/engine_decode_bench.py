@@ -6,12 +6,14 @@ batch), ``--new-tokens`` greedy tokens each. Three settings on the same engine a
 count for every request, ``triton_num_kv_splits``, for every batch), "balanced" (the balanced schedule,
 ``kernels.schedule``, for every batch) and "auto" (the backend's own choice per batch,
 ``schedule.prefers_balanced``, a graph captured for each path). Wall time of ``generate`` (prefill included, the
-same in all), best of ``--reps`` after a warm-up, and whether all answered the same tokens.
+same in all), best of ``--reps`` after a warm-up, the settings interleaved; the path each replay took; and whether
+all answered the same tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import time
@@ -38,6 +40,17 @@ def kernel_times(fn, top: int = 8) -> list:
     return [[k, round(v, 3), count[k]] for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
 
 
+def counted(choose, counter: collections.Counter):
+    """``choose`` (a backend's ``choose_graph_variant``), counting each answer in ``counter``."""
+
+    def wrapped(bs, seq_lens_cpu):
+        variant = choose(bs, seq_lens_cpu)
+        counter[variant] += 1
+        return variant
+
+    return wrapped
+
+
 def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool = False) -> dict:
     from mla_edu.model import load_pretrained
     from mla_edu.model.task import default_eval_set
@@ -54,6 +67,9 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool 
         def graph_variants(self):
             return ("splits",)
 
+        def choose_graph_variant(self, bs, seq_lens_cpu):
+            return "splits"
+
     class TritonBalancedBackend(TritonBackend):
         """The triton backend with the balanced schedule for every batch."""
 
@@ -63,31 +79,45 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool 
         def graph_variants(self):
             return ("balanced",)
 
+        def choose_graph_variant(self, bs, seq_lens_cpu):
+            return "balanced"
+
     backends = {"rule": "triton_rule", "balanced": "triton_balanced", "auto": "triton"}
     for name, cls in (("triton_rule", TritonRuleBackend), ("triton_balanced", TritonBalancedBackend)):
         if name not in backend_names():
             register_backend(name)(cls)
     model = load_pretrained(device="cuda")
     prompts = [q.prompt_ids for q in default_eval_set()[:requests]]
-    out = {"gpu": torch.cuda.get_device_name(0), "requests": requests, "new_tokens": new_tokens}
-    tokens = {}
-    for name, backend in backends.items():
-        eng = Engine(model, attention_backend=backend, num_kv_splits=-1,
-                     dtype="bfloat16", defects="none", max_running_requests=requests)
-        times = []
-        for _ in range(reps + 1):  # the first captures the graphs
+    out = {"gpu": torch.cuda.get_device_name(0), "requests": requests, "new_tokens": new_tokens,
+           "order": "all engines built first (graphs captured), one warm-up generate each, then the settings "
+                    "interleaved, each rep starting one setting later (an earlier run timed them one after the "
+                    "other, and each setting ran slower than the one before it)"}
+    engines = {name: Engine(model, attention_backend=backend, num_kv_splits=-1, dtype="bfloat16", defects="none",
+                            max_running_requests=requests) for name, backend in backends.items()}
+    picks = {name: collections.Counter() for name in engines}
+    for name, eng in engines.items():  # count the path of every replay
+        eng.runner.backend.choose_graph_variant = counted(eng.runner.backend.choose_graph_variant, picks[name])
+    tokens, times = {}, {name: [] for name in engines}
+    run_one = lambda eng: eng.generate(prompts, max_new_tokens=new_tokens, stop_token_ids=())  # noqa: E731
+    for name, eng in engines.items():
+        tokens[name] = [r.output_ids for r in run_one(eng)]  # warm-up
+        picks[name].clear()
+    names = list(engines)
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            reqs = eng.generate(prompts, max_new_tokens=new_tokens, stop_token_ids=())
+            run_one(engines[name])
             torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        tokens[name] = [r.output_ids for r in reqs]
-        out[name] = {"best_s": min(times[1:]), "times_s": times[1:], "decode_steps": eng.stats["decode_steps"],
-                     "graph_steps": eng.stats["graph_steps"]}
+            times[name].append(time.perf_counter() - t0)
+    for name, eng in engines.items():
+        out[name] = {"best_s": min(times[name]), "times_s": times[name],
+                     "decode_steps": eng.stats["decode_steps"] // (reps + 1),  # a generate's
+                     "graph_steps": eng.stats["graph_steps"] // (reps + 1),
+                     "replays_by_path": {str(k): v // reps for k, v in picks[name].items()}}
         print(name, json.dumps(out[name]), flush=True)
         if profile:  # where one more generate's GPU time goes, kernel by kernel (after the counts above)
-            out[f"{name}_kernels_ms"] = kernel_times(
-                lambda: eng.generate(prompts, max_new_tokens=new_tokens, stop_token_ids=()))
+            out[f"{name}_kernels_ms"] = kernel_times(lambda eng=eng: run_one(eng))
             print(name, "kernels [name, ms, launches]:", json.dumps(out[f"{name}_kernels_ms"]), flush=True)
     out["same_tokens"] = tokens["rule"] == tokens["balanced"] == tokens["auto"]
     for name in ("balanced", "auto"):

@@ -50,31 +50,38 @@ def _median_ms(fn, warmup=25, rep=100):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
-def graph_us(fn, target_ms: float = 2.0, reps: int = 7) -> float:
+def graph_us(fn, target_ms: float = 2.0, reps: int = 7, warm_ms: float = 25.0) -> float:
     """Median time (us) of one call of ``fn``, from CUDA-graph replays (launch overhead removed, as in
-    serving): ``fn`` is captured ``n`` times in one graph (``n`` so that a replay takes about
-    ``target_ms``), the graph is replayed ``reps`` times between CUDA events, median over replays / n."""
+    serving): ``fn`` is captured ``n`` times in one graph (``n`` so that a replay takes about ``target_ms``,
+    sized from a graph of one call: an eager call's host overhead would make ``n`` too small), the graph is
+    replayed for ``warm_ms`` first (the clocks of a GPU that idled while the host built the problem come up:
+    without it the first kernel timed in a row read up to 1.3x slow on the H200), then ``reps`` times between
+    CUDA events; median over replays / n."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    n = max(1, min(100, int(target_ms / max(start.elapsed_time(end), 1e-3))))
+
+    def replays(graph, count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return times
+
+    one = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(one):
+        fn()
+    n = max(1, min(200, int(target_ms / max(min(replays(one, 3)), 1e-3))))
+    del one
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(n):
             fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / n)
+    replays(graph, max(1, math.ceil(warm_ms / target_ms)))
+    times = [t / n for t in replays(graph, reps)]
     del graph
     return statistics.median(times) * 1e3
 
@@ -183,10 +190,9 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
     import triton
 
     from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode, peers
-    from mla_edu.kernels import split_kv_seesaw as seesaw
     from mla_edu.kernels import split_kv_triton as skt
     from mla_edu.kernels.contract import STAGE1_KINDS
-    from mla_edu.kernels.workspace import SPLIT_CHOICES, gpu_block_h, triton_num_kv_splits
+    from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
@@ -247,14 +253,14 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                     ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check_rows)
                     row["triton_rel_err"] = max(rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
                     gluon = skt.wgmma_applies(q_nope, q_pe, cache, table.size(1), False)
-                    row["stage1"] = stage1_name(skt.DEFAULT_STAGE1 if gluon else "tl", heads, b, table.size(1))
-                    others = [k for k in STAGE1_KINDS if k != skt.DEFAULT_STAGE1 and (k != "seesaw" or seesaw.applies(
-                        gpu_block_h(heads, b, table.size(1)), cache))] if kernels and gluon else []
+                    row["stage1"] = stage1_name(skt.DEFAULT_STAGE1 if gluon else "tl", heads, b, table.size(1), cache)
+                    others = [k for k in STAGE1_KINDS if stage1_name(k, heads, b, table.size(1), cache) != row["stage1"]
+                              ] if kernels and gluon else []  # each other kernel (not the default's under a name)
                     for kind in others:  # another stage-1 kernel, every split timed
                         per = _us_per_split(lambda s, kind=kind: ours(s, kind), splits)
                         errs = [rel_err(ours(s, kind)[check_rows], ref) for s in (1, rule, max(splits))]
                         best = min(per, key=per.get)
-                        row.setdefault("kernels", {})[stage1_name(kind, heads, b, table.size(1))] = {
+                        row.setdefault("kernels", {})[stage1_name(kind, heads, b, table.size(1), cache)] = {
                             "split_us": per, "rule_us": per[rule], "best_splits": best, "best_us": per[best],
                             "rel_err": max(errs)}
                     if sglang is not None and cache.numel() >= 2**31:
@@ -301,15 +307,19 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
     return data
 
 
-def stage1_name(kind, heads: int, batch: int, n_pages: int) -> str:
-    """Which stage-1 kernel runs: "tl", or the Gluon kernel's loads ("tma", "cp.async") and heads a program."""
+def stage1_name(kind, heads: int, batch: int, n_pages: int, cache=None) -> str:
+    """Which stage-1 kernel runs: "tl", "seesaw, 64 heads" where ``split_kv_seesaw.applies`` (given ``cache``), or
+    the Gluon kernel's loads ("tma", "cp.async"; "tma" where "seesaw" does not apply) and heads a program."""
+    from mla_edu.kernels import split_kv_seesaw as seesaw
     from mla_edu.kernels.workspace import gpu_block_h
 
     if kind == "tl":
         return "tl"
-    if kind == "seesaw":
-        return "seesaw, 64 heads"  # timed only where it applies (else "tma" runs)
     block_h = gpu_block_h(heads, batch, n_pages)
+    if kind == "seesaw":
+        if cache is not None and seesaw.applies(block_h, cache):
+            return f"seesaw, {block_h} heads"
+        kind = "tma"
     return f"{kind}, {block_h} heads" + (" (swapped)" if block_h < 64 else "")
 
 
@@ -399,6 +409,7 @@ def to_markdown(data: dict) -> str:
         f"{info.get('flash_mla')}. Stage 1: {_stage1_text(info)}",
         "",
         *([f"Split rule: {info['rule_note']}", ""] if info.get("rule_note") else []),
+        *([f"Note: {info['note']}", ""] if info.get("note") else []),
         f"Ceilings measured in the same run: device copy {ceil['copy_TBps']:.2f} TB/s (read + write), "
         f"bf16 matmul 8192^3 {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s.",
         "",
@@ -476,6 +487,10 @@ def _stage1_text(info: dict) -> str:
     tl = f"the tl kernel (launch configs, BLOCK_H, BLOCK_N, warps, stages: {configs})"
     if info.get("stage1", "tl") == "tl":  # a run before the Gluon kernels, or with the tl kernel as the default
         return f"{tl} throughout."
+    if info["stage1"] == "seesaw":
+        return ("default stage 1 (`split_kv_triton.DEFAULT_STAGE1`) 'seesaw': the two-warpgroup Gluon kernel for "
+                "64-head programs on a cache TMA reads, else the Gluon kernel reading pages by TMA (16 and 32 heads "
+                f"swapped), wherever the Gluon kernels apply (a Hopper GPU), else {tl}.")
     return (f"default stage 1 (`split_kv_triton.DEFAULT_STAGE1`) {info['stage1']!r}: the Gluon kernel reading pages "
             f"by {info['stage1']} "
             f"wherever it applies (a Hopper GPU; 64 heads a program, or 16 and 32 swapped), else {tl}.")

@@ -118,6 +118,7 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
     import triton
 
     from mla_edu.kernels import peers
+    from mla_edu.kernels import split_kv_triton as skt
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
@@ -129,7 +130,7 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
             "python": platform.python_version(), "command": "python -m tools.schedule_bench " + " ".join(sys.argv[1:]),
             "sglang": sglang_why or f"sglang {dist_version('sglang')}", "sglang_rule": rule_why or "its own",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
-            "stage1": stage1 or "the device's default", "also": list(also)}
+            "stage1": stage1 or f"the device's default ({skt.DEFAULT_STAGE1!r} where it applies)", "also": list(also)}
     print(json.dumps(info), flush=True)
     data = {"info": info, "ceilings": ceilings(), "ragged": [], "uniform": []}
     for kind, h, lengths in problems(batches, lens, ragged, uniform):
@@ -181,6 +182,12 @@ def summary(data: dict) -> dict:
         choice = [r[f"{pick}_us"] / r["best_us"] for r, pick in zip(uni, picks)]
         out["uniform_backend_over_best_split"] = {"max": max(choice), "within_5pct": sum(v <= 1.05 for v in choice),
                                                   "shapes": len(choice)}
+        for h in HEADS:  # what the backend runs against FlashMLA (h_q=128: B >= 4, as the acceptance counts)
+            x = [r["flashmla_us"] / r[f"{pick}_us"] for r, pick in zip(uni, picks)
+                 if r["heads"] == h and "flashmla_us" in r and (h == 16 or r["batch"] >= 4)]
+            if x:
+                out[f"uniform_h{h}_backend_x_flashmla"] = {"geomean": statistics.geometric_mean(x), "min": min(x),
+                                                           "below_0.9": sum(v < 0.9 for v in x)}
     errs = [r[k] for kind in ("ragged", "uniform") for r in data[kind] for k in r if k.endswith("_err")]
     errs += [e for kind in ("ragged", "uniform") for r in data[kind] for e in r.get("balanced_err_by_stage1",
                                                                                       {}).values()]

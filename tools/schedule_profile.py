@@ -2,7 +2,8 @@
 
 For each shape of ``SHAPES`` (uniform or ragged lengths, B, L or median, h_q; page 64, bf16): 3 warm-up calls, then
 20 eager calls of each path under ``torch.profiler``, and the mean CUDA time of each kernel per call (kernels of
-0.5 us and more). The output behind ``kernels/NOTES.md`` v6's table: ``results/schedule_profile_h200.txt``.
+0.5 us and more); FlashMLA's too where it is installed (``get_mla_metadata`` outside the calls, as in the benches).
+The output behind ``kernels/NOTES.md``'s tables (v6, v8): ``results/schedule_profile_h200.txt``.
 """
 from __future__ import annotations
 
@@ -10,20 +11,22 @@ import argparse
 import collections
 import math
 
-SHAPES = [("u", 16, 1024, 128), ("u", 64, 1024, 128), ("u", 64, 4096, 128), ("u", 16, 1024, 16), ("u", 1, 4096, 16),
-          ("r", 128, 2048, 16), ("r", 64, 2048, 128)]
+SHAPES = [("u", 16, 1024, 128), ("u", 64, 1024, 128), ("u", 64, 4096, 128), ("u", 128, 1024, 128),
+          ("u", 16, 1024, 16), ("u", 1, 4096, 16), ("r", 128, 2048, 16), ("r", 64, 1024, 128), ("r", 64, 2048, 128)]
 
 
 def run() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from mla_edu.kernels import mla_decode
+    from mla_edu.kernels import mla_decode, peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels.workspace import triton_num_kv_splits
     from tools.kernel_bench import bench_workspace, make_ragged_problem
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    flash_mla, why = peers.load_flash_mla()
+    print(f"FlashMLA: {why or 'installed'}", flush=True)
     scale = 1 / math.sqrt(192)
     for kind, b, size, h in SHAPES:
         lens = sc.lognormal_lengths(b, size, 0) if kind == "r" else [size] * b
@@ -36,6 +39,8 @@ def run() -> None:
                                              sm_count=sms)),
                  ("balanced", lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton",
                                                  sm_count=sms, schedule="balanced")))
+        if flash_mla is not None:
+            paths += (("FlashMLA", peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale).run),)
         for name, fn in paths:
             for _ in range(3):
                 fn()

@@ -270,10 +270,13 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) ->
     return LaunchConfig(block_h, *GPU_CONFIGS[block_h])
 
 
-#: Stage 1 where ``wgmma_applies`` and the call names none: the Gluon kernel reading pages by TMA (through
-#: cp.async where ``split_kv_wgmma.tma_applies`` is false), the fastest at every shape of the H200 bench
-#: (``results/kernel_bench_h200.md``). Everywhere else "tl".
-DEFAULT_STAGE1 = "tma"
+#: Stage 1 where ``wgmma_applies`` and the call names none: the two-warpgroup kernel ("seesaw") for 64-head
+#: programs on a cache TMA reads, else the Gluon kernel reading pages by TMA (through cp.async where
+#: ``split_kv_wgmma.tma_applies`` is false). On the H200 the seesaw kernel ran 1.19x faster than "tma" at
+#: h_q=128, B=64, L=4096, 1.03x at two smaller shapes and 0.99x at the smallest, B=8, L=512
+#: (``results/kernel_bench_h200_stage1.md``); the balanced path with it, at 5 of the 6 ragged batches of 128
+#: heads (1.02-1.14x; 0.98x at the sixth, ``kernel_bench_h200_schedule.md``). Everywhere else "tl".
+DEFAULT_STAGE1 = "seesaw"
 
 
 def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, max_pages: int,
