@@ -29,9 +29,10 @@ walks its part's requests (``schedule.part_requests``, ``segment``), one segment
 across segments).
 
 Same contract, grids and outputs as ``split_kv_triton``'s stage 1 (its stage 2 merges the splits); used
-there on sm90 GPUs for unchecked calls whose heads fill whole programs (the plan's ``stage1``, "tma" by
-default: ``split_kv_triton.plan_stage1``). No CPU interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90``
-compiles them for sm_90a and shows what the compiler made; the tests against float64 run on a Hopper GPU.
+there on sm90 GPUs for unchecked calls whose heads fill whole programs (the plan's ``stage1``: "tma" at 16 and
+32 heads a program by default, "seesaw", ``split_kv_seesaw``, at 64: ``split_kv_triton.plan_stage1``). No CPU
+interpreter for Gluon: on CPU, ``mla_edu.kernels.sm90`` compiles them for sm_90a and shows what the compiler made;
+the tests against float64 run on a Hopper GPU.
 """
 
 from __future__ import annotations
