@@ -28,3 +28,24 @@ def test_other_kernels_rows_are_rendered_per_kernel():
                      "| 3.0e-03 |"]
     main = [ln for ln in lines if ln.startswith("| 64 | 128 | 64 | 4096 | 160.0 (1) | tma, 64 heads | 169.0 (1) |")]
     assert len(main) == 1  # the main table names each row's stage-1 kernel too
+
+
+def test_the_stage1_run_renders_to_its_table():
+    stage1 = json.loads((RESULTS / "kernel_bench_h200_stage1.json").read_text())
+    assert kb.to_markdown(stage1) == (RESULTS / "kernel_bench_h200_stage1.md").read_text()
+
+
+def test_a_row_names_the_kernel_that_runs_there():
+    """"seesaw" names the two-warpgroup kernel only where it runs (64-head programs, a cache TMA reads); elsewhere
+    the TMA kernel runs, and the row says so (the first seesaw run labelled its 16-head rows "seesaw")."""
+    import torch
+
+    def cache(page):
+        return torch.zeros(8, page, 576, dtype=torch.bfloat16)
+
+    assert kb.stage1_name("seesaw", 128, 64, 64, cache(64)) == "seesaw, 64 heads"
+    assert kb.stage1_name("seesaw", 16, 64, 64, cache(64)) == "tma, 16 heads (swapped)"
+    assert kb.stage1_name("seesaw", 128, 64, 64, cache(32)) == "tma, 64 heads"  # tiles of 64 tokens in one page
+    assert kb.stage1_name("seesaw", 128, 1, 1, cache(64)) == "tma, 16 heads (swapped)"  # too small a grid for 64
+    assert kb.stage1_name("tma", 128, 64, 64, cache(64)) == "tma, 64 heads"
+    assert kb.stage1_name("tl", 128, 64, 64, cache(64)) == "tl"
