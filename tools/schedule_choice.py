@@ -18,6 +18,7 @@ import json
 import os
 
 from mla_edu.kernels import schedule as sc
+from mla_edu.paths import RESULTS_DIR
 from mla_edu.util import cdiv
 from tools import schedule_bench
 from tools.schedule_bench import PAGE
@@ -95,12 +96,11 @@ def engine_batches(steps=(1, 32, 64)) -> list[dict]:
 
 
 #: The mini engine's decode measured on the H200 (``tools.engine_decode_bench``).
-ENGINE_RESULT = "results/engine_decode_h200.json"
+ENGINE_RESULT = RESULTS_DIR / "engine_decode_h200.json"
 
 
 def to_markdown(result: dict, source: str) -> str:
-    with open(ENGINE_RESULT) as f:
-        engine_run = json.load(f)
+    engine_run = json.loads(ENGINE_RESULT.read_text())
     lines = ["# The split rule or the balanced schedule, chosen from the batch's lengths", "",
              f"Command: `python -m tools.schedule_choice --bench {source}` (no GPU: the measured times are that "
              "run's). Model in page-times (`schedule.makespans`; balanced picked where its model is "
@@ -121,7 +121,7 @@ def to_markdown(result: dict, source: str) -> str:
               f"(uniform {u['lengths']} of {n_uni}); by the table's width {w['table']} (uniform {u['table']} of "
               f"{n_uni}).", "", "The mini engine's decode batches (`tools.engine_decode_bench`; on the H200, settings "
               f"interleaved, the schedule decoded in {engine_run['balanced_over_rule']:.2f}x the rule's time and the "
-              f"backend's own choice in {engine_run['auto_over_rule']:.2f}x, `{ENGINE_RESULT}`):", ""]
+              f"backend's own choice in {engine_run['auto_over_rule']:.2f}x, `results/{ENGINE_RESULT.name}`):", ""]
     lines += [f"- after {e['tokens']} tokens: model rule {e['model_rule']:.1f}, balanced {e['model_balanced']:.0f}: "
               f"{e['pick']}" for e in result["engine"]]
     return "\n".join(lines) + "\n"
