@@ -670,6 +670,25 @@ assert by_heads[128] < 0.8  # near FlashMLA at 16 heads; at 128 the kernel itsel
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the
 # host at every step: the schedule for ragged batches, the rule for uniform ones.
 #
+# Does the choice cost the mini engine anything? `tools/engine_decode_bench.py` decodes the same 128
+# questions with the rule forced, the schedule forced and the backend's own choice
+# (`results/engine_decode_h200.json`). A lesson in measuring came with it: timed one setting after the
+# other, each setting ran slower than the one before (rule 1.25 s, schedule 1.45 s, choice 2.16 s), which
+# an earlier run had read as "the schedule is 1.26x slower". Timed interleaved, each rep starting one
+# setting later:
+
+# %%
+engine = load_bench(RESULTS_DIR / "engine_decode_h200.json")
+print(f"best of {len(engine['rule']['times_s'])}: rule {engine['rule']['best_s']:.2f} s, schedule "
+      f"{engine['balanced_over_rule']:.2f}x, the backend's choice {engine['auto_over_rule']:.2f}x the rule's time; "
+      f"the choice replayed {engine['auto']['replays_by_path']}")
+assert engine["same_tokens"] and abs(engine["auto_over_rule"] - 1) < 0.05 and abs(engine["balanced_over_rule"] - 1) < 0.05
+assert engine["auto"]["replays_by_path"] == {"splits": engine["auto"]["decode_steps"]}  # the rule, at every step
+
+# %% [markdown]
+# All three within 2%, the same tokens. The engine's batches are small (prompts of 100-508 tokens, 1-5 pages
+# of 128), so the backend keeps the rule at every step, and its step time is the host's, not the kernels'.
+#
 # ## What we saw (core)
 #
 # - Decode is a gather through the page table plus multi-query attention over 576-wide rows;
