@@ -148,21 +148,16 @@ def schedule_numbers() -> tuple[list, dict, dict]:
     return k["ragged"], x, summary(k)
 
 
-def backend_path(row: dict) -> str:
-    """"balanced" or "rule": what the triton backend runs for a uniform row of the schedule bench."""
-    from mla_edu.kernels.schedule import prefers_balanced
-
-    return "balanced" if prefers_balanced([row["lens_max"]] * row["batch"], 64, row["heads"], 132,
-                                          row["rule_splits"]) else "rule"
-
-
 def schedule_claims() -> list[str]:
     """README's ragged-batch row, from results/kernel_bench_h200_schedule.json."""
+    from tools.schedule_bench import backend_path
+
     ragged, x, s = schedule_numbers()
     own = [r["sglang_own_us"] / r["balanced_us"] for r in ragged]
     choice = s["uniform_backend_over_best_split"]
-    worst = min((r for r in result("kernel_bench_h200_schedule.json")["uniform"] if r["heads"] == 128
-                 and r["batch"] >= 4), key=lambda r: r["flashmla_us"] / r[f"{backend_path(r)}_us"])
+    run = result("kernel_bench_h200_schedule.json")
+    worst = min((r for r in run["uniform"] if r["heads"] == 128 and r["batch"] >= 4),
+                key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, run['info']['sm_count'])}_us"])
     return [f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x FlashMLA's speed in geomean (h_q=16 {min(x[16]):.2f}-"
             f"{max(x[16]):.2f}x, h_q=128 {min(x[128]):.2f}-{max(x[128]):.2f}x), against "
             f"{s['ragged_rule_x_flashmla']['geomean']:.2f}x with one split count for every request",

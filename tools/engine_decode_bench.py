@@ -58,34 +58,25 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool 
     from mla_edu.serving.backends.base import backend_names, register_backend
     from mla_edu.serving.backends.triton import TritonBackend
 
-    class TritonRuleBackend(TritonBackend):
-        """The triton backend with the split rule for every batch."""
+    class OnePathBackend(TritonBackend):
+        """The triton backend with one path, ``PATH`` ("splits": the split rule; "balanced": the schedule), for
+        every batch: one graph per batch size, replayed at every step."""
+
+        PATH = None
 
         def choose_schedule(self, lens, heads):
-            return "splits"
+            return self.PATH
 
         def graph_variants(self):
-            return ("splits",)
+            return (self.PATH,)
 
         def choose_graph_variant(self, bs, seq_lens_cpu):
-            return "splits"
-
-    class TritonBalancedBackend(TritonBackend):
-        """The triton backend with the balanced schedule for every batch."""
-
-        def choose_schedule(self, lens, heads):
-            return "balanced"
-
-        def graph_variants(self):
-            return ("balanced",)
-
-        def choose_graph_variant(self, bs, seq_lens_cpu):
-            return "balanced"
+            return self.PATH
 
     backends = {"rule": "triton_rule", "balanced": "triton_balanced", "auto": "triton"}
-    for name, cls in (("triton_rule", TritonRuleBackend), ("triton_balanced", TritonBalancedBackend)):
+    for name, path in (("triton_rule", "splits"), ("triton_balanced", "balanced")):
         if name not in backend_names():
-            register_backend(name)(cls)
+            register_backend(name)(type(name, (OnePathBackend,), {"PATH": path}))
     model = load_pretrained(device="cuda")
     prompts = [q.prompt_ids for q in default_eval_set()[:requests]]
     out = {"gpu": torch.cuda.get_device_name(0), "requests": requests, "new_tokens": new_tokens,

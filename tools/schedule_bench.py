@@ -151,6 +151,13 @@ def _write(out_dir: str, data: dict) -> None:
         f.write(to_markdown(data))
 
 
+def backend_path(row: dict, sm_count: int) -> str:
+    """"balanced" or "rule": what the triton backend runs for a uniform row (auto splits: its choice per batch from
+    the lengths, ``schedule.prefers_balanced``)."""
+    lens = [row["lens_max"]] * row["batch"]
+    return "balanced" if prefers_balanced(lens, PAGE, row["heads"], sm_count, row["rule_splits"]) else "rule"
+
+
 def summary(data: dict) -> dict:
     """The issue's acceptance numbers: x FlashMLA = FlashMLA's time / mla_edu's (above 1: mla_edu faster)."""
     out = {}
@@ -175,10 +182,7 @@ def summary(data: dict) -> dict:
     if ratio:
         out["uniform_balanced_over_best_split"] = {"max": max(ratio), "within_5pct": sum(v <= 1.05 for v in ratio),
                                                    "shapes": len(ratio)}
-        # the triton backend's choice for auto splits, per batch from its lengths (schedule.prefers_balanced)
-        sms = data["info"]["sm_count"]
-        picks = ["balanced" if prefers_balanced([r["lens_max"]] * r["batch"], PAGE, r["heads"], sms, r["rule_splits"])
-                 else "rule" for r in uni]
+        picks = [backend_path(r, data["info"]["sm_count"]) for r in uni]
         choice = [r[f"{pick}_us"] / r["best_us"] for r, pick in zip(uni, picks)]
         out["uniform_backend_over_best_split"] = {"max": max(choice), "within_5pct": sum(v <= 1.05 for v in choice),
                                                   "shapes": len(choice)}
