@@ -6,6 +6,7 @@ import torch
 
 import mla_edu  # noqa: F401
 from mla_edu.kernels import make_plan, mla_decode
+from mla_edu.kernels import split_kv_seesaw as seesaw
 from mla_edu.kernels import split_kv_triton as skt
 from mla_edu.kernels import split_kv_wgmma as wg
 from mla_edu.kernels.cases import random_decode_case
@@ -100,23 +101,52 @@ def test_graph_replay_equals_eager_on_hopper(kind, heads):
     assert not torch.equal(out, eager)
 
 
+def test_the_seesaw_kernel_reads_q_by_tma_where_its_rows_are_one_2d_view():
+    # seesaw.q_descriptor: rows [B * H, 512] one row stride apart, base and rows 16-byte aligned; else None (the
+    # kernel copies q through registers). On any machine: the descriptor is a host object
+    q = torch.zeros(3, 128, 576, dtype=torch.bfloat16)
+    for q_nope, row in ((q[..., :512].contiguous(), 512), (q[..., :512], 576), (q[:1, :, :512], 576)):
+        desc = seesaw.q_descriptor(q_nope)
+        assert (desc.shape, desc.strides, desc.block_shape) == ([q_nope.size(0) * 128, 512], [row, 1], [64, 256])
+    assert seesaw.q_descriptor(q[..., :512].transpose(0, 1).contiguous().transpose(0, 1)) is None  # requests apart
+    assert seesaw.q_descriptor(q[..., 1:513]) is None  # base 2 bytes off 16
+    assert seesaw.q_descriptor(q.view(-1)[: 3 * 128 * 516].view(3, 128, 516)[..., :512]) is None  # rows 1,032 bytes
+    assert seesaw.q_descriptor(torch.zeros(3, 128, 1024, dtype=torch.bfloat16)[..., ::2]) is None  # columns apart
+
+
 #: Lengths around the seesaw kernel's edges: a pair is two 64-token tiles (warpgroup 0 scores the first, warpgroup 1
 #: the second), so one below, at and above each multiple of 64 up to 3 pairs, a partial tile 0 or 1, a pair
-#: without tile 1 (an odd tile count), and 0.
-PAIR_EDGES = [0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383, 384, 385]
+#: without tile 1 (an odd tile count), and 0: first, and twice in the middle, where a part walking the batch
+#: skips requests it holds no page of (it loads the next q ahead only for a request it does hold).
+PAIR_EDGES = [0, 1, 63, 64, 65, 127, 0, 0, 128, 129, 191, 192, 193, 255, 256, 257, 383, 384, 385]
+
+
+def q_in_layout(case, layout: str):
+    """(q_nope, q_pe) with case's values, laid out as a caller may hand them: "contiguous"; "slice", both views of
+    one [B, H, 576] tensor (heads 576 apart); "transposed", q_nope [H, B, 512] transposed (requests 512 apart)."""
+    if layout == "slice":
+        q = torch.cat([case.q_nope, case.q_pe], dim=-1)
+        return q[..., :512], q[..., 512:]
+    if layout == "transposed":
+        return case.q_nope.transpose(0, 1).contiguous().transpose(0, 1), case.q_pe
+    return case.q_nope, case.q_pe
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
+@pytest.mark.parametrize("layout", ["contiguous", "slice", "transposed"])  # q by TMA, by TMA, through registers
 @pytest.mark.parametrize("splits", [1, 3, -1])  # -1: the balanced schedule, a part walking several segments
-def test_seesaw_at_every_tile_pair_edge_on_hopper(splits):
+def test_seesaw_at_every_tile_pair_edge_on_hopper(splits, layout):
     case = random_decode_case(5, heads=128, page_size=64, lens=PAIR_EDGES, dtype=torch.bfloat16, device="cuda")
+    q_nope, q_pe = q_in_layout(case, layout)
+    assert (seesaw.q_descriptor(q_nope) is None) == (layout == "transposed")
     schedule = "balanced" if splits == -1 else "splits"
     ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    ref = case.dense_f64()  # every slot no request owns is NaN
     for sms in (132, 3) if splits == -1 else (132,):  # 3 SMs: 1 part, one program walks the whole batch
-        out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale,
+        out = mla_decode(q_nope, q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale,
                          splits, impl="triton", stage1="seesaw", schedule=schedule, sm_count=sms)
-        ref = case.dense_f64()  # every slot no request owns is NaN
         assert torch.isfinite(out).all()
-        assert torch.equal(out[0], torch.zeros_like(out[0]))  # no token: zeros
+        for b in (0, 6, 7):  # no token: zeros
+            assert torch.equal(out[b], torch.zeros_like(out[b]))
         err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
         assert err < 1e-2, (sms, err)

@@ -67,8 +67,10 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(scheduled):
     # shared-memory operands at an index it cannot see is 0 (split_kv_seesaw._opaque_zero)
     assert r["registers"] <= seesaw.REGISTERS.value and r["spill_bytes"] == 0
     # tile halves by TMA, each from the warpgroup that reloads it: the left halves (warpgroup 0) in one copy, the
-    # right halves and rope columns (warpgroup 1) in two; at the segment's start and in the loop, for each slot
-    assert r["ptx"].count("cp.async.bulk.tensor.2d") == 2 * 2 * (1 + 2)
+    # right halves and rope columns (warpgroup 1) in two; at the segment's start and in the loop, for each slot.
+    # Then q_nope in two blocks of 256 columns at the segment's start and, in the persistent variant, the next
+    # segment's at the end of this one
+    assert r["ptx"].count("cp.async.bulk.tensor.2d") == 2 * 2 * (1 + 2) + 2 * (1 + scheduled)
     assert r["ptx"].count("mbarrier.init") == seesaw.NUM_BARRIERS.value
 
 

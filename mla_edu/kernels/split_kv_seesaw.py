@@ -174,16 +174,43 @@ def _scores(q_smem, qpe, kv, pe, first, second, LEFT_FIRST: gl.constexpr, phase,
 
 
 @gluon.jit
-def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-             b, hb, s, t_start, t_end, g0, g1, n_seg, flag, row, qk_scale,
+def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bar, DL: gl.constexpr, DR: gl.constexpr,
+            Q_TMA: gl.constexpr, ROWS: gl.constexpr):
+    """Warpgroup 0 puts request b's q_nope (heads [64 hb, 64 hb + 64), 64 KB) into ``q_smem``; ``bar`` completes
+    once it is there. Q_TMA: by TMA in two blocks of DL / 2 columns (``q_descriptor``), so the copy runs while
+    the warpgroup goes on; else through registers, 64 columns at a time (few registers), then one arrival."""
+    BLOCK_H: gl.constexpr = q_smem.shape[0]
+    HALF: gl.constexpr = DL // 2
+    if Q_TMA:
+        row = (b * H + hb * BLOCK_H).to(gl.int32)  # q_nope's rows [B * H, DL]
+        mbarrier.expect(bar, 2 * q_desc.block_type.nbytes)
+        wg.tma_load(q_desc, [row, 0], bar, q_smem.slice(0, HALF, dim=1))
+        wg.tma_load(q_desc, [row, HALF], bar, q_smem.slice(HALF, HALF, dim=1))
+    else:
+        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS))
+        offs_d = gl.arange(0, DR, layout=gl.SliceLayout(0, ROWS))
+        for c in gl.static_range(DL // DR):
+            q_smem.slice(c * DR, DR, dim=1).store(
+                gl.load(q_nope_ptr + b * stride_qn_b + offs_h[:, None] * stride_qn_h + c * DR + offs_d[None, :]))
+        fence_async_shared()
+        wg.thread_barrier()
+        mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr,
+             out_ptr, b, hb, s, t_start, t_end, g0, g1, n_seg, q_ahead, b_next, flag, row, qk_scale,
              stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
              H, row_stride, table_reach, num_pages, num_splits,
              q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars,
-             PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr):
+             PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
+             Q_TMA: gl.constexpr):
     """Warpgroup ROLE's share of request b's tokens [t_start, t_end) for 64 heads, written to the output or a
     partial. ``g0``, ``g1``: tiles the program loaded into ring slots 0 and 1 before (each slot half's mbarrier
     completes once per tile loaded into it; the hand-off barriers once per pair, as slot 0); ``n_seg``: its
-    segments before."""
+    segments before (Q_READY and Q_FREE complete once per segment). ``q_ahead``: this segment's q was issued by
+    the last one; ``b_next`` >= 0: the next segment is request b_next's, and warpgroup 0 issues its q at the end
+    of this one, before the output is written (FlashMLA's order, ``splitkv_mla.cu`` lines 1223-1226)."""
     q_smem = q_bufs.index(0)
     BLOCK_H: gl.constexpr = q_smem.shape[0]
     BLOCK_N: gl.constexpr = kv_bufs.shape[1]
@@ -201,28 +228,23 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, table_p
     n_pairs = (n_tiles + 1) // 2
     seg_phase = n_seg & 1
 
-    # q: warpgroup 0 stores q_nope once warpgroup 1 is done with the last segment's; each keeps q_pe in registers
-    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QPE_OPERAND))
-    offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, QPE_OPERAND))
-    qpe = gl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :])  # [64, 64]
-    if ROLE == 0:
-        mbarrier.wait(bars.index(Q_FREE), seg_phase ^ 1)  # a fresh barrier's phase 1 counts as complete
-        offs_hq = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS))
-        offs_d = gl.arange(0, DR, layout=gl.SliceLayout(0, ROWS))
-        for c in gl.static_range(DL // DR):  # 64 columns at a time: few registers
-            q_smem.slice(c * DR, DR, dim=1).store(
-                gl.load(q_nope_ptr + b * stride_qn_b + offs_hq[:, None] * stride_qn_h + c * DR + offs_d[None, :]))
-        fence_async_shared()
-        wg.thread_barrier()
-        mbarrier.arrive(bars.index(Q_READY), count=1)
-    # the first pair's halves, each by the warpgroup that reloads it later
+    # the first pair's halves, each by the warpgroup that reloads it later: free now (their last readers are done:
+    # warpgroup 0 waited for P1_READY, warpgroup 1 for SCALE0, after the other's scores), and the bytes that take
+    # longest, so they go first; then q (warpgroup 0, unless the last segment issued it), while they fly
     side: gl.constexpr = ROLE
     _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 0, table_ptr, b, t_start, n_tiles > 0, row_stride,
           table_reach, num_pages, PAGE, HALF)
     _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 1, table_ptr, b, t_start + BLOCK_N, n_tiles > 1,
           row_stride, table_reach, num_pages, PAGE, HALF)
-    if ROLE == 1:
-        mbarrier.wait(bars.index(Q_READY), seg_phase)
+    if ROLE == 0:
+        if not q_ahead:
+            mbarrier.wait(bars.index(Q_FREE), seg_phase ^ 1)  # warpgroup 1 is done with the last segment's q
+            _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bars.index(Q_READY), DL, DR,
+                    Q_TMA, ROWS)  # (a fresh barrier's phase 1 counts as complete)
+    offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QPE_OPERAND))
+    offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, QPE_OPERAND))
+    qpe = gl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :])  # [64, 64], each
+    mbarrier.wait(bars.index(Q_READY), seg_phase)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW)
@@ -299,6 +321,10 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, table_p
             m_i = m1
     if ROLE == 1:
         mbarrier.arrive(bars.index(Q_FREE), count=1)  # its last scores are done
+    elif b_next >= 0:  # the next segment's q, under this one's sums and stores
+        mbarrier.wait(bars.index(Q_FREE), seg_phase)
+        _load_q(q_desc, q_nope_ptr, b_next, hb, H, stride_qn_b, stride_qn_h, q_smem, bars.index(Q_READY), DL, DR,
+                Q_TMA, ROWS)
 
     # each warpgroup's row sums to the other; both now hold the same running max
     stats.index(L0 + ROLE).store(l_i)
@@ -346,12 +372,12 @@ def _write(ROLE: gl.constexpr, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb
 @gluon.jit
 def _warpgroup(ROLE: gl.constexpr, args, PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, FINAL: gl.constexpr,
                SCHEDULED: gl.constexpr, OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr,
-               BLOCK_B: gl.constexpr):
+               BLOCK_B: gl.constexpr, Q_TMA: gl.constexpr):
     """Warpgroup ROLE's program: its split of a request (grid ``(head blocks, B, splits)``) or, SCHEDULED, the
     segments of its part of the batch (grid ``(head blocks, num_parts)``); both warpgroups walk the same
     segments (each computes the partition). ``args``: the kernel's tensors, scalars and shared memory (constexprs
     stay constexpr only as separate arguments of ``gl.warp_specialize``'s partitions)."""
-    (q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    (q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
      stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
      H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
      q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars) = args
@@ -365,30 +391,39 @@ def _warpgroup(ROLE: gl.constexpr, args, PAGE: gl.constexpr, DL: gl.constexpr, D
         g0 = p * 0
         g1 = p * 0
         n_seg = p * 0
+        q_ahead = p < 0  # false: the first segment loads its own q
         for b in range(b_lo, b_hi + 1):
             t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
                                                                       PAGE, OVERHEAD)
             if live:
-                g0, g1 = _segment(ROLE, q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr,
-                                  out_ptr, b, hb, 0, t_start, t_end, g0, g1, n_seg, flag, row, qk_scale,
+                # whether request b + 1 is this part's next segment (not where it has no pages): then its q goes
+                # in at the end of this one. At b_hi, b_hi itself stands in for b + 1 (in bounds), and is not next
+                after = gl.minimum(b + 1, b_hi)
+                next_live = schedule.segment(seq_lens_ptr, after, p, start, chunk, max_pages, PAGE, OVERHEAD)[2]
+                ahead = next_live & (b < b_hi)
+                g0, g1 = _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr,
+                                  lse_ptr, out_ptr, b, hb, 0, t_start, t_end, g0, g1, n_seg, q_ahead,
+                                  gl.where(ahead, after, -1), flag, row, qk_scale,
                                   stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
                                   H, row_stride, table_reach, num_pages, num_splits,
-                                  q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED)
+                                  q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED,
+                                  Q_TMA)
                 n_seg += 1
+                q_ahead = ahead
     else:
         b = gl.program_id(1)
         s = gl.program_id(2)
         t_start, t_end = wg.split_bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
-        _segment(ROLE, q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-                 b, hb, s, t_start, t_end, 0, 0, 0, 0, b, qk_scale,
+        _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+                 b, hb, s, t_start, t_end, 0, 0, 0, False, -1, 0, b, qk_scale,
                  stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
                  H, row_stride, table_reach, num_pages, num_splits,
-                 q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED)
+                 q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED, Q_TMA)
 
 
 @gluon.jit
 def stage1_seesaw_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    q_nope_ptr, q_pe_ptr, cache_ptr, q_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
     stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
@@ -396,11 +431,13 @@ def stage1_seesaw_kernel(
     PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
     OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr, BLOCK_B: gl.constexpr,
+    Q_TMA: gl.constexpr,
 ):
     """``split_kv_wgmma.stage1_wgmma_kernel``'s arguments and grids (TMA only, ``STAGES`` 2, ``BLOCK_H`` 64,
     ``BLOCK_N`` 64; ``cache_ptr`` and its strides unused: ``kv_desc`` has blocks [BLOCK_N, DL / 2], ``pe_desc``
-    [BLOCK_N, DR]). Shared memory and mbarriers here, then warpgroup 0 (this launch's 4 warps) and warpgroup 1
-    (a worker partition of 4 warps) run ``_warpgroup`` side by side (``gl.warp_specialize``)."""
+    [BLOCK_N, DR]; ``q_desc`` blocks [BLOCK_H, DL / 2] of q_nope's rows, read where Q_TMA). Shared memory and
+    mbarriers here, then warpgroup 0 (this launch's 4 warps) and warpgroup 1 (a worker partition of 4 warps) run
+    ``_warpgroup`` side by side (``gl.warp_specialize``)."""
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
     SMEM: gl.constexpr = wg.smem_layout()
     q_bufs = gl.allocate_shared_memory(dtype, [1, BLOCK_H, DL], SMEM)
@@ -412,13 +449,13 @@ def stage1_seesaw_kernel(
     for i in gl.static_range(NUM_BARRIERS):
         mbarrier.init(bars.index(i), count=1)
     fence_async_shared()  # the barriers initialized before any use by the async proxy
-    args = (q_nope_ptr, q_pe_ptr, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    args = (q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
             stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
             H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
             q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars)
     gl.warp_specialize(  # the constexprs written out in each partition's arguments: a tuple of them loses that
-        [(_warpgroup, (0, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B)),
-         (_warpgroup, (1, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B))],
+        [(_warpgroup, (0, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B, Q_TMA)),
+         (_warpgroup, (1, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B, Q_TMA))],
         [gl.num_warps()], [REGISTERS])
 
 
@@ -441,6 +478,22 @@ def descriptors(cache, d_latent: int):
     return kv, pe
 
 
+def q_descriptor(q_nope):
+    """TMA descriptor over q_nope's rows ``[B * H, 512]`` in blocks of ``[BLOCK_H, 256]`` (q_nope [B, H, 512], its
+    heads one row stride apart and its requests H of them, as a contiguous q or a slice of one is), or None
+    where its layout is not that or not 16-byte aligned (a transposed q): the kernel then copies q through
+    registers."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    b, h, dl = q_nope.shape
+    row = q_nope.stride(1)
+    if not (q_nope.stride(2) == 1 and (b == 1 or q_nope.stride(0) == h * row) and q_nope.data_ptr() % 16 == 0
+            and row * q_nope.element_size() % 16 == 0):
+        return None
+    rows = q_nope.as_strided((b * h, dl), (row, 1))
+    return TensorDescriptor(rows, [b * h, dl], [row, 1], [BLOCK_H, dl // 2], wg.smem_layout())
+
+
 def launch(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale: float, row_stride: int,
            max_pages: int, num_splits: int, final: bool, num_parts: int = 0) -> None:
     """Stage 1 by ``stage1_seesaw_kernel``: ``split_kv_wgmma.launch``'s arguments and outputs, for 64-head programs
@@ -452,10 +505,11 @@ def launch(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_sc
                          f"{cache.stride()}")
     grid = (h // BLOCK_H, b, num_splits) if not num_parts else (h // BLOCK_H, num_parts, 1)
     kv_desc, pe_desc = descriptors(cache, dl)
+    q_desc = q_descriptor(q_nope)  # None: q through registers, and kv_desc (the same type, never read) in its place
     stage1_seesaw_kernel[grid](
-        q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
+        q_nope, q_pe, cache, q_desc or kv_desc, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), cache.stride(0), cache.stride(1),
         out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
         sm_scale, b, num_parts,
         **wg.constexprs(cache.size(1), dl, q_pe.size(2), final, True, BLOCK_H, num_parts > 0, b),
-        num_warps=WARPS, maxnreg=REGISTERS.value)
+        Q_TMA=q_desc is not None, num_warps=WARPS, maxnreg=REGISTERS.value)

@@ -1,0 +1,82 @@
+"""Two versions of the seesaw stage 1 timed in one process, on a Hopper GPU: ``python -m tools.stage1_ab OLD.py``.
+
+``OLD.py``: an earlier ``mla_edu/kernels/split_kv_seesaw.py`` (``git show REV:mla_edu/kernels/split_kv_seesaw.py >
+OLD.py``), against the working tree's. For each shape of ``SHAPES`` (h_q=128, page 64, bf16; uniform or seeded
+ragged lengths) and each path the triton backend has (the split rule, the balanced schedule): both versions'
+outputs compared bit for bit (a change in how bytes move must not change the arithmetic), then each timed twice
+by ``kernel_bench.graph_us``, the order reversed the second time, the best of the two kept; FlashMLA beside
+where it is installed. One line per shape; ``x``: old time / new time.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+
+SHAPES = [("u", 16, 1024), ("u", 64, 1024), ("u", 64, 4096), ("u", 128, 1024),
+          ("r", 16, 2048), ("r", 64, 1024), ("r", 64, 2048), ("r", 128, 1024), ("r", 128, 2048)]
+HEADS = 128
+
+
+def load_old(path: str):
+    """The module at ``path``, under a name of its own (its kernels compile beside the current ones)."""
+    spec = importlib.util.spec_from_file_location("mla_edu.kernels.split_kv_seesaw_old", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run(old_path: str) -> None:
+    import torch
+
+    from mla_edu.kernels import mla_decode, peers
+    from mla_edu.kernels import schedule as sc
+    from mla_edu.kernels import split_kv_seesaw as new
+    from mla_edu.kernels import split_kv_triton as skt
+    from mla_edu.kernels.workspace import triton_num_kv_splits
+    from tools.kernel_bench import bench_workspace, graph_us, make_ragged_problem
+
+    versions = {"old": load_old(old_path), "new": new}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    flash_mla, why = peers.load_flash_mla()
+    print("FlashMLA:", why or "installed", flush=True)
+    scale = 1 / math.sqrt(192)
+    for kind, b, size in SHAPES:
+        lens = sc.lognormal_lengths(b, size, 0) if kind == "r" else [size] * b
+        q_nope, q_pe, cache, seq_lens, table = make_ragged_problem(lens, HEADS, 64)
+        width = table.size(1)
+        parts = sc.num_parts(HEADS, sms, b, width)
+        ws = bench_workspace(64 * width, b, HEADS, sms, 32, sc.workspace_bytes(b, HEADS, 512, parts))
+        rule = triton_num_kv_splits(64 * width, b, HEADS, 64, sms)
+        calls = {"rule": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, rule, impl="triton",
+                                            sm_count=sms),
+                 "balanced": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton",
+                                                sm_count=sms, schedule="balanced")}
+        text = []
+        try:
+            for path, fn in calls.items():
+                outs, times = {}, {k: [] for k in versions}
+                for rep in range(2):
+                    for name in (("old", "new") if rep == 0 else ("new", "old")):
+                        skt.seesaw = versions[name]
+                        outs[name] = fn().clone()
+                        times[name].append(graph_us(fn))
+                best = {k: min(v) for k, v in times.items()}
+                text.append(f"{path}: old {best['old']:.1f} new {best['new']:.1f} "
+                            f"({best['old'] / best['new']:.3f}x) same={torch.equal(outs['old'], outs['new'])}")
+        finally:
+            skt.seesaw = new
+        fm = (graph_us(peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale).run) if flash_mla
+              else float("nan"))
+        print(f"{kind} B{b} {size} h{HEADS} rule{rule} parts{parts}: {'  '.join(text)}  FlashMLA {fm:.1f}",
+              flush=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("old", help="an earlier split_kv_seesaw.py")
+    run(ap.parse_args(argv).old)
+
+
+if __name__ == "__main__":
+    main()
