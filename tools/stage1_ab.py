@@ -1,32 +1,34 @@
-"""Two versions of the seesaw stage 1 timed in one process, on a Hopper GPU: ``python -m tools.stage1_ab OLD.py``.
+"""Versions of the seesaw stage 1 timed in one process, on a Hopper GPU: ``python -m tools.stage1_ab OLD.py ...``.
 
 ``OLD.py``: an earlier ``mla_edu/kernels/split_kv_seesaw.py`` (``git show REV:mla_edu/kernels/split_kv_seesaw.py >
-OLD.py``), against the working tree's. For each shape of ``SHAPES`` (h_q=128, page 64, bf16; uniform or seeded
-ragged lengths) and each path the triton backend has (the split rule, the balanced schedule): both versions'
-outputs compared bit for bit (a change in how bytes move must not change the arithmetic), then each timed twice
-by ``kernel_bench.graph_us``, the order reversed the second time, the best of the two kept; FlashMLA beside
-where it is installed. One line per shape; ``x``: old time / new time.
+OLD.py``), against the working tree's ("new"); with several, each. For each shape of ``SHAPES`` (h_q=128,
+page 64, bf16; uniform or seeded ragged lengths) and each path the triton backend has (the split rule, the
+balanced schedule): each old version's outputs compared with the new one's bit for bit (a change in how bytes
+move must not change the arithmetic), then each version timed twice by ``kernel_bench.graph_us``, the order
+reversed the second time, the best of the two kept; FlashMLA beside where it is installed. One line per shape;
+``x``: that version's time / the new one's.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import math
+import pathlib
 
 SHAPES = [("u", 16, 1024), ("u", 64, 1024), ("u", 64, 4096), ("u", 128, 1024),
           ("r", 16, 2048), ("r", 64, 1024), ("r", 64, 2048), ("r", 128, 1024), ("r", 128, 2048)]
 HEADS = 128
 
 
-def load_old(path: str):
+def load_old(path: str, name: str):
     """The module at ``path``, under a name of its own (its kernels compile beside the current ones)."""
-    spec = importlib.util.spec_from_file_location("mla_edu.kernels.split_kv_seesaw_old", path)
+    spec = importlib.util.spec_from_file_location(f"mla_edu.kernels.split_kv_seesaw_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def run(old_path: str) -> None:
+def run(old_paths: list[str]) -> None:
     import torch
 
     from mla_edu.kernels import mla_decode, peers
@@ -36,7 +38,10 @@ def run(old_path: str) -> None:
     from mla_edu.kernels.workspace import triton_num_kv_splits
     from tools.kernel_bench import bench_workspace, graph_us, make_ragged_problem
 
-    versions = {"old": load_old(old_path), "new": new}
+    names = [pathlib.Path(p).stem for p in old_paths]
+    if len(set(names)) < len(names) or "new" in names:
+        raise ValueError(f"the old versions need distinct file names other than new.py, got {old_paths}")
+    versions = {**{n: load_old(p, n) for n, p in zip(names, old_paths)}, "new": new}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flash_mla, why = peers.load_flash_mla()
     print("FlashMLA:", why or "installed", flush=True)
@@ -57,13 +62,14 @@ def run(old_path: str) -> None:
             for path, fn in calls.items():
                 outs, times = {}, {k: [] for k in versions}
                 for rep in range(2):
-                    for name in (("old", "new") if rep == 0 else ("new", "old")):
+                    for name in (list(versions) if rep == 0 else list(versions)[::-1]):
                         skt.seesaw = versions[name]
                         outs[name] = fn().clone()
                         times[name].append(graph_us(fn))
                 best = {k: min(v) for k, v in times.items()}
-                text.append(f"{path}: old {best['old']:.1f} new {best['new']:.1f} "
-                            f"({best['old'] / best['new']:.3f}x) same={torch.equal(outs['old'], outs['new'])}")
+                same = {n: torch.equal(outs[n], outs["new"]) for n in names}
+                old = " ".join(f"{n} {best[n]:.1f} ({best[n] / best['new']:.3f}x, same={same[n]})" for n in names)
+                text.append(f"{path}: {old} new {best['new']:.1f}")
         finally:
             skt.seesaw = new
         fm = (graph_us(peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale).run) if flash_mla
@@ -74,7 +80,7 @@ def run(old_path: str) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("old", help="an earlier split_kv_seesaw.py")
+    ap.add_argument("old", nargs="+", help="earlier split_kv_seesaw.py files, distinct names")
     run(ap.parse_args(argv).old)
 
 

@@ -91,12 +91,17 @@ def _opaque_zero(x):
 
 
 @gluon.jit
-def _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, SIDE: gl.constexpr, SLOT: gl.constexpr, table_ptr, b, t0,
-          pred, row_stride, table_reach, num_pages, PAGE: gl.constexpr, HALF: gl.constexpr):
+def _row(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE: gl.constexpr):
+    """The cache row of token t0 of request b (int32; a global load of its page-table entry)."""
+    return (wg.page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
+
+
+@gluon.jit
+def _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, SIDE: gl.constexpr, SLOT: gl.constexpr, row0, pred,
+          HALF: gl.constexpr):
     """TMA of one half (SIDE 0: latent columns [0, HALF); 1: [HALF, 2 HALF) and the rope columns) of the tile at
-    token t0 of request b into ring slot SLOT; its mbarrier completes when the bytes have landed. Nothing is
-    issued where ``pred`` is false."""
-    row0 = (wg.page_of(table_ptr, b, t0, row_stride, table_reach, num_pages, PAGE) * PAGE + t0 % PAGE).to(gl.int32)
+    cache row ``row0`` (``_row``) into ring slot SLOT; its mbarrier completes when the bytes have landed. Nothing
+    is issued where ``pred`` is false."""
     if SIDE == 0:
         bar = bars.index(LEFT0 + SLOT)
         mbarrier.expect(bar, kv_desc.block_type.nbytes, pred=pred)
@@ -199,7 +204,7 @@ def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bar,
 
 @gluon.jit
 def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr,
-             out_ptr, b, hb, s, t_start, t_end, g0, g1, n_seg, q_ahead, b_next, flag, row, qk_scale,
+             out_ptr, b, hb, s, t_start, t_end, g0, g1, n_seg, ahead, b_next, t_next, t_end_next, flag, row, qk_scale,
              stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
              H, row_stride, table_reach, num_pages, num_splits,
              q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars,
@@ -208,9 +213,11 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
     """Warpgroup ROLE's share of request b's tokens [t_start, t_end) for 64 heads, written to the output or a
     partial. ``g0``, ``g1``: tiles the program loaded into ring slots 0 and 1 before (each slot half's mbarrier
     completes once per tile loaded into it; the hand-off barriers once per pair, as slot 0); ``n_seg``: its
-    segments before (Q_READY and Q_FREE complete once per segment). ``q_ahead``: this segment's q was issued by
-    the last one; ``b_next`` >= 0: the next segment is request b_next's, and warpgroup 0 issues its q at the end
-    of this one, before the output is written (FlashMLA's order, ``splitkv_mla.cu`` lines 1223-1226)."""
+    segments before (Q_READY and Q_FREE complete once per segment). ``b_next`` >= 0: the next segment is request
+    b_next's tokens [t_next, t_end_next); this segment's last pair reloads the ring with its first pair, as any
+    pair does with the next, and warpgroup 0 issues its q at the end of this one, before the output is written
+    (FlashMLA issues the next request's q there, ``splitkv_mla.cu`` lines 1223-1226, but fills the ring at each
+    request's start). ``ahead``: the last segment did that for this one."""
     q_smem = q_bufs.index(0)
     BLOCK_H: gl.constexpr = q_smem.shape[0]
     BLOCK_N: gl.constexpr = kv_bufs.shape[1]
@@ -228,16 +235,17 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
     n_pairs = (n_tiles + 1) // 2
     seg_phase = n_seg & 1
 
-    # the first pair's halves, each by the warpgroup that reloads it later: free now (their last readers are done:
-    # warpgroup 0 waited for P1_READY, warpgroup 1 for SCALE0, after the other's scores), and the bytes that take
-    # longest, so they go first; then q (warpgroup 0, unless the last segment issued it), while they fly
+    # unless the last segment issued them: the first pair's halves, each by the warpgroup that reloads it later
+    # (free now: their last readers are done, warpgroup 0 waited for P1_READY, warpgroup 1 for SCALE0, after the
+    # other's scores), the bytes that take longest, so first; then q (warpgroup 0), while they fly
     side: gl.constexpr = ROLE
-    _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 0, table_ptr, b, t_start, n_tiles > 0, row_stride,
-          table_reach, num_pages, PAGE, HALF)
-    _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 1, table_ptr, b, t_start + BLOCK_N, n_tiles > 1,
-          row_stride, table_reach, num_pages, PAGE, HALF)
+    if not ahead:
+        _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 0,
+              _row(table_ptr, b, t_start, row_stride, table_reach, num_pages, PAGE), n_tiles > 0, HALF)
+        _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 1,
+              _row(table_ptr, b, t_start + BLOCK_N, row_stride, table_reach, num_pages, PAGE), n_tiles > 1, HALF)
     if ROLE == 0:
-        if not q_ahead:
+        if not ahead:
             mbarrier.wait(bars.index(Q_FREE), seg_phase ^ 1)  # warpgroup 1 is done with the last segment's q
             _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bars.index(Q_READY), DL, DR,
                     Q_TMA, ROWS)  # (a fresh barrier's phase 1 counts as complete)
@@ -245,6 +253,14 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
     offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, QPE_OPERAND))
     qpe = gl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :])  # [64, 64], each
     mbarrier.wait(bars.index(Q_READY), seg_phase)
+
+    if SCHEDULED:  # the next segment's first two rows (-1: no such tile)
+        n_next = (gl.maximum(t_end_next - t_next, 0) + BLOCK_N - 1) // BLOCK_N
+        b_n = gl.maximum(b_next, 0)
+        row_a = gl.where((b_next >= 0) & (n_next > 0),
+                         _row(table_ptr, b_n, t_next, row_stride, table_reach, num_pages, PAGE), -1)
+        row_b = gl.where((b_next >= 0) & (n_next > 1),
+                         _row(table_ptr, b_n, t_next + BLOCK_N, row_stride, table_reach, num_pages, PAGE), -1)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW)
@@ -255,6 +271,19 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
         ph = (g0 + i) & 1  # slot 0's halves and the hand-offs
         ph1 = (g1 + i) & 1  # slot 1's halves (loaded only where tile 1 exists)
         has1 = 2 * i + 1 < n_tiles
+        # the next pair, which this warpgroup's reloads below fetch: this segment's, or after its last pair the next
+        # segment's first. Its rows now: their page-table loads wait out their latency under this pair's work, not
+        # in front of the TMA (FlashMLA reads them as early)
+        nxt0 = _row(table_ptr, b, t0 + 2 * BLOCK_N, row_stride, table_reach, num_pages, PAGE)
+        nxt1 = _row(table_ptr, b, t1 + 2 * BLOCK_N, row_stride, table_reach, num_pages, PAGE)
+        more0 = 2 * i + 2 < n_tiles
+        more1 = 2 * i + 3 < n_tiles
+        if SCHEDULED:  # -1: no such tile
+            last = 2 * i + 2 >= n_tiles
+            nxt0 = gl.where(last, row_a, nxt0)
+            nxt1 = gl.where(last, row_b, nxt1)
+            more0 = gl.where(last, row_a >= 0, more0)
+            more1 = gl.where(last, row_b >= 0, more1)
         z = _opaque_zero(t0)  # (see _opaque_zero)
         q_smem = q_bufs.index(z)
         kv0 = kv_bufs.index(z)
@@ -279,16 +308,14 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
             scale1 = stats.index(SC1).load(ROW)
             acc = warpgroup_mma_wait(0, deps=[acc])
             wg.thread_barrier()  # every warp's part of it
-            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 0, 0, table_ptr, b, t0 + 2 * BLOCK_N,
-                  2 * i + 2 < n_tiles, row_stride, table_reach, num_pages, PAGE, HALF)  # slot 0 left: done with it
+            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 0, 0, nxt0, more0, HALF)  # slot 0 left: done with it
             acc = acc * gl.convert_layout(scale1, ROW_O)[:, None]
             l_i = l_i * scale1
             mbarrier.wait(bars.index(P1_READY), ph)
             if has1:
                 acc = warpgroup_mma(p1_smem, kv1.slice(0, HALF, dim=1), acc)  # O_L += P1 V1_left
                 wg.thread_barrier()
-            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 0, 1, table_ptr, b, t1 + 2 * BLOCK_N,
-                  2 * i + 3 < n_tiles, row_stride, table_reach, num_pages, PAGE, HALF)  # slot 1 left: done
+            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 0, 1, nxt1, more1, HALF)  # slot 1 left: done
         else:
             if has1:
                 sc = _scores(q_smem, qpe, kv1, pe_bufs.index(1 - z), bars.index(RIGHT1), bars.index(LEFT1),
@@ -310,14 +337,12 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
             acc = warpgroup_mma(p0_smem, kv0.slice(HALF, HALF, dim=1), acc)  # O_R += P0 V0_right
             wg.thread_barrier()
             mbarrier.arrive(bars.index(P0_FREE), count=1)
-            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 0, table_ptr, b, t0 + 2 * BLOCK_N,
-                  2 * i + 2 < n_tiles, row_stride, table_reach, num_pages, PAGE, HALF)  # slot 0 right: done
+            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 0, nxt0, more0, HALF)  # slot 0 right: done
             acc = acc * gl.convert_layout(scale1, ROW_O)[:, None]
             if has1:
                 acc = warpgroup_mma(p, kv1.slice(HALF, HALF, dim=1), acc)  # O_R += P1 V1_right, P1 from registers
                 wg.thread_barrier()
-            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 1, table_ptr, b, t1 + 2 * BLOCK_N,
-                  2 * i + 3 < n_tiles, row_stride, table_reach, num_pages, PAGE, HALF)  # slot 1 right: done
+            _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 1, nxt1, more1, HALF)  # slot 1 right: done
             m_i = m1
     if ROLE == 1:
         mbarrier.arrive(bars.index(Q_FREE), count=1)  # its last scores are done
@@ -391,31 +416,32 @@ def _warpgroup(ROLE: gl.constexpr, args, PAGE: gl.constexpr, DL: gl.constexpr, D
         g0 = p * 0
         g1 = p * 0
         n_seg = p * 0
-        q_ahead = p < 0  # false: the first segment loads its own q
+        ahead = p < 0  # false: the first segment loads its own q and first pair
         for b in range(b_lo, b_hi + 1):
             t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
                                                                       PAGE, OVERHEAD)
             if live:
-                # whether request b + 1 is this part's next segment (not where it has no pages): then its q goes
-                # in at the end of this one. At b_hi, b_hi itself stands in for b + 1 (in bounds), and is not next
+                # whether request b + 1 is this part's next segment (not where it has no pages): then its first
+                # pair and q go in during this one. At b_hi, b_hi itself stands in for b + 1 (in bounds), not next
                 after = gl.minimum(b + 1, b_hi)
-                next_live = schedule.segment(seq_lens_ptr, after, p, start, chunk, max_pages, PAGE, OVERHEAD)[2]
-                ahead = next_live & (b < b_hi)
+                t_next, t_end_next, next_live, _, _, _ = schedule.segment(seq_lens_ptr, after, p, start, chunk,
+                                                                          max_pages, PAGE, OVERHEAD)
+                chain = next_live & (b < b_hi)
                 g0, g1 = _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr,
-                                  lse_ptr, out_ptr, b, hb, 0, t_start, t_end, g0, g1, n_seg, q_ahead,
-                                  gl.where(ahead, after, -1), flag, row, qk_scale,
+                                  lse_ptr, out_ptr, b, hb, 0, t_start, t_end, g0, g1, n_seg, ahead,
+                                  gl.where(chain, after, -1), t_next, t_end_next, flag, row, qk_scale,
                                   stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
                                   H, row_stride, table_reach, num_pages, num_splits,
                                   q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED,
                                   Q_TMA)
                 n_seg += 1
-                q_ahead = ahead
+                ahead = chain
     else:
         b = gl.program_id(1)
         s = gl.program_id(2)
         t_start, t_end = wg.split_bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
         _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-                 b, hb, s, t_start, t_end, 0, 0, 0, False, -1, 0, b, qk_scale,
+                 b, hb, s, t_start, t_end, 0, 0, 0, False, -1, 0, 0, 0, b, qk_scale,
                  stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
                  H, row_stride, table_reach, num_pages, num_splits,
                  q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED, Q_TMA)

@@ -1,0 +1,36 @@
+"""The two tools behind kernels/NOTES.md v9's kernel experiments, on any machine: ``tools.stall_summary`` (Nsight
+Compute's source-level stall samples, per kernel) and ``tools.stage1_ab``'s argument check (it times on a GPU)."""
+
+import gzip
+
+import pytest
+
+from tools import stage1_ab, stall_summary
+
+HEADER = '"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier","stall_wait"'
+
+
+def table(name: str, rows: list[tuple]) -> str:
+    return f'"Kernel Name","{name}",\n{HEADER}\n' + "".join(
+        f'"0x{i:x}","{src}","{sum(s)}","{s[0]}","{s[1]}","{s[2]}"\n' for i, (src, *s) in enumerate(rows))
+
+
+def test_stall_summary_shares_a_common_scale_and_names_the_waiting_barrier(tmp_path):
+    text = (table("mine", [("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR5+0x10], R1", 0, 0, 0), ("@!P0 BRA 0x90", 60, 0, 0),
+                           ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 0, 30, 10)])
+            + table("void peer<T>(P)", [("@!P0 BRA 0x40", 40, 0, 0), ("HGMMA.64x256x16", 0, 0, 10)]))
+    out = stall_summary.summary(text)
+    assert "== mine: 3 instructions, 100 samples (100.0 on the common scale)" in out
+    assert "== peer: 2 instructions, 50 samples (50.0 on the common scale)" in out  # the template arguments cut
+    assert "stall_long_sb             60.0%    60.0" in out and "stall_long_sb             80.0%    40.0" in out
+    assert "60  SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR5+0x10], R1 ; @!P0 BRA 0x90" in out  # the branch's barrier
+    path = tmp_path / "s.csv.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    stall_summary.main([str(path)])
+
+
+def test_stage1_ab_refuses_versions_it_could_not_tell_apart():
+    with pytest.raises(ValueError, match="distinct file names other than new.py"):
+        stage1_ab.run(["a/v.py", "b/v.py"])
+    with pytest.raises(ValueError, match="distinct file names other than new.py"):
+        stage1_ab.run(["new.py"])
