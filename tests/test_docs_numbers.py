@@ -138,12 +138,16 @@ def notes_claims() -> list[str]:
             f"is {rng[16]} at h_q=16 and {rng[128]} at h_q=128"]
 
 
-def schedule_numbers() -> tuple[list, dict, dict]:
-    """The ragged rows of results/kernel_bench_h200_schedule.json, FlashMLA's time over the schedule's per head
+#: The schedule bench's run at the v8 kernel, which kernels/NOTES.md's v7 and v8 sections quote
+SCHEDULE_V8 = "kernel_bench_h200_schedule_v8.json"
+
+
+def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
+    """The ragged rows of a schedule bench's run (results/``name``), FlashMLA's time over the schedule's per head
     count, and schedule_bench's summary of the run."""
     from tools.schedule_bench import summary
 
-    k = result("kernel_bench_h200_schedule.json")
+    k = result(name)
     x = {h: [r["flashmla_us"] / r["balanced_us"] for r in k["ragged"] if r["heads"] == h] for h in (16, 128)}
     return k["ragged"], x, summary(k)
 
@@ -180,11 +184,11 @@ def stage1_claims() -> list[str]:
 
 
 def schedule_notes_claims() -> list[str]:
-    """kernels/NOTES.md's v8 acceptance table, from the same file."""
-    _, x, s = schedule_numbers()
+    """kernels/NOTES.md's v8 acceptance table, from v8's run."""
+    _, x, s = schedule_numbers(SCHEDULE_V8)
     choice, everywhere = s["uniform_backend_over_best_split"], s["uniform_balanced_over_best_split"]
     h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
-    n128 = sum(r["heads"] == 128 and r["batch"] >= 4 for r in result("kernel_bench_h200_schedule.json")["uniform"])
+    n128 = sum(r["heads"] == 128 and r["batch"] >= 4 for r in result(SCHEDULE_V8)["uniform"])
     return [f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x (v6 0.82x, the rule "
             f"{s['ragged_rule_x_flashmla']['geomean']:.2f}x); h_q=16 {min(x[16]):.2f}-{max(x[16]):.2f}x, h_q=128 "
             f"{min(x[128]):.2f}-{max(x[128]):.2f}x",
@@ -211,6 +215,77 @@ def notes_v8_claims() -> list[str]:
             f"auto {engine['auto_over_rule']:.2f}x, balanced {engine['balanced_over_rule']:.2f}x the rule's time"]
 
 
+def ab_runs(name: str) -> list[dict]:
+    """Each ``tools.stage1_ab`` output block of results/``name``, parsed (``stage1_ab.parse``)."""
+    from tools.stage1_ab import parse
+
+    return [parse(block) for block in (RESULTS_DIR / name).read_text(encoding="utf-8").split("```")[1::2]]
+
+
+def span(values, digits: int = 2) -> str:
+    """'lo-hi' of ``values`` as printed, or one number where both ends print alike."""
+    lo, hi = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def notes_v9_claims() -> list[str]:
+    """kernels/NOTES.md v9's A/B, stall and bench numbers, from the results files it names."""
+    from tools.schedule_bench import backend_path
+    from tools.stall_summary import kernels
+
+    (q,), (kv,), (pieces, wg1) = (ab_runs(f"seesaw_ab_h200_{n}.md") for n in ("q_ahead", "kv_ahead", "rejected"))
+    path = lambda run, p, v: [x for (_, pp, vv), x in run.items() if (pp, vv) == (p, v)]  # noqa: E731
+    long = {("u B64 4096", "balanced"), ("r B64 2048", "balanced"), ("r B128 2048", "balanced")}
+    kv_long = [x for (shape, p, v), x in kv.items() if v == "q_ahead" and (shape, p) in long]
+    kv_rest = [x for (shape, p, v), x in kv.items() if v == "q_ahead" and p == "balanced" and (shape, p) not in long]
+    # on the rule's path (one segment a program) q_ahead and rows_early differ by the early rows only
+    kv_rows = [x / kv[shape, p, "rows_early"] for (shape, p, v), x in kv.items() if v == "q_ahead" and p == "rule"]
+    geo = math.exp(sum(map(math.log, pieces.values())) / len(pieces))
+    import gzip
+    stalls = {}
+    for name, rows in kernels(gzip.decompress((RESULTS_DIR / "kernel_stalls_h200_seesaw_sass.csv.gz")
+                                              .read_bytes()).decode()):
+        stalls[name.split("<")[0].replace("void ", "")] = {
+            c: sum(float(r.get(c) or 0) for r in rows) for c in ("Warp Stall Sampling (All Samples)", "stall_long_sb",
+                                                                  "stall_barrier", "stall_wait", "stall_selected")}
+    mine, peer = stalls["stage1_seesaw_kernel"], stalls["flash_fwd_splitkv_mla_kernel"]
+    unit = mine["Warp Stall Sampling (All Samples)"] / 100
+    pair = lambda c: f"{mine[c] / unit:.1f} against {peer[c] / unit:.1f}"  # noqa: E731
+    _, x, s = schedule_numbers()
+    _, _, s8 = schedule_numbers(SCHEDULE_V8)
+    h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
+    run, v8 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V8)
+    uni = [(a, b) for a, b in zip(v8["uniform"], run["uniform"]) if b["heads"] == 128 and b["batch"] >= 4]
+    worst = min((b for _, b in uni), key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, 132)}_us"])
+    rule = [b["rule_us"] / a["rule_us"] - 1 for a, b in uni]
+    fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in uni]
+    big = next((a, b) for a, b in uni if (b["batch"], b["lens_max"]) == (64, 16384))
+    choice = s["uniform_backend_over_best_split"]
+    return [f"balanced path {span(path(q, 'balanced', 'old'))}x at the 9 shapes, the rule's path "
+            f"{span(path(q, 'rule', 'old'))}x",
+            f"{span(kv_long)}x on the balanced path where segments are long",
+            f"the rest within the runs' noise ({span(kv_rest)}x;",
+            f"on the rule's path, where they are all that differs, q_ahead's time over rows_early's is "
+            f"{span(kv_rows)}x",
+            f"{geo:.2f}x in geomean, slower at every row",
+            f"The rule's path {span(path(wg1, 'rule', 'kv_ahead'))}x, the balanced path "
+            f"{span(path(wg1, 'balanced', 'kv_ahead'))}x",
+            f"FlashMLA's kernel takes {peer['Warp Stall Sampling (All Samples)'] / unit:.0f}",
+            f"long-scoreboard operand {pair('stall_long_sb')}, at a barrier {pair('stall_barrier')}, "
+            f"on a fixed latency {pair('stall_wait')}, issuing {pair('stall_selected')}",
+            f"| {s['ragged_balanced_x_flashmla']['geomean']:.2f}x "
+            f"(v8 {s8['ragged_balanced_x_flashmla']['geomean']:.2f}x, "
+            f"the rule {s['ragged_rule_x_flashmla']['geomean']:.2f}x); "
+            f"h_q=16 {span(x[16])}x, h_q=128 {span(x[128])}x |",
+            f"what the backend runs: {h128['below_0.9']} of {len(uni)} shapes below, min {h128['min']:.2f}x "
+            f"(B={worst['batch']}, L={worst['lens_max']}), geomean {h128['geomean']:.2f}x",
+            f"what the backend runs: {h16['geomean']:.2f}x, min {h16['min']:.2f}x",
+            f"{choice['within_5pct']} of {choice['shapes']} (scored",
+            f"between the two runs its times moved by {100 * min(rule):.0f}% to +{100 * max(rule):.0f}% and "
+            f"FlashMLA's by {100 * min(fm):.0f}% to +{100 * max(fm):.0f}% (B=64, L=16384: "
+            f"{big[0]['flashmla_us']:.0f} then {big[1]['flashmla_us']:.0f} us)"]
+
+
 def kernel_row(heads: int, batch: int, length: int, which: str = "stage1") -> dict:
     """One row of results/kernel_bench_h200_{which}.json (page 64)."""
     return next(r for r in result(f"kernel_bench_h200_{which}.json")["results"]
@@ -222,7 +297,7 @@ def schedule_choice_claims() -> list[str]:
     from mla_edu.kernels.schedule import BALANCED_MARGIN
     from tools import schedule_choice
 
-    r = schedule_choice.score(result("kernel_bench_h200_schedule.json"))
+    r = schedule_choice.score(result(SCHEDULE_V8))
     w, u = r["within_5pct"], r["uniform_within_5pct"]
     engine = schedule_choice.engine_batches()
     rules = sorted({round(e["model_rule"]) for e in engine})
@@ -307,7 +382,8 @@ def test_readme_quotes_the_committed_results(group):
 
 
 def test_notes_quote_the_kernel_bench():
-    lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims(),
+    lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
+                   + notes_v9_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 

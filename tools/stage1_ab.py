@@ -14,6 +14,7 @@ import argparse
 import importlib.util
 import math
 import pathlib
+import re
 
 SHAPES = [("u", 16, 1024), ("u", 64, 1024), ("u", 64, 4096), ("u", 128, 1024),
           ("r", 16, 2048), ("r", 64, 1024), ("r", 64, 2048), ("r", 128, 1024), ("r", 128, 2048)]
@@ -76,6 +77,20 @@ def run(old_paths: list[str]) -> None:
               else float("nan"))
         print(f"{kind} B{b} {size} h{HEADS} rule{rule} parts{parts}: {'  '.join(text)}  FlashMLA {fm:.1f}",
               flush=True)
+
+
+def parse(text: str) -> dict:
+    """``{(shape, path, version): x}`` from this tool's output (``x``: that version's time / the new one's; shape as
+    printed, e.g. ``"r B64 2048"``; path "rule" or "balanced")."""
+    out = {}
+    for line in text.splitlines():
+        head = re.match(r"([ur] B\d+ \d+) h\d+ rule\d+ parts\d+: (.*)", line)
+        if not head:
+            continue
+        for path, body in re.findall(r"(rule|balanced): (.*?)(?= balanced: | FlashMLA)", head[2] + " FlashMLA"):
+            for version, x in re.findall(r"(\w+) [\d.]+ \(([\d.]+)x", body):
+                out[head[1], path, version] = float(x)
+    return out
 
 
 def main(argv=None) -> None:
