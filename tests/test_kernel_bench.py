@@ -49,3 +49,20 @@ def test_a_row_names_the_kernel_that_runs_there():
     assert kb.stage1_name("seesaw", 128, 1, 1, cache(64)) == "tma, 16 heads (swapped)"  # too small a grid for 64
     assert kb.stage1_name("tma", 128, 64, 64, cache(64)) == "tma, 64 heads"
     assert kb.stage1_name("tl", 128, 64, 64, cache(64)) == "tl"
+
+
+def test_backend_calls_runs_both_paths_on_one_problem():
+    # tools.kernel_bench.backend_calls, what tools.stage1_ab and tools.schedule_profile time on the H200: here on
+    # the CPU (Triton's interpreter, float32), a ragged batch with an empty request; both paths agree
+    import math
+
+    import torch
+
+    from tools.kernel_bench import backend_calls
+
+    (q_nope, *_), rule, parts, calls = backend_calls([130, 0, 20], 16, 4, 1 / math.sqrt(192), page=16,
+                                                     dtype=torch.float32, device="cpu")
+    assert (q_nope.shape, q_nope.device.type) == ((3, 16, 512), "cpu") and rule >= 1 and parts >= 1
+    out = {path: call() for path, call in calls.items()}
+    torch.testing.assert_close(out["rule"], out["balanced"], rtol=1e-4, atol=1e-5)
+    assert torch.equal(out["rule"][1], torch.zeros_like(out["rule"][1]))  # no token: zeros

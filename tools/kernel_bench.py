@@ -102,11 +102,12 @@ def ceilings() -> dict:
     return {"copy_TBps": copy_tbs, "matmul_bf16_TFLOPs": mm_tflops}
 
 
-def bench_workspace(max_seq_len: int, batch: int, heads: int, sms: int, splits: int, at_least: int = 0):
+def bench_workspace(max_seq_len: int, batch: int, heads: int, sms: int, splits: int, at_least: int = 0,
+                    device="cuda"):
     """A workspace for ``mla_decode`` at up to ``splits`` splits: the larger of sgl-kernel's bytes and this
     package's (o_acc and one LSE float per request, head and split), and at least ``at_least`` bytes."""
     size = max(get_workspace_size(max_seq_len, batch, sms, splits), batch * heads * splits * (D_LAT + 1) * 4, at_least)
-    return torch.empty(size, dtype=torch.uint8, device="cuda")
+    return torch.empty(size, dtype=torch.uint8, device=device)
 
 
 def make_problem(batch, heads, page, length, dtype=torch.bfloat16, seed=0):
@@ -114,23 +115,46 @@ def make_problem(batch, heads, page, length, dtype=torch.bfloat16, seed=0):
     return make_ragged_problem([length] * batch, heads, page, dtype, seed)
 
 
-def make_ragged_problem(lens: list[int], heads: int, page: int, dtype=torch.bfloat16, seed: int = 0):
+def make_ragged_problem(lens: list[int], heads: int, page: int, dtype=torch.bfloat16, seed: int = 0,
+                        device="cuda"):
     """(q_nope, q_pe, cache, seq_lens, table) for requests of ``lens`` tokens: each request its own pages in a
     random permutation, the table as wide as the longest request (entries past a request's pages: page 0)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     n = [math.ceil(x / page) for x in lens]
     width, total = max(n), sum(n)
-    cache = torch.randn(total + 1, page, D_LAT + D_ROPE, device="cuda", dtype=dtype, generator=g)
-    perm = (torch.randperm(total, device="cuda", generator=g) + 1).to(torch.int32)
-    table = torch.zeros(len(lens), width, dtype=torch.int32, device="cuda")
+    cache = torch.randn(total + 1, page, D_LAT + D_ROPE, device=device, dtype=dtype, generator=g)
+    perm = (torch.randperm(total, device=device, generator=g) + 1).to(torch.int32)
+    table = torch.zeros(len(lens), width, dtype=torch.int32, device=device)
     start = 0
     for b, k in enumerate(n):
         table[b, :k] = perm[start:start + k]
         start += k
     b = len(lens)
-    q_nope = torch.randn(b, heads, D_LAT, device="cuda", dtype=dtype, generator=g)
-    q_pe = torch.randn(b, heads, D_ROPE, device="cuda", dtype=dtype, generator=g)
-    return q_nope, q_pe, cache, torch.tensor(lens, dtype=torch.int32, device="cuda"), table
+    q_nope = torch.randn(b, heads, D_LAT, device=device, dtype=dtype, generator=g)
+    q_pe = torch.randn(b, heads, D_ROPE, device=device, dtype=dtype, generator=g)
+    return q_nope, q_pe, cache, torch.tensor(lens, dtype=torch.int32, device=device), table
+
+
+def backend_calls(lens: list[int], heads: int, sms: int, sm_scale: float, page: int = 64, dtype=torch.bfloat16,
+                  device="cuda"):
+    """The triton backend's two paths on one problem (``make_ragged_problem(lens, heads, page, dtype)``):
+    ``(problem, rule, parts, {"rule": call, "balanced": call})``, ``rule`` the split rule's count from the table's
+    width, ``parts`` the balanced schedule's, a workspace large enough for both (what ``tools.stage1_ab`` and
+    ``tools.schedule_profile`` time)."""
+    from mla_edu.kernels import mla_decode
+    from mla_edu.kernels import schedule as sc
+    from mla_edu.kernels.workspace import triton_num_kv_splits
+
+    problem = q_nope, q_pe, cache, seq_lens, table = make_ragged_problem(lens, heads, page, dtype, device=device)
+    width, b = table.size(1), len(lens)
+    parts = sc.num_parts(heads, sms, b, width)
+    ws = bench_workspace(page * width, b, heads, sms, 32, sc.workspace_bytes(b, heads, D_LAT, parts), device)
+    rule = triton_num_kv_splits(page * width, b, heads, page, sms)
+    calls = {"rule": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, sm_scale, rule, impl="triton",
+                                        sm_count=sms),
+             "balanced": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, sm_scale, -1, impl="triton",
+                                            sm_count=sms, schedule="balanced")}
+    return problem, rule, parts, calls
 
 
 def gather_attention(q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float):

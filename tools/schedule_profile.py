@@ -19,10 +19,9 @@ def run() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from mla_edu.kernels import mla_decode, peers
+    from mla_edu.kernels import peers
     from mla_edu.kernels import schedule as sc
-    from mla_edu.kernels.workspace import triton_num_kv_splits
-    from tools.kernel_bench import bench_workspace, make_ragged_problem
+    from tools.kernel_bench import backend_calls
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flash_mla, why = peers.load_flash_mla()
@@ -30,15 +29,8 @@ def run() -> None:
     scale = 1 / math.sqrt(192)
     for kind, b, size, h in SHAPES:
         lens = sc.lognormal_lengths(b, size, 0) if kind == "r" else [size] * b
-        q_nope, q_pe, cache, seq_lens, table = make_ragged_problem(lens, h, 64)
-        width = table.size(1)
-        parts = sc.num_parts(h, sms, b, width)
-        ws = bench_workspace(64 * width, b, h, sms, 32, sc.workspace_bytes(b, h, 512, parts))
-        rule = triton_num_kv_splits(64 * width, b, h, 64, sms)
-        paths = (("rule", lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, rule, impl="triton",
-                                             sm_count=sms)),
-                 ("balanced", lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton",
-                                                 sm_count=sms, schedule="balanced")))
+        (q_nope, q_pe, cache, seq_lens, table), rule, parts, calls = backend_calls(lens, h, sms, scale)
+        paths = tuple(calls.items())
         if flash_mla is not None:
             paths += (("FlashMLA", peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale).run),)
         for name, fn in paths:

@@ -32,12 +32,11 @@ def load_old(path: str, name: str):
 def run(old_paths: list[str]) -> None:
     import torch
 
-    from mla_edu.kernels import mla_decode, peers
+    from mla_edu.kernels import peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels import split_kv_seesaw as new
     from mla_edu.kernels import split_kv_triton as skt
-    from mla_edu.kernels.workspace import triton_num_kv_splits
-    from tools.kernel_bench import bench_workspace, graph_us, make_ragged_problem
+    from tools.kernel_bench import backend_calls, graph_us
 
     names = [pathlib.Path(p).stem for p in old_paths]
     if len(set(names)) < len(names) or "new" in names:
@@ -49,15 +48,7 @@ def run(old_paths: list[str]) -> None:
     scale = 1 / math.sqrt(192)
     for kind, b, size in SHAPES:
         lens = sc.lognormal_lengths(b, size, 0) if kind == "r" else [size] * b
-        q_nope, q_pe, cache, seq_lens, table = make_ragged_problem(lens, HEADS, 64)
-        width = table.size(1)
-        parts = sc.num_parts(HEADS, sms, b, width)
-        ws = bench_workspace(64 * width, b, HEADS, sms, 32, sc.workspace_bytes(b, HEADS, 512, parts))
-        rule = triton_num_kv_splits(64 * width, b, HEADS, 64, sms)
-        calls = {"rule": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, rule, impl="triton",
-                                            sm_count=sms),
-                 "balanced": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton",
-                                                sm_count=sms, schedule="balanced")}
+        (q_nope, q_pe, cache, seq_lens, table), rule, parts, calls = backend_calls(lens, HEADS, sms, scale)
         text = []
         try:
             for path, fn in calls.items():
