@@ -31,8 +31,10 @@ waits (the register budget below). This kernel is written from that description,
 is CUDA/CuTe.
 
 Pages arrive by TMA in two halves per ring slot, each with its own mbarrier (FlashMLA cuts a tile into
-nine 64-column pieces): "left" = latent columns [0, 256), "right" = [256, 512) and the 64 rope columns.
-A half is reloaded with the next pair's tile by the warpgroup that reads it last, as soon as it is done:
+nine 64-column pieces; that was measured here and was slower, ``kernels/NOTES.md`` v9): "left" = latent
+columns [0, 256), "right" = [256, 512) and the 64 rope columns. A half is reloaded with the next pair's tile
+(after a segment's last pair in the balanced schedule's walk, the next segment's first) by the warpgroup that
+reads it last, as soon as it is done:
 
 * slot 0 left: warpgroup 0 only (its scores and its P0 V0_left) -> reloaded by warpgroup 0 right after
   its own P0 V0_left, so the load runs under the rest of the pair;
@@ -48,10 +50,14 @@ Shared memory: q_nope 64 KB, the ring 2 x 72 KB, P0 and P1 8 KB each: 224 KB of 
 q pieces in registers for the same reason, ``splitkv_mla.cu`` line 198). Registers: 248 a thread in each
 warpgroup (two warpgroups of 128 threads: 63,488 of an SM's 65,536), no spill (``tests/test_sm90.py``).
 
-Not yet run on a GPU (no device in the session that wrote it): compiled for sm_90a here
-(``mla_edu.kernels.sm90``, ``tests/test_sm90.py``); ``tests/test_kernels_wgmma.py`` and
-``tests/test_kernels_schedule.py`` run it against float64 on a Hopper GPU, as stage-1 kind "seesaw". Same
-contract, grids and outputs as ``split_kv_wgmma``'s kernels, the balanced schedule included.
+q_nope arrives by TMA too where its rows are one 2D view (``q_descriptor``), else through registers; in the
+balanced schedule warpgroup 0 issues the next segment's q at the end of the current one.
+
+The default stage 1 at 64 heads a program on the H200 (``split_kv_triton.DEFAULT_STAGE1``). Compiled for
+sm_90a on any machine (``mla_edu.kernels.sm90``, ``tests/test_sm90.py``); ``tests/test_kernels_wgmma.py`` and
+``tests/test_kernels_schedule.py`` run it against float64 on a Hopper GPU, as stage-1 kind "seesaw"
+(``results/tests_h200.md``). Same contract, grids and outputs as ``split_kv_wgmma``'s kernels, the balanced
+schedule included. Measured: ``kernels/NOTES.md`` v8 and v9.
 """
 
 from __future__ import annotations
@@ -251,7 +257,7 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
                     Q_TMA, ROWS)  # (a fresh barrier's phase 1 counts as complete)
     offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QPE_OPERAND))
     offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, QPE_OPERAND))
-    qpe = gl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :])  # [64, 64], each
+    qpe = gl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :])  # [64, 64], own
     mbarrier.wait(bars.index(Q_READY), seg_phase)
 
     if SCHEDULED:  # the next segment's first two rows (-1: no such tile)
