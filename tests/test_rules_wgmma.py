@@ -115,9 +115,32 @@ def test_seesaw_runs_where_it_applies_else_what_tma_runs(monkeypatch, block_h, p
     assert kw["SCHEDULED"] is (num_parts > 0) and kw["BLOCK_H"] == block_h
     if seesaw_runs:
         assert kw["num_warps"] == seesaw.WARPS and kw["maxnreg"] == seesaw.REGISTERS.value and kw["TMA"] is True
-        assert list(args[3].block_shape) == [64, 256] and list(args[4].block_shape) == [64, 64]
+        # q_nope by TMA (a contiguous q), then the cache's latent halves and rope columns
+        assert kw["Q_TMA"] is True and list(args[3].block_shape) == [64, 256] and args[3].strides == [512, 1]
+        assert list(args[4].block_shape) == [64, 256] and list(args[5].block_shape) == [64, 64]
     else:  # "tma": TMA where it applies (whole 64-row tiles of an aligned cache), else cp.async
         assert kw["TMA"] is (page % 64 == 0 and offset == 0)
+
+
+@pytest.mark.parametrize("layout,q_tma", [("contiguous", True), ("slice", True), ("transposed", False)])
+def test_seesaw_takes_q_by_tma_where_its_rows_are_one_view(monkeypatch, layout, q_tma):
+    """q_nope contiguous or sliced from [B, H, 576]: a descriptor over its rows (row stride 512 or 576); transposed
+    (requests 512 apart): Q_TMA off and the cache's latent descriptor, the same type, in q's place (never read).
+    On the host, the kernel replaced by a recorder."""
+    case = random_decode_case(0, batch=3, heads=128, lens=[70, 5, 130], page_size=64, dtype=torch.bfloat16)
+    q_nope = {"contiguous": case.q_nope, "slice": torch.cat([case.q_nope, case.q_pe], -1)[..., :512],
+              "transposed": case.q_nope.transpose(0, 1).contiguous().transpose(0, 1)}[layout]
+    two = _Recorder()
+    monkeypatch.setattr(seesaw, "stage1_seesaw_kernel", two)
+    skt._launch_stage1("seesaw", (64, 64, 8, 2), q_nope, case.q_pe, case.cache, case.seq_lens,
+                       case.page_table.reshape(-1), None, None, torch.empty_like(case.q_nope), case.sm_scale,
+                       case.page_table.size(1), case.page_table.size(1), 3, False, False, 0)
+    [(_, kw, args)] = two.calls
+    assert kw["Q_TMA"] is q_tma
+    if q_tma:
+        assert args[3].strides == [q_nope.stride(1), 1] and args[3].shape == [3 * 128, 512]
+    else:
+        assert args[3] is args[4]
 
 
 def test_gluon_kernel_for_each_head_block():
