@@ -249,6 +249,9 @@ def notes_v9_claims() -> list[str]:
             c: sum(float(r.get(c) or 0) for r in rows) for c in ("Warp Stall Sampling (All Samples)", "stall_long_sb",
                                                                   "stall_barrier", "stall_wait", "stall_selected")}
     mine, peer = stalls["stage1_seesaw_kernel"], stalls["flash_fwd_splitkv_mla_kernel"]
+    rows = kernels(gzip.decompress((RESULTS_DIR / "kernel_stalls_h200_seesaw_sass.csv.gz").read_bytes()).decode())[0][1]
+    top = lambda c: sorted((int(float(r.get(c) or 0)) for r in rows), reverse=True)  # noqa: E731
+    depbar = top("stall_barrier")[:5]
     unit = mine["Warp Stall Sampling (All Samples)"] / 100
     pair = lambda c: f"{mine[c] / unit:.1f} against {peer[c] / unit:.1f}"  # noqa: E731
     _, x, s = schedule_numbers()
@@ -260,11 +263,14 @@ def notes_v9_claims() -> list[str]:
     rule = [b["rule_us"] / a["rule_us"] - 1 for a, b in uni]
     fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in uni]
     big = next((a, b) for a, b in uni if (b["batch"], b["lens_max"]) == (64, 16384))
+    _, x8, _ = schedule_numbers(SCHEDULE_V8)
+    gain = [new - old for new, old in zip(x[128], x8[128])]
     choice = s["uniform_backend_over_best_split"]
     return [f"balanced path {span(path(q, 'balanced', 'old'))}x at the 9 shapes, the rule's path "
             f"{span(path(q, 'rule', 'old'))}x",
             f"{span(kv_long)}x on the balanced path where segments are long",
-            f"the rest within the runs' noise ({span(kv_rest)}x;",
+            f"the rest within the runs' noise ({span(kv_rest)}x; uniform B=16, L=1024, where the backend runs the "
+            f"rule, {kv['u B16 1024', 'balanced', 'q_ahead']:.2f}x)",
             f"on the rule's path, where they are all that differs, q_ahead's time over rows_early's is "
             f"{span(kv_rows)}x",
             f"{geo:.2f}x in geomean, slower at every row",
@@ -281,6 +287,11 @@ def notes_v9_claims() -> list[str]:
             f"(B={worst['batch']}, L={worst['lens_max']}), geomean {h128['geomean']:.2f}x",
             f"what the backend runs: {h16['geomean']:.2f}x, min {h16['min']:.2f}x",
             f"{choice['within_5pct']} of {choice['shapes']} (scored",
+            f"{depbar[0]} and {depbar[2]} samples right after P V products",
+            f"{depbar[1]} where warpgroup 0 waits out its asynchronous P0 V0_left before rescaling, then the score "
+            f"products' final waits ({depbar[3]}, {depbar[4]})",
+            f"(our reading of the addresses: LEFT1, {top('stall_long_sb')[0]:,} samples)",
+            f"The h_q=128 ragged batches gained {span(gain)} of FlashMLA's speed each ({span(x8[128])}x in v8)",
             f"between the two runs its times moved by {100 * min(rule):.0f}% to +{100 * max(rule):.0f}% and "
             f"FlashMLA's by {100 * min(fm):.0f}% to +{100 * max(fm):.0f}% (B=64, L=16384: "
             f"{big[0]['flashmla_us']:.0f} then {big[1]['flashmla_us']:.0f} us)"]
