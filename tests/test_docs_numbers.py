@@ -152,16 +152,21 @@ def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[lis
     return k["ragged"], x, summary(k)
 
 
-def schedule_claims() -> list[str]:
-    """README's ragged-batch row, from results/kernel_bench_h200_schedule.json."""
+def worst_h128_backend(run: dict) -> dict:
+    """The uniform h_q=128, B >= 4 row of a schedule bench's run where what the triton backend runs is slowest
+    against FlashMLA."""
     from tools.schedule_bench import backend_path
 
+    return min((r for r in run["uniform"] if r["heads"] == 128 and r["batch"] >= 4),
+               key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, run['info']['sm_count'])}_us"])
+
+
+def schedule_claims() -> list[str]:
+    """README's ragged-batch row, from results/kernel_bench_h200_schedule.json."""
     ragged, x, s = schedule_numbers()
     own = [r["sglang_own_us"] / r["balanced_us"] for r in ragged]
     choice = s["uniform_backend_over_best_split"]
-    run = result("kernel_bench_h200_schedule.json")
-    worst = min((r for r in run["uniform"] if r["heads"] == 128 and r["batch"] >= 4),
-                key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, run['info']['sm_count'])}_us"])
+    worst = worst_h128_backend(result("kernel_bench_h200_schedule.json"))
     return [f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x FlashMLA's speed in geomean (h_q=16 {min(x[16]):.2f}-"
             f"{max(x[16]):.2f}x, h_q=128 {min(x[128]):.2f}-{max(x[128]):.2f}x), against "
             f"{s['ragged_rule_x_flashmla']['geomean']:.2f}x with one split count for every request",
@@ -215,6 +220,10 @@ def notes_v8_claims() -> list[str]:
             f"auto {engine['auto_over_rule']:.2f}x, balanced {engine['balanced_over_rule']:.2f}x the rule's time"]
 
 
+#: Nsight Compute's source-level stall samples of the seesaw and FlashMLA (kernels/NOTES.md v9)
+STALLS = "kernel_stalls_h200_seesaw_sass.csv.gz"
+
+
 def ab_runs(name: str) -> list[dict]:
     """Each ``tools.stage1_ab`` output block of results/``name``, parsed (``stage1_ab.parse``)."""
     from tools.stage1_ab import parse
@@ -230,8 +239,7 @@ def span(values, digits: int = 2) -> str:
 
 def notes_v9_claims() -> list[str]:
     """kernels/NOTES.md v9's A/B, stall and bench numbers, from the results files it names."""
-    from tools.schedule_bench import backend_path
-    from tools.stall_summary import kernels
+    from tools.stall_summary import ALL, kernels, read, short_name, totals
 
     (q,), (kv,), (pieces, wg1) = (ab_runs(f"seesaw_ab_h200_{n}.md") for n in ("q_ahead", "kv_ahead", "rejected"))
     path = lambda run, p, v: [x for (_, pp, vv), x in run.items() if (pp, vv) == (p, v)]  # noqa: E731
@@ -241,29 +249,22 @@ def notes_v9_claims() -> list[str]:
     # on the rule's path (one segment a program) q_ahead and rows_early differ by the early rows only
     kv_rows = [x / kv[shape, p, "rows_early"] for (shape, p, v), x in kv.items() if v == "q_ahead" and p == "rule"]
     geo = math.exp(sum(map(math.log, pieces.values())) / len(pieces))
-    import gzip
-    stalls = {}
-    for name, rows in kernels(gzip.decompress((RESULTS_DIR / "kernel_stalls_h200_seesaw_sass.csv.gz")
-                                              .read_bytes()).decode()):
-        stalls[name.split("<")[0].replace("void ", "")] = {
-            c: sum(float(r.get(c) or 0) for r in rows) for c in ("Warp Stall Sampling (All Samples)", "stall_long_sb",
-                                                                  "stall_barrier", "stall_wait", "stall_selected")}
-    mine, peer = stalls["stage1_seesaw_kernel"], stalls["flash_fwd_splitkv_mla_kernel"]
-    rows = kernels(gzip.decompress((RESULTS_DIR / "kernel_stalls_h200_seesaw_sass.csv.gz").read_bytes()).decode())[0][1]
-    top = lambda c: sorted((int(float(r.get(c) or 0)) for r in rows), reverse=True)  # noqa: E731
+    tables = {short_name(name): rows for name, rows in kernels(read(str(RESULTS_DIR / STALLS)))}
+    mine, peer = totals(tables["stage1_seesaw_kernel"]), totals(tables["flash_fwd_splitkv_mla_kernel"])
+    top = lambda c: sorted((int(float(r.get(c) or 0)) for r in tables["stage1_seesaw_kernel"]),  # noqa: E731
+                           reverse=True)
     depbar = top("stall_barrier")[:5]
-    unit = mine["Warp Stall Sampling (All Samples)"] / 100
+    unit = mine[ALL] / 100
     pair = lambda c: f"{mine[c] / unit:.1f} against {peer[c] / unit:.1f}"  # noqa: E731
     _, x, s = schedule_numbers()
-    _, _, s8 = schedule_numbers(SCHEDULE_V8)
+    _, x8, s8 = schedule_numbers(SCHEDULE_V8)
     h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
     run, v8 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V8)
     uni = [(a, b) for a, b in zip(v8["uniform"], run["uniform"]) if b["heads"] == 128 and b["batch"] >= 4]
-    worst = min((b for _, b in uni), key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, 132)}_us"])
+    worst = worst_h128_backend(run)
     rule = [b["rule_us"] / a["rule_us"] - 1 for a, b in uni]
     fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in uni]
     big = next((a, b) for a, b in uni if (b["batch"], b["lens_max"]) == (64, 16384))
-    _, x8, _ = schedule_numbers(SCHEDULE_V8)
     gain = [new - old for new, old in zip(x[128], x8[128])]
     choice = s["uniform_backend_over_best_split"]
     return [f"balanced path {span(path(q, 'balanced', 'old'))}x at the 9 shapes, the rule's path "
@@ -276,7 +277,7 @@ def notes_v9_claims() -> list[str]:
             f"{geo:.2f}x in geomean, slower at every row",
             f"The rule's path {span(path(wg1, 'rule', 'kv_ahead'))}x, the balanced path "
             f"{span(path(wg1, 'balanced', 'kv_ahead'))}x",
-            f"FlashMLA's kernel takes {peer['Warp Stall Sampling (All Samples)'] / unit:.0f}",
+            f"FlashMLA's kernel takes {peer[ALL] / unit:.0f}",
             f"long-scoreboard operand {pair('stall_long_sb')}, at a barrier {pair('stall_barrier')}, "
             f"on a fixed latency {pair('stall_wait')}, issuing {pair('stall_selected')}",
             f"| {s['ragged_balanced_x_flashmla']['geomean']:.2f}x "

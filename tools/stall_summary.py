@@ -36,14 +36,30 @@ def _num(row: dict, col: str) -> float:
         return 0.0
 
 
+def read(path: str) -> str:
+    """The text of ``ncu --page source --csv`` output at ``path``, gzipped or not."""
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        return f.read()
+
+
+def short_name(name: str) -> str:
+    """A kernel's name without its template arguments and return type."""
+    return name.split("<")[0].replace("void ", "")
+
+
+def totals(rows: list[dict]) -> dict:
+    """One kernel's samples: ``ALL`` and each stall reason (all samples, issued or not), summed over its rows."""
+    return {c: sum(_num(r, c) for r in rows) for c in rows[0]
+            if c == ALL or (c.startswith("stall_") and "Not Issued" not in c)}
+
+
 def summary(text: str, top: int = 5) -> str:
     lines, scale = [], None
     for name, rows in kernels(text):
-        total = sum(_num(r, ALL) for r in rows)
+        reasons = totals(rows)
+        total = reasons.pop(ALL)
         scale = scale or total / 100
-        reasons = {c: sum(_num(r, c) for r in rows) for c in rows[0]
-                   if c.startswith("stall_") and "Not Issued" not in c}
-        short = name.split("<")[0].replace("void ", "")
+        short = short_name(name)
         lines.append(f"== {short}: {len(rows)} instructions, {total:.0f} samples ({total / scale:.1f} on the common "
                      "scale)")
         for c, v in sorted(reasons.items(), key=lambda kv: -kv[1]):
@@ -63,10 +79,7 @@ def summary(text: str, top: int = 5) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="ncu --page source --csv output, .gz or plain")
-    path = ap.parse_args(argv).csv
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        print(summary(f.read()))
+    print(summary(read(ap.parse_args(argv).csv)))
 
 
 if __name__ == "__main__":
