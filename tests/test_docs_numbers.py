@@ -298,6 +298,26 @@ def notes_v9_claims() -> list[str]:
             f"{big[0]['flashmla_us']:.0f} then {big[1]['flashmla_us']:.0f} us)"]
 
 
+def notes_v10_claims() -> list[str]:
+    """kernels/NOTES.md v10's A/B numbers of the hand-off variants and its engine rerun, from their files."""
+    p0_scaled, p0_async = ab_runs("seesaw_ab_h200_handoff.md")
+    geo = lambda run: math.exp(sum(map(math.log, run.values())) / len(run))  # noqa: E731
+    pick = lambda kind, p: [x for (shape, pp, _), x in p0_async.items() if shape[0] == kind and pp == p]  # noqa: E731
+    big = [x for (shape, p, _), x in p0_async.items() if shape[0] == "u" and p == "rule" and shape != "u B16 1024"]
+    engine = result("engine_decode_h200_v10.json")
+    same = engine["rule"]["replays_by_path"] == engine["auto"]["replays_by_path"]
+    spread = lambda k: f"{min(engine[k]['times_s']):.2f}-{max(engine[k]['times_s']):.2f} s ({k})"  # noqa: E731
+    return [f"{geo(p0_scaled):.3f}x the kept kernel's speed in geomean over the {len(p0_scaled)} rows "
+            f"({span(p0_scaled.values())}x)",
+            f"Correct; {geo(p0_async):.3f}x in geomean:\nuniform B=64 and 128 on the rule's path {span(big)}x, "
+            f"uniform B=16 {p0_async['u B16 1024', 'rule', 'kv_ahead']:.2f}x, the ragged batches on the rule's path "
+            f"{span(pick('r', 'rule'))}x",
+            f"balanced path {span(pick('u', 'balanced') + pick('r', 'balanced'))}x",
+            f"auto's best time is {engine['auto_over_rule']:.2f}x the rule's",
+            f"{spread('rule')}, {spread('balanced')}, {spread('auto')}",
+            f"rule and auto replayed {'the same graph' if same else 'different graphs'} at every step"]
+
+
 def kernel_row(heads: int, batch: int, length: int, which: str = "stage1") -> dict:
     """One row of results/kernel_bench_h200_{which}.json (page 64)."""
     return next(r for r in result(f"kernel_bench_h200_{which}.json")["results"]
@@ -395,7 +415,7 @@ def test_readme_quotes_the_committed_results(group):
 
 def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
-                   + notes_v9_claims(),
+                   + notes_v9_claims() + notes_v10_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
