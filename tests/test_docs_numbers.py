@@ -298,6 +298,20 @@ def notes_v9_claims() -> list[str]:
             f"{big[0]['flashmla_us']:.0f} then {big[1]['flashmla_us']:.0f} us)"]
 
 
+def ab_block_times(name: str, block: int) -> dict:
+    """The times of ``tools.stage1_ab`` output block ``block`` of results/``name`` (``stage1_ab.times``)."""
+    from tools.stage1_ab import times
+
+    return times((RESULTS_DIR / name).read_text(encoding="utf-8").split("```")[1::2][block])
+
+
+def pair_line(times: dict, path: str, version: str) -> tuple[float, float]:
+    """(us a pair, us besides) of a line through uniform B=64 at L=1024 and L=4096 (8 and 32 pairs of tiles)."""
+    short, long = times["u B64 1024", path, version], times["u B64 4096", path, version]
+    per_pair = (long - short) / 24
+    return per_pair, short - 8 * per_pair
+
+
 def notes_v10_claims() -> list[str]:
     """kernels/NOTES.md v10's A/B numbers of the hand-off variants and its engine rerun, from their files."""
     p0_scaled, p0_async = ab_runs("seesaw_ab_h200_handoff.md")
@@ -316,6 +330,36 @@ def notes_v10_claims() -> list[str]:
             f"auto's best time is {engine['auto_over_rule']:.2f}x the rule's",
             f"{spread('rule')}, {spread('balanced')}, {spread('auto')}",
             f"rule and auto replayed {'the same graph' if same else 'different graphs'} at every step"]
+
+
+def notes_v10_parts_claims() -> list[str]:
+    """kernels/NOTES.md v10's numbers from the seesaw with parts left out (results/seesaw_parts_h200.md)."""
+    t, f = (ab_block_times("seesaw_parts_h200.md", i) for i in (0, 1))  # tensor-core work left out; tiles left out
+    (mine, fixed), (peer, peer_fixed) = pair_line(f, "rule", "new"), pair_line(f, "FlashMLA", "FlashMLA")
+    (mine0, fixed0), (peer0, peer_fixed0) = pair_line(t, "rule", "new"), pair_line(t, "FlashMLA", "FlashMLA")
+    ring, _ = pair_line(t, "rule", "no_mma")
+    cut = [x for (_, _, v), x in ab_runs("seesaw_parts_h200.md")[0].items() if v in ("no_pv", "no_qk")]
+    ragged = sorted({shape for shape, _, _ in f if shape[0] == "r"})
+    empty = [f[r, "balanced", "empty"] for r in ragged]
+    share = [f[r, "balanced", "empty"] / f[r, "balanced", "new"] for r in ragged]
+    rest = [(f[r, "balanced", "new"] - f[r, "balanced", "empty"]) / f[r, "FlashMLA", "FlashMLA"] for r in ragged]
+    u64, u128, fm = "u B64 1024", "u B128 1024", ("FlashMLA", "FlashMLA")
+    return [f"{t[u64, 'rule', 'no_mma']:.1f} us at uniform h_q=128, B=64, L=1024, where FlashMLA's whole kernel "
+            f"takes {t[(u64, *fm)]:.1f} us (B=128: {t[u128, 'rule', 'no_mma']:.1f} against\n{t[(u128, *fm)]:.1f})",
+            f"saves {100 * (1 - max(cut)):.0f}-{100 * (1 - min(cut)):.0f}% of the time",
+            f"the seesaw costs {mine:.2f} us a pair and {fixed:.1f} us besides, FlashMLA {peer:.2f} us a pair and "
+            f"{peer_fixed:.1f} us besides (the other run:\n{mine0:.2f} and {fixed0:.1f}, FlashMLA {peer0:.2f} and "
+            f"{peer_fixed0:.1f})",
+            f"Without tensor-core work the seesaw's pair costs {ring:.2f} us",
+            f"({f[u64, 'rule', 'new']:.1f} against {f[(u64, *fm)]:.1f} us in this run)",
+            f"the output writes take {f[u64, 'rule', 'empty']:.1f} us at B=64, L=1024, and the first pair "
+            f"{f[u64, 'rule', 'one_pair'] - f[u64, 'rule', 'empty']:.1f} us more",
+            f"the call takes {min(empty):.1f}-{max(empty):.1f} us, {100 * min(share):.0f}-{100 * max(share):.0f}% of",
+            f"is\n{span(rest)}x FlashMLA's whole time",
+            f"a pair costs the seesaw {mine / peer:.2f}x what it costs FlashMLA",
+            f"(per program, per\nsegment and in stage 2) {fixed / peer_fixed:.1f}x",
+            f"({fixed:.1f} us against FlashMLA's {peer_fixed:.1f} at B=64)",
+            f"**The pairs** ({mine:.2f} against {peer:.2f} us)"]
 
 
 def kernel_row(heads: int, batch: int, length: int, which: str = "stage1") -> dict:
@@ -415,7 +459,8 @@ def test_readme_quotes_the_committed_results(group):
 
 def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
-                   + notes_v9_claims() + notes_v10_claims(),
+                   + notes_v9_claims() + notes_v10_claims()
+                   + notes_v10_parts_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 

@@ -1,7 +1,9 @@
 """The two tools behind kernels/NOTES.md v9's kernel experiments, on any machine: ``tools.stall_summary`` (Nsight
-Compute's source-level stall samples, per kernel) and ``tools.stage1_ab``'s argument check (it times on a GPU)."""
+Compute's source-level stall samples, per kernel) and ``tools.stage1_ab``'s argument check and its reading of its own
+output (it times on a GPU)."""
 
 import gzip
+import math
 
 import pytest
 
@@ -34,3 +36,18 @@ def test_stage1_ab_refuses_versions_it_could_not_tell_apart():
         stage1_ab.run(["a/v.py", "b/v.py"])
     with pytest.raises(ValueError, match="distinct file names other than new.py"):
         stage1_ab.run(["new.py"])
+
+
+def test_stage1_ab_reads_its_own_output_back():
+    out = ("FlashMLA: installed\n"
+           "u B64 1024 h128 rule1 parts66: rule: a 45.1 (0.891x, same=False) b_2 44.2 (0.874x, same=True) new 50.6"
+           "  balanced: a 52.0 (0.884x, same=False) b_2 52.3 (0.889x, same=False) new 58.8  FlashMLA 35.2\n"
+           "r B16 2048 h128 rule4 parts66: rule: a 1.0 (1.000x, same=True) b_2 2.0 (2.000x, same=True) new 1.0"
+           "  balanced: a 3.0 (1.500x, same=True) b_2 4.0 (2.000x, same=True) new 2.0  FlashMLA nan\n")
+    x, us = stage1_ab.parse(out), stage1_ab.times(out)
+    assert x == {("u B64 1024", "rule", "a"): 0.891, ("u B64 1024", "rule", "b_2"): 0.874,
+                 ("u B64 1024", "balanced", "a"): 0.884, ("u B64 1024", "balanced", "b_2"): 0.889,
+                 ("r B16 2048", "rule", "a"): 1.0, ("r B16 2048", "rule", "b_2"): 2.0,
+                 ("r B16 2048", "balanced", "a"): 1.5, ("r B16 2048", "balanced", "b_2"): 2.0}
+    assert len(us) == 14 and us["u B64 1024", "rule", "new"] == 50.6 and us["u B64 1024", "balanced", "b_2"] == 52.3
+    assert us["u B64 1024", "FlashMLA", "FlashMLA"] == 35.2 and math.isnan(us["r B16 2048", "FlashMLA", "FlashMLA"])

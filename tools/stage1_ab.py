@@ -70,18 +70,30 @@ def run(old_paths: list[str]) -> None:
               flush=True)
 
 
-def parse(text: str) -> dict:
-    """``{(shape, path, version): x}`` from this tool's output (``x``: that version's time / the new one's; shape as
-    printed, e.g. ``"r B64 2048"``; path "rule" or "balanced")."""
-    out = {}
+def _entries(text: str):
+    """(shape, path, version, us, x) for each time in this tool's output: x is that version's time over the new
+    one's (None for "new" itself); FlashMLA's as path "FlashMLA", version "FlashMLA", x None."""
     for line in text.splitlines():
         head = re.match(r"([ur] B\d+ \d+) h\d+ rule\d+ parts\d+: (.*)", line)
         if not head:
             continue
         for path, body in re.findall(r"(rule|balanced): (.*?)(?= balanced: | FlashMLA)", head[2] + " FlashMLA"):
-            for version, x in re.findall(r"(\w+) [\d.]+ \(([\d.]+)x", body):
-                out[head[1], path, version] = float(x)
-    return out
+            for version, us, x in re.findall(r"(\w+) ([\d.]+)(?: \(([\d.]+)x, same=\w+\))?", body):
+                yield head[1], path, version, float(us), float(x) if x else None
+        peer = re.search(r"FlashMLA ([\d.]+|nan)$", head[2])
+        if peer:
+            yield head[1], "FlashMLA", "FlashMLA", float(peer[1]), None
+
+
+def parse(text: str) -> dict:
+    """``{(shape, path, version): x}`` from this tool's output (``x``: that version's time / the new one's; shape as
+    printed, e.g. ``"r B64 2048"``; path "rule" or "balanced")."""
+    return {(shape, path, v): x for shape, path, v, _, x in _entries(text) if x is not None}
+
+
+def times(text: str) -> dict:
+    """``{(shape, path, version): us}`` from this tool's output, "new" and FlashMLA's (path "FlashMLA") too."""
+    return {(shape, path, v): us for shape, path, v, us, _ in _entries(text)}
 
 
 def main(argv=None) -> None:
