@@ -332,10 +332,25 @@ def notes_v10_claims() -> list[str]:
             f"rule and auto replayed {'the same graph' if same else 'different graphs'} at every step"]
 
 
+def parts_lines() -> tuple[tuple[float, float], tuple[float, float]]:
+    """``pair_line`` of the kept seesaw and of FlashMLA in the tiles-left-out run of results/seesaw_parts_h200.md."""
+    f = ab_block_times("seesaw_parts_h200.md", 1)
+    return pair_line(f, "rule", "new"), pair_line(f, "FlashMLA", "FlashMLA")
+
+
+def notes_summary_claims() -> list[str]:
+    """kernels/NOTES.md's opening "Where it stands": README's schedule numbers and v10's two ratios."""
+    (mine, fixed), (peer, peer_fixed) = parts_lines()
+    readme = schedule_claims()
+    return [readme[0], readme[3],
+            f"a pair costs the seesaw {mine / peer:.2f}x what it costs FlashMLA, and the rest of a call "
+            f"{fixed / peer_fixed:.1f}x"]
+
+
 def notes_v10_parts_claims() -> list[str]:
     """kernels/NOTES.md v10's numbers from the seesaw with parts left out (results/seesaw_parts_h200.md)."""
     t, f = (ab_block_times("seesaw_parts_h200.md", i) for i in (0, 1))  # tensor-core work left out; tiles left out
-    (mine, fixed), (peer, peer_fixed) = pair_line(f, "rule", "new"), pair_line(f, "FlashMLA", "FlashMLA")
+    (mine, fixed), (peer, peer_fixed) = parts_lines()
     (mine0, fixed0), (peer0, peer_fixed0) = pair_line(t, "rule", "new"), pair_line(t, "FlashMLA", "FlashMLA")
     ring, _ = pair_line(t, "rule", "no_mma")
     cut = [x for (_, _, v), x in ab_runs("seesaw_parts_h200.md")[0].items() if v in ("no_pv", "no_qk")]
@@ -460,7 +475,7 @@ def test_readme_quotes_the_committed_results(group):
 def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
-                   + notes_v10_parts_claims(),
+                   + notes_v10_parts_claims() + notes_summary_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
