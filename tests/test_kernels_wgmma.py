@@ -121,23 +121,12 @@ def test_the_seesaw_kernel_reads_q_by_tma_where_its_rows_are_one_2d_view():
 PAIR_EDGES = [0, 1, 63, 64, 65, 127, 0, 0, 128, 129, 191, 192, 193, 255, 256, 257, 383, 384, 385]
 
 
-def q_in_layout(case, layout: str):
-    """(q_nope, q_pe) with case's values, laid out as a caller may hand them: "contiguous"; "slice", both views of
-    one [B, H, 576] tensor (heads 576 apart); "transposed", q_nope [H, B, 512] transposed (requests 512 apart)."""
-    if layout == "slice":
-        q = torch.cat([case.q_nope, case.q_pe], dim=-1)
-        return q[..., :512], q[..., 512:]
-    if layout == "transposed":
-        return case.q_nope.transpose(0, 1).contiguous().transpose(0, 1), case.q_pe
-    return case.q_nope, case.q_pe
-
-
 @pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
 @pytest.mark.parametrize("layout", ["contiguous", "slice", "transposed"])  # q by TMA, by TMA, through registers
 @pytest.mark.parametrize("splits", [1, 3, -1])  # -1: the balanced schedule, a part walking several segments
 def test_seesaw_at_every_tile_pair_edge_on_hopper(splits, layout):
     case = random_decode_case(5, heads=128, page_size=64, lens=PAIR_EDGES, dtype=torch.bfloat16, device="cuda")
-    q_nope, q_pe = q_in_layout(case, layout)
+    q_nope, q_pe = case.q_views(layout)
     assert (seesaw.q_descriptor(q_nope) is None) == (layout == "transposed")
     schedule = "balanced" if splits == -1 else "splits"
     ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")

@@ -128,8 +128,10 @@ def test_seesaw_takes_q_by_tma_where_its_rows_are_one_view(monkeypatch, layout, 
     (requests 512 apart): Q_TMA off and the cache's latent descriptor, the same type, in q's place (never read).
     On the host, the kernel replaced by a recorder."""
     case = random_decode_case(0, batch=3, heads=128, lens=[70, 5, 130], page_size=64, dtype=torch.bfloat16)
-    q_nope = {"contiguous": case.q_nope, "slice": torch.cat([case.q_nope, case.q_pe], -1)[..., :512],
-              "transposed": case.q_nope.transpose(0, 1).contiguous().transpose(0, 1)}[layout]
+    q_nope, q_pe = case.q_views(layout)
+    assert torch.equal(q_nope, case.q_nope) and torch.equal(q_pe, case.q_pe)  # the same values, laid out apart
+    with pytest.raises(ValueError, match="'contiguous', 'slice' or 'transposed', got 'strided'"):
+        case.q_views("strided")
     two = _Recorder()
     monkeypatch.setattr(seesaw, "stage1_seesaw_kernel", two)
     skt._launch_stage1("seesaw", (64, 64, 8, 2), q_nope, case.q_pe, case.cache, case.seq_lens,

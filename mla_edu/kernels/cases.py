@@ -46,6 +46,19 @@ class DecodeCase:
             outs.append(torch.softmax(q @ k.T * self.sm_scale, -1) @ k[:, :d_lat])  # [H, 512]
         return torch.stack(outs)
 
+    def q_views(self, layout: str = "contiguous") -> tuple[torch.Tensor, torch.Tensor]:
+        """(q_nope, q_pe) with this case's values, laid out as a caller may hand them: "contiguous" (as built);
+        "slice", both views of one [B, H, 576] tensor (heads 576 apart); "transposed", q_nope [H, B, 512]
+        transposed (requests 512 apart)."""
+        if layout == "slice":
+            q = torch.cat([self.q_nope, self.q_pe], dim=-1)
+            return q[..., :self.q_nope.size(-1)], q[..., self.q_nope.size(-1):]
+        if layout == "transposed":
+            return self.q_nope.transpose(0, 1).contiguous().transpose(0, 1), self.q_pe
+        if layout != "contiguous":
+            raise ValueError(f"layout: expected 'contiguous', 'slice' or 'transposed', got {layout!r}")
+        return self.q_nope, self.q_pe
+
     def workspace(self, num_kv_splits: int = -1, sm_count: int = 0) -> torch.Tensor:
         """A workspace big enough for ``num_kv_splits``, filled with 0xFF bytes (NaN as float32)."""
         b, h, d = self.q_nope.shape
