@@ -224,11 +224,16 @@ def notes_v8_claims() -> list[str]:
 STALLS = "kernel_stalls_h200_seesaw_sass.csv.gz"
 
 
+def ab_blocks(name: str) -> list[str]:
+    """The ``tools.stage1_ab`` output blocks (fenced) of results/``name``."""
+    return (RESULTS_DIR / name).read_text(encoding="utf-8").split("```")[1::2]
+
+
 def ab_runs(name: str) -> list[dict]:
     """Each ``tools.stage1_ab`` output block of results/``name``, parsed (``stage1_ab.parse``)."""
     from tools.stage1_ab import parse
 
-    return [parse(block) for block in (RESULTS_DIR / name).read_text(encoding="utf-8").split("```")[1::2]]
+    return [parse(block) for block in ab_blocks(name)]
 
 
 def span(values, digits: int = 2) -> str:
@@ -239,7 +244,7 @@ def span(values, digits: int = 2) -> str:
 
 def notes_v9_claims() -> list[str]:
     """kernels/NOTES.md v9's A/B, stall and bench numbers, from the results files it names."""
-    from tools.stall_summary import ALL, kernels, read, short_name, totals
+    from tools.stall_summary import ALL, kernels, read, samples, short_name, totals
 
     (q,), (kv,), (pieces, wg1) = (ab_runs(f"seesaw_ab_h200_{n}.md") for n in ("q_ahead", "kv_ahead", "rejected"))
     path = lambda run, p, v: [x for (_, pp, vv), x in run.items() if (pp, vv) == (p, v)]  # noqa: E731
@@ -251,8 +256,7 @@ def notes_v9_claims() -> list[str]:
     geo = math.exp(sum(map(math.log, pieces.values())) / len(pieces))
     tables = {short_name(name): rows for name, rows in kernels(read(str(RESULTS_DIR / STALLS)))}
     mine, peer = totals(tables["stage1_seesaw_kernel"]), totals(tables["flash_fwd_splitkv_mla_kernel"])
-    top = lambda c: sorted((int(float(r.get(c) or 0)) for r in tables["stage1_seesaw_kernel"]),  # noqa: E731
-                           reverse=True)
+    top = lambda c: sorted((int(samples(r, c)) for r in tables["stage1_seesaw_kernel"]), reverse=True)  # noqa: E731
     depbar = top("stall_barrier")[:5]
     unit = mine[ALL] / 100
     pair = lambda c: f"{mine[c] / unit:.1f} against {peer[c] / unit:.1f}"  # noqa: E731
@@ -298,13 +302,6 @@ def notes_v9_claims() -> list[str]:
             f"{big[0]['flashmla_us']:.0f} then {big[1]['flashmla_us']:.0f} us)"]
 
 
-def ab_block_times(name: str, block: int) -> dict:
-    """The times of ``tools.stage1_ab`` output block ``block`` of results/``name`` (``stage1_ab.times``)."""
-    from tools.stage1_ab import times
-
-    return times((RESULTS_DIR / name).read_text(encoding="utf-8").split("```")[1::2][block])
-
-
 def pair_line(times: dict, path: str, version: str) -> tuple[float, float]:
     """(us a pair, us besides) of a line through uniform B=64 at L=1024 and L=4096 (8 and 32 pairs of tiles)."""
     short, long = times["u B64 1024", path, version], times["u B64 4096", path, version]
@@ -332,15 +329,23 @@ def notes_v10_claims() -> list[str]:
             f"rule and auto replayed {'the same graph' if same else 'different graphs'} at every step"]
 
 
-def parts_lines() -> tuple[tuple[float, float], tuple[float, float]]:
-    """``pair_line`` of the kept seesaw and of FlashMLA in the tiles-left-out run of results/seesaw_parts_h200.md."""
-    f = ab_block_times("seesaw_parts_h200.md", 1)
-    return pair_line(f, "rule", "new"), pair_line(f, "FlashMLA", "FlashMLA")
+def parts_runs() -> tuple[dict, dict, dict]:
+    """results/seesaw_parts_h200.md's two runs, tensor-core work left out then tiles left out: the first's
+    ratios (``stage1_ab.parse``), then each one's times (``stage1_ab.times``)."""
+    from tools.stage1_ab import parse, times
+
+    mma, tiles = ab_blocks("seesaw_parts_h200.md")
+    return parse(mma), times(mma), times(tiles)
+
+
+def parts_lines(times: dict) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``pair_line`` of the kept seesaw and of FlashMLA in one run of ``parts_runs``."""
+    return pair_line(times, "rule", "new"), pair_line(times, "FlashMLA", "FlashMLA")
 
 
 def notes_summary_claims() -> list[str]:
     """kernels/NOTES.md's opening "Where it stands": README's schedule numbers and v10's two ratios."""
-    (mine, fixed), (peer, peer_fixed) = parts_lines()
+    (mine, fixed), (peer, peer_fixed) = parts_lines(parts_runs()[2])
     readme = schedule_claims()
     return [readme[0], readme[3],
             f"a pair costs the seesaw {mine / peer:.2f}x what it costs FlashMLA, and the rest of a call "
@@ -349,11 +354,11 @@ def notes_summary_claims() -> list[str]:
 
 def notes_v10_parts_claims() -> list[str]:
     """kernels/NOTES.md v10's numbers from the seesaw with parts left out (results/seesaw_parts_h200.md)."""
-    t, f = (ab_block_times("seesaw_parts_h200.md", i) for i in (0, 1))  # tensor-core work left out; tiles left out
-    (mine, fixed), (peer, peer_fixed) = parts_lines()
-    (mine0, fixed0), (peer0, peer_fixed0) = pair_line(t, "rule", "new"), pair_line(t, "FlashMLA", "FlashMLA")
+    x, t, f = parts_runs()  # tensor-core work left out (ratios, times); tiles left out (times)
+    (mine, fixed), (peer, peer_fixed) = parts_lines(f)
+    (mine0, fixed0), (peer0, peer_fixed0) = parts_lines(t)
     ring, _ = pair_line(t, "rule", "no_mma")
-    cut = [x for (_, _, v), x in ab_runs("seesaw_parts_h200.md")[0].items() if v in ("no_pv", "no_qk")]
+    cut = [r for (_, _, v), r in x.items() if v in ("no_pv", "no_qk")]
     ragged = sorted({shape for shape, _, _ in f if shape[0] == "r"})
     empty = [f[r, "balanced", "empty"] for r in ragged]
     share = [f[r, "balanced", "empty"] / f[r, "balanced", "new"] for r in ragged]

@@ -29,7 +29,8 @@ def kernels(text: str) -> list[tuple[str, list[dict]]]:
     return out
 
 
-def _num(row: dict, col: str) -> float:
+def samples(row: dict, col: str) -> float:
+    """A row's samples in column ``col`` (0 where empty or not a number)."""
     try:
         return float(row.get(col) or 0)
     except ValueError:
@@ -49,7 +50,7 @@ def short_name(name: str) -> str:
 
 def totals(rows: list[dict]) -> dict:
     """One kernel's samples: ``ALL`` and each stall reason (all samples, issued or not), summed over its rows."""
-    return {c: sum(_num(r, c) for r in rows) for c in rows[0]
+    return {c: sum(samples(r, c) for r in rows) for c in rows[0]
             if c == ALL or (c.startswith("stall_") and "Not Issued" not in c)}
 
 
@@ -68,11 +69,11 @@ def summary(text: str, top: int = 5) -> str:
         for c in REASONS[:3]:
             lines.append(f"   where {c} samples most (a branch: with the instruction it follows, an mbarrier's "
                          "try-wait loop):")
-            for i in sorted(range(len(rows)), key=lambda i: -_num(rows[i], c))[:top]:
+            for i in sorted(range(len(rows)), key=lambda i: -samples(rows[i], c))[:top]:
                 src = rows[i]["Source"].strip()
                 if "BRA" in src and i:
                     src = f"{rows[i - 1]['Source'].strip()} ; {src}"
-                lines.append(f"      {int(_num(rows[i], c)):6d}  {src[:100]}")
+                lines.append(f"      {int(samples(rows[i], c)):6d}  {src[:100]}")
     return "\n".join(lines)
 
 
