@@ -665,7 +665,8 @@ assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the ker
 # The schedule takes the rule's 0.37x of FlashMLA on ragged batches to 0.92x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
 # within 7% of FlashMLA or faster at every batch. At 128 heads it reaches 0.74-0.83x of FlashMLA: mostly the
-# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernels/NOTES.md`, v8 and v9). The price is a fixed cost the split rule does not pay, seen at
+# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernels/NOTES.md`, v8 and v9). The
+# price is a fixed cost the split rule does not pay, seen at
 # small uniform batches (1.2-1.7x the best split there): the merge's launch and the partials of requests
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the
 # host at every step: the schedule for ragged batches, the rule for uniform ones.

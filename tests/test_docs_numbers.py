@@ -22,6 +22,7 @@ from mla_edu.util import PAGE_SIZE
 #: GSM8K of the five eager runs in PR #6998's description (docs/sources.md); the seed's guess uses their mean
 PR_6998_EAGER_RUNS = (0.917, 0.917, 0.910, 0.920, 0.916)
 NOTEBOOK_06 = REPO_ROOT / "notebooks" / "06_reproducing_the_zero_accuracy_bug.py"
+NOTEBOOK_04 = REPO_ROOT / "notebooks" / "04_decode_kernel.py"
 ROW_LABELS = {  # README's Results table: key in repro's JSON -> (run, kernel) cells
     "eager": ("cutlass_mla, `--disable-cuda-graph`", "model's scale"),
     "prefix": ("cutlass_mla, CUDA graph, before the fix (`7059ae16f`)", "bug-era"),
@@ -483,6 +484,26 @@ def test_notes_quote_the_kernel_bench():
                    + notes_v10_parts_claims() + notes_summary_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
+
+
+def notebook_04_claims() -> list[str]:
+    """Notebook 04's prose after its schedule-bench and engine cells, from the results files those cells print."""
+    _, x, s = schedule_numbers()
+    small = [r["balanced_us"] / r["best_us"] for r in result("kernel_bench_h200_schedule.json")["uniform"]
+             if r["batch"] <= 4]
+    engine = result("engine_decode_h200.json")
+    apart = max(abs(engine[k] - 1) for k in ("auto_over_rule", "balanced_over_rule"))
+    return [f"The schedule takes the rule's {s['ragged_rule_x_flashmla']['geomean']:.2f}x of FlashMLA on ragged "
+            f"batches to {s['ragged_balanced_x_flashmla']['geomean']:.2f}x",
+            f"within {100 * (1 - min(x[16])):.0f}% of FlashMLA or faster at every batch",
+            f"At 128 heads it reaches {span(x[128])}x of FlashMLA",
+            f"small uniform batches ({span(small, 1)}x the best split there)",
+            f"All three within {100 * apart:.0f}%, the same tokens"]
+
+
+def test_notebook_04_quotes_the_schedule_bench():
+    lost = missing(notebook_04_claims(), NOTEBOOK_04.read_text(encoding="utf-8"))
+    assert not lost, "notebooks/04_decode_kernel.py does not say:\n" + "\n".join(lost)
 
 
 def test_the_seed_numbers_have_one_source():
