@@ -32,11 +32,11 @@ def test_segments_cover_every_token_once(page, max_pages, lens, parts):
     n = [min(cdiv(max(x, 0), page), max_pages) for x in lens]
     w = [k + sc.FIXED_OVERHEAD_PAGES if k else 0 for k in n]
     chunk = max(cdiv(sum(w), parts), sc.MIN_PART_PAGES, cdiv(max(w), sc.MAX_PIECES - 1))
-    for p in range(parts):  # each part near its share: at most chunk page-times of pages
-        assert sum(cdiv(s.t_end - s.t_start, page) for s in segs if s.part == p) <= chunk
-    if any(n):  # the last page of the last request sits at sum(w) - w_l / n_l on the line: the chunk is exact
-        last = max(b for b in range(len(n)) if n[b])
-        assert max(s.part for s in segs) == (sum(w) * n[last] - w[last]) // (n[last] * chunk)
+    for p in range(parts):  # each part near its share: at most chunk pages, and one overhead beyond it in all
+        mine = [cdiv(s.t_end - s.t_start, page) for s in segs if s.part == p]
+        assert sum(mine) <= chunk and sum(mine) + len(mine) * sc.FIXED_OVERHEAD_PAGES <= chunk + sc.FIXED_OVERHEAD_PAGES
+    if any(n):  # the last page of the last request sits at sum(w) - 1 on the line: the chunk is exact
+        assert max(s.part for s in segs) == (sum(w) - 1) // chunk
     for b, x in enumerate(lens):
         mine = [s for s in segs if s.request == b]
         if not n[b]:

@@ -19,12 +19,16 @@ every replay.
 * request ``b`` has ``n_b = ceil(len_b / PAGE)`` pages (clamped to ``[0, max_pages]``) and costs
   ``w_b = n_b + FIXED_OVERHEAD_PAGES`` page-times (0 for an empty request): the overhead, as FlashMLA's,
   is its q load, the ring's first fill and its partial;
-* the requests' costs are laid end to end on one line, request ``b`` at ``[W_b, W_b + w_b)``, and its page
-  ``k`` at ``x = W_b + k * w_b / n_b`` (the overhead spread over its pages, so a short request weighs
-  more per page);
+* the requests' costs are laid end to end on one line, request ``b`` at ``[W_b, W_b + w_b)``: first its
+  overhead, then its pages, page ``k`` at ``x = W_b + FIXED_OVERHEAD_PAGES + k``;
 * part ``p`` (one persistent program per head block, ``num_parts`` of them fill the GPU once) takes the
   pages with ``x`` in ``[p * chunk, (p + 1) * chunk)``, ``chunk = ceil(sum w_b / num_parts)`` (at least
   ``MIN_PART_PAGES``, and large enough that no request is cut into more than ``MAX_PIECES``);
+* a part pays for its pages and one overhead per request it holds. Every such overhead lies on its stretch of
+  the line except, perhaps, its first request's (begun in an earlier part): no part costs more than
+  ``chunk + FIXED_OVERHEAD_PAGES`` page-times, FlashMLA's bound (its ``payload``, line 34, is a part's share plus
+  one overhead, and each piece pays its own, lines 44-62). Spread over the request's pages instead (page ``k``
+  at ``W_b + k * w_b / n_b``, ``kernels/NOTES.md`` v11), the overheads let a part cost nearly two beyond its share;
 * so a long request is cut across several parts and a part holds several short requests, walked in order;
   a request whose pages all fall in one part is written to the output there, the others leave one
   partial per part, in workspace row ``p + b`` (unique: both indices grow along the line), which stage 2
@@ -134,13 +138,11 @@ def _cost(len_b, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
 
 
 @triton.jit
-def _parts_of(start, n, w, chunk):
+def _parts_of(start, n, chunk, OVERHEAD: tl.constexpr):
     """(p_first, p_last): the parts holding a request's first and last page (``p_last < p_first`` when it has
-    none), from its place on the line; scalars or vectors."""
-    n_safe = tl.maximum(n, 1)
-    p_first = start // chunk
-    x_last = start.to(tl.int64) * n_safe + (n_safe - 1) * w  # page n-1's place on the line, times n
-    return p_first, tl.where(n > 0, (x_last // (n_safe * chunk)).to(tl.int32), p_first - 1)
+    none), from its place on the line (its pages at ``start + OVERHEAD`` on); scalars or vectors."""
+    p_first = (start + OVERHEAD) // chunk
+    return p_first, tl.where(n > 0, (start + OVERHEAD + n - 1) // chunk, p_first - 1)
 
 
 @triton.jit
@@ -153,7 +155,7 @@ def batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE: tl.constexpr, OVER
     start = tl.cumsum(w, 0) - w
     chunk = tl.maximum((tl.sum(w, 0) + parts - 1) // parts, MIN_PAGES)
     chunk = tl.maximum(chunk, (tl.max(w, 0) + MAX_PIECES - 2) // (MAX_PIECES - 1))
-    p_first, p_last = _parts_of(start, n, w, chunk)
+    p_first, p_last = _parts_of(start, n, chunk, OVERHEAD)
     return n, start, p_first, p_last, chunk
 
 
@@ -192,13 +194,9 @@ def segment(seq_lens_ptr, b, p, start, chunk, max_pages, PAGE: tl.constexpr, OVE
     tokens ``[t_start, t_end)`` (perhaps none), ``live`` whether part p holds any of b's pages, ``flag`` DIRECT
     or PARTIAL, ``row`` ``p + b`` (its workspace row) and ``next`` request b + 1's place on the line."""
     len_b, n_b, w_b = _cost(tl.load(seq_lens_ptr + b), max_pages, PAGE, OVERHEAD)
-    pf, pl = _parts_of(start, n_b, w_b, chunk)
-    n64 = n_b.to(tl.int64)
-    w64 = tl.maximum(w_b, 1).to(tl.int64)
-    lo = tl.maximum(p * chunk - start, 0).to(tl.int64)  # the part's bounds on b's stretch of the line
-    hi = tl.maximum((p + 1) * chunk - start, 0).to(tl.int64)
-    k_lo = tl.minimum((lo * n64 + w64 - 1) // w64, n64).to(tl.int32)  # first page k with x_k >= p * chunk
-    k_hi = tl.minimum((hi * n64 + w64 - 1) // w64, n64).to(tl.int32)  # first page k with x_k >= (p + 1) * chunk
+    pf, pl = _parts_of(start, n_b, chunk, OVERHEAD)
+    k_lo = tl.minimum(tl.maximum(p * chunk - start - OVERHEAD, 0), n_b)  # first page k with x_k >= p * chunk
+    k_hi = tl.minimum(tl.maximum((p + 1) * chunk - start - OVERHEAD, 0), n_b)  # ... >= (p + 1) * chunk
     live = (n_b > 0) & (pf <= p) & (p <= pl)
     flag = tl.where(pf == pl, 1, 0)  # DIRECT, PARTIAL
     return k_lo * PAGE, tl.minimum(k_hi * PAGE, len_b), live, flag, p + b, start + w_b  # k_hi <= n_b: in the row
