@@ -568,8 +568,8 @@ assert rule_splits == 2 and spans["balanced"] < spans["rule"] / 4
 # The balanced schedule (`mla_edu.kernels.schedule`) shares the batch's work out instead, the way
 # FlashMLA does (below). Request b has $n_b$ pages and costs $w_b = n_b + 5$ page-times (the 5: its
 # q load, the first pages in flight, its partial). Lay the 64 costs end to end on one line, request b at
-# $[W_b, W_b + w_b)$ with $W_b$ the sum of the costs before it, and page k of request b at
-# $W_b + k\,w_b / n_b$ (the overhead spread over its pages). Cut the line into `num_parts` equal parts,
+# $[W_b, W_b + w_b)$ with $W_b$ the sum of the costs before it: first its overhead, then its pages, page k
+# at $W_b + 5 + k$. Cut the line into `num_parts` equal parts,
 # one per SM here (16 heads are one head block, so a part is one program): part p takes the pages whose
 # place falls in $[p \cdot \text{chunk}, (p + 1) \cdot \text{chunk})$, chunk = ceil(total / parts). The
 # stage-1 grid is (parts, head blocks) and each program is persistent: it walks its part's requests in
@@ -602,11 +602,14 @@ for b, n in enumerate(ragged):  # every token of every request read once, by con
     assert [s.part for s in mine] == list(range(mine[0].part, mine[0].part + len(mine)))
     assert {s.flag for s in mine} == {schedule.DIRECT if len(mine) == 1 else schedule.PARTIAL}
 assert len(segs) <= schedule.workspace_rows(64, parts) and pieces[longest] <= schedule.MAX_PIECES
-assert chunk < spans["balanced"] < 1.5 * chunk  # a cut request pays its fixed cost again in every part
+assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one fixed cost beyond the share, at most
 
 # %% [markdown]
-# Every part holds 29 page-times of the line, yet the last part finishes after 38: each piece of a cut
-# request pays the fixed cost of 5 again, which the line counted once. Below, which SM runs what when.
+# Every part holds 29 page-times of the line, yet the last part finishes after 34: a part whose first
+# request began in an earlier part pays that request's fixed cost of 5 again, off its own stretch of the
+# line. Every other cost it pays lies on its stretch, so no part runs past chunk + 5. (Spread the overhead
+# over a request's pages instead, and a part cut on both ends pays nearly two: 38 here, `kernels/NOTES.md`
+# v11.) Below, which SM runs what when.
 # Above, the rule's 128 programs, placed as the block scheduler places them (simulated: the next
 # program to the first free SM); below, each SM's persistent program walking its part's segments
 # (`schedule.part_timeline`). Request 53 is hatched:
@@ -621,8 +624,9 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # (`docs/sources.md`, at `9edee0c`) therefore has `get_mla_metadata`: one warp
 # (`csrc/kernels/get_mla_metadata.cu` lines 8-75) sums the batch's 64-token blocks plus a fixed
 # overhead of 5 per request (`csrc/kernels/config.h` line 11), gives each of `num_sm_parts` parts an
-# equal payload (line 34; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`, `csrc/flash_api.cpp` line
-# 39) and writes where each part begins and ends. Its attention kernel is persistent, one CTA per part,
+# equal payload (line 34: the share plus one overhead, since every piece of a cut request pays its own,
+# lines 44-62; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`, `csrc/flash_api.cpp` line 39) and
+# writes where each part begins and ends. Its attention kernel is persistent, one CTA per part,
 # so the grid says nothing about the work: each CTA reads its begin and end from that tensor and walks
 # the requests between (`csrc/kernels/splitkv_mla.cu` lines 1019-1039), and the combine kernel merges
 # each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-30).
@@ -630,15 +634,17 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # mla_edu keeps the idea and drops the kernel that runs first. FlashMLA's thread fills the parts one
 # after the other (lines 38-67), so its answer has to be written down for the attention kernel to read.
 # Cut the line at multiples of chunk instead, and every part's requests follow from the lengths alone:
-# a prefix sum gives each request's place $W_b$, and its parts run from $W_b$ // chunk to its last page's
-# place // chunk. So every stage-1 program loads `seq_lens` (one vector of B lengths), computes the
-# same closed form and keeps its own part (`schedule.batch_plan`, `part_requests`, `segment`); stage 2,
-# whose programs each merge one request's rows for 16 heads, computes it again to find those rows. Row p + b stands in for FlashMLA's
-# per-request split offsets (lines 48-49). No table and no extra launch: the grid (parts x head blocks)
-# and the workspace are fixed by shapes and the kernels read the lengths at every step, so a CUDA graph
-# captured once follows new lengths at each replay (`test_graph_replay_follows_new_lengths` in
-# `tests/test_kernels_schedule.py`, which passed on the H200 with every stage-1 kernel). The price: every program redoes a prefix sum over B
-# lengths, a few vector operations next to its pages' loads.
+# a prefix sum gives each request's place $W_b$, and its parts run from its first page's place,
+# $(W_b + 5)$ // chunk, to its last page's, $(W_b + w_b - 1)$ // chunk. With the overhead before the
+# pages, the line keeps FlashMLA's bound. So every stage-1 program loads `seq_lens` (one vector of B
+# lengths), computes the same closed form and keeps its own part (`schedule.batch_plan`, `part_requests`,
+# `segment`); stage 2, whose programs each merge one request's rows for 16 heads, computes it again to
+# find those rows. Row p + b stands in for FlashMLA's per-request split offsets (lines 48-49). No table
+# and no extra launch: the grid (parts x head blocks) and the workspace are fixed by shapes and the
+# kernels read the lengths at every step, so a CUDA graph captured once follows new lengths at each
+# replay (`test_graph_replay_follows_new_lengths` in `tests/test_kernels_schedule.py`, which passed on
+# the H200 with every stage-1 kernel). The price: every program redoes a prefix sum over B lengths, a few
+# vector operations next to its pages' loads.
 #
 # On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
 # on the same bytes; time in us):
@@ -662,12 +668,12 @@ assert all(r["flashmla_us"] / r["balanced_us"] > 0.92 for r in sched_bench["ragg
 assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the kernel itself lags
 
 # %% [markdown]
-# The schedule takes the rule's 0.37x of FlashMLA on ragged batches to 0.92x, and beats the best single
+# The schedule takes the rule's 0.37x of FlashMLA on ragged batches to 0.97x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
-# within 7% of FlashMLA or faster at every batch. At 128 heads it reaches 0.74-0.83x of FlashMLA: mostly the
+# within 5% of FlashMLA or faster at every batch. At 128 heads it reaches 0.79-0.95x of FlashMLA: mostly the
 # stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernels/NOTES.md`, v8 and v9). The
 # price is a fixed cost the split rule does not pay, seen at
-# small uniform batches (1.2-1.7x the best split there): the merge's launch and the partials of requests
+# small uniform batches (1.1-1.6x the best split there): the merge's launch and the partials of requests
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the
 # host at every step: the schedule for ragged batches, the rule for uniform ones.
 #

@@ -141,6 +141,8 @@ def notes_claims() -> list[str]:
 
 #: The schedule bench's run at the v8 kernel, which kernels/NOTES.md's v7 and v8 sections quote
 SCHEDULE_V8 = "kernel_bench_h200_schedule_v8.json"
+#: ... and at v9's kernel and schedule, which its v9 and v10 sections quote
+SCHEDULE_V9 = "kernel_bench_h200_schedule_v9.json"
 
 
 def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
@@ -261,10 +263,10 @@ def notes_v9_claims() -> list[str]:
     depbar = top("stall_barrier")[:5]
     unit = mine[ALL] / 100
     pair = lambda c: f"{mine[c] / unit:.1f} against {peer[c] / unit:.1f}"  # noqa: E731
-    _, x, s = schedule_numbers()
+    _, x, s = schedule_numbers(SCHEDULE_V9)
     _, x8, s8 = schedule_numbers(SCHEDULE_V8)
     h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
-    run, v8 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V8)
+    run, v8 = result(SCHEDULE_V9), result(SCHEDULE_V8)
     uni = [(a, b) for a, b in zip(v8["uniform"], run["uniform"]) if b["heads"] == 128 and b["batch"] >= 4]
     worst = worst_h128_backend(run)
     rule = [b["rule_us"] / a["rule_us"] - 1 for a, b in uni]
@@ -383,6 +385,110 @@ def notes_v10_parts_claims() -> list[str]:
             f"**The pairs** ({mine:.2f} against {peer:.2f} us)"]
 
 
+def spread_makespan(lens: list[int], page: int, parts: int) -> int:
+    """The slowest part's page-times (pages plus one overhead per segment) of v5-v10's line, which spread each
+    request's overhead over its pages (page k of request b at ``W_b + k w_b / n_b``): a model of the old
+    ``schedule.segment``, for kernels/NOTES.md v11's prediction."""
+    from collections import Counter
+
+    from mla_edu.kernels import schedule as sc
+    from mla_edu.util import cdiv
+
+    o = sc.FIXED_OVERHEAD_PAGES
+    n = [cdiv(max(x, 0), page) for x in lens]
+    w = [k + o if k else 0 for k in n]
+    chunk = max(cdiv(sum(w), parts), sc.MIN_PART_PAGES, cdiv(max(w), sc.MAX_PIECES - 1))
+    load, start = [0] * parts, 0
+    for k_b, w_b in zip(n, w):
+        for p, pages in Counter((start * k_b + k * w_b) // (k_b * chunk) for k in range(k_b)).items():
+            load[p] += pages + o
+        start += w_b
+    return max(load)
+
+
+def flashmla_makespan(lens: list[int], page: int, parts: int) -> int:
+    """The same for FlashMLA's walk (``get_mla_metadata.cu`` at ``9edee0c``, lines 34-62): each part takes whole
+    requests while they fit its payload (its share plus one overhead), then a piece of the next if more than the
+    overhead is left; every piece pays the overhead."""
+    from mla_edu.kernels import schedule as sc
+    from mla_edu.util import cdiv
+
+    o = sc.FIXED_OVERHEAD_PAGES
+    n = [cdiv(max(x, 0), page) for x in lens]
+    payload = max(cdiv(sum(k + o for k in n), parts) + o, 2 * o)
+    load, b, done = [0] * parts, 0, 0
+    for p in range(parts):
+        left = payload
+        while b < len(n):
+            if left >= n[b] - done + o:  # the rest of request b fits
+                load[p] += n[b] - done + o
+                left -= n[b] - done + o
+                b, done = b + 1, 0
+            else:  # a piece of it, if more than its overhead is left
+                if left > o:
+                    load[p] += left
+                    done += left - o
+                break
+    assert b == len(n)
+    return max(load)
+
+
+def notes_v11_claims() -> list[str]:
+    """kernels/NOTES.md v11's PDL A/B, the schedule's modelled makespans and the bench's outcome."""
+    from mla_edu.kernels import schedule as sc
+    from mla_edu.util import cdiv
+    from tools.schedule_bench import PAGE, problems
+
+    (pdl,) = ab_runs("seesaw_ab_h200_pdl.md")
+    geo = math.exp(sum(map(math.log, pdl.values())) / len(pdl))
+    one = [x for (shape, p, _), x in pdl.items() if p == "rule" and shape in ("u B64 1024", "u B128 1024")]
+    run, v9 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V9)
+    model = []  # (row, spread, now, FlashMLA's) per ragged batch, the bench's lengths in its order
+    sms = run["info"]["sm_count"]
+    for r, (_, heads, lens) in zip(run["ragged"], problems(uniform=False), strict=True):
+        assert (r["heads"], r["batch"], r["lens_max"]) == (heads, len(lens), max(lens))
+        parts = sc.num_parts(heads, sms, len(lens), cdiv(max(lens), PAGE))
+        model.append((r, spread_makespan(lens, PAGE, parts), sc.part_timeline(lens, PAGE, heads, sms)[1],
+                      flashmla_makespan(lens, PAGE, parts)))
+    gain = {round(old - now) for _, old, now, _ in model}
+    equal = [m for m in model if m[2] == m[3]]
+    (odd,) = [m for m in model if m[2] != m[3]]
+    rel = [(old - now) / old for _, old, now, _ in model]
+    most, least = max(model, key=lambda m: (m[1] - m[2]) / m[1]), min(model, key=lambda m: (m[1] - m[2]) / m[1])
+    faster = [1 - b["balanced_us"] / a["balanced_us"] for a, b in zip(v9["ragged"], run["ragged"])]
+    fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in zip(v9["ragged"], run["ragged"])]
+    small = [(f, m) for f, m in zip(faster, model) if m[0]["heads"] == 128 and m[0]["batch"] == 16]
+    _, x, s = schedule_numbers()
+    _, x9, s9 = schedule_numbers(SCHEDULE_V9)
+    h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
+    h128_9 = s9["uniform_h128_backend_x_flashmla"]
+    worst = worst_h128_backend(run)
+    n128 = sum(r["heads"] == 128 and r["batch"] >= 4 for r in run["uniform"])
+    return [f"geomean {geo:.3f}x over the {len(pdl)} timings ({span(pdl.values(), 3)}x)",
+            f"one kernel right behind the last, {span([100 * (x - 1) for x in one], 1)}%",
+            f"finishes\n{gain.pop()} page-times earlier at every batch",
+            f"equals FlashMLA's at {len(equal)} of {len(model)} batches ({odd[2] - odd[3]:.0f} page-time more\nat "
+            f"h_q={odd[0]['heads']}, B={odd[0]['batch']}, median {odd[0]['lens_median']})",
+            f"Relative to the makespan, {span([100 * r for r in rel], 0)}%: the most at h_q={most[0]['heads']}, "
+            f"B={most[0]['batch']} ({most[1]} -> {most[2]:.0f}), the least at the largest "
+            f"({least[1]} -> {least[2]:.0f})",
+            f"the balanced path is {span([100 * f for f in faster], 1)}% faster at every ragged batch, while\n"
+            f"FlashMLA's own times moved by {100 * min(fm):.1f}% to +{100 * max(fm):.1f}%",
+            f"Most at h_q=128, B=16 ({' and '.join(f'{100 * f:.1f}' for f, _ in small)}%), where the\nmodel "
+            f"predicted {' and '.join(f'{100 * (m[1] - m[2]) / m[1]:.0f}' for _, m in small)}%",
+            f"The ragged geomean goes from {s9['ragged_balanced_x_flashmla']['geomean']:.2f}x to "
+            f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x FlashMLA; h_q=128 from\n{span(x9[128])}x to "
+            f"{span(x[128])}x",
+            f"| {s['ragged_balanced_x_flashmla']['geomean']:.2f}x "
+            f"(v9 {s9['ragged_balanced_x_flashmla']['geomean']:.2f}x, "
+            f"the rule {s['ragged_rule_x_flashmla']['geomean']:.2f}x); "
+            f"h_q=16 {span(x[16])}x, h_q=128 {span(x[128])}x |",
+            f"what the backend runs: {h128['below_0.9']} of {n128} shapes below, min {h128['min']:.2f}x "
+            f"(B={worst['batch']}, L={worst['lens_max']}), geomean {h128['geomean']:.2f}x",
+            f"what the backend runs: {h16['geomean']:.2f}x, min {h16['min']:.2f}x",
+            f"(v9: {h128_9['below_0.9']} of 12\nbelow 0.9x, min {h128_9['min']:.2f}x)"]
+
+
 def kernel_row(heads: int, batch: int, length: int, which: str = "stage1") -> dict:
     """One row of results/kernel_bench_h200_{which}.json (page 64)."""
     return next(r for r in result(f"kernel_bench_h200_{which}.json")["results"]
@@ -481,13 +587,18 @@ def test_readme_quotes_the_committed_results(group):
 def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
-                   + notes_v10_parts_claims() + notes_summary_claims(),
+                   + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
 
 def notebook_04_claims() -> list[str]:
-    """Notebook 04's prose after its schedule-bench and engine cells, from the results files those cells print."""
+    """Notebook 04's prose after its schedule-bench and engine cells, from the results files those cells print;
+    and its batch's makespan on v5-v10's line (``spread_makespan``), which it quotes beside the one it prints."""
+    from mla_edu.kernels import schedule as sc
+
+    ragged = sc.lognormal_lengths(64, 2048, seed=0)  # the notebook's batch: 16 heads, page 64, 132 SMs
+    spread = spread_makespan(ragged, 64, sc.num_parts(16, 132, 64, -(-max(ragged) // 64)))
     _, x, s = schedule_numbers()
     small = [r["balanced_us"] / r["best_us"] for r in result("kernel_bench_h200_schedule.json")["uniform"]
              if r["batch"] <= 4]
@@ -498,7 +609,8 @@ def notebook_04_claims() -> list[str]:
             f"within {100 * (1 - min(x[16])):.0f}% of FlashMLA or faster at every batch",
             f"At 128 heads it reaches {span(x[128])}x of FlashMLA",
             f"small uniform batches ({span(small, 1)}x the best split there)",
-            f"All three within {100 * apart:.0f}%, the same tokens"]
+            f"All three within {100 * apart:.0f}%, the same tokens",
+            f"a part cut on both ends pays nearly two: {spread} here"]
 
 
 def test_notebook_04_quotes_the_schedule_bench():
