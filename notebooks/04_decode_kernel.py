@@ -565,21 +565,21 @@ assert rule_splits == 2 and spans["balanced"] < spans["rule"] / 4
 # the only one that long, so its two programs read 256 pages each while the rest of the GPU sat idle
 # long before.
 #
-# The balanced schedule (`mla_edu.kernels.schedule`) shares the batch's work out instead, the way
-# FlashMLA does (below). Request b has $n_b$ pages and costs $w_b = n_b + 5$ page-times (the 5: its
-# q load, the first pages in flight, its partial). Lay the 64 costs end to end on one line, request b at
-# $[W_b, W_b + w_b)$ with $W_b$ the sum of the costs before it: first its overhead, then its pages, page k
-# at $W_b + 5 + k$. Cut the line into `num_parts` equal parts,
-# one per SM here (16 heads are one head block, so a part is one program): part p takes the pages whose
-# place falls in $[p \cdot \text{chunk}, (p + 1) \cdot \text{chunk})$, chunk = ceil(total / parts). The
-# stage-1 grid is (parts, head blocks) and each program is persistent: it walks its part's requests in
-# order, reading each one's segment of pages. So a long request is cut across several parts, and a part
-# holds several short requests. A request that lands in one part is finished there and written to the
-# output; a cut one leaves one partial per part, in workspace row p + b. Along the line the next segment
-# is in the next part or of the next request, so p + b only grows: one row per segment, `parts + B - 1`
-# rows in all, a size fixed by shapes. Stage 2 merges rows $p_{first}(b) + b$ to $p_{last}(b) + b$ by
-# log-sum-exp, as section 4 merged splits. Parts 0 and 1, and the first pieces of request 53, from
-# the kernels' own arithmetic (`schedule.segments`, here in Triton's interpreter):
+# The balanced schedule (`mla_edu.kernels.schedule`) shares the batch's work out instead, the way FlashMLA
+# does (below). Request b has $n_b$ pages and costs $w_b = n_b + 5$ page-times (the 5: its q load, the first
+# pages in flight, its partial). Lay the 64 costs end to end on one line, request b at $[W_b, W_b + w_b)$
+# with $W_b$ the sum of the costs before it: first its overhead, then its pages, page k at $W_b + 5 + k$.
+# Cut the line into `num_parts` equal parts, one per SM here (16 heads are one head block, so a part is one
+# program): part p takes the pages whose place falls in
+# $[p \cdot \text{chunk}, (p + 1) \cdot \text{chunk})$, chunk = ceil(total / parts). The stage-1 grid is
+# (parts, head blocks) and each program is persistent: it walks its part's requests in order, reading each
+# one's segment of pages. So a long request is cut across several parts, and a part holds several short
+# requests. A request that lands in one part is finished there and written to the output; a cut one leaves
+# one partial per part, in workspace row p + b. Along the line the next segment is in the next part or of
+# the next request, so p + b only grows: one row per segment, `parts + B - 1` rows in all, a size fixed by
+# shapes. Stage 2 merges rows $p_{first}(b) + b$ to $p_{last}(b) + b$ by log-sum-exp, as section 4 merged
+# splits. Parts 0 and 1, and the first pieces of request 53, from the kernels' own arithmetic
+# (`schedule.segments`, here in Triton's interpreter):
 
 # %%
 max_pages = math.ceil(max(ragged) / 64)  # 512: the widest row
@@ -609,8 +609,7 @@ assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one
 # request began in an earlier part pays that request's fixed cost of 5 again, off its own stretch of the
 # line. Every other cost it pays lies on its stretch, so no part runs past chunk + 5. (Spread the overhead
 # over a request's pages instead, and a part cut on both ends pays nearly two: 38 here, `kernels/NOTES.md`
-# v11.) Below, which SM runs what when.
-# Above, the rule's 128 programs, placed as the block scheduler places them (simulated: the next
+# v11.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places them (simulated: the next
 # program to the first free SM); below, each SM's persistent program walking its part's segments
 # (`schedule.part_timeline`). Request 53 is hatched:
 
