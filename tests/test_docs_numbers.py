@@ -433,11 +433,37 @@ def flashmla_makespan(lens: list[int], page: int, parts: int) -> int:
     return max(load)
 
 
+@cache
+def bench_makespans(sms: int) -> tuple[tuple[int, list[int], float], ...]:
+    """(h_q, lengths, modelled makespan) of each ragged problem of the schedule bench, in its order: the balanced
+    schedule's slowest part in page-times, from the kernels' own arithmetic (``schedule.part_timeline``, ~1 s each
+    in Triton's interpreter: computed once)."""
+    from mla_edu.kernels import schedule as sc
+    from tools.schedule_bench import PAGE, problems
+
+    return tuple((h, lens, sc.part_timeline(lens, PAGE, h, sms)[1]) for _, h, lens in problems(uniform=False))
+
+
+def makespan_line(run: dict, heads: int, key: str) -> tuple[float, float, float]:
+    """(us a page-time, us besides, largest residual): a least-squares line through a schedule bench's ragged rows
+    at ``heads``, time (``key``) against the balanced schedule's modelled makespan (``bench_makespans``)."""
+    import statistics
+
+    xs, ys = [], []
+    for r, (h, lens, span_) in zip(run["ragged"], bench_makespans(run["info"]["sm_count"]), strict=True):
+        assert (r["heads"], r["batch"], r["lens_max"]) == (h, len(lens), max(lens))
+        if h == heads:
+            xs.append(span_)
+            ys.append(r[key])
+    fit = statistics.linear_regression(xs, ys)
+    return fit.slope, fit.intercept, max(abs(y - fit.intercept - fit.slope * x) for x, y in zip(xs, ys))
+
+
 def notes_v11_claims() -> list[str]:
     """kernels/NOTES.md v11's PDL A/B, the schedule's modelled makespans and the bench's outcome."""
     from mla_edu.kernels import schedule as sc
     from mla_edu.util import cdiv
-    from tools.schedule_bench import PAGE, problems
+    from tools.schedule_bench import PAGE
 
     (pdl,) = ab_runs("seesaw_ab_h200_pdl.md")
     geo = math.exp(sum(map(math.log, pdl.values())) / len(pdl))
@@ -445,11 +471,10 @@ def notes_v11_claims() -> list[str]:
     run, v9 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V9)
     model = []  # (row, spread, now, FlashMLA's) per ragged batch, the bench's lengths in its order
     sms = run["info"]["sm_count"]
-    for r, (_, heads, lens) in zip(run["ragged"], problems(uniform=False), strict=True):
+    for r, (heads, lens, now) in zip(run["ragged"], bench_makespans(sms), strict=True):
         assert (r["heads"], r["batch"], r["lens_max"]) == (heads, len(lens), max(lens))
         parts = sc.num_parts(heads, sms, len(lens), cdiv(max(lens), PAGE))
-        model.append((r, spread_makespan(lens, PAGE, parts), sc.part_timeline(lens, PAGE, heads, sms)[1],
-                      flashmla_makespan(lens, PAGE, parts)))
+        model.append((r, spread_makespan(lens, PAGE, parts), now, flashmla_makespan(lens, PAGE, parts)))
     gain = {round(old - now) for _, old, now, _ in model}
     equal = [m for m in model if m[2] == m[3]]
     (odd,) = [m for m in model if m[2] != m[3]]
@@ -491,7 +516,20 @@ def notes_v11_claims() -> list[str]:
             f"what the backend runs: {h128['below_0.9']} of {n128} shapes below, min {h128['min']:.2f}x "
             f"(B={worst['batch']}, L={worst['lens_max']}), geomean {h128['geomean']:.2f}x",
             f"what the backend runs: {h16['geomean']:.2f}x, min {h16['min']:.2f}x",
-            f"(v9: {h128_9['below_0.9']} of 12\nbelow 0.9x, min {h128_9['min']:.2f}x)"]
+            f"(v9: {h128_9['below_0.9']} of 12\nbelow 0.9x, min {h128_9['min']:.2f}x)",
+            *makespan_line_claims(run)]
+
+
+def makespan_line_claims(run: dict) -> list[str]:
+    """kernels/NOTES.md v11's lines through the ragged rows (``makespan_line``), and v10's pair ratio beside."""
+    (mine, mine0, res), (peer, peer0, res_fm) = (makespan_line(run, 128, k) for k in ("balanced_us", "flashmla_us"))
+    (m16, a16, _), (f16, b16, _) = (makespan_line(run, 16, k) for k in ("balanced_us", "flashmla_us"))
+    (pair, _), (peer_pair, _) = parts_lines(parts_runs()[2])
+    return [f"gives the seesaw's balanced path {mine:.2f} us a\npage-time plus {mine0:.1f} us, and FlashMLA "
+            f"{peer:.2f} us a page-time plus {peer0:.1f} us (largest residuals {res:.1f} and {res_fm:.1f} us)",
+            f"a page-time costs {mine / peer:.2f}x FlashMLA's: v10's pair of\ntiles ({pair / peer_pair:.2f}x)",
+            f"At h_q=16: {m16:.2f} plus {a16:.1f} against {f16:.2f} plus {b16:.1f}",
+            f"({mine / peer:.2f}x FlashMLA's at h_q=128)"]
 
 
 def kernel_row(heads: int, batch: int, length: int, which: str = "stage1") -> dict:
