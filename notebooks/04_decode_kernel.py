@@ -645,6 +645,16 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # the H200 with every stage-1 kernel). The price: every program redoes a prefix sum over B lengths, a few
 # vector operations next to its pages' loads.
 #
+# Does the closed form give up anything against FlashMLA's walk? Its walk, replayed in Python on the same
+# batch (`schedule.flashmla_makespan`: each part's payload, whole requests while they fit, a piece of the
+# next if more than its overhead is left):
+
+# %%
+walk = schedule.flashmla_makespan(ragged, 64, parts)  # page-times of FlashMLA's slowest part
+print(f"slowest part: FlashMLA's walk {walk} page-times, the closed form {spans['balanced']:.0f}")
+assert spans["balanced"] <= walk  # the same bound, and no kernel that has to run first
+
+# %% [markdown]
 # On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
 # on the same bytes; time in us):
 

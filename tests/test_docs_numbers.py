@@ -388,7 +388,7 @@ def notes_v10_parts_claims() -> list[str]:
 def spread_makespan(lens: list[int], page: int, parts: int) -> int:
     """The slowest part's page-times (pages plus one overhead per segment) of v5-v10's line, which spread each
     request's overhead over its pages (page k of request b at ``W_b + k w_b / n_b``): a model of the old
-    ``schedule.segment``, for kernels/NOTES.md v11's prediction."""
+    ``schedule.segment``, for kernels/NOTES.md v11's prediction (beside ``schedule.flashmla_makespan``)."""
     from collections import Counter
 
     from mla_edu.kernels import schedule as sc
@@ -403,33 +403,6 @@ def spread_makespan(lens: list[int], page: int, parts: int) -> int:
         for p, pages in Counter((start * k_b + k * w_b) // (k_b * chunk) for k in range(k_b)).items():
             load[p] += pages + o
         start += w_b
-    return max(load)
-
-
-def flashmla_makespan(lens: list[int], page: int, parts: int) -> int:
-    """The same for FlashMLA's walk (``get_mla_metadata.cu`` at ``9edee0c``, lines 34-62): each part takes whole
-    requests while they fit its payload (its share plus one overhead), then a piece of the next if more than the
-    overhead is left; every piece pays the overhead."""
-    from mla_edu.kernels import schedule as sc
-    from mla_edu.util import cdiv
-
-    o = sc.FIXED_OVERHEAD_PAGES
-    n = [cdiv(max(x, 0), page) for x in lens]
-    payload = max(cdiv(sum(k + o for k in n), parts) + o, 2 * o)
-    load, b, done = [0] * parts, 0, 0
-    for p in range(parts):
-        left = payload
-        while b < len(n):
-            if left >= n[b] - done + o:  # the rest of request b fits
-                load[p] += n[b] - done + o
-                left -= n[b] - done + o
-                b, done = b + 1, 0
-            else:  # a piece of it, if more than its overhead is left
-                if left > o:
-                    load[p] += left
-                    done += left - o
-                break
-    assert b == len(n)
     return max(load)
 
 
@@ -474,7 +447,7 @@ def notes_v11_claims() -> list[str]:
     for r, (heads, lens, now) in zip(run["ragged"], bench_makespans(sms), strict=True):
         assert (r["heads"], r["batch"], r["lens_max"]) == (heads, len(lens), max(lens))
         parts = sc.num_parts(heads, sms, len(lens), cdiv(max(lens), PAGE))
-        model.append((r, spread_makespan(lens, PAGE, parts), now, flashmla_makespan(lens, PAGE, parts)))
+        model.append((r, spread_makespan(lens, PAGE, parts), now, sc.flashmla_makespan(lens, PAGE, parts)))
     gain = {round(old - now) for _, old, now, _ in model}
     equal = [m for m in model if m[2] == m[3]]
     (odd,) = [m for m in model if m[2] != m[3]]

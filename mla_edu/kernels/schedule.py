@@ -314,3 +314,33 @@ def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, ma
         clock[s.part] = t + overhead + cdiv(s.t_end - s.t_start, page_size)
         bars += [(t, clock[s.part], s.part * hb + h, s.request) for h in range(hb)]
     return bars, max(clock, default=0.0)
+
+
+def flashmla_makespan(lens: list[int], page_size: int, parts: int) -> int:
+    """The slowest part's page-times (pages plus ``FIXED_OVERHEAD_PAGES`` per piece) under FlashMLA's walk, host side,
+    for comparison with ``part_timeline``: ``get_mla_metadata.cu`` at ``9edee0c`` (lines 34-62) gives each of
+    ``parts`` parts a payload of ``ceil(total / parts) + overhead`` (at least two overheads), takes the next
+    request's rest whole while it fits what is left, else a piece of it if more than the overhead is left, and
+    moves on to the next part. Every piece pays the overhead, so no part exceeds the payload."""
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    o = FIXED_OVERHEAD_PAGES
+    n = [cdiv(max(x, 0), page_size) for x in lens]
+    payload = max(cdiv(sum(k + o for k in n), parts) + o, 2 * o)
+    load, b, done = [0] * parts, 0, 0
+    for p in range(parts):
+        left = payload
+        while b < len(n):
+            rest = n[b] - done + o
+            if left >= rest:  # the rest of request b fits: it ends in part p
+                load[p] += rest
+                left -= rest
+                b, done = b + 1, 0
+            else:  # a piece of it, if more than its overhead is left; then the next part
+                if left > o:
+                    load[p] += left
+                    done += left - o
+                break
+    if b < len(n):  # never: the payloads cover the total and every cut; FlashMLA asserts it too (line 68)
+        raise RuntimeError(f"FlashMLA's walk ended at request {b} of {len(n)}")
+    return max(load)
