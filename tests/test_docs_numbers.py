@@ -432,15 +432,21 @@ def makespan_line(run: dict, heads: int, key: str) -> tuple[float, float, float]
     return fit.slope, fit.intercept, max(abs(y - fit.intercept - fit.slope * x) for x, y in zip(xs, ys))
 
 
+def pdl_numbers() -> tuple[dict, float, list[float]]:
+    """results/seesaw_ab_h200_pdl.md's A/B (``stage1_ab.parse``: the kept stage 1's time over PDL's), its geomean,
+    and its ratios with one split, where a call is one kernel (uniform B=64 and 128 at L=1024)."""
+    (pdl,) = ab_runs("seesaw_ab_h200_pdl.md")
+    one = [x for (shape, p, _), x in pdl.items() if p == "rule" and shape in ("u B64 1024", "u B128 1024")]
+    return pdl, math.exp(sum(map(math.log, pdl.values())) / len(pdl)), one
+
+
 def notes_v11_claims() -> list[str]:
     """kernels/NOTES.md v11's PDL A/B, the schedule's modelled makespans and the bench's outcome."""
     from mla_edu.kernels import schedule as sc
     from mla_edu.util import cdiv
     from tools.schedule_bench import PAGE
 
-    (pdl,) = ab_runs("seesaw_ab_h200_pdl.md")
-    geo = math.exp(sum(map(math.log, pdl.values())) / len(pdl))
-    one = [x for (shape, p, _), x in pdl.items() if p == "rule" and shape in ("u B64 1024", "u B128 1024")]
+    pdl, geo, one = pdl_numbers()
     run, v9 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V9)
     model = []  # (row, spread, now, FlashMLA's) per ragged batch, the bench's lengths in its order
     sms = run["info"]["sm_count"]
@@ -632,6 +638,22 @@ def notebook_04_claims() -> list[str]:
 def test_notebook_04_quotes_the_schedule_bench():
     lost = missing(notebook_04_claims(), NOTEBOOK_04.read_text(encoding="utf-8"))
     assert not lost, "notebooks/04_decode_kernel.py does not say:\n" + "\n".join(lost)
+
+
+def pdl_claims() -> list[str]:
+    """results/seesaw_ab_h200_pdl.md's prose under its A/B block, from that block."""
+    pdl, geo, one = pdl_numbers()
+    worst = min(pdl.items(), key=lambda kv: kv[1])
+    assert worst[0][:2] == ("r B128 2048", "balanced")  # "the largest ragged batch on the balanced path"
+    return [f"Over the {len(pdl)} timings x runs from {min(pdl.values()):.3f} to {max(pdl.values()):.3f}, geomean "
+            f"{geo:.3f}",
+            f"it gains {span([100 * (x - 1) for x in one], 1)}%; the largest ragged batch on the balanced path is "
+            f"{100 * (1 - worst[1]):.0f}% slower"]
+
+
+def test_the_pdl_results_quote_their_run():
+    lost = missing(pdl_claims(), (RESULTS_DIR / "seesaw_ab_h200_pdl.md").read_text(encoding="utf-8"))
+    assert not lost, "results/seesaw_ab_h200_pdl.md does not say:\n" + "\n".join(lost)
 
 
 def test_the_seed_numbers_have_one_source():
