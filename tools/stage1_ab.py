@@ -29,7 +29,9 @@ def load_old(path: str, name: str):
     return mod
 
 
-def run(old_paths: list[str]) -> None:
+def run(old_paths: list[str], progress: bool = False) -> None:
+    import sys
+
     import torch
 
     from mla_edu.kernels import peers
@@ -55,6 +57,8 @@ def run(old_paths: list[str]) -> None:
                 outs, times = {}, {k: [] for k in versions}
                 for rep in range(2):
                     for name in (list(versions) if rep == 0 else list(versions)[::-1]):
+                        if progress:  # where a hung kernel hangs: the last of these lines
+                            print(f"  {kind} B{b} {size} {path} {name}, rep {rep}", file=sys.stderr, flush=True)
                         skt.seesaw = versions[name]
                         outs[name] = fn().clone()
                         times[name].append(graph_us(fn))
@@ -99,7 +103,10 @@ def times(text: str) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("old", nargs="+", help="earlier split_kv_seesaw.py files, distinct names")
-    run(ap.parse_args(argv).old)
+    ap.add_argument("--progress", action="store_true", help="to stderr, each version before it runs (a kernel that "
+                    "never returns is the last one named)")
+    args = ap.parse_args(argv)
+    run(args.old, args.progress)
 
 
 if __name__ == "__main__":
