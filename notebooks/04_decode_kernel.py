@@ -609,9 +609,9 @@ assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one
 # request began in an earlier part pays that request's fixed cost of 5 again, off its own stretch of the
 # line. Every other cost it pays lies on its stretch, so no part runs past chunk + 5. (Spread the overhead
 # over a request's pages instead, and a part cut on both ends pays nearly two: 38 here, `kernels/NOTES.md`
-# v11.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places them (simulated: the next
-# program to the first free SM); below, each SM's persistent program walking its part's segments
-# (`schedule.part_timeline`). Request 53 is hatched:
+# v11.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places
+# them (simulated: the next program to the first free SM); below, each SM's persistent program walking its
+# part's segments (`schedule.part_timeline`). Request 53 is hatched:
 
 # %%
 fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
