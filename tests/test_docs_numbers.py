@@ -12,6 +12,7 @@ import json
 import math
 import re
 from functools import cache
+from statistics import geometric_mean
 
 import pytest
 from docs_text import NOTES, README, SOURCES
@@ -256,7 +257,7 @@ def notes_v9_claims() -> list[str]:
     kv_rest = [x for (shape, p, v), x in kv.items() if v == "q_ahead" and p == "balanced" and (shape, p) not in long]
     # on the rule's path (one segment a program) q_ahead and rows_early differ by the early rows only
     kv_rows = [x / kv[shape, p, "rows_early"] for (shape, p, v), x in kv.items() if v == "q_ahead" and p == "rule"]
-    geo = math.exp(sum(map(math.log, pieces.values())) / len(pieces))
+    geo = geometric_mean(pieces.values())
     tables = {short_name(name): rows for name, rows in kernels(read(str(RESULTS_DIR / STALLS)))}
     mine, peer = totals(tables["stage1_seesaw_kernel"]), totals(tables["flash_fwd_splitkv_mla_kernel"])
     top = lambda c: sorted((int(samples(r, c)) for r in tables["stage1_seesaw_kernel"]), reverse=True)  # noqa: E731
@@ -315,15 +316,15 @@ def pair_line(times: dict, path: str, version: str) -> tuple[float, float]:
 def notes_v10_claims() -> list[str]:
     """kernels/NOTES.md v10's A/B numbers of the hand-off variants and its engine rerun, from their files."""
     p0_scaled, p0_async = ab_runs("seesaw_ab_h200_handoff.md")
-    geo = lambda run: math.exp(sum(map(math.log, run.values())) / len(run))  # noqa: E731
     pick = lambda kind, p: [x for (shape, pp, _), x in p0_async.items() if shape[0] == kind and pp == p]  # noqa: E731
     big = [x for (shape, p, _), x in p0_async.items() if shape[0] == "u" and p == "rule" and shape != "u B16 1024"]
     engine = result("engine_decode_h200_v10.json")
     same = engine["rule"]["replays_by_path"] == engine["auto"]["replays_by_path"]
     spread = lambda k: f"{min(engine[k]['times_s']):.2f}-{max(engine[k]['times_s']):.2f} s ({k})"  # noqa: E731
-    return [f"{geo(p0_scaled):.3f}x the kept kernel's speed in geomean over the {len(p0_scaled)} rows "
+    geo, geo_async = geometric_mean(p0_scaled.values()), geometric_mean(p0_async.values())
+    return [f"{geo:.3f}x the kept kernel's speed in geomean over the {len(p0_scaled)} rows "
             f"({span(p0_scaled.values())}x)",
-            f"Correct; {geo(p0_async):.3f}x in geomean:\nuniform B=64 and 128 on the rule's path {span(big)}x, "
+            f"Correct; {geo_async:.3f}x in geomean:\nuniform B=64 and 128 on the rule's path {span(big)}x, "
             f"uniform B=16 {p0_async['u B16 1024', 'rule', 'kv_ahead']:.2f}x, the ragged batches on the rule's path "
             f"{span(pick('r', 'rule'))}x",
             f"balanced path {span(pick('u', 'balanced') + pick('r', 'balanced'))}x",
@@ -437,7 +438,7 @@ def pdl_numbers() -> tuple[dict, float, list[float]]:
     and its ratios with one split, where a call is one kernel (uniform B=64 and 128 at L=1024)."""
     (pdl,) = ab_runs("seesaw_ab_h200_pdl.md")
     one = [x for (shape, p, _), x in pdl.items() if p == "rule" and shape in ("u B64 1024", "u B128 1024")]
-    return pdl, math.exp(sum(map(math.log, pdl.values())) / len(pdl)), one
+    return pdl, geometric_mean(pdl.values()), one
 
 
 def notes_v11_claims() -> list[str]:
@@ -618,9 +619,10 @@ def notebook_04_claims() -> list[str]:
     """Notebook 04's prose after its schedule-bench and engine cells, from the results files those cells print;
     and its batch's makespan on v5-v10's line (``spread_makespan``), which it quotes beside the one it prints."""
     from mla_edu.kernels import schedule as sc
+    from mla_edu.util import cdiv
 
     ragged = sc.lognormal_lengths(64, 2048, seed=0)  # the notebook's batch: 16 heads, page 64, 132 SMs
-    spread = spread_makespan(ragged, 64, sc.num_parts(16, 132, 64, -(-max(ragged) // 64)))
+    spread = spread_makespan(ragged, 64, sc.num_parts(16, 132, 64, cdiv(max(ragged), 64)))
     _, x, s = schedule_numbers()
     small = [r["balanced_us"] / r["best_us"] for r in result("kernel_bench_h200_schedule.json")["uniform"]
              if r["batch"] <= 4]

@@ -15,6 +15,7 @@ import importlib.util
 import math
 import pathlib
 import re
+import sys
 
 SHAPES = [("u", 16, 1024), ("u", 64, 1024), ("u", 64, 4096), ("u", 128, 1024),
           ("r", 16, 2048), ("r", 64, 1024), ("r", 64, 2048), ("r", 128, 1024), ("r", 128, 2048)]
@@ -30,8 +31,6 @@ def load_old(path: str, name: str):
 
 
 def run(old_paths: list[str], progress: bool = False) -> None:
-    import sys
-
     import torch
 
     from mla_edu.kernels import peers
