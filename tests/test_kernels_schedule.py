@@ -54,6 +54,9 @@ def test_flashmla_walk_model():
     # FlashMLA's get_mla_metadata walk, host side: a request of 10 pages over 2 parts (payload max(8 + 5, 10) = 13)
     # is cut after 8 pages (8 + 5), the rest pays the overhead again (2 + 5)
     assert sc.flashmla_makespan([640], 64, 2) == 13
+    # two requests of 3 pages over 2 parts (payload 13): the first whole (8) leaves exactly the overhead, 5, which is
+    # not more than it: no empty piece of the second there, it goes whole to part 1 (line 55: remain - overhead > 0)
+    assert sc.flashmla_makespan([192, 192], 64, 2) == 8
     # 64 equal requests of 64 pages on 66 parts: payload ceil(64 * 69 / 66) + 5 = 72 holds one whole request (69),
     # and 3 left is not more than the overhead: no request is cut (kernels/NOTES.md v8)
     assert sc.flashmla_makespan([4096] * 64, 64, 66) == 69
