@@ -52,12 +52,12 @@ def test_the_persistent_tma_kernels_do_not_spill(heads):
                                                     else {"m64n16k16": 68})
 
 
-@pytest.mark.parametrize("scheduled", [False, True])
-def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(scheduled):
+@pytest.mark.parametrize("scheduled, final", [(False, False), (True, False), (False, True)])
+def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(scheduled, final):
     # split_kv_seesaw: warpgroup 0 scores tile 0 of a pair, warpgroup 1 tile 1, n = 64 (36 m64n64k16 each: 32 for
     # the latent columns, 4 for the rope ones); each multiplies its own P and the other's by its 256 output
     # columns (2 x 4 m64n256k16). Two partitions of 4 warps: layouts and counts are per warpgroup
-    r = sm90.compile_stage1(["seesaw"], scheduled=scheduled)["seesaw"]
+    r = sm90.compile_stage1(["seesaw"], scheduled=scheduled, final=final)["seesaw"]
     assert r["mma_layouts"] == ["warps [4, 1], instr [16, 256, 16]", "warps [4, 1], instr [16, 64, 16]"]
     assert r["wgmma"] == {"m64n64k16": 576 // 16, "m64n256k16": 2 * 64 // 16}
     # q_nope (64 KB) + 2 page tiles (2 x 72 KB) + P0, P1 (2 x 8 KB) + statistics and mbarriers; q_pe in registers
@@ -70,7 +70,10 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(scheduled):
     # right halves and rope columns (warpgroup 1) in two; at the segment's start and in the loop, for each slot.
     # Then q_nope in two blocks of 256 columns at the segment's start and, in the persistent variant, the next
     # segment's at the end of this one
-    assert r["ptx"].count("cp.async.bulk.tensor.2d") == 2 * 2 * (1 + 2) + 2 * (1 + scheduled)
+    assert r["ptx"].count("cp.async.bulk.tensor.2d.shared") == 2 * 2 * (1 + 2) + 2 * (1 + scheduled)
+    # final output rows by TMA store, one [64, 256] block per warpgroup: with one split, and in the persistent
+    # variant at a part's last request; never a split's float32 partials
+    assert r["ptx"].count("cp.async.bulk.tensor.2d.global") == 2 * (scheduled or final)
     assert r["ptx"].count("mbarrier.init") == seesaw.NUM_BARRIERS.value
 
 

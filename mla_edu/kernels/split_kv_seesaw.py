@@ -53,6 +53,14 @@ warpgroup (two warpgroups of 128 threads: 63,488 of an SM's 65,536), no spill (`
 q_nope arrives by TMA too where its rows are one 2D view (``q_descriptor``), else through registers; in the
 balanced schedule warpgroup 0 issues the next segment's q at the end of the current one.
 
+Final output rows leave by TMA too, as FlashMLA stores its output (``store_o``, ``splitkv_mla.cu``): each warpgroup
+writes its [64, 256] in bf16 into its half of q's buffer, then one TMA store copies the block out, where the output
+is one 2D view (``q_descriptor(out)``) and q's buffer is free: with one split, and in the balanced schedule at a
+part's last request when that request is whole there (a next request's q goes into that buffer under the stores).
+From the wgmma's registers a warp's bf16 store covers 16 bytes in each of 8 rows, half a 32-byte sector each (our
+reading of why it was slow); the TMA store took 6.4 us off 50.8 at h_q = 128, B = 64, L = 1024
+(``kernels/NOTES.md`` v12). Float32 partials are still stored from registers (32 bytes a row: whole sectors).
+
 The default stage 1 at 64 heads a program on the H200 (``split_kv_triton.DEFAULT_STAGE1``). Compiled for
 sm_90a on any machine (``mla_edu.kernels.sm90``, ``tests/test_sm90.py``); ``tests/test_kernels_wgmma.py`` and
 ``tests/test_kernels_schedule.py`` run it against float64 on a Hopper GPU, as stage-1 kind "seesaw"
@@ -69,7 +77,7 @@ from mla_edu.kernels import split_kv_wgmma as wg
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
-    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 BLOCK_H = 64  # heads per program: each warpgroup's wgmma M
 BLOCK_N = 64  # tokens per tile: each warpgroup scores one tile of a pair (wgmma n = 64)
@@ -209,13 +217,13 @@ def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bar,
 
 
 @gluon.jit
-def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr,
+def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr,
              out_ptr, b, hb, s, t_start, t_end, g0, g1, n_seg, ahead, b_next, t_next, t_end_next, flag, row, qk_scale,
              stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
              H, row_stride, table_reach, num_pages, num_splits,
              q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars,
              PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
-             Q_TMA: gl.constexpr):
+             Q_TMA: gl.constexpr, O_TMA: gl.constexpr):
     """Warpgroup ROLE's share of request b's tokens [t_start, t_end) for 64 heads, written to the output or a
     partial. ``g0``, ``g1``: tiles the program loaded into ring slots 0 and 1 before (each slot half's mbarrier
     completes once per tile loaded into it; the hand-off barriers once per pair, as slot 0); ``n_seg``: its
@@ -350,8 +358,16 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
                 wg.thread_barrier()
             _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 1, nxt1, more1, HALF)  # slot 1 right: done
             m_i = m1
+    # the output rows by TMA through q's buffer (``_store_staged``) where they are final and no next segment's q
+    # was to go there under this one's stores: with one split, or in the schedule a part's last request if it is
+    # whole (measured: ``kernels/NOTES.md`` v12)
+    if SCHEDULED:
+        staged = O_TMA & (flag == 1) & (b_next < 0)
+    else:
+        staged = O_TMA & FINAL
     if ROLE == 1:
-        mbarrier.arrive(bars.index(Q_FREE), count=1)  # its last scores are done
+        if not staged:
+            mbarrier.arrive(bars.index(Q_FREE), count=1)  # its last scores are done
     elif b_next >= 0:  # the next segment's q, under this one's sums and stores
         mbarrier.wait(bars.index(Q_FREE), seg_phase)
         _load_q(q_desc, q_nope_ptr, b_next, hb, H, stride_qn_b, stride_qn_h, q_smem, bars.index(Q_READY), DL, DR,
@@ -364,14 +380,31 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc,
     mbarrier.wait(bars.index(SUM0 + 1 - ROLE), seg_phase)
     l_i = l_i + stats.index(L0 + 1 - ROLE).load(ROW)
     _write(ROLE, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h,
-           flag, row, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
+           flag, row, q_smem, o_desc, staged, DL, FINAL, SCHEDULED, S_LAYOUT, O_LAYOUT)
+    if staged & (ROLE == 1):  # its store has read q's buffer, where a later segment of the part (after requests
+        mbarrier.arrive(bars.index(Q_FREE), count=1)  # with no pages: not ahead) loads its q
     return g0 + n_pairs, g1 + n_tiles // 2
 
 
 @gluon.jit
+def _store_staged(ROLE: gl.constexpr, o, q_smem, o_desc, row):
+    """Warpgroup ROLE's [64, 256] of the output rows from ``row`` on, through its half of q's buffer (free: both
+    warpgroups are done with this segment's q, and the next one's waits) and one TMA store (FlashMLA's ``store_o``,
+    ``splitkv_mla.cu``), waited for before the buffer is used again."""
+    HALF: gl.constexpr = q_smem.shape[1] // 2
+    buf = q_smem.slice(ROLE * HALF, HALF, dim=1)
+    buf.store(o.to(buf.dtype))
+    fence_async_shared()
+    wg.thread_barrier()
+    tma.async_copy_shared_to_global(o_desc, [row, ROLE * HALF], buf)
+    tma.store_wait(0)
+    wg.thread_barrier()
+
+
+@gluon.jit
 def _write(ROLE: gl.constexpr, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b,
-           stride_o_h, flag, row, DL: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
-           S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+           stride_o_h, flag, row, q_smem, o_desc, staged, DL: gl.constexpr, FINAL: gl.constexpr,
+           SCHEDULED: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
     """``split_kv_wgmma``'s output rows and partials, for warpgroup ROLE's columns [ROLE * DL / 2, ...); the
     log-sum-exp by warpgroup 0."""
     HALF: gl.constexpr = DL // 2
@@ -386,13 +419,19 @@ def _write(ROLE: gl.constexpr, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb
     out_rows = out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :]
     if SCHEDULED:
         if flag == 1:
-            gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
+            if staged:
+                _store_staged(ROLE, o, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
+            else:
+                gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
         if flag == 0:
             gl.store(o_acc_ptr + (row * H + offs_ho)[:, None] * DL + offs_do[None, :], o)
             if ROLE == 0:
                 gl.store(lse_ptr + row * H + offs_hs, lse)
     elif FINAL:
-        gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
+        if staged:
+            _store_staged(ROLE, o, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
+        else:
+            gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
     else:
         base = (b * H + offs_ho) * num_splits + s  # row of o_acc [B, H, S, DL]
         gl.store(o_acc_ptr + base[:, None] * DL + offs_do[None, :], o)
@@ -403,12 +442,12 @@ def _write(ROLE: gl.constexpr, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb
 @gluon.jit
 def _warpgroup(ROLE: gl.constexpr, args, PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, FINAL: gl.constexpr,
                SCHEDULED: gl.constexpr, OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr,
-               BLOCK_B: gl.constexpr, Q_TMA: gl.constexpr):
+               BLOCK_B: gl.constexpr, Q_TMA: gl.constexpr, O_TMA: gl.constexpr):
     """Warpgroup ROLE's program: its split of a request (grid ``(head blocks, B, splits)``) or, SCHEDULED, the
     segments of its part of the batch (grid ``(head blocks, num_parts)``); both warpgroups walk the same
     segments (each computes the partition). ``args``: the kernel's tensors, scalars and shared memory (constexprs
     stay constexpr only as separate arguments of ``gl.warp_specialize``'s partitions)."""
-    (q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+    (q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
      stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
      H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
      q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars) = args
@@ -433,41 +472,42 @@ def _warpgroup(ROLE: gl.constexpr, args, PAGE: gl.constexpr, DL: gl.constexpr, D
                 t_next, t_end_next, next_live, _, _, _ = schedule.segment(seq_lens_ptr, after, p, start, chunk,
                                                                           max_pages, PAGE, OVERHEAD)
                 chain = next_live & (b < b_hi)
-                g0, g1 = _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr,
+                g0, g1 = _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr,
                                   lse_ptr, out_ptr, b, hb, 0, t_start, t_end, g0, g1, n_seg, ahead,
                                   gl.where(chain, after, -1), t_next, t_end_next, flag, row, qk_scale,
                                   stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
                                   H, row_stride, table_reach, num_pages, num_splits,
                                   q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED,
-                                  Q_TMA)
+                                  Q_TMA, O_TMA)
                 n_seg += 1
                 ahead = chain
     else:
         b = gl.program_id(1)
         s = gl.program_id(2)
         t_start, t_end = wg.split_bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE)
-        _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
+        _segment(ROLE, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, pe_desc, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
                  b, hb, s, t_start, t_end, 0, 0, 0, False, -1, 0, 0, 0, b, qk_scale,
                  stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
                  H, row_stride, table_reach, num_pages, num_splits,
-                 q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED, Q_TMA)
+                 q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars, PAGE, DL, DR, FINAL, SCHEDULED, Q_TMA, O_TMA)
 
 
 @gluon.jit
 def stage1_seesaw_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, q_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
+    q_nope_ptr, q_pe_ptr, cache_ptr, q_desc, o_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr,
+    out_ptr, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
     stride_c_page, stride_c_slot,
     stride_o_b, stride_o_h,
     H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
     PAGE: gl.constexpr, DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, FINAL: gl.constexpr, TMA: gl.constexpr, SCHEDULED: gl.constexpr,
     OVERHEAD: gl.constexpr, MIN_PAGES: gl.constexpr, MAX_PIECES: gl.constexpr, BLOCK_B: gl.constexpr,
-    Q_TMA: gl.constexpr,
+    Q_TMA: gl.constexpr, O_TMA: gl.constexpr,
 ):
     """``split_kv_wgmma.stage1_wgmma_kernel``'s arguments and grids (TMA only, ``STAGES`` 2, ``BLOCK_H`` 64,
     ``BLOCK_N`` 64; ``cache_ptr`` and its strides unused: ``kv_desc`` has blocks [BLOCK_N, DL / 2], ``pe_desc``
-    [BLOCK_N, DR]; ``q_desc`` blocks [BLOCK_H, DL / 2] of q_nope's rows, read where Q_TMA). Shared memory and
+    [BLOCK_N, DR]; ``q_desc`` blocks [BLOCK_H, DL / 2] of q_nope's rows, read where Q_TMA; ``o_desc`` the same
+    blocks of the output's rows, written where O_TMA). Shared memory and
     mbarriers here, then warpgroup 0 (this launch's 4 warps) and warpgroup 1 (a worker partition of 4 warps) run
     ``_warpgroup`` side by side (``gl.warp_specialize``)."""
     dtype: gl.constexpr = cache_ptr.dtype.element_ty
@@ -481,13 +521,15 @@ def stage1_seesaw_kernel(
     for i in gl.static_range(NUM_BARRIERS):
         mbarrier.init(bars.index(i), count=1)
     fence_async_shared()  # the barriers initialized before any use by the async proxy
-    args = (q_nope_ptr, q_pe_ptr, q_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
+    args = (q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, pe_desc, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr,
+            out_ptr, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_o_b, stride_o_h,
             H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
             q_bufs, kv_bufs, pe_bufs, p_bufs, stats, bars)
     gl.warp_specialize(  # the constexprs written out in each partition's arguments: a tuple of them loses that
-        [(_warpgroup, (0, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B, Q_TMA)),
-         (_warpgroup, (1, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B, Q_TMA))],
+        [(_warpgroup, (0, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B, Q_TMA,
+                       O_TMA)),
+         (_warpgroup, (1, args, PAGE, DL, DR, FINAL, SCHEDULED, OVERHEAD, MIN_PAGES, MAX_PIECES, BLOCK_B, Q_TMA,
+                       O_TMA))],
         [gl.num_warps()], [REGISTERS])
 
 
@@ -538,10 +580,12 @@ def launch(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_sc
     grid = (h // BLOCK_H, b, num_splits) if not num_parts else (h // BLOCK_H, num_parts, 1)
     kv_desc, pe_desc = descriptors(cache, dl)
     q_desc = q_descriptor(q_nope)  # None: q through registers, and kv_desc (the same type, never read) in its place
+    o_desc = q_descriptor(out) if final or num_parts else None  # the final rows by TMA store; None: from registers
     stage1_seesaw_kernel[grid](
-        q_nope, q_pe, cache, q_desc or kv_desc, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out,
+        q_nope, q_pe, cache, q_desc or kv_desc, o_desc or kv_desc, kv_desc, pe_desc, seq_lens, table_flat, o_acc,
+        lse_acc, out,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), cache.stride(0), cache.stride(1),
         out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
         sm_scale, b, num_parts,
         **wg.constexprs(cache.size(1), dl, q_pe.size(2), final, True, BLOCK_H, num_parts > 0, b),
-        Q_TMA=q_desc is not None, num_warps=WARPS, maxnreg=REGISTERS.value)
+        Q_TMA=q_desc is not None, O_TMA=o_desc is not None, num_warps=WARPS, maxnreg=REGISTERS.value)

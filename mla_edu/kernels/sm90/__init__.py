@@ -113,12 +113,12 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
         two = kind == "seesaw" and seesaw.applies(block_h, cache)
         kernel, warps = (seesaw.stage1_seesaw_kernel, seesaw.WARPS) if two else wg.kernel_for(block_h)
         consts = wg.constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, BATCH)
-        if two:  # and q_nope by TMA, as a contiguous q is read
-            consts["Q_TMA"] = True
-        names = ("kv_desc", "pe_desc", "q_desc")
+        if two:  # q_nope by TMA, as a contiguous q is read, and the output rows stored by TMA, as a launch does
+            consts.update(Q_TMA=True, O_TMA=final or scheduled)
+        names = ("kv_desc", "pe_desc", "q_desc", "o_desc")
         if tma:  # the descriptors' types, as the JIT derives them from real ones
             q_nope = torch.empty(BATCH, heads, D_LATENT, dtype=cache.dtype)
-            descs = ((*seesaw.descriptors(cache, D_LATENT), seesaw.q_descriptor(q_nope)) if two
+            descs = ((*seesaw.descriptors(cache, D_LATENT), *[seesaw.q_descriptor(q_nope)] * 2) if two
                      else wg.tma_descriptors(cache))
             descriptors = dict(zip(names, map(mangle_type, descs)))
         else:  # None: a constexpr
