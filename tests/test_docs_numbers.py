@@ -144,6 +144,8 @@ def notes_claims() -> list[str]:
 SCHEDULE_V8 = "kernel_bench_h200_schedule_v8.json"
 #: ... and at v9's kernel and schedule, which its v9 and v10 sections quote
 SCHEDULE_V9 = "kernel_bench_h200_schedule_v9.json"
+#: ... and at v11's schedule line, which its v11 section quotes
+SCHEDULE_V11 = "kernel_bench_h200_schedule_v11.json"
 
 
 def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
@@ -448,7 +450,7 @@ def notes_v11_claims() -> list[str]:
     from tools.schedule_bench import PAGE
 
     pdl, geo, one = pdl_numbers()
-    run, v9 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V9)
+    run, v9 = result(SCHEDULE_V11), result(SCHEDULE_V9)
     model = []  # (row, spread, now, FlashMLA's) per ragged batch, the bench's lengths in its order
     sms = run["info"]["sm_count"]
     for r, (heads, lens, now) in zip(run["ragged"], bench_makespans(sms), strict=True):
@@ -466,7 +468,7 @@ def notes_v11_claims() -> list[str]:
     uni = [(a, b) for a, b in zip(v9["uniform"], run["uniform"]) if b["heads"] == 128 and b["batch"] >= 4]
     uni_gain = [1 - b["balanced_us"] / a["balanced_us"] for a, b in uni]
     uni_rule = [b["rule_us"] / a["rule_us"] - 1 for a, b in uni]
-    _, x, s = schedule_numbers()
+    _, x, s = schedule_numbers(SCHEDULE_V11)
     _, x9, s9 = schedule_numbers(SCHEDULE_V9)
     h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
     h128_9 = s9["uniform_h128_backend_x_flashmla"]
@@ -610,7 +612,7 @@ def test_readme_quotes_the_committed_results(group):
 def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
-                   + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims(),
+                   + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
@@ -695,3 +697,91 @@ def test_readme_run_all_column_is_the_timings_file():
     wrong = [(name, int(s), round(timings[name]["run_all_s"])) for name, s in rows
              if int(s) != round(timings[name]["run_all_s"])]
     assert not wrong, f"README's Run All column (quoted, measured): {wrong}; run python -m tools.notebook_timings"
+
+
+def out_tma_numbers() -> dict:
+    """results/seesaw_ab_h200_out_tma.md's three A/B runs (``stage1_ab``: each version's time over "new"'s) and the
+    times of the first: the one-split shapes, where the final rows are stored."""
+    from tools.stage1_ab import times
+
+    first, staged, kept = ab_runs("seesaw_ab_h200_out_tma.md")
+    us = times(ab_blocks("seesaw_ab_h200_out_tma.md")[0])
+    one = ("u B64 1024", "u B64 4096", "u B128 1024")  # the rule's one split: final rows
+    same = "u B16 1024"  # the rule's 4 splits: float32 partials, where out_tma and the kernel before run alike
+    return dict(
+        saved=[us[(s, "rule", "new")] - us[(s, "rule", "out_tma")] for s in one],
+        one=[first[(s, "rule", "out_tma")] for s in one],
+        rest=[x for (s, p, v), x in first.items() if v == "out_tma" and (s, p) not in {(o, "rule") for o in one}],
+        noise=[run[(same, "rule", "out_tma")] for run in (first, staged, kept)],
+        both=[x for (_, p, v), x in first.items() if v == "both"],
+        both_rule=[x for (_, p, v), x in first.items() if v == "both" and p == "rule"],
+        staged=staged, kept=kept,
+        # runs 2 and 3 on the balanced path: the ragged batches, and uniform B=64, L=1024 (its parts end on whole
+        # requests)
+        ragged={k: [x for (s, p, _), x in run.items() if p == "balanced" and s.startswith("r")]
+                for k, run in (("staged", staged), ("kept", kept))},
+        uniform={k: run[("u B64 1024", "balanced", "out_tma")] for k, run in (("staged", staged), ("kept", kept))})
+
+
+def out_tma_claims() -> list[str]:
+    """results/seesaw_ab_h200_out_tma.md's prose under its A/B blocks, from those blocks."""
+    n = out_tma_numbers()
+    ragged, uni = n["ragged"], n["uniform"]
+    return [f"with one split the call is {', '.join(f'{s:.1f}' for s in n['saved'][:-1])} and {n['saved'][-1]:.1f} "
+            f"us faster", f"x {', '.join(f'{x:.3f}' for x in n['one'])}); everywhere else, where the output is "
+            f"float32 partials, {span(n['rest'], 3)}", f"x reads {span(n['noise'], 3)} in all three runs",
+            f"slower at every timing, {span(n['both'], 3)}x", f"is {span(n['both_rule'])}x slower",
+            f"{uni['staged']:.3f} at uniform B=64, L=1024", f"but {span(ragged['staged'], 3)} on the ragged batches",
+            f"{uni['kept']:.3f} at uniform B=64, L=1024, {span(ragged['kept'], 3)} on the ragged batches (geomean "
+            f"{geometric_mean(ragged['kept']):.3f})"]
+
+
+def test_the_out_tma_results_quote_their_runs():
+    lost = missing(out_tma_claims(), (RESULTS_DIR / "seesaw_ab_h200_out_tma.md").read_text(encoding="utf-8"))
+    assert not lost, "results/seesaw_ab_h200_out_tma.md does not say:\n" + "\n".join(lost)
+
+
+def signed(values, digits: int = 1) -> str:
+    """'-a% to +b%' of fractions, as kernels/NOTES.md writes a run-to-run move."""
+    lo, hi = 100 * min(values), 100 * max(values)
+    return f"{lo:.{digits}f}% to {'+' if hi >= 0 else ''}{hi:.{digits}f}%"
+
+
+def notes_v12_claims() -> list[str]:
+    """kernels/NOTES.md v12's A/B numbers (results/seesaw_ab_h200_out_tma.md) and the bench against v11's run."""
+    from tools.stage1_ab import times
+
+    n = out_tma_numbers()
+    ragged, uni = n["ragged"], n["uniform"]
+    us = times(ab_blocks("seesaw_ab_h200_out_tma.md")[0])
+    run, v11 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V11)
+    _, _, s = schedule_numbers()
+    _, _, s11 = schedule_numbers(SCHEDULE_V11)
+    moved = [b["balanced_us"] / a["balanced_us"] - 1 for a, b in zip(v11["ragged"], run["ragged"])]
+    fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in zip(v11["ragged"], run["ragged"])]
+    one = {(b["batch"], b["lens_max"]): 1 - b["rule_us"] / a["rule_us"] for a, b in zip(v11["uniform"], run["uniform"])
+           if b["heads"] == 128 and b["rule_splits"] == 1}
+    first = one.pop((64, 1024))
+    h128, h128_11 = s["uniform_h128_backend_x_flashmla"], s11["uniform_h128_backend_x_flashmla"]
+    h16 = s["uniform_h16_backend_x_flashmla"]
+    rg, rg11 = s["ragged_balanced_x_flashmla"], s11["ragged_balanced_x_flashmla"]
+    worst, worst11 = worst_h128_backend(run), worst_h128_backend(v11)
+    assert (worst["batch"], worst["lens_max"]) == (worst11["batch"], worst11["lens_max"]) == (64, 1024)
+    return [f"With one split the call is {n['saved'][0]:.1f} us faster at uniform B=64, L=1024 "
+            f"({us[('u B64 1024', 'rule', 'new')]:.1f} ->\n{us[('u B64 1024', 'rule', 'out_tma')]:.1f} us), "
+            f"{n['saved'][1]:.1f} at B=64, L=4096 and {n['saved'][2]:.1f} at B=128, L=1024",
+            f"{100 * (uni['staged'] - 1):.0f}% faster at uniform B=64, L=1024",
+            f"{span([100 * (1 - x) for x in ragged['staged']], 1)}% slower on the\nragged batches",
+            f"balanced path {100 * (uni['kept'] - 1):.1f}% faster; the ragged batches within one run's noise (geomean "
+            f"{geometric_mean(ragged['kept']):.3f}x",
+            f"{span(n['both'])}x slower at every timing",
+            f"which does not spill, is {span(n['both_rule'])}x slower",
+            f"| {rg['geomean']:.3f}x (v11 {rg11['geomean']:.3f}x), min {rg['min']:.3f}x; "
+            f"the balanced path moved by {signed(moved)} and "
+            f"FlashMLA by {signed(fm)} between the runs |",
+            f"what the backend runs: {h128['below_0.9']} of 12 shapes below (v11: {h128_11['below_0.9']}), min "
+            f"{h128['min']:.2f}x (B=64, L=1024; v11 {h128_11['min']:.2f}x), geomean {h128['geomean']:.2f}x "
+            f"(v11 {h128_11['geomean']:.2f}x)",
+            f"what the backend runs: {h16['geomean']:.2f}x, min {h16['min']:.2f}x |",
+            f"the rule's path is {100 * first:.1f}% faster than in v11's run at B=64, L=1024 and\n"
+            f"{signed(list(one.values()))} at the other {len(one)} shapes"]
