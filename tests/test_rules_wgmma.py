@@ -115,9 +115,11 @@ def test_seesaw_runs_where_it_applies_else_what_tma_runs(monkeypatch, block_h, p
     assert kw["SCHEDULED"] is (num_parts > 0) and kw["BLOCK_H"] == block_h
     if seesaw_runs:
         assert kw["num_warps"] == seesaw.WARPS and kw["maxnreg"] == seesaw.REGISTERS.value and kw["TMA"] is True
-        # q_nope by TMA (a contiguous q), then the cache's latent halves and rope columns
+        # q_nope by TMA (a contiguous q); the output's rows by TMA store where they can be final (here: in the
+        # balanced schedule; with 3 splits they are partials); then the cache's latent halves and rope columns
         assert kw["Q_TMA"] is True and list(args[3].block_shape) == [64, 256] and args[3].strides == [512, 1]
-        assert list(args[4].block_shape) == [64, 256] and list(args[5].block_shape) == [64, 64]
+        assert kw["O_TMA"] is (num_parts > 0)
+        assert list(args[5].block_shape) == [64, 256] and list(args[6].block_shape) == [64, 64]
     else:  # "tma": TMA where it applies (whole 64-row tiles of an aligned cache), else cp.async
         assert kw["TMA"] is (page % 64 == 0 and offset == 0)
 
@@ -142,7 +144,34 @@ def test_seesaw_takes_q_by_tma_where_its_rows_are_one_view(monkeypatch, layout, 
     if q_tma:
         assert args[3].strides == [q_nope.stride(1), 1] and args[3].shape == [3 * 128, 512]
     else:
-        assert args[3] is args[4]
+        assert args[3] is args[5]
+
+
+@pytest.mark.parametrize("final,num_parts,out_layout,o_tma", [
+    (True, 0, "contiguous", True), (False, 0, "contiguous", False), (False, 7, "contiguous", True),
+    (True, 0, "transposed", False), (False, 7, "transposed", False)])
+def test_seesaw_stores_final_rows_by_tma_where_the_output_is_one_view(monkeypatch, final, num_parts, out_layout,
+                                                                      o_tma):
+    """The seesaw's output rows leave by TMA store (``split_kv_seesaw._store_staged``) where they can be final: with
+    one split, or in the balanced schedule (its whole requests); never for a split's partials. A descriptor over
+    out's rows [B * H, 512] in [64, 256] blocks, or, where out is not one 2D view (requests apart), O_TMA off and
+    the cache's latent descriptor in its place (never read). On the host, the kernel replaced by a recorder."""
+    case = random_decode_case(0, batch=3, heads=128, lens=[70, 5, 130], page_size=64, dtype=torch.bfloat16)
+    b, h, dl = case.q_nope.shape
+    out = (torch.empty_like(case.q_nope) if out_layout == "contiguous"
+           else case.q_nope.new_empty((h, b, dl)).transpose(0, 1))  # [B, H, 512], requests 512 apart
+    two = _Recorder()
+    monkeypatch.setattr(seesaw, "stage1_seesaw_kernel", two)
+    skt._launch_stage1("seesaw", (64, 64, 8, 2), case.q_nope, case.q_pe, case.cache, case.seq_lens,
+                       case.page_table.reshape(-1), None, None, out, case.sm_scale, case.page_table.size(1),
+                       case.page_table.size(1), 1 if final else 3, False, final, num_parts)
+    [(_, kw, args)] = two.calls
+    assert kw["O_TMA"] is o_tma and args[11] is out
+    if o_tma:
+        assert args[4].base.data_ptr() == out.data_ptr() and args[4].shape == [3 * 128, 512]
+        assert args[4].strides == [512, 1] and list(args[4].block_shape) == [64, 256]
+    else:
+        assert args[4] is args[5]
 
 
 def test_gluon_kernel_for_each_head_block():

@@ -388,9 +388,9 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
 
 @gluon.jit
 def _store_staged(ROLE: gl.constexpr, o, q_smem, o_desc, row):
-    """Warpgroup ROLE's [64, 256] of the output rows from ``row`` on, through its half of q's buffer (free: both
-    warpgroups are done with this segment's q, and the next one's waits) and one TMA store (FlashMLA's ``store_o``,
-    ``splitkv_mla.cu``), waited for before the buffer is used again."""
+    """Warpgroup ROLE's [64, 256] of the output rows from ``row`` on, through its half of q's buffer and one TMA
+    store (FlashMLA's ``store_o``, ``splitkv_mla.cu``). The buffer is free: both warpgroups are done with this
+    segment's q, and no later q is loaded there before the store has read it (the wait here, then Q_FREE)."""
     HALF: gl.constexpr = q_smem.shape[1] // 2
     buf = q_smem.slice(ROLE * HALF, HALF, dim=1)
     buf.store(o.to(buf.dtype))
