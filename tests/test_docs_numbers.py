@@ -765,6 +765,7 @@ def notes_v12_claims() -> list[str]:
     h128, h128_11 = s["uniform_h128_backend_x_flashmla"], s11["uniform_h128_backend_x_flashmla"]
     h16 = s["uniform_h16_backend_x_flashmla"]
     rg, rg11 = s["ragged_balanced_x_flashmla"], s11["ragged_balanced_x_flashmla"]
+    out_bytes, copy = 64 * 128 * 512 * 2, run["ceilings"]["copy_TBps"] * 1e12  # B=64's output in bf16
     worst, worst11 = worst_h128_backend(run), worst_h128_backend(v11)
     assert (worst["batch"], worst["lens_max"]) == (worst11["batch"], worst11["lens_max"]) == (64, 1024)
     return [f"With one split the call is {n['saved'][0]:.1f} us faster at uniform B=64, L=1024 "
@@ -784,4 +785,6 @@ def notes_v12_claims() -> list[str]:
             f"(v11 {h128_11['geomean']:.2f}x)",
             f"what the backend runs: {h16['geomean']:.2f}x, min {h16['min']:.2f}x |",
             f"the rule's path is {100 * first:.1f}% faster than in v11's run at B=64, L=1024 and\n"
-            f"{signed(list(one.values()))} at the other {len(one)} shapes"]
+            f"{signed(list(one.values()))} at the other {len(one)} shapes",
+            f"(B=64: 64 x 128 x 512 bf16 values, {out_bytes / 1e6:.1f} MB, {out_bytes / copy * 1e6:.1f} us at the "
+            f"bench run's {copy / 1e12:.2f} TB/s)"]
