@@ -788,3 +788,15 @@ def notes_v12_claims() -> list[str]:
             f"{signed(list(one.values()))} at the other {len(one)} shapes",
             f"(B=64: 64 x 128 x 512 bf16 values, {out_bytes / 1e6:.1f} MB, {out_bytes / copy * 1e6:.1f} us at the "
             f"bench run's {copy / 1e12:.2f} TB/s)"]
+
+
+def test_the_overhead_results_quote_their_run():
+    """results/schedule_overhead_h200.md's sentence under its output, from that output."""
+    text = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8")
+    rows = re.findall(r"h128 B\d+ \d+: ov5 ([\d.]+) ov10 ([\d.]+) \(([\d.]+)x\)", text.split("```")[3])
+    # x from the unrounded times; the times printed to 0.1 us
+    assert len(rows) == 6 and all(abs(float(a) / float(b) - float(x)) < 2e-3 for a, b, x in rows)
+    x = [float(r[2]) for r in rows]
+    claim = f"the time at 5 is {span(x, 3)}x the time at 10"
+    lost = missing([claim], text) + missing([claim], NOTES.read_text(encoding="utf-8"))
+    assert not lost and max(x) < 1, "the overhead results or kernels/NOTES.md does not say:\n" + "\n".join(lost)
