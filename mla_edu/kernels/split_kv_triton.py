@@ -275,7 +275,7 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) ->
 #: ``split_kv_wgmma.tma_applies`` is false). On the H200 the seesaw kernel ran 1.19x faster than "tma" at
 #: h_q=128, B=64, L=4096, 1.03x at two smaller shapes and 0.99x at the smallest, B=8, L=512
 #: (``results/kernel_bench_h200_stage1.md``); the balanced path with it, at 5 of the 6 ragged batches of 128
-#: heads (1.02-1.14x; 0.98x at the sixth, ``kernel_bench_h200_schedule.md``). Everywhere else "tl".
+#: heads (1.02-1.14x; 0.98x at the sixth, ``results/kernel_bench_h200_schedule_v8.md``, v8). Everywhere else "tl".
 DEFAULT_STAGE1 = "seesaw"
 
 
