@@ -790,13 +790,54 @@ def notes_v12_claims() -> list[str]:
             f"bench run's {copy / 1e12:.2f} TB/s)"]
 
 
+def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: tuple[float, float]) -> list[float]:
+    """Modelled times (us) of the balanced path on ``lens`` (h_q=128, the H200's 132 SMs) when the partition charges
+    ``charged`` page-times a segment (``schedule.FIXED_OVERHEAD_PAGES``) and a segment really costs each of
+    ``costs``: the slowest program of ``schedule.part_timeline`` (its pages, plus the cost per segment it walks) on
+    ``line`` (us a page-time, us besides: v11's fit)."""
+    import collections
+
+    from mla_edu.kernels import schedule as sc
+    from tools.schedule_bench import PAGE
+
+    keep = sc.FIXED_OVERHEAD_PAGES
+    try:
+        sc.FIXED_OVERHEAD_PAGES = charged
+        bars, _ = sc.part_timeline(lens, PAGE, 128, 132, overhead=0)  # a program's clock: its pages alone
+    finally:
+        sc.FIXED_OVERHEAD_PAGES = keep
+    pages, walked = collections.Counter(), collections.Counter()
+    for _, end, slot, _ in bars:
+        pages[slot] = max(pages[slot], end)
+        walked[slot] += 1
+    return [line[1] + line[0] * max(pages[p] + c * walked[p] for p in pages) for c in costs]
+
+
 def test_the_overhead_results_quote_their_run():
-    """results/schedule_overhead_h200.md's sentence under its output, from that output."""
+    """results/schedule_overhead_h200.md's sentences under its output, from that output and from the schedule's
+    model on the same batches (``overhead_model``, ~18 s in Triton's interpreter)."""
+    from mla_edu.kernels import schedule as sc
+    from tools.schedule_bench import SEED
+
     text = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8")
-    rows = re.findall(r"h128 B\d+ \d+: ov5 ([\d.]+) ov10 ([\d.]+) \(([\d.]+)x\)", text.split("```")[3])
+    rows = re.findall(r"h128 B(\d+) (\d+): ov5 ([\d.]+) ov10 ([\d.]+) \(([\d.]+)x\)", text.split("```")[3])
     # x from the unrounded times; the times printed to 0.1 us
-    assert len(rows) == 6 and all(abs(float(a) / float(b) - float(x)) < 2e-3 for a, b, x in rows)
-    x = [float(r[2]) for r in rows]
+    assert len(rows) == 6 and all(abs(float(a) / float(b) - float(x)) < 2e-3 for _, _, a, b, x in rows)
+    x = [float(r[4]) for r in rows]
+    line = makespan_line(result(SCHEDULE_V11), 128, "balanced_us")[:2]
+    model = {}  # (charged, costs) -> modelled times, the output's batches in its order
+    for b, m in ((int(b), int(m)) for b, m, *_ in rows):
+        lens = sc.lognormal_lengths(b, m, SEED)
+        for charged in (3, 5, 10):
+            for costs, t in zip((2, 5, 10), overhead_model(lens, charged, (2, 5, 10), line)):
+                model.setdefault((charged, costs), []).append(t)
+    ratio = {k: [a / b for a, b in zip(model[(5, k)], model[(10, k)])] for k in (5, 10)}
+    three = {k: [a / b for a, b in zip(model[(3, k)], model[(5, k)])] for k in (2, 5)}
     claim = f"the time at 5 is {span(x, 3)}x the time at 10"
-    lost = missing([claim], text) + missing([claim], NOTES.read_text(encoding="utf-8"))
+    claims = [claim, f"line ({line[0]:.2f} us a page-time plus {line[1]:.1f} us",
+              f"a segment costs\n5 page-times, the model predicts {span(ratio[5])}x; if it costs 10, "
+              f"{span(ratio[10])}x", f"at a true cost of 5 it predicts 3 slower at every batch ({span(three[5])}x "
+              f"the time at 5), at a true cost of 2 {span(three[2])}x"]
+    assert max(ratio[5]) < 1 < min(ratio[10]) and min(three[5]) > 1 >= max(three[2])  # what the sentences say
+    lost = missing(claims, text) + missing([claim], NOTES.read_text(encoding="utf-8"))
     assert not lost and max(x) < 1, "the overhead results or kernels/NOTES.md does not say:\n" + "\n".join(lost)
