@@ -152,7 +152,7 @@ def test_seesaw_takes_q_by_tma_where_its_rows_are_one_view(monkeypatch, layout, 
     (True, 0, "transposed", False), (False, 7, "transposed", False)])
 def test_seesaw_stores_final_rows_by_tma_where_the_output_is_one_view(monkeypatch, final, num_parts, out_layout,
                                                                       o_tma):
-    """The seesaw's output rows leave by TMA store (``split_kv_seesaw._store_staged``) where they can be final: with
+    """The seesaw's output rows leave by TMA store (``split_kv_seesaw._store_final``) where they can be final: with
     one split, or in the balanced schedule (its whole requests); never for a split's partials. A descriptor over
     out's rows [B * H, 512] in [64, 256] blocks, or, where out is not one 2D view (requests apart), O_TMA off and
     the cache's latent descriptor in its place (never read). On the host, the kernel replaced by a recorder."""

@@ -358,7 +358,7 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
                 wg.thread_barrier()
             _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 1, nxt1, more1, HALF)  # slot 1 right: done
             m_i = m1
-    # the output rows by TMA through q's buffer (``_store_staged``) where they are final and no next segment's q
+    # the output rows by TMA through q's buffer (``_store_final``) where they are final and no next segment's q
     # was to go there under this one's stores: with one split, or in the schedule a part's last request if it is
     # whole (measured: ``kernels/NOTES.md`` v12)
     if SCHEDULED:
@@ -387,18 +387,22 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
 
 
 @gluon.jit
-def _store_staged(ROLE: gl.constexpr, o, q_smem, o_desc, row):
-    """Warpgroup ROLE's [64, 256] of the output rows from ``row`` on, through its half of q's buffer and one TMA
-    store (FlashMLA's ``store_o``, ``splitkv_mla.cu``). The buffer is free: both warpgroups are done with this
-    segment's q, and no later q is loaded there before the store has read it (the wait here, then Q_FREE)."""
-    HALF: gl.constexpr = q_smem.shape[1] // 2
-    buf = q_smem.slice(ROLE * HALF, HALF, dim=1)
-    buf.store(o.to(buf.dtype))
-    fence_async_shared()
-    wg.thread_barrier()
-    tma.async_copy_shared_to_global(o_desc, [row, ROLE * HALF], buf)
-    tma.store_wait(0)
-    wg.thread_barrier()
+def _store_final(ROLE: gl.constexpr, o, out_rows, staged, q_smem, o_desc, row):
+    """Warpgroup ROLE's [64, 256] of final output rows (``out_rows``; ``row``: the first's index in out's rows
+    [B * H, 512]). ``staged``: through its half of q's buffer and one TMA store (FlashMLA's ``store_o``,
+    ``splitkv_mla.cu``); the buffer is free: both warpgroups are done with this segment's q, and no later q is
+    loaded there before the store has read it (the wait here, then Q_FREE). Else from registers."""
+    if staged:
+        HALF: gl.constexpr = q_smem.shape[1] // 2
+        buf = q_smem.slice(ROLE * HALF, HALF, dim=1)
+        buf.store(o.to(buf.dtype))
+        fence_async_shared()
+        wg.thread_barrier()
+        tma.async_copy_shared_to_global(o_desc, [row, ROLE * HALF], buf)
+        tma.store_wait(0)
+        wg.thread_barrier()
+    else:
+        gl.store(out_rows, o.to(out_rows.dtype.element_ty))
 
 
 @gluon.jit
@@ -419,19 +423,13 @@ def _write(ROLE: gl.constexpr, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb
     out_rows = out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :]
     if SCHEDULED:
         if flag == 1:
-            if staged:
-                _store_staged(ROLE, o, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
-            else:
-                gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
+            _store_final(ROLE, o, out_rows, staged, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
         if flag == 0:
             gl.store(o_acc_ptr + (row * H + offs_ho)[:, None] * DL + offs_do[None, :], o)
             if ROLE == 0:
                 gl.store(lse_ptr + row * H + offs_hs, lse)
     elif FINAL:
-        if staged:
-            _store_staged(ROLE, o, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
-        else:
-            gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
+        _store_final(ROLE, o, out_rows, staged, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
     else:
         base = (b * H + offs_ho) * num_splits + s  # row of o_acc [B, H, S, DL]
         gl.store(o_acc_ptr + base[:, None] * DL + offs_do[None, :], o)

@@ -117,9 +117,9 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
             consts.update(Q_TMA=True, O_TMA=final or scheduled)
         names = ("kv_desc", "pe_desc", "q_desc", "o_desc")
         if tma:  # the descriptors' types, as the JIT derives them from real ones
-            q_nope = torch.empty(BATCH, heads, D_LATENT, dtype=cache.dtype)
-            descs = ((*seesaw.descriptors(cache, D_LATENT), *[seesaw.q_descriptor(q_nope)] * 2) if two
-                     else wg.tma_descriptors(cache))
+            q_nope = torch.empty(BATCH, heads, D_LATENT, dtype=cache.dtype)  # the output has its shape too
+            rows = seesaw.q_descriptor(q_nope)  # q_desc's type, and o_desc's
+            descs = (*seesaw.descriptors(cache, D_LATENT), rows, rows) if two else wg.tma_descriptors(cache)
             descriptors = dict(zip(names, map(mangle_type, descs)))
         else:  # None: a constexpr
             descriptors, consts = {}, dict(consts, kv_desc=None, pe_desc=None)
