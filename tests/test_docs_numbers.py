@@ -248,6 +248,12 @@ def span(values, digits: int = 2) -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
+def signed(values, digits: int = 1) -> str:
+    """'-a% to +b%' of fractions, as kernels/NOTES.md writes a run-to-run move."""
+    lo, hi = 100 * min(values), 100 * max(values)
+    return f"{lo:.{digits}f}% to {'+' if hi >= 0 else ''}{hi:.{digits}f}%"
+
+
 def notes_v9_claims() -> list[str]:
     """kernels/NOTES.md v9's A/B, stall and bench numbers, from the results files it names."""
     from tools.stall_summary import ALL, kernels, read, samples, short_name, totals
@@ -303,8 +309,8 @@ def notes_v9_claims() -> list[str]:
             f"products' final waits ({depbar[3]}, {depbar[4]})",
             f"(our reading of the addresses: LEFT1, {top('stall_long_sb')[0]:,} samples)",
             f"The h_q=128 ragged batches gained {span(gain)} of FlashMLA's speed each ({span(x8[128])}x in v8)",
-            f"between the two runs its times moved by {100 * min(rule):.0f}% to +{100 * max(rule):.0f}% and "
-            f"FlashMLA's by {100 * min(fm):.0f}% to +{100 * max(fm):.0f}% (B=64, L=16384: "
+            f"between the two runs its times moved by {signed(rule, 0)} and "
+            f"FlashMLA's by {signed(fm, 0)} (B=64, L=16384: "
             f"{big[0]['flashmla_us']:.0f} then {big[1]['flashmla_us']:.0f} us)"]
 
 
@@ -483,14 +489,14 @@ def notes_v11_claims() -> list[str]:
             f"B={most[0]['batch']} ({most[1]} -> {most[2]:.0f}), the least at the largest "
             f"({least[1]} -> {least[2]:.0f})",
             f"the balanced path is {span([100 * f for f in faster], 1)}% faster at every ragged batch, while\n"
-            f"FlashMLA's own times moved by {100 * min(fm):.1f}% to +{100 * max(fm):.1f}%",
+            f"FlashMLA's own times moved by {signed(fm)}",
             f"Most at h_q=128, B=16 ({' and '.join(f'{100 * f:.1f}' for f, _ in small)}%), where the\nmodel "
             f"predicted {' and '.join(f'{100 * (m[1] - m[2]) / m[1]:.0f}' for _, m in small)}%",
             f"The ragged geomean goes from {s9['ragged_balanced_x_flashmla']['geomean']:.2f}x to "
             f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x FlashMLA; h_q=128 from\n{span(x9[128])}x to "
             f"{span(x[128])}x",
             f"the balanced path gained too, {span([100 * g for g in uni_gain], 1)}% at h_q=128, B >= 4 (the\n"
-            f"rule's path, unchanged, moved by {100 * min(uni_rule):.1f}% to +{100 * max(uni_rule):.1f}%",
+            f"rule's path, unchanged, moved by {signed(uni_rule)}",
             f"| {s['ragged_balanced_x_flashmla']['geomean']:.2f}x "
             f"(v9 {s9['ragged_balanced_x_flashmla']['geomean']:.2f}x, "
             f"the rule {s['ragged_rule_x_flashmla']['geomean']:.2f}x); "
@@ -705,11 +711,11 @@ def out_tma_numbers() -> dict:
     from tools.stage1_ab import times
 
     first, staged, kept = ab_runs("seesaw_ab_h200_out_tma.md")
-    us = times(ab_blocks("seesaw_ab_h200_out_tma.md")[0])
+    us = times(ab_blocks("seesaw_ab_h200_out_tma.md")[0])  # us by (shape, path, version)
     one = ("u B64 1024", "u B64 4096", "u B128 1024")  # the rule's one split: final rows
     same = "u B16 1024"  # the rule's 4 splits: float32 partials, where out_tma and the kernel before run alike
     return dict(
-        saved=[us[(s, "rule", "new")] - us[(s, "rule", "out_tma")] for s in one],
+        us=us, saved=[us[(s, "rule", "new")] - us[(s, "rule", "out_tma")] for s in one],
         one=[first[(s, "rule", "out_tma")] for s in one],
         rest=[x for (s, p, v), x in first.items() if v == "out_tma" and (s, p) not in {(o, "rule") for o in one}],
         noise=[run[(same, "rule", "out_tma")] for run in (first, staged, kept)],
@@ -741,19 +747,10 @@ def test_the_out_tma_results_quote_their_runs():
     assert not lost, "results/seesaw_ab_h200_out_tma.md does not say:\n" + "\n".join(lost)
 
 
-def signed(values, digits: int = 1) -> str:
-    """'-a% to +b%' of fractions, as kernels/NOTES.md writes a run-to-run move."""
-    lo, hi = 100 * min(values), 100 * max(values)
-    return f"{lo:.{digits}f}% to {'+' if hi >= 0 else ''}{hi:.{digits}f}%"
-
-
 def notes_v12_claims() -> list[str]:
     """kernels/NOTES.md v12's A/B numbers (results/seesaw_ab_h200_out_tma.md) and the bench against v11's run."""
-    from tools.stage1_ab import times
-
     n = out_tma_numbers()
-    ragged, uni = n["ragged"], n["uniform"]
-    us = times(ab_blocks("seesaw_ab_h200_out_tma.md")[0])
+    ragged, uni, us = n["ragged"], n["uniform"], n["us"]
     run, v11 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V11)
     _, _, s = schedule_numbers()
     _, _, s11 = schedule_numbers(SCHEDULE_V11)
