@@ -18,17 +18,18 @@ warpgroup 0 (tile 0 of the pair)                warpgroup 1 (tile 1 of the pair)
 S0 = q K0^T                                     S1 = q K1^T, at the same time
 m0 = max(m, rowmax S0), scale0 = 2^(m - m0) ->
 P0 = 2^(S0 - m0) to shared memory ->            <- m1 = max(m0, rowmax S1), scale1 = 2^(m0 - m1)
-O_L = O_L scale0 + P0 V0_left                   <- P1 = 2^(S1 - m1) to shared memory
-(P0 from registers)                             O_R = O_R scale0 + P0 V0_right
+O_L = O_L scale0 + P0 V0_left                   O_R = O_R scale0 + P0 V0_right, issued, then
+(P0 from registers)                             <- P1 = 2^(S1 - m1) to shared memory under it
 O_L = O_L scale1 + P1 V1_left                   O_R = O_R scale1 + P1 V1_right (P1 from registers)
 ==============================================  ==============================================
 
 Arrows are mbarrier hand-offs through shared memory; each warpgroup's softmax overlaps the other's tensor-core
-work ("seesaw"). Row sums: warpgroup 0 keeps those of the P0s, warpgroup 1 of the P1s, added at the end.
-FlashMLA's warpgroup 0 instead waits for scale1 and sends P0 scale1, and its warpgroup 1 multiplies its own P1
-first; here P0 leaves as soon as it exists, so warpgroup 0 never holds it in float32 registers while it
-waits (the register budget below). This kernel is written from that description, in Gluon; FlashMLA's code
-is CUDA/CuTe.
+work ("seesaw"). Warpgroup 1 issues P0 V0_right before it computes P1, so the tensor cores have that product
+while it takes P1's exponentials (measured: ``kernels/NOTES.md`` v13). Row sums: warpgroup 0 keeps those of the
+P0s, warpgroup 1 of the P1s, added at the end. FlashMLA's warpgroup 0 instead waits for scale1 and sends P0
+scale1, and its warpgroup 1 multiplies its own P1 first; here P0 leaves as soon as it exists, so warpgroup 0 never
+holds it in float32 registers while it waits (the register budget below). This kernel is written from that
+description, in Gluon; FlashMLA's code is CUDA/CuTe.
 
 Pages arrive by TMA in two halves per ring slot, each with its own mbarrier (FlashMLA cuts a tile into
 nine 64-column pieces; that was measured here and was slower, ``kernels/NOTES.md`` v9): "left" = latent
@@ -342,13 +343,15 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             m1 = gl.maximum(m0, gl.max(sc, 1))
             scale1 = gl.exp2(m0 - m1)
             _hand_over_max(stats, M1, SC1, m1, scale1, bars.index(SCALE1))
+            mbarrier.wait(bars.index(P0_READY), ph)
+            acc = acc * gl.convert_layout(scale0, ROW_O)[:, None]
+            acc = warpgroup_mma(p0_smem, kv0.slice(HALF, HALF, dim=1), acc,
+                                is_async=True)  # O_R += P0 V0_right, under P1's exponentials
             p = gl.exp2(sc - m1[:, None]).to(q_smem.dtype)  # P1 against m1
             l_i = l_i * (scale0 * scale1) + gl.sum(p.to(gl.float32), 1)
             _hand_over_p(p1_smem, p, bars.index(P1_READY))
             p = gl.convert_layout(p, P_OPERAND)
-            mbarrier.wait(bars.index(P0_READY), ph)
-            acc = acc * gl.convert_layout(scale0, ROW_O)[:, None]
-            acc = warpgroup_mma(p0_smem, kv0.slice(HALF, HALF, dim=1), acc)  # O_R += P0 V0_right
+            acc = warpgroup_mma_wait(0, deps=[acc])
             wg.thread_barrier()
             mbarrier.arrive(bars.index(P0_FREE), count=1)
             _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 0, nxt0, more0, HALF)  # slot 0 right: done
