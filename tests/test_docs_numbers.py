@@ -146,6 +146,8 @@ SCHEDULE_V8 = "kernel_bench_h200_schedule_v8.json"
 SCHEDULE_V9 = "kernel_bench_h200_schedule_v9.json"
 #: ... and at v11's schedule line, which its v11 section quotes
 SCHEDULE_V11 = "kernel_bench_h200_schedule_v11.json"
+#: ... and at v12's output store, which its v12 section quotes
+SCHEDULE_V12 = "kernel_bench_h200_schedule_v12.json"
 
 
 def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
@@ -251,7 +253,7 @@ def span(values, digits: int = 2) -> str:
 def signed(values, digits: int = 1) -> str:
     """'-a% to +b%' of fractions, as kernels/NOTES.md writes a run-to-run move."""
     lo, hi = 100 * min(values), 100 * max(values)
-    return f"{lo:.{digits}f}% to {'+' if hi >= 0 else ''}{hi:.{digits}f}%"
+    return f"{'+' if lo >= 0 else ''}{lo:.{digits}f}% to {'+' if hi >= 0 else ''}{hi:.{digits}f}%"
 
 
 def notes_v9_claims() -> list[str]:
@@ -618,7 +620,8 @@ def test_readme_quotes_the_committed_results(group):
 def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
-                   + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims(),
+                   + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims()
+                   + notes_v13_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
@@ -747,12 +750,46 @@ def test_the_out_tma_results_quote_their_runs():
     assert not lost, "results/seesaw_ab_h200_out_tma.md does not say:\n" + "\n".join(lost)
 
 
+def pv0early_numbers() -> dict:
+    """results/seesaw_ab_h200_pv0early.md's three A/B runs (``stage1_ab``: each version's time over "new"'s): the
+    kept order against the kernel before (run 1), the orders tried on top of it (runs 2 and 3)."""
+    first, *later = ab_runs("seesaw_ab_h200_pv0early.md")
+
+    def of(run, name):
+        return [x for (_, _, v), x in run.items() if v == name]
+
+    on_top = {v: of(run, v) for run in later for v in {v for _, _, v in run}}
+    return dict(kept=of(first, "pv0early"), stagger=of(first, "stagger"), both=of(first, "both"),
+                late=of(first, "s1late"), on_top=on_top, kept_slower=[k for k, x in first.items()
+                                                                      if k[2] == "pv0early" and x >= 1])
+
+
+def pv0early_claims() -> list[str]:
+    """results/seesaw_ab_h200_pv0early.md's prose under its A/B blocks, from those blocks."""
+    n = pv0early_numbers()
+    geo = [geometric_mean(x) for x in n["on_top"].values()]
+    every = [x for xs in n["on_top"].values() for x in xs]
+    assert {k[:2] for k in n["kept_slower"]} == {("u B64 4096", "rule"), ("u B16 1024", "balanced")}  # as named
+    assert min(geo) > 0.99 and min(n["late"]) > 1  # "none gains 1%", "slower at every timing"
+    return [f"faster at {len(n['kept']) - len(n['kept_slower'])} of the {len(n['kept'])} timings, x "
+            f"{span(n['kept'], 3)}, geomean {geometric_mean(n['kept']):.3f}",
+            f"(geomean {geometric_mean(n['stagger']):.3f}, {span(n['stagger'], 3)})",
+            f"(**both**,\ngeomean {geometric_mean(n['both']):.3f})", f"slower at every timing, {span(n['late'], 3)}x",
+            f"the {len(n['on_top'])} orders on top of pv0early move the geomean by {span(geo, 3)}x, single timings "
+            f"{span(every, 3)}x"]
+
+
+def test_the_pv0early_results_quote_their_runs():
+    lost = missing(pv0early_claims(), (RESULTS_DIR / "seesaw_ab_h200_pv0early.md").read_text(encoding="utf-8"))
+    assert not lost, "results/seesaw_ab_h200_pv0early.md does not say:\n" + "\n".join(lost)
+
+
 def notes_v12_claims() -> list[str]:
     """kernels/NOTES.md v12's A/B numbers (results/seesaw_ab_h200_out_tma.md) and the bench against v11's run."""
     n = out_tma_numbers()
     ragged, uni, us = n["ragged"], n["uniform"], n["us"]
-    run, v11 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V11)
-    _, _, s = schedule_numbers()
+    run, v11 = result(SCHEDULE_V12), result(SCHEDULE_V11)
+    _, _, s = schedule_numbers(SCHEDULE_V12)
     _, _, s11 = schedule_numbers(SCHEDULE_V11)
     moved = [b["balanced_us"] / a["balanced_us"] - 1 for a, b in zip(v11["ragged"], run["ragged"])]
     fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in zip(v11["ragged"], run["ragged"])]
@@ -787,6 +824,67 @@ def notes_v12_claims() -> list[str]:
             f"bench run's {copy / 1e12:.2f} TB/s)"]
 
 
+def notes_v13_claims() -> list[str]:
+    """kernels/NOTES.md v13's A/B numbers (results/seesaw_ab_h200_pv0early.md), its overhead timings
+    (results/schedule_overhead_h200.md) and the bench against v12's run."""
+    n = pv0early_numbers()
+    (first, *_) = ab_runs("seesaw_ab_h200_pv0early.md")
+    geo = geometric_mean(n["kept"])
+    f = overhead_fit()
+    m = f["measured"]
+    run, v12 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V12)
+    _, x, s = schedule_numbers()
+    _, _, s12 = schedule_numbers(SCHEDULE_V12)
+
+    def moved(rows_a, rows_b, key, keep):
+        return [b[key] / a[key] - 1 for a, b in zip(rows_a, rows_b, strict=True) if keep(b)]
+
+    def h128(r):
+        return r["heads"] == 128
+
+    def h16(r):
+        return r["heads"] == 16
+
+    def uni(r):  # the uniform shapes of the acceptance
+        return r["heads"] == 128 and r["batch"] >= 4
+
+    from tools.schedule_bench import backend_path
+
+    assert {backend_path(r, run["info"]["sm_count"]) for r in run["uniform"] + v12["uniform"] if uni(r)} == {"rule"}
+    rg, rg12 = s["ragged_balanced_x_flashmla"], s12["ragged_balanced_x_flashmla"]
+    u, u12 = s["uniform_h128_backend_x_flashmla"], s12["uniform_h128_backend_x_flashmla"]
+    worst = worst_h128_backend(run)
+    assert (worst["batch"], worst["lens_max"]) == (64, 1024)
+    short = first[("u B64 1024", "rule", "pv0early")]
+    assert f"{short:.3f}" == f"{first[('u B128 1024', 'rule', 'pv0early')]:.3f}"
+    return [f"v13 took {100 * (1 - geo):.1f}% off a call's time in geomean",
+            f"faster at {len(n['kept']) - len(n['kept_slower'])} of the {len(n['kept'])} timings, x "
+            f"{span(n['kept'], 3)}, geomean {geo:.3f}",
+            f"alone (geomean {geometric_mean(n['stagger']):.3f}) or with item 1 ({geometric_mean(n['both']):.3f}, "
+            f"against item 1's {geo:.3f} in the same run)", f"{span(n['late'], 3)}x slower at every timing",
+            f"geomean {span([geometric_mean(v) for v in n['on_top'].values()], 3)}x each",
+            f"3 is slower than 5 at every ragged h_q=128 batch ({span(m[3], 3)}x the time at 5), 2 too "
+            f"({span(m[2], 3)}x), and 4 at {sum(v > 1 for v in m[4])} of the {len(m[4])} ({span(m[4], 3)}x)",
+            f"best at a true cost of {f['best']} page-times a segment, yet predicted charging {f['best']} at "
+            f"{span(f['four'], 3)}x the time at 5",
+            f"| {rg['geomean']:.3f}x (v12 {rg12['geomean']:.3f}x), min {rg['min']:.3f}x (v12 {rg12['min']:.3f}x); at "
+            f"h_q=128 the balanced path moved by {signed(moved(v12['ragged'], run['ragged'], 'balanced_us', h128))} "
+            f"and FlashMLA by {signed(moved(v12['ragged'], run['ragged'], 'flashmla_us', h128))} between the runs |",
+            f"what the backend runs: {u['below_0.9']} of 12 shapes below (v12: {u12['below_0.9']}), min "
+            f"{u['min']:.2f}x (B=64, L=1024; v12 {u12['min']:.2f}x), geomean {u['geomean']:.2f}x "
+            f"(v12 {u12['geomean']:.2f}x)",
+            f"what the backend runs: {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x, min "
+            f"{s['uniform_h16_backend_x_flashmla']['min']:.2f}x |",
+            f"the balanced path moved by {signed(moved(v12['ragged'], run['ragged'], 'balanced_us', h16))} and "
+            f"FlashMLA by {signed(moved(v12['ragged'], run['ragged'], 'flashmla_us', h16))} between the two runs",
+            f"The uniform h_q=128 shapes moved by {signed(moved(v12['uniform'], run['uniform'], 'rule_us', uni))} "
+            f"and FlashMLA by {signed(moved(v12['uniform'], run['uniform'], 'flashmla_us', uni))}",
+            f"(item 1: x {short:.3f} at B=64 and 128, L=1024 on the rule's path, "
+            f"{first[('u B64 4096', 'rule', 'pv0early')]:.3f} at B=64, L=4096)",
+            f"**The ragged geomean**, {100 * (1 - rg['geomean']):.1f}% short of 1.0x; its h_q=128 batches run at "
+            f"{span(x[128])}x"]
+
+
 def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: tuple[float, float]) -> list[float]:
     """Modelled times (us) of the balanced path on ``lens`` (h_q=128, the H200's 132 SMs) when the partition charges
     ``charged`` page-times a segment (``schedule.FIXED_OVERHEAD_PAGES``) and a segment really costs each of
@@ -810,24 +908,49 @@ def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: 
     return [line[1] + line[0] * max(pages[p] + c * walked[p] for p in pages) for c in costs]
 
 
-def test_the_overhead_results_quote_their_run():
-    """results/schedule_overhead_h200.md's sentences under its output, from that output and from the schedule's
-    model on the same batches (``overhead_model``, ~18 s in Triton's interpreter)."""
+def overhead_runs() -> list[list[tuple]]:
+    """results/schedule_overhead_h200.md's three outputs: (batch, median, {setting: us}, {setting: x printed}) per
+    line; x is a setting's time over the other one's (5 over 10 in the first run, 3, 2 or 4 over 5 in the others)."""
+    blocks = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8").split("```")[3::2]
+    runs = []
+    for block in blocks:
+        rows = []
+        for b, m, body in re.findall(r"h128 B(\d+) (\d+): (.*) FM", block):
+            us = {int(k): float(v) for k, v in re.findall(r"ov(\d+) ([\d.]+)", body)}
+            x = {int(k): float(v) for k, v in re.findall(r"ov(\d+) [\d.]+ \(([\d.]+)x\)", body)}
+            rows.append((int(b), int(m), us, x))
+        if rows:  # (not the scripts' blocks)
+            runs.append(rows)
+    return runs
+
+
+@cache
+def overhead_models() -> dict:
+    """``overhead_model``'s times for the overhead runs' six batches (in their order), charging 2, 3, 4, 5 or 10
+    and a true cost of 1-10 page-times: ``{(charged, cost): [us per batch]}`` (~30 s in Triton's interpreter)."""
     from mla_edu.kernels import schedule as sc
     from tools.schedule_bench import SEED
 
-    text = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8")
-    rows = re.findall(r"h128 B(\d+) (\d+): ov5 ([\d.]+) ov10 ([\d.]+) \(([\d.]+)x\)", text.split("```")[3])
-    # x from the unrounded times; the times printed to 0.1 us
-    assert len(rows) == 6 and all(abs(float(a) / float(b) - float(x)) < 2e-3 for _, _, a, b, x in rows)
-    x = [float(r[4]) for r in rows]
     line = makespan_line(result(SCHEDULE_V11), 128, "balanced_us")[:2]
-    model = {}  # (charged, costs) -> modelled times, the output's batches in its order
-    for b, m in ((int(b), int(m)) for b, m, *_ in rows):
+    model = {}
+    for b, m, *_ in overhead_runs()[0]:
         lens = sc.lognormal_lengths(b, m, SEED)
-        for charged in (3, 5, 10):
-            for costs, t in zip((2, 5, 10), overhead_model(lens, charged, (2, 5, 10), line)):
-                model.setdefault((charged, costs), []).append(t)
+        for charged in (2, 3, 4, 5, 10):
+            for cost, t in zip(range(1, 11), overhead_model(lens, charged, tuple(range(1, 11)), line)):
+                model.setdefault((charged, cost), []).append(t)
+    return model
+
+
+def test_the_overhead_results_quote_their_run():
+    """results/schedule_overhead_h200.md's sentences under its first output, from that output and from the
+    schedule's model on the same batches (``overhead_models``)."""
+    text = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8")
+    first = overhead_runs()[0]
+    # x from the unrounded times; the times printed to 0.1 us
+    assert len(first) == 6 and all(abs(us[5] / us[10] - x[10]) < 2e-3 for _, _, us, x in first)
+    x = [x[10] for *_, x in first]
+    line = makespan_line(result(SCHEDULE_V11), 128, "balanced_us")[:2]
+    model = overhead_models()
     ratio = {k: [a / b for a, b in zip(model[(5, k)], model[(10, k)])] for k in (5, 10)}
     three = {k: [a / b for a, b in zip(model[(3, k)], model[(5, k)])] for k in (2, 5)}
     claim = f"the time at 5 is {span(x, 3)}x the time at 10"
@@ -838,3 +961,37 @@ def test_the_overhead_results_quote_their_run():
     assert max(ratio[5]) < 1 < min(ratio[10]) and min(three[5]) > 1 >= max(three[2])  # what the sentences say
     lost = missing(claims, text) + missing([claim], NOTES.read_text(encoding="utf-8"))
     assert not lost and max(x) < 1, "the overhead results or kernels/NOTES.md does not say:\n" + "\n".join(lost)
+
+
+def overhead_fit() -> dict:
+    """The later overhead runs (3 and 2, then 4, against 5) and the true cost per segment whose modelled ratios fit
+    all 18 measured ones best (least squares of the logarithms)."""
+    _, low, four = overhead_runs()
+    model = overhead_models()
+    measured = {10: [1 / x[10] for *_, x in overhead_runs()[0]], 3: [x[3] for *_, x in low],
+                2: [x[2] for *_, x in low], 4: [x[4] for *_, x in four]}
+    assert all(abs(us[k] / us[5] - x[k]) < 2e-3 for run in (low, four) for *_, us, x in run for k in x)
+
+    def rms(cost, settings=(10, 3, 2)):
+        errs = [math.log(model[(k, cost)][i] / model[(5, cost)][i] / m) for k in settings
+                for i, m in enumerate(measured[k])]
+        return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+    best = min(range(1, 11), key=rms)
+    return dict(measured=measured, best=best, rms=rms, four=[a / b for a, b in zip(model[(4, best)],
+                                                                                   model[(5, best)])])
+
+
+def test_the_later_overhead_runs_are_read_from_their_output():
+    f = overhead_fit()
+    m = f["measured"]
+    slower4 = sum(x > 1 for x in m[4])
+    claims = [f"3 is slower than 5 at every batch ({span(m[3], 3)}x the time at 5), 2 too ({span(m[2], 3)}x), and 4 "
+              f"at {slower4} of the {len(m[4])}\n({span(m[4], 3)}x)",
+              f"of the true costs 1-10 page-times a\nsegment, {f['best']} predicts the 18 measured ratios best "
+              f"(root-mean-square error of their logarithms {f['rms'](f['best']):.3f}; 5: {f['rms'](5):.3f})",
+              f"the model predicts charging {f['best']} at {span(f['four'], 3)}x the time at 5, where the timing found "
+              f"{span(m[4], 3)}x"]
+    assert min(m[3]) > 1 and min(m[2]) > 1 and min(m[4]) >= 1  # "no setting timed beat 5 at any batch"
+    lost = missing(claims, (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8"))
+    assert not lost, "results/schedule_overhead_h200.md does not say:\n" + "\n".join(lost)

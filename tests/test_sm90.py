@@ -52,12 +52,20 @@ def test_the_persistent_tma_kernels_do_not_spill(heads):
                                                     else {"m64n16k16": 68})
 
 
-@pytest.mark.parametrize("scheduled, final", [(False, False), (True, False), (False, True)])
-def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(scheduled, final):
+SEESAW_VARIANTS = [(False, False), (True, False), (False, True)]  # (scheduled, final): partials, persistent, one split
+
+
+@pytest.fixture(scope="module")
+def seesaw_reports():
+    return {v: sm90.compile_stage1(["seesaw"], scheduled=v[0], final=v[1])["seesaw"] for v in SEESAW_VARIANTS}
+
+
+@pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
+def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(seesaw_reports, scheduled, final):
     # split_kv_seesaw: warpgroup 0 scores tile 0 of a pair, warpgroup 1 tile 1, n = 64 (36 m64n64k16 each: 32 for
     # the latent columns, 4 for the rope ones); each multiplies its own P and the other's by its 256 output
     # columns (2 x 4 m64n256k16). Two partitions of 4 warps: layouts and counts are per warpgroup
-    r = sm90.compile_stage1(["seesaw"], scheduled=scheduled, final=final)["seesaw"]
+    r = seesaw_reports[(scheduled, final)]
     assert r["mma_layouts"] == ["warps [4, 1], instr [16, 256, 16]", "warps [4, 1], instr [16, 64, 16]"]
     assert r["wgmma"] == {"m64n64k16": 576 // 16, "m64n256k16": 2 * 64 // 16}
     # q_nope (64 KB) + 2 page tiles (2 x 72 KB) + P0, P1 (2 x 8 KB) + statistics and mbarriers; q_pe in registers
@@ -75,6 +83,33 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(scheduled, fina
     # variant at a part's last request; never a split's float32 partials
     assert r["ptx"].count("cp.async.bulk.tensor.2d.global") == 2 * (scheduled or final)
     assert r["ptx"].count("mbarrier.init") == seesaw.NUM_BARRIERS.value
+
+
+def exponentials_under_products(ptx: str) -> list[int]:
+    """For each P V product (a group of m64n256k16 wgmmas, then its commit) in ``ptx``, in order: the ``ex2``
+    instructions between its commit and the next ``wgmma.wait_group``, the work a warpgroup does while the tensor
+    cores run that product."""
+    counts, open_ = [], False
+    for line in ptx.splitlines():
+        if "wgmma.mma_async" in line:
+            product = "m64n256k16" in line
+        elif "wgmma.commit_group" in line and product:
+            counts.append(0)
+            open_ = True
+        elif "wgmma.wait_group" in line:
+            open_ = False
+        elif open_ and "ex2.approx" in line:
+            counts[-1] += 1
+    return counts
+
+
+@pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
+def test_the_seesaw_takes_p1s_exponentials_under_p0_v0_right(seesaw_reports, scheduled, final):
+    # v13 (kernels/NOTES.md): warpgroup 1 issues P0 V0_right, then computes P1 = 2^(S1 - m1) while the tensor cores
+    # run it: 64 x 64 exponentials over 128 threads, 32 ex2 each, all between that product's commit and its wait.
+    # Each warpgroup's other products have none under them (the kernel before v13: none anywhere)
+    counts = exponentials_under_products(seesaw_reports[(scheduled, final)]["ptx"])
+    assert len(counts) == 4 and sorted(counts) == [0, 0, 0, seesaw.BLOCK_H * seesaw.BLOCK_N // 128]
 
 
 @pytest.fixture(scope="module")

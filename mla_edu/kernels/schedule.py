@@ -58,7 +58,8 @@ import triton.language as tl  # noqa: E402
 SCHEDULES = ("splits", "balanced")
 #: Per-request fixed cost in pages (q load, the ring's first fill, the partial's write), FlashMLA's
 #: ``Config::FIXED_OVERHEAD_NUM_BLOCKS`` (``csrc/kernels/config.h`` line 11 at ``9edee0c``, 64-token blocks).
-#: 10 was slower at every ragged batch of the H200 bench at h_q=128 (results/schedule_overhead_h200.md).
+#: 2, 3 and 10 were slower at every ragged batch of the H200 bench at h_q=128, 4 at 5 of 6 and equal at the sixth
+#: (results/schedule_overhead_h200.md).
 FIXED_OVERHEAD_PAGES = 5
 #: Fewest page-times a part holds: a small batch is not cut into crumbs whose merge costs more than their
 #: balance gains.
