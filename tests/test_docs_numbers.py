@@ -611,6 +611,12 @@ def missing(claims: list[str], text: str) -> list[str]:
     return [c for c in claims if norm(c) not in body]
 
 
+def assert_results_say(name: str, claims: list[str]) -> None:
+    """Every claim is in results/``name`` (whitespace aside); else the ones it lacks."""
+    lost = missing(claims, (RESULTS_DIR / name).read_text(encoding="utf-8"))
+    assert not lost, f"results/{name} does not say:\n" + "\n".join(lost)
+
+
 @pytest.mark.parametrize("group", CLAIMS)
 def test_readme_quotes_the_committed_results(group):
     lost = missing(CLAIMS[group](), README.read_text(encoding="utf-8"))
@@ -665,8 +671,7 @@ def pdl_claims() -> list[str]:
 
 
 def test_the_pdl_results_quote_their_run():
-    lost = missing(pdl_claims(), (RESULTS_DIR / "seesaw_ab_h200_pdl.md").read_text(encoding="utf-8"))
-    assert not lost, "results/seesaw_ab_h200_pdl.md does not say:\n" + "\n".join(lost)
+    assert_results_say("seesaw_ab_h200_pdl.md", pdl_claims())
 
 
 def test_the_seed_numbers_have_one_source():
@@ -746,8 +751,7 @@ def out_tma_claims() -> list[str]:
 
 
 def test_the_out_tma_results_quote_their_runs():
-    lost = missing(out_tma_claims(), (RESULTS_DIR / "seesaw_ab_h200_out_tma.md").read_text(encoding="utf-8"))
-    assert not lost, "results/seesaw_ab_h200_out_tma.md does not say:\n" + "\n".join(lost)
+    assert_results_say("seesaw_ab_h200_out_tma.md", out_tma_claims())
 
 
 def pv0early_numbers() -> dict:
@@ -780,8 +784,7 @@ def pv0early_claims() -> list[str]:
 
 
 def test_the_pv0early_results_quote_their_runs():
-    lost = missing(pv0early_claims(), (RESULTS_DIR / "seesaw_ab_h200_pv0early.md").read_text(encoding="utf-8"))
-    assert not lost, "results/seesaw_ab_h200_pv0early.md does not say:\n" + "\n".join(lost)
+    assert_results_say("seesaw_ab_h200_pv0early.md", pv0early_claims())
 
 
 def notes_v12_claims() -> list[str]:
@@ -993,5 +996,4 @@ def test_the_later_overhead_runs_are_read_from_their_output():
               f"the model predicts charging {f['best']} at {span(f['four'], 3)}x the time at 5, where the timing found "
               f"{span(m[4], 3)}x"]
     assert min(m[3]) > 1 and min(m[2]) > 1 and min(m[4]) >= 1  # "no setting timed beat 5 at any batch"
-    lost = missing(claims, (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8"))
-    assert not lost, "results/schedule_overhead_h200.md does not say:\n" + "\n".join(lost)
+    assert_results_say("schedule_overhead_h200.md", claims)
