@@ -89,7 +89,7 @@ def exponentials_under_products(ptx: str) -> list[int]:
     """For each P V product (a group of m64n256k16 wgmmas, then its commit) in ``ptx``, in order: the ``ex2``
     instructions between its commit and the next ``wgmma.wait_group``, the work a warpgroup does while the tensor
     cores run that product."""
-    counts, open_ = [], False
+    counts, open_, product = [], False, False
     for line in ptx.splitlines():
         if "wgmma.mma_async" in line:
             product = "m64n256k16" in line
