@@ -888,8 +888,9 @@ def notes_v13_claims() -> list[str]:
             f"{span(x[128])}x"]
 
 
-def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: tuple[float, float]) -> list[float]:
-    """Modelled times (us) of the balanced path on ``lens`` (h_q=128, the H200's 132 SMs) when the partition charges
+def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: tuple[float, float],
+                   heads: int = 128) -> list[float]:
+    """Modelled times (us) of the balanced path on ``lens`` (``heads``, the H200's 132 SMs) when the partition charges
     ``charged`` page-times a segment (``schedule.FIXED_OVERHEAD_PAGES``) and a segment really costs each of
     ``costs``: the slowest program of ``schedule.part_timeline`` (its pages, plus the cost per segment it walks) on
     ``line`` (us a page-time, us besides: v11's fit)."""
@@ -901,7 +902,7 @@ def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: 
     keep = sc.FIXED_OVERHEAD_PAGES
     try:
         sc.FIXED_OVERHEAD_PAGES = charged
-        bars, _ = sc.part_timeline(lens, PAGE, 128, 132, overhead=0)  # a program's clock: its pages alone
+        bars, _ = sc.part_timeline(lens, PAGE, heads, 132, overhead=0)  # a program's clock: its pages alone
     finally:
         sc.FIXED_OVERHEAD_PAGES = keep
     pages, walked = collections.Counter(), collections.Counter()
@@ -997,3 +998,24 @@ def test_the_later_overhead_runs_are_read_from_their_output():
               f"{span(m[4], 3)}x"]
     assert min(m[3]) > 1 and min(m[2]) > 1 and min(m[4]) >= 1  # "no setting timed beat 5 at any batch"
     assert_results_say("schedule_overhead_h200.md", claims)
+
+
+def test_the_h16_prediction_is_the_models():
+    """results/schedule_overhead_h200.md's prediction for h_q=16 (not timed yet), from the schedule's model on v11's
+    line at 16 heads: charging 3 against 5 on the bench's ragged B=64 and 128 batches, at a true cost of 2, 3 or 5."""
+    from mla_edu.kernels import schedule as sc
+    from tools.schedule_bench import SEED
+
+    line = makespan_line(result(SCHEDULE_V11), 16, "balanced_us")[:2]
+    ratio = {}  # true cost -> 3's time over 5's, per batch
+    for b, m in ((64, 1024), (64, 2048), (128, 1024), (128, 2048)):
+        lens = sc.lognormal_lengths(b, m, SEED)
+        three, five = (overhead_model(lens, charged, (2, 3, 5), line, heads=16) for charged in (3, 5))
+        for cost, a, c in zip((2, 3, 5), three, five):
+            ratio.setdefault(cost, []).append(a / c)
+    low = ratio[2] + ratio[3]
+    assert max(low) < 1 < min(ratio[5])  # what the sentence says: faster if the cost is low, slower at 5
+    assert_results_say("schedule_overhead_h200.md", [
+        f"v11's line at h_q=16 ({line[0]:.2f} us a page-time plus {line[1]:.2f} us",
+        f"charging 3 takes {span(low, 3)}x the time at 5 if a segment really costs 2 or 3 page-times, and "
+        f"{span(ratio[5], 3)}x if it costs 5"])
