@@ -160,12 +160,23 @@ def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[lis
     return k["ragged"], x, summary(k)
 
 
+def h128_b4(row: dict) -> bool:
+    """Whether a schedule bench row is one of the uniform shapes issue 25's acceptance bounds: h_q=128, B >= 4."""
+    return row["heads"] == 128 and row["batch"] >= 4
+
+
+def moves(before: list[dict], after: list[dict], key: str, keep=lambda row: True) -> list[float]:
+    """Each problem's ``key`` time in run ``after`` over run ``before``, less 1 (the same problems in the same order),
+    where ``keep(row)`` holds of ``after``'s row: how a time moved between two bench runs."""
+    return [b[key] / a[key] - 1 for a, b in zip(before, after, strict=True) if keep(b)]
+
+
 def worst_h128_backend(run: dict) -> dict:
     """The uniform h_q=128, B >= 4 row of a schedule bench's run where what the triton backend runs is slowest
     against FlashMLA."""
     from tools.schedule_bench import backend_path
 
-    return min((r for r in run["uniform"] if r["heads"] == 128 and r["batch"] >= 4),
+    return min(filter(h128_b4, run["uniform"]),
                key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, run['info']['sm_count'])}_us"])
 
 
@@ -278,10 +289,9 @@ def notes_v9_claims() -> list[str]:
     _, x8, s8 = schedule_numbers(SCHEDULE_V8)
     h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
     run, v8 = result(SCHEDULE_V9), result(SCHEDULE_V8)
-    uni = [(a, b) for a, b in zip(v8["uniform"], run["uniform"]) if b["heads"] == 128 and b["batch"] >= 4]
+    uni = [(a, b) for a, b in zip(v8["uniform"], run["uniform"]) if h128_b4(b)]
     worst = worst_h128_backend(run)
-    rule = [b["rule_us"] / a["rule_us"] - 1 for a, b in uni]
-    fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in uni]
+    rule, fm = (moves(v8["uniform"], run["uniform"], key, h128_b4) for key in ("rule_us", "flashmla_us"))
     big = next((a, b) for a, b in uni if (b["batch"], b["lens_max"]) == (64, 16384))
     gain = [new - old for new, old in zip(x[128], x8[128])]
     choice = s["uniform_backend_over_best_split"]
@@ -470,12 +480,11 @@ def notes_v11_claims() -> list[str]:
     (odd,) = [m for m in model if m[2] != m[3]]
     rel = [(old - now) / old for _, old, now, _ in model]
     most, least = max(model, key=lambda m: (m[1] - m[2]) / m[1]), min(model, key=lambda m: (m[1] - m[2]) / m[1])
-    faster = [1 - b["balanced_us"] / a["balanced_us"] for a, b in zip(v9["ragged"], run["ragged"])]
-    fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in zip(v9["ragged"], run["ragged"])]
+    faster = [-x for x in moves(v9["ragged"], run["ragged"], "balanced_us")]
+    fm = moves(v9["ragged"], run["ragged"], "flashmla_us")
     small = [(f, m) for f, m in zip(faster, model) if m[0]["heads"] == 128 and m[0]["batch"] == 16]
-    uni = [(a, b) for a, b in zip(v9["uniform"], run["uniform"]) if b["heads"] == 128 and b["batch"] >= 4]
-    uni_gain = [1 - b["balanced_us"] / a["balanced_us"] for a, b in uni]
-    uni_rule = [b["rule_us"] / a["rule_us"] - 1 for a, b in uni]
+    uni_gain = [-x for x in moves(v9["uniform"], run["uniform"], "balanced_us", h128_b4)]
+    uni_rule = moves(v9["uniform"], run["uniform"], "rule_us", h128_b4)
     _, x, s = schedule_numbers(SCHEDULE_V11)
     _, x9, s9 = schedule_numbers(SCHEDULE_V9)
     h128, h16 = s["uniform_h128_backend_x_flashmla"], s["uniform_h16_backend_x_flashmla"]
@@ -794,8 +803,7 @@ def notes_v12_claims() -> list[str]:
     run, v11 = result(SCHEDULE_V12), result(SCHEDULE_V11)
     _, _, s = schedule_numbers(SCHEDULE_V12)
     _, _, s11 = schedule_numbers(SCHEDULE_V11)
-    moved = [b["balanced_us"] / a["balanced_us"] - 1 for a, b in zip(v11["ragged"], run["ragged"])]
-    fm = [b["flashmla_us"] / a["flashmla_us"] - 1 for a, b in zip(v11["ragged"], run["ragged"])]
+    moved, fm = (moves(v11["ragged"], run["ragged"], key) for key in ("balanced_us", "flashmla_us"))
     one = {(b["batch"], b["lens_max"]): 1 - b["rule_us"] / a["rule_us"] for a, b in zip(v11["uniform"], run["uniform"])
            if b["heads"] == 128 and b["rule_splits"] == 1}
     first = one.pop((64, 1024))
@@ -839,21 +847,15 @@ def notes_v13_claims() -> list[str]:
     _, x, s = schedule_numbers()
     _, _, s12 = schedule_numbers(SCHEDULE_V12)
 
-    def moved(rows_a, rows_b, key, keep):
-        return [b[key] / a[key] - 1 for a, b in zip(rows_a, rows_b, strict=True) if keep(b)]
-
     def h128(r):
         return r["heads"] == 128
 
     def h16(r):
         return r["heads"] == 16
 
-    def uni(r):  # the uniform shapes of the acceptance
-        return r["heads"] == 128 and r["batch"] >= 4
-
     from tools.schedule_bench import backend_path
 
-    assert {backend_path(r, run["info"]["sm_count"]) for r in run["uniform"] + v12["uniform"] if uni(r)} == {"rule"}
+    assert {backend_path(r, run["info"]["sm_count"]) for r in run["uniform"] + v12["uniform"] if h128_b4(r)} == {"rule"}
     rg, rg12 = s["ragged_balanced_x_flashmla"], s12["ragged_balanced_x_flashmla"]
     u, u12 = s["uniform_h128_backend_x_flashmla"], s12["uniform_h128_backend_x_flashmla"]
     worst = worst_h128_backend(run)
@@ -871,17 +873,17 @@ def notes_v13_claims() -> list[str]:
             f"best at a true cost of {f['best']} page-times a segment, yet predicted charging {f['best']} at "
             f"{span(f['four'], 3)}x the time at 5",
             f"| {rg['geomean']:.3f}x (v12 {rg12['geomean']:.3f}x), min {rg['min']:.3f}x (v12 {rg12['min']:.3f}x); at "
-            f"h_q=128 the balanced path moved by {signed(moved(v12['ragged'], run['ragged'], 'balanced_us', h128))} "
-            f"and FlashMLA by {signed(moved(v12['ragged'], run['ragged'], 'flashmla_us', h128))} between the runs |",
+            f"h_q=128 the balanced path moved by {signed(moves(v12['ragged'], run['ragged'], 'balanced_us', h128))} "
+            f"and FlashMLA by {signed(moves(v12['ragged'], run['ragged'], 'flashmla_us', h128))} between the runs |",
             f"what the backend runs: {u['below_0.9']} of 12 shapes below (v12: {u12['below_0.9']}), min "
             f"{u['min']:.2f}x (B=64, L=1024; v12 {u12['min']:.2f}x), geomean {u['geomean']:.2f}x "
             f"(v12 {u12['geomean']:.2f}x)",
             f"what the backend runs: {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x, min "
             f"{s['uniform_h16_backend_x_flashmla']['min']:.2f}x |",
-            f"the balanced path moved by {signed(moved(v12['ragged'], run['ragged'], 'balanced_us', h16))} and "
-            f"FlashMLA by {signed(moved(v12['ragged'], run['ragged'], 'flashmla_us', h16))} between the two runs",
-            f"The uniform h_q=128 shapes moved by {signed(moved(v12['uniform'], run['uniform'], 'rule_us', uni))} "
-            f"and FlashMLA by {signed(moved(v12['uniform'], run['uniform'], 'flashmla_us', uni))}",
+            f"the balanced path moved by {signed(moves(v12['ragged'], run['ragged'], 'balanced_us', h16))} and "
+            f"FlashMLA by {signed(moves(v12['ragged'], run['ragged'], 'flashmla_us', h16))} between the two runs",
+            f"The uniform h_q=128 shapes moved by {signed(moves(v12['uniform'], run['uniform'], 'rule_us', h128_b4))} "
+            f"and FlashMLA by {signed(moves(v12['uniform'], run['uniform'], 'flashmla_us', h128_b4))}",
             f"(item 1: x {short:.3f} at B=64 and 128, L=1024 on the rule's path, "
             f"{first[('u B64 4096', 'rule', 'pv0early')]:.3f} at B=64, L=4096)",
             f"**The ragged geomean**, {100 * (1 - rg['geomean']):.1f}% short of 1.0x.",

@@ -109,7 +109,7 @@ def test_the_seesaw_takes_p1s_exponentials_under_p0_v0_right(seesaw_reports, sch
     # run it: 64 x 64 exponentials over 128 threads, 32 ex2 each, all between that product's commit and its wait.
     # Each warpgroup's other products have none under them (the kernel before v13: none anywhere)
     counts = exponentials_under_products(seesaw_reports[(scheduled, final)]["ptx"])
-    assert len(counts) == 4 and sorted(counts) == [0, 0, 0, seesaw.BLOCK_H * seesaw.BLOCK_N // 128]
+    assert len(counts) == 4 and sorted(counts) == [0, 0, 0, seesaw.BLOCK_H * seesaw.BLOCK_N // (32 * seesaw.WARPS)]
 
 
 @pytest.fixture(scope="module")
