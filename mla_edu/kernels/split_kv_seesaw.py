@@ -43,7 +43,10 @@ reads it last, as soon as it is done:
 * slot 1 right: warpgroup 1 only -> reloaded by warpgroup 1 after its P1 V1_right;
 * slot 1 left: warpgroup 1's scores, then warpgroup 0's P1 V1_left -> reloaded by warpgroup 0.
 
-Warpgroup 0 scores slot 0 left half first (it is reloaded earliest), warpgroup 1 slot 1 right half first.
+Both warpgroups score a tile's left half first: slot 0's is reloaded halfway through the pair, and slot 1's
+as soon as warpgroup 0's P1 V1_left is done, while warpgroup 1's P1 V1_right, after which slot 1's right half is
+reloaded, is still running or yet to start (right half first cost warpgroup 1 a wait at each pair's start:
+``kernels/NOTES.md`` v14).
 A pair with no tile 1 (an odd tile count) has P1 = 0, and neither warpgroup reads slot 1.
 
 Shared memory: q_nope 64 KB, the ring 2 x 72 KB, P0 and P1 8 KB each: 224 KB of the 227 KB an SM has; q_pe
@@ -333,8 +336,8 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 0, 1, nxt1, more1, HALF)  # slot 1 left: done
         else:
             if has1:
-                sc = _scores(q_smem, qpe, kv1, pe_bufs.index(1 - z), bars.index(RIGHT1), bars.index(LEFT1),
-                             False, ph1, t1, t_end, qk_scale, DL, DR, HALF, BLOCK_H, BLOCK_N, S_LAYOUT, ROWS)
+                sc = _scores(q_smem, qpe, kv1, pe_bufs.index(1 - z), bars.index(LEFT1), bars.index(RIGHT1),
+                             True, ph1, t1, t_end, qk_scale, DL, DR, HALF, BLOCK_H, BLOCK_N, S_LAYOUT, ROWS)
             else:  # no tile 1 (an odd count): P1 = 0, and neither warpgroup multiplies slot 1
                 sc = gl.full([BLOCK_H, BLOCK_N], float("-inf"), gl.float32, layout=S_LAYOUT)
             mbarrier.wait(bars.index(SCALE0), ph)
