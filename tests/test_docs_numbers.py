@@ -148,6 +148,7 @@ SCHEDULE_V9 = "kernel_bench_h200_schedule_v9.json"
 SCHEDULE_V11 = "kernel_bench_h200_schedule_v11.json"
 #: ... and at v12's output store, which its v12 section quotes
 SCHEDULE_V12 = "kernel_bench_h200_schedule_v12.json"
+SCHEDULE_V13 = "kernel_bench_h200_schedule_v13.json"
 
 
 def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
@@ -636,7 +637,7 @@ def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
                    + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims()
-                   + notes_v13_claims(),
+                   + notes_v13_claims() + notes_v14_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
@@ -843,8 +844,8 @@ def notes_v13_claims() -> list[str]:
     geo = geometric_mean(n["kept"])
     f = overhead_fit()
     m = f["measured"]
-    run, v12 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V12)
-    _, x, s = schedule_numbers()
+    run, v12 = result(SCHEDULE_V13), result(SCHEDULE_V12)
+    _, x, s = schedule_numbers(SCHEDULE_V13)
     _, _, s12 = schedule_numbers(SCHEDULE_V12)
 
     def h128(r):
@@ -1002,22 +1003,244 @@ def test_the_later_overhead_runs_are_read_from_their_output():
     assert_results_say("schedule_overhead_h200.md", claims)
 
 
-def test_the_h16_prediction_is_the_models():
-    """results/schedule_overhead_h200.md's prediction for h_q=16 (not timed yet), from the schedule's model on v11's
-    line at 16 heads: charging 3 against 5 on the bench's ragged B=64 and 128 batches, at a true cost of 2, 3 or 5."""
+OV16_BATCHES = ((64, 1024), (128, 1024), (64, 2048), (128, 2048), (16, 1024), (16, 2048))  # ov16.py's order
+
+
+@cache
+def h16_models() -> dict:
+    """``overhead_model`` at 16 heads on v11's 16-head line, for the h_q=16 timing's six batches (``OV16_BATCHES``),
+    charging 3, 5 or 8 and a true cost of 1-10 page-times: ``{(batch, median, charged): [us per true cost]}``."""
     from mla_edu.kernels import schedule as sc
     from tools.schedule_bench import SEED
 
     line = makespan_line(result(SCHEDULE_V11), 16, "balanced_us")[:2]
-    ratio = {}  # true cost -> 3's time over 5's, per batch
-    for b, m in ((64, 1024), (64, 2048), (128, 1024), (128, 2048)):
-        lens = sc.lognormal_lengths(b, m, SEED)
-        three, five = (overhead_model(lens, charged, (2, 3, 5), line, heads=16) for charged in (3, 5))
-        for cost, a, c in zip((2, 3, 5), three, five):
-            ratio.setdefault(cost, []).append(a / c)
+    return {(b, m, charged): overhead_model(sc.lognormal_lengths(b, m, SEED), charged, tuple(range(1, 11)), line,
+                                            heads=16)
+            for b, m in OV16_BATCHES for charged in (3, 5, 8)}
+
+
+def h16_prediction() -> dict:
+    """The model's time charging 3 over the time charging 5 on the ragged h_q=16 B=64 and 128 batches, per true
+    cost of a segment (2, 3 or 5 page-times): the prediction made before the timing."""
+    model = h16_models()
+    return {cost: [model[(b, m, 3)][cost - 1] / model[(b, m, 5)][cost - 1] for b, m in OV16_BATCHES if b != 16]
+            for cost in (2, 3, 5)}
+
+
+def test_the_h16_prediction_is_the_models():
+    """results/schedule_overhead_h200.md's prediction for h_q=16 (made before the timing), from the schedule's model
+    on v11's line at 16 heads: charging 3 against 5 on the bench's ragged B=64 and 128 batches, at a true cost of 2,
+    3 or 5."""
+    line = makespan_line(result(SCHEDULE_V11), 16, "balanced_us")[:2]
+    ratio = h16_prediction()
     low = ratio[2] + ratio[3]
     assert max(low) < 1 < min(ratio[5])  # what the sentence says: faster if the cost is low, slower at 5
     assert_results_say("schedule_overhead_h200.md", [
         f"v11's line at h_q=16 ({line[0]:.2f} us a page-time plus {line[1]:.2f} us",
         f"charging 3 takes {span(low, 3)}x the time at 5 if a segment really costs 2 or 3 page-times, and "
         f"{span(ratio[5], 3)}x if it costs 5"])
+
+
+def ov16_run() -> list[tuple]:
+    """results/schedule_overhead_h200.md's h_q=16 output: (batch, median, {setting: us}, {setting: x printed}) per
+    line, x a setting's time over the time at 5."""
+    text = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8")
+    block = text.split("## 3 and 8 against 5 at h_q=16")[1].split("```")[3]
+    rows = []
+    for b, m, body in re.findall(r"h16 B(\d+) (\d+): (.*) FM", block):
+        us = {int(k): float(v) for k, v in re.findall(r"ov(\d+) ([\d.]+)", body)}
+        x = {int(k): float(v) for k, v in re.findall(r"ov(\d+) [\d.]+ \(([\d.]+)x\)", body)}
+        rows.append((int(b), int(m), us, x))
+    return rows
+
+
+def ov16_claims() -> list[str]:
+    """The h_q=16 timing's sentences (results/schedule_overhead_h200.md, kernels/NOTES.md v14), from its output and
+    the model: the measured ratios, the prediction's, the fit and what charging 3 would be worth."""
+    rows = ov16_run()
+    assert [(b, m) for b, m, *_ in rows] == list(OV16_BATCHES)
+    # x from the unrounded times; the times printed to 0.1 us
+    assert all(abs(us[k] / us[5] - x[k]) < 0.1 / us[5] + 5e-4 for *_, us, x in rows for k in (3, 8))
+    model = h16_models()
+    measured = {(b, m, k): x[k] for b, m, _, x in rows for k in (3, 8)}
+
+    def rms(cost):
+        errs = [math.log(model[(b, m, k)][cost - 1] / model[(b, m, 5)][cost - 1] / x)
+                for (b, m, k), x in measured.items()]
+        return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+    best = min(range(1, 11), key=rms)
+    big3 = [x[3] for b, _, _, x in rows if b != 16]
+    small3 = [x[3] for b, _, _, x in rows if b == 16]
+    eight = [x[8] for *_, x in rows]
+    predicted = [abs(1 - r) for rs in h16_prediction().values() for r in rs]
+    ragged = math.exp(sum(math.log(x[3]) for *_, x in rows) / 12)  # the other six batches (h_q=128) unchanged
+    assert max(big3) < 1 and max(abs(1 - x) for x in measured.values()) < min(predicted[:4] + predicted[-4:]) * 1.2
+    h128 = overhead_fit()
+    return [f"3 against 5: {span(big3, 3)}x the time at 5 on the B=64 and 128 batches, {small3[0]:.3f}x and "
+            f"{small3[1]:.3f}x at B=16; 8 against 5: {span(eight, 3)}x",
+            f"no time moved by more than {100 * max(abs(1 - x) for x in measured.values()):.1f}%, where the model's "
+            f"predictions moved it by {span([100 * p for p in predicted], 1)}%",
+            f"(root-mean-square error of the logarithms at least {rms(best):.3f}, at {best} page-times; "
+            f"4: {rms(4):.3f}; "
+            f"5: {rms(5):.3f}), against {h128['rms'](h128['best']):.3f} at h_q=128",
+            f"Charging 3 would take {span([100 * (1 - x) for x in big3], 1)}% off the B=64 and 128 batches, and "
+            f"{100 * (1 - ragged):.1f}% off the ragged geomean"]
+
+
+def test_the_h16_overhead_run_is_read_from_its_output():
+    assert_results_say("schedule_overhead_h200.md", ov16_claims())
+
+
+def w1left_numbers() -> dict:
+    """results/seesaw_ab_h200_w1left.md's two A/B runs (``stage1_ab``: each version's time over "new"'s): w1left
+    against v13's kernel (run 1); v13 and w0right against w1left, kept (run 2). ``{(run, version, path): [x]}``,
+    path "all", "rule", "balanced" or "ragged rule"."""
+    out = {}
+    for i, run in enumerate(ab_runs("seesaw_ab_h200_w1left.md"), 1):
+        for (shape, path, version), x in run.items():
+            out.setdefault((i, version, "all"), []).append(x)
+            out.setdefault((i, version, path), []).append(x)
+            if path == "rule" and shape.startswith("r "):
+                out.setdefault((i, version, "ragged rule"), []).append(x)
+    return out
+
+
+def w1left_claims() -> list[str]:
+    """results/seesaw_ab_h200_w1left.md's prose under its A/B blocks, from those blocks."""
+    n = w1left_numbers()
+    kept, v13, right = n[1, "w1left", "all"], n[2, "v13", "all"], n[2, "w0right", "all"]
+    assert all(abs(x - 1) < 0.01 for k in ((1, "w1left"), (2, "v13")) for x in n[(*k, "ragged rule")])  # "within 1%"
+    assert min(n[2, "v13", "balanced"]) > 1  # "at all 9"
+    return [f"faster at {sum(x < 1 for x in kept)} of the {len(kept)} timings, x {span(kept, 3)}, geomean "
+            f"{geometric_mean(kept):.3f}; on the balanced path {span(n[1, 'w1left', 'balanced'], 3)} (geomean "
+            f"{geometric_mean(n[1, 'w1left', 'balanced']):.3f})",
+            f"slower at {sum(x > 1 for x in v13)} of {len(v13)}, x {span(v13, 3)}, geomean {geometric_mean(v13):.3f}; "
+            f"on the balanced path at all {len(n[2, 'v13', 'balanced'])}, {span(n[2, 'v13', 'balanced'], 3)}",
+            f"slower at {sum(x > 1 for x in right)} of the {len(right)} timings, x {span(right, 3)}, geomean "
+            f"{geometric_mean(right):.3f}"]
+
+
+def test_the_w1left_results_quote_their_runs():
+    assert_results_say("seesaw_ab_h200_w1left.md", w1left_claims())
+
+
+def stall_numbers(version: str) -> dict:
+    """results/kernel_stalls_h200_{version}_sass.csv.gz read: FlashMLA's samples on the seesaw's scale (seesaw = 100),
+    each reason on that scale for both kernels, and the seesaw's waits this project's notes name."""
+    from tools.stall_summary import ALL, kernels, read, samples, short_name, totals
+
+    tables = {short_name(name): rows for name, rows in
+              kernels(read(str(RESULTS_DIR / f"kernel_stalls_h200_{version}_sass.csv.gz")))}
+    rows = tables["stage1_seesaw_kernel"]
+    mine, peer = totals(rows), totals(tables["flash_fwd_splitkv_mla_kernel"])
+    unit = mine[ALL] / 100
+
+    def wait_on(index: int) -> int:
+        """Long-scoreboard samples on the branch of the try-wait loop on mbarrier ``index`` (at the base
+        0x386e0 + 8 i; where it has several, the largest)."""
+        addr = f"0x{0x386e0 + 8 * index:x}"
+        return max(int(samples(rows[i + 1], "stall_long_sb")) for i, r in enumerate(rows)
+                   if "TRYWAIT" in r["Source"] and addr in r["Source"])
+
+    long_sites = sorted(range(len(rows)), key=lambda i: -samples(rows[i], "stall_long_sb"))
+    # the second largest long-scoreboard site: a branch whose nearest try-wait above it is on P1_READY (7)
+    second = long_sites[1]
+    above = next(rows[i]["Source"] for i in range(second - 1, -1, -1) if "TRYWAIT" in rows[i]["Source"])
+    assert "BRA" in rows[second]["Source"] and f"0x{0x386e0 + 8 * 7:x}" in above
+    return dict(fm=peer[ALL] / unit, reason={c: (mine[c] / unit, peer[c] / unit) for c in mine if c != ALL},
+                top_long=int(samples(rows[long_sites[0]], "stall_long_sb")),
+                top_long_src=rows[long_sites[0] - 1]["Source"],
+                p1=int(samples(rows[second], "stall_long_sb")), wait_on=wait_on,
+                barrier=sorted((int(samples(r, "stall_barrier")) for r in rows), reverse=True))
+
+
+def stall_claims() -> list[str]:
+    """results/kernel_stalls_h200_v14.md's reading, from its two sampling files."""
+    v13, v14 = stall_numbers("v13"), stall_numbers("v14")
+    assert "0x386f8" in v13["top_long_src"] and "0x386e8" in v14["top_long_src"]  # RIGHT1, then LEFT1 (our reading)
+    assert v13["top_long"] == v13["wait_on"](3) and v14["top_long"] == v14["wait_on"](1)
+
+    def pair(n, c):
+        return f"{n['reason'][c][0]:.1f} against {n['reason'][c][1]:.1f}"
+
+    return [f"FlashMLA's kernel took {v13['fm']:.1f}", f"on +0x18, RIGHT1 ({v13['top_long']:,} samples)",
+            f"(+0x28,\nSCALE1: {v13['wait_on'](5)}) and for P1 ({v13['p1']})",
+            f"now on +0x08, LEFT1, took {v14['top_long']} samples;\nwarpgroup 0's for m1 {v14['wait_on'](5)} and for "
+            f"P1 {v14['p1']}", f"FlashMLA's kernel takes {v14['fm']:.1f} on the common scale",
+            f"operand {pair(v14, 'stall_long_sb')} (v13: {pair(v13, 'stall_long_sb')}), at a barrier "
+            f"{pair(v14, 'stall_barrier')}, on a fixed latency {pair(v14, 'stall_wait')}, issuing "
+            f"{pair(v14, 'stall_selected')}",
+            f"warpgroup 1's P1 V1_right ({v14['barrier'][0]} samples)\nand warpgroup 0's P1 V1_left "
+            f"({v14['barrier'][1]})"]
+
+
+def test_the_stall_reading_is_the_samples():
+    assert_results_say("kernel_stalls_h200_v14.md", stall_claims())
+
+
+def notes_v14_claims() -> list[str]:
+    """kernels/NOTES.md v14 and its 'Where it stands': the stall sampling, the A/B, the h_q=16 overhead timing
+    (results/schedule_overhead_h200.md) and the bench against v13's run."""
+    v13s, v14s = stall_numbers("v13"), stall_numbers("v14")
+    n = w1left_numbers()
+    kept, v13 = n[1, "w1left", "all"], n[2, "v13", "all"]
+    right = n[2, "w0right", "all"]
+    rows = ov16_run()
+    big3 = [x[3] for b, _, _, x in rows if b != 16]
+    low = h16_prediction()[2] + h16_prediction()[3]
+    run, before = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V13)
+    _, x, s = schedule_numbers()
+    _, _, s13 = schedule_numbers(SCHEDULE_V13)
+    rg, rg13 = s["ragged_balanced_x_flashmla"], s13["ragged_balanced_x_flashmla"]
+    u, u13 = s["uniform_h128_backend_x_flashmla"], s13["uniform_h128_backend_x_flashmla"]
+    worst = worst_h128_backend(run)
+    below = sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
+                   and r["flashmla_us"] / r["rule_us"] < 0.9)
+    assert below == [(64, 1024), (64, 4096), (128, 1024)]  # as NOTES names them
+
+    def h128(r):
+        return r["heads"] == 128
+
+    gains = [1 - geometric_mean(kept), geometric_mean(v13) - 1]
+    return [f"took {v13s['fm']:.1f} (v9: 81)", f"on slot 1's right half ({v13s['top_long']:,} samples)",
+            f"faster at {sum(x < 1 for x in kept)} of the {len(kept)} timings, x {span(kept, 3)}, geomean "
+            f"{geometric_mean(kept):.3f}; v13 against it (run 2): geomean {geometric_mean(v13):.3f}, slower at all "
+            f"{len(n[2, 'v13', 'balanced'])} timings of the balanced path",
+            f"slower at {sum(x > 1 for x in right)} of {len(right)}, geomean {geometric_mean(right):.3f}",
+            f"FlashMLA's kernel takes {v14s['fm']:.1f} on the common scale",
+            f"now on slot 1's left half, took {v14s['top_long']} samples; warpgroup 0's for m1 {v14s['wait_on'](5)} "
+            f"(v13: {v13s['wait_on'](5)})",
+            f"(its tiles) {v14s['reason']['stall_long_sb'][0]:.1f} against FlashMLA's "
+            f"{v14s['reason']['stall_long_sb'][1]:.1f}, and at a barrier {v14s['reason']['stall_barrier'][0]:.1f} "
+            f"against {v14s['reason']['stall_barrier'][1]:.1f}",
+            f"P1 V1_right ({v14s['barrier'][0]} samples) and warpgroup 0's P1 V1_left ({v14s['barrier'][1]})",
+            f"3 against 5 took {span(big3, 3)}x the time at 5 on the ragged B=64 and 128 batches, not the "
+            f"{span(low, 3)}x v13's model predicted", f"8 took {span([x[8] for *_, x in rows], 3)}x",
+            f"| {rg['geomean']:.3f}x (v13 {rg13['geomean']:.3f}x), min {rg['min']:.3f}x (v13 {rg13['min']:.3f}x); at "
+            f"h_q=128 the balanced path moved by {signed(moves(before['ragged'], run['ragged'], 'balanced_us', h128))}"
+            f" and FlashMLA by {signed(moves(before['ragged'], run['ragged'], 'flashmla_us', h128))} between the "
+            f"runs |",
+            f"what the backend runs: {u['below_0.9']} of 12 shapes below (v13: {u13['below_0.9']}), min "
+            f"{u['min']:.2f}x (B={worst['batch']}, L={worst['lens_max']}; v13 {u13['min']:.2f}x), geomean "
+            f"{u['geomean']:.2f}x (v13 {u13['geomean']:.2f}x)",
+            f"what the backend runs: {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x, min "
+            f"{s['uniform_h16_backend_x_flashmla']['min']:.2f}x |",
+            f"**The ragged geomean**, {100 * (1 - rg['geomean']):.1f}% short of 1.0x, at h_q=128 {span(x[128])}x",
+            f"and v14 a further {span([100 * g for g in gains], 1)}% (two runs) by having warpgroup 1 score the half "
+            f"of its tile that lands first", profile_v13_claim()]
+
+
+def profile_v13_claim() -> str:
+    """kernels/NOTES.md v14's reading of results/schedule_profile_h200_v13.txt: on its ragged h_q=128 lines, the
+    balanced path's stage 2 and stage 1 against FlashMLA's combine and attention kernels (us per call)."""
+    text = (RESULTS_DIR / "schedule_profile_h200_v13.txt").read_text(encoding="utf-8")
+    times = {}
+    for shape, path, body in re.findall(r"^(r B\d+ L\d+ h128) (balanced|FlashMLA) .*?\): (.*)$", text, re.M):
+        times[shape, path] = [float(v) for v in re.findall(r" ([\d.]+)(?:,|$)", body)]
+    shapes = sorted({shape for shape, _ in times})
+    assert len(shapes) == 2 and all(len(v) == 2 for v in times.values())
+    stage2 = [times[s, "balanced"][1] - times[s, "FlashMLA"][1] for s in shapes]
+    stage1 = [times[s, "balanced"][0] - times[s, "FlashMLA"][0] for s in shapes]
+    return (f"has it {span(stage2, 1)} us slower than FlashMLA's combine on the ragged h_q=128 batches it times, where "
+            f"stage 1 is {span(stage1, 1)} us slower")

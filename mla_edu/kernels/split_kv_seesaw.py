@@ -69,7 +69,7 @@ The default stage 1 at 64 heads a program on the H200 (``split_kv_triton.DEFAULT
 sm_90a on any machine (``mla_edu.kernels.sm90``, ``tests/test_sm90.py``); ``tests/test_kernels_wgmma.py`` and
 ``tests/test_kernels_schedule.py`` run it against float64 on a Hopper GPU, as stage-1 kind "seesaw"
 (``results/tests_h200.md``). Same contract, grids and outputs as ``split_kv_wgmma``'s kernels, the balanced
-schedule included. Measured: ``kernels/NOTES.md`` v8-v13.
+schedule included. Measured: ``kernels/NOTES.md`` v8-v14.
 """
 
 from __future__ import annotations
