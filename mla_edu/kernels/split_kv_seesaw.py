@@ -197,6 +197,13 @@ def _scores(q_smem, qpe, kv, pe, first, second, LEFT_FIRST: gl.constexpr, phase,
 
 
 @gluon.jit
+def _head_row(b, hb, H, BLOCK_H: gl.constexpr):
+    """The row of request b's head ``BLOCK_H * hb`` in a [B * H, ...] view of q_nope or of the output: the TMA
+    coordinate of a program's first row (int32)."""
+    return (b * H + hb * BLOCK_H).to(gl.int32)
+
+
+@gluon.jit
 def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bar, DL: gl.constexpr, DR: gl.constexpr,
             Q_TMA: gl.constexpr, ROWS: gl.constexpr):
     """Warpgroup 0 puts request b's q_nope (heads [64 hb, 64 hb + 64), 64 KB) into ``q_smem``; ``bar`` completes
@@ -205,7 +212,7 @@ def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bar,
     BLOCK_H: gl.constexpr = q_smem.shape[0]
     HALF: gl.constexpr = DL // 2
     if Q_TMA:
-        row = (b * H + hb * BLOCK_H).to(gl.int32)  # q_nope's rows [B * H, DL]
+        row = _head_row(b, hb, H, BLOCK_H)  # q_nope's rows [B * H, DL]
         mbarrier.expect(bar, 2 * q_desc.block_type.nbytes)
         wg.tma_load(q_desc, [row, 0], bar, q_smem.slice(0, HALF, dim=1))
         wg.tma_load(q_desc, [row, HALF], bar, q_smem.slice(HALF, HALF, dim=1))
@@ -429,13 +436,13 @@ def _write(ROLE: gl.constexpr, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb
     out_rows = out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :]
     if SCHEDULED:
         if flag == 1:
-            _store_final(ROLE, o, out_rows, staged, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
+            _store_final(ROLE, o, out_rows, staged, q_smem, o_desc, _head_row(b, hb, H, BLOCK_H))
         if flag == 0:
             gl.store(o_acc_ptr + (row * H + offs_ho)[:, None] * DL + offs_do[None, :], o)
             if ROLE == 0:
                 gl.store(lse_ptr + row * H + offs_hs, lse)
     elif FINAL:
-        _store_final(ROLE, o, out_rows, staged, q_smem, o_desc, (b * H + hb * BLOCK_H).to(gl.int32))
+        _store_final(ROLE, o, out_rows, staged, q_smem, o_desc, _head_row(b, hb, H, BLOCK_H))
     else:
         base = (b * H + offs_ho) * num_splits + s  # row of o_acc [B, H, S, DL]
         gl.store(o_acc_ptr + base[:, None] * DL + offs_do[None, :], o)
