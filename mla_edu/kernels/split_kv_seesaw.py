@@ -43,10 +43,10 @@ reads it last, as soon as it is done:
 * slot 1 right: warpgroup 1 only -> reloaded by warpgroup 1 after its P1 V1_right;
 * slot 1 left: warpgroup 1's scores, then warpgroup 0's P1 V1_left -> reloaded by warpgroup 0.
 
-Both warpgroups score a tile's left half first: slot 0's is reloaded halfway through the pair, and slot 1's
-as soon as warpgroup 0's P1 V1_left is done, while warpgroup 1's P1 V1_right, after which slot 1's right half is
-reloaded, is still running or yet to start (right half first cost warpgroup 1 a wait at each pair's start:
-``kernels/NOTES.md`` v14).
+Both warpgroups score a tile's left half first, the half that is reloaded earlier: slot 0's by warpgroup 0
+halfway through the pair, slot 1's by warpgroup 0 right after its P1 V1_left, while slot 1's right half waits for
+warpgroup 1's P1 V1_right (scoring that half first cost warpgroup 1 a wait at each pair's start: ``kernels/NOTES.md``
+v14).
 A pair with no tile 1 (an odd tile count) has P1 = 0, and neither warpgroup reads slot 1.
 
 Shared memory: q_nope 64 KB, the ring 2 x 72 KB, P0 and P1 8 KB each: 224 KB of the 227 KB an SM has; q_pe

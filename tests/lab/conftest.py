@@ -96,6 +96,9 @@ def browser(tmp_path_factory):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
     driver.set_script_timeout(600)
+    # selenium's HTTP client waits 120 s for chromedriver's answer by default, under the script timeout: on a slow
+    # machine notebook 07's Run All outlasted it ("Read timed out. (read timeout=120)"). Wait longer than the script
+    driver.command_executor.client_config.timeout = 660
     try:
         yield driver
     finally:
