@@ -915,14 +915,15 @@ def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: 
     return [line[1] + line[0] * max(pages[p] + c * walked[p] for p in pages) for c in costs]
 
 
-def overhead_runs() -> list[list[tuple]]:
-    """results/schedule_overhead_h200.md's three outputs: (batch, median, {setting: us}, {setting: x printed}) per
-    line; x is a setting's time over the other one's (5 over 10 in the first run, 3, 2 or 4 over 5 in the others)."""
+def overhead_runs(heads: int = 128) -> list[list[tuple]]:
+    """results/schedule_overhead_h200.md's outputs at ``heads``: (batch, median, {setting: us}, {setting: x printed})
+    per line; x is a setting's time over the other one's (at 128 heads 5 over 10 in the first run, 3, 2 or 4 over 5
+    in the others; at 16, 3 or 8 over 5)."""
     blocks = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8").split("```")[3::2]
     runs = []
     for block in blocks:
         rows = []
-        for b, m, body in re.findall(r"h128 B(\d+) (\d+): (.*) FM", block):
+        for b, m, body in re.findall(rf"h{heads} B(\d+) (\d+): (.*) FM", block):
             us = {int(k): float(v) for k, v in re.findall(r"ov(\d+) ([\d.]+)", body)}
             x = {int(k): float(v) for k, v in re.findall(r"ov(\d+) [\d.]+ \(([\d.]+)x\)", body)}
             rows.append((int(b), int(m), us, x))
@@ -1042,23 +1043,10 @@ def test_the_h16_prediction_is_the_models():
         f"{span(ratio[5], 3)}x if it costs 5"])
 
 
-def ov16_run() -> list[tuple]:
-    """results/schedule_overhead_h200.md's h_q=16 output: (batch, median, {setting: us}, {setting: x printed}) per
-    line, x a setting's time over the time at 5."""
-    text = (RESULTS_DIR / "schedule_overhead_h200.md").read_text(encoding="utf-8")
-    block = text.split("## 3 and 8 against 5 at h_q=16")[1].split("```")[3]
-    rows = []
-    for b, m, body in re.findall(r"h16 B(\d+) (\d+): (.*) FM", block):
-        us = {int(k): float(v) for k, v in re.findall(r"ov(\d+) ([\d.]+)", body)}
-        x = {int(k): float(v) for k, v in re.findall(r"ov(\d+) [\d.]+ \(([\d.]+)x\)", body)}
-        rows.append((int(b), int(m), us, x))
-    return rows
-
-
 def ov16_claims() -> list[str]:
     """The h_q=16 timing's sentences (results/schedule_overhead_h200.md, kernels/NOTES.md v14), from its output and
     the model: the measured ratios, the prediction's, the fit and what charging 3 would be worth."""
-    rows = ov16_run()
+    (rows,) = overhead_runs(16)
     assert [(b, m) for b, m, *_ in rows] == list(OV16_BATCHES)
     # x from the unrounded times; the times printed to 0.1 us
     assert all(abs(us[k] / us[5] - x[k]) < 0.1 / us[5] + 5e-4 for *_, us, x in rows for k in (3, 8))
@@ -1188,9 +1176,10 @@ def notes_v14_claims() -> list[str]:
     n = w1left_numbers()
     kept, v13 = n[1, "w1left", "all"], n[2, "v13", "all"]
     right = n[2, "w0right", "all"]
-    rows = ov16_run()
+    (rows,) = overhead_runs(16)
     big3 = [x[3] for b, _, _, x in rows if b != 16]
-    low = h16_prediction()[2] + h16_prediction()[3]
+    predicted = h16_prediction()
+    low = predicted[2] + predicted[3]
     run, before = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V13)
     _, x, s = schedule_numbers()
     _, _, s13 = schedule_numbers(SCHEDULE_V13)
