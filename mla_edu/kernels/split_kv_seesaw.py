@@ -54,8 +54,10 @@ Shared memory: q_nope 64 KB, the ring 2 x 72 KB, P0 and P1 8 KB each: 224 KB of 
 q pieces in registers for the same reason, ``splitkv_mla.cu`` line 198). Registers: 248 a thread in each
 warpgroup (two warpgroups of 128 threads: 63,488 of an SM's 65,536), no spill (``tests/test_sm90.py``).
 
-q_nope arrives by TMA too where its rows are one 2D view (``q_descriptor``), else through registers; in the
-balanced schedule warpgroup 0 issues the next segment's q at the end of the current one.
+q_nope arrives by TMA too where its rows are one 2D view (``q_descriptor``), else through registers. Warpgroup 0
+issues it before the first pair's halves, in two halves with an mbarrier each, so the first score products wait
+for q's left half only (``kernels/NOTES.md`` v15); in the balanced schedule it issues the next segment's q at the
+end of the current one.
 
 Final output rows leave by TMA too, as FlashMLA stores its output (``store_o``, ``splitkv_mla.cu``): each warpgroup
 writes its [64, 256] in bf16 into its half of q's buffer, then one TMA store copies the block out, where the output
@@ -92,9 +94,10 @@ REGISTERS = gl.constexpr(248)
 # mbarriers: TMA halves of the two ring slots, then the hand-offs between the warpgroups
 LEFT0, LEFT1, RIGHT0, RIGHT1 = (gl.constexpr(i) for i in range(4))  # a slot's tile half has landed
 SCALE0, SCALE1, P0_READY, P1_READY = (gl.constexpr(i) for i in range(4, 8))  # m0, scale0 / m1, scale1 / P0 / P1
-Q_READY, Q_FREE, SUM0, SUM1 = (gl.constexpr(i) for i in range(8, 12))  # q stored / no longer read / row sums
+Q_LEFT, Q_FREE, SUM0, SUM1 = (gl.constexpr(i) for i in range(8, 12))  # q's left half stored / q no longer read / sums
 P0_FREE = gl.constexpr(12)  # warpgroup 1 is done reading P0
-NUM_BARRIERS = gl.constexpr(13)
+Q_RIGHT = gl.constexpr(13)  # q's right half stored
+NUM_BARRIERS = gl.constexpr(14)
 # rows of the float32 statistics buffer [6, BLOCK_H]
 M0, SC0, M1, SC1, L0, L1 = (gl.constexpr(i) for i in range(6))
 
@@ -165,12 +168,13 @@ def _hand_over_p(p_smem, p, bar):
 
 
 @gluon.jit
-def _scores(q_smem, qpe, kv, pe, first, second, LEFT_FIRST: gl.constexpr, phase, t0, t_end, qk_scale,
-            DL: gl.constexpr, DR: gl.constexpr, HALF: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-            S_LAYOUT: gl.constexpr, ROWS: gl.constexpr):
+def _scores(q_smem, qpe, kv, pe, first, second, q_right, q_phase, LEFT_FIRST: gl.constexpr, phase, t0, t_end,
+            qk_scale, DL: gl.constexpr, DR: gl.constexpr, HALF: gl.constexpr, BLOCK_H: gl.constexpr,
+            BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, ROWS: gl.constexpr):
     """Scaled scores [BLOCK_H, BLOCK_N] (log2 units; -inf past t_end) of the tile in ``kv``, ``pe``, whose halves
     complete ``phase`` of the mbarriers ``first`` and ``second``: the left half multiplied first (LEFT_FIRST)
-    or the right half and the rope columns. A partial last tile is zeroed past t_end first."""
+    or the right half and the rope columns. q's right half completes ``q_phase`` of ``q_right`` (its left half
+    was waited for before the pairs). A partial last tile is zeroed past t_end first."""
     if t0 + BLOCK_N > t_end:  # rows past the length: TMA cannot mask rows
         mbarrier.wait(first, phase)
         mbarrier.wait(second, phase)
@@ -181,10 +185,12 @@ def _scores(q_smem, qpe, kv, pe, first, second, LEFT_FIRST: gl.constexpr, phase,
         acc = warpgroup_mma(q_smem.slice(0, HALF, dim=1), kv.slice(0, HALF, dim=1).permute((1, 0)), zero,
                             use_acc=False, is_async=True)
         mbarrier.wait(second, phase)
+        mbarrier.wait(q_right, q_phase)  # (at once after the segment's first pair)
         acc = warpgroup_mma(q_smem.slice(HALF, HALF, dim=1), kv.slice(HALF, HALF, dim=1).permute((1, 0)), acc,
                             is_async=True)
         acc = warpgroup_mma(qpe, pe.permute((1, 0)), acc, is_async=True)
     else:
+        mbarrier.wait(q_right, q_phase)
         acc = warpgroup_mma(q_smem.slice(HALF, HALF, dim=1), kv.slice(HALF, HALF, dim=1).permute((1, 0)), zero,
                             use_acc=False, is_async=True)
         acc = warpgroup_mma(qpe, pe.permute((1, 0)), acc, is_async=True)
@@ -204,18 +210,21 @@ def _head_row(b, hb, H, BLOCK_H: gl.constexpr):
 
 
 @gluon.jit
-def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bar, DL: gl.constexpr, DR: gl.constexpr,
+def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bars, DL: gl.constexpr, DR: gl.constexpr,
             Q_TMA: gl.constexpr, ROWS: gl.constexpr):
-    """Warpgroup 0 puts request b's q_nope (heads [64 hb, 64 hb + 64), 64 KB) into ``q_smem``; ``bar`` completes
-    once it is there. Q_TMA: by TMA in two blocks of DL / 2 columns (``q_descriptor``), so the copy runs while
-    the warpgroup goes on; else through registers, 64 columns at a time (few registers), then one arrival."""
+    """Warpgroup 0 puts request b's q_nope (heads [64 hb, 64 hb + 64), 64 KB) into ``q_smem``; mbarrier Q_LEFT
+    completes once columns [0, DL / 2) are there, Q_RIGHT once the rest are, so the scores' first product waits
+    for the first half only. Q_TMA: by TMA, one block of DL / 2 columns a half (``q_descriptor``), so the copy runs
+    while the warpgroup goes on; else through registers, 64 columns at a time (few registers), then an arrival on
+    each."""
     BLOCK_H: gl.constexpr = q_smem.shape[0]
     HALF: gl.constexpr = DL // 2
     if Q_TMA:
         row = _head_row(b, hb, H, BLOCK_H)  # q_nope's rows [B * H, DL]
-        mbarrier.expect(bar, 2 * q_desc.block_type.nbytes)
-        wg.tma_load(q_desc, [row, 0], bar, q_smem.slice(0, HALF, dim=1))
-        wg.tma_load(q_desc, [row, HALF], bar, q_smem.slice(HALF, HALF, dim=1))
+        for side in gl.static_range(2):
+            bar = bars.index(Q_LEFT if side == 0 else Q_RIGHT)
+            mbarrier.expect(bar, q_desc.block_type.nbytes)
+            wg.tma_load(q_desc, [row, side * HALF], bar, q_smem.slice(side * HALF, HALF, dim=1))
     else:
         offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS))
         offs_d = gl.arange(0, DR, layout=gl.SliceLayout(0, ROWS))
@@ -224,7 +233,8 @@ def _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bar,
                 gl.load(q_nope_ptr + b * stride_qn_b + offs_h[:, None] * stride_qn_h + c * DR + offs_d[None, :]))
         fence_async_shared()
         wg.thread_barrier()
-        mbarrier.arrive(bar, count=1)
+        mbarrier.arrive(bars.index(Q_LEFT), count=1)
+        mbarrier.arrive(bars.index(Q_RIGHT), count=1)
 
 
 @gluon.jit
@@ -238,9 +248,9 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
     """Warpgroup ROLE's share of request b's tokens [t_start, t_end) for 64 heads, written to the output or a
     partial. ``g0``, ``g1``: tiles the program loaded into ring slots 0 and 1 before (each slot half's mbarrier
     completes once per tile loaded into it; the hand-off barriers once per pair, as slot 0); ``n_seg``: its
-    segments before (Q_READY and Q_FREE complete once per segment). ``b_next`` >= 0: the next segment is request
-    b_next's tokens [t_next, t_end_next); this segment's last pair reloads the ring with its first pair, as any
-    pair does with the next, and warpgroup 0 issues its q at the end of this one, before the output is written
+    segments before (Q_LEFT, Q_RIGHT and Q_FREE complete once per segment). ``b_next`` >= 0: the next segment is
+    request b_next's tokens [t_next, t_end_next); this segment's last pair reloads the ring with its first pair, as
+    any pair does with the next, and warpgroup 0 issues its q at the end of this one, before the output is written
     (FlashMLA issues the next request's q there, ``splitkv_mla.cu`` lines 1223-1226, but fills the ring at each
     request's start). ``ahead``: the last segment did that for this one."""
     q_smem = q_bufs.index(0)
@@ -260,24 +270,24 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
     n_pairs = (n_tiles + 1) // 2
     seg_phase = n_seg & 1
 
-    # unless the last segment issued them: the first pair's halves, each by the warpgroup that reloads it later
-    # (free now: their last readers are done, warpgroup 0 waited for P1_READY, warpgroup 1 for SCALE0, after the
-    # other's scores), the bytes that take longest, so first; then q (warpgroup 0), while they fly
+    # unless the last segment issued them: q (warpgroup 0), whose left half the first score products wait for,
+    # then the first pair's halves, each by the warpgroup that reloads it later (free now: their last readers are
+    # done, warpgroup 0 waited for P1_READY, warpgroup 1 for SCALE0, after the other's scores)
+    if ROLE == 0:
+        if not ahead:
+            mbarrier.wait(bars.index(Q_FREE), seg_phase ^ 1)  # warpgroup 1 is done with the last segment's q
+            _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bars, DL, DR, Q_TMA,
+                    ROWS)  # (a fresh barrier's phase 1 counts as complete)
     side: gl.constexpr = ROLE
     if not ahead:
         _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 0,
               _row(table_ptr, b, t_start, row_stride, table_reach, num_pages, PAGE), n_tiles > 0, HALF)
         _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, side, 1,
               _row(table_ptr, b, t_start + BLOCK_N, row_stride, table_reach, num_pages, PAGE), n_tiles > 1, HALF)
-    if ROLE == 0:
-        if not ahead:
-            mbarrier.wait(bars.index(Q_FREE), seg_phase ^ 1)  # warpgroup 1 is done with the last segment's q
-            _load_q(q_desc, q_nope_ptr, b, hb, H, stride_qn_b, stride_qn_h, q_smem, bars.index(Q_READY), DL, DR,
-                    Q_TMA, ROWS)  # (a fresh barrier's phase 1 counts as complete)
     offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QPE_OPERAND))
     offs_dr = gl.arange(0, DR, layout=gl.SliceLayout(0, QPE_OPERAND))
     qpe = gl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :])  # [64, 64], own
-    mbarrier.wait(bars.index(Q_READY), seg_phase)
+    mbarrier.wait(bars.index(Q_LEFT), seg_phase)
 
     if SCHEDULED:  # the next segment's first two rows (-1: no such tile)
         n_next = (gl.maximum(t_end_next - t_next, 0) + BLOCK_N - 1) // BLOCK_N
@@ -317,7 +327,8 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
         p1_smem = p_bufs.index(1 - z)
         if ROLE == 0:
             sc = _scores(q_smem, qpe, kv0, pe_bufs.index(z), bars.index(LEFT0), bars.index(RIGHT0),
-                         True, ph, t0, t_end, qk_scale, DL, DR, HALF, BLOCK_H, BLOCK_N, S_LAYOUT, ROWS)
+                         bars.index(Q_RIGHT), seg_phase, True, ph, t0, t_end, qk_scale, DL, DR, HALF, BLOCK_H,
+                         BLOCK_N, S_LAYOUT, ROWS)
             m0 = gl.maximum(m_i, gl.max(sc, 1))  # tile 0 has a token in range: m0 is finite
             scale0 = gl.exp2(m_i - m0)
             _hand_over_max(stats, M0, SC0, m0, scale0, bars.index(SCALE0))
@@ -344,7 +355,8 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
         else:
             if has1:
                 sc = _scores(q_smem, qpe, kv1, pe_bufs.index(1 - z), bars.index(LEFT1), bars.index(RIGHT1),
-                             True, ph1, t1, t_end, qk_scale, DL, DR, HALF, BLOCK_H, BLOCK_N, S_LAYOUT, ROWS)
+                             bars.index(Q_RIGHT), seg_phase, True, ph1, t1, t_end, qk_scale, DL, DR, HALF, BLOCK_H,
+                             BLOCK_N, S_LAYOUT, ROWS)
             else:  # no tile 1 (an odd count): P1 = 0, and neither warpgroup multiplies slot 1
                 sc = gl.full([BLOCK_H, BLOCK_N], float("-inf"), gl.float32, layout=S_LAYOUT)
             mbarrier.wait(bars.index(SCALE0), ph)
@@ -383,8 +395,7 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             mbarrier.arrive(bars.index(Q_FREE), count=1)  # its last scores are done
     elif b_next >= 0:  # the next segment's q, under this one's sums and stores
         mbarrier.wait(bars.index(Q_FREE), seg_phase)
-        _load_q(q_desc, q_nope_ptr, b_next, hb, H, stride_qn_b, stride_qn_h, q_smem, bars.index(Q_READY), DL, DR,
-                Q_TMA, ROWS)
+        _load_q(q_desc, q_nope_ptr, b_next, hb, H, stride_qn_b, stride_qn_h, q_smem, bars, DL, DR, Q_TMA, ROWS)
 
     # each warpgroup's row sums to the other; both now hold the same running max
     stats.index(L0 + ROLE).store(l_i)
