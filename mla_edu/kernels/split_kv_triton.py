@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -409,24 +410,42 @@ def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, 
     return None
 
 
-#: Heads, partials and latent columns a program of ``stage2_scheduled_kernel`` merges at a time (a [16, 4, 128]
-#: float32 tile): on the H200 ragged batches 2-8% faster than [8, 8, 128] (a quarter of the programs, each
-#: request's plan computed once per 16 heads; most requests have 1-4 partials), uniform ones within 3%.
-STAGE2_BLOCK_H, STAGE2_BLOCK_S, STAGE2_BLOCK_D = 16, 4, 128
+class Stage2Config(NamedTuple):
+    """A launch config of ``stage2_scheduled_kernel``: what one program merges at a time."""
+
+    block_h: int  # heads
+    block_s: int  # partials, loaded together
+    block_d: int  # latent columns
+    num_warps: int
+
+
+#: ``stage2_scheduled_kernel``'s config: a [16, 4, 128] float32 tile, 4 warps. On the H200 ragged batches 2-8% faster
+#: than [8, 8, 128] (a quarter of the programs, each request's plan computed once per 16 heads; most requests have
+#: 1-4 partials), uniform ones within 3% (``kernels/NOTES.md`` v6).
+STAGE2_CONFIG = Stage2Config(16, 4, 128, 4)
+
+
+def launch_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens: torch.Tensor, out: torch.Tensor,
+                            page_size: int, max_pages: int, num_parts: int, config: Stage2Config | None = None):
+    """``stage2_scheduled_kernel`` over out [B, H, DL] at ``config`` (None: ``STAGE2_CONFIG``); returns the launch's
+    compiled kernel (its ``n_regs``, on a GPU)."""
+    b, h, dl = out.shape
+    cfg = Stage2Config(*(config or STAGE2_CONFIG))
+    block_h = min(cfg.block_h, triton.next_power_of_2(h))
+    block_d = min(cfg.block_d, triton.next_power_of_2(dl))
+    grid = (b, triton.cdiv(h, block_h), triton.cdiv(dl, block_d))
+    with _quiet(out.is_cuda):
+        return stage2_scheduled_kernel[grid](o_acc, lse_acc, seq_lens, out, out.stride(0), out.stride(1), h, b,
+                                             max_pages, num_parts, PAGE=page_size, **schedule.plan_constexprs(b),
+                                             DL=dl, BLOCK_DL=block_d, BLOCK_H=block_h, BLOCK_S=cfg.block_s,
+                                             num_warps=cfg.num_warps)
 
 
 @torch.library.custom_op("mla_edu::mla_decode_stage2_scheduled", mutates_args=("out",))
 def mla_decode_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens: torch.Tensor,
                                 out: torch.Tensor, page_size: int, max_pages: int, num_parts: int) -> None:
     """Merge each request's partials (rows ``p + b`` of o_acc [rows, H, DL], lse [rows, H] for its parts p)."""
-    b, h, dl = out.shape
-    block_h = min(STAGE2_BLOCK_H, triton.next_power_of_2(h))
-    block_d = min(STAGE2_BLOCK_D, triton.next_power_of_2(dl))
-    grid = (b, triton.cdiv(h, block_h), triton.cdiv(dl, block_d))
-    with _quiet(out.is_cuda):
-        stage2_scheduled_kernel[grid](o_acc, lse_acc, seq_lens, out, out.stride(0), out.stride(1), h, b, max_pages,
-                                      num_parts, PAGE=page_size, **schedule.plan_constexprs(b), DL=dl,
-                                      BLOCK_DL=block_d, BLOCK_H=block_h, BLOCK_S=STAGE2_BLOCK_S)
+    launch_stage2_scheduled(o_acc, lse_acc, seq_lens, out, page_size, max_pages, num_parts)
 
 
 @mla_decode_stage2_scheduled.register_fake
