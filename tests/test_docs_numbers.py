@@ -149,6 +149,7 @@ SCHEDULE_V11 = "kernel_bench_h200_schedule_v11.json"
 #: ... and at v12's output store, which its v12 section quotes
 SCHEDULE_V12 = "kernel_bench_h200_schedule_v12.json"
 SCHEDULE_V13 = "kernel_bench_h200_schedule_v13.json"
+SCHEDULE_V14 = "kernel_bench_h200_schedule_v14.json"
 
 
 def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
@@ -637,7 +638,7 @@ def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
                    + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims()
-                   + notes_v13_claims() + notes_v14_claims(),
+                   + notes_v13_claims() + notes_v14_claims() + notes_v15_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
@@ -1082,18 +1083,23 @@ def test_the_h16_overhead_run_is_read_from_its_output():
     assert_results_say("schedule_overhead_h200.md", ov16_claims())
 
 
-def w1left_numbers() -> dict:
-    """results/seesaw_ab_h200_w1left.md's two A/B runs (``stage1_ab``: each version's time over "new"'s): w1left
-    against v13's kernel (run 1); v13 and w0right against w1left, kept (run 2). ``{(run, version, path): [x]}``,
-    path "all", "rule", "balanced" or "ragged rule"."""
+def ab_numbers(name: str) -> dict:
+    """The A/B runs of results/``name`` (``stage1_ab``: each version's time over "new"'s), numbered from 1:
+    ``{(run, version, path): [x]}``, path "all", "rule", "balanced" or "ragged rule"."""
     out = {}
-    for i, run in enumerate(ab_runs("seesaw_ab_h200_w1left.md"), 1):
+    for i, run in enumerate(ab_runs(name), 1):
         for (shape, path, version), x in run.items():
             out.setdefault((i, version, "all"), []).append(x)
             out.setdefault((i, version, path), []).append(x)
             if path == "rule" and shape.startswith("r "):
                 out.setdefault((i, version, "ragged rule"), []).append(x)
     return out
+
+
+def w1left_numbers() -> dict:
+    """results/seesaw_ab_h200_w1left.md's two A/B runs: w1left against v13's kernel (run 1); v13 and w0right against
+    w1left, kept (run 2)."""
+    return ab_numbers("seesaw_ab_h200_w1left.md")
 
 
 def w1left_claims() -> list[str]:
@@ -1180,8 +1186,8 @@ def notes_v14_claims() -> list[str]:
     big3 = [x[3] for b, _, _, x in rows if b != 16]
     predicted = h16_prediction()
     low = predicted[2] + predicted[3]
-    run, before = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V13)
-    _, x, s = schedule_numbers()
+    run, before = result(SCHEDULE_V14), result(SCHEDULE_V13)
+    _, x, s = schedule_numbers(SCHEDULE_V14)
     _, _, s13 = schedule_numbers(SCHEDULE_V13)
     rg, rg13 = s["ragged_balanced_x_flashmla"], s13["ragged_balanced_x_flashmla"]
     u, u13 = s["uniform_h128_backend_x_flashmla"], s13["uniform_h128_backend_x_flashmla"]
@@ -1218,7 +1224,7 @@ def notes_v14_claims() -> list[str]:
             f"what the backend runs: {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x, min "
             f"{s['uniform_h16_backend_x_flashmla']['min']:.2f}x |",
             f"**The ragged geomean**, {100 * (1 - rg['geomean']):.1f}% short of 1.0x, at h_q=128 {span(x[128])}x",
-            f"and v14 a further {span([100 * g for g in gains], 1)}% (two runs) by having warpgroup 1 score the half "
+            f"v14 a further {span([100 * g for g in gains], 1)}% (two runs) by having warpgroup 1 score the half "
             f"of its tile that lands first", profile_v13_claim()]
 
 
@@ -1235,3 +1241,137 @@ def profile_v13_claim() -> str:
     stage1 = [times[s, "balanced"][0] - times[s, "FlashMLA"][0] for s in shapes]
     return (f"has it {span(stage2, 1)} us slower than FlashMLA's combine on the ragged h_q=128 batches it times, where "
             f"stage 1 is {span(stage1, 1)} us slower")
+
+
+def qfirst_numbers() -> dict:
+    """results/seesaw_ab_h200_qfirst.md's three A/B runs: qsplit and qfirst against v14 (run 1); v14 ("v14cur") and
+    qsplit against qfirst, kept (run 2); qlr and the file runs 1 and 2 timed against qfirst as committed (run 3)."""
+    return ab_numbers("seesaw_ab_h200_qfirst.md")
+
+
+def qfirst_claims() -> list[str]:
+    """results/seesaw_ab_h200_qfirst.md's reading, from its three runs."""
+    n = qfirst_numbers()
+    kept, v14 = n[1, "qfirst", "all"], n[2, "v14cur", "all"]
+    return [f"qfirst against v14 (run 1) is faster at {sum(x < 1 for x in kept)} of the {len(kept)} timings, x "
+            f"{span(kept, 3)}, geomean {geometric_mean(kept):.3f}; v14 against qfirst (run 2) is slower at "
+            f"{sum(x > 1 for x in v14)} of the {len(v14)}, geomean {geometric_mean(v14):.3f}",
+            f"qsplit against v14: geomean {geometric_mean(n[1, 'qsplit', 'all']):.3f} (run 1); against qfirst: "
+            f"{geometric_mean(n[2, 'qsplit', 'all']):.3f} (run 2)",
+            f"qlr against qfirst: {geometric_mean(n[3, 'qlr', 'all']):.3f} (run 3)",
+            f"against the kernel as committed: {geometric_mean(n[3, 'qfirst', 'all']):.3f}"]
+
+
+def test_the_qfirst_results_quote_their_runs():
+    assert_results_say("seesaw_ab_h200_qfirst.md", qfirst_claims())
+
+
+STAGE2_NOW, STAGE2_FEW_REGS, STAGE2_ONE_PARTIAL, STAGE2_WALK = "[16,4,128]w4", "[16,2,128]w8", "[8,1,512]w4", \
+    "[16,4,128]w4p3"
+
+
+def stage2_runs() -> list[dict]:
+    """results/stage2_ab_h200.md's two runs (``tools.stage2_ab``): per run ``{"regs": {config: registers},
+    "rows": {problem: {config: (stage 2 us, whole call us)}}}``, a problem as printed ("r h128 B64 1024")."""
+    runs = []
+    for block in re.findall(r"```\n(FlashMLA.*?)```", (RESULTS_DIR / "stage2_ab_h200.md").read_text(encoding="utf-8"),
+                            re.S):
+        cfg = r"\[[\d,]+\]w\d+(?:p\d+)?"
+        regs = {c: int(k) for c, k in re.findall(rf"^({cfg}): (\d+) registers", block, re.M)}
+        rows = {prob: {c: (float(a), float(w)) for c, a, w in re.findall(rf"({cfg}) ([\d.]+) / ([\d.]+)", body)}
+                for prob, body in re.findall(r"^([ur] h\d+ B\d+ \d+) parts\d+ cut\d+: stage 2 / whole us (.*) FlashMLA",
+                                             block, re.M)}
+        assert len(rows) == 16 and all(len(r) == len(regs) for r in rows.values())
+        runs.append(dict(regs=regs, rows=rows))
+    return runs
+
+
+def stage2_numbers() -> dict:
+    """What results/stage2_ab_h200.md's reading and kernels/NOTES.md v15 take from its two runs: registers, stage 2's
+    time saved (us) by some configs at some problems, and each problem's fastest config's saving (fractions)."""
+    runs = stage2_runs()
+    regs = runs[0]["regs"]
+
+    def saved(cfg, pick):
+        return [r["rows"][p][STAGE2_NOW][0] - r["rows"][p][cfg][0] for r in runs for p in r["rows"] if pick(p)
+                and cfg in r["rows"][p]]
+
+    walk_pick = ("r h128 B64 ", "r h128 B128 ")
+    out = dict(regs=regs, per_sm=65536 // (-(-regs[STAGE2_NOW] // 8) * 8 * 128),  # 8 registers at a time, 128 threads
+               few=saved(STAGE2_FEW_REGS, lambda p: p.startswith("r h16 B64 ")),
+               one=saved(STAGE2_ONE_PARTIAL, lambda p: p.startswith("r h128 B128 ")),
+               slow=[r["rows"][p][STAGE2_ONE_PARTIAL][0] / r["rows"][p][STAGE2_NOW][0] for r in runs
+                     for p in r["rows"] if " B16 " in p],
+               walk=saved(STAGE2_WALK, lambda p: p.startswith(walk_pick)),
+               walk_else=saved(STAGE2_WALK, lambda p: not p.startswith(walk_pick)),
+               best=[1 - min(w for _, w in row.values()) / row[STAGE2_NOW][1] for r in runs
+                     for row in r["rows"].values()])
+    assert min(out["walk"]) > 0 and all(r["regs"][STAGE2_NOW] == regs[STAGE2_NOW] for r in runs)
+    return out
+
+
+def stage2_claims() -> list[str]:
+    """results/stage2_ab_h200.md's reading, from its two runs."""
+    n = stage2_numbers()
+    regs = n["regs"]
+    return [f"holds {regs[STAGE2_NOW]} registers a thread on this machine's compiler, so {n['per_sm']} of its "
+            f"programs fit an SM",
+            f"at 8 warps ({regs[STAGE2_FEW_REGS]} registers) takes {span(n['few'], 1)} us off stage 2 at h_q=16, B=64",
+            f"at 4 warps ({regs[STAGE2_ONE_PARTIAL]} registers) takes {span(n['one'], 1)} us off at h_q=128, B=128, "
+            f"and makes stage 2 {span(n['slow'], 1)}x as long at B=16",
+            f"Each problem's fastest config would take {span([100 * b for b in n['best']], 1)}% off the whole call"]
+
+
+def test_the_stage2_results_quote_their_runs():
+    assert_results_say("stage2_ab_h200.md", stage2_claims())
+
+
+def notes_v15_claims() -> list[str]:
+    """kernels/NOTES.md v15 and its 'Where it stands': the A/B of q's order, stage 2's configs and the bench
+    against v14's run."""
+    n = qfirst_numbers()
+    kept, v14 = n[1, "qfirst", "all"], n[2, "v14cur", "all"]
+    s2 = stage2_numbers()
+    regs = s2["regs"]
+    run, before = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V14)
+    _, _, s = schedule_numbers()
+    _, _, s14 = schedule_numbers(SCHEDULE_V14)
+    rg, rg14 = s["ragged_balanced_x_flashmla"], s14["ragged_balanced_x_flashmla"]
+    u, u14 = s["uniform_h128_backend_x_flashmla"], s14["uniform_h128_backend_x_flashmla"]
+    worst = worst_h128_backend(run)
+    below = sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
+                   and r["flashmla_us"] / r["rule_us"] < 0.9)
+    assert below == [(64, 1024), (128, 1024)]  # as NOTES names them ("at B=64 and 128, L=1024")
+    gains = [1 - geometric_mean(kept), geometric_mean(v14) - 1]
+
+    def h128(r):
+        return r["heads"] == 128
+
+    return [f"faster at {sum(x < 1 for x in kept)} of the {len(kept)} timings, x {span(kept, 3)}, geomean "
+            f"{geometric_mean(kept):.3f}; v14 against it (run 2): slower at {sum(x > 1 for x in v14)} of "
+            f"{len(v14)}, geomean {geometric_mean(v14):.3f}",
+            f"geomean {geometric_mean(n[1, 'qsplit', 'all']):.3f} against v14 (run 1) and "
+            f"{geometric_mean(n[2, 'qsplit', 'all']):.3f} against qfirst (run 2)",
+            f"geomean {geometric_mean(n[3, 'qlr', 'all']):.3f} against qfirst (run 3)",
+            f"against the kernel as committed: {geometric_mean(n[3, 'qfirst', 'all']):.3f}",
+            f"at {regs[STAGE2_NOW]} registers a thread only {s2['per_sm']} fit an SM",
+            f"Fewer registers ([16, 2, 128] at 8 warps: {regs[STAGE2_FEW_REGS]}) take {span(s2['few'], 1)} us off "
+            f"stage 2 at h_q=16, B=64",
+            f"([8, 1, 512] at 4 warps: {regs[STAGE2_ONE_PARTIAL]}) takes {span(s2['one'], 1)} us off at h_q=128, B=128",
+            f"stage 2 then takes {span(s2['slow'], 1)}x as long",
+            f"at 3 programs an SM, took {span(s2['walk'], 1)} us off at the ragged h_q=128 batches of B=64 and 128, "
+            f"and added up to {-min(s2['walk_else']):.1f} us at others",
+            f"Each batch's fastest config would take {span([100 * b for b in s2['best']], 1)}% off the whole call",
+            f"| {rg['geomean']:.3f}x (v14 {rg14['geomean']:.3f}x), min {rg['min']:.3f}x (v14 {rg14['min']:.3f}x); at "
+            f"h_q=128 the balanced path moved by {signed(moves(before['ragged'], run['ragged'], 'balanced_us', h128))}"
+            f" and FlashMLA by {signed(moves(before['ragged'], run['ragged'], 'flashmla_us', h128))} between the "
+            f"runs |",
+            f"what the backend runs: {u['below_0.9']} of 12 shapes below (v14: {u14['below_0.9']}), min "
+            f"{u['min']:.2f}x (B={worst['batch']}, L={worst['lens_max']}; v14 {u14['min']:.2f}x), geomean "
+            f"{u['geomean']:.2f}x (v14 {u14['geomean']:.2f}x); FlashMLA's own times moved by "
+            f"{signed(moves(before['uniform'], run['uniform'], 'flashmla_us', h128_b4))} between the runs |",
+            f"what the backend runs: {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x, min "
+            f"{s['uniform_h16_backend_x_flashmla']['min']:.2f}x |",
+            f"**Uniform h_q=128 at B=64 and 128, L=1024** ({u['min']:.2f}x)",
+            f"and v15 {span([100 * g for g in gains], 1)}% by issuing q before the first pair, in two halves"]
+

@@ -106,7 +106,7 @@ def prefers_balanced(lens, page_size: int, heads: int, sm_count: int, num_splits
     ``seq_lens_cpu``) is better served by the balanced schedule than by the split rule at ``num_splits``: its
     modelled makespan (``makespans``) ``BALANCED_MARGIN`` below the rule's. Scored on the H200's measured times
     (``tools/schedule_choice.py``, ``results/schedule_choice_h200.md``): within 5% of the best at 42 of 42
-    problems, where the choice by the table's width was at 37 (v14's run)."""
+    problems, where the choice by the table's width was at 38 (v15's run)."""
     rule, balanced = makespans(lens, page_size, heads, sm_count, num_splits, max_pages)
     return balanced < (1 - BALANCED_MARGIN) * rule
 
