@@ -19,6 +19,9 @@ PIP    := -m pip install -q --disable-pip-version-check
 # print other text in places (backend names, bf16 accuracies), so there nbval runs every cell and
 # every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs.
 NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
+# The tests on every core of a CPU machine (pytest-xdist; a notebook's cells stay together, in order, on one
+# worker). On a GPU machine one process, so that the tests do not share the GPU.
+XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
 .PHONY: repro test lint unit nbval test-lab book slides test-latest lock figures notebooks clean-venv
 
@@ -43,18 +46,18 @@ repro: $(VENV)/.ready
 	$(PY) -m mla_edu.case_study.repro
 
 test: $(VENV)/.ready lint
-	$(PY) -m pytest -q tests
-	$(PY) -m pytest -q $(NBVAL) notebooks/*.ipynb
+	$(PY) -m pytest -q $(XDIST) tests
+	$(PY) -m pytest -q $(XDIST) $(NBVAL) notebooks/*.ipynb
 
 # ruff (pyproject.toml's [tool.ruff]) over the library, tools, tests and the notebooks' .py sources.
 lint: $(VENV)/.ready
 	$(VENV)/bin/ruff check mla_edu tools tests notebooks/*.py
 
 unit: $(VENV)/.ready
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(XDIST) tests
 
 nbval: $(VENV)/.ready
-	$(PY) -m pytest -q $(NBVAL) notebooks/*.ipynb
+	$(PY) -m pytest -q $(XDIST) $(NBVAL) notebooks/*.ipynb
 
 # JupyterLab from .venv on 127.0.0.1, driven by headless Chromium: Run All in every notebook, the panel's
 # run button in notebook 08, and the book's pages. Installs Debian's chromium + chromium-driver if missing.
