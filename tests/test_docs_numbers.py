@@ -182,6 +182,20 @@ def worst_h128_backend(run: dict) -> dict:
                key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, run['info']['sm_count'])}_us"])
 
 
+def bench_pair(after: str, before: str) -> dict:
+    """Two schedule bench runs (results/``after``, results/``before``) as NOTES compares them: the runs, their
+    summaries, the ragged and uniform h_q=128 lines of the acceptance, the uniform h_q=128 shape where the backend
+    is slowest against FlashMLA, and the shapes below 0.9x in ``after``."""
+    run, old = result(after), result(before)
+    _, x, s = schedule_numbers(after)
+    _, _, s_old = schedule_numbers(before)
+    below = sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
+                   and r["flashmla_us"] / r["rule_us"] < 0.9)
+    return dict(run=run, before=old, x=x, s=s, rg=s["ragged_balanced_x_flashmla"],
+                rg_old=s_old["ragged_balanced_x_flashmla"], u=s["uniform_h128_backend_x_flashmla"],
+                u_old=s_old["uniform_h128_backend_x_flashmla"], worst=worst_h128_backend(run), below=below)
+
+
 def schedule_claims() -> list[str]:
     """README's ragged-batch row, from results/kernel_bench_h200_schedule.json."""
     ragged, x, s = schedule_numbers()
@@ -1186,15 +1200,10 @@ def notes_v14_claims() -> list[str]:
     big3 = [x[3] for b, _, _, x in rows if b != 16]
     predicted = h16_prediction()
     low = predicted[2] + predicted[3]
-    run, before = result(SCHEDULE_V14), result(SCHEDULE_V13)
-    _, x, s = schedule_numbers(SCHEDULE_V14)
-    _, _, s13 = schedule_numbers(SCHEDULE_V13)
-    rg, rg13 = s["ragged_balanced_x_flashmla"], s13["ragged_balanced_x_flashmla"]
-    u, u13 = s["uniform_h128_backend_x_flashmla"], s13["uniform_h128_backend_x_flashmla"]
-    worst = worst_h128_backend(run)
-    below = sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
-                   and r["flashmla_us"] / r["rule_us"] < 0.9)
-    assert below == [(64, 1024), (64, 4096), (128, 1024)]  # as NOTES names them
+    pair = bench_pair(SCHEDULE_V14, SCHEDULE_V13)
+    run, before, x, s, worst = pair["run"], pair["before"], pair["x"], pair["s"], pair["worst"]
+    rg, rg13, u, u13 = pair["rg"], pair["rg_old"], pair["u"], pair["u_old"]
+    assert pair["below"] == [(64, 1024), (64, 4096), (128, 1024)]  # as NOTES names them
 
     def h128(r):
         return r["heads"] == 128
@@ -1333,15 +1342,10 @@ def notes_v15_claims() -> list[str]:
     kept, v14 = n[1, "qfirst", "all"], n[2, "v14cur", "all"]
     s2 = stage2_numbers()
     regs = s2["regs"]
-    run, before = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V14)
-    _, _, s = schedule_numbers()
-    _, _, s14 = schedule_numbers(SCHEDULE_V14)
-    rg, rg14 = s["ragged_balanced_x_flashmla"], s14["ragged_balanced_x_flashmla"]
-    u, u14 = s["uniform_h128_backend_x_flashmla"], s14["uniform_h128_backend_x_flashmla"]
-    worst = worst_h128_backend(run)
-    below = sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
-                   and r["flashmla_us"] / r["rule_us"] < 0.9)
-    assert below == [(64, 1024), (128, 1024)]  # as NOTES names them ("at B=64 and 128, L=1024")
+    pair = bench_pair("kernel_bench_h200_schedule.json", SCHEDULE_V14)
+    run, before, s, worst = pair["run"], pair["before"], pair["s"], pair["worst"]
+    rg, rg14, u, u14 = pair["rg"], pair["rg_old"], pair["u"], pair["u_old"]
+    assert pair["below"] == [(64, 1024), (128, 1024)]  # as NOTES names them ("at B=64 and 128, L=1024")
     gains = [1 - geometric_mean(kept), geometric_mean(v14) - 1]
 
     def h128(r):

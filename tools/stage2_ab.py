@@ -51,9 +51,7 @@ def run(configs=CONFIGS, problems=PROBLEMS) -> None:
         parts = sc.num_parts(h, sms, b, width)
         need = sc.workspace_bytes(b, h, D_LATENT, parts)
         ws = bench_workspace(64 * width, b, h, sms, 1, need)
-        rows = sc.workspace_rows(b, parts)
-        f32 = ws[:need].view(torch.float32)
-        o_acc, lse = f32[: rows * h * D_LATENT].view(rows, h, D_LATENT), f32[rows * h * D_LATENT:].view(rows, h)
+        o_acc, lse = skt.balanced_views(ws, b, h, D_LATENT, parts)
 
         def whole():
             return mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton", sm_count=sms,

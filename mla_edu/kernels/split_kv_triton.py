@@ -487,6 +487,14 @@ def mla_decode_triton(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_s
     return out
 
 
+def balanced_views(workspace: torch.Tensor, batch: int, heads: int, d_latent: int, parts: int):
+    """The balanced schedule's partials in ``workspace`` (uint8, at least ``schedule.workspace_bytes`` long):
+    o_acc [rows, H, DL] and lse [rows, H], float32, row ``p + b`` for part p's segment of request b."""
+    rows = schedule.workspace_rows(batch, parts)
+    f32 = workspace[: schedule.workspace_bytes(batch, heads, d_latent, parts)].view(torch.float32)
+    return f32[: rows * heads * d_latent].view(rows, heads, d_latent), f32[rows * heads * d_latent:].view(rows, heads)
+
+
 def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float,
                                plan: DecodePlan, checked: bool, sm_count: int) -> torch.Tensor:
     """``mla_decode_triton`` with the balanced schedule (``kernels.schedule``) instead of one split count for all
@@ -504,10 +512,7 @@ def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, worksp
                          f"{schedule.workspace_rows(b, parts)} rows of partials), got {workspace.numel()} bytes; "
                          "size it with schedule.workspace_bytes(B, H, D_latent, schedule.num_parts(H, sm_count, B, "
                          "max_pages))")
-    rows = schedule.workspace_rows(b, parts)
-    f32 = workspace[: need].view(torch.float32)
-    o_acc = f32[: rows * h * dl].view(rows, h, dl)  # [rows, H, DL]
-    lse_acc = f32[rows * h * dl:].view(rows, h)  # [rows, H]
+    o_acc, lse_acc = balanced_views(workspace, b, h, dl, parts)
     out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
     torch.ops.mla_edu.mla_decode_stage1_scheduled(q_nope, q_pe, cache, seq_lens, flat_table(page_table, plan),
                                                   o_acc, lse_acc, out, sm_scale, plan.row_stride, plan.max_pages,
