@@ -162,6 +162,18 @@ def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[lis
     return k["ragged"], x, summary(k)
 
 
+def is_h128(row: dict) -> bool:
+    """Whether a schedule bench row has 128 query heads."""
+    return row["heads"] == 128
+
+
+def h128_below(run: dict) -> list[tuple[int, int]]:
+    """(batch, length) of the uniform h_q=128, B >= 4 shapes of a schedule bench's run where the rule's path is
+    below 0.9x FlashMLA's speed."""
+    return sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
+                  and r["flashmla_us"] / r["rule_us"] < 0.9)
+
+
 def h128_b4(row: dict) -> bool:
     """Whether a schedule bench row is one of the uniform shapes issue 25's acceptance bounds: h_q=128, B >= 4."""
     return row["heads"] == 128 and row["batch"] >= 4
@@ -189,11 +201,18 @@ def bench_pair(after: str, before: str) -> dict:
     run, old = result(after), result(before)
     _, x, s = schedule_numbers(after)
     _, _, s_old = schedule_numbers(before)
-    below = sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
-                   and r["flashmla_us"] / r["rule_us"] < 0.9)
     return dict(run=run, before=old, x=x, s=s, rg=s["ragged_balanced_x_flashmla"],
                 rg_old=s_old["ragged_balanced_x_flashmla"], u=s["uniform_h128_backend_x_flashmla"],
-                u_old=s_old["uniform_h128_backend_x_flashmla"], worst=worst_h128_backend(run), below=below)
+                u_old=s_old["uniform_h128_backend_x_flashmla"], worst=worst_h128_backend(run), below=h128_below(run))
+
+
+def ragged_cell(pair: dict, label: str) -> str:
+    """kernels/NOTES.md's ragged acceptance cell for two bench runs (``bench_pair``), the earlier one ``label``."""
+    run, before, rg, old = pair["run"], pair["before"], pair["rg"], pair["rg_old"]
+    return (f"| {rg['geomean']:.3f}x ({label} {old['geomean']:.3f}x), min {rg['min']:.3f}x ({label} {old['min']:.3f}x);"
+            f" at h_q=128 the balanced path moved by "
+            f"{signed(moves(before['ragged'], run['ragged'], 'balanced_us', is_h128))} and FlashMLA by "
+            f"{signed(moves(before['ragged'], run['ragged'], 'flashmla_us', is_h128))} between the runs |")
 
 
 def schedule_claims() -> list[str]:
@@ -859,12 +878,8 @@ def notes_v13_claims() -> list[str]:
     geo = geometric_mean(n["kept"])
     f = overhead_fit()
     m = f["measured"]
-    run, v12 = result(SCHEDULE_V13), result(SCHEDULE_V12)
-    _, x, s = schedule_numbers(SCHEDULE_V13)
-    _, _, s12 = schedule_numbers(SCHEDULE_V12)
-
-    def h128(r):
-        return r["heads"] == 128
+    pair = bench_pair(SCHEDULE_V13, SCHEDULE_V12)
+    run, v12, x, s, worst = pair["run"], pair["before"], pair["x"], pair["s"], pair["worst"]
 
     def h16(r):
         return r["heads"] == 16
@@ -872,9 +887,7 @@ def notes_v13_claims() -> list[str]:
     from tools.schedule_bench import backend_path
 
     assert {backend_path(r, run["info"]["sm_count"]) for r in run["uniform"] + v12["uniform"] if h128_b4(r)} == {"rule"}
-    rg, rg12 = s["ragged_balanced_x_flashmla"], s12["ragged_balanced_x_flashmla"]
-    u, u12 = s["uniform_h128_backend_x_flashmla"], s12["uniform_h128_backend_x_flashmla"]
-    worst = worst_h128_backend(run)
+    rg, u, u12 = pair["rg"], pair["u"], pair["u_old"]
     assert (worst["batch"], worst["lens_max"]) == (64, 1024)
     short = first[("u B64 1024", "rule", "pv0early")]
     assert f"{short:.3f}" == f"{first[('u B128 1024', 'rule', 'pv0early')]:.3f}"
@@ -888,9 +901,7 @@ def notes_v13_claims() -> list[str]:
             f"({span(m[2], 3)}x), and 4 at {sum(v > 1 for v in m[4])} of the {len(m[4])} ({span(m[4], 3)}x)",
             f"best at a true cost of {f['best']} page-times a segment, yet predicted charging {f['best']} at "
             f"{span(f['four'], 3)}x the time at 5",
-            f"| {rg['geomean']:.3f}x (v12 {rg12['geomean']:.3f}x), min {rg['min']:.3f}x (v12 {rg12['min']:.3f}x); at "
-            f"h_q=128 the balanced path moved by {signed(moves(v12['ragged'], run['ragged'], 'balanced_us', h128))} "
-            f"and FlashMLA by {signed(moves(v12['ragged'], run['ragged'], 'flashmla_us', h128))} between the runs |",
+            ragged_cell(pair, "v12"),
             f"what the backend runs: {u['below_0.9']} of 12 shapes below (v12: {u12['below_0.9']}), min "
             f"{u['min']:.2f}x (B=64, L=1024; v12 {u12['min']:.2f}x), geomean {u['geomean']:.2f}x "
             f"(v12 {u12['geomean']:.2f}x)",
@@ -1201,12 +1212,9 @@ def notes_v14_claims() -> list[str]:
     predicted = h16_prediction()
     low = predicted[2] + predicted[3]
     pair = bench_pair(SCHEDULE_V14, SCHEDULE_V13)
-    run, before, x, s, worst = pair["run"], pair["before"], pair["x"], pair["s"], pair["worst"]
-    rg, rg13, u, u13 = pair["rg"], pair["rg_old"], pair["u"], pair["u_old"]
+    x, s, worst = pair["x"], pair["s"], pair["worst"]
+    rg, u, u13 = pair["rg"], pair["u"], pair["u_old"]
     assert pair["below"] == [(64, 1024), (64, 4096), (128, 1024)]  # as NOTES names them
-
-    def h128(r):
-        return r["heads"] == 128
 
     gains = [1 - geometric_mean(kept), geometric_mean(v13) - 1]
     return [f"took {v13s['fm']:.1f} (v9: 81)", f"on slot 1's right half ({v13s['top_long']:,} samples)",
@@ -1223,10 +1231,7 @@ def notes_v14_claims() -> list[str]:
             f"P1 V1_right ({v14s['barrier'][0]} samples) and warpgroup 0's P1 V1_left ({v14s['barrier'][1]})",
             f"3 against 5 took {span(big3, 3)}x the time at 5 on the ragged B=64 and 128 batches, not the "
             f"{span(low, 3)}x v13's model predicted", f"8 took {span([x[8] for *_, x in rows], 3)}x",
-            f"| {rg['geomean']:.3f}x (v13 {rg13['geomean']:.3f}x), min {rg['min']:.3f}x (v13 {rg13['min']:.3f}x); at "
-            f"h_q=128 the balanced path moved by {signed(moves(before['ragged'], run['ragged'], 'balanced_us', h128))}"
-            f" and FlashMLA by {signed(moves(before['ragged'], run['ragged'], 'flashmla_us', h128))} between the "
-            f"runs |",
+            ragged_cell(pair, "v13"),
             f"what the backend runs: {u['below_0.9']} of 12 shapes below (v13: {u13['below_0.9']}), min "
             f"{u['min']:.2f}x (B={worst['batch']}, L={worst['lens_max']}; v13 {u13['min']:.2f}x), geomean "
             f"{u['geomean']:.2f}x (v13 {u13['geomean']:.2f}x)",
@@ -1344,12 +1349,9 @@ def notes_v15_claims() -> list[str]:
     regs = s2["regs"]
     pair = bench_pair("kernel_bench_h200_schedule.json", SCHEDULE_V14)
     run, before, s, worst = pair["run"], pair["before"], pair["s"], pair["worst"]
-    rg, rg14, u, u14 = pair["rg"], pair["rg_old"], pair["u"], pair["u_old"]
+    u, u14 = pair["u"], pair["u_old"]
     assert pair["below"] == [(64, 1024), (128, 1024)]  # as NOTES names them ("at B=64 and 128, L=1024")
     gains = [1 - geometric_mean(kept), geometric_mean(v14) - 1]
-
-    def h128(r):
-        return r["heads"] == 128
 
     return [f"faster at {sum(x < 1 for x in kept)} of the {len(kept)} timings, x {span(kept, 3)}, geomean "
             f"{geometric_mean(kept):.3f}; v14 against it (run 2): slower at {sum(x > 1 for x in v14)} of "
@@ -1366,10 +1368,7 @@ def notes_v15_claims() -> list[str]:
             f"at 3 programs an SM, took {span(s2['walk'], 1)} us off at the ragged h_q=128 batches of B=64 and 128, "
             f"and added up to {-min(s2['walk_else']):.1f} us at others",
             f"Each batch's fastest config would take {span([100 * b for b in s2['best']], 1)}% off the whole call",
-            f"| {rg['geomean']:.3f}x (v14 {rg14['geomean']:.3f}x), min {rg['min']:.3f}x (v14 {rg14['min']:.3f}x); at "
-            f"h_q=128 the balanced path moved by {signed(moves(before['ragged'], run['ragged'], 'balanced_us', h128))}"
-            f" and FlashMLA by {signed(moves(before['ragged'], run['ragged'], 'flashmla_us', h128))} between the "
-            f"runs |",
+            ragged_cell(pair, "v14"),
             f"what the backend runs: {u['below_0.9']} of 12 shapes below (v14: {u14['below_0.9']}), min "
             f"{u['min']:.2f}x (B={worst['batch']}, L={worst['lens_max']}; v14 {u14['min']:.2f}x), geomean "
             f"{u['geomean']:.2f}x (v14 {u14['geomean']:.2f}x); FlashMLA's own times moved by "
@@ -1386,9 +1385,7 @@ def run2_claim() -> str:
     run = result("kernel_bench_h200_schedule_v15_run2.json")
     _, _, s = schedule_numbers("kernel_bench_h200_schedule_v15_run2.json")
     rg, u = s["ragged_balanced_x_flashmla"], s["uniform_h128_backend_x_flashmla"]
-    below = sorted((r["batch"], r["lens_max"]) for r in run["uniform"] if h128_b4(r)
-                   and r["flashmla_us"] / r["rule_us"] < 0.9)
-    assert below == [(64, 1024), (64, 4096), (128, 1024)] and rg["geomean"] >= 1 and rg["min"] >= 0.8
+    assert h128_below(run) == [(64, 1024), (64, 4096), (128, 1024)] and rg["geomean"] >= 1 and rg["min"] >= 0.8
     return (f"ragged {rg['geomean']:.3f}x in geomean, min {rg['min']:.3f}x; uniform h_q=128 {u['below_0.9']} of 12 "
             f"shapes below 0.9x (B=64, L=1024 and 4096; B=128, L=1024), min {u['min']:.2f}x, geomean "
             f"{u['geomean']:.2f}x")
