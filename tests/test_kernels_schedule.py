@@ -8,6 +8,7 @@ import torch
 import mla_edu  # noqa: F401
 from mla_edu.kernels import mla_decode
 from mla_edu.kernels import schedule as sc
+from mla_edu.kernels import split_kv_triton as skt
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kernels.contract import STAGE1_KINDS
 from mla_edu.util import cdiv
@@ -114,6 +115,51 @@ def test_matches_float64(lens, sms, checked):
     ref = case.dense_f64()
     assert torch.isfinite(out).all()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
+
+
+STAGE2_CONFIGS = [skt.STAGE2_MANY, skt.STAGE2_FEW_WIDE, skt.STAGE2_FEW_NARROW]
+
+
+@pytest.mark.parametrize("config", STAGE2_CONFIGS)
+def test_each_stage2_config_matches_float64(monkeypatch, config):
+    # the configs stage2_config chooses from, each on every interpreter case: at 16 heads and 64 latent columns
+    # they differ in heads a program (8 or 16) and partials loaded together (1, 2, 4)
+    monkeypatch.setattr(skt, "STAGE2_CONFIG", config)
+    for lens, sms in INTERP_CASES:
+        case = _case(16, lens, heads=16, d_latent=64, d_rope=16)
+        out = _balanced(case, sms)
+        ref = case.dense_f64()
+        assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, (config, lens, sms)
+
+
+def test_balanced_call_runs_stage2_config_of_its_batch(monkeypatch):
+    seen = []
+    choose = skt.stage2_config
+    monkeypatch.setattr(skt, "stage2_config", lambda *a: seen.append(a) or choose(*a))
+    case = _case(17, [5, 90, 161, 48], heads=4, d_latent=32, d_rope=16)
+    _balanced(case, 16)
+    assert seen == [(4, 4, sc.num_parts(4, 16, 4, case.page_table.size(1)))]
+
+
+def test_stage2_config_by_pieces_per_request_and_heads():
+    # every batch size to 300 at each head count, around the boundary parts + B - 1 = 4 B, and the GPU's parts
+    for heads in (1, 16, 32, 63, 64, 128):
+        wide = skt.STAGE2_FEW_WIDE if heads >= 64 else skt.STAGE2_FEW_NARROW
+        for batch in range(1, 301):
+            edge = 3 * batch + 1  # parts at which a request has 4 partials on average, at most
+            assert skt.stage2_config(batch, heads, edge) == wide
+            assert skt.stage2_config(batch, heads, edge + 1) == skt.STAGE2_MANY
+            for sms in (132, 8):
+                parts = sc.num_parts(heads, sms, batch, 64)
+                want = skt.STAGE2_MANY if parts + batch - 1 > 4 * batch else wide
+                assert skt.stage2_config(batch, heads, parts) == want
+    # the H200's bench batches (132 SMs): B=16 many pieces, B >= 64 few
+    assert skt.stage2_config(16, 128, 66) == skt.STAGE2_MANY and skt.stage2_config(16, 16, 132) == skt.STAGE2_MANY
+    assert skt.stage2_config(64, 128, 66) == skt.STAGE2_FEW_WIDE
+    assert skt.stage2_config(64, 16, 132) == skt.STAGE2_FEW_NARROW
+    for bad in ((0, 16, 4), (4, 0, 4), (4, 16, 0)):
+        with pytest.raises(ValueError, match=r"stage2_config needs batch, heads and parts >= 1, got"):
+            skt.stage2_config(*bad)
 
 
 def test_checked_poisons_only_the_bad_request():

@@ -6,8 +6,9 @@ written by stage 1). Per problem (``PROBLEMS``: the schedule bench's 12 ragged b
 balanced call fills the workspace with its partials; then for each config of ``CONFIGS`` (``Stage2Config``: heads,
 partials loaded together, latent columns, warps): stage 2 alone and the whole balanced call, each timed by
 ``kernel_bench.graph_us`` twice, the order of the configs reversed the second time, the best of the two kept;
-FlashMLA's whole call beside where it is installed. Each config's output is compared with the first's (max abs
-difference: the order of the merge's additions follows the partials loaded together). First, per config, the
+FlashMLA's whole call beside where it is installed, and the config ``split_kv_triton.stage2_config`` chooses for
+the problem (what a balanced call runs). Each config's output is compared with the first's (max abs difference:
+the order of the merge's additions follows the partials loaded together). First, per config, the
 registers a thread holds (the compiled kernel's ``n_regs``) and the programs of its grid at B=64, h_q=128.
 """
 from __future__ import annotations
@@ -15,14 +16,14 @@ from __future__ import annotations
 import argparse
 import math
 
-from mla_edu.kernels.split_kv_triton import Stage2Config
+from mla_edu.kernels.split_kv_triton import STAGE2_FEW_NARROW, STAGE2_FEW_WIDE, STAGE2_MANY, Stage2Config
 
 #: (kind, B, median or length, h_q): the schedule bench's ragged batches (seed 0), and uniform shapes: at h_q=128,
 #: B=64, L=1024 the balanced path cuts no request (one whole request a part), at B=128 most
 PROBLEMS = ([("r", b, m, h) for h in (16, 128) for b in (16, 64, 128) for m in (1024, 2048)]
             + [("u", 64, 1024, 128), ("u", 128, 1024, 128), ("u", 64, 4096, 16), ("u", 128, 1024, 16)])
-CONFIGS = [Stage2Config(16, 4, 128, 4), Stage2Config(16, 1, 128, 4), Stage2Config(16, 1, 256, 4),
-           Stage2Config(8, 1, 512, 4), Stage2Config(16, 1, 512, 8), Stage2Config(16, 2, 128, 8)]
+CONFIGS = [STAGE2_MANY, Stage2Config(16, 1, 128, 4), Stage2Config(16, 1, 256, 4), STAGE2_FEW_WIDE,
+           Stage2Config(16, 1, 512, 8), STAGE2_FEW_NARROW]  # the three ``stage2_config`` chooses from among them
 
 
 def label(cfg: Stage2Config) -> str:
@@ -81,8 +82,8 @@ def run(configs=CONFIGS, problems=PROBLEMS) -> None:
         first = configs[0]
         cols = "  ".join(f"{label(c)} {min(alone[c]):.1f} / {min(full[c]):.1f} "
                          f"(d {(outs[c].float() - outs[first].float()).abs().max().item():.1e})" for c in configs)
-        print(f"{kind} h{h} B{b} {size} parts{parts} cut{cut}: stage 2 / whole us  {cols}  FlashMLA {fm:.1f}",
-              flush=True)
+        print(f"{kind} h{h} B{b} {size} parts{parts} cut{cut}: stage 2 / whole us  {cols}  FlashMLA {fm:.1f}  "
+              f"chosen {label(skt.stage2_config(b, h, parts))}", flush=True)
         torch.cuda.empty_cache()
 
 

@@ -419,18 +419,36 @@ class Stage2Config(NamedTuple):
     num_warps: int
 
 
-#: ``stage2_scheduled_kernel``'s config: a [16, 4, 128] float32 tile, 4 warps. On the H200 ragged batches 2-8% faster
-#: than [8, 8, 128] (a quarter of the programs, each request's plan computed once per 16 heads; most requests have
-#: 1-4 partials), uniform ones within 3% (``kernels/NOTES.md`` v6).
-STAGE2_CONFIG = Stage2Config(16, 4, 128, 4)
+#: Stage 2's configs, one per kind of batch (``stage2_config``; timed on the H200: ``results/stage2_ab_h200.md``).
+#: Requests in many pieces: a [16, 4, 128] float32 tile, 4 partials loaded together (``kernels/NOTES.md`` v6).
+STAGE2_MANY = Stage2Config(16, 4, 128, 4)
+#: Few pieces a request, 64 heads or more: a program merges 8 heads' 512 columns one partial at a time (96 registers
+#: a thread where STAGE2_MANY holds 158, so more programs fit an SM).
+STAGE2_FEW_WIDE = Stage2Config(8, 1, 512, 4)
+#: Few pieces, fewer heads: [16, 2, 128] at 8 warps (64 registers); its columns in 4 programs, for enough of them.
+STAGE2_FEW_NARROW = Stage2Config(16, 2, 128, 8)
+#: None: each batch's config from ``stage2_config``; a Stage2Config: that one for every batch (``tools.stage2_ab``).
+STAGE2_CONFIG: Stage2Config | None = None
+
+
+def stage2_config(batch: int, heads: int, parts: int) -> Stage2Config:
+    """Stage 2's config for a balanced call, from what the host knows: B, h_q and the parts. The parts' segments
+    number at most ``parts + B - 1``, so a request has at most ``(parts + B - 1) / B`` partials on average. Above 4
+    (B=16 on the H200: a few long requests cut into many pieces) STAGE2_MANY loads them 4 at a time; else
+    STAGE2_FEW_WIDE where there are 64 heads or more, STAGE2_FEW_NARROW below (measured: ``kernels/NOTES.md`` v16)."""
+    if batch < 1 or heads < 1 or parts < 1:
+        raise ValueError(f"stage2_config needs batch, heads and parts >= 1, got {batch}, {heads}, {parts}")
+    if parts + batch - 1 > 4 * batch:
+        return STAGE2_MANY
+    return STAGE2_FEW_WIDE if heads >= 64 else STAGE2_FEW_NARROW
 
 
 def launch_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens: torch.Tensor, out: torch.Tensor,
                             page_size: int, max_pages: int, num_parts: int, config: Stage2Config | None = None):
-    """``stage2_scheduled_kernel`` over out [B, H, DL] at ``config`` (None: ``STAGE2_CONFIG``); returns the launch's
-    compiled kernel (its ``n_regs``, on a GPU)."""
+    """``stage2_scheduled_kernel`` over out [B, H, DL] at ``config`` (None: ``STAGE2_CONFIG``, or where that is None
+    too ``stage2_config``'s for this batch); returns the launch's compiled kernel (its ``n_regs``, on a GPU)."""
     b, h, dl = out.shape
-    cfg = Stage2Config(*(config or STAGE2_CONFIG))
+    cfg = Stage2Config(*(config or STAGE2_CONFIG or stage2_config(b, h, num_parts)))
     block_h = min(cfg.block_h, triton.next_power_of_2(h))
     block_d = min(cfg.block_d, triton.next_power_of_2(dl))
     grid = (b, triton.cdiv(h, block_h), triton.cdiv(dl, block_d))
