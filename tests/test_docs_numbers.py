@@ -150,6 +150,7 @@ SCHEDULE_V11 = "kernel_bench_h200_schedule_v11.json"
 SCHEDULE_V12 = "kernel_bench_h200_schedule_v12.json"
 SCHEDULE_V13 = "kernel_bench_h200_schedule_v13.json"
 SCHEDULE_V14 = "kernel_bench_h200_schedule_v14.json"
+SCHEDULE_V15 = "kernel_bench_h200_schedule_v15.json"
 
 
 def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
@@ -671,7 +672,7 @@ def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
                    + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims()
-                   + notes_v13_claims() + notes_v14_claims() + notes_v15_claims(),
+                   + notes_v13_claims() + notes_v14_claims() + notes_v15_claims() + notes_v16_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
@@ -1285,7 +1286,7 @@ STAGE2_NOW, STAGE2_FEW_REGS, STAGE2_ONE_PARTIAL, STAGE2_WALK = "[16,4,128]w4", "
 
 
 def stage2_runs() -> list[dict]:
-    """results/stage2_ab_h200.md's two runs (``tools.stage2_ab``): per run ``{"regs": {config: registers},
+    """results/stage2_ab_h200.md's runs (``tools.stage2_ab``): per run ``{"regs": {config: registers},
     "rows": {problem: {config: (stage 2 us, whole call us)}}}``, a problem as printed ("r h128 B64 1024")."""
     runs = []
     for block in re.findall(r"```\n(FlashMLA.*?)```", (RESULTS_DIR / "stage2_ab_h200.md").read_text(encoding="utf-8"),
@@ -1301,9 +1302,10 @@ def stage2_runs() -> list[dict]:
 
 
 def stage2_numbers() -> dict:
-    """What results/stage2_ab_h200.md's reading and kernels/NOTES.md v15 take from its two runs: registers, stage 2's
-    time saved (us) by some configs at some problems, and each problem's fastest config's saving (fractions)."""
-    runs = stage2_runs()
+    """What results/stage2_ab_h200.md's reading and kernels/NOTES.md v15 take from its first two runs: registers,
+    stage 2's time saved (us) by some configs at some problems, and each problem's fastest config's saving
+    (fractions)."""
+    runs = stage2_runs()[:2]
     regs = runs[0]["regs"]
 
     def saved(cfg, pick):
@@ -1347,7 +1349,7 @@ def notes_v15_claims() -> list[str]:
     kept, v14 = n[1, "qfirst", "all"], n[2, "v14cur", "all"]
     s2 = stage2_numbers()
     regs = s2["regs"]
-    pair = bench_pair("kernel_bench_h200_schedule.json", SCHEDULE_V14)
+    pair = bench_pair(SCHEDULE_V15, SCHEDULE_V14)
     run, before, s, worst = pair["run"], pair["before"], pair["s"], pair["worst"]
     u, u14 = pair["u"], pair["u_old"]
     assert pair["below"] == [(64, 1024), (128, 1024)]  # as NOTES names them ("at B=64 and 128, L=1024")
@@ -1390,3 +1392,135 @@ def run2_claim() -> str:
             f"shapes below 0.9x (B=64, L=1024 and 4096; B=128, L=1024), min {u['min']:.2f}x, geomean "
             f"{u['geomean']:.2f}x")
 
+
+
+def stage2_choice_numbers() -> dict:
+    """results/stage2_ab_h200.md's run 3, which prints the config ``stage2_config`` chose per problem: stage 2's
+    time over the fastest config's (us, as printed) per problem, and against the old config ([16, 4, 128] at 4
+    warps) stage 2's time saved (us) and the whole call's (fraction)."""
+    text = (RESULTS_DIR / "stage2_ab_h200.md").read_text(encoding="utf-8")
+    block = re.findall(r"```\n(FlashMLA.*?)```", text, re.S)[2]
+    rows = stage2_runs()[2]["rows"]
+    chosen = dict(re.findall(r"^([ur] h\d+ B\d+ \d+) parts.* chosen (\[[\d,]+\]w\d+)$", block, re.M))
+    assert sorted(chosen) == sorted(rows)
+    over = {p: round(rows[p][c][0] - min(a for a, _ in rows[p].values()), 1) for p, c in chosen.items()}
+    saved = {p: round(rows[p][STAGE2_NOW][0] - rows[p][c][0], 1) for p, c in chosen.items()}
+    whole = {p: 1 - rows[p][c][1] / rows[p][STAGE2_NOW][1] for p, c in chosen.items()}
+    return dict(over=over, saved=saved, whole=whole)
+
+
+def stage2_choice_claims() -> list[str]:
+    """results/stage2_ab_h200.md's reading of run 3 (NOTES v16 says the same)."""
+    n = stage2_choice_numbers()
+    off = {p: v for p, v in n["over"].items() if v > 0.1}
+    assert sorted(off) == ["r h128 B64 2048", "u h16 B128 1024"]  # as the reading names them
+    return [f"the chosen config's stage 2 is the fastest, or within its printed 0.1 us, at {16 - len(off)} of the 16 "
+            f"problems",
+            f"it is {off['r h128 B64 2048']:.1f} us slower than [16, 2, 128] at 8 warps and as fast as the old config"
+            if n["saved"]["r h128 B64 2048"] == 0 else "(r h128 B64 2048 differs from the old config)",
+            f"{off['u h16 B128 1024']:.1f} us slower than the fastest and {-n['saved']['u h16 B128 1024']:.1f} us "
+            f"slower than the old config",
+            f"The whole call, timed separately, against the old config: {signed(list(n['whole'].values()))} faster"]
+
+
+def test_the_stage2_choice_run_is_read_right():
+    assert_results_say("stage2_ab_h200.md", stage2_choice_claims())
+
+
+def rule(run: dict, version: str, pick) -> list[float]:
+    """A ``stage1_ab`` run's ratios of ``version`` on the split rule's path at the shapes ``pick(shape)`` keeps."""
+    return [x for (shape, path, v), x in run.items() if path == "rule" and v == version and pick(shape)]
+
+
+def prefetch_numbers() -> dict:
+    """results/seesaw_ab_h200_prefetch.md's two A/B runs (pf_w0 and pf2 against pf_w1, v15 too, run 1; pf_w0,
+    pf_first and pf_start against v15, run 2), and run 2's times at uniform B=64, L=1024 (us)."""
+    n = ab_numbers("seesaw_ab_h200_prefetch.md")
+    block = ab_blocks("seesaw_ab_h200_prefetch.md")[1]
+    line = one(r"u B64 1024 h128 rule1 .*", block).group(0)
+    t = {v: float(one(rf" {v} ([\d.]+)", line.split("balanced:")[0]).group(1)) for v in ("pf_w0", "new")}
+    t["FlashMLA"] = float(one(r"FlashMLA ([\d.]+)", line).group(1))
+    return dict(n=n, runs=ab_runs("seesaw_ab_h200_prefetch.md"), t=t)
+
+
+def prefetch_claims() -> list[str]:
+    """results/seesaw_ab_h200_prefetch.md's reading under its A/B blocks."""
+    p = prefetch_numbers()
+    n, (_, run2), t = p["n"], p["runs"], p["t"]
+    l1024 = lambda s: s.startswith("u ") and s.endswith(" 1024")  # noqa: E731
+    v15 = n[1, "v15", "rule"]
+    bal = [geometric_mean(x) for (_, v, path), x in n.items() if path == "balanced"]
+    assert all(x < 1 for x in v15)
+    return [f"geomean {span(bal, 3)} there",
+            f"faster than pf_w1 at all {len(v15)} timings, x {span(v15, 3)}, geomean {geometric_mean(v15):.3f} (run 1)",
+            f"pf_w0 against pf_w1: {geometric_mean(n[1, 'pf_w0', 'rule']):.3f}; pf2 against pf_w1: "
+            f"{geometric_mean(n[1, 'pf2', 'rule']):.3f}",
+            f"three uniform L=1024 shapes (x {span(rule(run2, 'pf_w0', l1024), 3)}) and slower at B=64, L=4096 "
+            f"({rule(run2, 'pf_w0', lambda s: s == 'u B64 4096')[0]:.3f}) and at the five ragged batches "
+            f"({span(rule(run2, 'pf_w0', lambda s: s[0] == 'r'), 3)}), geomean "
+            f"{geometric_mean(n[2, 'pf_w0', 'rule']):.3f}",
+            f"(pf_first) {span(rule(run2, 'pf_first', lambda s: s in ('u B64 1024', 'u B128 1024')), 3)} at B=64 and "
+            f"128, L=1024, {rule(run2, 'pf_first', lambda s: s == 'u B64 4096')[0]:.3f} at B=64, L=4096, geomean "
+            f"{geometric_mean(n[2, 'pf_first', 'rule']):.3f}; pf_start {geometric_mean(n[2, 'pf_start', 'rule']):.3f}",
+            f"it takes B=64 from {t['FlashMLA'] / t['new']:.3f}x to {t['FlashMLA'] / t['pf_w0']:.3f}x FlashMLA"]
+
+
+def test_the_prefetch_ab_is_read_right():
+    assert_results_say("seesaw_ab_h200_prefetch.md", prefetch_claims())
+
+
+def notes_v16_claims() -> list[str]:
+    """kernels/NOTES.md v16 and its 'Where it stands': stage 2's choice scored, the prefetch A/B, the bench against
+    v15's first run, and v13's eager profile at uniform B=64, L=1024."""
+    c = stage2_choice_numbers()
+    p = prefetch_numbers()
+    n, t = p["n"], p["t"]
+    run2 = p["runs"][1]
+    pair = bench_pair("kernel_bench_h200_schedule.json", SCHEDULE_V15)
+    run, before, s, worst, u, u15 = (pair[k] for k in ("run", "before", "s", "worst", "u", "u_old"))
+    assert pair["below"] == [(64, 1024), (128, 1024), (128, 4096)]
+    b128 = [next(r["rule_us"] for r in x["uniform"] if h128_b4(r) and (r["batch"], r["lens_max"]) == (128, 4096))
+            for x in (run, before, result("kernel_bench_h200_schedule_v15_run2.json"))]
+    l1024 = [next(r["flashmla_us"] / r["rule_us"] for r in run["uniform"] if h128_b4(r)
+                  and (r["batch"], r["lens_max"]) == (b, 1024)) for b in (64, 128)]
+    text = (RESULTS_DIR / "schedule_profile_h200_v13.txt").read_text(encoding="utf-8")
+    fm = float(one(r"u B64 L1024 h128 FlashMLA .*?<Traits ([\d.]+),", text).group(1))
+    mine = float(one(r"u B64 L1024 h128 rule .*?stage1_seesaw_kernel ([\d.]+)", text).group(1))
+    tiles, parts = 64 * 1024 // 64, 132 // 2  # a head block's tiles at B=64, L=1024; FlashMLA's programs a head block
+    off = sum(v > 0.1 for v in c["over"].values())
+    return [f"at {16 - off} of the 16 problems, and at most {max(c['over'].values()):.1f} us slower at the other two",
+            f"The whole call, timed apart, is {signed(list(c['whole'].values()))} faster than at the old config",
+            f"v15 is faster at all 9 timings of the rule's path, geomean {geometric_mean(n[1, 'v15', 'rule']):.3f}",
+            f"against v15, {span(rule(run2, 'pf_w0', lambda sh: sh.startswith('u ') and sh.endswith(' 1024')), 3)} "
+            f"at the three uniform L=1024 shapes",
+            f"took B=64 from {t['FlashMLA'] / t['new']:.3f}x to {t['FlashMLA'] / t['pf_w0']:.3f}x FlashMLA in its "
+            f"run",
+            ragged_cell(pair, "v15"),
+            f"what the backend runs: {u['below_0.9']} of 12 shapes below (v15: {u15['below_0.9']}), min "
+            f"{u['min']:.2f}x (B={worst['batch']}, L={worst['lens_max']}; v15 {u15['min']:.2f}x), geomean "
+            f"{u['geomean']:.2f}x (v15 {u15['geomean']:.2f}x). The rule's path runs v15's code; its times moved by "
+            f"{signed(moves(before['uniform'], run['uniform'], 'rule_us', h128_b4))} and FlashMLA's by "
+            f"{signed(moves(before['uniform'], run['uniform'], 'flashmla_us', h128_b4))} between the runs |",
+            f"what the backend runs: {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x, min "
+            f"{s['uniform_h16_backend_x_flashmla']['min']:.2f}x |",
+            f"moved by {signed(moves(before['ragged'], run['ragged'], 'balanced_us', lambda r: r['heads'] == 16))}",
+            f"it took {b128[0]:.1f} us in this run, and {b128[1]:.1f} and {b128[2]:.1f} us in v15's two runs",
+            f"**Uniform h_q=128 at B=64 and 128, L=1024** ({l1024[0]:.2f}x and {l1024[1]:.2f}x)",
+            f"FlashMLA's stage 1 took {fm:.1f} us against the seesaw's {mine:.1f}. It spreads a head block's "
+            f"{tiles:,} tiles over {parts} programs ({tiles / parts:.1f} each), where the seesaw gives 64 programs "
+            f"{tiles // 64} each: for the same work, about {100 * (1 - fm * 16 / (tiles / parts) / mine):.0f}% less "
+            f"time",
+            run2_v16_claim()]
+
+
+def run2_v16_claim() -> str:
+    """kernels/NOTES.md v16's sentence on the second bench run at v16's code."""
+    run = result("kernel_bench_h200_schedule_v16_run2.json")
+    _, _, s = schedule_numbers("kernel_bench_h200_schedule_v16_run2.json")
+    rg, u = s["ragged_balanced_x_flashmla"], s["uniform_h128_backend_x_flashmla"]
+    assert h128_below(run) == [(64, 1024), (64, 4096), (128, 1024), (128, 4096)]
+    assert rg["geomean"] >= 1 and rg["min"] >= 0.8
+    b128 = next(r["rule_us"] for r in run["uniform"] if h128_b4(r) and (r["batch"], r["lens_max"]) == (128, 4096))
+    return (f"ragged {rg['geomean']:.3f}x in geomean, min {rg['min']:.3f}x; uniform h_q=128 {u['below_0.9']} of 12 "
+            f"shapes below 0.9x (B=64, L=1024 and 4096; B=128, L=1024 and 4096), min {u['min']:.2f}x, geomean "
+            f"{u['geomean']:.2f}x; B=128, L=4096 took {b128:.1f} us")
