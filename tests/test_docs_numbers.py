@@ -1286,7 +1286,8 @@ STAGE2_NOW, STAGE2_FEW_REGS, STAGE2_ONE_PARTIAL, STAGE2_WALK = "[16,4,128]w4", "
 
 
 def stage2_runs() -> list[dict]:
-    """results/stage2_ab_h200.md's runs (``tools.stage2_ab``): per run ``{"regs": {config: registers},
+    """results/stage2_ab_h200.md's runs (``tools.stage2_ab``): per run ``{"regs": {config: registers}, "chosen":
+    {problem: the config stage2_config chose} (run 3 on; else empty),
     "rows": {problem: {config: (stage 2 us, whole call us)}}}``, a problem as printed ("r h128 B64 1024")."""
     runs = []
     for block in re.findall(r"```\n(FlashMLA.*?)```", (RESULTS_DIR / "stage2_ab_h200.md").read_text(encoding="utf-8"),
@@ -1297,7 +1298,9 @@ def stage2_runs() -> list[dict]:
                 for prob, body in re.findall(r"^([ur] h\d+ B\d+ \d+) parts\d+ cut\d+: stage 2 / whole us (.*) FlashMLA",
                                              block, re.M)}
         assert len(rows) == 16 and all(len(r) == len(regs) for r in rows.values())
-        runs.append(dict(regs=regs, rows=rows))
+        chosen = dict(re.findall(rf"^([ur] h\d+ B\d+ \d+) parts.* chosen ({cfg})$", block, re.M))
+        assert not chosen or sorted(chosen) == sorted(rows)
+        runs.append(dict(regs=regs, rows=rows, chosen=chosen))
     return runs
 
 
@@ -1403,11 +1406,8 @@ def stage2_choice_numbers() -> dict:
     """results/stage2_ab_h200.md's run 3, which prints the config ``stage2_config`` chose per problem: stage 2's
     time over the fastest config's (us, as printed) per problem, and against the old config ([16, 4, 128] at 4
     warps) stage 2's time saved (us) and the whole call's (fraction)."""
-    text = (RESULTS_DIR / "stage2_ab_h200.md").read_text(encoding="utf-8")
-    block = re.findall(r"```\n(FlashMLA.*?)```", text, re.S)[2]
-    rows = stage2_runs()[2]["rows"]
-    chosen = dict(re.findall(r"^([ur] h\d+ B\d+ \d+) parts.* chosen (\[[\d,]+\]w\d+)$", block, re.M))
-    assert sorted(chosen) == sorted(rows)
+    run = stage2_runs()[2]
+    rows, chosen = run["rows"], run["chosen"]
     over = {p: round(rows[p][c][0] - min(a for a, _ in rows[p].values()), 1) for p, c in chosen.items()}
     saved = {p: round(rows[p][STAGE2_NOW][0] - rows[p][c][0], 1) for p, c in chosen.items()}
     whole = {p: 1 - rows[p][c][1] / rows[p][STAGE2_NOW][1] for p, c in chosen.items()}
@@ -1419,10 +1419,10 @@ def stage2_choice_claims() -> list[str]:
     n = stage2_choice_numbers()
     off = {p: v for p, v in n["over"].items() if v > 0.1}
     assert sorted(off) == ["r h128 B64 2048", "u h16 B128 1024"]  # as the reading names them
+    assert n["saved"]["r h128 B64 2048"] == 0  # "as fast as the old config"
     return [f"the chosen config's stage 2 is the fastest, or within its printed 0.1 us, at {16 - len(off)} of the 16 "
             f"problems",
-            f"it is {off['r h128 B64 2048']:.1f} us slower than [16, 2, 128] at 8 warps and as fast as the old config"
-            if n["saved"]["r h128 B64 2048"] == 0 else "(r h128 B64 2048 differs from the old config)",
+            f"it is {off['r h128 B64 2048']:.1f} us slower than [16, 2, 128] at 8 warps and as fast as the old config",
             f"{off['u h16 B128 1024']:.1f} us slower than the fastest and {-n['saved']['u h16 B128 1024']:.1f} us "
             f"slower than the old config",
             f"Against the old config the whole call, timed separately, is {slower_to_faster(n['whole'])}"]
@@ -1438,6 +1438,21 @@ def slower_to_faster(saved: dict) -> str:
 
 def test_the_stage2_choice_run_is_read_right():
     assert_results_say("stage2_ab_h200.md", stage2_choice_claims())
+
+
+def uniform_row(run: dict, batch: int, length: int) -> dict:
+    """The uniform h_q=128 row of a schedule bench's run at B=``batch``, L=``length``."""
+    return one_of([r for r in run["uniform"] if r["heads"] == 128 and (r["batch"], r["lens_max"]) == (batch, length)])
+
+
+def one_of(rows: list[dict]) -> dict:
+    assert len(rows) == 1, f"expected one row, got {len(rows)}"
+    return rows[0]
+
+
+def uniform_1024(shape: str) -> bool:
+    """Whether a ``stage1_ab`` shape ("u B64 1024") is a uniform one at L=1024."""
+    return shape.startswith("u ") and shape.endswith(" 1024")
 
 
 def rule(run: dict, version: str, pick) -> list[float]:
@@ -1460,7 +1475,6 @@ def prefetch_claims() -> list[str]:
     """results/seesaw_ab_h200_prefetch.md's reading under its A/B blocks."""
     p = prefetch_numbers()
     n, (_, run2), t = p["n"], p["runs"], p["t"]
-    l1024 = lambda s: s.startswith("u ") and s.endswith(" 1024")  # noqa: E731
     v15 = n[1, "v15", "rule"]
     bal = [geometric_mean(x) for (_, v, path), x in n.items() if path == "balanced"]
     assert all(x < 1 for x in v15)
@@ -1468,7 +1482,7 @@ def prefetch_claims() -> list[str]:
             f"faster than pf_w1 at all {len(v15)} timings, x {span(v15, 3)}, geomean {geometric_mean(v15):.3f} (run 1)",
             f"pf_w0 against pf_w1: {geometric_mean(n[1, 'pf_w0', 'rule']):.3f}; pf2 against pf_w1: "
             f"{geometric_mean(n[1, 'pf2', 'rule']):.3f}",
-            f"three uniform L=1024 shapes (x {span(rule(run2, 'pf_w0', l1024), 3)}) and slower at B=64, L=4096 "
+            f"three uniform L=1024 shapes (x {span(rule(run2, 'pf_w0', uniform_1024), 3)}) and slower at B=64, L=4096 "
             f"({rule(run2, 'pf_w0', lambda s: s == 'u B64 4096')[0]:.3f}) and at the five ragged batches "
             f"({span(rule(run2, 'pf_w0', lambda s: s[0] == 'r'), 3)}), geomean "
             f"{geometric_mean(n[2, 'pf_w0', 'rule']):.3f}",
@@ -1492,10 +1506,9 @@ def notes_v16_claims() -> list[str]:
     pair = bench_pair("kernel_bench_h200_schedule.json", SCHEDULE_V15)
     run, before, s, worst, u, u15 = (pair[k] for k in ("run", "before", "s", "worst", "u", "u_old"))
     assert pair["below"] == [(64, 1024), (128, 1024), (128, 4096)]
-    b128 = [next(r["rule_us"] for r in x["uniform"] if h128_b4(r) and (r["batch"], r["lens_max"]) == (128, 4096))
+    b128 = [uniform_row(x, 128, 4096)["rule_us"]
             for x in (run, before, result("kernel_bench_h200_schedule_v15_run2.json"))]
-    l1024 = [next(r["flashmla_us"] / r["rule_us"] for r in run["uniform"] if h128_b4(r)
-                  and (r["batch"], r["lens_max"]) == (b, 1024)) for b in (64, 128)]
+    l1024 = [uniform_row(run, b, 1024)["flashmla_us"] / uniform_row(run, b, 1024)["rule_us"] for b in (64, 128)]
     text = (RESULTS_DIR / "schedule_profile_h200_v13.txt").read_text(encoding="utf-8")
     fm = float(one(r"u B64 L1024 h128 FlashMLA .*?<Traits ([\d.]+),", text).group(1))
     mine = float(one(r"u B64 L1024 h128 rule .*?stage1_seesaw_kernel ([\d.]+)", text).group(1))
@@ -1505,7 +1518,7 @@ def notes_v16_claims() -> list[str]:
     return [f"at {16 - off} of the 16 problems, and at most {max(c['over'].values()):.1f} us slower at the other two",
             f"Against the old config the whole call, timed apart, is {slower_to_faster(c['whole'])}",
             f"v15 is faster at all 9 timings of the rule's path, geomean {geometric_mean(n[1, 'v15', 'rule']):.3f}",
-            f"against v15, {span(rule(run2, 'pf_w0', lambda sh: sh.startswith('u ') and sh.endswith(' 1024')), 3)} "
+            f"against v15, {span(rule(run2, 'pf_w0', uniform_1024), 3)} "
             f"at the three uniform L=1024 shapes",
             f"took B=64 from {t['FlashMLA'] / t['new']:.3f}x to {t['FlashMLA'] / t['pf_w0']:.3f}x FlashMLA in its "
             f"run",
@@ -1530,7 +1543,6 @@ def notes_v16_claims() -> list[str]:
 def run2_v16_claim() -> str:
     """kernels/NOTES.md v16's sentence on the second bench run at v16's code."""
     name = "kernel_bench_h200_schedule_v16_run2.json"
-    b128 = next(r["rule_us"] for r in result(name)["uniform"] if h128_b4(r)
-                and (r["batch"], r["lens_max"]) == (128, 4096))
+    b128 = uniform_row(result(name), 128, 4096)["rule_us"]
     return (second_run_claim(name, [(64, 1024), (64, 4096), (128, 1024), (128, 4096)],
                              "B=64, L=1024 and 4096; B=128, L=1024 and 4096") + f"; B=128, L=4096 took {b128:.1f} us")
