@@ -672,7 +672,7 @@ def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
                    + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims()
-                   + notes_v13_claims() + notes_v14_claims() + notes_v15_claims() + notes_v16_claims(),
+                   + notes_v13_claims() + notes_v14_claims() + notes_v15_claims() + notes_v16_claims() + v17_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
@@ -1538,6 +1538,38 @@ def notes_v16_claims() -> list[str]:
             f"{tiles // 64} each: for the same work, about {100 * (1 - fm * 16 / (tiles / parts) / mine):.0f}% less "
             f"time",
             run2_v16_claim()]
+
+
+def v17_numbers() -> dict:
+    """results/seesaw_ab_h200_v17.md's three A/B runs: v16 against s0_ahead_whole (run 1); v16, fmorder_l and
+    fmorder_s0 against fm_order (run 2); v16 against own_barriers (run 3)."""
+    return ab_numbers("seesaw_ab_h200_v17.md")
+
+
+def v17_claims() -> list[str]:
+    """The numbers results/seesaw_ab_h200_v17.md's reading and kernels/NOTES.md v17 share."""
+    n = v17_numbers()
+    s0, fm, own = n[1, "v16", "all"], n[2, "v16", "all"], n[3, "v16", "all"]
+    left, both = n[2, "fmorder_l", "all"], n[2, "fmorder_s0", "all"]
+    assert min(left + both) > 1  # "fm_order is faster than both its variants at every timing"
+    assert max(abs(x - 1) for x in own) < 0.04  # "within one run's noise"
+    assert max(s0) < 1  # "faster at all"
+    return [f"all {len(s0)} timings, x {span(s0, 3)}, geomean {geometric_mean(s0):.3f}",
+            f"faster at {sum(x < 1 for x in fm)} of {len(fm)}, geomean {geometric_mean(fm):.3f}",
+            f"geomean {geometric_mean(left):.3f} and {geometric_mean(both):.3f}",
+            f"geomean {geometric_mean(own):.3f}, x {span(own, 3)}"]
+
+
+def test_the_v17_ab_is_read_right():
+    n = v17_numbers()
+    s0, fm, own = n[1, "v16", "all"], n[2, "v16", "all"], n[3, "v16", "all"]
+    left, both = n[2, "fmorder_l", "all"], n[2, "fmorder_s0", "all"]
+    assert_results_say("seesaw_ab_h200_v17.md", [
+        f"v16 is faster at all {len(s0)} timings, x {span(s0, 3)}, geomean {geometric_mean(s0):.3f} (run 1)",
+        f"v16 is faster at {sum(x < 1 for x in fm)} of {len(fm)}, geomean {geometric_mean(fm):.3f} (run 2)",
+        f"(fmorder_l geomean {geometric_mean(left):.3f}, fmorder_s0 {geometric_mean(both):.3f})",
+        f"v16 against it x {span(own, 3)}, geomean {geometric_mean(own):.3f} (run 3)"])
+    assert max(s0) < 1 and min(left + both) > 1
 
 
 def run2_v16_claim() -> str:

@@ -1,10 +1,16 @@
 """``mla_edu.kernels.sm90``: stage 1 compiled for sm_90a on this machine, and the facts notebook 04 and
 ``kernels/NOTES.md`` state about it (the same with Triton 3.6.0, 3.7.1 and 3.9.0)."""
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from mla_edu.kernels import sm90
 from mla_edu.kernels import split_kv_seesaw as seesaw
+
+VARIANTS = Path(__file__).resolve().parents[1] / "results" / "seesaw_variants"
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +80,9 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(seesaw_reports,
     # descriptors out of it and spilled them (536 bytes, 2,340 in the persistent variant) until the loop took its
     # shared-memory operands at an index it cannot see is 0 (split_kv_seesaw._opaque_zero)
     assert r["registers"] <= seesaw.REGISTERS.value and r["spill_bytes"] == 0
+    # and ptxas kept its wgmma asynchronous: short of registers it serializes them, every product of the kernel waited
+    # for alone, with no spill reported (v17; test_the_report_refuses_the_variants_measured_slower)
+    assert not r["wgmma_serialized"]
     # tile halves by TMA, each from the warpgroup that reloads it: the left halves (warpgroup 0) in one copy, the
     # right halves and rope columns (warpgroup 1) in two; at the segment's start and in the loop, for each slot.
     # Then q_nope in two blocks of 256 columns at the segment's start and, in the persistent variant, the next
@@ -83,6 +92,29 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(seesaw_reports,
     # variant at a part's last request; never a split's float32 partials
     assert r["ptx"].count("cp.async.bulk.tensor.2d.global") == 2 * (scheduled or final)
     assert r["ptx"].count("mbarrier.init") == seesaw.NUM_BARRIERS.value
+
+
+@pytest.mark.parametrize("patch", ["s0_ahead_zeroing", "s0_ahead_whole"])
+def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch):
+    # v17 (kernels/NOTES.md): warpgroup 0 scoring the next pair's tile 0 behind its last product, FlashMLA's order.
+    # With a partial tile's rows zeroed under that product (s0_ahead_zeroing), ptxas runs short of registers and
+    # serializes every wgmma of the kernel, yet reports no spill (v12's first try at this order, slower on the H200,
+    # compiles so too). Without the zeroing (s0_ahead_whole) registers spill; on the H200 it was slower than the kept
+    # kernel at every timing (results/seesaw_ab_h200_v17.md). Each is refused by what the test above asserts
+    dst = tmp_path / "mla_edu" / "kernels" / "split_kv_seesaw.py"
+    dst.parent.mkdir(parents=True)
+    shutil.copy(seesaw.__file__, dst)
+    applied = subprocess.run(["git", "apply", str(VARIANTS / f"{patch}.patch")], cwd=tmp_path, capture_output=True,
+                             text=True)
+    assert applied.returncode == 0, f"{patch}.patch no longer applies to split_kv_seesaw.py: {applied.stderr}"
+    r = sm90.compile_stage1(["seesaw"], final=True, seesaw_file=str(dst))["seesaw"]
+    assert r["wgmma"] == {"m64n64k16": 576 // 16 * 3 // 2, "m64n256k16": 2 * 64 // 16}  # its tile-0 scores twice
+    assert r["wgmma_serialized"] or r["spill_bytes"] > 0
+
+
+def test_a_seesaw_file_that_is_not_there_is_refused():
+    with pytest.raises(ValueError, match="seesaw_file must be a file"):
+        sm90.compile_stage1(["seesaw"], seesaw_file="no/such/split_kv_seesaw.py")
 
 
 def exponentials_under_products(ptx: str) -> list[int]:

@@ -7,7 +7,10 @@ Triton's own compiler and the ptxas it ships, and reports what a GPU engineer re
 * ``mma_layouts``: each wgmma result's layout, ``warps [m, n], instr [16, n, 16]``, from the TTGIR;
 * ``wgmma``: tensor-core instructions in the PTX by shape (the tile loop's, per warpgroup); ``mma_sync``:
   the Ampere-style ones, per warp (what Triton uses for the tl kernel's 16-head programs);
-* ``registers`` and ``spill_bytes`` (``ptxas -v``), ``shared_bytes``; ``ptx``.
+* ``registers`` and ``spill_bytes`` (``ptxas -v``), ``shared_bytes``; ``ptx``;
+* ``wgmma_serialized``: whether ptxas serialized the function's wgmma (its C7512 note, "wgmma.mma_async
+  instructions are serialized due to insufficient register resources"): it then waits for each product before
+  it issues the next, in the whole kernel, and nothing else in the report shows it (``kernels/NOTES.md``, v17).
 
 Kinds: "tl" (``split_kv_triton.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
 (``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel), "seesaw"
@@ -39,10 +42,11 @@ BATCH, N_PAGES = 64, 64  # the problem it compiles for (B = 64, L = 4096 at page
 
 
 def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", final: bool = False,
-                   heads: int = HEADS, scheduled: bool = False) -> dict:
+                   heads: int = HEADS, scheduled: bool = False, seesaw_file: str | None = None) -> dict:
     """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant;
     ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``);
-    ``scheduled``: the balanced schedule's persistent variant (``kernels.schedule``)."""
+    ``scheduled``: the balanced schedule's persistent variant (``kernels.schedule``); ``seesaw_file``: kind
+    "seesaw" compiled from this copy of ``split_kv_seesaw.py`` (a variant, as ``tools.stage1_ab`` times one)."""
     kinds = tuple(kinds)
     bad = [k for k in kinds if k not in STAGE1_KINDS]
     if bad or not kinds:
@@ -51,10 +55,13 @@ def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", fina
         raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
     if heads not in HEAD_COUNTS:
         raise ValueError(f"heads must be one of {HEAD_COUNTS}, got {heads!r}")
+    if seesaw_file is not None and not os.path.isfile(seesaw_file):
+        raise ValueError(f"seesaw_file must be a file (a copy of split_kv_seesaw.py), got {seesaw_file!r}")
     if not TRITON_INTERPRET:
-        return {k: _compile(k, page, dtype, final, heads, scheduled) for k in kinds}
+        return {k: _compile(k, page, dtype, final, heads, scheduled, seesaw_file) for k in kinds}
     cmd = [sys.executable, "-m", "mla_edu.kernels.sm90", *kinds, "--page", str(page), "--dtype", dtype,
-           "--heads", str(heads)] + ["--final"] * final + ["--scheduled"] * scheduled
+           "--heads", str(heads)] + ["--final"] * final + ["--scheduled"] * scheduled + (
+           ["--seesaw-file", seesaw_file] if seesaw_file else [])
     run = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
     if run.returncode != 0:  # the error, without the binding's reference-leak report printed at exit
         err = "\n".join(ln for ln in run.stderr.splitlines() if not ln.startswith(("nanobind:", " - ")))
@@ -81,7 +88,8 @@ def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, d
     return sig, attrs
 
 
-def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, scheduled: bool = False) -> dict:
+def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, scheduled: bool = False,
+             seesaw_file: str | None = None) -> dict:
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -95,6 +103,13 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
     from mla_edu.kernels import split_kv_seesaw as seesaw
     from mla_edu.kernels import split_kv_triton as tl_kernels
     from mla_edu.kernels import split_kv_wgmma as wg
+
+    if seesaw_file is not None:  # the variant under a name of its own
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("mla_edu.kernels.split_kv_seesaw_variant", seesaw_file)
+        seesaw = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(seesaw)
 
     two = False  # split_kv_seesaw's kernel: two warpgroups of 4 warps, each its own code
     if kind == "tl":
@@ -142,6 +157,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
             "mma_sync": dict(collections.Counter(re.findall(r"\bmma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
             "registers": int(re.search(r"Used (\d+) registers", log)[1]),
             "spill_bytes": sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", log))),
+            "wgmma_serialized": "(C7512)" in log and "wgmma.mma_async instructions are serialized" in log,
             "shared_bytes": kernel.metadata.shared, "ptx": ptx}
 
 

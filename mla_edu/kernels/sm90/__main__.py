@@ -32,6 +32,8 @@ def main(argv=None) -> None:
     ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
     ap.add_argument("--scheduled", action="store_true",
                     help="the balanced schedule's persistent variant (kernels.schedule)")
+    ap.add_argument("--seesaw-file", metavar="FILE",
+                    help="compile kind seesaw from this copy of split_kv_seesaw.py (a variant)")
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
     ap.add_argument("--md", metavar="FILE", help="also write the report as a markdown table to FILE")
     args = ap.parse_args(argv)
@@ -40,10 +42,12 @@ def main(argv=None) -> None:
             check_out_dir(args.ptx, "--ptx")
         if args.md:
             check_out_file(args.md, "--md")
+        if args.seesaw_file and not os.path.isfile(args.seesaw_file):
+            raise ValueError(f"--seesaw-file must be a file, got {args.seesaw_file!r}")
     except ValueError as e:
         ap.error(str(e))
     reports = compile_stage1(args.kinds or STAGE1_KINDS, args.page, args.dtype, args.final, args.heads,
-                             args.scheduled)
+                             args.scheduled, args.seesaw_file)
     if args.ptx:
         for k, r in reports.items():
             write_atomic(os.path.join(args.ptx, f"{k}.ptx"), r["ptx"])
