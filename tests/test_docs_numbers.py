@@ -672,7 +672,8 @@ def test_notes_quote_the_kernel_bench():
     lost = missing(notes_claims() + schedule_notes_claims() + schedule_choice_claims() + notes_v8_claims()
                    + notes_v9_claims() + notes_v10_claims()
                    + notes_v10_parts_claims() + notes_summary_claims() + notes_v11_claims() + notes_v12_claims()
-                   + notes_v13_claims() + notes_v14_claims() + notes_v15_claims() + notes_v16_claims() + v17_claims(),
+                   + notes_v13_claims() + notes_v14_claims() + notes_v15_claims() + notes_v16_claims()
+                   + notes_v17_claims(),
                    NOTES.read_text(encoding="utf-8"))
     assert not lost, "kernels/NOTES.md does not say:\n" + "\n".join(lost)
 
@@ -1171,6 +1172,7 @@ def stall_numbers(version: str) -> dict:
     above = next(rows[i]["Source"] for i in range(second - 1, -1, -1) if "TRYWAIT" in rows[i]["Source"])
     assert "BRA" in rows[second]["Source"] and f"0x{0x386e0 + 8 * 7:x}" in above
     return dict(fm=peer[ALL] / unit, reason={c: (mine[c] / unit, peer[c] / unit) for c in mine if c != ALL},
+                total=mine[ALL], top_barrier_src=max(rows, key=lambda r: samples(r, "stall_barrier"))["Source"],
                 top_long=int(samples(rows[long_sites[0]], "stall_long_sb")),
                 top_long_src=rows[long_sites[0] - 1]["Source"],
                 p1=int(samples(rows[second], "stall_long_sb")), wait_on=wait_on,
@@ -1554,10 +1556,21 @@ def v17_claims() -> list[str]:
     assert min(left + both) > 1  # "fm_order is faster than both its variants at every timing"
     assert max(abs(x - 1) for x in own) < 0.04  # "within one run's noise"
     assert max(s0) < 1  # "faster at all"
-    return [f"all {len(s0)} timings, x {span(s0, 3)}, geomean {geometric_mean(s0):.3f}",
+    run = result("kernel_bench_h200_schedule.json")
+    l1024 = [uniform_row(run, b, 1024)["flashmla_us"] / uniform_row(run, b, 1024)["rule_us"] for b in (64, 128)]
+    return [f"L=1024** ({l1024[0]:.2f}x and {l1024[1]:.2f}x in v16's run)",
+            f"all {len(s0)} timings, x {span(s0, 3)}, geomean {geometric_mean(s0):.3f}",
             f"faster at {sum(x < 1 for x in fm)} of {len(fm)}, geomean {geometric_mean(fm):.3f}",
             f"geomean {geometric_mean(left):.3f} and {geometric_mean(both):.3f}",
             f"geomean {geometric_mean(own):.3f}, x {span(own, 3)}"]
+
+
+def notes_v17_claims() -> list[str]:
+    """kernels/NOTES.md v17: the A/B runs, the sampling at B=64, L=1024 and the back-to-back timing."""
+    n = stall_numbers("v17")
+    return v17_claims() + stall_v17_claims()[1:2] + back_to_back_claims()[:2] + [
+        f"Warpgroup 0 then\nwaits for P1 ({n['p1']}) and m1 ({n['wait_on'](5)})",
+        f"FlashMLA's kernel\ntakes {n['fm']:.1f} here on the seesaw's scale"]
 
 
 def test_the_v17_ab_is_read_right():
@@ -1570,6 +1583,63 @@ def test_the_v17_ab_is_read_right():
         f"(fmorder_l geomean {geometric_mean(left):.3f}, fmorder_s0 {geometric_mean(both):.3f})",
         f"v16 against it x {span(own, 3)}, geomean {geometric_mean(own):.3f} (run 3)"])
     assert max(s0) < 1 and min(left + both) > 1
+
+
+def back_to_back_runs() -> list[dict]:
+    """results/back_to_back_h200.md's runs (``tools.back_to_back.parse``), in order."""
+    from tools.back_to_back import parse
+
+    return [parse(run) for block in ab_blocks("back_to_back_h200.md") for run in re.split(r"run \d+\n", block)
+            if "separator" in run]
+
+
+def back_to_back_claims() -> list[str]:
+    """results/back_to_back_h200.md's reading (and kernels/NOTES.md v17's), from its three runs."""
+    runs = back_to_back_runs()
+    assert len(runs) == 3
+
+    def diffs(shape, name):
+        return [r[shape, name][2] for r in runs]
+
+    def ratios(shape, way):  # FlashMLA's time over mla_edu's: way 0 back to back, 1 apart
+        return [r[shape, "FlashMLA"][way] / r[shape, "mla_edu"][way] for r in runs]
+
+    def pm(values):
+        return f"{min(values):+.1f} to {max(values):+.1f}"
+
+    u64, u128, l4096 = "u B64 1024", "u B128 1024", "u B64 4096"
+    assert max(ratios(u64, 1)) < 0.9  # "still below 0.9x apart"
+    return [f"mla_edu {pm(diffs(u64, 'mla_edu'))} us, FlashMLA {pm(diffs(u64, 'FlashMLA'))} us",
+            f"Apart, FlashMLA's time is {span(ratios(u64, 1), 3)}x mla_edu's, as back to back "
+            f"({span(ratios(u64, 0), 3)}x)",
+            f"({pm(diffs(u128, 'FlashMLA'))} us against {pm(diffs(u128, 'mla_edu'))})",
+            f"the runs disagree ({pm(diffs(l4096, 'FlashMLA'))} us)"]
+
+
+def test_the_back_to_back_reading_is_its_runs():
+    assert_results_say("back_to_back_h200.md", back_to_back_claims())
+
+
+def stall_v17_claims() -> list[str]:
+    """results/kernel_stalls_h200_v17.md's reading (and kernels/NOTES.md v17's), from its sampling file."""
+    n = stall_numbers("v17")
+    assert "0x386e8" in n["top_long_src"] and n["top_long"] == n["wait_on"](1)  # LEFT1 (our reading)
+    assert "USETMAXREG.DEALLOC" in n["top_barrier_src"]
+
+    def pair(c):
+        return f"{n['reason'][c][0]:.1f} against {n['reason'][c][1]:.1f}"
+
+    return [f"FlashMLA's kernel takes {n['fm']:.1f} here",
+            f"LEFT1: {n['top_long']} samples, {n['top_long'] / n['total'] * 100:.1f}% of all the seesaw's",
+            f"warpgroup 0 waits for P1 ({n['p1']}) and for m1 (+0x28, SCALE1: {n['wait_on'](5)})",
+            f"q's left half at a segment's start takes {n['wait_on'](8)} (+0x40, Q_LEFT)",
+            f"a long-scoreboard operand {pair('stall_long_sb')}, a barrier {pair('stall_barrier')}, a fixed latency "
+            f"{pair('stall_wait')}, issuing {pair('stall_selected')}",
+            f"largest site ({n['barrier'][0]} samples) is `USETMAXREG.DEALLOC`"]
+
+
+def test_the_v17_stall_reading_is_the_samples():
+    assert_results_say("kernel_stalls_h200_v17.md", stall_v17_claims())
 
 
 def run2_v16_claim() -> str:

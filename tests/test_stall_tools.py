@@ -1,13 +1,13 @@
-"""The two tools behind kernels/NOTES.md v9's kernel experiments, on any machine: ``tools.stall_summary`` (Nsight
-Compute's source-level stall samples, per kernel) and ``tools.stage1_ab``'s argument check and its reading of its own
-output (it times on a GPU)."""
+"""The tools behind kernels/NOTES.md's kernel experiments (v9 on), on any machine: ``tools.stall_summary`` (Nsight
+Compute's source-level stall samples, per kernel), ``tools.stage1_ab``'s argument check and its reading of its own
+output, and ``tools.back_to_back``'s (both time on a GPU)."""
 
 import gzip
 import math
 
 import pytest
 
-from tools import stage1_ab, stall_summary
+from tools import back_to_back, stage1_ab, stall_summary
 
 HEADER = '"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier","stall_wait"'
 
@@ -51,3 +51,20 @@ def test_stage1_ab_reads_its_own_output_back():
                  ("r B16 2048", "balanced", "a"): 1.5, ("r B16 2048", "balanced", "b_2"): 2.0}
     assert len(us) == 14 and us["u B64 1024", "rule", "new"] == 50.6 and us["u B64 1024", "balanced", "b_2"] == 52.3
     assert us["u B64 1024", "FlashMLA", "FlashMLA"] == 35.2 and math.isnan(us["r B16 2048", "FlashMLA", "FlashMLA"])
+
+
+def test_back_to_back_reads_its_own_output_back_and_needs_a_gpu(monkeypatch):
+    out = ("FlashMLA: installed\nseparator alone 0.9\n"
+           "u B64 1024 h128 rule1: back to back / separated us  mla_edu 40.1 / 41.4 (+1.4)  FlashMLA 35.7 / 37.2 "
+           "(+1.5)\n"
+           "u B64 4096 h128 rule1: back to back / separated us  mla_edu 131.8 / 134.6 (+2.8)  FlashMLA 124.2 / 124.0 "
+           "(-0.2)\n")
+    assert back_to_back.parse(out) == {"separator": 0.9, ("u B64 1024", "mla_edu"): (40.1, 41.4, 1.4),
+                                       ("u B64 1024", "FlashMLA"): (35.7, 37.2, 1.5),
+                                       ("u B64 4096", "mla_edu"): (131.8, 134.6, 2.8),
+                                       ("u B64 4096", "FlashMLA"): (124.2, 124.0, -0.2)}
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        back_to_back.run()
