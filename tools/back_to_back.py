@@ -7,7 +7,8 @@ while the call before ends. Here, per problem of ``PROBLEMS`` (h_q=128, page 64,
 at the triton backend's split rule (what the backend runs at these shapes) and FlashMLA's are each timed by
 ``graph_us`` back to back, and with a small kernel between calls (one element incremented, which lets no call start
 before the one ahead has ended); the small kernel alone too. Printed per problem, in us: back to back, separated,
-and their difference; the small kernel's own time once, first.
+and their difference; the small kernel's own time once, first. ``--flush``: the kernel between calls writes 256 MB
+instead, more than the L2 cache holds, so no call finds the one before's bytes there.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ PROBLEMS = [(64, 1024), (128, 1024), (64, 4096)]  # (B, L): the uniform h_q=128 
 HEADS = 128
 
 
-def run(problems=PROBLEMS) -> None:
+def run(problems=PROBLEMS, flush: bool = False) -> None:
     import torch
 
     from mla_edu.kernels import mla_decode, peers
@@ -31,8 +32,9 @@ def run(problems=PROBLEMS) -> None:
     flash_mla, why = peers.load_flash_mla()
     print("FlashMLA:", why or "installed", flush=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    one = torch.zeros(1, device="cuda")
+    one = torch.zeros(256 * 2**20 // 4 if flush else 1, device="cuda")
     sep = lambda: one.add_(1)  # noqa: E731  (a kernel of its own between two calls)
+    print(f"separator: {'256 MB written' if flush else 'one element incremented'}", flush=True)
     print(f"separator alone {graph_us(sep):.1f}", flush=True)
     scale = 1 / math.sqrt(192)
     for b, length in problems:
@@ -69,8 +71,9 @@ def parse(text: str) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.parse_args(argv)
-    run()
+    ap.add_argument("--flush", action="store_true", help="between calls, write 256 MB (the L2 cache flushed)")
+    args = ap.parse_args(argv)
+    run(flush=args.flush)
 
 
 if __name__ == "__main__":
