@@ -1543,24 +1543,26 @@ def notes_v16_claims() -> list[str]:
 
 
 def v17_numbers() -> dict:
-    """results/seesaw_ab_h200_v17.md's three A/B runs: v16 against s0_ahead_whole (run 1); v16, fmorder_l and
-    fmorder_s0 against fm_order (run 2); v16 against own_barriers (run 3)."""
-    return ab_numbers("seesaw_ab_h200_v17.md")
+    """results/seesaw_ab_h200_v17.md's three A/B runs, by what they time: v16 against s0_ahead_whole (run 1), against
+    fm_order (run 2) and against own_barriers (run 3); fm_order's two variants against it (run 2); and v12's
+    s0_ahead against its kept kernel, which both files quote again."""
+    n = ab_numbers("seesaw_ab_h200_v17.md")
+    v = dict(s0=n[1, "v16", "all"], fm=n[2, "v16", "all"], own=n[3, "v16", "all"], left=n[2, "fmorder_l", "all"],
+             both=n[2, "fmorder_s0", "all"], v12=span(out_tma_numbers()["both"]))
+    assert min(v["left"] + v["both"]) > 1  # "fm_order is faster than both its variants at every timing"
+    assert max(abs(x - 1) for x in v["own"]) < 0.04  # "within one run's noise"
+    assert max(v["s0"]) < 1  # "faster at all"
+    return v
 
 
 def v17_claims() -> list[str]:
-    """The numbers results/seesaw_ab_h200_v17.md's reading and kernels/NOTES.md v17 share."""
-    n = v17_numbers()
-    s0, fm, own = n[1, "v16", "all"], n[2, "v16", "all"], n[3, "v16", "all"]
-    left, both = n[2, "fmorder_l", "all"], n[2, "fmorder_s0", "all"]
-    assert min(left + both) > 1  # "fm_order is faster than both its variants at every timing"
-    assert max(abs(x - 1) for x in own) < 0.04  # "within one run's noise"
-    assert max(s0) < 1  # "faster at all"
+    """The numbers kernels/NOTES.md v17 takes from results/seesaw_ab_h200_v17.md, and v16's ratios at L=1024."""
+    v = v17_numbers()
+    s0, fm, own, left, both = (v[k] for k in ("s0", "fm", "own", "left", "both"))
     run = result("kernel_bench_h200_schedule.json")
     l1024 = [uniform_row(run, b, 1024)["flashmla_us"] / uniform_row(run, b, 1024)["rule_us"] for b in (64, 128)]
-    v12 = span(out_tma_numbers()["both"])  # v12's s0_ahead against its kept kernel
     return [f"L=1024** ({l1024[0]:.2f}x and {l1024[1]:.2f}x in v16's run;",
-            f"**Why v12's version of item 1 was {v12}x slower.**",
+            f"**Why v12's version of item 1 was {v['v12']}x slower.**",
             f"all {len(s0)} timings, x {span(s0, 3)}, geomean {geometric_mean(s0):.3f}",
             f"faster at {sum(x < 1 for x in fm)} of {len(fm)}, geomean {geometric_mean(fm):.3f}",
             f"geomean {geometric_mean(left):.3f} and {geometric_mean(both):.3f}",
@@ -1570,7 +1572,7 @@ def v17_claims() -> list[str]:
 def notes_v17_claims() -> list[str]:
     """kernels/NOTES.md v17: the A/B runs, the sampling at B=64, L=1024 and the back-to-back timing."""
     n = stall_numbers("v17")
-    flushed = span(back_to_back_flush_numbers()[0][B2B_SHAPES[0]])
+    flushed = span(back_to_back_flush_numbers()[0][b2b_shapes()[0]])
     return [f"in v16's run; {flushed}x with the L2 flushed between calls)"] + v17_claims() + stall_v17_claims()[1:2] \
         + back_to_back_claims()[:2] + back_to_back_flush_claims()[:1] + [
         f"Warpgroup 0 then\nwaits for P1 ({n['p1']}) and m1 ({n['wait_on'](5)})",
@@ -1578,17 +1580,14 @@ def notes_v17_claims() -> list[str]:
 
 
 def test_the_v17_ab_is_read_right():
-    n = v17_numbers()
-    s0, fm, own = n[1, "v16", "all"], n[2, "v16", "all"], n[3, "v16", "all"]
-    left, both = n[2, "fmorder_l", "all"], n[2, "fmorder_s0", "all"]
-    v12 = span(out_tma_numbers()["both"])  # v12's s0_ahead against its kept kernel
+    v = v17_numbers()
+    s0, fm, own, left, both = (v[k] for k in ("s0", "fm", "own", "left", "both"))
     assert_results_say("seesaw_ab_h200_v17.md", [
         f"v16 is faster at all {len(s0)} timings, x {span(s0, 3)}, geomean {geometric_mean(s0):.3f} (run 1)",
         f"v16 is faster at {sum(x < 1 for x in fm)} of {len(fm)}, geomean {geometric_mean(fm):.3f} (run 2)",
         f"(fmorder_l geomean {geometric_mean(left):.3f}, fmorder_s0 {geometric_mean(both):.3f})",
         f"v16 against it x {span(own, 3)}, geomean {geometric_mean(own):.3f} (run 3)",
-        f"found it {v12}x slower", f"the likely cause of its {v12}x"])
-    assert max(s0) < 1 and min(left + both) > 1
+        f"found it {v['v12']}x slower", f"the likely cause of its {v['v12']}x"])
 
 
 def back_to_back_runs(flush: bool = False) -> list[dict]:
@@ -1600,7 +1599,11 @@ def back_to_back_runs(flush: bool = False) -> list[dict]:
             if "separator alone" in run and ("256 MB written" in run) == flush]
 
 
-B2B_SHAPES = ("u B64 1024", "u B128 1024", "u B64 4096")
+def b2b_shapes() -> tuple[str, ...]:
+    """``tools.back_to_back``'s problems as its output names them ("u B64 1024"), in its order."""
+    from tools.back_to_back import PROBLEMS
+
+    return tuple(f"u B{b} {length}" for b, length in PROBLEMS)
 
 
 def back_to_back_flush_numbers() -> tuple[dict, dict, dict]:
@@ -1609,17 +1612,18 @@ def back_to_back_flush_numbers() -> tuple[dict, dict, dict]:
     (us, as printed; L=1024 only)."""
     runs = back_to_back_runs(flush=True)
     assert len(runs) == 2
+    shapes = b2b_shapes()
     apart = {s: [(r[s, "FlashMLA"][1] - r["separator"]) / (r[s, "mla_edu"][1] - r["separator"]) for r in runs]
-             for s in B2B_SHAPES}
-    b2b = {s: [r[s, "FlashMLA"][0] / r[s, "mla_edu"][0] for r in runs] for s in B2B_SHAPES}
-    extra = {s: [r[s, "FlashMLA"][2] - r[s, "mla_edu"][2] for r in runs] for s in B2B_SHAPES[:2]}
+             for s in shapes}
+    b2b = {s: [r[s, "FlashMLA"][0] / r[s, "mla_edu"][0] for r in runs] for s in shapes}
+    extra = {s: [r[s, "FlashMLA"][2] - r[s, "mla_edu"][2] for r in runs] for s in shapes[:2]}
     return apart, b2b, extra
 
 
 def back_to_back_flush_claims() -> list[str]:
     """The reading of results/back_to_back_h200.md's runs with the L2 flushed between calls."""
     apart, b2b, extra = back_to_back_flush_numbers()
-    shapes = B2B_SHAPES
+    shapes = b2b_shapes()
     return [f"FlashMLA's time over mla_edu's is {span(apart[shapes[0]])}x at B=64, L=1024, "
             f"{span(apart[shapes[1]])}x at B=128, L=1024, and {span(apart[shapes[2]])}x at B=64, L=4096; back to back "
             f"in these runs "
@@ -1641,7 +1645,7 @@ def back_to_back_claims() -> list[str]:
     def pm(values):
         return f"{min(values):+.1f} to {max(values):+.1f}"
 
-    u64, u128, l4096 = "u B64 1024", "u B128 1024", "u B64 4096"
+    u64, u128, l4096 = b2b_shapes()
     assert max(ratios(u64, 1)) < 0.9  # "still below 0.9x apart"
     return [f"mla_edu {pm(diffs(u64, 'mla_edu'))} us, FlashMLA {pm(diffs(u64, 'FlashMLA'))} us",
             f"Apart, FlashMLA's time is {span(ratios(u64, 1), 3)}x mla_edu's, as back to back "

@@ -94,8 +94,9 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(seesaw_reports,
     assert r["ptx"].count("mbarrier.init") == seesaw.NUM_BARRIERS.value
 
 
+@pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
 @pytest.mark.parametrize("patch", ["s0_ahead_zeroing", "s0_ahead_whole"])
-def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch):
+def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch, scheduled, final):
     # v17 (kernels/NOTES.md): warpgroup 0 scoring the next pair's tile 0 behind its last product, FlashMLA's order.
     # With a partial tile's rows zeroed under that product (s0_ahead_zeroing), ptxas runs short of registers and
     # serializes every wgmma of the kernel, yet reports no spill (v12's first try at this order, slower on the H200,
@@ -107,7 +108,7 @@ def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch):
     applied = subprocess.run(["git", "apply", str(VARIANTS / f"{patch}.patch")], cwd=tmp_path, capture_output=True,
                              text=True)
     assert applied.returncode == 0, f"{patch}.patch no longer applies to split_kv_seesaw.py: {applied.stderr}"
-    r = sm90.compile_stage1(["seesaw"], final=True, seesaw_file=str(dst))["seesaw"]
+    r = sm90.compile_stage1(["seesaw"], scheduled=scheduled, final=final, seesaw_file=str(dst))["seesaw"]
     assert r["wgmma"] == {"m64n64k16": 576 // 16 * 3 // 2, "m64n256k16": 2 * 64 // 16}  # its tile-0 scores twice
     assert r["wgmma_serialized"] or r["spill_bytes"] > 0
 
