@@ -1686,3 +1686,84 @@ def run2_v16_claim() -> str:
     b128 = uniform_row(result(name), 128, 4096)["rule_us"]
     return (second_run_claim(name, [(64, 1024), (64, 4096), (128, 1024), (128, 4096)],
                              "B=64, L=1024 and 4096; B=128, L=1024 and 4096") + f"; B=128, L=4096 took {b128:.1f} us")
+
+
+ONE_SPLIT = ("u B64 1024", "u B64 4096", "u B128 1024")  # the A/B shapes the rule runs with one split
+
+
+def v18_numbers() -> dict:
+    """results/seesaw_ab_h200_v18.md: its three PDL A/B runs (``x`` of the kept kernel "head" and "exit_trigger"
+    at the one-split timings, where the variants differ, and at every other timing, where they run the same code),
+    the evict_first timings (``tools.l2_policy_ab``'s lines) and the two-requests-a-program timings."""
+    runs = ab_runs("seesaw_ab_h200_v18.md")  # its blocks: three A/B runs, tools.l2_policy_ab's, a script, its output
+    assert len(runs) == 6 and all(runs[:3]) and not any(runs[3:])
+    runs = runs[:3]
+
+    def xs(version, one_split: bool, only=None):  # only: one (shape, path)
+        return [x for run in runs for (shape, path, v), x in run.items() if v == version
+                and (path == "rule" and shape in ONE_SPLIT) == one_split and only in (None, (shape, path))]
+
+    blocks = ab_blocks("seesaw_ab_h200_v18.md")
+    l2 = {}
+    for line in re.findall(r"^[ur] B\d+ \d+ .*$", blocks[3], re.M):
+        shape = " ".join(line.split()[:3])
+        pattern = r"(plain|evict_first|FlashMLA) ([\d.]+) / ([\d.]+)"
+        l2[shape] = {n: (float(a), float(b)) for n, a, b in re.findall(pattern, line.split("x FM")[0])}
+        assert line.endswith("same=True"), line
+    chain = {m[0]: dict(re.findall(r"(\w+) ([\d.e+-]+)", m[1])) for m in re.findall(r"^(B\d+ L\d+) (.*)$", blocks[5],
+                                                                                     re.M)}
+    by_rule = {v: {shape: [run[shape, "rule", v] for run in runs if (shape, "rule", v) in run] for shape in ONE_SPLIT}
+               for v in ("head", "exit_trigger")}
+    return dict(pdl=xs("head", True), exit=xs("exit_trigger", True), same_head=xs("head", False),
+                same_exit=xs("exit_trigger", False), b16=xs("head", False, ("u B16 1024", "rule")), by_rule=by_rule,
+                hint=[v["evict_first"][0] / v["plain"][0] for v in l2.values()], chain=chain)
+
+
+def steady_tile_numbers() -> dict:
+    """v16's run between L=1024 and 4096 at uniform h_q=128, B=64: what a 64-token tile adds to each program's time
+    (ours: one request a program, 2 * B = 128 programs; FlashMLA: the batch's tiles over its 132 CTAs), and each as a
+    share of the run's matmul rate (2 * 64 heads * 64 tokens * (576 + 512) flops a tile)."""
+    run = result("kernel_bench_h200_schedule.json")
+    a, b = uniform_row(run, 64, 1024), uniform_row(run, 64, 4096)
+    sms, tiles = run["info"]["sm_count"], (4096 - 1024) // 64
+    ours = (b["rule_us"] - a["rule_us"]) / tiles
+    fm = (b["flashmla_us"] - a["flashmla_us"]) / (2 * 64 * tiles / sms)
+    flops, ceiling = 2 * 64 * 64 * (576 + 512), run["ceilings"]["matmul_bf16_TFLOPs"] * 1e12
+    return dict(ours=ours, fm=fm, ours_rate=flops * 2 * 64 / (ours * 1e-6) / ceiling,
+                fm_rate=flops * sms / (fm * 1e-6) / ceiling)
+
+
+def v18_claims() -> list[str]:
+    v, t = v18_numbers(), steady_tile_numbers()
+    c = v["chain"]
+    return [f"x {span(v['pdl'], 3)} over three runs", f"x reads {span(v['same_head'] + v['same_exit'], 3)}",
+            f"read {span(v['b16'], 3)} in all three runs", f"Hinted over plain: {span(v['hint'], 3)} back to back",
+            f"Slower: {float(c['B128 L1024']['parts64_ef']):.2f} against\n{float(c['B128 L1024']['rule_ef']):.2f} us "
+            f"at L=1024, {float(c['B128 L4096']['parts64_ef']):.1f} against {float(c['B128 L4096']['rule_ef']):.1f}",
+            f"adds {t['ours']:.2f} us\nto each of our 128 programs and {t['fm']:.2f} us to each of FlashMLA's 132",
+            f"runs there at {100 * t['fm_rate']:.0f}% of the\nrun's matmul rate, ours at {100 * t['ours_rate']:.0f}%",
+            f"A tile still costs the seesaw {t['ours'] / t['fm']:.2f}x what it costs FlashMLA"]
+
+
+def test_the_v18_runs_are_read_right():
+    v = v18_numbers()
+    for shape in ("u B64 1024", "u B128 1024"):  # "faster at L=1024 ... in every run"
+        assert min(v["by_rule"]["head"][shape]) > 1
+    assert max(v["by_rule"]["head"]["u B64 4096"]) < 1  # "slower at B=64, L=4096"
+    assert min(v["b16"]) < 0.98 and max(v["b16"]) < 1  # the same code reads apart at uniform B=16, in every run
+    assert max(abs(x - 1) for x in v["hint"]) < 0.02
+    for shape in ("B128 L1024", "B128 L4096"):  # two requests a program: slower, and the same output
+        assert float(v["chain"][shape]["parts64_ef"]) > float(v["chain"][shape]["rule_ef"])
+        assert float(v["chain"][shape]["parts64_err"]) == 0
+    c = {shape: {k: float(x) for k, x in row.items()} for shape, row in v["chain"].items()}
+    assert_results_say("seesaw_ab_h200_v18.md", [
+        f"x reads {span(v['pdl'], 3)} against the\nkept kernel", f"\"exit_trigger\" {span(v['exit'], 3)}",
+        f"x reads {span(v['same_head'], 3)} (head) and {span(v['same_exit'], 3)}\n(exit_trigger)",
+        f"read {span(v['b16'], 3)} in all three runs", f"evict_first's time over plain's is {span(v['hint'], 3)}",
+        f"take {c['B128 L1024']['parts64_ef']:.2f} us against the rule's {c['B128 L1024']['rule_ef']:.2f}",
+        f"{c['B128 L4096']['parts64_ef']:.1f}\nagainst {c['B128 L4096']['rule_ef']:.1f} at L=4096"])
+
+
+def test_notes_v18_quote_its_runs():
+    lost = missing(v18_claims(), NOTES.read_text(encoding="utf-8"))
+    assert not lost, "kernels/NOTES.md v18 does not say:\n" + "\n".join(lost)
