@@ -1695,9 +1695,9 @@ def v18_numbers() -> dict:
     """results/seesaw_ab_h200_v18.md: its three PDL A/B runs (``x`` of the kept kernel "head" and "exit_trigger"
     at the one-split timings, where the variants differ, and at every other timing, where they run the same code),
     the evict_first timings (``tools.l2_policy_ab``'s lines) and the two-requests-a-program timings."""
-    runs = ab_runs("seesaw_ab_h200_v18.md")  # its blocks: three A/B runs, tools.l2_policy_ab's, a script, its output
-    assert len(runs) == 6 and all(runs[:3]) and not any(runs[3:])
-    runs = runs[:3]
+    blocks = ab_runs("seesaw_ab_h200_v18.md")  # three A/B runs, tools.l2_policy_ab's, a script, its output, two A/A
+    assert len(blocks) == 8 and all(blocks[:3] + blocks[6:]) and not any(blocks[3:6])
+    runs, same = blocks[:3], blocks[6:]
 
     def xs(version, one_split: bool, only=None):  # only: one (shape, path)
         return [x for run in runs for (shape, path, v), x in run.items() if v == version
@@ -1716,7 +1716,10 @@ def v18_numbers() -> dict:
                for v in ("head", "exit_trigger")}
     return dict(pdl=xs("head", True), exit=xs("exit_trigger", True), same_head=xs("head", False),
                 same_exit=xs("exit_trigger", False), b16=xs("head", False, ("u B16 1024", "rule")), by_rule=by_rule,
-                hint=[v["evict_first"][0] / v["plain"][0] for v in l2.values()], chain=chain)
+                hint=[v["evict_first"][0] / v["plain"][0] for v in l2.values()], chain=chain,
+                aa=[x for run in same for k, x in run.items() if k[2] == "aa"],
+                aa_b16=[run["u B16 1024", "rule", v] for run in same for v in ("aa", "same")],
+                same=[x for run in same for k, x in run.items() if k[2] == "same"])
 
 
 def steady_tile_numbers() -> dict:
@@ -1742,7 +1745,9 @@ def v18_claims() -> list[str]:
             f"at L=1024, {float(c['B128 L4096']['parts64_ef']):.1f} against {float(c['B128 L4096']['rule_ef']):.1f}",
             f"adds {t['ours']:.2f} us\nto each of our 128 programs and {t['fm']:.2f} us to each of FlashMLA's 132",
             f"runs there at {100 * t['fm_rate']:.0f}% of the\nrun's matmul rate, ours at {100 * t['ours_rate']:.0f}%",
-            f"A tile still costs the seesaw {t['ours'] / t['fm']:.2f}x what it costs FlashMLA"]
+            f"A tile still costs the seesaw {t['ours'] / t['fm']:.2f}x what it costs FlashMLA",
+            f"the copy timed first reads {span(v['aa_b16'][0::2], 3)} at the rule's 4 splits at uniform B=16, the\n"
+            f"middle one {span(v['aa_b16'][1::2], 3)}", f"the copies read {span(v['aa'] + v['same'], 3)}"]
 
 
 def test_the_v18_runs_are_read_right():
@@ -1761,7 +1766,11 @@ def test_the_v18_runs_are_read_right():
         f"x reads {span(v['same_head'], 3)} (head) and {span(v['same_exit'], 3)}\n(exit_trigger)",
         f"read {span(v['b16'], 3)} in all three runs", f"evict_first's time over plain's is {span(v['hint'], 3)}",
         f"take {c['B128 L1024']['parts64_ef']:.2f} us against the rule's {c['B128 L1024']['rule_ef']:.2f}",
-        f"{c['B128 L4096']['parts64_ef']:.1f}\nagainst {c['B128 L4096']['rule_ef']:.1f} at L=4096"])
+        f"{c['B128 L4096']['parts64_ef']:.1f}\nagainst {c['B128 L4096']['rule_ef']:.1f} at L=4096",
+        f"(\"aa\") reads {span(v['aa_b16'][0::2], 3)} at the rule's 4 splits",
+        f"(\"same\") {span(v['aa_b16'][1::2], 3)}",
+        f"\"aa\" reads {span(v['aa'], 3)} and \"same\" {span(v['same'], 3)}"])
+    assert max(v["aa_b16"][0::2]) < 0.98 < min(v["aa_b16"][1::2])  # the first-timed copy, in both runs
 
 
 def test_notes_v18_quote_its_runs():

@@ -36,6 +36,12 @@ def test_stage1_ab_refuses_versions_it_could_not_tell_apart():
         stage1_ab.run(["a/v.py", "b/v.py"])
     with pytest.raises(ValueError, match="distinct file names other than new.py"):
         stage1_ab.run(["new.py"])
+    with pytest.raises(ValueError, match="other than new.py and aa.py"):  # --aa's own name taken
+        stage1_ab.run(["old/aa.py"], aa=True)
+    with pytest.raises(ValueError, match="nothing to time"):
+        stage1_ab.run([])
+    with pytest.raises(SystemExit):  # the command line says so too
+        stage1_ab.main([])
 
 
 def test_stage1_ab_reads_its_own_output_back():

@@ -6,7 +6,9 @@ page 64, bf16; uniform or seeded ragged lengths) and each path the triton backen
 balanced schedule): each old version's outputs compared with the new one's bit for bit (a change in how bytes
 move must not change the arithmetic), then each version timed twice by ``kernel_bench.graph_us``, the order
 reversed the second time, the best of the two kept; FlashMLA beside where it is installed. One line per shape;
-``x``: that version's time / the new one's.
+``x``: that version's time / the new one's. ``--aa``: the working tree's file loaded a second time, as version "aa",
+timed first: its ``x`` is how far apart the same code reads in this run, at each shape (``kernels/NOTES.md`` v18),
+the margin an old version's ``x`` must clear.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def load_old(path: str, name: str):
     return mod
 
 
-def run(old_paths: list[str], progress: bool = False) -> None:
+def run(old_paths: list[str], progress: bool = False, aa: bool = False) -> None:
     import torch
 
     from mla_edu.kernels import peers
@@ -39,9 +41,14 @@ def run(old_paths: list[str], progress: bool = False) -> None:
     from mla_edu.kernels import split_kv_triton as skt
     from tools.kernel_bench import backend_calls, graph_us
 
+    if not old_paths and not aa:
+        raise ValueError("nothing to time against the working tree's kernel: name an old file, or aa=True")
     names = [pathlib.Path(p).stem for p in old_paths]
-    if len(set(names)) < len(names) or "new" in names:
-        raise ValueError(f"the old versions need distinct file names other than new.py, got {old_paths}")
+    if len(set(names)) < len(names) or "new" in names or (aa and "aa" in names):
+        raise ValueError(f"the old versions need distinct file names other than new.py{' and aa.py' * aa}, got "
+                         f"{old_paths}")
+    if aa:  # the working tree's kernel under a second name: the same code, compiled and timed as an old version
+        names, old_paths = ["aa"] + names, [new.__file__] + list(old_paths)
     versions = {**{n: load_old(p, n) for n, p in zip(names, old_paths)}, "new": new}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flash_mla, why = peers.load_flash_mla()
@@ -101,11 +108,14 @@ def times(text: str) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("old", nargs="+", help="earlier split_kv_seesaw.py files, distinct names")
+    ap.add_argument("old", nargs="*", help="earlier split_kv_seesaw.py files, distinct names")
     ap.add_argument("--progress", action="store_true", help="to stderr, each version before it runs (a kernel that "
                     "never returns is the last one named)")
+    ap.add_argument("--aa", action="store_true", help="the working tree's file again, as version 'aa' (same code)")
     args = ap.parse_args(argv)
-    run(args.old, args.progress)
+    if not args.old and not args.aa:
+        ap.error("name at least one earlier split_kv_seesaw.py, or --aa")
+    run(args.old, args.progress, args.aa)
 
 
 if __name__ == "__main__":
