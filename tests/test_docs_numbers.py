@@ -1695,9 +1695,10 @@ def v18_numbers() -> dict:
     """results/seesaw_ab_h200_v18.md: its three PDL A/B runs (``x`` of the kept kernel "head" and "exit_trigger"
     at the one-split timings, where the variants differ, and at every other timing, where they run the same code),
     the evict_first timings (``tools.l2_policy_ab``'s lines) and the two-requests-a-program timings."""
-    blocks = ab_runs("seesaw_ab_h200_v18.md")  # three A/B runs, tools.l2_policy_ab's, a script, its output, two A/A
-    assert len(blocks) == 8 and all(blocks[:3] + blocks[6:]) and not any(blocks[3:6])
-    runs, same = blocks[:3], blocks[6:]
+    # three A/B runs, tools.l2_policy_ab's, a script, its output, two A/A runs, two of p1_first
+    blocks = ab_runs("seesaw_ab_h200_v18.md")
+    assert len(blocks) == 10 and all(blocks[:3] + blocks[6:]) and not any(blocks[3:6])
+    runs, same, p1 = blocks[:3], blocks[6:8], blocks[8:]
 
     def xs(version, one_split: bool, only=None):  # only: one (shape, path)
         return [x for run in runs for (shape, path, v), x in run.items() if v == version
@@ -1719,7 +1720,10 @@ def v18_numbers() -> dict:
                 hint=[v["evict_first"][0] / v["plain"][0] for v in l2.values()], chain=chain,
                 aa=[x for run in same for k, x in run.items() if k[2] == "aa"],
                 aa_b16=[run["u B16 1024", "rule", v] for run in same for v in ("aa", "same")],
-                same=[x for run in same for k, x in run.items() if k[2] == "same"])
+                same=[x for run in same for k, x in run.items() if k[2] == "same"],
+                p1=[x for run in p1 for k, x in run.items() if k[2] == "head2"],
+                p1_one=[run[shape, "rule", "head2"] for run in p1 for shape in ONE_SPLIT],
+                p1_aa=[x for run in p1 for k, x in run.items() if k[2] == "aa"])
 
 
 def steady_tile_numbers() -> dict:
@@ -1765,7 +1769,9 @@ def v18_claims() -> list[str]:
             f"A tile still costs the seesaw {t['ours'] / t['fm']:.2f}x what it costs FlashMLA",
             f"the copy timed first reads {span(v['aa_b16'][0::2], 3)} at the rule's 4 splits at uniform B=16, the\n"
             f"middle one {span(v['aa_b16'][1::2], 3)}", f"the copies read {span(v['aa'] + v['same'], 3)}",
-            f"FlashMLA's kernel ran at {span(fm)} GHz, the seesaw at {span(ours)}"]
+            f"FlashMLA's kernel ran at {span(fm)} GHz, the seesaw at {span(ours)}",
+            f"faster at all {len(v['p1'])} timings, x {span(v['p1'], 3)}, geomean {geometric_mean(v['p1']):.3f}",
+            f"its own copy\nreads {span(v['p1_aa'], 3)}"]
 
 
 def test_the_v18_runs_are_read_right():
@@ -1789,6 +1795,10 @@ def test_the_v18_runs_are_read_right():
         f"(\"same\") {span(v['aa_b16'][1::2], 3)}",
         f"\"aa\" reads {span(v['aa'], 3)} and \"same\" {span(v['same'], 3)}"])
     assert max(v["aa_b16"][0::2]) < 0.98 < min(v["aa_b16"][1::2])  # the first-timed copy, in both runs
+    assert max(v["p1"]) < 1 and max(v["p1_one"]) < min(v["p1_aa"])  # slower everywhere; at one split beyond its copy
+    assert_results_say("seesaw_ab_h200_v18.md", [
+        f"faster at all {len(v['p1'])} timings, x {span(v['p1'], 3)} (uniform one-split shapes {span(v['p1_one'], 3)})",
+        f"the\nvariant's own copy reads {span(v['p1_aa'], 3)}"])
 
 
 def test_notes_v18_quote_its_runs():
