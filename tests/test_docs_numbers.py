@@ -1760,7 +1760,8 @@ def v18_claims() -> list[str]:
     fm, ours = clocks["flash_fwd_splitkv_mla_kernel"], clocks["stage1_seesaw_kernel"]
     assert max(fm) < min(ours)  # "not the clock": FlashMLA's kernel ran slower clocked
     c = v["chain"]
-    return [f"the kept kernel reads x {span(v['pdl'], 3)} against it over\nthree runs", f"x reads {span(v['same_head'] + v['same_exit'], 3)}",
+    return [f"the kept kernel reads x {span(v['pdl'], 3)} against it over\nthree runs",
+            f"x reads {span(v['same_head'] + v['same_exit'], 3)}",
             f"read {span(v['b16'], 3)} in all three runs", f"Hinted over plain: {span(v['hint'], 3)} back to back",
             f"Slower: {float(c['B128 L1024']['parts64_ef']):.2f} against\n{float(c['B128 L1024']['rule_ef']):.2f} us "
             f"at L=1024, {float(c['B128 L4096']['parts64_ef']):.1f} against {float(c['B128 L4096']['rule_ef']):.1f}",
