@@ -1695,24 +1695,26 @@ def v18_numbers() -> dict:
     """results/seesaw_ab_h200_v18.md: its three PDL A/B runs (``x`` of the kept kernel "head" and "exit_trigger"
     at the one-split timings, where the variants differ, and at every other timing, where they run the same code),
     the evict_first timings (``tools.l2_policy_ab``'s lines) and the two-requests-a-program timings."""
+    from tools.stage1_ab import parse
+
     # three A/B runs, tools.l2_policy_ab's, a script, its output, two A/A runs, two of p1_first
-    blocks = ab_runs("seesaw_ab_h200_v18.md")
-    assert len(blocks) == 10 and all(blocks[:3] + blocks[6:]) and not any(blocks[3:6])
-    runs, same, p1 = blocks[:3], blocks[6:8], blocks[8:]
+    blocks = ab_blocks("seesaw_ab_h200_v18.md")
+    parsed = [parse(block) for block in blocks]
+    assert len(parsed) == 10 and all(parsed[:3] + parsed[6:]) and not any(parsed[3:6])
+    runs, same, p1 = parsed[:3], parsed[6:8], parsed[8:]
 
     def xs(version, one_split: bool, only=None):  # only: one (shape, path)
         return [x for run in runs for (shape, path, v), x in run.items() if v == version
                 and (path == "rule" and shape in ONE_SPLIT) == one_split and only in (None, (shape, path))]
 
-    blocks = ab_blocks("seesaw_ab_h200_v18.md")
     l2 = {}
     for line in re.findall(r"^[ur] B\d+ \d+ .*$", blocks[3], re.M):
         shape = " ".join(line.split()[:3])
         pattern = r"(plain|evict_first|FlashMLA) ([\d.]+) / ([\d.]+)"
         l2[shape] = {n: (float(a), float(b)) for n, a, b in re.findall(pattern, line.split("x FM")[0])}
         assert line.endswith("same=True"), line
-    chain = {m[0]: dict(re.findall(r"(\w+) ([\d.e+-]+)", m[1])) for m in re.findall(r"^(B\d+ L\d+) (.*)$", blocks[5],
-                                                                                     re.M)}
+    chain = {shape: {k: float(x) for k, x in re.findall(r"(\w+) ([\d.e+-]+)", row)}
+             for shape, row in re.findall(r"^(B\d+ L\d+) (.*)$", blocks[5], re.M)}
     by_rule = {v: {shape: [run[shape, "rule", v] for run in runs if (shape, "rule", v) in run] for shape in ONE_SPLIT}
                for v in ("head", "exit_trigger")}
     return dict(pdl=xs("head", True), exit=xs("exit_trigger", True), same_head=xs("head", False),
@@ -1763,8 +1765,8 @@ def v18_claims() -> list[str]:
     return [f"the kept kernel reads x {span(v['pdl'], 3)} against it over\nthree runs",
             f"x reads {span(v['same_head'] + v['same_exit'], 3)}",
             f"read {span(v['b16'], 3)} in all three runs", f"Hinted over plain: {span(v['hint'], 3)} back to back",
-            f"Slower: {float(c['B128 L1024']['parts64_ef']):.2f} against\n{float(c['B128 L1024']['rule_ef']):.2f} us "
-            f"at L=1024, {float(c['B128 L4096']['parts64_ef']):.1f} against {float(c['B128 L4096']['rule_ef']):.1f}",
+            f"Slower: {c['B128 L1024']['parts64_ef']:.2f} against\n{c['B128 L1024']['rule_ef']:.2f} us "
+            f"at L=1024, {c['B128 L4096']['parts64_ef']:.1f} against {c['B128 L4096']['rule_ef']:.1f}",
             f"adds {t['ours']:.2f} us\nto each of our 128 programs and {t['fm']:.2f} us to each of FlashMLA's 132",
             f"runs there at {100 * t['fm_rate']:.0f}% of the\nrun's matmul rate, ours at {100 * t['ours_rate']:.0f}%",
             f"A tile still costs the seesaw {t['ours'] / t['fm']:.2f}x what it costs FlashMLA",
@@ -1782,10 +1784,10 @@ def test_the_v18_runs_are_read_right():
     assert max(v["by_rule"]["head"]["u B64 4096"]) < 1  # "slower at B=64, L=4096"
     assert min(v["b16"]) < 0.98 and max(v["b16"]) < 1  # the same code reads apart at uniform B=16, in every run
     assert max(abs(x - 1) for x in v["hint"]) < 0.02
+    c = v["chain"]
     for shape in ("B128 L1024", "B128 L4096"):  # two requests a program: slower, and the same output
-        assert float(v["chain"][shape]["parts64_ef"]) > float(v["chain"][shape]["rule_ef"])
-        assert float(v["chain"][shape]["parts64_err"]) == 0
-    c = {shape: {k: float(x) for k, x in row.items()} for shape, row in v["chain"].items()}
+        assert c[shape]["parts64_ef"] > c[shape]["rule_ef"]
+        assert c[shape]["parts64_err"] == 0
     assert_results_say("seesaw_ab_h200_v18.md", [
         f"the kept kernel (\"head\") reads x {span(v['pdl'], 3)}\nagainst the PDL variant",
         f"\"exit_trigger\" reads {span(v['exit'], 3)}",
