@@ -1,6 +1,8 @@
 """The Gluon wgmma stage 1 (``split_kv_wgmma``, cp.async and TMA; ``split_kv_seesaw``): its switch and its TMA rule
 on any machine, its answers on a Hopper GPU. What the compiler makes of it: ``tests/test_sm90.py``."""
 
+import math
+
 import pytest
 import torch
 
@@ -139,3 +141,33 @@ def test_seesaw_at_every_tile_pair_edge_on_hopper(splits, layout):
             assert torch.equal(out[b], torch.zeros_like(out[b]))
         err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
         assert err < 1e-2, (sms, err)
+
+
+
+#: (token, factor): cache rows scaled so that their scores pass the running max by far more than the rescale
+#: threshold (``split_kv_seesaw.RESCALE_THRESHOLD``, 8 in log2 units) for the heads whose score is positive, and
+#: fall below it for the others: the max moves in some rows of a tile and not in others. In each tile of a pair,
+#: in the first pair and later ones, and in a partial last tile (the requests have 385 tokens).
+SPIKES = [(10, 8.0), (70, 16.0), (130, 4.0), (200, 32.0), (260, 64.0), (384, 16.0)]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon wgmma kernels run on sm90 GPUs only")
+@pytest.mark.parametrize("splits", [1, 2, -1])  # -1: the balanced schedule
+def test_seesaw_rescales_where_a_max_moves_past_the_threshold_on_hopper(splits):
+    case = random_decode_case(11, heads=128, page_size=64, lens=[385, 385, 64], dtype=torch.bfloat16, device="cuda")
+    rows = case.cache.view(-1, case.cache.size(-1))
+    for token, factor in SPIKES:
+        rows[int(case.token_slots[0][token])] *= factor
+        rows[int(case.token_slots[1][token])] *= -factor  # the other heads' scores jump there
+    for b in (0, 1):  # the case covers both branches: rows whose max moves, rows whose max stays
+        q = torch.cat([case.q_nope[b], case.q_pe[b]], -1).double()  # [H, 576]
+        scores = q @ rows[case.token_slots[b]].double().T * case.sm_scale  # [H, 385], natural-log units
+        jumps = torch.stack([scores[:, t] - scores[:, :t].amax(1) for t, _ in SPIKES], 1)
+        assert (jumps > seesaw.RESCALE_THRESHOLD.value * math.log(2)).any() and (jumps < 0).any()
+    schedule = "balanced" if splits == -1 else "splits"
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, splits,
+                     impl="triton", stage1="seesaw", schedule=schedule)
+    ref = case.dense_f64()
+    err = ((out.double() - ref).abs().amax(-1) / ref.abs().amax(-1)).max().item()  # each head against its own scale
+    assert err < 1e-2, err

@@ -145,6 +145,33 @@ def test_the_seesaw_takes_p1s_exponentials_under_p0_v0_right(seesaw_reports, sch
     assert len(counts) == 4 and sorted(counts) == [0, 0, 0, seesaw.BLOCK_H * seesaw.BLOCK_N // (32 * seesaw.WARPS)]
 
 
+
+def skipped_multiplies(ptx: str) -> list[int]:
+    """For each warp reduction of a flag (``redux.sync``) in ``ptx`` that is followed at once by a branch around a
+    block: the ``mul.f32`` instructions of that block (what the branch skips)."""
+    counts, lines = [], ptx.splitlines()
+    for i, line in enumerate(lines):
+        if "redux.sync" not in line:
+            continue
+        branch = next((ln for ln in lines[i + 1:i + 6] if " bra " in ln), None)
+        if branch is None:
+            continue
+        target = branch.split()[-1].rstrip(";") + ":"
+        end = next(j for j in range(i, len(lines)) if lines[j].split("//")[0].strip() == target)
+        counts.append(sum("mul.f32" in ln for ln in lines[i:end]))
+    return counts
+
+
+@pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
+def test_the_seesaw_skips_each_rescale_where_no_max_moved(seesaw_reports, scheduled, final):
+    # v19 (kernels/NOTES.md): each warpgroup rescales its [64, 256] float32 output twice a pair, 64 x 256 / 128 = 128
+    # multiplies a thread each; each sits behind a branch on one warp reduction of "some row's scale is not 1"
+    # (split_kv_seesaw._rescaled), taken only where a max moved past RESCALE_THRESHOLD. The persistent variant
+    # reduces integers elsewhere too (the partition), without such a block
+    assert [n for n in skipped_multiplies(seesaw_reports[(scheduled, final)]["ptx"]) if n] == [
+        seesaw.BLOCK_H * 256 // (32 * seesaw.WARPS)] * 4
+
+
 @pytest.fixture(scope="module")
 def swapped():
     return sm90.compile_stage1(["cp.async", "tma"], heads=16)

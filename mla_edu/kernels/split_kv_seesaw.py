@@ -16,8 +16,8 @@ does not fit one warpgroup's registers): warpgroup 0 owns columns [0, 256), "lef
 warpgroup 0 (tile 0 of the pair)                warpgroup 1 (tile 1 of the pair)
 ==============================================  ==============================================
 S0 = q K0^T                                     S1 = q K1^T, at the same time
-m0 = max(m, rowmax S0), scale0 = 2^(m - m0) ->
-P0 = 2^(S0 - m0) to shared memory ->            <- m1 = max(m0, rowmax S1), scale1 = 2^(m0 - m1)
+m0 = new max(m, S0), scale0 = 2^(m - m0) ->
+P0 = 2^(S0 - m0) to shared memory ->            <- m1 = new max(m0, S1), scale1 = 2^(m0 - m1)
 O_L = O_L scale0 + P0 V0_left                   O_R = O_R scale0 + P0 V0_right, issued, then
 (P0 from registers)                             <- P1 = 2^(S1 - m1) to shared memory under it
 O_L = O_L scale1 + P1 V1_left                   O_R = O_R scale1 + P1 V1_right (P1 from registers)
@@ -30,6 +30,14 @@ P0s, warpgroup 1 of the P1s, added at the end. FlashMLA's warpgroup 0 instead wa
 scale1, and its warpgroup 1 multiplies its own P1 first; here P0 leaves as soon as it exists, so warpgroup 0 never
 holds it in float32 registers while it waits (the register budget below). This kernel is written from that
 description, in Gluon; FlashMLA's code is CUDA/CuTe.
+
+"new max" keeps a row's running max unless a score passes it by more than ``RESCALE_THRESHOLD`` (8, in log2
+units), and only then moves it to the row's new max: FlashAttention-4's rescale threshold for 16-bit inputs
+(``SoftmaxSm100.update_row_max``, ``flash_attn/cute/softmax.py``; ``docs/sources.md``). So P stays below 2^8 and
+the sums and the log-sum-exp, taken against the same max, are unchanged; but after a request's first tiles a max
+rarely moves, each scale is then exactly 1, and each warpgroup skips the multiply of its 64 x 256 float32 output
+(128 registers a thread, twice a pair) when every row's scale is 1 (``_rescaled``). Measured: ``kernels/NOTES.md``
+v19.
 
 Pages arrive by TMA in two halves per ring slot, each with its own mbarrier (FlashMLA cuts a tile into
 nine 64-column pieces; that was measured here and was slower, ``kernels/NOTES.md`` v9): "left" = latent
@@ -90,6 +98,9 @@ BLOCK_N = 64  # tokens per tile: each warpgroup scores one tile of a pair (wgmma
 WARPS = 4  # per warpgroup: the kernel's num_warps (warpgroup 0, the default partition), the worker's
 #: registers per thread in each warpgroup (the launch's maxnreg): 2 x 128 threads x 248 = 63,488 of an SM's 65,536
 REGISTERS = gl.constexpr(248)
+#: how far (log2 units) a score may pass a row's running max before the max moves and the output is rescaled
+#: (``_new_max``): FlashAttention-4's ``rescale_threshold`` for 16-bit inputs. P = 2^(S - m) stays below 2^8
+RESCALE_THRESHOLD = gl.constexpr(8.0)
 
 # mbarriers: TMA halves of the two ring slots, then the hand-offs between the warpgroups
 LEFT0, LEFT1, RIGHT0, RIGHT1 = (gl.constexpr(i) for i in range(4))  # a slot's tile half has landed
@@ -145,6 +156,27 @@ def _zero_rows(kv, pe, t0, t_end, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: g
     pe.store(gl.where(keep, pe.load(ROWS), 0.0).to(pe.dtype))
     fence_async_shared()
     wg.thread_barrier()
+
+
+@gluon.jit
+def _new_max(m, sc):
+    """The max the rows of scores ``sc`` [BLOCK_H, BLOCK_N] are exponentiated against: the running max ``m``
+    [BLOCK_H] where no score of the row passes it by more than RESCALE_THRESHOLD, else the row's new max. -inf
+    scores (past the length) leave ``m`` as it is; a finite score moves an -inf ``m`` (a request's first tile)."""
+    top = gl.max(sc, 1)
+    return gl.where(top > m + RESCALE_THRESHOLD, top, m)
+
+
+@gluon.jit
+def _rescaled(acc, scale, stats, SCALE_ROW: gl.constexpr, EVERY: gl.constexpr):
+    """The output ``acc`` [BLOCK_H, 256] times ``scale`` [BLOCK_H] row by row, or ``acc`` itself where every row's
+    scale is 1 (no row's max moved: most tiles, ``_new_max``). Each warp reads all BLOCK_H scales from row SCALE_ROW
+    of the statistics buffer (stored there, and visible to this warpgroup, before the call) in a layout that gives
+    each warp all of them (EVERY), so the test is one warp reduction (``redux.sync``), no barrier; every warp then
+    takes the same branch."""
+    if gl.max((stats.index(SCALE_ROW).load(EVERY) != 1.0).to(gl.int32), 0) != 0:
+        acc = acc * gl.convert_layout(scale, gl.SliceLayout(1, acc.type.layout))[:, None]
+    return acc
 
 
 @gluon.jit
@@ -264,8 +296,8 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
     P_OPERAND: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
     QPE_OPERAND: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=S_LAYOUT, k_width=2)
     ROW: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
-    ROW_O: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     ROWS: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, 64] loads and stores
+    EVERY: gl.constexpr = gl.BlockedLayout([BLOCK_H // 32], [32], [4], [0])  # [BLOCK_H], all of it in each warp
     n_tiles = (gl.maximum(t_end - t_start, 0) + BLOCK_N - 1) // BLOCK_N
     n_pairs = (n_tiles + 1) // 2
     seg_phase = n_seg & 1
@@ -329,14 +361,14 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             sc = _scores(q_smem, qpe, kv0, pe_bufs.index(z), bars.index(LEFT0), bars.index(RIGHT0),
                          bars.index(Q_RIGHT), seg_phase, True, ph, t0, t_end, qk_scale, DL, DR, HALF, BLOCK_H,
                          BLOCK_N, S_LAYOUT, ROWS)
-            m0 = gl.maximum(m_i, gl.max(sc, 1))  # tile 0 has a token in range: m0 is finite
+            m0 = _new_max(m_i, sc)  # tile 0 has a token in range: m0 is finite
             scale0 = gl.exp2(m_i - m0)
             _hand_over_max(stats, M0, SC0, m0, scale0, bars.index(SCALE0))
             p = gl.exp2(sc - m0[:, None]).to(q_smem.dtype)  # P0 against m0
             l_i = l_i * scale0 + gl.sum(p.to(gl.float32), 1)
             mbarrier.wait(bars.index(P0_FREE), ph ^ 1)  # warpgroup 1 is done with the last pair's P0
             _hand_over_p(p0_smem, p, bars.index(P0_READY))
-            acc = acc * gl.convert_layout(scale0, ROW_O)[:, None]
+            acc = _rescaled(acc, scale0, stats, SC0, EVERY)
             acc = warpgroup_mma(gl.convert_layout(p, P_OPERAND), kv0.slice(0, HALF, dim=1), acc,
                                 is_async=True)  # O_L += P0 V0_left, P0 from registers
             mbarrier.wait(bars.index(SCALE1), ph)
@@ -345,7 +377,7 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             acc = warpgroup_mma_wait(0, deps=[acc])
             wg.thread_barrier()  # every warp's part of it
             _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 0, 0, nxt0, more0, HALF)  # slot 0 left: done with it
-            acc = acc * gl.convert_layout(scale1, ROW_O)[:, None]
+            acc = _rescaled(acc, scale1, stats, SC1, EVERY)  # (SC1 changes after the next pair's SCALE0 only)
             l_i = l_i * scale1
             mbarrier.wait(bars.index(P1_READY), ph)
             if has1:
@@ -362,11 +394,11 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             mbarrier.wait(bars.index(SCALE0), ph)
             m0 = stats.index(M0).load(ROW)
             scale0 = stats.index(SC0).load(ROW)
-            m1 = gl.maximum(m0, gl.max(sc, 1))
+            m1 = _new_max(m0, sc)
             scale1 = gl.exp2(m0 - m1)
             _hand_over_max(stats, M1, SC1, m1, scale1, bars.index(SCALE1))
             mbarrier.wait(bars.index(P0_READY), ph)
-            acc = acc * gl.convert_layout(scale0, ROW_O)[:, None]
+            acc = _rescaled(acc, scale0, stats, SC0, EVERY)  # (SC0 changes only after slot 0's reload below)
             acc = warpgroup_mma(p0_smem, kv0.slice(HALF, HALF, dim=1), acc,
                                 is_async=True)  # O_R += P0 V0_right, under P1's exponentials
             p = gl.exp2(sc - m1[:, None]).to(q_smem.dtype)  # P1 against m1
@@ -377,7 +409,7 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             wg.thread_barrier()
             mbarrier.arrive(bars.index(P0_FREE), count=1)
             _half(kv_desc, pe_desc, kv_bufs, pe_bufs, bars, 1, 0, nxt0, more0, HALF)  # slot 0 right: done
-            acc = acc * gl.convert_layout(scale1, ROW_O)[:, None]
+            acc = _rescaled(acc, scale1, stats, SC1, EVERY)
             if has1:
                 acc = warpgroup_mma(p, kv1.slice(HALF, HALF, dim=1), acc)  # O_R += P1 V1_right, P1 from registers
                 wg.thread_barrier()
