@@ -151,6 +151,7 @@ SCHEDULE_V12 = "kernel_bench_h200_schedule_v12.json"
 SCHEDULE_V13 = "kernel_bench_h200_schedule_v13.json"
 SCHEDULE_V14 = "kernel_bench_h200_schedule_v14.json"
 SCHEDULE_V15 = "kernel_bench_h200_schedule_v15.json"
+SCHEDULE_V16 = "kernel_bench_h200_schedule_v16.json"
 
 
 def schedule_numbers(name: str = "kernel_bench_h200_schedule.json") -> tuple[list, dict, dict]:
@@ -231,7 +232,7 @@ def schedule_claims() -> list[str]:
             f"{choice['within_5pct']} of {choice['shapes']} uniform shapes",
             f"what it runs is {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x FlashMLA's speed in geomean at "
             f"h_q=16 and {s['uniform_h128_backend_x_flashmla']['geomean']:.2f}x at h_q=128 "
-            f"({s['uniform_h128_backend_x_flashmla']['min']:.2f}x at B={worst['batch']}, L={worst['lens_max']})",
+            f"({s['uniform_h128_backend_x_flashmla']['min']:.3f}x at B={worst['batch']}, L={worst['lens_max']})",
             f"as with the rule alone ({result('engine_decode_h200.json')['auto_over_rule']:.2f}x"]
 
 
@@ -1505,7 +1506,7 @@ def notes_v16_claims() -> list[str]:
     p = prefetch_numbers()
     n, t = p["n"], p["t"]
     run2 = p["runs"][1]
-    pair = bench_pair("kernel_bench_h200_schedule.json", SCHEDULE_V15)
+    pair = bench_pair(SCHEDULE_V16, SCHEDULE_V15)
     run, before, s, worst, u, u15 = (pair[k] for k in ("run", "before", "s", "worst", "u", "u_old"))
     assert pair["below"] == [(64, 1024), (128, 1024), (128, 4096)]
     b128 = [uniform_row(x, 128, 4096)["rule_us"]
@@ -1559,7 +1560,7 @@ def v17_claims() -> list[str]:
     """The numbers kernels/NOTES.md v17 takes from results/seesaw_ab_h200_v17.md, and v16's ratios at L=1024."""
     v = v17_numbers()
     s0, fm, own, left, both = (v[k] for k in ("s0", "fm", "own", "left", "both"))
-    run = result("kernel_bench_h200_schedule.json")
+    run = result(SCHEDULE_V16)
     l1024 = [uniform_row(run, b, 1024)["flashmla_us"] / uniform_row(run, b, 1024)["rule_us"] for b in (64, 128)]
     return [f"L=1024** ({l1024[0]:.2f}x and {l1024[1]:.2f}x in v16's run;",
             f"**Why v12's version of item 1 was {v['v12']}x slower.**",
@@ -1728,18 +1729,20 @@ def v18_numbers() -> dict:
                 p1_aa=[x for run in p1 for k, x in run.items() if k[2] == "aa"])
 
 
-def steady_tile_numbers() -> dict:
-    """v16's run between L=1024 and 4096 at uniform h_q=128, B=64: what a 64-token tile adds to each program's time
-    (ours: one request a program, 2 * B = 128 programs; FlashMLA: the batch's tiles over its 132 CTAs), and each as a
-    share of the run's matmul rate (2 * 64 heads * 64 tokens * (576 + 512) flops a tile)."""
-    run = result("kernel_bench_h200_schedule.json")
+def steady_tile_numbers(name: str = SCHEDULE_V16) -> dict:
+    """A schedule bench's run (v16's unless named) between L=1024 and 4096 at uniform h_q=128, B=64: what a 64-token
+    tile adds to each program's time (ours: one request a program, 2 * B = 128 programs; FlashMLA: the batch's tiles
+    over its 132 CTAs), each as a share of the run's matmul rate (2 * 64 heads * 64 tokens * (576 + 512) flops a
+    tile), and what is left at L=1024 on that line (``fixed``, ``fm_fixed``)."""
+    run = result(name)
     a, b = uniform_row(run, 64, 1024), uniform_row(run, 64, 4096)
     sms, tiles = run["info"]["sm_count"], (4096 - 1024) // 64
     ours = (b["rule_us"] - a["rule_us"]) / tiles
     fm = (b["flashmla_us"] - a["flashmla_us"]) / (2 * 64 * tiles / sms)
     flops, ceiling = 2 * 64 * 64 * (576 + 512), run["ceilings"]["matmul_bf16_TFLOPs"] * 1e12
     return dict(ours=ours, fm=fm, ours_rate=flops * 2 * 64 / (ours * 1e-6) / ceiling,
-                fm_rate=flops * sms / (fm * 1e-6) / ceiling)
+                fm_rate=flops * sms / (fm * 1e-6) / ceiling, fixed=a["rule_us"] - 1024 // 64 * ours,
+                fm_fixed=a["flashmla_us"] - 2 * 64 * (1024 // 64) / sms * fm)
 
 
 def ncu_clocks(name: str) -> dict:
@@ -1769,13 +1772,104 @@ def v18_claims() -> list[str]:
             f"at L=1024, {c['B128 L4096']['parts64_ef']:.1f} against {c['B128 L4096']['rule_ef']:.1f}",
             f"adds {t['ours']:.2f} us\nto each of our 128 programs and {t['fm']:.2f} us to each of FlashMLA's 132",
             f"runs there at {100 * t['fm_rate']:.0f}% of the\nrun's matmul rate, ours at {100 * t['ours_rate']:.0f}%",
-            f"A tile still costs the seesaw {t['ours'] / t['fm']:.2f}x what it costs FlashMLA",
             f"the copy timed first reads {span(v['aa_b16'][0::2], 3)} at the rule's 4 splits at uniform B=16, the\n"
             f"middle one {span(v['aa_b16'][1::2], 3)}", f"the copies read {span(v['aa'] + v['same'], 3)}",
             f"FlashMLA's kernel ran at {span(fm)} GHz, the seesaw at {span(ours)}",
             f"faster at all {len(v['p1'])} timings, x {span(v['p1'], 3)}, geomean {geometric_mean(v['p1']):.3f}",
             f"its own copy\nreads {span(v['p1_aa'], 3)}"]
 
+
+
+def v19_numbers() -> dict:
+    """results/seesaw_ab_h200_v19.md's four A/B runs (the variants against v18's kernel, then v18's against the kept
+    one), results/stale_max_error_cpu.md's table, and the v19 bench run against v16's."""
+    from tools import stale_max_error as sme
+    from tools.schedule_bench import summary
+
+    runs = ab_runs("seesaw_ab_h200_v19.md")
+    assert len(runs) == 4 and all(runs)
+
+    def pick(which, version, path=None, shapes=None):
+        return [x for i in which for (shape, p, v), x in runs[i].items()
+                if v == version and path in (None, p) and (shapes is None or shape in shapes)]
+
+    errs = sme.errors()
+    offs = sme.offset_errors()
+    run, v16 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V16)
+    s, s16 = summary(run), summary(v16)
+    return dict(
+        bound_rule=pick([0], "no_rescale", "rule"), bound_bal=pick([0], "no_rescale", "balanced"),
+        cond=pick([0], "cond_rescale"), warp_rule=pick([1, 2], "warp_rescale", "rule"),
+        warp_bal=pick([1, 2], "warp_rescale", "balanced"), warp=pick([1, 2], "warp_rescale"),
+        warp_b16=pick([1, 2], "warp_rescale", "rule", ("u B16 1024",)),
+        aa_b16=pick([1, 2], "aa", "rule", ("u B16 1024",)),
+        warp_one=pick([1, 2], "warp_rescale", "rule", ONE_SPLIT),
+        v18_rule=pick([3], "v18", "rule"), v18_bal=pick([3], "v18", "balanced"), aa4=pick([3], "aa"),
+        bf16=errs[("bfloat16", 8.0)][0] / errs[("bfloat16", 0.0)][0],
+        fp16=errs[("float16", 8.0)][0] / errs[("float16", 0.0)][0],
+        exact=max(max(v) for (dt, _), v in errs.items() if dt == "float64"),
+        off3=offs[3.0] / offs[0.0], off025=offs[0.25] / offs[0.0],
+        err=s["max_rel_err"], err16=s16["max_rel_err"], s=s, run=run, v16=v16,
+        tile=steady_tile_numbers("kernel_bench_h200_schedule.json"), tile16=steady_tile_numbers())
+
+
+def v19_claims() -> list[str]:
+    v = v19_numbers()
+    s, run, v16, t, t16 = (v[k] for k in ("s", "run", "v16", "tile", "tile16"))
+    rg, u = s["ragged_balanced_x_flashmla"], s["uniform_h128_backend_x_flashmla"]
+    below = h128_below(run)
+    ratio = {shape: uniform_row(run, *shape)["flashmla_us"] / uniform_row(run, *shape)["rule_us"]
+             for shape in ((128, 1024), (64, 1024), (128, 4096))}
+    old = uniform_row(v16, 128, 4096)["flashmla_us"] / uniform_row(v16, 128, 4096)["rule_us"]
+    fm = [uniform_row(x, 64, 16384)["flashmla_us"] for x in (v16, run)]
+    choice = s["uniform_backend_over_best_split"]
+    assert below == [(128, 1024)] and u["below_0.9"] == 1
+    return [f"v18 left a 64-token tile at {t16['ours'] / t16['fm']:.2f}x FlashMLA's cost",
+            f"{100 * (1 - max(v['bound_rule'])):.1f}-{100 * (1 - min(v['bound_rule'])):.1f}%\n"
+            f"   of a call on the rule's path, {100 * (1 - max(v['bound_bal'])):.1f}-"
+            f"{100 * (1 - min(v['bound_bal'])):.1f}% on the balanced one",
+            f"x {span(v['cond'], 3)}: the\n   reductions cost",
+            f"at all {len(v['warp'])} timings of two runs: x\n   {span(v['warp_rule'], 3)} on the rule's path, "
+            f"{span(v['warp_bal'], 3)} on the balanced one",
+            f"v18's is {span(v['v18_rule'], 3)}x slower on the rule's path, {span(v['v18_bal'], 3)}x on the "
+            f"balanced one",
+            f"gives {v['bf16']:.2f}x the rms error of the exact max, in\nfp16 {v['fp16']:.2f}x",
+            f"costs nothing ({v['off3']:.2f}x: the top entry is a power of two), 0.25 below\ncosts {v['off025']:.2f}x",
+            f"rose from {v['err16']:.4f} (v16's run) to {v['err']:.4f}",
+            f"| {rg['geomean']:.3f}x, min {rg['min']:.3f}x | yes |",
+            f"| {u['below_0.9']} below: B=128, L=1024 at {ratio[128, 1024]:.3f}x; B=64, L=1024 {ratio[64, 1024]:.3f}x; "
+            f"B=128, L=4096 {ratio[128, 4096]:.3f}x ({old:.3f}x in v16's run) | no |",
+            f"| {s['uniform_h16_backend_x_flashmla']['geomean']:.2f}x | yes |",
+            f"| {choice['within_5pct']} of {choice['shapes']} | yes |",
+            f"a tile now adds {t['ours']:.2f} us to each of our 128 programs and {t['fm']:.2f} us to each of\n"
+            f"FlashMLA's 132 (v16's run: {t16['ours']:.2f} and {t16['fm']:.2f}): {t['ours'] / t['fm']:.2f}x",
+            f"on the same line {t['fixed']:.1f} us for the seesaw and {t['fm_fixed']:.1f} for FlashMLA",
+            f"**Uniform h_q=128 at B=128, L=1024** ({ratio[128, 1024]:.3f}x)",
+            f"{fm[0]:.1f} us in v16's run, {fm[1]:.1f} in v19's, {100 * (fm[1] / fm[0] - 1):.1f}% apart"]
+
+
+def test_the_v19_runs_are_read_right():
+    v = v19_numbers()
+    assert max(v["bound_rule"] + v["bound_bal"]) < 1  # leaving the multiplies out is faster everywhere
+    assert max(v["warp"]) < 1 and min(v["v18_rule"] + v["v18_bal"]) > 1  # kept: faster at every timing, twice
+    assert max(v["aa_b16"]) < 0.98 and min(v["warp_b16"]) > max(v["aa_b16"])  # B=16's first-timed copy, as in v18
+    assert v["exact"] < 1e-13 and v["bf16"] > 1.3 and v["off3"] < 1.01
+    assert v["tile"]["ours"] < v["tile16"]["ours"]
+    assert_results_say("seesaw_ab_h200_v19.md", [
+        f"saves {100 * (1 - max(v['bound_rule'])):.1f}-{100 * (1 - min(v['bound_rule'])):.1f}% on the\nrule's "
+        f"path and {100 * (1 - max(v['bound_bal'])):.1f}-{100 * (1 - min(v['bound_bal'])):.1f}% on the balanced one",
+        f"(x {span(v['cond'], 3)})",
+        f"at all {len(v['warp'])} timings: x {span(v['warp_rule'], 3)} on the rule's path, {span(v['warp_bal'], 3)} "
+        f"on the\nbalanced one",
+        f"timed first reads {span(v['aa_b16'], 3)}", f"warp_rescale reads {span(v['warp_b16'], 3)}",
+        f"it reads {span(v['warp_one'], 3)}",
+        f"x {span(v['v18_rule'], 3)} on the rule's path, {span(v['v18_bal'], 3)} on the balanced one",
+        f"copy of the kept kernel timed first reads {span(v['aa4'], 3)}"])
+
+
+def test_notes_v19_quote_its_runs():
+    lost = missing(v19_claims(), NOTES.read_text(encoding="utf-8"))
+    assert not lost, "kernels/NOTES.md v19 does not say:\n" + "\n".join(lost)
 
 def test_the_v18_runs_are_read_right():
     v = v18_numbers()
