@@ -677,9 +677,9 @@ assert all(r["flashmla_us"] / r["balanced_us"] > 0.92 for r in sched_bench["ragg
 assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the kernel itself lags
 
 # %% [markdown]
-# The schedule takes the rule's 0.39x of FlashMLA on ragged batches to 1.04x, and beats the best single
+# The schedule takes the rule's 0.40x of FlashMLA on ragged batches to 1.05x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
-# within 2% of FlashMLA or faster at every batch. At 128 heads it reaches 0.86-1.05x of FlashMLA: mostly the
+# within 1% of FlashMLA or faster at every batch. At 128 heads it reaches 0.87-1.06x of FlashMLA: mostly the
 # stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernels/NOTES.md`, v8 and v9). The
 # price is a fixed cost the split rule does not pay, seen at
 # small uniform batches (1.1-1.7x the best split there): the merge's launch and the partials of requests

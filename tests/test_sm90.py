@@ -1,6 +1,7 @@
 """``mla_edu.kernels.sm90``: stage 1 compiled for sm_90a on this machine, and the facts notebook 04 and
 ``kernels/NOTES.md`` state about it (the same with Triton 3.6.0, 3.7.1 and 3.9.0)."""
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -170,6 +171,22 @@ def test_the_seesaw_skips_each_rescale_where_no_max_moved(seesaw_reports, schedu
     # reduces integers elsewhere too (the partition), without such a block
     assert [n for n in skipped_multiplies(seesaw_reports[(scheduled, final)]["ptx"]) if n] == [
         seesaw.BLOCK_H * 256 // (32 * seesaw.WARPS)] * 4
+
+
+
+def exponentials_of_an_fma(ptx: str) -> int:
+    """The ``ex2.approx`` instructions of ``ptx`` whose argument an ``fma.rn.f32`` computed."""
+    fma_out = set(re.findall(r"fma\.rn\.f32\s+(%r\d+),", ptx))
+    return sum(arg in fma_out for arg in re.findall(r"ex2\.approx\S*\s+%r\d+, (%r\d+);", ptx))
+
+
+@pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
+def test_the_seesaw_scales_each_score_inside_its_exponential(seesaw_reports, scheduled, final):
+    # v20 (kernels/NOTES.md): P = 2^(S qk_scale - m), one fused multiply-add an entry, S unscaled from the wgmma
+    # (split_kv_seesaw._scores); each warpgroup exponentiates one 64 x 64 tile a pair, 32 entries a thread. Before
+    # v20 a multiply, a select and a subtract
+    assert exponentials_of_an_fma(seesaw_reports[(scheduled, final)]["ptx"]) == 2 * (
+        seesaw.BLOCK_H * seesaw.BLOCK_N // (32 * seesaw.WARPS))
 
 
 @pytest.fixture(scope="module")

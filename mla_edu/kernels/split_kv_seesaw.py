@@ -159,11 +159,12 @@ def _zero_rows(kv, pe, t0, t_end, DL: gl.constexpr, DR: gl.constexpr, BLOCK_N: g
 
 
 @gluon.jit
-def _new_max(m, sc):
-    """The max the rows of scores ``sc`` [BLOCK_H, BLOCK_N] are exponentiated against: the running max ``m``
-    [BLOCK_H] where no score of the row passes it by more than RESCALE_THRESHOLD, else the row's new max. -inf
-    scores (past the length) leave ``m`` as it is; a finite score moves an -inf ``m`` (a request's first tile)."""
-    top = gl.max(sc, 1)
+def _new_max(m, sc, qk_scale):
+    """The max (log2 units) the rows of scores ``sc`` [BLOCK_H, BLOCK_N] (``_scores``: times ``qk_scale`` > 0 to
+    log2 units) are exponentiated against: the running max ``m`` [BLOCK_H] where no scaled score of the row passes
+    it by more than RESCALE_THRESHOLD, else the row's new max. -inf scores (past the length) leave ``m`` as it is; a
+    finite score moves an -inf ``m`` (a request's first tile)."""
+    top = gl.max(sc, 1) * qk_scale  # the max of the scaled scores: qk_scale > 0 (sm_scale is checked > 0)
     return gl.where(top > m + RESCALE_THRESHOLD, top, m)
 
 
@@ -203,10 +204,11 @@ def _hand_over_p(p_smem, p, bar):
 def _scores(q_smem, qpe, kv, pe, first, second, q_right, q_phase, LEFT_FIRST: gl.constexpr, phase, t0, t_end,
             qk_scale, DL: gl.constexpr, DR: gl.constexpr, HALF: gl.constexpr, BLOCK_H: gl.constexpr,
             BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, ROWS: gl.constexpr):
-    """Scaled scores [BLOCK_H, BLOCK_N] (log2 units; -inf past t_end) of the tile in ``kv``, ``pe``, whose halves
-    complete ``phase`` of the mbarriers ``first`` and ``second``: the left half multiplied first (LEFT_FIRST)
-    or the right half and the rope columns. q's right half completes ``q_phase`` of ``q_right`` (its left half
-    was waited for before the pairs). A partial last tile is zeroed past t_end first."""
+    """Scores q K^T [BLOCK_H, BLOCK_N], not yet scaled (-inf past t_end, in a partial last tile only), of the tile
+    in ``kv``, ``pe``, whose halves complete ``phase`` of the mbarriers ``first`` and ``second``: the left half
+    multiplied first (LEFT_FIRST) or the right half and the rope columns. q's right half completes ``q_phase`` of
+    ``q_right`` (its left half was waited for before the pairs). A partial last tile is zeroed past t_end first.
+    The caller scales them inside the exponent, 2^(S qk_scale - m): one fused multiply-add an entry (v20)."""
     if t0 + BLOCK_N > t_end:  # rows past the length: TMA cannot mask rows
         mbarrier.wait(first, phase)
         mbarrier.wait(second, phase)
@@ -230,8 +232,10 @@ def _scores(q_smem, qpe, kv, pe, first, second, q_right, q_phase, LEFT_FIRST: gl
         acc = warpgroup_mma(q_smem.slice(0, HALF, dim=1), kv.slice(0, HALF, dim=1).permute((1, 0)), acc,
                             is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    pos = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
-    return gl.where((pos < t_end)[None, :], acc * qk_scale, float("-inf"))
+    if t0 + BLOCK_N > t_end:
+        pos = t0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+        acc = gl.where((pos < t_end)[None, :], acc, float("-inf"))
+    return acc
 
 
 @gluon.jit
@@ -361,10 +365,10 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             sc = _scores(q_smem, qpe, kv0, pe_bufs.index(z), bars.index(LEFT0), bars.index(RIGHT0),
                          bars.index(Q_RIGHT), seg_phase, True, ph, t0, t_end, qk_scale, DL, DR, HALF, BLOCK_H,
                          BLOCK_N, S_LAYOUT, ROWS)
-            m0 = _new_max(m_i, sc)  # tile 0 has a token in range: m0 is finite
+            m0 = _new_max(m_i, sc, qk_scale)  # tile 0 has a token in range: m0 is finite
             scale0 = gl.exp2(m_i - m0)
             _hand_over_max(stats, M0, SC0, m0, scale0, bars.index(SCALE0))
-            p = gl.exp2(sc - m0[:, None]).to(q_smem.dtype)  # P0 against m0
+            p = gl.exp2(sc * qk_scale - m0[:, None]).to(q_smem.dtype)  # P0 against m0
             l_i = l_i * scale0 + gl.sum(p.to(gl.float32), 1)
             mbarrier.wait(bars.index(P0_FREE), ph ^ 1)  # warpgroup 1 is done with the last pair's P0
             _hand_over_p(p0_smem, p, bars.index(P0_READY))
@@ -394,14 +398,14 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             mbarrier.wait(bars.index(SCALE0), ph)
             m0 = stats.index(M0).load(ROW)
             scale0 = stats.index(SC0).load(ROW)
-            m1 = _new_max(m0, sc)
+            m1 = _new_max(m0, sc, qk_scale)
             scale1 = gl.exp2(m0 - m1)
             _hand_over_max(stats, M1, SC1, m1, scale1, bars.index(SCALE1))
             mbarrier.wait(bars.index(P0_READY), ph)
             acc = _rescaled(acc, scale0, stats, SC0, EVERY)  # (SC0 changes only after slot 0's reload below)
             acc = warpgroup_mma(p0_smem, kv0.slice(HALF, HALF, dim=1), acc,
                                 is_async=True)  # O_R += P0 V0_right, under P1's exponentials
-            p = gl.exp2(sc - m1[:, None]).to(q_smem.dtype)  # P1 against m1
+            p = gl.exp2(sc * qk_scale - m1[:, None]).to(q_smem.dtype)  # P1 against m1
             l_i = l_i * (scale0 * scale1) + gl.sum(p.to(gl.float32), 1)
             _hand_over_p(p1_smem, p, bars.index(P1_READY))
             p = gl.convert_layout(p, P_OPERAND)
