@@ -33,11 +33,13 @@ description, in Gluon; FlashMLA's code is CUDA/CuTe.
 
 "new max" keeps a row's running max unless a score passes it by more than ``RESCALE_THRESHOLD`` (8, in log2
 units), and only then moves it to the row's new max: FlashAttention-4's rescale threshold for 16-bit inputs
-(``SoftmaxSm100.update_row_max``, ``flash_attn/cute/softmax.py``; ``docs/sources.md``). So P stays below 2^8 and
-the sums and the log-sum-exp, taken against the same max, are unchanged; but after a request's first tiles a max
-rarely moves, each scale is then exactly 1, and each warpgroup skips the multiply of its 64 x 256 float32 output
-(128 registers a thread, twice a pair) when every row's scale is 1 (``_rescaled``). Measured: ``kernels/NOTES.md``
-v19.
+(``SoftmaxSm100.update_row_max``, ``flash_attn/cute/softmax.py``; ``docs/sources.md``). So P stays below 2^8 and,
+in exact arithmetic, the sums and the log-sum-exp, taken against the same max, are unchanged; but after a request's
+first tiles a max rarely moves, each scale is then exactly 1, and each warpgroup skips the multiply of its 64 x 256
+float32 output (128 registers a thread, twice a pair) when every row's scale is 1 (``_rescaled``). The price is in
+P's bf16 rounding: its largest entry is no longer exactly 1 (``tools/stale_max_error.py``: 1.5x the rms error).
+Scores leave ``_scores`` unscaled and are scaled inside the exponential (S above is in log2 units). Measured:
+``kernels/NOTES.md`` v19, v20.
 
 Pages arrive by TMA in two halves per ring slot, each with its own mbarrier (FlashMLA cuts a tile into
 nine 64-column pieces; that was measured here and was slower, ``kernels/NOTES.md`` v9): "left" = latent
