@@ -505,6 +505,24 @@ assert seesaw["wgmma"] == {"m64n64k16": 576 // 16, "m64n256k16": 2 * 64 // 16}  
 assert seesaw["spill_bytes"] == 0 and sm90.MAX_SHARED - seesaw["shared_bytes"] < 2048  # full to its last 2 KB
 
 # %% [markdown]
+# Two later changes trim the softmax between the products (`kernels/NOTES.md`, v19 and v20). A row's scale
+# 2^(m_old - m_new) is exactly 1 wherever its max did not move, and the seesaw keeps a row's max until a score
+# passes it by more than 8 in log2 units, FlashAttention-4's threshold for 16-bit inputs: P then stays below 2^8,
+# and the sums, taken against the same max, are unchanged. After a request's first tiles almost every scale is
+# 1, so each warpgroup tests "any scale not 1" with one warp reduction and skips the multiply of its 64 x 256
+# float32 output, twice a pair. The price is in P's bf16 rounding: its largest entry is no longer exactly 1
+# (`tools/stale_max_error.py`). And each score is scaled inside its exponential, 2^(S qk_scale - m): one fused
+# multiply-add. Both can be read in the PTX:
+
+# %%
+skipped = [n for n in sm90.skipped_multiplies(seesaw["ptx"]) if n]
+fused = sm90.exponentials_of_an_fma(seesaw["ptx"])
+print(f"rescales behind a branch: {len(skipped)}, each skipping {skipped[0]} multiplies a thread; "
+      f"exponentials whose argument is one fma: {fused}")
+assert skipped == [64 * 256 // 128] * 4  # 2 a pair in each warpgroup: its [64, 256] float32 over 128 threads
+assert fused == 2 * 64 * 64 // 128  # each warpgroup's P tile, 64 x 64 over 128 threads
+
+# %% [markdown]
 # The scores are n = 64 products now: 4 KB of shared-memory operands per 64K multiply-adds, where the
 # lock-step kernel's n = 32 ones read 3 KB per 32K. The second P tile fills shared memory to its last
 # 1.2 KB: q_pe (8 KB) had to move into each warpgroup's registers, as FlashMLA keeps one of its nine q

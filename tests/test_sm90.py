@@ -1,7 +1,6 @@
 """``mla_edu.kernels.sm90``: stage 1 compiled for sm_90a on this machine, and the facts notebook 04 and
 ``kernels/NOTES.md`` state about it (the same with Triton 3.6.0, 3.7.1 and 3.9.0)."""
 
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -147,37 +146,15 @@ def test_the_seesaw_takes_p1s_exponentials_under_p0_v0_right(seesaw_reports, sch
 
 
 
-def skipped_multiplies(ptx: str) -> list[int]:
-    """For each warp reduction of a flag (``redux.sync``) in ``ptx`` that is followed at once by a branch around a
-    block: the ``mul.f32`` instructions of that block (what the branch skips)."""
-    counts, lines = [], ptx.splitlines()
-    for i, line in enumerate(lines):
-        if "redux.sync" not in line:
-            continue
-        branch = next((ln for ln in lines[i + 1:i + 6] if " bra " in ln), None)
-        if branch is None:
-            continue
-        target = branch.split()[-1].rstrip(";") + ":"
-        end = next(j for j in range(i, len(lines)) if lines[j].split("//")[0].strip() == target)
-        counts.append(sum("mul.f32" in ln for ln in lines[i:end]))
-    return counts
-
-
 @pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
 def test_the_seesaw_skips_each_rescale_where_no_max_moved(seesaw_reports, scheduled, final):
     # v19 (kernels/NOTES.md): each warpgroup rescales its [64, 256] float32 output twice a pair, 64 x 256 / 128 = 128
     # multiplies a thread each; each sits behind a branch on one warp reduction of "some row's scale is not 1"
     # (split_kv_seesaw._rescaled), taken only where a max moved past RESCALE_THRESHOLD. The persistent variant
     # reduces integers elsewhere too (the partition), without such a block
-    assert [n for n in skipped_multiplies(seesaw_reports[(scheduled, final)]["ptx"]) if n] == [
+    assert [n for n in sm90.skipped_multiplies(seesaw_reports[(scheduled, final)]["ptx"]) if n] == [
         seesaw.BLOCK_H * 256 // (32 * seesaw.WARPS)] * 4
 
-
-
-def exponentials_of_an_fma(ptx: str) -> int:
-    """The ``ex2.approx`` instructions of ``ptx`` whose argument an ``fma.rn.f32`` computed."""
-    fma_out = set(re.findall(r"fma\.rn\.f32\s+(%r\d+),", ptx))
-    return sum(arg in fma_out for arg in re.findall(r"ex2\.approx\S*\s+%r\d+, (%r\d+);", ptx))
 
 
 @pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
@@ -185,7 +162,7 @@ def test_the_seesaw_scales_each_score_inside_its_exponential(seesaw_reports, sch
     # v20 (kernels/NOTES.md): P = 2^(S qk_scale - m), one fused multiply-add an entry, S unscaled from the wgmma
     # (split_kv_seesaw._scores); each warpgroup exponentiates one 64 x 64 tile a pair, 32 entries a thread. Before
     # v20 a multiply, a select and a subtract
-    assert exponentials_of_an_fma(seesaw_reports[(scheduled, final)]["ptx"]) == 2 * (
+    assert sm90.exponentials_of_an_fma(seesaw_reports[(scheduled, final)]["ptx"]) == 2 * (
         seesaw.BLOCK_H * seesaw.BLOCK_N // (32 * seesaw.WARPS))
 
 

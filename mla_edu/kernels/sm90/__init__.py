@@ -12,6 +12,9 @@ Triton's own compiler and the ptxas it ships, and reports what a GPU engineer re
   instructions are serialized due to insufficient register resources"): it then waits for each product before
   it issues the next, in the whole kernel, and nothing else in the report shows it (``kernels/NOTES.md``, v17).
 
+``skipped_multiplies`` and ``exponentials_of_an_fma`` read two of the seesaw's softmax choices from its PTX
+(``kernels/NOTES.md``, v19 and v20).
+
 Kinds: "tl" (``split_kv_triton.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
 (``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel), "seesaw"
 (``split_kv_seesaw.stage1_seesaw_kernel`` at 64 heads a program: its wgmma counted per warpgroup and pair of tiles;
@@ -160,6 +163,30 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
             "wgmma_serialized": "(C7512)" in log and "wgmma.mma_async instructions are serialized" in log,
             "shared_bytes": kernel.metadata.shared, "ptx": ptx}
 
+
+
+def skipped_multiplies(ptx: str) -> list[int]:
+    """For each warp reduction of a flag (``redux.sync``) in ``ptx`` followed at once by a branch around a block:
+    the ``mul.f32`` instructions of that block, what the branch skips (the seesaw's rescales of its output where no
+    row's max moved: ``split_kv_seesaw._rescaled``)."""
+    counts, lines = [], ptx.splitlines()
+    for i, line in enumerate(lines):
+        if "redux.sync" not in line:
+            continue
+        branch = next((ln for ln in lines[i + 1:i + 6] if " bra " in ln), None)
+        if branch is None:
+            continue
+        target = branch.split()[-1].rstrip(";") + ":"
+        end = next(j for j in range(i, len(lines)) if lines[j].split("//")[0].strip() == target)
+        counts.append(sum("mul.f32" in ln for ln in lines[i:end]))
+    return counts
+
+
+def exponentials_of_an_fma(ptx: str) -> int:
+    """The ``ex2.approx`` instructions of ``ptx`` whose argument an ``fma.rn.f32`` computed (the seesaw's P =
+    2^(S qk_scale - m), ``split_kv_seesaw._scores``)."""
+    fma_out = set(re.findall(r"fma\.rn\.f32\s+(%r\d+),", ptx))
+    return sum(arg in fma_out for arg in re.findall(r"ex2\.approx\S*\s+%r\d+, (%r\d+);", ptx))
 
 def to_markdown(reports: dict, command: str, heads: int = HEADS) -> str:
     """The report of ``compile_stage1`` as a table, with the command and the Triton that compiled it."""
