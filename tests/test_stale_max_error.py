@@ -56,3 +56,17 @@ def test_the_committed_table_is_this_run(errs, offs):
     committed, fresh = numbers(RESULTS.read_text()), numbers(sme.table(errs, offs))
     assert len(fresh) == 4 * len(errs) + 3 * len(offs)  # threshold, rms, x, max; offset, rms, x
     assert committed == pytest.approx(fresh, rel=1e-2)
+
+
+def test_the_command_writes_its_table(tmp_path, errs, offs, monkeypatch, capsys):
+    monkeypatch.setattr(sme, "errors", lambda: errs)  # the numbers of this module's run, not a second one
+    monkeypatch.setattr(sme, "offset_errors", lambda: offs)
+    sme.main(["--out", str(tmp_path / "t.md")])
+    assert (tmp_path / "t.md").read_text() == sme.table(errs, offs) + "\n" == capsys.readouterr().out
+
+
+def test_a_table_without_its_baseline_is_refused(errs, offs):
+    with pytest.raises(ValueError, match="every P dtype needs threshold 0 and the offsets need 0"):
+        sme.table({k: v for k, v in errs.items() if k[1] != 0.0}, offs)
+    with pytest.raises(ValueError, match="the offsets need 0"):
+        sme.table(errs, {k: v for k, v in offs.items() if k != 0.0})

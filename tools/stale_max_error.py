@@ -92,7 +92,11 @@ def offset_errors(offsets=OFFSETS, trials: int = TRIALS, seed: int = SEED) -> di
 
 def table(errs: dict, offs: dict) -> str:
     """Markdown: one row per P dtype and threshold, the rms error also as a multiple of the same dtype's at 0;
-    then one row per offset."""
+    then one row per offset. Both need their 0 (the exact max), what the others are measured against."""
+    bases = {dt for dt, th in errs if th == 0.0}
+    if {dt for dt, _ in errs} - bases or 0.0 not in offs:
+        raise ValueError(f"every P dtype needs threshold 0 and the offsets need 0, got thresholds "
+                         f"{sorted(set(th for _, th in errs))} and offsets {sorted(offs)}")
     lines = ["| P | threshold (log2) | rms error | x threshold 0 | max error |", "|---|---|---|---|---|"]
     for (dt, th), (rms, mx) in errs.items():
         base = errs[(dt, 0.0)][0]
