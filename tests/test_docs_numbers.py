@@ -12,7 +12,7 @@ import json
 import math
 import re
 from functools import cache
-from statistics import geometric_mean
+from statistics import geometric_mean, median
 
 import pytest
 from docs_text import NOTES, README, SOURCES
@@ -1924,7 +1924,9 @@ def v20_claims() -> list[str]:
             f"session's {len(fm)} timings of FlashMLA at that shape (two benches, five A/B runs) its time spans "
             f"{min(fm):.1f}-{max(fm):.1f} us; over the\n{len(ours)} of v19's and v20's kernels, ours spans "
             f"{min(ours):.1f}-{max(ours):.1f}",
-            f"between {min(fm) / max(ours):.3f}x and {max(fm) / min(ours):.3f}x"]
+            f"between {min(fm) / max(ours):.3f}x and {max(fm) / min(ours):.3f}x",
+            f"The medians of those timings, {median(fm):.1f} and\n{median(ours):.1f} us, give "
+            f"{median(fm) / median(ours):.3f}x: above the line"]
 
 
 def test_the_v20_run_is_read_right():
