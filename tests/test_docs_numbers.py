@@ -1790,10 +1790,21 @@ def v18_claims() -> list[str]:
 
 
 
+def stale_max_table() -> tuple[dict, dict]:
+    """results/stale_max_error_cpu.md's tables (``tests/test_stale_max_error.py`` checks them against a fresh run):
+    ``{(P dtype, threshold): (rms, x threshold 0, max)}`` and ``{offset: (rms, x offset 0)}``."""
+    text = (RESULTS_DIR / "stale_max_error_cpu.md").read_text(encoding="utf-8")
+    num = r"([\d.]+(?:e[+-]\d+)?)"
+    errs = {(dt, float(th)): tuple(map(float, rest)) for dt, th, *rest in
+            re.findall(rf"^\| (\w+) \| {num} \| {num} \| {num} \| {num} \|$", text, re.M)}
+    offs = {float(off): tuple(map(float, rest)) for off, *rest in
+            re.findall(rf"^\| {num} \| {num} \| {num} \|$", text, re.M)}
+    return errs, offs
+
+
 def v19_numbers() -> dict:
     """results/seesaw_ab_h200_v19.md's four A/B runs (the variants against v18's kernel, then v18's against the kept
     one), results/stale_max_error_cpu.md's table, and the v19 bench run against v16's."""
-    from tools import stale_max_error as sme
     from tools.schedule_bench import summary
 
     runs = ab_runs("seesaw_ab_h200_v19.md")
@@ -1803,8 +1814,8 @@ def v19_numbers() -> dict:
         return [x for i in which for (shape, p, v), x in runs[i].items()
                 if v == version and path in (None, p) and (shapes is None or shape in shapes)]
 
-    errs = sme.errors()
-    offs = sme.offset_errors()
+    errs, offs = stale_max_table()
+    assert len(errs) == 15 and len(offs) == 5  # 3 P dtypes x 5 thresholds; 5 offsets
     run, v16 = result(SCHEDULE_V19), result(SCHEDULE_V16)
     s, s16 = summary(run), summary(v16)
     return dict(
@@ -1815,10 +1826,9 @@ def v19_numbers() -> dict:
         aa_b16=pick([1, 2], "aa", "rule", ("u B16 1024",)),
         warp_one=pick([1, 2], "warp_rescale", "rule", ONE_SPLIT),
         v18_rule=pick([3], "v18", "rule"), v18_bal=pick([3], "v18", "balanced"), aa4=pick([3], "aa"),
-        bf16=errs[("bfloat16", 8.0)][0] / errs[("bfloat16", 0.0)][0],
-        fp16=errs[("float16", 8.0)][0] / errs[("float16", 0.0)][0],
-        exact=max(max(v) for (dt, _), v in errs.items() if dt == "float64"),
-        off3=offs[3.0] / offs[0.0], off025=offs[0.25] / offs[0.0],
+        bf16=errs["bfloat16", 8.0][1], fp16=errs["float16", 8.0][1],
+        exact=max(max(v[0], v[2]) for (dt, _), v in errs.items() if dt == "float64"),
+        off3=offs[3.0][1], off025=offs[0.25][1],
         err=s["max_rel_err"], err16=s16["max_rel_err"], s=s, run=run, v16=v16,
         tile=steady_tile_numbers(SCHEDULE_V19), tile16=steady_tile_numbers())
 
@@ -1886,19 +1896,19 @@ def v20_numbers() -> dict:
     """results/seesaw_ab_h200_v20.md's A/B run, the v20 bench against v19's, and every timing this session made of
     uniform h_q=128, B=128, L=1024 on the rule's path: FlashMLA's, and ours with v19's or v20's kernel."""
     from tools.schedule_bench import summary
-    from tools.stage1_ab import times
+    from tools.stage1_ab import parse, times
 
-    (run,) = ab_runs("seesaw_ab_h200_v20.md")
+    blocks19, (block20,) = ab_blocks("seesaw_ab_h200_v19.md"), ab_blocks("seesaw_ab_h200_v20.md")
+    run = parse(block20)
     bench, v19 = result("kernel_bench_h200_schedule.json"), result(SCHEDULE_V19)
     shape = "u B128 1024"
-    t19 = [times(block) for block in ab_blocks("seesaw_ab_h200_v19.md")]
-    (t20,) = [times(block) for block in ab_blocks("seesaw_ab_h200_v20.md")]
+    t19, t20 = [times(block) for block in blocks19], times(block20)
     ours = ([t19[i][shape, "rule", "warp_rescale"] for i in (1, 2)] + [t19[3][shape, "rule", v] for v in ("new", "aa")]
             + [t20[shape, "rule", v] for v in ("v19", "new")]
             + [uniform_row(x, 128, 1024)["rule_us"] for x in (v19, bench)])
     fm = [t[shape, "FlashMLA", "FlashMLA"] for t in t19 + [t20]] + [
         uniform_row(x, 128, 1024)["flashmla_us"] for x in (v19, bench)]
-    aa = [x for r in ab_runs("seesaw_ab_h200_v19.md")[1:] for k, x in r.items() if k[2] == "aa"]
+    aa = [x for block in blocks19[1:] for k, x in parse(block).items() if k[2] == "aa"]
     return dict(rule=[x for (s, p, v), x in run.items() if p == "rule" and s != "u B16 1024"],
                 b16=run["u B16 1024", "rule", "v19"], bal=[x for (s, p, v), x in run.items() if p == "balanced"],
                 s=summary(bench), bench=bench, v19=v19, ours=ours, fm=fm, aa19=aa)

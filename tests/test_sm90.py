@@ -145,7 +145,6 @@ def test_the_seesaw_takes_p1s_exponentials_under_p0_v0_right(seesaw_reports, sch
     assert len(counts) == 4 and sorted(counts) == [0, 0, 0, seesaw.BLOCK_H * seesaw.BLOCK_N // (32 * seesaw.WARPS)]
 
 
-
 @pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
 def test_the_seesaw_skips_each_rescale_where_no_max_moved(seesaw_reports, scheduled, final):
     # v19 (kernels/NOTES.md): each warpgroup rescales its [64, 256] float32 output twice a pair, 64 x 256 / 128 = 128
@@ -154,7 +153,6 @@ def test_the_seesaw_skips_each_rescale_where_no_max_moved(seesaw_reports, schedu
     # reduces integers elsewhere too (the partition), without such a block
     assert [n for n in sm90.skipped_multiplies(seesaw_reports[(scheduled, final)]["ptx"]) if n] == [
         seesaw.BLOCK_H * 256 // (32 * seesaw.WARPS)] * 4
-
 
 
 @pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)

@@ -164,7 +164,6 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
             "shared_bytes": kernel.metadata.shared, "ptx": ptx}
 
 
-
 def skipped_multiplies(ptx: str) -> list[int]:
     """For each warp reduction of a flag (``redux.sync``) in ``ptx`` followed at once by a branch around a block:
     the ``mul.f32`` instructions of that block, what the branch skips (the seesaw's rescales of its output where no
@@ -187,6 +186,7 @@ def exponentials_of_an_fma(ptx: str) -> int:
     2^(S qk_scale - m), ``split_kv_seesaw._scores``)."""
     fma_out = set(re.findall(r"fma\.rn\.f32\s+(%r\d+),", ptx))
     return sum(arg in fma_out for arg in re.findall(r"ex2\.approx\S*\s+%r\d+, (%r\d+);", ptx))
+
 
 def to_markdown(reports: dict, command: str, heads: int = HEADS) -> str:
     """The report of ``compile_stage1`` as a table, with the command and the Triton that compiled it."""
