@@ -138,6 +138,9 @@ def test_the_read_aloud_check_is_committed_and_agrees():
         assert r["audio_min"] * 60 >= r["pause_s"], r["title"]  # the silences are in the audio
     assert abs(result["audio_min"] / result["model_min"] - 1) <= tr.TOLERANCE
     assert (nt.RESULTS_DIR / "timing_readaloud_03.md").read_text() == tr.to_markdown(result)
+    guide = " ".join((nt.REPO_ROOT / "docs" / "instructor.md").read_text().split())
+    quoted = f"The audio came to {result['audio_min']:.1f} minutes against the model's {result['model_min']:.1f}"
+    assert quoted in guide, "docs/instructor.md quotes another read-aloud result than results/timing_readaloud_03"
 
 
 @pytest.mark.parametrize("line, spoken", [("`req_to_token` maps *pages*", "req to token maps pages"),

@@ -296,7 +296,8 @@ def track_minutes(table: dict, blocks: list) -> dict:
                 gap = 0.0
         label = which if isinstance(which, str) else ", ".join(
             str(w).replace("Exercises · exercise ", "ex. ").replace(" · exercise ", " ex. ") for w in which)
-        rows.append({"block": f"{name[:2]}: {label} ({mode})", "teaching": round(teach, 1),
+        who = "attendees" if all(s["exercise"] is not None for s in chosen) else mode
+        rows.append({"block": f"{name[:2]}: {label} ({who})", "teaching": round(teach, 1),
                      "exercises": round(exer, 1), "other": 0.0})
     gaps.append(gap)
     total = sum(r["teaching"] + r["exercises"] + r["other"] for r in rows)

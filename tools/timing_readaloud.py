@@ -9,7 +9,7 @@ model's stated length. The length of each section's audio is set against the mod
 What it checks: the words counted against the words spoken (code spans, numbers and symbols a speaker says as
 several words), and the model's arithmetic per section. What it does not: a person's pace, pauses and
 questions; the equation, code and figure allowances are the model's own numbers here, not measured.
-Writes results/timing_readaloud_NN.md and .json.
+Writes results/timing_readaloud_03.md and .json for notebook 03 (the same names with the prefix for another).
 """
 
 from __future__ import annotations
