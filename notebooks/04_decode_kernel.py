@@ -394,7 +394,7 @@ assert h128["pct_matmul"] > 50 and h16["pct_copy"] > 80  # over half the matmul 
 assert sm["faster_than_sglang"] == sm["sglang_shapes"] and sm["rule_worst_ratio"] < 1.1
 
 # %%
-fig = kernel_bench_figure()
+figs = kernel_bench_figure()  # three figures: h_q = 16 (memory-bound), h_q = 128 (compute-bound), the roofline
 
 # %% [markdown]
 # Reading the plot. **h_q = 16** is memory-bound (30 FLOP per byte, far under the ridge). At

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mla_edu import palette
+from mla_edu import palette, plotstyle
 from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
 from mla_edu.case_study.diagnose import PageReads, diagnose_step, page_reads
 from mla_edu.case_study.plots import accuracy_bars, draw_page_reads
@@ -200,11 +200,12 @@ def draw_accuracy(ax, result: PanelResult):
     ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color="none", edgecolor=palette.HATCH_COLOR,
            hatch=palette.HATCH["invalid"], label="invalid")
     for bar, a in zip(bars, accs):
-        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=9)
+        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom",
+                    fontsize=plotstyle.MIN_FONT_PT)
     ax.set_ylim(0, 1.3)
     ax.set_ylabel("accuracy")
-    ax.set_title(f"{result.settings.num_questions} questions", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"{result.settings.num_questions} questions", fontsize=plotstyle.MIN_FONT_PT)
+    ax.legend(fontsize=plotstyle.MIN_FONT_PT, loc="upper right")
 
 
 def panel_figure(result: PanelResult):
@@ -217,15 +218,14 @@ def panel_figure(result: PanelResult):
     from the handler can be shown half drawn or blank; a bare one is touched by one thread only.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     rows = result.reads.buffer.shape[0] + result.reads.intended.shape[0]
-    fig = Figure(figsize=(6.2, 2.6 + 0.32 * rows))
+    fig = plotstyle.figure(figsize=(6.2, 2.6 + 0.32 * rows))
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 2).ravel()
     draw_accuracy(axes[0], result)
     draw_page_reads(axes[1], axes[2], axes[3], result.reads)
-    fig.suptitle(result.settings.label(), fontsize=9)
+    fig.suptitle(result.settings.label(), fontsize=plotstyle.MIN_FONT_PT)
     fig.tight_layout()
     return fig
 
