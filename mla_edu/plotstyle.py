@@ -57,8 +57,12 @@ def measure(fig) -> dict:
     size in points, text) of every visible, non-empty text in it, tick labels included."""
     from matplotlib.text import Text
 
+    import matplotlib
+
     fig.canvas.draw()
     box = fig.get_tightbbox(fig.canvas.get_renderer())
+    pad = 2 * matplotlib.rcParams["savefig.pad_inches"]  # savefig's margin around the tight box
     texts = [(t.get_fontsize(), t.get_text()) for t in fig.findobj(Text)
              if t.get_visible() and t.get_text().strip() and t.get_figure() is not None]
-    return {"width_px": box.width * fig.dpi, "height_px": box.height * fig.dpi, "dpi": fig.dpi, "texts": texts}
+    return {"width_px": (box.width + pad) * fig.dpi, "height_px": (box.height + pad) * fig.dpi, "dpi": fig.dpi,
+            "texts": texts}

@@ -28,7 +28,8 @@ def draw_buffer(ax, buffer: torch.Tensor, fresh: torch.Tensor, frames=()):
 
 
 def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
-    """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (right, or wrong and hatched)."""
+    """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (right, or wrong and
+    hatched)."""
     if ax_buf is not None:
         draw_buffer(ax_buf, reads.buffer, reads.live)
         ax_buf.set_title(f"index buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
