@@ -70,7 +70,7 @@ test-lab: $(VENV)/.ready book slides
 book: $(VENV)/.ready
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs build/book
 
-# A reveal.js deck per notebook, made of its core sections, in build/book/slides/ (linked from the book's
+# A reveal.js deck per notebook, from its slide file docs/slides/*.yaml, in build/book/slides/ (linked from the book's
 # instructor pages). reveal.js, require.js, jQuery and MathJax: exact versions from the npm registry, checked
 # against their sha512 (tools/slides.py), fetched once into build/npm/; the decks then open offline.
 slides: $(VENV)/.ready

@@ -3,7 +3,8 @@
 A label must be at least ``MIN_TEXT_PX`` pixels tall on a 1920x1080 screen, where the figures are shown two ways:
 - in the book (and in JupyterLab), at their own pixel size: the book's column is wider than any figure here
   (``BOOK_COLUMN_PX``), so ``pt * DPI / 72`` pixels;
-- on a slide: reveal.js lays a deck out on a ``SLIDE_CANVAS`` canvas and scales it to the screen (1.5 at 1080p);
+- on a slide: reveal.js lays a deck out on a ``SLIDE_CANVAS`` canvas and scales it, with its margin, to the
+  screen (1.44 at 1080p);
   a figure gets at most ``SLIDE_FIGURE_BOX`` of it under the slide's title, shrunk to fit, never enlarged.
 
 So every drawing function makes its figure with ``subplots`` or ``figure`` here (at ``DPI``), uses no font under
@@ -20,6 +21,7 @@ MIN_TEXT_PX = 14.0
 SCREEN = (1920, 1080)
 BOOK_COLUMN_PX = 1000  # sphinx-book-theme's article at 1920 px: 1126 px wide, less its padding
 SLIDE_CANVAS = (1280, 720)
+SLIDE_MARGIN = 0.04  # reveal.js's margin around the canvas, a fraction of its size
 SLIDE_FIGURE_BOX = (1180, 540)  # the canvas less the slide's margins and a one-line title
 
 
@@ -43,7 +45,7 @@ def shown_scale(width_px: float, height_px: float, where: str) -> float:
         return 1.0 if width_px <= BOOK_COLUMN_PX else BOOK_COLUMN_PX / width_px
     if where == "slide":
         fit = min(1.0, SLIDE_FIGURE_BOX[0] / width_px, SLIDE_FIGURE_BOX[1] / height_px)
-        return fit * SCREEN[1] / SLIDE_CANVAS[1]
+        return fit * min(SCREEN[0] / SLIDE_CANVAS[0], SCREEN[1] / SLIDE_CANVAS[1]) / (1 + SLIDE_MARGIN)
     raise ValueError(f"where: expected 'book' or 'slide', got {where!r}")
 
 
