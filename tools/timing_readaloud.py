@@ -3,8 +3,9 @@
 
 Each section's narration is its markdown prose as a speaker says it (markup dropped, ``req_to_token`` said as
 "req to token", inline maths as its symbols), synthesised by espeak-ng at ``tools.notebook_timings``' words a
-minute, with a silence for each display equation, each line of code, each figure and the cells' run time, of the
-model's stated length. The length of each section's audio is set against the model's minutes.
+minute, with a silence for each display equation, each line of code and each figure, of the model's stated length.
+The cells' run time is left out: it is measured, not narrated, and it moves with the machine's load. The
+length of each section's audio is set against the model's minutes.
 
 What it checks: the words counted against the words spoken (code spans, numbers and symbols a speaker says as
 several words), and the model's arithmetic per section. What it does not: a person's pace, pauses and
@@ -40,7 +41,7 @@ def speakable(line: str) -> str:
 
 def narration(nb: dict) -> list[dict]:
     """Per section of ``nb`` (as ``tools.notebook_timings.sections`` splits it): its prose as spoken and the
-    seconds of silence the model allows for its equations, code, figures and run time."""
+    seconds of silence the model allows for its equations, code and figures."""
     secs = nt.sections(nb)
     prose: list[list[str]] = [[] for _ in secs]
     k = 0
@@ -55,7 +56,7 @@ def narration(nb: dict) -> list[dict]:
                 prose[k].append(speakable(re.sub(r"^## ", "", text)))
     return [{"title": s["title"], "words": s["words"], "text": " ".join(t for t in p if t),
              "pause_s": 60 * (s["equations"] * nt.MIN_PER_EQUATION + s["code_lines"] * nt.MIN_PER_CODE_LINE
-                              + s["figures"] * nt.MIN_PER_FIGURE) + s["nbclient_s"]} for s, p in zip(secs, prose)]
+                              + s["figures"] * nt.MIN_PER_FIGURE)} for s, p in zip(secs, prose)]
 
 
 def seconds(wav: Path) -> float:
@@ -103,7 +104,7 @@ def to_markdown(result: dict) -> str:
     lines = ["<!-- written by python -m tools.timing_readaloud; do not edit -->", "",
              f"# {result['notebook']} read aloud at {result['words_per_min']} words a minute", "",
              f"Synthesiser: {result['synthesiser']} (`-s {result['words_per_min']}`). Each section's prose, then a "
-             "silence of the model's allowance for its equations, code lines, figures and run time. Exercise "
+             "silence of the model's allowance for its equations, code lines and figures (run time left out). Exercise "
              "attempts (the attendees' minutes) are not narrated and not counted here.", "",
              "| section | words counted | words spoken | silence, s | model, min | audio, min |",
              "|---|---:|---:|---:|---:|---:|"]

@@ -23,17 +23,21 @@ ROOT = Path(__file__).resolve().parents[2]
 DECKS = sorted(p.stem for p in (ROOT / "docs" / "slides").glob("[0-9][0-9]_*.yaml"))
 SCREEN = dict(zip(("width", "height"), plotstyle.SLIDE_CANVAS))
 
-# Resolves once reveal.js is ready and MathJax (where a deck has maths) has typeset every slide.
+# Resolves once reveal.js is ready, every image has loaded, the fonts are in, and MathJax has typeset every display
+# equation (each .eq holds MathJax's output, its queue empty).
 READY_JS = """
 const done = arguments[arguments.length - 1];
+const typeset = () => Array.from(document.querySelectorAll('.eq')).every(e => e.querySelector('.mjx-chtml'));
 const wait = () => {
-  if (!(window.Reveal && Reveal.isReady())) return setTimeout(wait, 100);
-  if (window.MathJax && MathJax.Hub) return MathJax.Hub.Queue(() => done(true));
-  if (document.querySelector('.eq')) return setTimeout(wait, 100);
-  done(true);
+  if (!(window.Reveal && Reveal.isReady()) || !typeset()
+      || Array.from(document.images).some(i => !i.complete)) return setTimeout(wait, 100);
+  const settle = () => document.fonts.ready.then(() => { Reveal.layout(); done(true); });
+  if (window.MathJax && MathJax.Hub) return MathJax.Hub.Queue(settle);
+  settle();
 };
 wait();
 """
+
 
 # Each slide in turn: what runs past the canvas, code boxes that overflow, figures that did not load or do not
 # fit, and the speaker notes' length.
