@@ -3,7 +3,8 @@
 #   make test    every test: unit tests, then pytest --nbval over all notebooks
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
 # (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
-# More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make slides (a
+# More: make test-lab (JupyterLab in headless Chromium), make test-gpu (the whole suite on a GPU machine with
+# its own Python, from carried wheels: make gpu-wheels), make book (static HTML site), make slides (a
 # reveal.js deck per notebook), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks).
 

@@ -25,6 +25,8 @@ GENERATED = {
     "build/book/slides/vendor/": "make slides unpacks reveal.js and what the decks load there",
     "build/npm/": "make slides keeps the npm packages it fetched there",
     "build/lab_run_all_seconds.json": "make test-lab writes the Run All timings of every notebook there",
+    "build/gpu_suite/": "make test-gpu leaves each part's junit xml, log and json there (tools/gpu_suite.py)",
+    "results/gpu_suite_h200.md": "make test-gpu writes it on the GPU machine, to be committed from there",
     ".venv/": "make creates the environment (make .venv/.ready)",
     ".venv/.ready": "the Makefile's stamp that .venv is complete",
     ".venv/bin/jupyter": "installed into .venv by make",
