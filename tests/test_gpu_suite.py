@@ -129,3 +129,24 @@ def test_the_report(junit, tmp_path):
     assert "test_sample::test_fails`: " in md and "## unit: failed and errors" in md
     with pytest.raises(ValueError, match="no part ran"):
         gs.to_markdown([], None)
+
+
+def test_run_writes_each_parts_files_and_the_report(tmp_path, monkeypatch, capsys):
+    """``run`` for real, here (no GPU, no wheels), each part a small sample: its junit, log and json, then the report
+    of both; the exit status is the first failing part's."""
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    (tmp_path / "test_green.py").write_text("def test_green():\n    pass\n")
+    monkeypatch.setattr(gs, "PARTS", {"unit": ["-p", "_hypothesis_pytestplugin", str(tmp_path / "test_green.py")],
+                                      "nbval": [str(tmp_path / "test_sample.py")]})
+    (tmp_path / "w").mkdir()
+    runs, out = tmp_path / "r", tmp_path / "o.md"
+    assert gs.main(["run", "unit", "--wheels", str(tmp_path / "w"), "--runs", str(runs), "--out", str(out)]) == 0
+    assert gs.main(["run", "nbval", "--wheels", str(tmp_path / "w"), "--runs", str(runs), "--out", str(out)]) == 1
+    assert sorted(p.name for p in runs.iterdir()) == [f"{part}.{ext}" for part in ("nbval", "unit")
+                                                      for ext in ("json", "log", "xml")]
+    assert "1 passed" in (runs / "unit.log").read_text() and "1 failed" in (runs / "nbval.log").read_text()
+    md = out.read_text()
+    assert "| unit | `python3 -m pytest -q -p no:cacheprovider -p _hypothesis_pytestplugin" in md
+    assert "| 1 | 0 | 0 | 0 |" in md and "| 1 | 1 | 1 | 3 |" in md and "In all: 2 passed, 1 failed" in md
+    assert "GPU: none" in md and "carried as 0 wheels" in md
+    assert "no wheels in" in capsys.readouterr().out
