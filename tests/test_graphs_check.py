@@ -220,3 +220,14 @@ def test_the_docs_quote_the_registrys_count():
     refused = len({s.pitfall.number for s in scenarios() if s.pitfall.number and s.refuses_capture})
     split = f"({NUMBER_WORDS[count() - refused]} silently, {NUMBER_WORDS[refused]} with an error at capture)"
     assert split in " ".join((REPO_ROOT / "notebooks" / "05_cuda_graphs_and_their_pitfalls.py").read_text().split())
+
+
+@pytest.mark.skipif(not TRITON_INTERPRET, reason="the Triton scenarios on CPU tensors need Triton's interpreter")
+def test_the_committed_cpu_run_reproduces(capsys):
+    """``python -m mla_edu.graphs.scenarios --check --schedules 3`` prints results/graph_scenarios_cpu.md below its
+    first line (the torch version)."""
+    from mla_edu.graphs.scenarios.__main__ import main
+
+    main(["--check", "--schedules", "3", "--device", "cpu"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == (RESULTS / "graph_scenarios_cpu.md").read_text().splitlines()[1:]
