@@ -63,7 +63,7 @@ def test_tracks_use_only_core_sections(committed):
     for track, blocks in nt.TRACKS.items():
         for prefix, which, _ in blocks:
             if prefix is not None:
-                _, nb = nt._notebook(committed, prefix)
+                _, nb = nt.notebook_entry(committed, prefix)
                 optional = [s["title"] for s in nt.select(nb, which) if s["marker"] != "core"]
                 assert not optional, f"{track}, {prefix}: optional sections {optional}"
 

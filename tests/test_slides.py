@@ -87,7 +87,7 @@ def test_the_notebooks_have_headings_partway_down_cells():
     partway = 0
     for path in sorted(nt.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
-            lines = nt._source(cell).splitlines() if cell["cell_type"] == "markdown" else []
+            lines = nt.cell_source(cell).splitlines() if cell["cell_type"] == "markdown" else []
             heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
             partway += any(i > 0 and any(x.strip() for x in lines[:i]) for i in heads)
     assert partway > 0

@@ -114,7 +114,8 @@ def _duration(cell: dict) -> float:
     return max(0.0, (end - start).total_seconds())
 
 
-def _source(cell: dict) -> str:
+def cell_source(cell: dict) -> str:
+    """A cell's source as one string (nbformat stores a string or a list of lines)."""
     return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
 
 
@@ -170,7 +171,7 @@ def sections(nb: dict) -> list[dict]:
     out = [_new("introduction", "core")]
     parent = out[0]
     for cell in nb["cells"]:
-        src = _source(cell)
+        src = cell_source(cell)
         if cell["cell_type"] == "markdown":
             for kind, text in markdown_parts(src):
                 cur = out[-1]
@@ -226,7 +227,7 @@ def measure(notebooks_dir: Path = NOTEBOOKS_DIR, lab_seconds: Path = LAB_SECONDS
                                          "run_all_source": "jupyterlab" if path.name in lab else "nbclient",
                                          "words": sum(s["words"] for s in secs), "sections": secs}
         for cell in nb["cells"]:
-            if cell["cell_type"] == "code" and SMOKE_CELL in _source(cell) and _duration(cell) > 0:
+            if cell["cell_type"] == "code" and SMOKE_CELL in cell_source(cell) and _duration(cell) > 0:
                 table["reference_smoke_s"] = round(_duration(cell), 1)
     if table["reference_smoke_s"] is None:  # notebook 00 not executed yet: time the smoke run here
         from mla_edu.workshop.setup_check import smoke_run
@@ -247,7 +248,8 @@ def minutes(section: dict, mode: str = "demo") -> float:
             + (EXERCISE_MIN if section["exercise"] is not None else 0))
 
 
-def _notebook(table: dict, prefix: str) -> tuple[str, dict]:
+def notebook_entry(table: dict, prefix: str) -> tuple[str, dict]:
+    """(file name, table entry) of the one notebook named ``<prefix>_*``."""
     names = [n for n in table["notebooks"] if n.startswith(prefix + "_")]
     if len(names) != 1:
         raise ValueError(f"track: expected one notebook named {prefix}_*, got {names}")
@@ -282,7 +284,7 @@ def track_minutes(table: dict, blocks: list) -> dict:
         if prefix is None:
             rows.append({"block": mode, "teaching": 0.0, "exercises": 0.0, "other": float(which)})
             continue
-        name, nb = _notebook(table, prefix)
+        name, nb = notebook_entry(table, prefix)
         chosen = select(nb, which)
         teach = exer = 0.0
         for s in chosen:  # attendees do the exercises, whatever the block's mode
@@ -304,7 +306,7 @@ def track_minutes(table: dict, blocks: list) -> dict:
     return {"blocks": rows, "teaching_min": round(sum(r["teaching"] for r in rows), 1),
             "exercise_min": round(sum(r["exercises"] for r in rows), 1),
             "exercises": sum(1 for prefix, which, mode in blocks if prefix is not None
-                             for s in select(_notebook(table, prefix)[1], which) if s["exercise"] is not None),
+                             for s in select(notebook_entry(table, prefix)[1], which) if s["exercise"] is not None),
             "max_gap_min": round(max(gaps), 1), "total_min": round(total, 1)}
 
 

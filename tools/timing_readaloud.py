@@ -48,7 +48,7 @@ def narration(nb: dict) -> list[dict]:
     for cell in nb["cells"]:
         if cell["cell_type"] != "markdown":
             continue
-        for kind, text in nt.markdown_parts(nt._source(cell)):
+        for kind, text in nt.markdown_parts(nt.cell_source(cell)):
             if kind == "heading" or (kind == "exercise" and "xercise" in secs[k]["title"] and k + 1 < len(secs)
                                      and secs[k + 1]["exercise"] is not None):
                 k += 1
