@@ -4,7 +4,7 @@
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
 # (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
 # More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make slides (a
-# reveal.js deck per notebook), make test-latest
+# reveal.js deck per notebook), make test-kernel-lab (the kernel lab's tests: kernel_lab/README.md), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks).
 
 PYTHON ?= python3
@@ -23,7 +23,7 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
-.PHONY: repro test lint unit nbval test-lab book slides test-latest lock figures notebooks clean-venv
+.PHONY: repro test lint unit nbval test-lab test-kernel-lab book slides test-latest lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -51,7 +51,7 @@ test: $(VENV)/.ready lint
 
 # ruff (pyproject.toml's [tool.ruff]) over the library, tools, tests and the notebooks' .py sources.
 lint: $(VENV)/.ready
-	$(VENV)/bin/ruff check mla_edu tools tests notebooks/*.py
+	$(VENV)/bin/ruff check mla_edu tools tests kernel_lab notebooks/*.py
 
 unit: $(VENV)/.ready
 	$(PY) -m pytest -q $(XDIST) tests
@@ -65,6 +65,11 @@ test-lab: $(VENV)/.ready book slides
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
 	$(PY) -m pytest -q -m lab tests/lab
+
+# The kernel lab's tests (kernel_lab/README.md), not part of make test: the essay's numbers and the A/B results'
+# readings recomputed from their files, the variant patches applied to the seesaw kernel and compiled for sm_90a.
+test-kernel-lab: $(VENV)/.ready
+	$(PY) -m pytest -q $(XDIST) kernel_lab/tests
 
 # A static HTML site of the executed notebooks (Sphinx + MyST-NB; the stored outputs, nothing re-run).
 book: $(VENV)/.ready

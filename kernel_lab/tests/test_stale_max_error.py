@@ -1,5 +1,5 @@
-"""``tools.stale_max_error``: what the seesaw's rescale threshold costs in P's rounding, and why
-(``kernels/NOTES.md`` v19, ``results/stale_max_error_cpu.md``)."""
+"""``kernel_lab.tools.stale_max_error``: what the seesaw's rescale threshold costs in P's rounding, and why
+(``kernel_lab/essay.md``, ``kernel_lab/results/stale_max_error_cpu.md``)."""
 
 import re
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mla_edu.kernels import split_kv_seesaw as seesaw
-from tools import stale_max_error as sme
+from kernel_lab.tools import stale_max_error as sme
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "stale_max_error_cpu.md"
 

@@ -1,8 +1,8 @@
 """How much of a kernel's time in the bench comes from overlapping the call before it: ``python -m
-tools.back_to_back``, on a GPU.
+kernel_lab.tools.back_to_back``, on a GPU.
 
 The schedule bench (``kernel_bench.graph_us``) replays many calls back to back in one CUDA graph. FlashMLA launches
-its kernels with programmatic dependent launch (``kernels/NOTES.md`` v11), so there each call's blocks may start
+its kernels with programmatic dependent launch (``kernel_lab/essay.md``), so there each call's blocks may start
 while the call before ends. Here, per problem of ``PROBLEMS`` (h_q=128, page 64, uniform lengths), mla_edu's call
 at the triton backend's split rule (what the backend runs at these shapes) and FlashMLA's are each timed by
 ``graph_us`` back to back, and with a small kernel between calls (one element incremented, which lets no call start
@@ -28,7 +28,7 @@ def run(problems=PROBLEMS, flush: bool = False) -> None:
     from tools.kernel_bench import bench_workspace, graph_us, make_ragged_problem
 
     if not torch.cuda.is_available():
-        raise SystemExit("tools.back_to_back times CUDA graphs: it needs a CUDA GPU")
+        raise SystemExit("kernel_lab.tools.back_to_back times CUDA graphs: it needs a CUDA GPU")
     flash_mla, why = peers.load_flash_mla()
     print("FlashMLA:", why or "installed", flush=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count

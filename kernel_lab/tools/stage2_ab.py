@@ -1,4 +1,5 @@
-"""Launch configs of the balanced schedule's stage 2, timed in one process on a GPU: ``python -m tools.stage2_ab``.
+"""Launch configs of the balanced schedule's stage 2, timed in one process on a GPU:
+``python -m kernel_lab.tools.stage2_ab``.
 
 Stage 2 (``split_kv_triton.stage2_scheduled_kernel``) runs at every balanced call, whether or not a request was
 cut: each of its programs computes the batch's partition, and most exit at once (a request whole in one part was

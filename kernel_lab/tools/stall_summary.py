@@ -1,4 +1,5 @@
-"""Where each kernel's warps wait, from Nsight Compute's source-level stall sampling: ``python -m tools.stall_summary
+"""Where each kernel's warps wait, from Nsight Compute's source-level stall sampling:
+``python -m kernel_lab.tools.stall_summary
 sass.csv.gz``.
 
 The input: ``ncu --section SourceCounters --section WarpStateStats -o REPORT ...`` then ``ncu -i REPORT.ncu-rep --page

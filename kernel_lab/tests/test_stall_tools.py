@@ -1,13 +1,13 @@
-"""The tools behind kernels/NOTES.md's kernel experiments (v9 on), on any machine: ``tools.stall_summary`` (Nsight
-Compute's source-level stall samples, per kernel), ``tools.stage1_ab``'s argument check and its reading of its own
-output, and ``tools.back_to_back``'s (both time on a GPU)."""
+"""The kernel lab's measuring tools, on any machine: ``kernel_lab.tools.stall_summary`` (Nsight Compute's
+source-level stall samples, per kernel), ``kernel_lab.tools.stage1_ab``'s argument check and its reading of its own
+output, and ``kernel_lab.tools.back_to_back``'s (both time on a GPU)."""
 
 import gzip
 import math
 
 import pytest
 
-from tools import back_to_back, stage1_ab, stall_summary
+from kernel_lab.tools import back_to_back, stage1_ab, stall_summary
 
 HEADER = '"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier","stall_wait"'
 

@@ -1,11 +1,12 @@
-"""Variants of the balanced schedule's constants on a GPU, one run: ``python -m tools.schedule_variants --out DIR``.
+"""Variants of the balanced schedule's constants on a GPU, one run:
+``python -m kernel_lab.tools.schedule_variants --out DIR``.
 
 For exploring, not the committed bench (``tools/schedule_bench.py``): each variant sets module constants of
 ``kernels.schedule`` / ``kernels.split_kv_triton`` (``VARIANTS``), then every problem of ``PROBLEMS`` (the bench's
 12 ragged batches and 9 uniform shapes) is measured as ``schedule_bench.measure(..., quick=True)`` does: the rule,
 the balanced schedule and FlashMLA, CUDA-graph replay. Prints one line per problem and the ragged geomean per
 variant, and writes ``variants.json``; ``--render JSON...`` writes the markdown of earlier runs (CPU is fine).
-The runs behind ``kernels/NOTES.md`` v6 are in ``results/schedule_variants_h200.md``.
+The runs behind ``kernel_lab/essay.md`` are in ``kernel_lab/results/schedule_variants_h200.md``.
 """
 
 from __future__ import annotations

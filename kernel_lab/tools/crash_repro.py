@@ -1,4 +1,4 @@
-"""Issue 25's crash, replayed: ``python -m tools.crash_repro [--no-flashmla] [--stage1 KIND]`` (a CUDA GPU).
+"""Issue 25's crash, replayed: ``python -m kernel_lab.tools.crash_repro [--no-flashmla] [--stage1 KIND]`` (a CUDA GPU).
 
 The sequence the issue reports ``cudaErrorIllegalAddress`` in (3 of 3 runs, at the first call of h_q=128,
 B=64, L=16384): the uniform grid, h_q 16 then 128, B 1, 4, 16, 64, 128, L 1024, 4096, 16384 (page 64,

@@ -1,4 +1,4 @@
-"""What a stale row max costs in rounding: ``python -m tools.stale_max_error [--out FILE]``, on CPU.
+"""What a stale row max costs in rounding: ``python -m kernel_lab.tools.stale_max_error [--out FILE]``, on CPU.
 
 The seesaw stage 1 (``split_kv_seesaw``) keeps a row's running max m until a score passes it by more than
 ``RESCALE_THRESHOLD`` (8, in log2 units), so that most tiles skip the rescale of the output. P = 2^(S - m) is then
@@ -12,8 +12,8 @@ This runs the kernel's online softmax in torch, tile by tile (64 tokens, scores 
 seeded random requests (q and the cache N(0, 1), rounded to bf16; 64 heads, 1024 tokens, MLA's 576 / 512 columns),
 with everything in float64 but P, rounded to ``P_DTYPES`` in turn, and prints for each threshold the output's rms
 and max error against the float64 softmax, each relative to the reference's rms and max, averaged over the
-requests; then the same for fixed offsets. Quoted in ``kernels/NOTES.md`` v19 from
-``results/stale_max_error_cpu.md``.
+requests; then the same for fixed offsets. Quoted in ``kernel_lab/essay.md`` from
+``kernel_lab/results/stale_max_error_cpu.md``.
 """
 from __future__ import annotations
 
