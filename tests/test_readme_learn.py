@@ -1,6 +1,6 @@
 """README leads with learning: after the two commands, a "Learn" block lists notebooks 00-08 in order, one line
-each, within the first ~300 words; and the counts the teaching prose quotes ("six pitfalls", "five exercises") are
-the registries' (``pitfalls``, ``exercises`` below: the one place to follow a registry that changes shape)."""
+each, within the first ~300 words; and "five exercises" wherever the teaching prose says it is notebook 08's count
+of checkers (``exercises``). "six pitfalls" is the pitfall registry's ``count()``: tests/test_graphs_check.py."""
 
 import re
 
@@ -10,13 +10,6 @@ from mla_edu.paths import REPO_ROOT
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 TEACHING = (README, REPO_ROOT / "docs" / "instructor.md")
-
-
-def pitfalls() -> int:
-    """The CUDA-graph pitfalls notebook 05 shows: one per scenario, its torch and triton variants one pitfall."""
-    from mla_edu.graphs import scenarios
-
-    return len({name.split("/")[0] for name in scenarios.EXPECTED})
 
 
 def exercises() -> int:
@@ -39,11 +32,11 @@ def test_the_learn_block_follows_the_two_commands_within_300_words():
     assert "make book" in block  # the book, for those who read before they install
 
 
-def test_the_quoted_counts_are_the_registries():
-    want = {"pitfalls": pitfalls(), "exercises": exercises()}
+def test_the_quoted_exercise_count_is_notebook_08s():
+    want = {"exercises": exercises()}
     found = []
     for path in TEACHING:
-        for word, noun in re.findall(rf"\b({'|'.join(WORDS)}) (?:checked )?(pitfalls|exercises)\b",
+        for word, noun in re.findall(rf"\b({'|'.join(WORDS)}) (?:checked )?(exercises)\b",
                                      path.read_text(encoding="utf-8")):
             found.append((path.name, noun, word))
     assert {noun for _, noun, _ in found} == set(want), found
