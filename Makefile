@@ -123,7 +123,7 @@ test-no-triton:
 		$(NO_TRITON)/bin/python $(PIP) --no-deps "$$(grep -E '^torch==' requirements/cpu.txt)" --extra-index-url $(TORCH_CPU_INDEX)
 	$(NO_TRITON)/bin/python $(PIP) -r $(NO_TRITON)/lock.txt
 	$(NO_TRITON)/bin/python $(PIP) --no-deps -e .
-	$(NO_TRITON)/bin/python -m pip check
+	! $(NO_TRITON)/bin/python -m pip check | grep -v 'mla-edu [0-9.]* requires triton, which is not installed'
 	! $(NO_TRITON)/bin/python -c "import triton" 2>/dev/null
 	$(NO_TRITON)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(NO_TRITON)/bin/python -c "import mla_edu.kernels, mla_edu.serving"
