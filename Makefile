@@ -14,14 +14,14 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 HAS_GPU := $(shell if nvidia-smi -L >/dev/null 2>&1; then echo 1; fi)
-# The lock by platform: Linux x86_64 by GPU, macOS on Apple silicon its own. PyTorch publishes no torch 2.13
+# The lock by platform: Linux (and WSL2) by GPU, macOS on Apple silicon its own. PyTorch publishes no torch 2.13
 # for Intel Macs, and make on Windows is not supported: docs/setup.md says what to use there.
 OS_ARCH := $(shell uname -s)-$(shell uname -m)
 ifeq ($(OS_ARCH),Darwin-arm64)
 LOCK   := requirements/macos-arm64.txt
 else ifeq ($(OS_ARCH),Darwin-x86_64)
 $(error Intel Mac: torch 2.13 has no wheel for it (the last is 2.2.2); docs/setup.md says what to use instead)
-else ifeq ($(OS_ARCH),Linux-x86_64)
+else ifneq ($(filter Linux-%,$(OS_ARCH)),)
 LOCK   := requirements/$(if $(HAS_GPU),gpu,cpu).txt
 else
 $(error $(OS_ARCH): no lock for this platform; docs/setup.md lists the supported ones (Windows: WSL2 or PowerShell))
@@ -112,8 +112,9 @@ endif
 	MLA_EDU_UNLOCKED=1 $(LATEST)/bin/python -m pytest -q tests
 	MLA_EDU_UNLOCKED=1 $(LATEST)/bin/python -m pytest -q $(NBVAL) notebooks/*.ipynb
 
-# The tests as on a laptop without Triton (macOS, Windows): a venv from the Linux CPU lock less Triton, then
-# the unit tests (those that need Triton skip themselves) and strict nbval over every notebook.
+# The tests as on a laptop without Triton (macOS, Windows): a venv from the Linux CPU lock less Triton, then the
+# main job (its tables must be results/repro_cpu.md's), the unit tests (those that need Triton skip themselves)
+# and strict nbval over every notebook.
 NO_TRITON := .venv-no-triton
 test-no-triton:
 	rm -rf $(NO_TRITON)
@@ -127,6 +128,8 @@ test-no-triton:
 	! $(NO_TRITON)/bin/python -c "import triton" 2>/dev/null
 	$(NO_TRITON)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(NO_TRITON)/bin/python -c "import mla_edu.kernels, mla_edu.serving"
+	$(NO_TRITON)/bin/python -m mla_edu.case_study.repro > $(NO_TRITON)/repro.md
+	$(NO_TRITON)/bin/python -m tools.same_repro_table results/repro_cpu.md $(NO_TRITON)/repro.md
 	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope tests
 	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval notebooks/*.ipynb
 
