@@ -3,7 +3,8 @@
 #   make repro   the main job: the bug reproduction on the shipped model
 #   make test    every test: unit tests, then pytest --nbval over all notebooks
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
-# (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
+# (torch's CPU build, never a CUDA download), requirements/gpu.txt with one, requirements/macos-arm64.txt on an
+# Apple-silicon Mac.
 # More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make slides (a
 # reveal.js deck per notebook), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks), make
