@@ -51,9 +51,9 @@ _ = torch.manual_seed(0)
 # $$o_{b,h} = \sum_t \operatorname{softmax}_t\big(s \cdot [q^{nope}_{b,h}; q^{pe}_{b,h}] \cdot [c_t; k^{pe}_t]\big)\, c_t,
 # \qquad s = \tfrac{1}{\sqrt{128 + 64}}\ (\times\ \text{YaRN } m^2)$$
 #
-# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py` as of SGLang PR #7184: PR #7145
-# split the query into `q_nope` and `q_pe` and added `num_kv_splits`, #7184 added `sm_scale` and
-# made one split the default):
+# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py` as of SGLang PR #7184: PR #6929
+# added `num_kv_splits`, #7145 split the query into `q_nope` and `q_pe`, #7184 added `sm_scale` and
+# made one split the default; `docs/sources.md`):
 #
 # | argument | shape | dtype |
 # |---|---|---|
@@ -420,7 +420,7 @@ figs = kernel_bench_figure()  # three figures: h_q = 16 (memory-bound), h_q = 12
 # - The Gluon kernel: the scores split between the warpgroups (each its own 32 tokens), P through
 #   shared memory, P V split by output columns as FlashMLA does, pages brought in by TMA. It still
 #   runs load, scores, softmax and P V one after another in both warpgroups, which is what is left
-#   between it and FlashMLA (`kernels/NOTES.md`, v4).
+#   between it and FlashMLA (`kernel_lab/essay.md`).
 #
 # SGLang's Triton kernel is slower at every shape it runs (1.36x and more; its 16-head programs
 # read every page 8 times at h_q = 128; its int32 offsets cannot address a cache of 2^31 elements,
@@ -505,13 +505,13 @@ assert seesaw["wgmma"] == {"m64n64k16": 576 // 16, "m64n256k16": 2 * 64 // 16}  
 assert seesaw["spill_bytes"] == 0 and sm90.MAX_SHARED - seesaw["shared_bytes"] < 2048  # full to its last 2 KB
 
 # %% [markdown]
-# Two later changes trim the softmax between the products (`kernels/NOTES.md`, v19 and v20). A row's scale
+# Two later changes trim the softmax between the products (`kernel_lab/essay.md`). A row's scale
 # 2^(m_old - m_new) is exactly 1 wherever its max did not move, and the seesaw keeps a row's max until a score
-# passes it by more than 8 in log2 units, FlashAttention-4's threshold for 16-bit inputs: P then stays below 2^8,
+# passes it by more than 8 in log2 units, FlashAttention-4's threshold for 16-bit inputs: P is then at most 2^8,
 # and the sums, taken against the same max, are unchanged. After a request's first tiles almost every scale is
 # 1, so each warpgroup tests "any scale not 1" with one warp reduction and skips the multiply of its 64 x 256
 # float32 output, twice a pair. The price is in P's bf16 rounding: its largest entry is no longer exactly 1
-# (`tools/stale_max_error.py`). And each score is scaled inside its exponential, 2^(S qk_scale - m): one fused
+# (`kernel_lab/tools/stale_max_error.py`). And each score is scaled inside its exponential, 2^(S qk_scale - m): one fused
 # multiply-add. Both can be read in the PTX:
 
 # %%
@@ -528,7 +528,7 @@ assert fused == 2 * 64 * 64 // 128  # each warpgroup's P tile, 64 x 64 over 128 
 # 1.2 KB: q_pe (8 KB) had to move into each warpgroup's registers, as FlashMLA keeps one of its nine q
 # pieces in registers.
 #
-# Do the hand-offs hide the softmax? The prediction, written before any run (`kernels/NOTES.md`, v7),
+# Do the hand-offs hide the softmax? The prediction, written before any run,
 # was 120-145 us at B = 64, L = 4096, where the TMA kernel took 174. The H200's answer, every stage-1
 # kernel timed on the same bytes in one run (`python -m tools.kernel_bench --quick --kernels --pages 64`,
 # `results/kernel_bench_h200_stage1.md`; us):
@@ -552,7 +552,10 @@ assert big["triton_us"] > big["flashmla_us"]  # ... and FlashMLA is still ahead
 # about the same at the small shapes, where a program holds one or two pairs and the fixed costs
 # dominate. It is the default at 64 heads now. FlashMLA is still 1.19x faster: Nsight Compute's stall
 # sampling shows both kernels waiting alike for their tiles, and the seesaw's warpgroups waiting more often
-# for their own tensor-core products to finish (`kernels/NOTES.md`, v9).
+# for their own tensor-core products to finish (`kernel_lab/results/kernel_stalls_h200_seesaw.md`).
+#
+# What the kernel does against FlashMLA, why it is fast, where FlashMLA is still ahead and why, and what was
+# tried and did not help, each with its results file: [the kernel lab's essay](../kernel_lab/essay.md).
 #
 # ## 12. Ragged batches: a balanced schedule (optional)
 #
@@ -626,8 +629,7 @@ assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one
 # Every part holds 29 page-times of the line, yet the last part finishes after 34: a part whose first
 # request began in an earlier part pays that request's fixed cost of 5 again, off its own stretch of the
 # line. Every other cost it pays lies on its stretch, so no part runs past chunk + 5. (Spread the overhead
-# over a request's pages instead, and a part cut on both ends pays nearly two: 38 here, `kernels/NOTES.md`
-# v11.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places
+# over a request's pages instead, and a part cut on both ends pays nearly two: 38 here.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places
 # them (simulated: the next program to the first free SM); below, each SM's persistent program walking its
 # part's segments (`schedule.part_timeline`). Request 53 is hatched:
 
@@ -642,8 +644,9 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # (`csrc/kernels/get_mla_metadata.cu` lines 8-75) sums the batch's 64-token blocks plus a fixed
 # overhead of 5 per request (`csrc/kernels/config.h` line 11), gives each of `num_sm_parts` parts an
 # equal payload (line 34: the share plus one overhead, since every piece of a cut request pays its own,
-# lines 44-62; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`, `csrc/flash_api.cpp` line 39) and
-# writes where each part begins and ends. Its attention kernel is persistent, one CTA per part,
+# lines 44-62, and never less than two overheads; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`,
+# `csrc/flash_api.cpp` line 39) and writes where each part begins and ends. Its attention kernel is
+# persistent, one CTA per part and 64-head block (`splitkv_mla.cu` line 1339),
 # so the grid says nothing about the work: each CTA reads its begin and end from that tensor and walks
 # the requests between (`csrc/kernels/splitkv_mla.cu` lines 1019-1039), and the combine kernel merges
 # each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-30).
@@ -664,13 +667,20 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # vector operations next to its pages' loads.
 #
 # Does the closed form give up anything against FlashMLA's walk? Its walk, replayed in Python on the same
-# batch (`schedule.flashmla_makespan`: each part's payload, whole requests while they fit, a piece of the
-# next if more than its overhead is left):
+# batch (`flashmla_schedule.flashmla_parts`: each part's payload, whole requests while they fit, a piece of
+# the next if more than its overhead is left), and on one request alone at 128 heads on the H200's 132 SMs,
+# where the floor of two overheads sets the piece size:
 
 # %%
-walk = schedule.flashmla_makespan(ragged, 64, parts)  # page-times of FlashMLA's slowest part
+from mla_edu.kernels import flashmla_schedule  # noqa: E402
+
+walk = flashmla_schedule.flashmla_makespan(ragged, 64, parts)  # page-times of FlashMLA's slowest part
 print(f"slowest part: FlashMLA's walk {walk} page-times, the closed form {spans['balanced']:.0f}")
 assert spans["balanced"] <= walk  # the same bound, and no kernel that has to run first
+fm_parts = flashmla_schedule.num_sm_parts(128, 132)
+one_request = {n: flashmla_schedule.pieces_per_request([n], fm_parts)[0] for n in (1024, 4096, 16384)}
+print(f"h_q=128: {fm_parts} parts; one request cut into", ", ".join(f"{k} pieces at L={n}"
+                                                              for n, k in one_request.items()))
 
 # %% [markdown]
 # On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
@@ -698,7 +708,7 @@ assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the ker
 # The schedule takes the rule's 0.40x of FlashMLA on ragged batches to 1.05x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
 # within 1% of FlashMLA or faster at every batch. At 128 heads it reaches 0.87-1.06x of FlashMLA: mostly the
-# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernels/NOTES.md`, v8 and v9). The
+# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernel_lab/essay.md`). The
 # price is a fixed cost the split rule does not pay, seen at
 # small uniform batches (1.1-1.7x the best split there): the merge's launch and the partials of requests
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the

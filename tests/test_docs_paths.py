@@ -1,10 +1,11 @@
 """Every repository path written in README, docs/, the notebooks' .py and the library's docstrings exists.
 
 A path is a token with a ``/`` whose first part is a top-level entry of this repository (``mla_edu/``,
-``results/``, ``Makefile``, ...) or a subpackage of ``mla_edu`` (``kernels/NOTES.md``); upstream paths
+``results/``, ``Makefile``, ...) or a subpackage of ``mla_edu`` (``kernels/decode.py``); upstream paths
 (``python/sglang/...``, ``csrc/...``) and URLs are not. ``{a,b}`` is expanded, ``*`` globs (one match
 at least), a trailing ``/`` must be a folder. Dotted modules (``python -m tools.kernel_bench``,
-``mla_edu.case_study.repro``) must resolve to a file, and a trailing attribute must be defined there.
+``kernel_lab.tools.stage1_ab``, ``mla_edu.case_study.repro``) must resolve to a file, and a trailing attribute must
+be defined there.
 Generated paths (not in a checkout until a target makes them) are listed in ``GENERATED`` with why.
 """
 
@@ -44,7 +45,7 @@ SUBPACKAGES = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file(
 
 PLACEHOLDER_RE = re.compile(r"(^|/)[A-Z]{1,3}(\.\w+)?(/|$)")  # notebooks/X.py, NN/: a template, not a path
 PATH_RE = re.compile(r"(?<![\w./:@~-])(\.?[\w{}*,-]+(?:\.[\w{}*,-]+)*/[\w./{}*,-]*)")
-MODULE_RE = re.compile(r"(?<![\w./-])((?:mla_edu|tools)(?:\.[A-Za-z_]\w*)+)")
+MODULE_RE = re.compile(r"(?<![\w./-])((?:mla_edu|tools|kernel_lab)(?:\.[A-Za-z_]\w*)+)")
 
 
 def expand_braces(token: str) -> list[str]:
@@ -120,10 +121,10 @@ def test_every_written_path_exists():
 
 def test_the_extraction_finds_what_it_should():
     # what counts as a repository path, and what does not
-    text = ("see `mla_edu/kernels/NOTES.md`, kernels/decode.py, [08](notebooks/08_workshop_exercises.ipynb), "
+    text = ("see `mla_edu/kernels/schedule.py`, kernels/decode.py, [08](notebooks/08_workshop_exercises.ipynb), "
             "`requirements/{cpu,gpu}.in`, `results/graph_scenarios_*.md`, `build/book/`; upstream "
             "`python/sglang/srt/managers/scheduler.py`, `csrc/flash_api.cpp`, https://github.com/a/b/blob/c/tests/x.py")
-    assert repo_paths(text) == ["mla_edu/kernels/NOTES.md", "mla_edu/kernels/decode.py",
+    assert repo_paths(text) == ["mla_edu/kernels/schedule.py", "mla_edu/kernels/decode.py",
                                 "notebooks/08_workshop_exercises.ipynb", "requirements/{cpu,gpu}.in",
                                 "results/graph_scenarios_*.md", "build/book/"]
     assert [m.group(1) for m in MODULE_RE.finditer("python -m tools.kernel_bench; mla_edu.graphs.check()")] == [

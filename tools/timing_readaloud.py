@@ -90,9 +90,14 @@ def check(prefix: str) -> dict:
                          "audio_min": round(audio / 60, 2)})
     model = sum(r["model_min"] for r in rows)
     audio = sum(r["audio_min"] for r in rows)
+    pause = sum(r["pause_s"] for r in rows) / 60
     return {"notebook": paths[0].name, "words_per_min": nt.WORDS_PER_MIN, "synthesiser": _version(),
             "sections": rows, "model_min": round(model, 2), "audio_min": round(audio, 2),
-            "ratio": round(audio / model, 3)}
+            "ratio": round(audio / model, 3),
+            # the prose alone: the silences are the model's own allowances, the same in both
+            "prose_model_min": round(model - pause, 2), "prose_audio_min": round(audio - pause, 2),
+            "spoken_per_counted": round(sum(r["words_spoken"] for r in rows) / sum(r["words_counted"] for r in rows),
+                                        3)}
 
 
 def _version() -> str:
@@ -111,7 +116,9 @@ def to_markdown(result: dict) -> str:
     lines += [f"| {r['title']} | {r['words_counted']} | {r['words_spoken']} | {r['pause_s']:.0f} "
               f"| {r['model_min']:.1f} | {r['audio_min']:.1f} |" for r in result["sections"]]
     lines += ["", f"In all: model {result['model_min']:.1f} min, audio {result['audio_min']:.1f} min "
-              f"(audio / model = {result['ratio']:.2f})."]
+              f"(audio / model = {result['ratio']:.2f}). The prose alone: model {result['prose_model_min']:.1f} min, "
+              f"audio {result['prose_audio_min']:.1f} min; {result['spoken_per_counted']:.2f} words spoken per word "
+              "counted."]
     return "\n".join(lines) + "\n"
 
 
