@@ -4,7 +4,7 @@
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
 # (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
 # More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make slides (a
-# reveal.js deck per notebook), make test-latest
+# reveal.js deck per notebook), make instructor (the notebooks and book with solutions), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks).
 
 PYTHON ?= python3
@@ -23,7 +23,7 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
-.PHONY: repro test lint unit nbval test-lab book slides test-latest lock figures notebooks clean-venv
+.PHONY: repro test lint unit nbval test-lab book slides instructor test-latest lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -69,6 +69,12 @@ test-lab: $(VENV)/.ready book slides
 # A static HTML site of the executed notebooks (Sphinx + MyST-NB; the stored outputs, nothing re-run).
 book: $(VENV)/.ready
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs build/book
+
+# The instructor's copies: every notebook with its solutions (instructor/solutions/, instructor/ex08.py) in
+# build/instructor/notebooks/, and the book built from them in build/instructor/book/. The learner's notebooks,
+# book and package carry no solution.
+instructor: $(VENV)/.ready
+	$(PY) -m tools.instructor
 
 # A reveal.js deck per notebook, made of its core sections, in build/book/slides/ (linked from the book's
 # instructor pages). reveal.js, require.js, jQuery and MathJax: exact versions from the npm registry, checked

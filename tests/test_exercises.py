@@ -2,6 +2,8 @@
 would write it, is rejected with its own hint; nothing raises. The solutions come from the instructor build
 (``instructor/ex08.py``), which the package does not ship."""
 
+import re
+
 import matplotlib
 import pytest
 import torch
@@ -364,3 +366,33 @@ def test_integer_likes_are_ints_in_exercise_3():
     used, real, flat = ex08.ROW_STRIDE_ANSWERS
     assert ex.check_row_stride(torch.tensor(float(used)), np.array([real]), float(flat)).passed  # 08 ex3's tensor(5.)
     assert not ex.check_row_stride(True, real, flat).passed
+
+
+def test_stale_steps_keep_the_513_token_edge_and_the_measured_padded_rows():
+    """Issue 49, through the public checker: an answer wrong only at 513 tokens (a page begun by one token) is
+    rejected, and so is one wrong only on padded rows of the measured steps."""
+    def wrong_at_513(buffer, seq_lens, row_stride):
+        return ex08.stale_reads(buffer, [512 if n == 513 else n for n in seq_lens], row_stride)
+
+    assert not ex.check_stale_reads(wrong_at_513).passed
+    measured = ex.stale_cases()[: len(ex.STALE_ENGINE_CASES)]
+    assert any(b.shape[0] > len(s) for b, s, _ in measured)  # padded rows in the measured steps
+
+    def padded_only_in_built_steps(buffer, seq_lens, row_stride):
+        keys = {(tuple(b.shape), tuple(s), rs) for b, s, rs in measured}
+        got = ex08.stale_reads(buffer, seq_lens, row_stride)
+        if (tuple(buffer.shape), tuple(seq_lens), row_stride) in keys:
+            return {(b, j) for b, j in got if b < len(seq_lens)}
+        return got
+
+    assert not ex.check_stale_reads(padded_only_in_built_steps).passed
+
+
+def test_no_row_stride_message_names_an_expected_value():
+    used, real, flat = ex08.ROW_STRIDE_ANSWERS
+    for answers in [(2, real, flat), (used, real + 1, flat), (used, real, flat + 1), (8, 6, 26), (6, 5, 20)]:
+        r = ex.check_row_stride(*answers)
+        assert not r.passed
+        for field, want in (("used row stride", used), ("buffer row stride", real), ("flat index", flat)):
+            chunk = r.message.split(f"{field}: ")[1].split("; ", 2)[1] if f"{field}: " in r.message else ""  # the why
+            assert not re.search(rf"(?<![\w.]){want}(?![\w.])", chunk), (field, r.message)

@@ -1,10 +1,11 @@
 """The instructor build: the notebooks and the book with every exercise's solution (``make instructor``).
 
-The learner's notebooks and book carry no solution; ``instructor/solutions/NN_name.md`` holds each notebook's, as
-blocks ``<!-- after: ANCHOR -->`` followed by markdown (a line ``<!-- code: PATH -->`` inside a block becomes
-that file's code). This command copies every executed notebook to ``build/instructor/notebooks/``, inserting each
-block as a markdown cell right after the first code cell whose source contains its anchor, then builds the book
-from those copies into ``build/instructor/book/`` (the same Sphinx configuration as ``make book``).
+The learner's notebooks and book carry no solution; ``instructor/solutions/`` holds each notebook's, in a file named
+after the notebook, as blocks ``<!-- after: ANCHOR -->`` followed by markdown (a line ``<!-- code: PATH -->``
+inside a block becomes that file's code). This command copies every executed notebook to
+``build/instructor/notebooks/``, inserting each block as a markdown cell right after the first code cell whose
+source contains its anchor, then builds the book from those copies into ``build/instructor/book/`` (the same
+Sphinx configuration as ``make book``).
 
     python -m tools.instructor            # notebooks and book
     python -m tools.instructor --no-book  # the notebooks only
@@ -81,7 +82,7 @@ def build_book(out: Path = OUT) -> Path:
         if item.name == "notebooks" or item.name == "conf.py":
             continue
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, src / item.name)
-    shutil.copytree(out / "notebooks", src / "notebooks")
+    (src / "notebooks").symlink_to("../notebooks")  # as docs/notebooks -> ../notebooks: the notebooks' links hold
     book = out / "book"
     subprocess.run([sys.executable, "-m", "sphinx", "-q", "-W", "--keep-going", "-b", "html", "-c",
                     str(ROOT / "docs"), str(src), str(book)], check=True)
