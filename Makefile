@@ -3,7 +3,8 @@
 #   make test    every test: unit tests, then pytest --nbval over all notebooks
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
 # (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
-# More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make slides (a
+# More: make test-lab (JupyterLab in headless Chromium), make test-gpu (the whole suite on a GPU machine with
+# its own Python, from carried wheels: make gpu-wheels), make book (static HTML site), make slides (a
 # reveal.js deck per notebook), make instructor (the notebooks and book with solutions), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks).
 
@@ -23,7 +24,7 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
-.PHONY: repro test lint unit nbval test-lab book slides instructor test-latest lock figures notebooks clean-venv
+.PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab book slides instructor test-latest lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -58,6 +59,20 @@ unit: $(VENV)/.ready
 
 nbval: $(VENV)/.ready
 	$(PY) -m pytest -q $(XDIST) $(NBVAL) notebooks/*.ipynb
+
+# The whole suite on a GPU machine that has its own Python with torch and triton and no network (the H200): the
+# lock's test stack from wheels in .whl/ (make gpu-wheels, run where pip works), installed into /tmp/site, then every
+# unit test and every notebook (--nbval-lax), each part in ONE pytest process, and results/gpu_suite_h200.md
+# (tools/gpu_suite.py). GPU_PARTS=unit or nbval runs one part (a machine that limits a command's time); COMMIT names
+# the commit in the report where the copy has no .git.
+GPU_PY ?= python3
+GPU_PARTS ?= unit nbval
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+test-gpu:
+	COMMIT=$(COMMIT) $(GPU_PY) -m tools.gpu_suite run $(GPU_PARTS)
+
+gpu-wheels:
+	$(PYTHON) -m tools.gpu_suite wheels
 
 # JupyterLab from .venv on 127.0.0.1, driven by headless Chromium: Run All in every notebook, the panel's
 # run button in notebook 08, and the book's pages. Installs Debian's chromium + chromium-driver if missing.

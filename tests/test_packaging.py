@@ -1,6 +1,8 @@
 """The locks, pyproject.toml, environment.yml, the Makefile and CI agree with one another."""
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,24 @@ def test_makefile_installs_exactly_the_lock():
 def test_ci_runs_the_readme_test_commands():
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    assert "make test\n" in ci and "make test-lab" in ci
+    assert re.search(r"^make test 2>&1", ci, flags=re.M) and re.search(r"^make test-lab 2>&1", ci, flags=re.M)
     for command in ("make test", "make repro", "make test-lab", "make test-latest", "make book", "make lock"):
         assert command in readme, f"README does not mention {command}"
+
+
+@pytest.mark.parametrize("unit_fails, lab_fails", [(True, False), (False, True), (False, False)])
+def test_ci_runs_the_browser_tests_after_a_red_make_test(tmp_path, unit_fails, lab_fails):
+    """.ci/run on a stand-in Makefile: make test-lab runs whatever make test did, the run fails if either failed,
+    and it ends with both summaries."""
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    (tmp_path / "Makefile").write_text(
+        f"test:\n\t@echo 'FAILED tests/test_a.py::test_x - boom'; echo '1 failed, 3 passed in 1.0s'; {unit_fails}\n"
+        f"test-lab:\n\t@echo '16 passed in 2.0s'; {lab_fails}\n".replace("True", "false").replace("False", "true"))
+    run = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True)
+    assert run.returncode == (1 if unit_fails or lab_fails else 0), run.stdout + run.stderr
+    tail = run.stdout[run.stdout.rindex("== make test:"):]
+    assert tail.startswith(f"== make test: exit status {2 if unit_fails else 0}\nFAILED tests/test_a.py::test_x")
+    assert f"== make test-lab: exit status {2 if lab_fails else 0}\n16 passed in 2.0s" in tail

@@ -27,6 +27,7 @@ OFFSETS = (0.0, 0.25, 0.5, 0.75, 3.0)  # P against the true max less this (log2 
 P_DTYPES = (torch.bfloat16, torch.float16, torch.float64)
 HEADS, TOKENS, TILE, D, DL = 64, 1024, 64, 576, 512
 TRIALS, SEED = 8, 0
+ERROR_FORMAT, RATIO_FORMAT = ".3g", ".2f"  # the table's errors and its ratios to the baseline row
 
 
 def online_softmax(q: torch.Tensor, kv: torch.Tensor, sm_scale: float, threshold: float,
@@ -100,9 +101,9 @@ def table(errs: dict, offs: dict) -> str:
     lines = ["| P | threshold (log2) | rms error | x threshold 0 | max error |", "|---|---|---|---|---|"]
     for (dt, th), (rms, mx) in errs.items():
         base = errs[(dt, 0.0)][0]
-        lines.append(f"| {dt} | {th:g} | {rms:.3g} | {rms / base:.2f} | {mx:.3g} |")
+        lines.append(f"| {dt} | {th:g} | {rms:{ERROR_FORMAT}} | {rms / base:{RATIO_FORMAT}} | {mx:{ERROR_FORMAT}} |")
     lines += ["", "| P against the true max less (log2) | rms error | x offset 0 |", "|---|---|---|"]
-    lines += [f"| {off:g} | {rms:.3g} | {rms / offs[0.0]:.2f} |" for off, rms in offs.items()]
+    lines += [f"| {off:g} | {rms:{ERROR_FORMAT}} | {rms / offs[0.0]:{RATIO_FORMAT}} |" for off, rms in offs.items()]
     return "\n".join(lines)
 
 
