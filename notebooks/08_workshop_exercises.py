@@ -161,10 +161,14 @@ panel.show()
 #
 # `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
 # holds every request's current length, the token being decoded included. The checker captures
-# graphs for batch sizes 2 and 4 (context 384, `W = 4`), fills the index buffer with a poison page id
-# before every replay, calls your function, and replays the fixed batches of `ex.REPLAY_CASES`
-# (lengths at every page edge: 2, 127, 128, 129, 255, 256, 257, 383, 384; batches of 1 to 4 rows, padded
-# and exact; batch row `b` is not pool row `b`), comparing the real rows with eager decoding.
+# graphs for batch sizes 2 and 4 (context 384, `W = 4`) at every split count the kernel takes here
+# (`ex.REPLAY_SPLITS`), runs an eager step before each replay (as a server does), fills the index
+# buffer with a poison page id, calls your function, checks on the host what it left (the captured
+# buffer and workspace, the engine's inputs, the page ids every row will read), and only then replays
+# the batches of `ex.REPLAY_CASES` from the largest graph down (lengths at every page edge: 2, 127,
+# 128, 129, 255, 256, 257, 383, 384; padded and exact; batch row `b` is not pool row `b`), comparing
+# the real rows with eager decoding. It runs on the CPU whatever your machine has, and refuses a
+# function that calls the backend's own hook.
 
 # %%
 def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
@@ -201,7 +205,7 @@ r2 = [ex.check_mystery(k, a) for k, a in mystery_answers.items()]
 # index buffer's real row stride, and (3) the flat index (counted from the buffer's first entry)
 # where request row 3 reads its page `j = 2`. The checker captures that engine and reads the
 # answers off the launch it recorded. (Hint: how does sgl-kernel's wrapper get the stride, and
-# what were `seq_lens` during capture?) Give ints (numpy ints and one-element tensors count too).
+# what were `seq_lens` during capture?) Give ints (numpy ints, one-element arrays and tensors, `5.0` count too).
 
 # %%
 used_row_stride, buffer_row_stride, flat_index = ..., ..., ...  # exercise 3: three ints
@@ -218,8 +222,9 @@ r3 = ex.check_row_stride(used_row_stride, buffer_row_stride, flat_index)
 # `max_splits = ceil(max_seq_len / 128)`, `heur = min(max_splits, max(1, sm_count // B))`,
 # `split = ceil(max_splits / ceil(max_splits / heur))`. Write it for the whole domain: `max_seq_len >= 1`,
 # `num_batches >= 1`, `sm_count >= 1`, `num_kv_splits = -1` or `>= 1`. The checker compares it with the
-# library's version on the cases of `ex.WORKSPACE_CASES`: every combination of the edges of that domain
-# (lengths 1, 127, 128, 129, 255, 256, 257, ...; batches around `sm_count`; fixed and automatic splits).
+# library's version on the cases of `ex.WORKSPACE_CASES`, every combination of the edges of that domain
+# (lengths 1, 127, 128, 129, 255, 256, 257, ...; batches around `sm_count`; fixed and automatic splits),
+# and on cases it draws when it runs; your function may not call the library's formula.
 
 # %%
 def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
@@ -265,9 +270,11 @@ assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 
 #   a padded row's read `(b, 0)` counts like any other.
 # - `row_stride` is anything from 1 (the pre-fix kernel) to `W` (the fix).
 #
-# The checker uses five real pre-fix engine states (two with padded rows) and the built steps of
-# `ex.STALE_EDGE_CASES` (row strides 1, 2 and `W`, seq_lens at the page edges, up to three padded
-# rows). Once it passes: can a real row's read of the pre-fix kernel land in a padded row?
+# The checker uses five real pre-fix engine states (two with padded rows), the built steps of
+# `ex.STALE_EDGE_CASES` (row strides 1 to `W`, seq_lens at the page edges, up to three padded rows,
+# padded rows that read each other's slots), every step of `ex.stale_domain()` (W 2 to 6, up to 7 rows,
+# every row stride 1 to `W`) and steps drawn when it runs. Once it passes: can a real row's read of the
+# pre-fix kernel land in a padded row?
 
 # %%
 def stale_reads(buffer, seq_lens, row_stride):
