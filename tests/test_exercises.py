@@ -370,11 +370,13 @@ def test_integer_likes_are_ints_in_exercise_3():
 
 def test_stale_steps_keep_the_513_token_edge_and_the_measured_padded_rows():
     """Issue 49, through the public checker: an answer wrong only at 513 tokens (a page begun by one token) is
-    rejected, and so is one wrong only on padded rows of the measured steps."""
+    rejected, and so is one wrong only on padded rows of the measured steps. Bends that fail it: 513 -> 512 in
+    ``STALE_EDGE_CASES``; every ``STALE_ENGINE_CASES`` step full (no padded row)."""
     def wrong_at_513(buffer, seq_lens, row_stride):
         return ex08.stale_reads(buffer, [512 if n == 513 else n for n in seq_lens], row_stride)
 
     assert not ex.check_stale_reads(wrong_at_513).passed
+    assert any(513 in s for _, s, _ in ex.stale_cases())  # the named steps alone hold the edge
     measured = ex.stale_cases()[: len(ex.STALE_ENGINE_CASES)]
     assert any(b.shape[0] > len(s) for b, s, _ in measured)  # padded rows in the measured steps
 

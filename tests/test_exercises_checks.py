@@ -57,6 +57,17 @@ def test_choice():
     assert not checks.check_choice("q", AlwaysEqual(), opts, True).passed
 
 
+def test_numbers_mean_their_value_whatever_their_type():
+    from decimal import Decimal
+    from fractions import Fraction
+
+    for answer in (67, 67.0, np.int32(67), np.float32(67), np.array([[67]]), torch.tensor([[67]]), Fraction(67),
+                   Decimal(67), torch.tensor(67.0, dtype=torch.bfloat16)):
+        assert checks.check_number("q", answer, 67).passed, answer
+    assert checks.check_choice("q", np.str_(" B "), {"a": "x", "b": "y"}, "b").passed
+    assert not checks.check_number("q", Fraction(1, 3), 0).passed
+
+
 def test_boolean_answers_are_only_booleans():
     """Issue 47: np.int64(1) / np.int64(0) passed as True / False in 01 ex1, 04 ex3, 05 ex4 and 08's first open
     question, while plain 1 / 0 were rejected by the same check."""
@@ -96,7 +107,7 @@ def test_none_and_an_empty_dict_mean_no_items():
 
 
 def test_a_superset_of_the_truth_is_rejected():
-    """Issue 49: a learner who lists every item must not pass."""
+    """Issue 49: a learner who lists every item must not pass (bend: accept ``got >= truth``; this test fails)."""
     assert not checks.check_items("q", range(8), {0, 3}).passed
 
 
@@ -143,7 +154,7 @@ NUMBER_TRUTHS = [67, 33, 112, 201_326_592, 9_210_691_584, 117.3, 0.19844, 1234.5
 @pytest.mark.parametrize("truth", NUMBER_TRUTHS)
 def test_no_number_message_contains_the_expected_value_or_a_side(truth):
     """Every wrong answer near and far from the truth: no message names the truth, says "too large" or "too small",
-    or hints at how far off the answer is."""
+    or hints at how far off the answer is (bend: append "(expected {truth})" to NOT YET; this test fails)."""
     tol = 0.005 if isinstance(truth, float) else 0.0
     wrongs = [truth - 1, truth + 1, truth * 2, truth // 2 or 1, 0, -truth, truth * 1.5]
     for wrong in wrongs:
@@ -283,7 +294,7 @@ def _exercise_section(stem: str) -> str:
 def test_a_numeric_checks_tolerance_is_the_stated_one(stem, name):
     """Issue 49: the tolerance the check uses is the one the prediction's comment states (a doubled one fails
     this test), and the check rejects an answer just outside it (issue 47: 03 ex1's off-by-one page count,
-    0.2009 against 0.1984, passed the old 2%)."""
+    0.2009 against 0.1984, passed the old 2%). Bend: double the tolerance in the check call; this test fails."""
     section = _exercise_section(stem)
     stated = float(re.search(rf"^{name} = \.\.\.  # .*within (\d+(?:\.\d+)?)%", section, flags=re.M).group(1)) / 100
     used = float(re.search(rf"\b{name}\b, [^\n]*?tolerance=([0-9.]+)", section).group(1))

@@ -28,8 +28,10 @@ library's own implementation of the answer (the checker names the code it refuse
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
+import numbers
 import signal
 import sys
 import threading
@@ -110,10 +112,16 @@ def meaning(x):
                 import torch
 
                 return bool(x.item()) if x.dtype == torch.bool else meaning(x.item())
-            if getattr(x, "size", None) != 1 or getattr(x, "dtype", None) is None or x.dtype.kind not in "biuf":
+            if getattr(x, "size", None) != 1 or getattr(x, "dtype", None) is None or x.dtype.kind not in "biufU":
                 return UNREADABLE
             item = x.item() if hasattr(x, "item") else UNREADABLE
             return bool(item) if x.dtype.kind == "b" else meaning(item)
+        if isinstance(x, decimal.Decimal):  # a Decimal or a Fraction means its value
+            return int(x) if x.is_finite() and x == x.to_integral_value() else float(x)
+        if isinstance(x, numbers.Integral):
+            return int(x)
+        if isinstance(x, numbers.Real):
+            return float(x)
         return UNREADABLE
     except Exception:
         return UNREADABLE
