@@ -331,11 +331,14 @@ def test_elements_for_bytes_gets_a_hint_that_names_both_readings():
     assert not r.passed and "bytes, not elements" in r.message and "32 heads" not in r.message, r.message
 
 
-def test_a_function_that_never_returns_is_stopped_with_a_hint():
+def test_a_function_that_never_returns_is_stopped_with_a_hint(monkeypatch):
+    from mla_edu.workshop import checks
+
     def forever(*args):
         while True:
             pass
 
+    monkeypatch.setattr(checks, "LEARNER_SECONDS", 0.5)
     r = ex.check_workspace_size(forever)
     assert not r.passed and "did not finish" in r.message, r.message
 

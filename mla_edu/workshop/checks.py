@@ -238,10 +238,11 @@ class Refusal:
                 or (code.co_code, code.co_consts) in self.copies)
 
 
-def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float = LEARNER_SECONDS):
-    """``(value, None)`` or ``(None, a one-line description of what went wrong)``: ``fn(*args)`` with a time limit,
-    any exception caught (the learner's code: a failure is a hint, not a crash), and any call of code that
-    ``refuse`` names stopped ("refused: ...")."""
+def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None = None):
+    """``(value, None)`` or ``(None, a one-line description of what went wrong)``: ``fn(*args)`` with a time limit
+    (``seconds``, at most ``LEARNER_SECONDS``), any exception caught (the learner's code: a failure is a hint, not a
+    crash), and any call of code that ``refuse`` names stopped ("refused: ...")."""
+    seconds = LEARNER_SECONDS if seconds is None else min(seconds, LEARNER_SECONDS)
     state = {"stop": None}
     deadline = time.monotonic() + seconds
     count = [0]
@@ -263,7 +264,10 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float = LEARN
         state["stop"] = state["stop"] or f"your function did not finish within {seconds:g} s (an endless loop?)"
         raise _Stop(state["stop"])
 
-    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    # the alarm interrupts what the tracer cannot (a sleep, one long C call): only in the main thread, and only
+    # when no one else's alarm is pending
+    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer") \
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
     old_trace = sys.gettrace()
     old_handler = signal.signal(signal.SIGALRM, alarm) if main else None
     if main:

@@ -510,7 +510,7 @@ def _workspace_answers(fn, cases) -> tuple:
         left = deadline - time.monotonic()
         if left <= 0:
             return None, f"your function took more than {WORKSPACE_SECONDS:g} s over the cases (an endless loop?)"
-        value, err = run_learner(fn, *case, refuse=refusal, seconds=min(5.0, left))
+        value, err = run_learner(fn, *case, refuse=refusal, seconds=left)
         if err:
             if err.startswith(("refused", "your function")):
                 return None, err
@@ -770,7 +770,7 @@ def check_stale_reads(fn) -> ExerciseResult:
         left = deadline - time.monotonic()
         if left <= 0:
             return None, _report(False, f"your function took more than {STALE_SECONDS:g} s over the steps")
-        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=min(5.0, left))
+        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left)
         if err:
             return None, _report(False, f"{where}: {err}" if err.startswith(("refused", "your function"))
                                  else f"{where}: your function raised {err}")
