@@ -197,6 +197,7 @@ return {title: document.title, n: imgs.length, broken};
 
 @pytest.mark.parametrize("page, text, min_images", [
     ("index.html", "Read them in order", 0),
+    ("setup.html", "Apple silicon", 0),
     ("notebooks/06_reproducing_the_zero_accuracy_bug.html", "Reproducing", 2),
     ("notebooks/08_workshop_exercises.html", "control panel", 2),
     ("instructor.html", "The 3-hour track", 0),
