@@ -288,11 +288,6 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     return value, None
 
 
-def call(fn, *args):
-    """``run_learner`` with the default limit and nothing refused."""
-    return run_learner(fn, *args)
-
-
 # ---- the checks ---------------------------------------------------------------------------------
 def _waiting(question: str) -> ExerciseResult:
     return report(False, f"{question}: not answered yet; write your prediction above and run this cell again")
@@ -359,5 +354,5 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
 
 
 __all__ = ["LEARNER_SECONDS", "MAX_ITEMS", "UNREADABLE", "ExerciseResult", "Refusal", "as_float", "as_int",
-           "as_items", "call", "check_choice", "check_items", "check_number", "describe", "meaning",
+           "as_items", "check_choice", "check_items", "check_number", "describe", "meaning",
            "not_answered", "option_key", "report", "run_learner", "show"]

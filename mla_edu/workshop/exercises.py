@@ -11,8 +11,10 @@ a tensor, NaN, a huge int, a function that raises, never returns, or breaks the 
 | ``check_stale_reads(fn)`` | which (row, page) reads of a captured kernel hit entries not written this step |
 
 Each checker states its domain and runs the cases enumerated from it (``REPLAY_CASES`` at every split count of
-``REPLAY_SPLITS``, ``WORKSPACE_CASES``, ``stale_cases()`` and ``STALE_DOMAIN``), never random draws; the function
-checkers add a few cases drawn at check time, which no table computed beforehand holds. The case sets hold
+``REPLAY_SPLITS``, ``WORKSPACE_CASES``, ``stale_cases()`` and ``stale_domain()``): they alone decide every
+classic mistake and every generated mutant (tests/test_exercises_mutants.py). The workspace and stale-reads
+checkers then add a few cases drawn at check time, which no table of answers computed beforehand holds (a right
+function passes them all; they only stop a lookup). The case sets hold
 inputs only: each truth is measured on the mini engine, or computed, inside the check. A learner's function runs
 on the CPU, with a time limit, and may not call the library's own implementation of its answer
 (``checks.run_learner``); answers are read by ``checks.meaning``, the one rule of every check. Hints name the
