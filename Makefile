@@ -7,7 +7,8 @@
 # Apple-silicon Mac.
 # More: make test-lab (JupyterLab in headless Chromium), make test-gpu (the whole suite on a GPU machine with
 # its own Python, from carried wheels: make gpu-wheels), make book (static HTML site), make slides (a
-# reveal.js deck per notebook), make test-kernel-lab (the kernel lab's tests: kernel_lab/README.md), make test-latest
+# reveal.js deck per notebook), make instructor (the notebooks and book with solutions), make test-kernel-lab (the
+# kernel lab's tests: kernel_lab/README.md), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks), make
 # test-no-triton (the tests without Triton, as on a Mac), make check-platforms (the macOS and Windows locks
 # install there).
@@ -39,8 +40,8 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
-.PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab test-kernel-lab book slides test-latest test-no-triton \
-	check-platforms lock figures notebooks clean-venv
+.PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab test-kernel-lab book slides instructor test-latest \
+	test-no-triton check-platforms lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -106,8 +107,14 @@ test-kernel-lab: $(VENV)/.ready
 book: $(VENV)/.ready
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs build/book
 
+# The instructor's copies: every notebook with its solutions (instructor/solutions/, instructor/ex08.py) in
+# build/instructor/notebooks/, and the book built from them in build/instructor/book/. The learner's notebooks,
+# book and package carry no solution.
+instructor: $(VENV)/.ready
+	$(PY) -m tools.instructor
+
 # A reveal.js deck per notebook, from its slide file docs/slides/*.yaml, in build/book/slides/ (linked from the book's
-# instructor pages). reveal.js, require.js, jQuery and MathJax: exact versions from the npm registry, checked
+# instructor pages). reveal.js and MathJax: exact versions from the npm registry, checked
 # against their sha512 (tools/slides.py), fetched once into build/npm/; the decks then open offline.
 slides: $(VENV)/.ready
 	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)

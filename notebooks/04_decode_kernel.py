@@ -751,15 +751,15 @@ assert engine["auto"]["replays_by_path"] == {"splits": engine["auto"]["decode_st
 #
 # ## Exercises (optional)
 #
-# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
-# answers, with the why, are in the collapsed dropdowns.
+# instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** Using the formula of section 5 (automatic splits, 132 SMs), what is the smallest batch size at
 # which a 4096-token table gets only one split?
 
 # %%
-ex1_first_single_split_batch = None  # an int
+ex1_first_single_split_batch = ...  # an int
 
 # %%
 from mla_edu.kernels.contract import pages_read  # noqa: E402
@@ -767,24 +767,16 @@ from mla_edu.workshop import checks  # noqa: E402
 
 first_single = next(bsz for bsz in range(1, 1000) if num_kv_splits_for(4096, bsz, 132, -1) == 1)
 r1 = checks.check_number("exercise 1", ex1_first_single_split_batch, first_single, mistakes={
-    first_single - 1: "at that batch size sm_count // B is still 2",
-    133: "heur is at least 1 (its floor), and it reaches 1 before sm_count // B reaches 0"})
+    first_single - 1: "compute the formula at that batch size, step by step: heur, then split",
+    133: "heur has a floor of 1: find the batch size where heur first equals 1, not where sm_count // B is 0"})
 
 # %% [markdown]
-# <details><summary>Answer 1</summary>
-#
-# 67. A 4096-token table has `max_splits = 32`; `heur = min(32, max(1, 132 // B))` is 2 up to B = 66
-# (132 // 66 = 2) and 1 from B = 67 on, and `split = ceil(32 / ceil(32 / heur))` follows heur here.
-# Section 5's 4224-token table (33 chunks) stops at the same batch size.
-#
-# </details>
-#
 # **2.** Make `naive_decode` read the page table through a `row_stride`: request `b`'s page `j` at flat
 # index `b * row_stride + j` (what `pages_read` computes). Feed it section 7's narrow view `[:4, :1]` with
 # `row_stride = size(1)`. Which requests come out right? (A set of request rows.)
 
 # %%
-ex2_right_requests = None  # a set of request rows
+ex2_right_requests = ...  # a set of request rows
 
 # %%
 buf7 = torch.full((6, case.page_table.size(1) + 4), 1, dtype=torch.int32, device=DEVICE)  # section 7's buffer
@@ -798,25 +790,16 @@ strided = naive_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, stride
 right_rows = {i for i in range(4) if ((strided[i].double() - truth[i]).norm() / truth[i].norm()) < 1e-5}
 r2 = checks.check_items("exercise 2", ex2_right_requests, right_rows, mistakes={
     frozenset(range(4)): "that is the full-width view's result; a 1-wide view steps rows by 1",
-    frozenset(): "request 0 starts at flat index 0 whatever the stride"})
+    frozenset(): "where does request 0 start reading, whatever the stride?"})
 
 # %% [markdown]
-# <details><summary>Answer 2</summary>
-#
-# Only request 0, as the Triton kernel gave in section 7: it reads from flat index 0 whatever the stride,
-# so its pages are its own. Request `b > 0` starts at flat index `b`, inside row 0, and reads row 0's
-# pages shifted by `b`, then entries of the next rows. The reference gather with the wrong stride makes the
-# same mistake as the kernel: the bug is in the stride, not in the kernel.
-#
-# </details>
-#
 # **3.** In section 4, cut request 2 into three splits, `(0, 32)`, `(32, 32)` (empty) and `(32, 50)`. What
 # are the empty split's `lse` and `o`? And does the merge still equal the full softmax?
 
 # %%
-ex3_empty_lse = None  # "-inf", "0" or "nan"
-ex3_empty_o = None  # "zeros" or "nan"
-ex3_merge_right = None  # True or False
+ex3_empty_lse = ...  # "-inf", "0" or "nan"
+ex3_empty_o = ...  # "zeros" or "nan"
+ex3_merge_right = ...  # True or False
 
 # %%
 kv2 = case.cache.reshape(-1, 576)[case.token_slots[2]].double()  # request 2's 50 rows, as in section 4
@@ -840,14 +823,3 @@ r3 = [checks.check_choice("exercise 3, lse", ex3_empty_lse, {"-inf": "log 0", "0
       checks.check_choice("exercise 3, merge", ex3_merge_right, {True: "right", False: "wrong"},
                           torch.allclose(merged3, truth[2], atol=1e-12))]
 
-# %% [markdown]
-# <details><summary>Answer 3</summary>
-#
-# The empty split's `lse` is $\log \sum_\emptyset e^{x} = \log 0 = -\infty$, and its `o` is an empty sum,
-# zeros (`softmax` over no tokens is an empty `[H, 0]` matrix, and `[H, 0] @ [0, 512]` is zeros). In the
-# merge its weight is $e^{-\infty - \max \ell} = 0$, so it adds $0 \cdot 0$ and the result is the full
-# softmax. It would break only if `o` were NaN (0 times NaN is NaN): a kernel must write zeros, not
-# garbage, for a split with no token, which is what `mla_decode` does for a 1-token request cut into
-# many splits.
-#
-# </details>

@@ -1,11 +1,16 @@
-"""Solutions to notebook 08 (workshop exercises). Each passes its checker in ``mla_edu.workshop.exercises``.
+"""Solutions to notebook 08 (workshop exercises), for the instructor: not part of the learner's package. Each
+passes its checker in ``mla_edu.workshop.exercises``; ``make instructor`` puts them into the instructor's copy of
+the notebook, and ``python -m instructor.ex08`` rewrites the mystery figures' data
+(``mla_edu/workshop/mysteries.json``) from the engines below.
 
     from mla_edu.workshop import exercises as ex
-    from mla_edu.workshop.solutions import ex08
+    from instructor import ex08
     ex.check_replay(ex08.replay)
 """
 
 from __future__ import annotations
+
+import json
 
 from mla_edu import kvcache
 from mla_edu.serving import MERGED_FIX, PRE_FIX
@@ -24,7 +29,7 @@ def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
 #    Mystery 3: rows > 0 read wrong pages, no poison anywhere (stale ids, as SGLang leaves them): the pre-fix code.
 MYSTERY_ANSWERS = {1: "b", 2: "c", 3: "a"}
 #: the engine behind each mystery figure (its cutlass_mla defects, whether the poison fill is on): kept here, with
-#: the answers, so that nothing the notebook imports names them
+#: the answers; the package holds only the page reads they measured (``exercises.MYSTERY_FILE``)
 MYSTERY_ENGINES = {1: dict(defects=frozenset({"width"}), poison_fill=True),
                    2: dict(defects=MERGED_FIX, poison_fill=False),
                    3: dict(defects=PRE_FIX, poison_fill=False)}
@@ -71,3 +76,26 @@ def stale_reads(buffer, seq_lens, row_stride):
             if r >= rows or slot >= written[r]:
                 out.add((b, j))
     return out
+
+
+def measure_mysteries() -> dict:
+    """The page reads of each mystery engine, as ``exercises.MYSTERY_FILE`` stores them."""
+    from mla_edu.model import task
+    from mla_edu.workshop.exercises import toy_model
+    from mla_edu.workshop.panel import PanelSettings, measure_page_reads
+
+    out = {}
+    for k, engine in MYSTERY_ENGINES.items():
+        reads = measure_page_reads(toy_model(), task.default_eval_set()[20:],
+                                   PanelSettings(**engine, max_running_requests=6))
+        out[str(k)] = {"seq_lens": list(reads.seq_lens), "intended": reads.intended.tolist(),
+                       "read": reads.read.tolist(), "buffer": reads.buffer.tolist(),
+                       "live": reads.live.int().tolist(), "row_err": [round(float(e), 6) for e in reads.row_err]}
+    return out
+
+
+if __name__ == "__main__":
+    from mla_edu.workshop.exercises import MYSTERY_FILE
+
+    MYSTERY_FILE.write_text(json.dumps(measure_mysteries(), separators=(",", ":")) + "\n")
+    print(f"wrote {MYSTERY_FILE}")
