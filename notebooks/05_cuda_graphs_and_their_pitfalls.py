@@ -266,8 +266,13 @@ for line in (RESULTS / "graph_scenarios_h200_cuda.md").read_text().splitlines():
         h200_outcomes[m.group(1)] = m.group(2)
 
 
+print(f"{sc.count()} pitfalls in {len(sc.PITFALLS)} records (mla_edu.graphs.scenarios.pitfalls; -: no pitfall)")
+for p in sc.PITFALLS.values():
+    print(f"  {p.number or '-'}  {p.name:20s} under a graph: {p.outcome_cuda:32s} fix: {'yes' if p.fix else 'none'}")
+
+
 def show(name):
-    here = sc.SCENARIOS[name](DEVICE, "auto")
+    here = sc.run_scenario(name, DEVICE, "auto")
     print(f"{name:26s} here: {here:32s} H200 (real graphs): {h200_outcomes[name]}")
     assert here == h200_outcomes[name]
 
@@ -384,20 +389,19 @@ show("static_buffers")
 # found there too.
 
 # %%
-rep = sc.check_problem(sc.PROBLEMS["narrow_view/torch"](DEVICE), n_trials=4, seed=0)
+rep = sc.check_problem(sc.scenario("narrow_view/torch").build(DEVICE), n_trials=4, seed=0)
 print(rep)
 assert not rep.ok and "row stride" in rep.hint
-print(sc.check_problem(sc.PROBLEMS["narrow_view/torch:fixed"](DEVICE), n_trials=4, seed=0))
+print(sc.check_problem(sc.scenario("narrow_view/torch:fixed").build(DEVICE), n_trials=4, seed=0))
 
 # %%
 print(f"{'problem':26s} {'safe':5s} {'checker':8s} hint")
-for name, build in sc.PROBLEMS.items():
-    if name == "sync_in_capture":
+for s in sc.scenarios():
+    if s.refuses_capture:
         continue  # section 5
-    r = sc.check_problem(build(DEVICE), n_trials=4, seed=1)
-    safe = name.endswith(":fixed") or name == "static_buffers"
-    print(f"{name:26s} {str(safe):5s} {'OK' if r.ok else 'UNSAFE':8s} {(r.hint or '')[:60]}")
-    assert r.ok == safe
+    r = sc.check_problem(s.build(DEVICE), n_trials=4, seed=1)
+    print(f"{s.name:26s} {str(s.safe):5s} {'OK' if r.ok else 'UNSAFE':8s} {(r.hint or '')[:60]}")
+    assert r.ok == s.safe
 
 # %% [markdown]
 # The poisoning matters: without it, the stale-buffer bug is found only because the checker
@@ -432,7 +436,7 @@ for name, bad in [(".item()", lambda: x.sum().item()), ("x[x > 5]", lambda: x[x 
 # %%
 print(inspect.getsource(sc.sync_in_capture))  # the step, as the graph captures it
 show("sync_in_capture")
-r = sc.check_problem(sc.PROBLEMS["sync_in_capture"](DEVICE), n_trials=2)
+r = sc.check_problem(sc.scenario("sync_in_capture").build(DEVICE), n_trials=2)
 print(r.hint[:100])
 assert not r.ok
 
@@ -485,7 +489,7 @@ r1 = checks.check_items("exercise 1", ex1_right_rows, {b for b in range(4) if bo
 #
 # </details>
 #
-# **2.** Turn off the poisoning: `sc.check_problem(sc.PROBLEMS["stale_buffer"](DEVICE), poison=False)`.
+# **2.** Turn off the poisoning: `sc.check_problem(sc.scenario("stale_buffer").build(DEVICE), poison=False)`.
 # Is the stale buffer still caught, and by which of the checker's tests?
 
 # %%
@@ -496,7 +500,7 @@ OPTIONS2 = {"a": "NaN from a poisoned buffer", "b": "the second replay on the sa
             "c": "row 0 right, rows 1.. wrong (a frozen row stride)", "d": "not caught: the report is OK"}
 for key, text in OPTIONS2.items():
     print(f"({key}) {text}")
-rep2 = sc.check_problem(sc.PROBLEMS["stale_buffer"](DEVICE), n_trials=4, seed=1, poison=False)
+rep2 = sc.check_problem(sc.scenario("stale_buffer").build(DEVICE), n_trials=4, seed=1, poison=False)
 found = "d" if rep2.ok else "b" if rep2.hint == HINTS["stale"] else "a" if "NaN" in rep2.failure else "c"
 r2 = checks.check_choice("exercise 2", ex2_caught_by, OPTIONS2, found)
 

@@ -334,9 +334,9 @@ assert d_silent.launches_during_replay == 0
 
 # %%
 for name in ("narrow_view/torch", "narrow_view/torch:fixed", "freed_pool_reuse", "freed_pool_reuse:fixed"):
-    rep = sc.check_problem(sc.PROBLEMS[name](DEVICE), n_trials=4)
+    rep = sc.check_problem(sc.scenario(name).build(DEVICE), n_trials=4)
     print(f"{name:24s} {'OK' if rep.ok else 'UNSAFE'}  {(rep.hint or '')[:95]}")
-    assert rep.ok == name.endswith(":fixed")
+    assert rep.ok == sc.scenario(name).safe
 
 # %% [markdown]
 # **A differential test on the engine.** The test that would have caught #6998 before a benchmark:
