@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--head-dim", type=cli.positive_int, default=16, help="qk_nope_head_dim = v_head_dim")
     p.add_argument("--layers", type=cli.positive_int, default=2)
     p.add_argument("--intermediate", type=cli.positive_int, default=128, help="SwiGLU intermediate_size")
-    p.add_argument("--facts", type=_type(parse_facts, "MIN,MAX"), default="1,1", help="MIN,MAX facts per training prompt (the eval set has 1)")
+    p.add_argument("--facts", type=_type(parse_facts, "MIN,MAX"), default="1,1",
+                   help="MIN,MAX facts per training prompt (the eval set has 1)")
     p.add_argument("--curriculum", type=_type(parse_curriculum, "curriculum"),
                    default=",".join(f"{l}@{s:g}" for s, l in CURRICULUM),
                    help="prompt length per stage, LENGTH@START_FRACTION, comma-separated")
