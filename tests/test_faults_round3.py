@@ -266,7 +266,7 @@ def test_training_never_writes_non_finite_weights(tmp_path):
     model = random_tiny_model()
     with torch.no_grad():
         next(model.parameters())[0] = float("nan")
-    with pytest.raises(ValueError, match=r"training diverged, nothing written: expected finite weights, got \d+ NaN or infinite values in 1 "):
+    with pytest.raises(ValueError, match=r"training diverged, nothing written: expected finite weights, got \d+ NaN"):
         train.check_finite(model, "training diverged, nothing written")
 
 
