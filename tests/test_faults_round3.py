@@ -13,6 +13,8 @@ import shutil
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from cli_run import cli_module, main_exit
 from tiny_models import random_tiny_model
 
@@ -451,3 +453,82 @@ def test_a_declared_page_size_the_engine_does_not_run_is_refused(registry):
     with pytest.raises(ValueError, match=r"page_size: the engine's pools run 128-token pages .* got 64"):
         register_backend("pages64")(cls)
 
+
+
+# ---- a property: every public kernel and cache function, on strided, transposed, empty and extreme inputs --------
+def _clear(e: Exception) -> bool:
+    """A clear error: ValueError or TypeError whose message says what was expected."""
+    return isinstance(e, (ValueError, TypeError)) and any(w in str(e) for w in ("must", "expected"))
+
+
+def _outcome(fn):
+    try:
+        return fn(), None
+    except Exception as e:  # noqa: BLE001 (classified below: a clear error or a failure of the property)
+        assert _clear(e), f"unclear error {type(e).__name__}: {e}"
+        return None, e
+
+
+LENGTHS = {"ragged": None, "zeros": [0, 0, 0], "one": [1, 1, 1], "page edge": [16, 32, 17], "negative": [-1, 5, 40],
+           "past the row": [60, 2**31 - 1, 200]}
+LAYOUTS = ("contiguous", "strided", "transposed")
+
+
+def _lay(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """``t``'s values as a strided view (every other element of a wider buffer) or a transposed (column-major)
+    copy; 1-D tensors have no transpose, so they are strided."""
+    if layout == "contiguous":
+        return t
+    if layout == "transposed" and t.dim() == 2:
+        return t.t().contiguous().t()
+    wide = torch.stack([t, torch.full_like(t, 99)], -1).reshape(*t.shape[:-1], 2 * t.shape[-1])
+    return wide[..., ::2]
+
+
+@given(lengths=st.sampled_from(sorted(LENGTHS)), lens_layout=st.sampled_from(LAYOUTS),
+       table_layout=st.sampled_from(LAYOUTS), batch=st.sampled_from([0, 3]), pages=st.sampled_from([0, 1, None]),
+       path=st.sampled_from(KERNEL_PATHS[1:]), checked=st.booleans())
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_property_mla_decode_gives_the_references_answer_or_a_clear_error(lengths, lens_layout, table_layout, batch,
+                                                                         pages, path, checked):
+    c = _case(lens=[5, 40, 17])
+    lens = c.seq_lens if LENGTHS[lengths] is None else torch.tensor(LENGTHS[lengths], dtype=torch.int32)
+    cache = c.cache if pages is None else c.cache[:pages]
+    q_nope, q_pe, table = c.q_nope[:batch], c.q_pe[:batch], _lay(c.page_table[:batch], table_layout)
+    lens = _lay(lens[:batch], lens_layout)
+    ws = torch.zeros(1 << 20, dtype=torch.uint8)
+
+    def run(impl, sched):
+        splits = {"num_kv_splits": -1} if sched == "balanced" else {}
+        return mla_decode(q_nope, q_pe, cache, lens, table, ws, c.sm_scale, impl=impl, schedule=sched,
+                          checked=checked, **splits)
+
+    ref, ref_err = _outcome(lambda: run("reference", "splits"))
+    out, err = _outcome(lambda: run(*path))
+    if err is None:
+        assert ref_err is None, f"{path} answered where the reference refused: {ref_err}"
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5, equal_nan=True)
+    else:
+        assert ref_err is not None or "contiguous" in str(err), f"{path} refused what the reference answers: {err}"
+
+
+@given(lengths=st.sampled_from([[33, 1], [0, 0], [64, 64], [65, 1], [-3, 1]]), idx=st.sampled_from([[3, 1], [0, 0],
+       [4, 1], [-1, 0]]), layout=st.sampled_from(LAYOUTS), batch=st.sampled_from([0, 2]),
+       impl=st.sampled_from(["torch", "triton"]), dtype=st.sampled_from([torch.int32, torch.int64]))
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_property_fill_page_table_matches_the_loop_or_refuses_clearly(lengths, idx, layout, batch, impl, dtype):
+    pool = (torch.arange(4 * 64).view(4, 64) + 16).to(dtype)
+    lens, rows = torch.tensor(lengths[:batch], dtype=torch.int64), torch.tensor(idx[:batch], dtype=torch.int64)
+    table = torch.full((batch, 5), -7, dtype=torch.int32)
+    _, err = _outcome(lambda: fill_page_table(_lay(pool, layout), _lay(rows, layout), _lay(lens, layout), table, 16,
+                                              impl=impl))
+    # SGLang's loop, on the inputs it is defined on: rows of the pool, lengths within the context
+    defined = all(0 <= r < 4 and 0 <= n <= 64 for r, n in zip(rows.tolist(), lens.tolist()))
+    want = [[-7] * 5 for _ in range(batch)]
+    for b, (r, n) in enumerate(zip(rows.tolist(), lens.tolist()) if defined else ()):
+        for p in range(min(-(-n // 16), 5)):
+            want[b][p] = int(pool[r, p * 16]) // 16
+    if err is None:
+        assert defined and table.tolist() == want
+    else:
+        assert not defined and (table == -7).all()  # refused before any write
