@@ -156,6 +156,11 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
         model_state: buffers eager and graph both update (e.g. a KV cache): restored after the
             eager reference so that both start from the same state.
         poison: poison ``persistent`` before each replay.
+
+    The checker compares something or says it cannot (ValueError/TypeError): a tensor input under a name no
+    static input has and neither ``prepare`` nor ``reference`` reads (a misspelled key), a step or reference that
+    returns no tensor, a tolerance that is not a finite number >= 0 (``atol=inf`` accepts anything), an input
+    that its static buffer's dtype would truncate (floats into an int32 buffer).
     """
     if not callable(step) or not callable(make_inputs):
         raise TypeError("check expects callables for step and make_inputs, got "
@@ -184,7 +189,8 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
             prepare(inputs)
 
     def unread(inputs: _Inputs) -> None:
-        unused = sorted(k for k in inputs if k not in static_inputs and k not in inputs.read)
+        unused = sorted(k for k, v in dict.items(inputs)  # a tensor meant for a static buffer under another name
+                        if isinstance(v, torch.Tensor) and k not in static_inputs and k not in inputs.read)
         if unused:
             raise ValueError(f"make_inputs gave {unused}, which no static input, prepare or reference read: expected "
                              f"names from static_inputs {sorted(static_inputs)} (or inputs prepare/reference use)")
