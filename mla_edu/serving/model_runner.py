@@ -28,11 +28,17 @@ from mla_edu.util import PAGE_SIZE, cdiv
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def free_bytes(device: torch.device) -> int:
-    """Memory free on ``device`` now: the GPU's (``torch.cuda.mem_get_info``) or the machine's available RAM."""
+def free_bytes(device: torch.device) -> int | None:
+    """Memory free on ``device`` now: the GPU's (``torch.cuda.mem_get_info``) or the machine's available RAM
+    (physical RAM where the system does not say what is available, as macOS; None where it says neither)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            return os.sysconf(name) * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            continue
+    return None
 
 
 def memory_needed(args: ServerArgs, config, num_pages: int, dtype: torch.dtype) -> dict:
@@ -55,7 +61,7 @@ def check_memory(args: ServerArgs, config, num_pages: int, dtype: torch.dtype, d
     """ValueError, before any allocation, when ``memory_needed`` exceeds the device's free memory."""
     need = memory_needed(args, config, num_pages, dtype)
     free = free_bytes(device)
-    if sum(need.values()) > free:
+    if free is not None and sum(need.values()) > free:
         parts = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in need.items())
         raise ValueError(f"these settings need at least {sum(need.values()) / 2**30:.2f} GiB ({parts}; "
                          f"context_length={args.context_length}, max_running_requests={args.max_running_requests}, "
