@@ -189,8 +189,8 @@ def test_schedule_bench_render_never_replaces_a_result_with_less(given, tmp_path
 
 @pytest.mark.parametrize("tool,argv", [
     ("tools.schedule_choice", ["--bench", "{src}"]),
-    ("tools.schedule_variants", ["--render", "{src}"]),
-    ("tools.stall_summary", ["{src}"]),
+    ("kernel_lab.tools.schedule_variants", ["--render", "{src}"]),
+    ("kernel_lab.tools.stall_summary", ["{src}"]),
 ])
 @pytest.mark.parametrize("given", ["missing", "folder", "not json"])
 def test_tools_given_a_missing_folder_or_unreadable_input_give_a_clear_error(tool, argv, given, tmp_path, capsys):
@@ -198,15 +198,15 @@ def test_tools_given_a_missing_folder_or_unreadable_input_give_a_clear_error(too
     if given == "folder":
         src.mkdir()
     elif given == "not json":
-        src.write_bytes(b"\x1f\x8b not what it says" if tool == "tools.stall_summary" else b"[1, 2")
+        src.write_bytes(b"\x1f\x8b not what it says" if tool == "kernel_lab.tools.stall_summary" else b"[1, 2")
     code, err = main_exit(tool, [a.format(src=src) for a in argv], capsys)
     assert code == 2 and "expected" in err and str(src) in err, err
 
 
 def test_stale_max_error_checks_out_before_the_computation(tmp_path, capsys, monkeypatch):
-    sme = cli_module("tools.stale_max_error")
+    sme = cli_module("kernel_lab.tools.stale_max_error")
     monkeypatch.setattr(sme, "errors", lambda: pytest.fail("the computation ran before --out was checked"))
-    code, err = main_exit("tools.stale_max_error", ["--out", str(tmp_path)], capsys)
+    code, err = main_exit("kernel_lab.tools.stale_max_error", ["--out", str(tmp_path)], capsys)
     assert code == 2 and "--out: expected a file name, got" in err
 
 

@@ -13,8 +13,8 @@ each computing the batch's partition from ``seq_lens`` and walking its part's re
 ``stage2_scheduled_kernel`` merges each cut request's own number of partials.
 
 On a Hopper GPU stage 1 runs ``split_kv_wgmma`` instead (Gluon: layouts and page loads written out;
-``plan_stage1`` chooses, the plan carries the choice), 1.3-1.9x faster on the H200: ``kernels/NOTES.md``,
-v4. The tl kernel here runs everywhere else: other GPUs, checked calls, the CPU interpreter.
+``plan_stage1`` chooses, the plan carries the choice), faster on the H200 (``results/kernel_bench_h200.md``).
+The tl kernel here runs everywhere else: other GPUs, checked calls, the CPU interpreter.
 
 dtypes: GPU fp16/bf16/fp32. CPU (TRITON_INTERPRET=1): fp32/fp16; bf16 raises TypeError
 because the interpreter computes bf16 wrongly.
@@ -273,10 +273,9 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) ->
 
 #: Stage 1 where ``wgmma_applies`` and the call names none: the two-warpgroup kernel ("seesaw") for 64-head
 #: programs on a cache TMA reads, else the Gluon kernel reading pages by TMA (through cp.async where
-#: ``split_kv_wgmma.tma_applies`` is false). On the H200 the seesaw kernel ran 1.19x faster than "tma" at
-#: h_q=128, B=64, L=4096, 1.03x at two smaller shapes and 0.99x at the smallest, B=8, L=512
-#: (``results/kernel_bench_h200_stage1.md``); the balanced path with it, at 5 of the 6 ragged batches of 128
-#: heads (1.02-1.14x; 0.98x at the sixth, ``results/kernel_bench_h200_schedule_v8.md``, v8). Everywhere else "tl".
+#: ``split_kv_wgmma.tma_applies`` is false). On the H200 the seesaw kernel is the faster where a program walks
+#: many tiles and about equal at the smallest shapes (``results/kernel_bench_h200_stage1.md``); so is the balanced
+#: path with it (``kernel_lab/results/kernel_bench_h200_schedule_v8.md``). Everywhere else "tl".
 DEFAULT_STAGE1 = "seesaw"
 
 
@@ -419,15 +418,17 @@ class Stage2Config(NamedTuple):
     num_warps: int
 
 
-#: Stage 2's configs, one per kind of batch (``stage2_config``; timed on the H200: ``results/stage2_ab_h200.md``).
-#: Requests in many pieces: a [16, 4, 128] float32 tile, 4 partials loaded together (``kernels/NOTES.md`` v6).
+#: Stage 2's configs, one per kind of batch (``stage2_config``; timed on the H200:
+#: ``kernel_lab/results/stage2_ab_h200.md``).
+#: Requests in many pieces: a [16, 4, 128] float32 tile, 4 partials loaded together.
 STAGE2_MANY = Stage2Config(16, 4, 128, 4)
 #: Few pieces a request, 64 heads or more: a program merges 8 heads' 512 columns one partial at a time (96 registers
 #: a thread where STAGE2_MANY holds 158, so more programs fit an SM).
 STAGE2_FEW_WIDE = Stage2Config(8, 1, 512, 4)
 #: Few pieces, fewer heads: [16, 2, 128] at 8 warps (64 registers); its columns in 4 programs, for enough of them.
 STAGE2_FEW_NARROW = Stage2Config(16, 2, 128, 8)
-#: None: each batch's config from ``stage2_config``; a Stage2Config: that one for every batch (``tools.stage2_ab``).
+#: None: each batch's config from ``stage2_config``; a Stage2Config: that one for every batch
+#: (``kernel_lab.tools.stage2_ab``).
 STAGE2_CONFIG: Stage2Config | None = None
 
 
@@ -435,7 +436,8 @@ def stage2_config(batch: int, heads: int, parts: int) -> Stage2Config:
     """Stage 2's config for a balanced call, from what the host knows: B, h_q and the parts. The parts' segments
     number at most ``parts + B - 1``, so a request has at most ``(parts + B - 1) / B`` partials on average. Above 4
     (B=16 on the H200: a few long requests cut into many pieces) STAGE2_MANY loads them 4 at a time; else
-    STAGE2_FEW_WIDE where there are 64 heads or more, STAGE2_FEW_NARROW below (measured: ``kernels/NOTES.md`` v16)."""
+    STAGE2_FEW_WIDE where there are 64 heads or more, STAGE2_FEW_NARROW below (measured:
+    ``kernel_lab/results/stage2_ab_h200.md``)."""
     if batch < 1 or heads < 1 or parts < 1:
         raise ValueError(f"stage2_config needs batch, heads and parts >= 1, got {batch}, {heads}, {parts}")
     if parts + batch - 1 > 4 * batch:

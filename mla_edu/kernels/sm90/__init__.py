@@ -10,10 +10,10 @@ Triton's own compiler and the ptxas it ships, and reports what a GPU engineer re
 * ``registers`` and ``spill_bytes`` (``ptxas -v``), ``shared_bytes``; ``ptx``;
 * ``wgmma_serialized``: whether ptxas serialized the function's wgmma (its C7512 note, "wgmma.mma_async
   instructions are serialized due to insufficient register resources"): it then waits for each product before
-  it issues the next, in the whole kernel, and nothing else in the report shows it (``kernels/NOTES.md``, v17).
+  it issues the next, in the whole kernel, and nothing else in the report shows it.
 
 ``skipped_multiplies`` and ``exponentials_of_an_fma`` read two of the seesaw's softmax choices from its PTX
-(``kernels/NOTES.md``, v19 and v20).
+(``kernel_lab/essay.md``).
 
 Kinds: "tl" (``split_kv_triton.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
 (``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel), "seesaw"
@@ -49,7 +49,8 @@ def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", fina
     """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant;
     ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``);
     ``scheduled``: the balanced schedule's persistent variant (``kernels.schedule``); ``seesaw_file``: kind
-    "seesaw" compiled from this copy of ``split_kv_seesaw.py`` (a variant, as ``tools.stage1_ab`` times one)."""
+    "seesaw" compiled from this copy of ``split_kv_seesaw.py`` (a variant, as ``kernel_lab.tools.stage1_ab`` times
+    one)."""
     kinds = tuple(kinds)
     bad = [k for k in kinds if k not in STAGE1_KINDS]
     if bad or not kinds:
