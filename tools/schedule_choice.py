@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
+from mla_edu.files import check_out_file, read_json, write_atomic
 from mla_edu.kernels import schedule as sc
 from mla_edu.paths import RESULTS_DIR
 from mla_edu.util import cdiv
@@ -132,18 +132,19 @@ def main(argv=None):
     ap.add_argument("--bench", default="results/kernel_bench_h200_schedule.json", help="a schedule_bench json")
     ap.add_argument("--out", default=None, help="also write the markdown to this file")
     args = ap.parse_args(argv)
-    with open(args.bench) as f:
-        data = json.load(f)
     try:
+        if args.out:
+            check_out_file(args.out, "--out")
+        data = read_json(args.bench, "--bench")
+        if not isinstance(data, dict):
+            raise ValueError(f"--bench: expected a schedule_bench run (a JSON object), got {type(data).__name__}")
         result = score(data)
     except ValueError as e:
-        ap.error(f"--bench: {e}")
+        ap.error(str(e) if str(e).startswith("--") else f"--bench: {e}")
     result["engine"] = engine_batches()
     md = to_markdown(result, args.bench)
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(md)
+        write_atomic(args.out, md)
     print(md)
 
 

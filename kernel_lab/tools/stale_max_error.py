@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from mla_edu.files import check_out_file, write_atomic
+
 THRESHOLDS = (0.0, 1.0, 2.0, 4.0, 8.0)  # 0: the row's true max at every tile (no threshold)
 OFFSETS = (0.0, 0.25, 0.5, 0.75, 3.0)  # P against the true max less this (log2 units)
 P_DTYPES = (torch.bfloat16, torch.float16, torch.float64)
@@ -111,11 +113,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="also write the table to this markdown file")
     args = ap.parse_args(argv)
+    if args.out:  # before the computation: a bad path fails in a second
+        try:
+            check_out_file(args.out, "--out")
+        except ValueError as e:
+            ap.error(str(e))
     text = table(errors(), offset_errors())
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_atomic(args.out, text + "\n")
 
 
 if __name__ == "__main__":

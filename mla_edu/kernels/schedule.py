@@ -50,7 +50,7 @@ import torch
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 from mla_edu.device import TRITON_INTERPRET
 from mla_edu.kernels.workspace import PROGRAMS_PER_SM, SPLIT_CHOICES, gpu_block_h
-from mla_edu.util import cdiv
+from mla_edu.util import cdiv, check_int
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -79,6 +79,13 @@ SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
 DIRECT, PARTIAL, IDLE = 1, 0, -1
 
 
+def _check_sizes(**sizes) -> None:
+    """TypeError/ValueError naming the first size that is not an int >= 1 (a page size, part or SM count of 0
+    would make an empty schedule or divide by zero)."""
+    for name, value in sizes.items():
+        check_int(name, value, 1)
+
+
 def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
               max_pages: int | None = None) -> tuple[float, float]:
     """(rule, balanced): modelled makespans in page-times (one program's time for one page; each program or
@@ -86,6 +93,8 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block)
     on the GPU's program slots, at least the longest and at least their total spread over the slots. The schedule:
     one part's share (``batch_plan``'s chunk) and one overhead."""
+    _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
+                 **({} if max_pages is None else {"max_pages": max_pages}))
     n = [cdiv(max(int(x), 0), page_size) for x in lens]
     max_pages = max(n + [1]) if max_pages is None else max_pages
     n = [min(k, max_pages) for k in n]
@@ -133,9 +142,10 @@ def workspace_bytes(batch: int, heads: int, d_latent: int, parts: int) -> int:
 @triton.jit
 def _cost(len_b, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
     """(tokens, pages read, cost) of requests of ``len_b`` tokens (scalars or vectors, int32; a negative length is
-    0, a request longer than its table row reads the row's ``max_pages`` pages)."""
-    len_b = tl.maximum(len_b, 0)
-    n = tl.minimum((len_b + PAGE - 1) // PAGE, max_pages)
+    0, a request longer than its table row reads the row's ``max_pages`` pages). The length is clamped to the
+    row's tokens first, so ``2**31 - 1`` does not overflow the page count."""
+    len_b = tl.minimum(tl.maximum(len_b, 0), max_pages * PAGE)
+    n = (len_b + PAGE - 1) // PAGE
     return len_b, n, tl.where(n > 0, n + OVERHEAD, 0)
 
 
@@ -250,6 +260,7 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int) -> list[Segme
     """Every part's segments, in workspace-row order (part by part, each part's requests in order), from the
     arithmetic the kernels run (``segments_kernel``: on the lengths' GPU, or in Triton's interpreter on CPU).
     ``seq_lens``: int32 [B] tensor or a list."""
+    _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts)
     if not isinstance(seq_lens, torch.Tensor):
         seq_lens = torch.tensor(seq_lens, dtype=torch.int32)
     dev = seq_lens.device if seq_lens.is_cuda or TRITON_INTERPRET else torch.device("cuda")
