@@ -6,7 +6,7 @@ For exploring, not the committed bench (``tools/schedule_bench.py``): each varia
 12 ragged batches and 9 uniform shapes) is measured as ``schedule_bench.measure(..., quick=True)`` does: the rule,
 the balanced schedule and FlashMLA, CUDA-graph replay. Prints one line per problem and the ragged geomean per
 variant, and writes ``variants.json``; ``--render JSON...`` writes the markdown of earlier runs (CPU is fine).
-The runs behind ``kernel_lab/essay.md`` are in ``kernel_lab/results/schedule_variants_h200.md``.
+The runs behind ``docs/kernel_essay.md`` are in ``kernel_lab/results/schedule_variants_h200.md``.
 """
 
 from __future__ import annotations

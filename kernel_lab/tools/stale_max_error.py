@@ -12,7 +12,7 @@ This runs the kernel's online softmax in torch, tile by tile (64 tokens, scores 
 seeded random requests (q and the cache N(0, 1), rounded to bf16; 64 heads, 1024 tokens, MLA's 576 / 512 columns),
 with everything in float64 but P, rounded to ``P_DTYPES`` in turn, and prints for each threshold the output's rms
 and max error against the float64 softmax, each relative to the reference's rms and max, averaged over the
-requests; then the same for fixed offsets. Quoted in ``kernel_lab/essay.md`` from
+requests; then the same for fixed offsets. Quoted in ``docs/kernel_essay.md`` from
 ``kernel_lab/results/stale_max_error_cpu.md``.
 """
 from __future__ import annotations
