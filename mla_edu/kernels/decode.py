@@ -11,12 +11,12 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from mla_edu.device import require_triton
 from mla_edu.kernels.contract import STRIDE_POLICIES, DecodePlan, check_common, check_flags, make_plan
 from mla_edu.kernels.cutlass import check_cutlass_call, mla_decode_cutlass
 from mla_edu.kernels.reference import mla_decode_reference
 from mla_edu.kernels.split_kv_torch import mla_decode_torch
 from mla_edu.kernels.schedule import SCHEDULES
-from mla_edu.kernels.split_kv_triton import mla_decode_triton, mla_decode_triton_balanced, plan_stage1
 from mla_edu.kernels.workspace import device_sm_count
 
 
@@ -40,11 +40,25 @@ def _reference(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, p
     return mla_decode_reference(q_nope, q_pe, cache, seq_lens, page_table, sm_scale, plan, checked).to(q_nope.dtype)
 
 
+def _triton(name: str) -> Callable:
+    """``split_kv_triton.<name>``, imported at its first call: Triton is optional (``device.require_triton``)."""
+
+    def call(*args):
+        require_triton('impl="triton"')
+        from mla_edu.kernels import split_kv_triton
+
+        return getattr(split_kv_triton, name)(*args)
+
+    call.__name__ = name
+    return call
+
+
 #: name -> implementation (see ``mla_decode``'s docstring); tests parametrize over it.
 IMPLS: dict[str, Impl] = {
     "reference": Impl(_reference),
     "torch": Impl(mla_decode_torch),
-    "triton": Impl(mla_decode_triton, plan_stage1=plan_stage1, balanced=mla_decode_triton_balanced),
+    "triton": Impl(_triton("mla_decode_triton"), plan_stage1=_triton("plan_stage1"),
+                   balanced=_triton("mla_decode_triton_balanced")),
     "cutlass": Impl(mla_decode_cutlass, check_cutlass_call, ("size",)),
 }
 

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 
-from mla_edu.device import TRITON_INTERPRET
+from mla_edu.device import TRITON_INTERPRET, require_triton
 from mla_edu.kernels.contract import STAGE1_KINDS
 from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 
@@ -50,6 +50,7 @@ def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", fina
     ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``);
     ``scheduled``: the balanced schedule's persistent variant (``kernels.schedule``); ``seesaw_file``: kind
     "seesaw" compiled from this copy of ``split_kv_seesaw.py`` (a variant, as ``tools.stage1_ab`` times one)."""
+    require_triton("compiling stage 1 for sm_90a (Triton's compiler)")
     kinds = tuple(kinds)
     bad = [k for k in kinds if k not in STAGE1_KINDS]
     if bad or not kinds:
