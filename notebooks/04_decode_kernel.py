@@ -480,7 +480,7 @@ else:
 # per-thread addresses; one page per tile). On the H200 the TMA kind is the faster (169 against
 # 196 us at h_q = 128, B = 64, L = 4096; the tl kernel 321 us): 1.53x less tensor work, 1.9x less
 # time. It is what a Hopper GPU runs at 16 and 32 heads a program; at 64, section 11's two-warpgroup
-# kernel replaced it (`split_kv_triton.DEFAULT_STAGE1 = "seesaw"`, the stage 1 the plan carries unless
+# kernel replaced it (`stage1.DEFAULT_GLUON = "seesaw"`, the stage 1 the plan carries unless
 # a call names another).
 #
 # At h_q = 16 the problem is the other way round. A wgmma's M is 64 rows; 16 heads as M would leave

@@ -133,7 +133,7 @@ def test_each_launch_is_one_custom_op():
 
 
 def test_launch_configs_default_explicit_and_interpreted():
-    from mla_edu.kernels import split_kv_triton as skt
+    from mla_edu.kernels.stage1 import tl as skt
 
     assert skt.launch_config(128, on_gpu=True) == (64, *skt.GPU_CONFIGS[64])  # 128 heads: two 64-head blocks
     assert skt.launch_config(20, on_gpu=True)[0] == 32

@@ -110,9 +110,9 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
       clamps (documented in ``mla_edu.kernels.contract``; a negative length attends to nothing:
       zeros). Table entries past ceil(len/PAGE) are never read. Must be a bool.
     sm_count: SM count for the auto split (None: GPU 0's, or 132 on CPU; else an int >= 1).
-    stage1, launch: impl "triton" only: its stage-1 kernel, one of ``contract.STAGE1_KINDS`` (None: the
+    stage1, launch: impl "triton" only: its stage-1 kernel, one of ``stage1.KINDS`` (None: the
       device's default, ``split_kv_triton.plan_stage1``), and the tl kernel's launch config (BLOCK_H, BLOCK_N,
-      num_warps, num_stages; None: ``split_kv_triton.launch_config``). The plan carries both.
+      num_warps, num_stages; None: ``stage1.tl.launch_config``). The plan carries both.
     schedule: "splits" (every request split ``num_kv_splits`` ways, the cutlass contract) or "balanced" (impl
       "triton", ``num_kv_splits=-1``: one near-equal part of the batch per SM, from the lengths, on the device;
       ``mla_edu.kernels.schedule``; its partials need ``schedule.workspace_bytes`` of workspace).
