@@ -4,6 +4,8 @@ other stage-1 kernels' rows (``--kernels``) render beside it."""
 import copy
 import json
 
+import pytest
+
 from mla_edu.paths import RESULTS_DIR as RESULTS
 from tools import kernel_bench as kb
 
@@ -35,6 +37,7 @@ def test_the_stage1_run_renders_to_its_table():
     assert kb.to_markdown(stage1) == (RESULTS / "kernel_bench_h200_stage1.md").read_text()
 
 
+@pytest.mark.triton
 def test_a_row_names_the_kernel_that_runs_there():
     """"seesaw" names the two-warpgroup kernel only where it runs (64-head programs, a cache TMA reads); elsewhere
     the TMA kernel runs, and the row says so (the first seesaw run labelled its 16-head rows "seesaw")."""
@@ -51,6 +54,7 @@ def test_a_row_names_the_kernel_that_runs_there():
     assert kb.stage1_name("tl", 128, 64, 64, cache(64)) == "tl"
 
 
+@pytest.mark.triton
 def test_backend_calls_runs_both_paths_on_one_problem():
     # tools.kernel_bench.backend_calls, what tools.stage1_ab and tools.schedule_profile time on the H200: here on
     # the CPU (Triton's interpreter, float32), a ragged batch with an empty request; both paths agree

@@ -8,6 +8,8 @@ from mla_edu.kernels import IMPLS, get_workspace_size, mla_decode, observe_plans
 from mla_edu.kernels.cases import random_decode_case as _case
 from op_log import OpLog
 
+pytestmark = pytest.mark.triton  # every test runs impl="triton" (tests/conftest.py: skipped without Triton)
+
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: Triton's interpreter; GPU: real kernels
 
 
