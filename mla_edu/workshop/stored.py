@@ -38,11 +38,14 @@ def stored_outputs(notebook: str, name: str) -> list[dict]:
 def show_stored(notebook: str, name: str, lines_from: str | None = None) -> None:
     """Print why the cell ``name`` of ``notebook`` is not run here, then show its stored outputs (streams as
     text, figures and other displays as they were stored). ``lines_from``: only the stored text lines that start
-    with it (a cell that runs its other lines here)."""
+    with it (a cell that runs its other lines here). A cell that printed nothing (a figure alone) gets no note
+    line, which nbval could not remove: the note of the Triton cell before it says why."""
     from IPython.display import display
 
-    print(f"{NOTE} {triton_available().reason}; the output of the committed run, with Triton:]")
-    for out in stored_outputs(notebook, name):
+    outputs = stored_outputs(notebook, name)
+    if any(out["output_type"] == "stream" and out["name"] == "stdout" for out in outputs):
+        print(f"{NOTE} {triton_available().reason}; the output of the committed run, with Triton:]")
+    for out in outputs:
         if out["output_type"] == "stream":
             text = "".join(out["text"])
             if lines_from is not None:
