@@ -1,17 +1,34 @@
-# Two commands do everything on a fresh machine (Linux, Python 3.11; see README):
+# Two commands do everything on a fresh machine (Linux or macOS on Apple silicon, Python 3.11; Windows: WSL2,
+# or the PowerShell commands of docs/setup.md):
 #   make repro   the main job: the bug reproduction on the shipped model
 #   make test    every test: unit tests, then pytest --nbval over all notebooks
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
-# (torch's CPU build, never a CUDA download), requirements/gpu.txt with one.
-# More: make test-lab (JupyterLab in headless Chromium), make book (static HTML site), make slides (a
-# reveal.js deck per notebook), make test-latest
-# (the tests against the newest release of every dependency), make lock (refresh the locks).
+# (torch's CPU build, never a CUDA download), requirements/gpu.txt with one, requirements/macos-arm64.txt on an
+# Apple-silicon Mac.
+# More: make test-lab (JupyterLab in headless Chromium), make test-gpu (the whole suite on a GPU machine with
+# its own Python, from carried wheels: make gpu-wheels), make book (static HTML site), make slides (a
+# reveal.js deck per notebook), make instructor (the notebooks and book with solutions), make test-kernel-lab (the
+# kernel lab's tests: kernel_lab/README.md), make test-latest
+# (the tests against the newest release of every dependency), make lock (refresh the locks), make
+# test-no-triton (the tests without Triton, as on a Mac), make check-platforms (the macOS and Windows locks
+# install there).
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 HAS_GPU := $(shell if nvidia-smi -L >/dev/null 2>&1; then echo 1; fi)
+# The lock by platform: Linux (and WSL2) by GPU, macOS on Apple silicon its own. PyTorch publishes no torch 2.13
+# for Intel Macs, and make on Windows is not supported: docs/setup.md says what to use there.
+OS_ARCH := $(shell uname -s)-$(shell uname -m)
+ifeq ($(OS_ARCH),Darwin-arm64)
+LOCK   := requirements/macos-arm64.txt
+else ifeq ($(OS_ARCH),Darwin-x86_64)
+$(error Intel Mac: torch 2.13 has no wheel for it (the last is 2.2.2); docs/setup.md says what to use instead)
+else ifneq ($(filter Linux-%,$(OS_ARCH)),)
 LOCK   := requirements/$(if $(HAS_GPU),gpu,cpu).txt
+else
+$(error $(OS_ARCH): no lock for this platform; docs/setup.md lists the supported ones (Windows: WSL2 or PowerShell))
+endif
 TORCH_PIN := $(shell grep -E '^torch==' $(LOCK))
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP    := -m pip install -q --disable-pip-version-check
@@ -23,7 +40,8 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
-.PHONY: repro test lint unit nbval test-lab book slides test-latest lock figures notebooks clean-venv
+.PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab test-kernel-lab book slides instructor test-latest \
+	test-no-triton check-platforms lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -51,13 +69,27 @@ test: $(VENV)/.ready lint
 
 # ruff (pyproject.toml's [tool.ruff]) over the library, tools, tests and the notebooks' .py sources.
 lint: $(VENV)/.ready
-	$(VENV)/bin/ruff check mla_edu tools tests notebooks/*.py
+	$(VENV)/bin/ruff check mla_edu tools tests kernel_lab notebooks/*.py
 
 unit: $(VENV)/.ready
 	$(PY) -m pytest -q $(XDIST) tests
 
 nbval: $(VENV)/.ready
 	$(PY) -m pytest -q $(XDIST) $(NBVAL) notebooks/*.ipynb
+
+# The whole suite on a GPU machine that has its own Python with torch and triton and no network (the H200): the
+# lock's test stack from wheels in .whl/ (make gpu-wheels, run where pip works), installed into /tmp/site, then every
+# unit test and every notebook (--nbval-lax), each part in ONE pytest process, and results/gpu_suite_h200.md
+# (tools/gpu_suite.py). GPU_PARTS=unit or nbval runs one part (a machine that limits a command's time); COMMIT names
+# the commit in the report where the copy has no .git.
+GPU_PY ?= python3
+GPU_PARTS ?= unit nbval
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+test-gpu:
+	COMMIT=$(COMMIT) $(GPU_PY) -m tools.gpu_suite run $(GPU_PARTS)
+
+gpu-wheels:
+	$(PYTHON) -m tools.gpu_suite wheels
 
 # JupyterLab from .venv on 127.0.0.1, driven by headless Chromium: Run All in every notebook, the panel's
 # run button in notebook 08, and the book's pages. Installs Debian's chromium + chromium-driver if missing.
@@ -66,9 +98,20 @@ test-lab: $(VENV)/.ready book slides
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
 	$(PY) -m pytest -q -m lab tests/lab
 
+# The kernel lab's tests (kernel_lab/README.md), not part of make test: the essay's numbers and the A/B results'
+# readings recomputed from their files, the variant patches applied to the seesaw kernel and compiled for sm_90a.
+test-kernel-lab: $(VENV)/.ready
+	$(PY) -m pytest -q $(XDIST) kernel_lab/tests
+
 # A static HTML site of the executed notebooks (Sphinx + MyST-NB; the stored outputs, nothing re-run).
 book: $(VENV)/.ready
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs build/book
+
+# The instructor's copies: every notebook with its solutions (instructor/solutions/, instructor/ex08.py) in
+# build/instructor/notebooks/, and the book built from them in build/instructor/book/. The learner's notebooks,
+# book and package carry no solution.
+instructor: $(VENV)/.ready
+	$(PY) -m tools.instructor
 
 # A reveal.js deck per notebook, made of its core sections, in build/book/slides/ (linked from the book's
 # instructor pages). reveal.js, require.js, jQuery and MathJax: exact versions from the npm registry, checked
@@ -97,18 +140,56 @@ endif
 	MLA_EDU_UNLOCKED=1 $(LATEST)/bin/python -m pytest -q tests
 	MLA_EDU_UNLOCKED=1 $(LATEST)/bin/python -m pytest -q $(NBVAL) notebooks/*.ipynb
 
-# Refresh both locks with uv's resolver (for Python 3.11 on Linux x86_64), then run make test-latest and
-# make test. uv lives in its own small venv, so that this works before .venv exists.
+# The tests as on a laptop without Triton (macOS, Windows): a venv from the Linux CPU lock less Triton, then the
+# main job (its tables must be results/repro_cpu.md's), the unit tests (those that need Triton skip themselves)
+# and strict nbval over every notebook.
+NO_TRITON := .venv-no-triton
+test-no-triton:
+	rm -rf $(NO_TRITON)
+	$(PYTHON) -m venv $(NO_TRITON)
+	grep -v -E '^triton==' requirements/cpu.txt > $(NO_TRITON)/lock.txt
+	$(NO_TRITON)/bin/python $(PIP) --no-deps "$$(grep -E '^torch==' requirements/cpu.txt)" 2>/dev/null || \
+		$(NO_TRITON)/bin/python $(PIP) --no-deps "$$(grep -E '^torch==' requirements/cpu.txt)" --extra-index-url $(TORCH_CPU_INDEX)
+	$(NO_TRITON)/bin/python $(PIP) -r $(NO_TRITON)/lock.txt
+	$(NO_TRITON)/bin/python $(PIP) --no-deps -e .
+	! $(NO_TRITON)/bin/python -m pip check | grep -v 'mla-edu [0-9.]* requires triton, which is not installed'
+	! $(NO_TRITON)/bin/python -c "import triton" 2>/dev/null
+	$(NO_TRITON)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	$(NO_TRITON)/bin/python -c "import mla_edu.kernels, mla_edu.serving"
+	$(NO_TRITON)/bin/python -m mla_edu.case_study.repro > $(NO_TRITON)/repro.md
+	$(NO_TRITON)/bin/python -m tools.same_repro_table results/repro_cpu.md $(NO_TRITON)/repro.md
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope tests
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval notebooks/*.ipynb
+
+# Every package of the macOS (Apple silicon) and Windows locks, and this package, has a wheel there (pip
+# install --dry-run --only-binary=:all: --platform), the locks resolve there with that platform's markers
+# (uv), and an Intel Mac's newest torch is older than the lock's. Needs the network.
+check-platforms:
+	test -x $(UV) || ($(PYTHON) -m venv .venv-uv && .venv-uv/bin/python $(PIP) "uv==$(UV_VERSION)")
+	$(PYTHON) -m tools.check_platforms --uv $(UV)
+
+# Refresh the locks with uv's resolver, for Python 3.11: cpu.txt and gpu.txt for Linux x86_64, macos-arm64.txt
+# for Apple silicon and windows-amd64.txt for Windows (PyPI's torch there: the CPU build; no Triton), then run
+# make test-latest and make test. The macOS and Windows locks start from the Linux CPU lock (uv keeps an output
+# file's versions where it can), so all locks pin the same versions of what they share (tests/test_packaging.py).
+# No lock for Intel Macs: PyTorch publishes no torch 2.13 for them. uv lives in its own small venv, so that this
+# works before .venv exists.
 UV_VERSION := 0.13.9
 UV := .venv-uv/bin/uv
-LOCK_ARGS = pyproject.toml --extra dev --extra lab --extra book --python-version 3.11 \
-	--python-platform x86_64-manylinux_2_28 --no-config --custom-compile-command "make lock"
+LOCK_ARGS = pyproject.toml --extra dev --extra lab --extra book --python-version 3.11 --no-config \
+	--custom-compile-command "make lock"
+LAPTOP_LOCKS := macos-arm64:aarch64-apple-darwin windows-amd64:x86_64-pc-windows-msvc
 lock:
 	test -x $(UV) || ($(PYTHON) -m venv .venv-uv && .venv-uv/bin/python $(PIP) "uv==$(UV_VERSION)")
-	$(UV) pip compile $(LOCK_ARGS) requirements/cpu.in -o requirements/cpu.txt \
-		$$(ls /opt/wheels/torch-*+cpu-*.whl >/dev/null 2>&1 && echo --find-links /opt/wheels || \
+	$(UV) pip compile $(LOCK_ARGS) --python-platform x86_64-manylinux_2_28 requirements/cpu.in \
+		-o requirements/cpu.txt $$(ls /opt/wheels/torch-*+cpu-*.whl >/dev/null 2>&1 && echo --find-links /opt/wheels || \
 		   echo --extra-index-url $(TORCH_CPU_INDEX) --index-strategy unsafe-best-match)
-	$(UV) pip compile $(LOCK_ARGS) requirements/gpu.in -o requirements/gpu.txt
+	$(UV) pip compile $(LOCK_ARGS) --python-platform x86_64-manylinux_2_28 requirements/gpu.in -o requirements/gpu.txt
+	for lock in $(LAPTOP_LOCKS); do \
+		cp requirements/cpu.txt requirements/$${lock%%:*}.txt && \
+		MACOSX_DEPLOYMENT_TARGET=14.0 $(UV) pip compile $(LOCK_ARGS) --python-platform $${lock#*:} \
+			requirements/laptop.in -o requirements/$${lock%%:*}.txt || exit 1; \
+	done
 
 # Regenerate every figure in figures/ (deterministic).
 figures: $(VENV)/.ready

@@ -278,16 +278,16 @@ fig = kv_cache_bytes_per_token()
 #
 # ## Exercises (optional)
 #
-# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
-# answers, with the why, are in the collapsed dropdowns.
+# instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** Set `rope_interleave=False` in `MLAConfig.tiny(...)` and re-run the `transformers` check with
 # the same weights. Does `NaiveMLA` still agree with `DeepseekV3Attention` to $10^{-5}$, when the
 # cached `k_pe` is laid out differently? (`True` or `False`; then say why.)
 
 # %%
-ex1_still_agrees = None  # True or False
+ex1_still_agrees = ...  # True or False
 
 # %%
 from mla_edu.workshop import checks  # noqa: E402
@@ -303,24 +303,13 @@ r1 = checks.check_choice("exercise 1", ex1_still_agrees, {True: "they still agre
                          flat_err < 1e-5)
 
 # %% [markdown]
-# <details><summary>Answer 1</summary>
-#
-# `True`: the error stays below $10^{-5}$. Both sides read the same flag and pair the same rope
-# dimensions: interleaved pairs `(0, 1), (2, 3), ...` or split halves `(i, i + d/2)`. The two layouts differ
-# by one fixed permutation of the rope dimensions, applied to `q_pe` and to `k_pe` alike, and a dot
-# product does not change when both vectors are permuted the same way. The cache holds `k_pe` in
-# whichever layout the model was built with; only mixing layouts (keys cached in one, queries rotated in
-# the other) would break it.
-#
-# </details>
-#
 # **2.** DeepSeek-V2-Lite has `q_lora_rank=None`. Which parameters of `NaiveMLA` disappear, and which
 # appear, against `MLAConfig.tiny()` (which compresses the query)? Give two sets of names as
 # `named_parameters()` spells them (e.g. `"o_proj.weight"`).
 
 # %%
-ex2_disappear = None  # a set of parameter names
-ex2_appear = None  # a set of parameter names
+ex2_disappear = ...  # a set of parameter names
+ex2_appear = ...  # a set of parameter names
 
 # %%
 with_q_lora = {name for name, _ in NaiveMLA(MLAConfig.tiny()).named_parameters()}
@@ -329,22 +318,12 @@ r2 = [checks.check_items("exercise 2, disappear", ex2_disappear, with_q_lora - w
       checks.check_items("exercise 2, appear", ex2_appear, without_q_lora - with_q_lora)]
 
 # %% [markdown]
-# <details><summary>Answer 2</summary>
-#
-# Disappear: `q_a_proj.weight`, `q_a_layernorm.weight`, `q_b_proj.weight` (the query's down-projection to
-# `q_lora_rank`, its RMSNorm, and the up-projection from it). Appears: `q_proj.weight`, one
-# `[n_h (d_h^C + d_h^R), hidden]` projection straight from the hidden state. The key-value side
-# (`kv_a_proj_with_mqa`, `kv_a_layernorm`, `kv_b_proj`) and `o_proj` are unchanged: the cache does not
-# depend on how the query is made.
-#
-# </details>
-#
 # **3.** How many bytes would one request of 128K = 131,072 tokens cache in DeepSeek-V3 (61 layers,
 # bf16) with MLA? With MHA (DeepSeek's real widths, as in the table above)?
 
 # %%
-ex3_mla_bytes = None  # an int
-ex3_mha_bytes = None  # an int
+ex3_mla_bytes = ...  # an int
+ex3_mha_bytes = ...  # an int
 
 # %%
 tokens = 128 * 1024
@@ -359,12 +338,3 @@ for scheme, prediction in [("MLA", ex3_mla_bytes), ("MHA", ex3_mha_bytes)]:
                   2 * v3.num_attention_heads * 128 * 2 * layers * tokens:
                       "that counts 128-wide keys: DeepSeek's MHA key is 192 wide (its RoPE part included)"}))
 
-# %% [markdown]
-# <details><summary>Answer 3</summary>
-#
-# MLA: 1,152 bytes per token and layer (576 numbers in bf16) $\times$ 61 layers $\times$ 131,072 tokens
-# = 9,210,691,584 bytes, about 9.2 GB. MHA: 81,920 bytes per token and layer (128 heads $\times$
-# (192 + 128) numbers $\times$ 2 bytes) $\times$ 61 $\times$ 131,072 = 654,982,512,640 bytes, about
-# 655 GB: more than four H200s hold (141 GB each), for one request.
-#
-# </details>

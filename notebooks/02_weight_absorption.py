@@ -321,16 +321,16 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 #
 # ## Exercises (optional)
 #
-# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
-# answers, with the why, are in the collapsed dropdowns.
+# instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** In the "why decoupled" cell, absorb the query as $W^\top R_3^\top q$ instead of $W^\top q$.
 # Which of the five positions' scores come out right now? (A set of positions.) Then: why can no single
 # absorbed query get them all?
 
 # %%
-ex1_right_positions = None  # a set of positions in 0..4
+ex1_right_positions = ...  # a set of positions in 0..4
 
 # %%
 from mla_edu.workshop import checks  # noqa: E402
@@ -348,47 +348,30 @@ r1 = checks.check_items("exercise 1", ex1_right_positions, right, mistakes={
     frozenset(range(5)): "one absorbed query carries one rotation; each key position needs its own"})
 
 # %% [markdown]
-# <details><summary>Answer 1</summary>
-#
-# Only position 3: $q^\top R_j W c_j = (W^\top R_j^\top q)^\top c_j$, so the query absorbed with $R_3^\top$
-# matches the key rotated by $R_3$ and no other (position 0 is now wrong too). A score against position
-# $j$ needs $W^\top R_j^\top q$: one absorbed query per cached position, i.e. the per-token work absorption
-# removes. Hence the decoupled rope part, rotated on its own, outside $W$.
-#
-# </details>
-#
 # **2.** Compute the decode intensity (FLOP per byte, `cost.decode_intensity`'s shape) for
 # `num_attention_heads=64`, and say on which side of the H200's ridge it lies: `"memory"` (below) or
 # `"compute"` (above).
 
 # %%
-ex2_intensity = None  # FLOP per byte, within 5%
-ex2_bound = None  # "memory" or "compute"
+ex2_intensity = ...  # FLOP per byte, within 5%
+ex2_bound = ...  # "memory" or "compute"
 
 # %%
 at_64 = cost.decode_intensity(v3.replace(num_attention_heads=64))
 r2 = [checks.check_number("exercise 2, intensity", ex2_intensity, at_64, tolerance=0.05, unit=" FLOP/byte",
-                          mistakes={128.0: "2 n_h rounds 1088/576 up to 2; the ratio is 1.89"}),
+                          mistakes={128.0: "you rounded the FLOP-per-byte ratio of one head up to 2; keep it exact"}),
       checks.check_choice("exercise 2, side of the ridge", ex2_bound,
                           {"memory": "below the ridge: memory-bound", "compute": "above the ridge: compute-bound"},
                           "compute" if at_64 > ridge else "memory")]
 
 # %% [markdown]
-# <details><summary>Answer 2</summary>
-#
-# About 117 FLOP/byte (the long-context limit is $64 \cdot 1088 / 576 = 121$; reading q and writing o
-# bring it down a little). The ridge measured on the H200 is about 165 FLOP/byte, so 64 heads are
-# memory-bound: the crossing lies between 64 and 128 heads.
-#
-# </details>
-#
 # **3.** Count the bytes of $W^{UQ\top} W^{UK}$ for all 128 heads of DeepSeek-V3 in bf16 (per head
 # $W^{UQ}_i$ is `[128, q_lora_rank]`, $W^{UK}_i$ is `[128, kv_lora_rank]`), and the bytes of the two
 # factors.
 
 # %%
-ex3_product_bytes = None  # an int
-ex3_factor_bytes = None  # an int
+ex3_product_bytes = ...  # an int
+ex3_factor_bytes = ...  # an int
 
 # %%
 heads, d_nope, d_q, d_kv = v3.num_attention_heads, v3.qk_nope_head_dim, v3.q_lora_rank, v3.kv_lora_rank
@@ -399,14 +382,6 @@ r3 = [checks.check_number("exercise 3, product", ex3_product_bytes, product, uni
           2 * factors: "that is 4 bytes a number: bf16 is 2", factors // heads: "that is one head; count all 128",
           heads * (v3.qk_head_dim * d_q + d_nope * d_kv) * 2:
               "that counts the 64 rope rows of the query projection; only the 128 content rows meet W^UK"})]
-print(f"the product is {product / factors:.0f} times the factors")
+if all(r.passed for r in r3):  # the ratio would answer the exercise
+    print(f"the product is {product / factors:.0f} times the factors")
 
-# %% [markdown]
-# <details><summary>Answer 3</summary>
-#
-# Per head the product is `[1536, 512]` against the factors' `128 x 1536 + 128 x 512`: 786,432 numbers
-# against 262,144. For 128 heads in bf16: 201,326,592 bytes (201 MB) for the product, 67,108,864 bytes
-# (67 MB) for the factors, 3 times less. The product only pays when its one matrix multiply is cheaper
-# than the two thin ones; in bytes it always loses.
-#
-# </details>

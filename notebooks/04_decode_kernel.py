@@ -55,9 +55,9 @@ IMPL = "triton" if TRITON else "torch"  # the kernel of sections 6-8's demos: bo
 # $$o_{b,h} = \sum_t \operatorname{softmax}_t\big(s \cdot [q^{nope}_{b,h}; q^{pe}_{b,h}] \cdot [c_t; k^{pe}_t]\big)\, c_t,
 # \qquad s = \tfrac{1}{\sqrt{128 + 64}}\ (\times\ \text{YaRN } m^2)$$
 #
-# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py` as of SGLang PR #7184: PR #7145
-# split the query into `q_nope` and `q_pe` and added `num_kv_splits`, #7184 added `sm_scale` and
-# made one split the default):
+# sgl-kernel's wrapper (`sgl-kernel/python/sgl_kernel/attention.py` as of SGLang PR #7184: PR #6929
+# added `num_kv_splits`, #7145 split the query into `q_nope` and `q_pe`, #7184 added `sm_scale` and
+# made one split the default; `docs/sources.md`):
 #
 # | argument | shape | dtype |
 # |---|---|---|
@@ -431,7 +431,7 @@ fig = kernel_bench_figure()
 # - The Gluon kernel: the scores split between the warpgroups (each its own 32 tokens), P through
 #   shared memory, P V split by output columns as FlashMLA does, pages brought in by TMA. It still
 #   runs load, scores, softmax and P V one after another in both warpgroups, which is what is left
-#   between it and FlashMLA (`kernels/NOTES.md`, v4).
+#   between it and FlashMLA (`kernel_lab/essay.md`).
 #
 # SGLang's Triton kernel is slower at every shape it runs (1.36x and more; its 16-head programs
 # read every page 8 times at h_q = 128; its int32 offsets cannot address a cache of 2^31 elements,
@@ -528,13 +528,13 @@ else:
     show_stored(NB, "sm90-seesaw")
 
 # %% [markdown]
-# Two later changes trim the softmax between the products (`kernels/NOTES.md`, v19 and v20). A row's scale
+# Two later changes trim the softmax between the products (`kernel_lab/essay.md`). A row's scale
 # 2^(m_old - m_new) is exactly 1 wherever its max did not move, and the seesaw keeps a row's max until a score
-# passes it by more than 8 in log2 units, FlashAttention-4's threshold for 16-bit inputs: P then stays below 2^8,
+# passes it by more than 8 in log2 units, FlashAttention-4's threshold for 16-bit inputs: P is then at most 2^8,
 # and the sums, taken against the same max, are unchanged. After a request's first tiles almost every scale is
 # 1, so each warpgroup tests "any scale not 1" with one warp reduction and skips the multiply of its 64 x 256
 # float32 output, twice a pair. The price is in P's bf16 rounding: its largest entry is no longer exactly 1
-# (`tools/stale_max_error.py`). And each score is scaled inside its exponential, 2^(S qk_scale - m): one fused
+# (`kernel_lab/tools/stale_max_error.py`). And each score is scaled inside its exponential, 2^(S qk_scale - m): one fused
 # multiply-add. Both can be read in the PTX:
 
 # %%
@@ -555,7 +555,7 @@ else:
 # 1.2 KB: q_pe (8 KB) had to move into each warpgroup's registers, as FlashMLA keeps one of its nine q
 # pieces in registers.
 #
-# Do the hand-offs hide the softmax? The prediction, written before any run (`kernels/NOTES.md`, v7),
+# Do the hand-offs hide the softmax? The prediction, written before any run,
 # was 120-145 us at B = 64, L = 4096, where the TMA kernel took 174. The H200's answer, every stage-1
 # kernel timed on the same bytes in one run (`python -m tools.kernel_bench --quick --kernels --pages 64`,
 # `results/kernel_bench_h200_stage1.md`; us):
@@ -579,7 +579,10 @@ assert big["triton_us"] > big["flashmla_us"]  # ... and FlashMLA is still ahead
 # about the same at the small shapes, where a program holds one or two pairs and the fixed costs
 # dominate. It is the default at 64 heads now. FlashMLA is still 1.19x faster: Nsight Compute's stall
 # sampling shows both kernels waiting alike for their tiles, and the seesaw's warpgroups waiting more often
-# for their own tensor-core products to finish (`kernels/NOTES.md`, v9).
+# for their own tensor-core products to finish (`kernel_lab/results/kernel_stalls_h200_seesaw.md`).
+#
+# What the kernel does against FlashMLA, why it is fast, where FlashMLA is still ahead and why, and what was
+# tried and did not help, each with its results file: [the kernel lab's essay](../kernel_lab/essay.md).
 #
 # ## 12. Ragged batches: a balanced schedule (optional)
 #
@@ -661,8 +664,7 @@ else:
 # Every part holds 29 page-times of the line, yet the last part finishes after 34: a part whose first
 # request began in an earlier part pays that request's fixed cost of 5 again, off its own stretch of the
 # line. Every other cost it pays lies on its stretch, so no part runs past chunk + 5. (Spread the overhead
-# over a request's pages instead, and a part cut on both ends pays nearly two: 38 here, `kernels/NOTES.md`
-# v11.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places
+# over a request's pages instead, and a part cut on both ends pays nearly two: 38 here.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places
 # them (simulated: the next program to the first free SM); below, each SM's persistent program walking its
 # part's segments (`schedule.part_timeline`). Request 53 is hatched:
 
@@ -681,8 +683,9 @@ else:
 # (`csrc/kernels/get_mla_metadata.cu` lines 8-75) sums the batch's 64-token blocks plus a fixed
 # overhead of 5 per request (`csrc/kernels/config.h` line 11), gives each of `num_sm_parts` parts an
 # equal payload (line 34: the share plus one overhead, since every piece of a cut request pays its own,
-# lines 44-62; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`, `csrc/flash_api.cpp` line 39) and
-# writes where each part begins and ends. Its attention kernel is persistent, one CTA per part,
+# lines 44-62, and never less than two overheads; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`,
+# `csrc/flash_api.cpp` line 39) and writes where each part begins and ends. Its attention kernel is
+# persistent, one CTA per part and 64-head block (`splitkv_mla.cu` line 1339),
 # so the grid says nothing about the work: each CTA reads its begin and end from that tensor and walks
 # the requests between (`csrc/kernels/splitkv_mla.cu` lines 1019-1039), and the combine kernel merges
 # each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-30).
@@ -703,17 +706,24 @@ else:
 # vector operations next to its pages' loads.
 #
 # Does the closed form give up anything against FlashMLA's walk? Its walk, replayed in Python on the same
-# batch (`schedule.flashmla_makespan`: each part's payload, whole requests while they fit, a piece of the
-# next if more than its overhead is left):
+# batch (`flashmla_schedule.flashmla_parts`: each part's payload, whole requests while they fit, a piece of
+# the next if more than its overhead is left), and on one request alone at 128 heads on the H200's 132 SMs,
+# where the floor of two overheads sets the piece size:
 
 # %%
+from mla_edu.kernels import flashmla_schedule  # noqa: E402
+
 # stored output: schedule-flashmla
 if TRITON:
-    walk = schedule.flashmla_makespan(ragged, 64, parts)  # page-times of FlashMLA's slowest part
+    walk = flashmla_schedule.flashmla_makespan(ragged, 64, parts)  # page-times of FlashMLA's slowest part
     print(f"slowest part: FlashMLA's walk {walk} page-times, the closed form {spans['balanced']:.0f}")
     assert spans["balanced"] <= walk  # the same bound, and no kernel that has to run first
 else:
-    show_stored(NB, "schedule-flashmla")
+    show_stored(NB, "schedule-flashmla", lines_from="slowest part")
+fm_parts = flashmla_schedule.num_sm_parts(128, 132)
+one_request = {n: flashmla_schedule.pieces_per_request([n], fm_parts)[0] for n in (1024, 4096, 16384)}
+print(f"h_q=128: {fm_parts} parts; one request cut into", ", ".join(f"{k} pieces at L={n}"
+                                                              for n, k in one_request.items()))
 
 # %% [markdown]
 # On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
@@ -741,7 +751,7 @@ assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the ker
 # The schedule takes the rule's 0.40x of FlashMLA on ragged batches to 1.05x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
 # within 1% of FlashMLA or faster at every batch. At 128 heads it reaches 0.87-1.06x of FlashMLA: mostly the
-# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernels/NOTES.md`, v8 and v9). The
+# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernel_lab/essay.md`). The
 # price is a fixed cost the split rule does not pay, seen at
 # small uniform batches (1.1-1.7x the best split there): the merge's launch and the partials of requests
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the
@@ -784,15 +794,15 @@ assert engine["auto"]["replays_by_path"] == {"splits": engine["auto"]["decode_st
 #
 # ## Exercises (optional)
 #
-# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
-# answers, with the why, are in the collapsed dropdowns.
+# instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** Using the formula of section 5 (automatic splits, 132 SMs), what is the smallest batch size at
 # which a 4096-token table gets only one split?
 
 # %%
-ex1_first_single_split_batch = None  # an int
+ex1_first_single_split_batch = ...  # an int
 
 # %%
 from mla_edu.kernels.contract import pages_read  # noqa: E402
@@ -800,24 +810,16 @@ from mla_edu.workshop import checks  # noqa: E402
 
 first_single = next(bsz for bsz in range(1, 1000) if num_kv_splits_for(4096, bsz, 132, -1) == 1)
 r1 = checks.check_number("exercise 1", ex1_first_single_split_batch, first_single, mistakes={
-    first_single - 1: "at that batch size sm_count // B is still 2",
-    133: "heur is at least 1 (its floor), and it reaches 1 before sm_count // B reaches 0"})
+    first_single - 1: "compute the formula at that batch size, step by step: heur, then split",
+    133: "heur has a floor of 1: find the batch size where heur first equals 1, not where sm_count // B is 0"})
 
 # %% [markdown]
-# <details><summary>Answer 1</summary>
-#
-# 67. A 4096-token table has `max_splits = 32`; `heur = min(32, max(1, 132 // B))` is 2 up to B = 66
-# (132 // 66 = 2) and 1 from B = 67 on, and `split = ceil(32 / ceil(32 / heur))` follows heur here.
-# Section 5's 4224-token table (33 chunks) stops at the same batch size.
-#
-# </details>
-#
 # **2.** Make `naive_decode` read the page table through a `row_stride`: request `b`'s page `j` at flat
 # index `b * row_stride + j` (what `pages_read` computes). Feed it section 7's narrow view `[:4, :1]` with
 # `row_stride = size(1)`. Which requests come out right? (A set of request rows.)
 
 # %%
-ex2_right_requests = None  # a set of request rows
+ex2_right_requests = ...  # a set of request rows
 
 # %%
 buf7 = torch.full((6, case.page_table.size(1) + 4), 1, dtype=torch.int32, device=DEVICE)  # section 7's buffer
@@ -831,25 +833,16 @@ strided = naive_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, stride
 right_rows = {i for i in range(4) if ((strided[i].double() - truth[i]).norm() / truth[i].norm()) < 1e-5}
 r2 = checks.check_items("exercise 2", ex2_right_requests, right_rows, mistakes={
     frozenset(range(4)): "that is the full-width view's result; a 1-wide view steps rows by 1",
-    frozenset(): "request 0 starts at flat index 0 whatever the stride"})
+    frozenset(): "where does request 0 start reading, whatever the stride?"})
 
 # %% [markdown]
-# <details><summary>Answer 2</summary>
-#
-# Only request 0, as the Triton kernel gave in section 7: it reads from flat index 0 whatever the stride,
-# so its pages are its own. Request `b > 0` starts at flat index `b`, inside row 0, and reads row 0's
-# pages shifted by `b`, then entries of the next rows. The reference gather with the wrong stride makes the
-# same mistake as the kernel: the bug is in the stride, not in the kernel.
-#
-# </details>
-#
 # **3.** In section 4, cut request 2 into three splits, `(0, 32)`, `(32, 32)` (empty) and `(32, 50)`. What
 # are the empty split's `lse` and `o`? And does the merge still equal the full softmax?
 
 # %%
-ex3_empty_lse = None  # "-inf", "0" or "nan"
-ex3_empty_o = None  # "zeros" or "nan"
-ex3_merge_right = None  # True or False
+ex3_empty_lse = ...  # "-inf", "0" or "nan"
+ex3_empty_o = ...  # "zeros" or "nan"
+ex3_merge_right = ...  # True or False
 
 # %%
 kv2 = case.cache.reshape(-1, 576)[case.token_slots[2]].double()  # request 2's 50 rows, as in section 4
@@ -873,14 +866,3 @@ r3 = [checks.check_choice("exercise 3, lse", ex3_empty_lse, {"-inf": "log 0", "0
       checks.check_choice("exercise 3, merge", ex3_merge_right, {True: "right", False: "wrong"},
                           torch.allclose(merged3, truth[2], atol=1e-12))]
 
-# %% [markdown]
-# <details><summary>Answer 3</summary>
-#
-# The empty split's `lse` is $\log \sum_\emptyset e^{x} = \log 0 = -\infty$, and its `o` is an empty sum,
-# zeros (`softmax` over no tokens is an empty `[H, 0]` matrix, and `[H, 0] @ [0, 512]` is zeros). In the
-# merge its weight is $e^{-\infty - \max \ell} = 0$, so it adds $0 \cdot 0$ and the result is the full
-# softmax. It would break only if `o` were NaN (0 times NaN is NaN): a kernel must write zeros, not
-# garbage, for a split with no token, which is what `mla_decode` does for a 1-token request cut into
-# many splits.
-#
-# </details>

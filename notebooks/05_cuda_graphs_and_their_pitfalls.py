@@ -268,10 +268,15 @@ for line in (RESULTS / "graph_scenarios_h200_cuda.md").read_text().splitlines():
         h200_outcomes[m.group(1)] = m.group(2)
 
 
+print(f"{sc.count()} pitfalls in {len(sc.PITFALLS)} records (mla_edu.graphs.scenarios.pitfalls; -: no pitfall)")
+for p in sc.PITFALLS.values():
+    print(f"  {p.number or '-'}  {p.name:20s} under a graph: {p.outcome_cuda:32s} fix: {'yes' if p.fix else 'none'}")
+
+
 def show(name):
-    if "/triton" in name and not triton_available():  # Linux wheels only: the committed run's line
+    if sc.scenario(name).needs_triton and not triton_available():  # Linux wheels only: the committed run's line
         return show_stored("05_cuda_graphs_and_their_pitfalls", "narrow-view", lines_from=f"{name:26s} here:")
-    here = sc.SCENARIOS[name](DEVICE, "auto")
+    here = sc.run_scenario(name, DEVICE, "auto")
     print(f"{name:26s} here: {here:32s} H200 (real graphs): {h200_outcomes[name]}")
     assert here == h200_outcomes[name]
 
@@ -389,20 +394,19 @@ show("static_buffers")
 # found there too.
 
 # %%
-rep = sc.check_problem(sc.PROBLEMS["narrow_view/torch"](DEVICE), n_trials=4, seed=0)
+rep = sc.check_problem(sc.scenario("narrow_view/torch").build(DEVICE), n_trials=4, seed=0)
 print(rep)
 assert not rep.ok and "row stride" in rep.hint
-print(sc.check_problem(sc.PROBLEMS["narrow_view/torch:fixed"](DEVICE), n_trials=4, seed=0))
+print(sc.check_problem(sc.scenario("narrow_view/torch:fixed").build(DEVICE), n_trials=4, seed=0))
 
 # %%
 print(f"{'problem':26s} {'safe':5s} {'checker':8s} hint")
-for name, build in sc.PROBLEMS.items():
-    if name == "sync_in_capture":
+for s in sc.scenarios():
+    if s.refuses_capture:
         continue  # section 5
-    r = sc.check_problem(build(DEVICE), n_trials=4, seed=1)
-    safe = name.endswith(":fixed") or name == "static_buffers"
-    print(f"{name:26s} {str(safe):5s} {'OK' if r.ok else 'UNSAFE':8s} {(r.hint or '')[:60]}")
-    assert r.ok == safe
+    r = sc.check_problem(s.build(DEVICE), n_trials=4, seed=1)
+    print(f"{s.name:26s} {str(s.safe):5s} {'OK' if r.ok else 'UNSAFE':8s} {(r.hint or '')[:60]}")
+    assert r.ok == s.safe
 
 # %% [markdown]
 # The poisoning matters: without it, the stale-buffer bug is found only because the checker
@@ -437,7 +441,7 @@ for name, bad in [(".item()", lambda: x.sum().item()), ("x[x > 5]", lambda: x[x 
 # %%
 print(inspect.getsource(sc.sync_in_capture))  # the step, as the graph captures it
 show("sync_in_capture")
-r = sc.check_problem(sc.PROBLEMS["sync_in_capture"](DEVICE), n_trials=2)
+r = sc.check_problem(sc.scenario("sync_in_capture").build(DEVICE), n_trials=2)
 print(r.hint[:100])
 assert not r.ok
 
@@ -456,16 +460,16 @@ assert not r.ok
 #
 # ## Exercises (optional)
 #
-# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
-# answers, with the why, are in the collapsed dropdowns.
+# instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** In `sc.narrow_view`, capture the view 2 pages wide instead of 1 (row stride 2 instead of 8). Which
 # rows of the first replay batch read their own pages now? (A set of rows.) Why does row 0 stay right
 # whatever the width?
 
 # %%
-ex1_right_rows = None  # a set of rows in 0..3
+ex1_right_rows = ...  # a set of rows in 0..3
 
 # %%
 from mla_edu.graphs.check import HINTS  # noqa: E402
@@ -478,49 +482,31 @@ toy.fill_page_table(toy.kv_indices, len(reqs1))
 own = sc.pages_read(toy.kv_indices[:, :sc.W], toy.seq_lens)  # [4, W] through the full width
 two_wide = sc.pages_read(toy.kv_indices[:, :2], toy.seq_lens)  # through a 2-wide view: row stride 2
 r1 = checks.check_items("exercise 1", ex1_right_rows, {b for b in range(4) if bool((own[b] == two_wide[b]).all())},
-                        mistakes={frozenset({0, 1}): "row 1 now starts at flat index 2: row 0's third page"})
+                        mistakes={frozenset({0, 1}): "follow row 1's reads: at row stride 2, which flat entries does it read, and whose are they?"})
 
 # %% [markdown]
-# <details><summary>Answer 1</summary>
-#
-# Still only row 0. Row `b` reads flat `b * 2 + j`: row 1 starts at row 0's third entry, row 2 at its
-# fifth, row 3 at its seventh, then runs into row 1's entries. Any width below the buffer's 8 gives a
-# row stride below 8, so every row `b > 0` starts inside an earlier row; row 0 starts at flat 0 for
-# every stride, which is why the bug spares it.
-#
-# </details>
-#
-# **2.** Turn off the poisoning: `sc.check_problem(sc.PROBLEMS["stale_buffer"](DEVICE), poison=False)`.
+# **2.** Turn off the poisoning: `sc.check_problem(sc.scenario("stale_buffer").build(DEVICE), poison=False)`.
 # Is the stale buffer still caught, and by which of the checker's tests?
 
 # %%
-ex2_caught_by = None  # "a", "b", "c" or "d" (the options printed below)
+ex2_caught_by = ...  # "a", "b", "c" or "d" (the options printed below)
 
 # %%
 OPTIONS2 = {"a": "NaN from a poisoned buffer", "b": "the second replay on the same inputs differs from the first",
             "c": "row 0 right, rows 1.. wrong (a frozen row stride)", "d": "not caught: the report is OK"}
 for key, text in OPTIONS2.items():
     print(f"({key}) {text}")
-rep2 = sc.check_problem(sc.PROBLEMS["stale_buffer"](DEVICE), n_trials=4, seed=1, poison=False)
+rep2 = sc.check_problem(sc.scenario("stale_buffer").build(DEVICE), n_trials=4, seed=1, poison=False)
 found = "d" if rep2.ok else "b" if rep2.hint == HINTS["stale"] else "a" if "NaN" in rep2.failure else "c"
 r2 = checks.check_choice("exercise 2", ex2_caught_by, OPTIONS2, found)
 
 # %% [markdown]
-# <details><summary>Answer 2</summary>
-#
-# (b). Without poison, replay 0 of a trial can even look plausible, but the checker replays twice on the
-# same inputs: the accumulator adds the second replay's sums to the first's, so the two replays differ,
-# and that difference can only come from state leaking between replays. Poison makes it louder and
-# earlier (NaN at replay 0); the double replay catches it with no help.
-#
-# </details>
-#
 # **3.** Write a host `prepare` that rebuilds `seq_lens` as a new tensor
 # (`server.seq_lens = torch.tensor(...)`) instead of copying into the captured buffer, on the correct
 # pattern `sc.static_buffers`. What does `check` report?
 
 # %%
-ex3_report = None  # "a", "b", "c" or "d" (the options printed below)
+ex3_report = ...  # "a", "b", "c" or "d" (the options printed below)
 
 # %%
 OPTIONS3 = {"a": "OK: the graph reads the new tensor", "b": "wrong rows: the graph reads capture's lengths",
@@ -545,16 +531,6 @@ r3 = checks.check_choice("exercise 3", ex3_report, OPTIONS3,
                          else "b")
 
 # %% [markdown]
-# <details><summary>Answer 3</summary>
-#
-# (c), on the emulator: `check` first runs `prepare` on the capture inputs, so the graph is captured
-# reading the tensor that call created; the next `prepare` rebinds `server.seq_lens` to a new tensor,
-# the captured one loses its last reference, and every replay reads freed memory (on a GPU, memory the
-# caching allocator may hand to anything). Even had it stayed alive, the graph would keep reading it,
-# never the new tensor. Copy into the captured buffer (`seq_lens[:n].copy_(...)`), as `set_batch` does.
-#
-# </details>
-#
 # **4.** The emulator re-runs each recorded op at replay; a custom op (a Triton kernel wrapped in
 # `torch.library.custom_op`) is ONE recorded op. A real CUDA graph replays the kernel launches it
 # recorded, grid and arguments as they were at capture. Predict: when such an op's own host code sizes
@@ -563,7 +539,7 @@ r3 = checks.check_choice("exercise 3", ex3_report, OPTIONS3,
 # show?
 
 # %%
-ex4_host_code_reruns = None  # True or False
+ex4_host_code_reruns = ...  # True or False
 
 # %%
 HOST_RUNS = []  # what the op's host code saw, one entry per time it ran
@@ -583,13 +559,3 @@ g4.replay()
 r4 = checks.check_choice("exercise 4", ex4_host_code_reruns, {True: "it runs again", False: "it does not"},
                          HOST_RUNS[-1] == 9)
 
-# %% [markdown]
-# <details><summary>Answer 4</summary>
-#
-# `True`: the emulator calls the custom op again at replay, so its host code sees the new lengths (9) and
-# would size a bigger grid. A real CUDA graph replays the launch recorded at capture: the grid sized for
-# capture's lengths (1), whatever the batch holds now, and the programs a longer batch needs never run.
-# So a launch configuration derived on the host *inside* a custom op is frozen on a GPU but not in the
-# emulator. (Shapes, Python ints and slices outside the op are frozen in both.)
-#
-# </details>

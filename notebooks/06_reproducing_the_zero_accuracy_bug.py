@@ -400,17 +400,17 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 #
 # ## Exercises (optional)
 #
-# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
-# answers, with the why, are in the collapsed dropdowns.
+# instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** Run section 2's step with `defects=mla_edu.serving.MERGED_FIX`. What row stride does the captured
 # kernel use now, and do stale entries (old page ids, not written this step) remain in the buffer? Why are
 # they harmless now?
 
 # %%
-ex1_row_stride = None  # an int
-ex1_stale_entries_remain = None  # True or False
+ex1_row_stride = ...  # an int
+ex1_stale_entries_remain = ...  # True or False
 
 # %%
 from mla_edu.kernels import pages_read  # noqa: E402
@@ -422,28 +422,19 @@ d_fix = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), 
 stale_left = bool(dg.stale_entries(d_fix).any())  # entries not written this step
 r1 = [checks.check_number("exercise 1, row stride", ex1_row_stride, d_fix.captured.row_stride,
                           mistakes={1: "that is the pre-fix capture's; the fix captures the full width",
-                                    cdiv(CONTEXT, PAGE_SIZE): "the buffer is (context + 128) // 128 wide"}),
+                                    cdiv(CONTEXT, PAGE_SIZE): "the fix captures the buffer's whole width: look at "
+                                                              "how init_cuda_graph_state sizes the buffer"}),
       checks.check_choice("exercise 1, stale entries", ex1_stale_entries_remain,
                           {True: "they remain", False: "they are gone"}, stale_left)]
 assert all(d_fix.rows_reading_own_pages)
 
 # %% [markdown]
-# <details><summary>Answer 1</summary>
-#
-# The captured view is the whole width, `[:bs, :33]`: row stride 33 (the buffer's), `max_seq_len` 33 * 128
-# = 4224, and the workspace is allocated once, at that size, before capture. The stale entries stay: the
-# fix never resets the buffer (SGLang's neither). They are harmless because each row now reads its own
-# row, and only its first `ceil(len / 128)` entries, which the replay hook wrote this step: nothing reads
-# past them.
-#
-# </details>
-#
 # **2.** Had the pre-fix capture frozen a width of 2 instead of 1, which flat entries of the buffer (from
 # its first entry) would row 3 of section 2's batch read? (A list of flat indices.) Check with
 # `mla_edu.kernels.pages_read(view, n_pages, 2)`.
 
 # %%
-ex2_flat_entries = None  # a list of flat indices
+ex2_flat_entries = ...  # a list of flat indices
 
 # %%
 n_pages2 = [cdiv(n, PAGE_SIZE) for n in d.seq_lens]
@@ -453,23 +444,16 @@ r2 = checks.check_items("exercise 2", ex2_flat_entries, read3, mistakes={
     frozenset(3 * d.buffer.shape[1] + j for j in range(n_pages2[3])): "that is row 3's own row: the stride is "
                                                                       "the view's width, not the buffer's",
     frozenset(3 + j for j in range(n_pages2[3])): "that is width 1's stride"})
-print(f"row 3 would read page id(s) {d.buffer.reshape(-1)[read3].tolist()}; it owns {d.intended[3]}")
+if r2.passed:  # the entries would answer the exercise
+    print(f"row 3 would read page id(s) {d.buffer.reshape(-1)[read3].tolist()}; it owns {d.intended[3]}")
 
 # %% [markdown]
-# <details><summary>Answer 2</summary>
-#
-# Row 3 has 128 tokens: one page, at flat index `3 * 2 + 0 = 6`, which is row 0's slot 6 (the buffer's
-# rows are 33 apart). A wider frozen view only changes the stride: row `b` still starts inside row 0 for
-# every `b < 33 / 2`, so the read is still wrong, just elsewhere.
-#
-# </details>
-#
 # **3.** With `max_running_requests=1`, what accuracy does the pre-fix graph give (graph defects only, the
 # model's own scale)? The run needs one engine: `run(**CUTLASS, defects=PRE_FIX, max_running_requests=1,
 # dp_size=1, enable_dp_attention=False)` (the seed's 8 DP ranks would leave 7 of them no request).
 
 # %%
-ex3_accuracy = None  # "a", "b" or "c" (the options printed below)
+ex3_accuracy = ...  # "a", "b" or "c" (the options printed below)
 
 # %%
 from mla_edu.case_study.repro import CUTLASS  # noqa: E402
@@ -484,32 +468,18 @@ r3 = checks.check_choice("exercise 3", ex3_accuracy, OPTIONS3,
                          "b" if one["accuracy"] > 0.05 else "a")
 
 # %% [markdown]
-# <details><summary>Answer 3</summary>
-#
-# (c): every decode step runs in row 0, which reads its own pages at any row stride, so the frozen width
-# does no harm and the graph scores what eager scores. (Here with the model's scale; the seed's pre-fix
-# row also ran the bug-era kernel, whose scale alone lowers eager.) The bug needs at least two rows.
-#
-# </details>
-#
-# **4.** In section 7's run with 8 running requests and SGLang's `append` order, how many requests had
-# their *first* decode step in row 0 (the `only_row0` and `first_row0` groups together)? Predict it from
-# the schedule, then compare with the table.
+# **4.** Section 7's study again, with 12 running requests (a run its table does not have) and SGLang's
+# `append` order: how many of the requests have their *first* decode step in row 0 (the `only_row0` and
+# `first_row0` groups together)? Predict it from the schedule: where does a joining request go?
 
 # %%
-ex4_first_step_in_row0 = None  # an int
+ex4_first_step_in_row0 = ...  # an int
 
 # %%
-run8 = next(r for r in open_q if r["max_running_requests"] == 8 and r["row_order"] == "append")
-r4 = checks.check_number("exercise 4", ex4_first_step_in_row0, run8["only_row0"] + run8["first_row0"],
-                         mistakes={N // 8: "that gives every request a turn in row 0; with append a request "
-                                           "joins at the end of the batch"})
+run12 = dg.row0_study(model, questions[:N], max_running_requests=12, row_order="append", prefill_cache=cache,
+                      dtype=DTYPE)
+r4 = checks.check_number("exercise 4", ex4_first_step_in_row0, run12["only_row0"] + run12["first_row0"],
+                         mistakes={N // 12: "that gives every request a turn in row 0; with append a request "
+                                            "joins at the end of the batch"},
+                         hint="follow the schedule: which requests can be in row 0 when they decode first?")
 
-# %% [markdown]
-# <details><summary>Answer 4</summary>
-#
-# The table's `only_row0` and `first_row0` counts for 8 / `append`: few. With `append` a joining request
-# takes the last row, so its first step runs in row 0 essentially only when it joins an empty batch, as
-# section 7 says; compare `prepend`, where every newcomer's first step is in row 0.
-#
-# </details>

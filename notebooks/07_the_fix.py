@@ -334,9 +334,9 @@ assert d_silent.launches_during_replay == 0
 
 # %%
 for name in ("narrow_view/torch", "narrow_view/torch:fixed", "freed_pool_reuse", "freed_pool_reuse:fixed"):
-    rep = sc.check_problem(sc.PROBLEMS[name](DEVICE), n_trials=4)
+    rep = sc.check_problem(sc.scenario(name).build(DEVICE), n_trials=4)
     print(f"{name:24s} {'OK' if rep.ok else 'UNSAFE'}  {(rep.hint or '')[:95]}")
-    assert rep.ok == name.endswith(":fixed")
+    assert rep.ok == sc.scenario(name).safe
 
 # %% [markdown]
 # **A differential test on the engine.** The test that would have caught #6998 before a benchmark:
@@ -389,15 +389,15 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 #
 # ## Exercises (optional)
 #
-# Predict, then run: write your prediction in the variable (it is `None` until you do), then run the
+# Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
-# answers, with the why, are in the collapsed dropdowns.
+# instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** Fix only the workspace (`defects={"width"}`) and capture with `num_kv_splits=-1` (automatic). Which
 # split count does the graph freeze for section 3's batch? (Hint: `max_seq_len`.)
 
 # %%
-ex1_frozen_splits = None  # an int
+ex1_frozen_splits = ...  # an int
 
 # %%
 from mla_edu.workshop import checks  # noqa: E402
@@ -408,21 +408,11 @@ r1 = checks.check_number("exercise 1", ex1_frozen_splits, d_width.captured.num_s
     d_width.needed.num_splits: "that is what this batch needs eagerly; the graph keeps capture's count"})
 
 # %% [markdown]
-# <details><summary>Answer 1</summary>
-#
-# One split. Capture's dummy lengths are 1, so the frozen view is 1 page wide and the host computes the
-# split from `max_seq_len = 128`: `max_splits = 1`, hence one split, whatever the batch at replay
-# (eagerly this batch of up to 427 tokens would get several). That is why the pre-fix workspace never
-# mattered: at one split the kernel does not touch it. Fix the width alone with automatic splits and both
-# the split count and the workspace come back into play (section 3).
-#
-# </details>
-#
 # **2.** Make the poison value 1 (the buffer's initial fill, a real page id) instead of `POISON_PAGE`.
 # Which rows of section 4's batch still fail loudly (NaN)? (A set of rows.)
 
 # %%
-ex2_loud_rows = None  # a set of rows
+ex2_loud_rows = ...  # a set of rows
 
 # %%
 from unittest import mock  # noqa: E402
@@ -437,20 +427,11 @@ r2 = checks.check_items("exercise 2", ex2_loud_rows, loud, mistakes={
                                                                   "id; page 1 is a page the kernel can read"})
 
 # %% [markdown]
-# <details><summary>Answer 2</summary>
-#
-# None: page 1 is a valid page of the cache, so a wrong row that reads it attends over real (someone
-# else's) latents and gets finite, wrong logits, exactly as with the stale ids SGLang leaves. A poison
-# value must be one no correct read can produce and the kernel can detect: out of range (as
-# `POISON_PAGE = 2**30` here, or FlashMLA's tests' out-of-range ids), so that a stray read is loud.
-#
-# </details>
-#
 # **3.** A backend could keep the pre-fix 1-wide view and still pass section 6's differential test, if the
 # kernel read one more thing from device memory instead of deriving it from the view's shape. Which?
 
 # %%
-ex3_read_from_memory = None  # "a", "b" or "c" (the options printed below)
+ex3_read_from_memory = ...  # "a", "b" or "c" (the options printed below)
 
 # %%
 from mla_edu.kernels import pages_read  # noqa: E402
@@ -469,23 +450,13 @@ r3 = checks.check_choice("exercise 3", ex3_read_from_memory, OPTIONS3,
                          "b" if by_stride and not by_size else "a")
 
 # %% [markdown]
-# <details><summary>Answer 3</summary>
-#
-# (b), the row stride: read through `stride(0)` (the buffer's `W`), the 1-wide view gives every row its
-# own pages; through `size(1)` only row 0. FlashMLA's kernel takes `block_table.stride(0)`; the lengths
-# (a) it already reads from device memory (`seq_lens`), and the batch size (c) is fixed per graph anyway.
-# A kernel reading only `ceil(seq_len / 128)` entries of each row through the real stride needs no
-# full-width view: the replay hook then only rewrites the buffer's contents, as the fixed one does.
-#
-# </details>
-#
 # **4.** The seed captured graphs for 64 and 128 and ran 8 DP-attention ranks of 16 requests each. When
 # every rank decodes 16 requests, which captured graph does each rank replay, and how many of its rows are
 # padded?
 
 # %%
-ex4_graph_bs = None  # 64 or 128
-ex4_padded_rows = None  # an int
+ex4_graph_bs = ...  # 64 or 128
+ex4_padded_rows = ...  # an int
 
 # %%
 import types  # noqa: E402
@@ -502,13 +473,3 @@ r4 = [checks.check_number("exercise 4, graph", ex4_graph_bs, graph_bs, mistakes=
       checks.check_number("exercise 4, padded rows", ex4_padded_rows, graph_bs - per_rank, mistakes={
           GraphRunner.padded_size(runner, per_rank) - per_rank: "that pads to the graph fitting one rank's rows"})]
 
-# %% [markdown]
-# <details><summary>Answer 4</summary>
-#
-# The graph for 128, with 112 padded rows per rank: SGLang picks the captured size that fits the sum of
-# all ranks' tokens (8 x 16 = 128), not one rank's 16 (`cuda_graph_runner.py` at `7059ae16f`, lines
-# 539-545, as notebook 06 cites). Every rank then runs 128 rows of which 16 are real: the frozen 1-wide
-# view makes each real row `b > 0` read row 0's entries shifted by `b`, and the padded rows (length 1)
-# compute answers nobody reads.
-#
-# </details>

@@ -26,7 +26,7 @@
 # **You need** a CPU (a GPU is used when present: real CUDA graphs instead of the emulator), and
 # notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). Run All takes
 # about 20 seconds on a 2-core CPU.
-# Solutions are in `mla_edu/workshop/solutions/ex08.py`: try first.
+# The instructor hands out the solutions after each exercise.
 #
 # Facts about SGLang are from its code (the buggy parent `7059ae16f`, the fix `e58423b2b` of
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py`); sources in `docs/sources.md`.
@@ -161,10 +161,14 @@ panel.show()
 #
 # `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
 # holds every request's current length, the token being decoded included. The checker captures
-# graphs for batch sizes 2 and 4 (context 384, `W = 4`), fills the index buffer with a poison page id
-# before every replay, calls your function, and replays the fixed batches of `ex.REPLAY_CASES`
-# (lengths at every page edge: 2, 127, 128, 129, 255, 256, 257, 383, 384; batches of 1 to 4 rows, padded
-# and exact; batch row `b` is not pool row `b`), comparing the real rows with eager decoding.
+# graphs for batch sizes 2 and 4 (context 384, `W = 4`) at every split count the kernel takes here
+# (`ex.REPLAY_SPLITS`), runs an eager step before each replay (as a server does), fills the index
+# buffer with a poison page id, calls your function, checks on the host what it left (the captured
+# buffer and workspace, the engine's inputs, the page ids every row will read), and only then replays
+# the batches of `ex.REPLAY_CASES` from the largest graph down (lengths at every page edge: 2, 127,
+# 128, 129, 255, 256, 257, 383, 384; padded and exact; batch row `b` is not pool row `b`), comparing
+# the real rows with eager decoding. It runs on the CPU whatever your machine has, and refuses a
+# function that calls the backend's own hook.
 
 # %%
 def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
@@ -188,7 +192,7 @@ for k in ex.MYSTERY_NUMBERS:
     fig = ex.mystery_figure(k)
 
 # %%
-mystery_answers = {1: None, 2: None, 3: None}  # exercise 2: "a", "b", "c" or "d"
+mystery_answers = {1: ..., 2: ..., 3: ...}  # exercise 2: "a", "b", "c" or "d"
 
 # %%
 r2 = [ex.check_mystery(k, a) for k, a in mystery_answers.items()]
@@ -201,10 +205,10 @@ r2 = [ex.check_mystery(k, a) for k, a in mystery_answers.items()]
 # index buffer's real row stride, and (3) the flat index (counted from the buffer's first entry)
 # where request row 3 reads its page `j = 2`. The checker captures that engine and reads the
 # answers off the launch it recorded. (Hint: how does sgl-kernel's wrapper get the stride, and
-# what were `seq_lens` during capture?) Give ints (numpy ints and one-element tensors count too).
+# what were `seq_lens` during capture?) Give ints (numpy ints, one-element arrays and tensors, `5.0` count too).
 
 # %%
-used_row_stride, buffer_row_stride, flat_index = None, None, None  # exercise 3: three ints
+used_row_stride, buffer_row_stride, flat_index = ..., ..., ...  # exercise 3: three ints
 
 # %%
 r3 = ex.check_row_stride(used_row_stride, buffer_row_stride, flat_index)
@@ -218,8 +222,9 @@ r3 = ex.check_row_stride(used_row_stride, buffer_row_stride, flat_index)
 # `max_splits = ceil(max_seq_len / 128)`, `heur = min(max_splits, max(1, sm_count // B))`,
 # `split = ceil(max_splits / ceil(max_splits / heur))`. Write it for the whole domain: `max_seq_len >= 1`,
 # `num_batches >= 1`, `sm_count >= 1`, `num_kv_splits = -1` or `>= 1`. The checker compares it with the
-# library's version on the cases of `ex.WORKSPACE_CASES`: every combination of the edges of that domain
-# (lengths 1, 127, 128, 129, 255, 256, 257, ...; batches around `sm_count`; fixed and automatic splits).
+# library's version on the cases of `ex.WORKSPACE_CASES`, every combination of the edges of that domain
+# (lengths 1, 127, 128, 129, 255, 256, 257, ...; batches around `sm_count`; fixed and automatic splits),
+# and on cases it draws when it runs; your function may not call the library's formula.
 
 # %%
 def workspace_size(max_seq_len, num_batches, sm_count, num_kv_splits):
@@ -239,8 +244,9 @@ r4 = ex.check_workspace_size(workspace_size)
 from mla_edu.kernels import get_workspace_size, num_kv_splits_for  # noqa: E402
 
 for name, max_seq_len in [("at capture (dummy lengths)", 128), ("full width, 33 pages", 33 * 128)]:
-    print(f"{name:28s} split {num_kv_splits_for(max_seq_len, 64, 132, -1)}: "
-          f"{get_workspace_size(max_seq_len, 64, 132, -1):,} bytes")
+    if r4.passed:  # the bytes would answer exercise 4
+        print(f"{name:28s} split {num_kv_splits_for(max_seq_len, 64, 132, -1)}: "
+              f"{get_workspace_size(max_seq_len, 64, 132, -1):,} bytes")
 assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 64, 132, -1)
 
 # %% [markdown]
@@ -264,9 +270,11 @@ assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 
 #   a padded row's read `(b, 0)` counts like any other.
 # - `row_stride` is anything from 1 (the pre-fix kernel) to `W` (the fix).
 #
-# The checker uses five real pre-fix engine states (two with padded rows) and the built steps of
-# `ex.STALE_EDGE_CASES` (row strides 1, 2 and `W`, seq_lens at the page edges, up to three padded
-# rows). Once it passes: can a real row's read of the pre-fix kernel land in a padded row?
+# The checker uses five real pre-fix engine states (two with padded rows), the built steps of
+# `ex.STALE_EDGE_CASES` (row strides 1 to `W`, seq_lens at the page edges, up to three padded rows,
+# padded rows that read each other's slots), every step of `ex.stale_domain()` (W 2 to 6, up to 7 rows,
+# every row stride 1 to `W`) and steps drawn when it runs. Once it passes: can a real row's read of the
+# pre-fix kernel land in a padded row?
 
 # %%
 def stale_reads(buffer, seq_lens, row_stride):
@@ -275,26 +283,6 @@ def stale_reads(buffer, seq_lens, row_stride):
 
 # %%
 r5 = ex.check_stale_reads(stale_reads)
-
-# %% [markdown]
-# <details><summary>Solutions (try first)</summary>
-#
-# 1. Change only the *contents* of the captured buffer: fill rows `[:bs]` of
-#    `backend.cuda_graph_kv_indices` in place with `fill_page_table(backend.req_to_token,
-#    req_pool_indices[:bs], seq_lens[:bs], backend.cuda_graph_kv_indices[:bs], 128)`. No new tensor,
-#    no new view width, no new workspace.
-# 2. Mystery 1: rows > 0 read wrong pages and hit the poison: (b). Mystery 2: every row reads its own
-#    pages, old ids sit in the unused entries: (c). Mystery 3: rows > 0 read wrong pages, no poison: (a).
-# 3. Capture's `seq_lens` are all 1, so the view is `[:8, :1]` and the kernel steps rows by 1; the
-#    buffer is `(640 + 128) // 128 = 6` wide; row 3 page 2 reads flat `3 * 1 + 2 = 5` (row 0's slot 5).
-# 4. `max_splits = ceil(L / 128)`, `heur = min(max_splits, max(1, sms // B))`, `split = ceil(max_splits /
-#    ceil(max_splits / heur))` for -1, else `num_kv_splits`; bytes `(4 * 512 + 4) * 128 * split * B`.
-# 5. For every row `b` (padded rows with length 1) and page `j`: the read lands at flat `b * row_stride + j`,
-#    i.e. row `r, slot = divmod(flat, W)`; it is stale when `slot >= ceil(len_r / 128)`.
-#
-# The code: `mla_edu/workshop/solutions/ex08.py`.
-#
-# </details>
 
 # %%
 solved = [r1.passed, all(r.passed for r in r2), r3.passed, r4.passed, r5.passed]
@@ -314,15 +302,15 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 #
 # ## More exercises: predict, then run (optional)
 #
-# Write your prediction in the variable (it is `None` until you do), then run the cell after it, which
-# runs the experiment and checks your prediction (`mla_edu.workshop.checks`); the answers are collapsed.
+# Write your prediction in the variable (it is `...` until you do), then run the cell after it, which
+# runs the experiment and checks your prediction (`mla_edu.workshop.checks`); the instructor hands out the answers.
 #
 # **1.** With the pre-fix code and 4 running requests, the first guess for the graph accuracy is
 # `eager / 4`. Does it hold, within one question of the 32? (`True` or `False`; then: which requests still
 # answer right? Hint: `Req.rows`, and which token comes from prefill.)
 
 # %%
-more1_guess_holds = None  # True or False
+more1_guess_holds = ...  # True or False
 
 # %%
 from mla_edu.serving import backend_class  # noqa: E402
@@ -338,7 +326,7 @@ m1 = checks.check_choice("more 1", more1_guess_holds, {True: "it holds", False: 
 # `backend_class("cutlass_mla").may_drop_a_live_workspace(defects, num_kv_splits)`.
 
 # %%
-more2_when = None  # "a", "b" or "c" (the options printed below)
+more2_when = ...  # "a", "b" or "c" (the options printed below)
 
 # %%
 OPTIONS_M2 = {"a": "only with split partials (num_kv_splits != 1, e.g. automatic)", "b": "at one split too",
@@ -355,28 +343,10 @@ m2 = checks.check_choice("more 2", more2_when, OPTIONS_M2,
 # poison fill to be correct?)
 
 # %%
-more3_rows_right = None  # True or False
+more3_rows_right = ...  # True or False
 
 # %%
 triton_plain = panel.run(PanelSettings(attention_backend="triton"), draw=False, verbose=False)
 m3 = checks.check_choice("more 3", more3_rows_right, {True: "every row reads its own pages", False: "some do not"},
                          all(triton_plain.reads.rows_ok))
 
-# %% [markdown]
-# <details><summary>Answers</summary>
-#
-# 1. `False`: at 4 running requests the graph scores about half of `eager / 4` here. The guess assumes a
-#    request is right when some step of it ran in row 0; in fact a request is right when the steps that
-#    decide its answer read its own pages. Its first answer token comes from prefill (no replay); the
-#    next ones come from decode steps, right only in row 0. `Req.rows` lists each request's rows; the
-#    panel counts those that decoded only in row 0 (`only_row0`), and notebook 06, section 7, sorts all
-#    of them into groups.
-# 2. (a): at one split the kernel never touches the workspace, so a dropped one is harmless (the seed's
-#    case); with split partials every replay writes them into the workspace the next capture dropped.
-#    On the H200 that replay died with an illegal memory access (`results/workspace_hazard_h200.md`;
-#    notebook 07, section 3). The fix allocates one workspace, at its maximum, before any capture.
-# 3. `True`: the triton backend captures the full-width view and reads the buffer with its real row
-#    stride, and its kernel reads only `ceil(seq_len / 128)` entries of each row, all written this step.
-#    An unwritten entry is never read, so what it holds (stale id or poison) does not matter.
-#
-# </details>

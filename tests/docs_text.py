@@ -1,12 +1,13 @@
 """The prose the docs tests read: README, docs/*.md, the notebooks' .py twins, the library's docstrings.
 
-Shared by ``test_docs_paths``, ``test_docs_sources`` and ``test_docs_numbers``; each text is
+Shared by ``test_docs_paths``, ``test_docs_sources``, ``test_docs_numbers`` and ``kernel_lab/tests``; each text is
 ``(name, text)`` with ``name`` the repository path it came from (for the failure message).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from mla_edu.paths import REPO_ROOT
@@ -19,9 +20,9 @@ def rel(path: Path) -> str:
     return path.relative_to(REPO_ROOT).as_posix()
 
 
-NOTES = REPO_ROOT / "mla_edu" / "kernels" / "NOTES.md"
-#: documentation outside README and docs/: the kernel notes and the H200 notebooks' README
-OTHER_DOCS = (NOTES, REPO_ROOT / "notebooks" / "gpu" / "README.md")
+LAB = REPO_ROOT / "kernel_lab"
+#: documentation outside README and docs/: the kernel lab's README and essay, the H200 notebooks' README
+OTHER_DOCS = (LAB / "README.md", LAB / "essay.md", REPO_ROOT / "notebooks" / "gpu" / "README.md")
 
 
 def notebook_sources() -> list[Path]:
@@ -42,7 +43,9 @@ def docstrings(path: Path) -> list[str]:
 
 
 def library_files() -> list[Path]:
-    return sorted((REPO_ROOT / "mla_edu").rglob("*.py")) + sorted((REPO_ROOT / "tools").glob("*.py"))
+    """The library's, the tools' and the kernel lab's tools' .py files."""
+    return (sorted((REPO_ROOT / "mla_edu").rglob("*.py")) + sorted((REPO_ROOT / "tools").glob("*.py"))
+            + sorted((LAB / "tools").glob("*.py")))
 
 
 def texts(with_docstrings: bool = True) -> list[tuple[str, str]]:
@@ -51,3 +54,27 @@ def texts(with_docstrings: bool = True) -> list[tuple[str, str]]:
     if with_docstrings:
         out += [(rel(p), "\n".join(docstrings(p))) for p in library_files()]
     return out
+
+
+def norm(text: str) -> str:
+    """``text`` with every run of whitespace one space: prose may wrap anywhere."""
+    return re.sub(r"\s+", " ", text)
+
+
+def missing(claims: list[str], text: str) -> list[str]:
+    """The claims ``text`` does not contain (whitespace aside)."""
+    body = norm(text)
+    return [c for c in claims if norm(c) not in body]
+
+
+def one(pattern: str, text: str) -> re.Match:
+    """The one match of ``pattern`` in ``text``; fails unless there is exactly one."""
+    found = list(re.finditer(pattern, text))
+    assert len(found) == 1, f"expected one match of {pattern!r}, got {len(found)}"
+    return found[0]
+
+
+def span(values, digits: int = 2) -> str:
+    """'lo-hi' of ``values`` as printed, or one number where both ends print alike."""
+    lo, hi = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return lo if lo == hi else f"{lo}-{hi}"

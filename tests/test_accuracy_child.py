@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mla_edu.case_study import accuracy
+from mla_edu.case_study.accuracy import bench as accuracy  # run_bench and its child process
 from mla_edu.serving import SEED_PRE_FIX, ServerArgs
 
 # a value other than the default for every field: a new field that JSON does not carry fails here

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mla_edu import kernels, kvcache
-from mla_edu.case_study import accuracy
+from mla_edu.case_study.accuracy import bench as accuracy  # the module whose _load_model run_bench calls
 from mla_edu.case_study.accuracy import __main__ as accuracy_cli
 from mla_edu.model import task
 from mla_edu.serving import Engine, ServerArgs, backend_class, backend_names

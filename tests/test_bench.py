@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-import mla_edu.case_study.accuracy as bench
+import mla_edu.case_study.accuracy.bench as bench  # the module whose _load_model run_bench calls
 from mla_edu.case_study.accuracy import __main__ as bench_cli
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek

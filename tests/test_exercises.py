@@ -1,5 +1,8 @@
 """Notebook 08's checkers: every solution passes; each classic wrong answer, written the way a learner
-would write it, is rejected with its own hint; nothing raises."""
+would write it, is rejected with its own hint; nothing raises. The solutions come from the instructor build
+(``instructor/ex08.py``), which the package does not ship."""
+
+import re
 
 import matplotlib
 import pytest
@@ -10,7 +13,7 @@ matplotlib.use("Agg")
 from mla_edu import kvcache  # noqa: E402
 from mla_edu.workshop import exercises as ex  # noqa: E402
 from mla_edu.kernels import get_workspace_size  # noqa: E402
-from mla_edu.workshop.solutions import ex08  # noqa: E402
+from instructor import ex08  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -64,15 +67,45 @@ def _token_slots(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # req_
         backend.cuda_graph_kv_indices[b, :n] = slots.to(torch.int32)
 
 
+def _other_view(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # issue 47: passed the old checker
+    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
+                            backend.forward_metadata.block_kv_indices[:bs], 128)
+
+
+def _fresh_workspace(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix replay's workspace
+    ex08.replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)
+    backend.cuda_graph_mla_workspace = torch.empty_like(backend.cuda_graph_mla_workspace)
+    backend.forward_metadata.workspace = backend.cuda_graph_mla_workspace
+
+
+def _backends_own(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the library's answer
+    type(backend).init_forward_metadata_replay_cuda_graph(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)
+
+
+def _moved_storage(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    ex08.replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)
+    backend.cuda_graph_kv_indices.set_(backend.cuda_graph_kv_indices.clone())
+
+
+def _writes_seq_lens(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+    ex08.replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)
+    seq_lens[:bs] += 1
+
+
 REPLAY_MISTAKES = [
+    (_other_view, ex.REPLAY_HINTS["other_view"]),
+    (_fresh_workspace, ex.REPLAY_HINTS["workspace"]),
+    (_backends_own, "refused: your function runs init_forward_metadata_replay_cuda_graph"),
+    (_moved_storage, ex.REPLAY_HINTS["reshaped"]),
+    (_writes_seq_lens, "your function changed seq_lens"),
     (_stub, "raised NotImplementedError"),
     (_nothing, ex.REPLAY_HINTS["nothing"]),
     (_rebind, ex.REPLAY_HINTS["rebound"]),
     (_one_wide, ex.REPLAY_HINTS["first_column"]),
     (_new_table, ex.REPLAY_HINTS["new_table"]),
-    (_first_row_only, "rows 1 of the 2 the hook was called with still held the poison page id"),
+    (_first_row_only, "rows 1, 2, 3 of the 4 the hook was called with still held the poison page id"),
     (_row_as_pool_index, "read wrong (but valid) pages: row b belongs to request req_pool_indices[b]"),
-    (_one_token_less, "rows 1 (seq_lens [129]) lack their last page id"),
+    (_one_token_less, "rows 3 (seq_lens [129]) lack their last page id"),
     (_token_slots, "hold cache slots of tokens (req_to_token's entries), not page ids"),
     ("replay", "expected a function"),
 ]
@@ -100,7 +133,7 @@ def test_mysteries():
         assert ex.check_mystery(k, answer).passed
         for other in set(ex.OPTIONS) - {answer}:
             assert not ex.check_mystery(k, other).passed
-        assert not ex.check_mystery(k, None).passed
+        assert not ex.check_mystery(k, ...).passed and not ex.check_mystery(k, None).passed
         assert not ex.check_mystery(k, "e").passed
     assert not ex.check_mystery(7, "a").passed
     assert len(ex.mystery_figure(1).axes) == 3
@@ -108,25 +141,31 @@ def test_mysteries():
         ex.mystery_figure(7)
 
 
-def test_mystery_hints_point_at_the_contradicted_claim_without_giving_the_answer():
+def test_the_mystery_data_are_what_the_instructors_engines_measure():
+    """The package ships the page reads, not the engines: they must be what those engines measure now."""
+    import json
+
+    assert json.loads(ex.MYSTERY_FILE.read_text()) == json.loads(json.dumps(ex08.measure_mysteries()))
+
+
+def test_mystery_hints_do_not_partition_the_options():
+    """Issue 47: four options made of two yes/no claims, and a hint naming the false claim, gave the answer after one
+    wrong guess. Every wrong option of a figure now gets the same words, so a wrong guess rules out itself only."""
     for k, answer in ex08.MYSTERY_ANSWERS.items():
-        for other in set(ex.OPTIONS) - {answer}:
-            msg = ex.check_mystery(k, other).message
-            assert f"({answer})" not in msg and ex.OPTIONS[answer] not in msg, msg  # the answer is never named
-    # the hint names what the wrong option claims and which panel contradicts it
-    assert "(d) says every row reads its own pages" in ex.check_mystery(1, "d").message
-    assert "entries not written" not in ex.check_mystery(1, "d").message  # d's fill claim (poison) is right
-    msg = ex.check_mystery(2, "a").message
-    assert "(a) says only row 0 reads its own pages" in msg and "not green" not in msg
-    assert "(a) says the entries not written this step hold old page ids" in ex.check_mystery(1, "a").message
+        messages = {ex.check_mystery(k, other).message.replace(f"({other})", "(?)")
+                    for other in set(ex.OPTIONS) - {answer}}
+        assert len(messages) == 1, messages
+        msg = messages.pop()
+        assert f"({answer})" not in msg and ex.OPTIONS[answer] not in msg, msg
 
 
 # ---- 3. row stride --------------------------------------------------------------------------------
 def test_row_stride():
     assert ex.check_row_stride(*ex08.ROW_STRIDE_ANSWERS).passed
-    for answers, hint in [((None, None, None), "not answered"), ((6, 6, 20), "that is the buffer's own stride"),
-                          ((1, 5, 5), "does not round the same way"), ((1, 6, 20), "where the row should read"),
-                          ((1.0, 6, 5), "expected three ints")]:
+    for answers, hint in [((None, None, None), "not answered"), ((..., ..., ...), "not answered"),
+                          ((6, 6, 20), "that is the buffer's own stride"),
+                          ((1, 5, 5), "width formula for the buffer"), ((1, 6, 20), "where the row should read"),
+                          ((1.5, 6, 5), "expected three ints"), ((True, 6, 5), "expected three ints")]:
         r = ex.check_row_stride(*answers)
         assert not r.passed and hint in r.message, r.message
 
@@ -186,24 +225,27 @@ def test_workspace_other_failures():
 
     for fn, hint in [(lambda *a: 0, "not 0"), (lambda *a: None, "returned None"),
                      (lambda *a: 1 / 0, "ZeroDivisionError"), (no_floor, "heur has a floor"),
-                     (lambda L, B, s, n: get_workspace_size(L, B, s, n) + 1, "which factor differs"),
-                     (3, "expected a function"), (None, "not answered yet")]:
+                     (lambda L, B, s, n: ex08.workspace_size(L, B, s, n) + 1, "which factor is wrong"),
+                     (3, "expected a function"), (None, "not answered yet"), (..., "not answered yet")]:
         r = ex.check_workspace_size(fn)
         assert not r.passed and hint in r.message, r.message
     # a right value as a float or a numpy int is right
-    assert ex.check_workspace_size(lambda *a: float(get_workspace_size(*a))).passed
+    assert ex.check_workspace_size(lambda *a: float(ex08.workspace_size(*a))).passed
+    assert ex.check_workspace_size(lambda *a: torch.tensor(ex08.workspace_size(*a))).passed
 
 
 # ---- 5. stale reads -------------------------------------------------------------------------------
 def _stale(buffer, seq_lens, row_stride, *, reader_len=False, own_stride=False, one_row_per_request=False,
-           off_by_one=False, real_readers_only=False, padded_write_nothing=False, floor=False):
+           off_by_one=False, real_readers_only=False, padded_write_nothing=False, padded_write_all=False,
+           floor=False):
     """A learner's stale_reads, with one classic mistake switched on."""
     rows, width = buffer.shape
     if one_row_per_request:
         rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
     lens = list(seq_lens) + [1] * (rows - len(seq_lens))
     pages = [n // 128 if floor else -(-n // 128) for n in lens]
-    written = [0 if padded_write_nothing and r >= len(seq_lens) else p for r, p in enumerate(pages)]
+    written = [0 if padded_write_nothing and r >= len(seq_lens) else width if padded_write_all and r >= len(seq_lens)
+               else p for r, p in enumerate(pages)]
     out = set()
     for b in range(len(seq_lens) if real_readers_only else rows):
         for j in range(pages[b]):
@@ -217,18 +259,20 @@ def _stale(buffer, seq_lens, row_stride, *, reader_len=False, own_stride=False, 
 STALE_MISTAKES = [("reader_len", "landing_row"), ("own_stride", "frozen_stride"),
                   ("one_row_per_request", "buffer_rows"), ("off_by_one", "slot_past_end"),
                   ("real_readers_only", "padded_readers"), ("padded_write_nothing", "padded_writes"),
-                  ("floor", "round_up")]
+                  ("padded_write_all", "padded_writes_all"), ("floor", "round_up")]
 
 
 def test_stale_solution_passes_and_cases_have_padded_rows():
     assert ex.check_stale_reads(ex08.stale_reads).passed
     cases = ex.stale_cases()
-    assert sum(args[0].shape[0] > len(args[1]) for args, _ in cases) >= 4
-    assert {1} < {rs for args, _ in cases for rs in [args[2]]}  # row stride 1 and others
-    assert any(args[2] == args[0].shape[1] for args, _ in cases)  # row stride W
-    for (buffer, seq_lens, rs), truth in cases:
-        assert ex._stale_variant(buffer, seq_lens, rs) == truth == _stale(buffer, seq_lens, rs)
-    assert all(len(truth) > 0 for _, truth in cases[: len(ex.STALE_ENGINE_CASES)])  # the pre-fix kernel
+    assert all(len(case) == 3 for case in cases)  # inputs only: no truth
+    assert sum(b.shape[0] > len(s) for b, s, _ in cases) >= 4
+    assert {1} < {rs for _, _, rs in cases}  # row stride 1 and others
+    assert any(rs == b.shape[1] for b, _, rs in cases)  # row stride W
+    for buffer, seq_lens, rs in cases + ex.stale_domain():
+        assert ex._stale_variant(buffer, seq_lens, rs) == _stale(buffer, seq_lens, rs) == \
+            ex08.stale_reads(buffer, seq_lens, rs)
+    assert all(ex._stale_variant(*case) for case in cases[: len(ex.STALE_ENGINE_CASES)])  # the pre-fix kernel
 
 
 @pytest.mark.parametrize("mistake, name", STALE_MISTAKES, ids=[m for m, _ in STALE_MISTAKES])
@@ -249,7 +293,111 @@ def test_stale_other_failures():
     for fn, hint in [(lambda *a: 5, "expected a set"), (lambda *a: None, "returned None"),
                      (lambda *a: 1 / 0, "raised"), (lambda b, s, r: ex08.stale_reads(b, s, r) | {(0, 9)}, "not reads"),
                      (lambda b, s, r: ex08.stale_reads(b, s, r) | {(99, 0)}, "not reads"),
-                     (lambda b, s, r: set(sorted(ex08.stale_reads(b, s, r))[1:]), "follow read"),
+                     (lambda b, s, r: set(sorted(ex08.stale_reads(b, s, r))[1:]), "which buffer row and slot"),
                      ("stale", "expected a function")]:
         r = ex.check_stale_reads(fn)
         assert not r.passed and hint in r.message, r.message
+
+
+# ---- issue 47: answers a learner wrote, judged as a strict teacher would -------------------------------
+def test_the_right_hook_passes_at_every_split_count_and_after_a_wrong_one(capsys):
+    """The engines are kept between checks only while no hook changed more than the buffer's contents."""
+    assert not ex.check_replay(_fresh_workspace).passed and not ex.check_replay(_nothing).passed
+    r = ex.check_replay(ex08.replay)
+    assert r.passed and f"at each of {len(ex.REPLAY_SPLITS)} split counts" in r.message
+    assert set(ex.REPLAY_SPLITS) == {1, 2, 3, 4}  # W = 4: every split count the fixed kernel takes
+
+
+def test_the_replay_domain_starts_at_the_largest_graph_after_an_eager_step():
+    sizes = [len(c) for c in ex.REPLAY_CASES]
+    assert sizes[0] == max(ex.REPLAY_SETUP["cuda_graph_bs"]) and sizes == sorted(sizes, reverse=True)
+
+
+def test_the_library_workspace_formula_is_refused_however_it_is_called():
+    import functools
+    import inspect
+
+    copy_ns: dict = {}
+    exec(inspect.getsource(get_workspace_size), get_workspace_size.__globals__ | {"__name__": "copy"}, copy_ns)
+    for fn in [get_workspace_size, lambda *a: get_workspace_size(*a), functools.partial(get_workspace_size),
+               copy_ns["get_workspace_size"]]:
+        r = ex.check_workspace_size(fn)
+        assert not r.passed and "refused" in r.message, r.message
+
+
+def test_elements_for_bytes_gets_a_hint_that_names_both_readings():
+    """Issue 47: float32 elements instead of bytes got a hint about 32 heads (the numbers happen to match)."""
+    r = ex.check_workspace_size(lambda L, B, s, n: ex08.workspace_size(L, B, s, n) // 4)
+    assert not r.passed and "bytes, not elements" in r.message and "32 heads" not in r.message, r.message
+
+
+def test_a_function_that_never_returns_is_stopped_with_a_hint(monkeypatch):
+    from mla_edu.workshop import checks
+
+    def forever(*args):
+        while True:
+            pass
+
+    monkeypatch.setattr(checks, "LEARNER_SECONDS", 0.5)
+    r = ex.check_workspace_size(forever)
+    assert not r.passed and "did not finish" in r.message, r.message
+
+
+def test_padded_rows_that_write_their_whole_row_are_rejected():
+    """Issue 47's counter-case: W = 4, 4 rows, seq_lens [129, 200], row stride 3."""
+    buffer = torch.zeros(4, 4, dtype=torch.int64)
+    assert ex08.stale_reads(buffer, [129, 200], 3) == {(1, 0), (2, 0), (3, 0)}
+    assert _stale(buffer, [129, 200], 3, padded_write_all=True) == {(1, 0), (2, 0)}
+    r = ex.check_stale_reads(lambda b, s, rs: _stale(b, s, rs, padded_write_all=True))
+    assert not r.passed and ex.STALE_MISTAKES["padded_writes_all"] in r.message, r.message
+
+
+def test_a_lookup_of_the_public_cases_does_not_pass():
+    """The case sets hold inputs; a table of truths computed from them beforehand misses the steps drawn at check
+    time (and the checker's own code is refused inside the function)."""
+    table = {(tuple(b.shape), tuple(s), rs): ex._stale_variant(b, s, rs)
+             for b, s, rs in ex.stale_cases() + ex.stale_domain()}
+    r = ex.check_stale_reads(lambda b, s, rs: table[(tuple(b.shape), tuple(s), rs)])
+    assert not r.passed and "KeyError" in r.message, r.message
+    r = ex.check_stale_reads(lambda b, s, rs: ex._stale_variant(b, s, rs))
+    assert not r.passed and "refused" in r.message, r.message
+
+
+def test_integer_likes_are_ints_in_exercise_3():
+    import numpy as np
+
+    used, real, flat = ex08.ROW_STRIDE_ANSWERS
+    assert ex.check_row_stride(torch.tensor(float(used)), np.array([real]), float(flat)).passed  # 08 ex3's tensor(5.)
+    assert not ex.check_row_stride(True, real, flat).passed
+
+
+def test_stale_steps_keep_the_513_token_edge_and_the_measured_padded_rows():
+    """Issue 49, through the public checker: an answer wrong only at 513 tokens (a page begun by one token) is
+    rejected, and so is one wrong only on padded rows of the measured steps. Bends that fail it: 513 -> 512 in
+    ``STALE_EDGE_CASES``; every ``STALE_ENGINE_CASES`` step full (no padded row)."""
+    def wrong_at_513(buffer, seq_lens, row_stride):
+        return ex08.stale_reads(buffer, [512 if n == 513 else n for n in seq_lens], row_stride)
+
+    assert not ex.check_stale_reads(wrong_at_513).passed
+    assert any(513 in s for _, s, _ in ex.stale_cases())  # the named steps alone hold the edge
+    measured = ex.stale_cases()[: len(ex.STALE_ENGINE_CASES)]
+    assert any(b.shape[0] > len(s) for b, s, _ in measured)  # padded rows in the measured steps
+
+    def padded_only_in_built_steps(buffer, seq_lens, row_stride):
+        keys = {(tuple(b.shape), tuple(s), rs) for b, s, rs in measured}
+        got = ex08.stale_reads(buffer, seq_lens, row_stride)
+        if (tuple(buffer.shape), tuple(seq_lens), row_stride) in keys:
+            return {(b, j) for b, j in got if b < len(seq_lens)}
+        return got
+
+    assert not ex.check_stale_reads(padded_only_in_built_steps).passed
+
+
+def test_no_row_stride_message_names_an_expected_value():
+    used, real, flat = ex08.ROW_STRIDE_ANSWERS
+    for answers in [(2, real, flat), (used, real + 1, flat), (used, real, flat + 1), (8, 6, 26), (6, 5, 20)]:
+        r = ex.check_row_stride(*answers)
+        assert not r.passed
+        for field, want in (("used row stride", used), ("buffer row stride", real), ("flat index", flat)):
+            chunk = r.message.split(f"{field}: ")[1].split("; ", 2)[1] if f"{field}: " in r.message else ""  # the why
+            assert not re.search(rf"(?<![\w.]){want}(?![\w.])", chunk), (field, r.message)

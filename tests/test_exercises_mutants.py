@@ -1,14 +1,17 @@
 """Notebook 08's checkers are strict by construction: systematic wrong answers, made by mutating each reference
 solution (every integer constant +-1 and doubled, floor <-> ceil, each additive term dropped, each factor dropped
-or doubled, two arguments swapped, min <-> max, < <-> <=, padded rows in/out, the captured batch size for the real
-one, pages <-> tokens, bf16 <-> fp32 element sizes), are rejected wherever they differ from the reference on a
-domain much denser than the checker's own cases; the classic ones get the hint naming their mistake. Bad inputs
-of every kind get a hint from every checker, never an exception. The closing line of the run counts the
-mutants per exercise (tests/conftest.py)."""
+or doubled, two arguments swapped, min <-> max, < <-> <=, padded rows in/out, padded rows writing their whole row,
+the captured batch size for the real one, pages <-> tokens, bf16 <-> fp32 element sizes, writing into another
+view of the page table, a fresh workspace at every replay), are rejected wherever they differ from the reference
+on the checker's own domain or a denser one; the classic ones get the hint naming their mistake, and no message
+of a rejected mutant contains the expected value. Bad inputs of every kind get a hint from every checker, never
+an exception. The closing line of the run counts the mutants per exercise (tests/conftest.py). On a GPU, the
+worst replay mutants leave the CUDA context usable (``test_replay_mutants_leave_the_gpu_usable``)."""
 
 import ast
 import copy
 import itertools
+import re
 import types
 
 import matplotlib
@@ -18,9 +21,10 @@ import torch
 
 matplotlib.use("Agg")
 
+from mla_edu.kernels import get_workspace_size  # noqa: E402
 from mla_edu.kvcache import fill_page_table  # noqa: E402
 from mla_edu.workshop import exercises as ex  # noqa: E402
-from mla_edu.workshop.solutions import ex08  # noqa: E402
+from instructor import ex08  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -114,17 +118,21 @@ def _record(counts, exercise: str, generated: int, differing: int, rejected: int
     counts[exercise] = (generated, differing, rejected)
 
 
-def _judge(all_mutants, name: str, namespace: dict, same, check) -> tuple:
+def _judge(all_mutants, name: str, namespace: dict, same, check, secrets=()) -> tuple:
     """``(differing, accepted)``: how many mutants differ from the reference (``same(fn)`` is False), and those
-    of them that ``check`` passes (each one a wrong answer the checker accepts)."""
+    of them that ``check`` passes (each one a wrong answer the checker accepts). A rejected mutant's message must
+    contain none of ``secrets`` (the expected values, as a message would print them)."""
     differing, accepted = 0, []
     for label, src in all_mutants:
         fn = _compile(src, name, namespace)
         if same(fn):
             continue
         differing += 1
-        if _quiet(lambda: check(fn)).passed:
+        r = _quiet(lambda: check(fn))
+        if r.passed:
             accepted.append((label, src))
+        leaked = secrets(r.message) if callable(secrets) else [x for x in secrets if x in r.message]
+        assert not leaked, (label, leaked, r.message)
     return differing, accepted
 
 
@@ -138,6 +146,12 @@ REPLAY_EXTRA = [  # the mutants no single-node rule makes
     ("one-wide view", REPLAY_REF.replace("cuda_graph_kv_indices[:bs]", "cuda_graph_kv_indices[:bs, :1]")),
     ("first row only", REPLAY_REF.replace("[:bs]", "[:1]")),
     ("batch row as pool row", REPLAY_REF.replace("req_pool_indices[:bs]", "torch.arange(bs, dtype=torch.int32)")),
+    ("another view: the metadata's table", REPLAY_REF.replace("backend.cuda_graph_kv_indices[:bs]",
+                                                              "backend.forward_metadata.block_kv_indices[:bs]")),
+    ("a fresh workspace per replay", REPLAY_REF.rstrip() + "\n    backend.cuda_graph_mla_workspace = "
+                                     "torch.empty_like(backend.cuda_graph_mla_workspace)\n"),
+    ("token slots, not pages", REPLAY_REF.replace("128)", "1)")),
+    ("lengths written", REPLAY_REF.rstrip() + "\n    seq_lens[:bs] += 1\n"),
 ]
 
 
@@ -157,19 +171,27 @@ def _replay_domain():
 
 
 def _replay_run(fn, domain) -> list:
-    """What rows [:raw] of the buffer hold, in each row's first ceil(len / 128) entries, after ``fn`` (or the error)."""
+    """What rows [:raw] of the buffer hold, in each row's first ceil(len / 128) entries, after ``fn`` (or the error),
+    and whether the captured buffer, workspace and inputs are as they were. The metadata holds an eager step's own
+    table (a running server's state before a replay)."""
     slots, W, max_bs, cases = domain
     out = []
     for bs, raw, rpi, sl in cases:
+        eager = torch.full((raw, W), -5, dtype=torch.int32)
+        ws = torch.zeros(64, dtype=torch.uint8)
         backend = types.SimpleNamespace(req_to_token=slots, device=torch.device("cpu"),
-                                        cuda_graph_kv_indices=torch.full((max_bs, W), -7, dtype=torch.int32))
-        buf = backend.cuda_graph_kv_indices
+                                        cuda_graph_kv_indices=torch.full((max_bs, W), -7, dtype=torch.int32),
+                                        cuda_graph_mla_workspace=ws,
+                                        forward_metadata=types.SimpleNamespace(block_kv_indices=eager, workspace=ws))
+        buf, given = backend.cuda_graph_kv_indices, (rpi.clone(), sl.clone(), sl.clone())
         try:
-            fn(backend, bs, rpi, sl, sl.clone())
+            fn(backend, *((bs,) + given))
         except Exception as e:
             out.append(type(e).__name__)
             continue
-        out.append(tuple(tuple(buf[b, : -(-int(sl[b]) // 128)].tolist()) for b in range(raw)))
+        kept = (backend.cuda_graph_kv_indices is buf and backend.cuda_graph_mla_workspace is ws
+                and all(torch.equal(g, w) for g, w in zip(given, (rpi, sl, sl))))
+        out.append((kept, tuple(tuple(buf[b, : -(-int(sl[b]) // 128)].tolist()) for b in range(raw))))
     return out
 
 
@@ -204,7 +226,7 @@ def test_mystery_wrong_options_are_rejected(mutant_counts):
     for k, answer in ex08.MYSTERY_ANSWERS.items():
         for other in sorted(set(ex.OPTIONS) - {answer}):
             r = ex.check_mystery(k, other)
-            assert not r.passed and f"({other}) says" in r.message, r.message
+            assert not r.passed and f"not ({other}); the figure contradicts" in r.message, r.message
             n += 1
     _record(mutant_counts, "2 mysteries", n, n, n)
 
@@ -270,7 +292,14 @@ def test_workspace_mutants_are_rejected(mutant_counts):
         got = _workspace_values(fn, grid)
         return not isinstance(got, str) and all(np.array_equal(g, r) for g, r in zip(got, ref))
 
-    differing, accepted = _judge(all_mutants, "workspace_size", ns, same, ex.check_workspace_size)
+    def secrets(message: str) -> list:
+        """The expected bytes of the case a message names, if the message prints them."""
+        named = re.search(r"workspace_size\((\d+), (\d+), (\d+), (-?\d+)\)", message)
+        want = get_workspace_size(*map(int, named.groups())) if named else None
+        shown = {str(want), f"{want:,}"} if want else set()
+        return [w for w in shown if re.search(rf"(?<![\d,-]){w}(?![\d,])", message)]
+
+    differing, accepted = _judge(all_mutants, "workspace_size", ns, same, ex.check_workspace_size, secrets)
     _record(mutant_counts, "4 workspace", len(all_mutants), differing, differing - len(accepted))
     assert differing >= 40 and not accepted, accepted
 
@@ -311,19 +340,15 @@ STALE_EXTRA = [  # padded rows in/out, and the landing row's request for the rea
     ("reader's length", STALE_REF.replace("slot >= -(-lens[r] // 128)", "slot >= -(-lens[b] // 128)")),
     ("one row per request", STALE_REF.replace("rows, width = buffer.shape",
                                               "rows, width = len(seq_lens), buffer.numel() // len(seq_lens)")),
+    ("padded rows write their whole row", STALE_REF.replace(
+        "slot >= -(-lens[r] // 128)", "slot >= (-(-lens[r] // 128) if r < len(seq_lens) else width)")),
 ]
-LENGTH_EDGES = (1, 2, 127, 128, 129, 255, 256, 257, 383, 384, 385, 511, 512, 513, 639, 640, 641, 767, 768)
 
 
 def _stale_domain():
-    """Steps of every shape W 2..6, rows 1..7, real rows 1..rows, row stride 1..W, lengths from the page edges."""
-    steps = []
-    for W, rows in itertools.product(range(2, 7), range(1, 8)):
-        edges = [n for n in LENGTH_EDGES if -(-n // 128) <= W]
-        for bs, rs, shift in itertools.product(range(1, rows + 1), range(1, W + 1), range(3)):
-            lens = [edges[(shift * 5 + 7 * b + rs + W) % len(edges)] for b in range(bs)]
-            steps.append((torch.zeros(rows, W, dtype=torch.int64), lens, rs))
-    return steps
+    """The checker's own domain (``ex.stale_domain()``: W 2..6, rows 1..7, real rows 1..rows, row stride 1..W,
+    lengths from the page edges) and its named steps."""
+    return ex.stale_cases() + ex.stale_domain()
 
 
 def _stale_values(fn, steps):
@@ -339,14 +364,16 @@ def test_stale_mutants_are_rejected(mutant_counts):
     steps = _stale_domain()
     ref = _stale_values(_compile(STALE_REF, "stale_reads", {}), steps)
     assert ex.check_stale_reads(_compile(STALE_REF, "stale_reads", {})).passed
+    secrets = {repr(sorted(t)) for t in ref if t} | {repr(t) for t in ref if t}
     differing, accepted = _judge(all_mutants, "stale_reads", {}, lambda fn: _stale_values(fn, steps) == ref,
-                                 ex.check_stale_reads)
+                                 ex.check_stale_reads, secrets)
     _record(mutant_counts, "5 stale reads", len(all_mutants), differing, differing - len(accepted))
     assert differing >= 20 and not accepted, accepted
 
 
 def test_stale_classic_mutants_get_their_hint():
-    for (label, src), key in zip(STALE_EXTRA, ["padded_readers", "padded_writes", "landing_row", "buffer_rows"]):
+    for (label, src), key in zip(STALE_EXTRA, ["padded_readers", "padded_writes", "landing_row", "buffer_rows",
+                                               "padded_writes_all"]):
         r = ex.check_stale_reads(_compile(src, "stale_reads", {}))
         assert not r.passed and ex.STALE_MISTAKES[key] in r.message, (label, r.message)
     for old, new, key in [("-(-lens[r] // 128)", "lens[r] // 128", "round_up"),
@@ -403,8 +430,7 @@ def test_function_checkers_never_raise(checker, capsys):
     for fn in BAD_VALUES + BAD_FUNCTIONS:
         r = _quiet(lambda: check(fn))
         assert isinstance(r, ex.ExerciseResult) and "\n" not in r.message
-        if fn is not _breaking_hook or checker != "check_replay":
-            assert not r.passed, (checker, r.message)
+        assert not r.passed, (checker, r.message)  # _breaking_hook too: it drops the captured workspace
     out = capsys.readouterr().out.splitlines()
     assert len(out) == len(BAD_VALUES) + len(BAD_FUNCTIONS)
     assert all(line.startswith(("NOT YET", "PASS")) for line in out)
@@ -448,14 +474,19 @@ def test_workspace_cases_cover_every_edge():
 
 def test_stale_cases_cover_strides_paddings_and_edges():
     cases = ex.stale_cases()
-    shapes = [(args[0].shape[1], args[0].shape[0], args[2], tuple(args[1])) for args, _ in cases]
+    assert all(len(case) == 3 for case in cases)  # inputs only
+    shapes = [(b.shape[1], b.shape[0], rs, tuple(lens)) for b, lens, rs in cases]
+    truths = [ex._stale_variant(*case) for case in cases]
     assert {rs == 1 for W, _, rs, _ in shapes} == {True, False} and any(rs == W for W, _, rs, _ in shapes)
     assert {rows > len(lens) for _, rows, _, lens in shapes} == {True, False}  # with and without padded rows
     assert {1, 127, 128, 129, 255, 256, 257} <= {n for *_, lens in shapes for n in lens}
     # a padded row's read is stale in some step (padded readers in/out tell apart), and some padded row reads
     # its own first entry (padded writers in/out tell apart)
-    assert any(b >= len(args[1]) for args, truth in cases for b, _ in truth)
-    assert any(args[2] == args[0].shape[1] and args[0].shape[0] > len(args[1]) for args, _ in cases)
+    assert any(b >= len(case[1]) for case, truth in zip(cases, truths) for b, _ in truth)
+    assert any(rs == b.shape[1] and b.shape[0] > len(lens) for b, lens, rs in cases)
+    # a padded row's read lands on another padded row's slot past its first (a padded row writing its whole row
+    # tells apart)
+    assert any(ex._stale_variant(*case, padded_writes="all") != truth for case, truth in zip(cases, truths))
 
 
 def test_a_random_padded_case_fails_the_case_set_pins(monkeypatch):
@@ -468,3 +499,44 @@ def test_a_random_padded_case_fails_the_case_set_pins(monkeypatch):
     monkeypatch.setattr(ex, "REPLAY_CASES", swapped)
     with pytest.raises(AssertionError):
         test_replay_cases_cover_every_page_edge_and_both_paddings()
+
+
+# ---- issue 43: on a GPU, the worst wrong hooks never reach a kernel -----------------------------------
+def _worst_replay_mutants() -> list:
+    """The generated replay mutants that write what no page id is (token slots, garbage, ids past the cache), gather
+    with the wrong indices, or change the engine's inputs: on a GPU each would fire a device-side assert."""
+    ns = {"fill_page_table": fill_page_table, "torch": torch}
+    names = {"bs": [], "seq_lens": ["seq_lens_cpu", "req_pool_indices"], "req_pool_indices": ["seq_lens"]}
+    chosen = [src for label, src in mutants(REPLAY_REF.strip(), names)
+              if label in ("req_pool_indices->seq_lens", "seq_lens->req_pool_indices", "128-1", "128*2", "128+1")]
+    chosen += [src for label, src in REPLAY_EXTRA if label in ("token slots, not pages", "lengths written")]
+    chosen.append(REPLAY_REF.rstrip() + "\n    backend.cuda_graph_kv_indices[:bs] += 10 ** 6\n")
+    chosen.append(REPLAY_REF.rstrip() + "\n    backend.cuda_graph_kv_indices.fill_(-3)\n")
+    return [_compile(src, "replay", ns) for src in chosen]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: checks that the CUDA context survives")
+def test_replay_mutants_leave_the_gpu_usable():
+    """Issue 43: a wrong hook that wrote a page id past the cache fired a device-side assert in check_replay and
+    killed the CUDA context for the rest of the process. The checker runs the learner's hook on the CPU and checks
+    what it wrote on the host first; after the worst mutants, a normal decode on the GPU runs in the same
+    process."""
+    from mla_edu.serving import Engine
+
+    worst = _worst_replay_mutants()
+    assert len(worst) >= 6
+    for fn in worst:
+        assert not _quiet(lambda: ex.check_replay(fn)).passed
+    assert all(e.runner.device.type == "cpu" for e in ex._REPLAY_ENGINES.values())
+    engine = Engine(ex.toy_model(), attention_backend="cutlass_mla", defects="none", device="cuda",
+                    **ex.REPLAY_SETUP)
+    reqs = engine.generate([[3, 5, 7], [11, 13], [17] * 200], max_new_tokens=4)
+    torch.cuda.synchronize()
+    assert all(r.finished_reason in ("length", "stop") and r.error is None for r in reqs), [r.error for r in reqs]
+
+
+def test_the_worst_replay_mutants_are_rejected_on_the_host():
+    """The same mutants on any machine: each is rejected, and none by a failed launch ("the replay failed")."""
+    for fn in _worst_replay_mutants():
+        r = _quiet(lambda: ex.check_replay(fn))
+        assert not r.passed and "the replay failed" not in r.message, r.message

@@ -169,7 +169,7 @@ def _no_work(monkeypatch, obj, name):
 
 
 def test_train_writes_no_weights_into_the_package_by_default(capsys, monkeypatch):
-    from mla_edu.model import train
+    from mla_edu.model.train import training as train  # the module whose TinyDeepseek run() builds
 
     _no_work(monkeypatch, train, "TinyDeepseek")
     code, err = main_exit("mla_edu.model.train", ["--steps", "1"], capsys)
@@ -177,7 +177,7 @@ def test_train_writes_no_weights_into_the_package_by_default(capsys, monkeypatch
 
 
 def test_train_out_holding_weights_needs_force(tmp_path, capsys, monkeypatch):
-    from mla_edu.model import train
+    from mla_edu.model.train import training as train  # the module whose TinyDeepseek run() builds
 
     (tmp_path / "manifest.json").write_text("{}")
     real = train.TinyDeepseek
@@ -196,7 +196,7 @@ def test_train_out_holding_weights_needs_force(tmp_path, capsys, monkeypatch):
 
 
 def test_train_out_that_cannot_be_created_fails_before_training(tmp_path, capsys, monkeypatch):
-    from mla_edu.model import train
+    from mla_edu.model.train import training as train  # the module whose TinyDeepseek run() builds
 
     (tmp_path / "a_file").write_text("")
     _no_work(monkeypatch, train, "TinyDeepseek")
@@ -240,8 +240,8 @@ def test_repro_without_dp_attention_runs_one_engine(monkeypatch):
 
 
 def test_accuracy_num_questions_above_the_eval_set_is_refused(capsys, monkeypatch):
-    from mla_edu.case_study import accuracy
     from mla_edu.case_study.accuracy import __main__ as accuracy_cli
+    from mla_edu.case_study.accuracy import bench as accuracy
 
     _no_work(monkeypatch, accuracy, "ServerArgs")  # refused before the engine's arguments are built
     assert accuracy_cli.main(["--num-questions", "100000"]) == 2

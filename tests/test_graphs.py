@@ -11,11 +11,12 @@ import mla_edu  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 from mla_edu.device import HAS_CUDA, TRITON_INTERPRET, triton_available
 from mla_edu.graphs import (EmulatedPool, FreedMemoryError, Graph, GraphCaptureError, graph, is_emulated,
                             is_poison, poison_, poison_value)
+from markers import CPU_TRITON
 
 
 # The emulator's tests run on CPU tensors. Their Triton parts need Triton's interpreter, the default
 # without a GPU; on a GPU machine Triton compiles for the GPU, and the real-graph tests cover it.
-cpu_triton = pytest.mark.skipif(not TRITON_INTERPRET, reason="Triton on CPU tensors needs TRITON_INTERPRET=1")
+cpu_triton = CPU_TRITON
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 
 

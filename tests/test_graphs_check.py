@@ -1,4 +1,5 @@
-"""Scenarios behave on the emulator as on the H200 (committed log); the checker flags every unsafe one."""
+"""Scenarios behave on the emulator as on the H200 (committed log); the checker flags every unsafe one. Both read
+the pitfall registry only: a toy pitfall registered here runs through the runner and the checker."""
 
 import re
 from pathlib import Path
@@ -9,13 +10,16 @@ import torch
 import mla_edu  # noqa: F401
 from mla_edu.device import HAS_CUDA, TRITON_INTERPRET
 from mla_edu.graphs.check import CheckReport, check
-from mla_edu.graphs.scenarios import EXPECTED, PROBLEMS, SCENARIOS, check_problem, classify, run_all
+from mla_edu.graphs.scenarios import (MATCHES, PITFALLS, Pitfall, Problem, ToyServer, check_problem, checker_row,
+                                      classify, count, register, run_all, run_scenario, scenario, scenarios)
+from mla_edu.graphs.scenarios.problem import default_prepare
+from mla_edu.graphs.scenarios.toy_decode import paged_sum_torch
 
 from mla_edu.paths import RESULTS_DIR as RESULTS
 # Every test here runs the emulator on CPU tensors; the Triton scenarios then need Triton's
 # interpreter (the default without a GPU). On a GPU machine they are left out here, and
 # test_real_graphs_match_the_h200_log runs all of them, Triton included, on real graphs.
-CPU_NAMES = [n for n in SCENARIOS if TRITON_INTERPRET or "triton" not in n]
+CPU_SCENARIOS = [s for s in scenarios() if TRITON_INTERPRET or not s.needs_triton]
 
 
 def _gpu_outcomes(path: Path) -> dict[str, str]:
@@ -27,16 +31,16 @@ def _gpu_outcomes(path: Path) -> dict[str, str]:
     return rows
 
 
-def test_emulator_outcomes_equal_the_h200_log():
+def test_emulator_outcomes_equal_the_records_and_the_h200_log():
     gpu = _gpu_outcomes(RESULTS / "graph_scenarios_h200_cuda.md")
-    assert set(gpu) == set(SCENARIOS)
-    cpu = {name: outcome for _, backend, name, outcome in run_all("cpu", "auto", CPU_NAMES) if backend == "emulated"}
-    assert cpu == {name: gpu[name] for name in CPU_NAMES}
-    for name, outcome in EXPECTED.items():  # the pitfalls fail, their fixes pass
-        assert gpu[name] == outcome
-        if name + ":fixed" in gpu:
-            assert gpu[name + ":fixed"] == "matches eager"
-    assert gpu["static_buffers"] == "matches eager"
+    assert list(gpu) == [s.name for s in scenarios()]
+    assert gpu == {s.name: s.expected("cuda") for s in scenarios()}
+    cpu = {name: outcome for _, backend, name, outcome in run_all("cpu", "auto", CPU_SCENARIOS)
+           if backend == "emulated"}
+    assert cpu == {s.name: s.expected("emulated") for s in CPU_SCENARIOS}
+    assert cpu == {s.name: gpu[s.name] for s in CPU_SCENARIOS}
+    for s in scenarios():  # the pitfalls fail, their fixes pass
+        assert (s.expected("cuda") == MATCHES) == s.safe == (s.fixed or s.pitfall.number is None)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -44,41 +48,36 @@ def test_real_graphs_match_the_h200_log():
     gpu = _gpu_outcomes(RESULTS / "graph_scenarios_h200_cuda.md")
     rows = run_all("cuda", "auto")
     assert {backend for _, backend, _, _ in rows} == {"cuda"}
-    assert {name: outcome for _, _, name, outcome in rows} == gpu
+    assert {name: outcome for _, _, name, outcome in rows} == gpu == {s.name: s.expected("cuda") for s in scenarios()}
 
 
-CPU_PROBLEMS = [n for n in PROBLEMS if TRITON_INTERPRET or "triton" not in n]
-SAFE = [n for n in CPU_PROBLEMS if n.endswith(":fixed") or n == "static_buffers"]
-UNSAFE = [n for n in CPU_PROBLEMS if n not in SAFE]
+SAFE = [s for s in CPU_SCENARIOS if s.safe]
+UNSAFE = [s for s in CPU_SCENARIOS if not s.safe]
 
 
 def test_checker_no_false_alarm_over_100_random_schedules():
     runs = 0
-    for name in SAFE:
-        seeds = range(3) if "triton" in name else range(19)  # the Triton interpreter is slow
+    for s in SAFE:
+        seeds = range(3) if s.needs_triton else range(19)  # the Triton interpreter is slow
         for seed in seeds:
-            report = check_problem(PROBLEMS[name]("cpu"), n_trials=4, seed=seed)
-            assert report.ok, f"{name}, seed {seed}: {report}"
+            report = check_problem(s.build("cpu"), n_trials=4, seed=seed)
+            assert report.ok, f"{s.name}, seed {seed}: {report}"
             runs += 1
     assert runs >= 100
 
 
-@pytest.mark.parametrize("name", UNSAFE)
-def test_checker_flags_every_unsafe_scenario(name):
+@pytest.mark.parametrize("sc", UNSAFE, ids=lambda s: s.name)
+def test_checker_flags_every_unsafe_scenario(sc):
     for seed in range(3):
-        report = check_problem(PROBLEMS[name]("cpu"), n_trials=4, seed=seed)
-        assert not report.ok and report.hint, f"{name}, seed {seed}"
-    expected_hint = {"frozen_scalar": "host value", "narrow_view/torch": "row stride",
-                     "narrow_view/triton": "row stride", "freed_pool_reuse": "freed capture-time allocation",
-                     "stale_buffer": "never writes", "padded_slots": "never writes",
-                     "sync_in_capture": "capture refused"}[name]
-    assert expected_hint in report.hint
+        report = check_problem(sc.build("cpu"), n_trials=4, seed=seed)
+        assert not report.ok and report.hint, f"{sc.name}, seed {seed}"
+        assert sc.hint in report.hint
 
 
 def test_checker_without_poison_still_catches_stale_and_padding():
-    stale = check_problem(PROBLEMS["stale_buffer"]("cpu"), n_trials=3, poison=False)
+    stale = check_problem(scenario("stale_buffer").build("cpu"), n_trials=3, poison=False)
     assert not stale.ok and "second replay" in stale.hint
-    padded = check_problem(PROBLEMS["padded_slots"]("cpu"), n_trials=4, poison=False)
+    padded = check_problem(scenario("padded_slots").build("cpu"), n_trials=4, poison=False)
     assert not padded.ok and "padded slots" in padded.hint
 
 
@@ -132,7 +131,103 @@ def test_check_rejects_bad_arguments():
 
 
 def test_run_scenario_refuses_an_unknown_name():
-    from mla_edu.graphs.scenarios import run_scenario
-
     with pytest.raises(ValueError, match="scenario: expected one of"):
         run_scenario("narrow_view", "cpu")
+
+
+def test_six_pitfalls_in_eight_records():
+    assert count() == 6 and len(PITFALLS) == 8 and len(scenarios()) == 14
+    assert sorted({p.number for p in PITFALLS.values()} - {None}) == [1, 2, 3, 4, 5, 6]
+
+
+def _doubled(device="cpu", fixed: bool = False) -> Problem:
+    """A toy pitfall: the step doubles the sum into a buffer zeroed only at capture (fix: zeroed in the graph)."""
+    s = ToyServer(device)
+    acc = torch.zeros(4, s.kv_cache.shape[-1], device=s.device)
+
+    def step():
+        if fixed:
+            acc.zero_()
+        acc.add_(paged_sum_torch(s.kv_indices, s.seq_lens, s.kv_cache))
+        return acc * 1.0
+
+    return Problem("toy", s, step, default_prepare(s), s.truth, persistent=[acc, s.kv_indices])
+
+
+@pytest.fixture
+def toy():
+    record = register(Pitfall("toy", count() + 1, _doubled, lambda dev: _doubled(dev, fixed=True),
+                              outcome_cpu="wrong: stale state (2nd replay)",
+                              outcome_cuda="wrong: stale state (2nd replay)", hint="never writes"))
+    try:
+        yield record
+    finally:
+        del PITFALLS["toy"]
+
+
+def test_a_new_pitfall_is_one_record(toy):
+    """Registered here and nowhere else: the runner, the table, the checker and the count pick it up."""
+    assert count() == 7 and [s.name for s in scenarios()][-2:] == ["toy", "toy:fixed"]
+    rows = run_all("cpu", "auto", [scenario("toy"), scenario("toy:fixed")])
+    assert [(name, outcome) for _, _, name, outcome in rows] == [("toy", toy.outcome_cpu), ("toy:fixed", MATCHES)]
+    assert checker_row(scenario("toy"), "cpu", 2)[1:3] == (False, "FF")
+    assert "never writes" in checker_row(scenario("toy"), "cpu", 1)[3]
+    assert checker_row(scenario("toy:fixed"), "cpu", 2) == ("toy:fixed", True, "..", "")
+
+
+def test_a_record_is_checked_when_built_and_when_registered(toy):
+    def build(dev):
+        return _doubled(dev)
+
+    with pytest.raises(ValueError, match="'toy' is already registered"):
+        register(toy)
+    with pytest.raises(ValueError, match="needs the checker's hint"):
+        Pitfall("p", 1, build, None, outcome_cpu="wrong: all rows", outcome_cuda="wrong: all rows", hint=None)
+    with pytest.raises(ValueError, match="needs the checker's hint"):
+        Pitfall("p", None, build, None, outcome_cpu=MATCHES, outcome_cuda=MATCHES, hint="host value")
+    with pytest.raises(ValueError, match="outcome_cuda must be one of"):
+        Pitfall("p", 1, build, None, outcome_cpu="wrong: all rows", outcome_cuda="wrong", hint="x")
+    with pytest.raises(ValueError, match="without ':fixed'"):
+        Pitfall("p:fixed", 1, build, None, outcome_cpu=MATCHES, outcome_cuda=MATCHES, hint=None)
+    with pytest.raises(ValueError, match="number must be a positive int or None, got 0"):
+        Pitfall("p", 0, build, None, outcome_cpu=MATCHES, outcome_cuda=MATCHES, hint=None)
+    with pytest.raises(TypeError, match="fix must be callable, got 3"):
+        Pitfall("p", 1, build, 3, outcome_cpu=MATCHES, outcome_cuda=MATCHES, hint=None)
+    with pytest.raises(TypeError, match="expected a Pitfall, got dict"):
+        register({})
+    with pytest.raises(ValueError, match="register the records of one pitfall one after another"):
+        register(Pitfall("p", 2, build, None, outcome_cpu=MATCHES, outcome_cuda=MATCHES, hint=None))
+    with pytest.raises(ValueError, match="backend: expected 'emulated' or 'cuda', got 'cpu'"):
+        scenario("toy").expected("cpu")
+    assert list(PITFALLS)[-1] == "toy"  # the refused records left the registry as it was
+
+
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve")
+QUOTES = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r") (?:pitfalls\b|ways those rules break)", re.IGNORECASE)
+
+
+def test_the_docs_quote_the_registrys_count():
+    """Every "six pitfalls" of README, docs/ and notebook 05 is ``count()`` in words, and so is notebook 05's split
+    into silent pitfalls and those whose capture CUDA refuses."""
+    from mla_edu.paths import REPO_ROOT
+
+    files = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")),
+             REPO_ROOT / "notebooks" / "05_cuda_graphs_and_their_pitfalls.py"]
+    quoted = {(f.name, m.group(1).lower()) for f in files for m in QUOTES.finditer(f.read_text(encoding="utf-8"))}
+    assert {"README.md", "05_cuda_graphs_and_their_pitfalls.py"} <= {name for name, _ in quoted}
+    assert quoted == {(name, NUMBER_WORDS[count()]) for name, _ in quoted}
+    refused = len({s.pitfall.number for s in scenarios() if s.pitfall.number and s.refuses_capture})
+    split = f"({NUMBER_WORDS[count() - refused]} silently, {NUMBER_WORDS[refused]} with an error at capture)"
+    assert split in " ".join((REPO_ROOT / "notebooks" / "05_cuda_graphs_and_their_pitfalls.py").read_text().split())
+
+
+@pytest.mark.skipif(not TRITON_INTERPRET, reason="the Triton scenarios on CPU tensors need Triton's interpreter")
+def test_the_committed_cpu_run_reproduces(capsys):
+    """``python -m mla_edu.graphs.scenarios --check --schedules 3`` prints results/graph_scenarios_cpu.md below its
+    first line (the torch version)."""
+    from mla_edu.graphs.scenarios.__main__ import main
+
+    main(["--check", "--schedules", "3", "--device", "cpu"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == (RESULTS / "graph_scenarios_cpu.md").read_text().splitlines()[1:]

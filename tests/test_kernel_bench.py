@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from markers import CPU_TRITON
 from mla_edu.paths import RESULTS_DIR as RESULTS
 from tools import kernel_bench as kb
 
@@ -55,8 +56,10 @@ def test_a_row_names_the_kernel_that_runs_there():
 
 
 @pytest.mark.triton
+@CPU_TRITON
 def test_backend_calls_runs_both_paths_on_one_problem():
-    # tools.kernel_bench.backend_calls, what tools.stage1_ab and tools.schedule_profile time on the H200: here on
+    # tools.kernel_bench.backend_calls, what kernel_lab.tools.stage1_ab and kernel_lab.tools.schedule_profile time on
+    # the H200: here on
     # the CPU (Triton's interpreter, float32), a ragged batch with an empty request; both paths agree
     import math
 

@@ -54,26 +54,6 @@ def test_segments_cover_every_token_once(page, max_pages, lens, parts):
         assert all(s.t_start % page == 0 for s in mine if s.t_end > s.t_start)  # pieces start on a page
 
 
-def test_flashmla_walk_model():
-    # FlashMLA's get_mla_metadata walk, host side: a request of 10 pages over 2 parts (payload max(8 + 5, 10) = 13)
-    # is cut after 8 pages (8 + 5), the rest pays the overhead again (2 + 5)
-    assert sc.flashmla_makespan([640], 64, 2) == 13
-    # two requests of 3 pages over 2 parts (payload 13): the first whole (8) leaves exactly the overhead, 5, which is
-    # not more than it: no empty piece of the second there, it goes whole to part 1 (line 55: remain - overhead > 0)
-    assert sc.flashmla_makespan([192, 192], 64, 2) == 8
-    # 64 equal requests of 64 pages on 66 parts: payload ceil(64 * 69 / 66) + 5 = 72 holds one whole request (69),
-    # and 3 left is not more than the overhead: no request is cut (kernels/NOTES.md v8)
-    assert sc.flashmla_makespan([4096] * 64, 64, 66) == 69
-    for page, max_pages, lens in LENGTH_SETS:  # never past the payload
-        for parts in (1, 3, 66):
-            n = [cdiv(max(x, 0), page) for x in lens]
-            payload = max(cdiv(sum(k + sc.FIXED_OVERHEAD_PAGES for k in n), parts) + sc.FIXED_OVERHEAD_PAGES,
-                          2 * sc.FIXED_OVERHEAD_PAGES)
-            assert sc.flashmla_makespan(lens, page, parts) <= payload
-    with pytest.raises(ValueError, match="parts must be >= 1, got 0"):
-        sc.flashmla_makespan([10], 64, 0)
-
-
 def test_balanced_beats_one_split_count_on_a_ragged_batch():
     # the example shape: B = 64, lengths from 205 to 28562 tokens (seeded log-normal), page 64, 16 heads
     lens = sc.lognormal_lengths(64, 2048, seed=0)

@@ -93,7 +93,9 @@ def test_lock_refusals(tmp_path):
 
 @pytest.mark.skipif(not sc.locked(), reason="make test-latest: the newest versions, not the lock's, on purpose")
 def test_this_environment_matches_its_lock():
-    assert sc.lock_mismatches() == [], "the environment differs from its lock: make clean-venv && make .venv/.ready"
+    # make test-no-triton leaves Triton out on purpose (the packages a Mac gets); everything else is the lock's
+    wrong = [m for m in sc.lock_mismatches() if not (m[0] == "triton" and m[2] is None)]
+    assert wrong == [], "the environment differs from its lock: make clean-venv && make .venv/.ready"
 
 
 def test_expected_run_times_scale_by_the_smoke_run():

@@ -1,12 +1,6 @@
 """``mla_edu.kernels.sm90``: stage 1 compiled for sm_90a on this machine, and the facts notebook 04 and
-``kernels/NOTES.md`` state about it (the same with Triton 3.6.0, 3.7.1 and 3.9.0)."""
-
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
+``kernel_lab/essay.md`` state about it (the same with Triton 3.6.0, 3.7.1 and 3.9.0). The kernel lab's variant
+patches are compiled by ``kernel_lab/tests/test_variants.py``."""
 
 import pytest
 
@@ -15,9 +9,6 @@ pytest.importorskip("triton", reason="needs Triton, which is not installed here 
 
 from mla_edu.kernels import sm90
 from mla_edu.kernels import split_kv_seesaw as seesaw
-
-VARIANTS = Path(__file__).resolve().parents[1] / "results" / "seesaw_variants"
-
 
 @pytest.fixture(scope="module")
 def reports():
@@ -57,8 +48,7 @@ def test_the_tma_kernel_issues_each_tile_from_two_copy_instructions(reports):
 @pytest.mark.parametrize("heads", [128, 16])
 def test_the_persistent_tma_kernels_do_not_spill(heads):
     # the balanced schedule's persistent variants (kernels.schedule): the walk over a part's requests carries
-    # scalars only. A first version kept the batch plan's vectors live across the tile loop: 700-1,000 bytes
-    # spilled and h_q=128 ran at half speed on the H200 (kernels/NOTES.md, v6)
+    # scalars only: with the batch plan's vectors kept live across the tile loop, registers spill
     r = sm90.compile_stage1(["tma"], heads=heads, scheduled=True)["tma"]
     assert r["spill_bytes"] == 0 and not r["wgmma_serialized"]
     assert r["wgmma"] == ({"m64n32k16": 36, "m64n256k16": 4} if heads == 128 else {"m64n16k16": 68})
@@ -87,7 +77,7 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(seesaw_reports,
     # shared-memory operands at an index it cannot see is 0 (split_kv_seesaw._opaque_zero)
     assert r["registers"] <= seesaw.REGISTERS.value and r["spill_bytes"] == 0
     # and ptxas kept its wgmma asynchronous: short of registers it serializes them, every product of the kernel waited
-    # for alone, with no spill reported (v17; test_the_report_refuses_the_variants_measured_slower)
+    # for alone, with no spill reported (kernel_lab/tests/test_variants.py)
     assert not r["wgmma_serialized"]
     # tile halves by TMA, each from the warpgroup that reloads it: the left halves (warpgroup 0) in one copy, the
     # right halves and rope columns (warpgroup 1) in two; at the segment's start and in the loop, for each slot.
@@ -98,47 +88,6 @@ def test_the_seesaw_kernel_scores_a_whole_tile_in_each_warpgroup(seesaw_reports,
     # variant at a part's last request; never a split's float32 partials
     assert r["ptx"].count("cp.async.bulk.tensor.2d.global") == 2 * (scheduled or final)
     assert r["ptx"].count("mbarrier.init") == seesaw.NUM_BARRIERS.value
-
-
-@pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
-@pytest.mark.parametrize("patch", ["s0_ahead_zeroing", "s0_ahead_whole"])
-def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch, scheduled, final):
-    # v17 (kernels/NOTES.md): warpgroup 0 scoring the next pair's tile 0 behind its last product, FlashMLA's order.
-    # With a partial tile's rows zeroed under that product (s0_ahead_zeroing), ptxas runs short of registers and
-    # serializes every wgmma of the kernel, yet reports no spill (v12's first try at this order, slower on the H200,
-    # compiles so too). Without the zeroing (s0_ahead_whole) registers spill; on the H200 it was slower than the kept
-    # kernel at every timing (results/seesaw_ab_h200_v17.md). Each is refused by what the test above asserts
-    dst = tmp_path / "mla_edu" / "kernels" / "split_kv_seesaw.py"
-    dst.parent.mkdir(parents=True)
-    shutil.copy(seesaw.__file__, dst)
-    applied = subprocess.run(["git", "apply", str(VARIANTS / f"{patch}.patch")], cwd=tmp_path, capture_output=True,
-                             text=True)
-    assert applied.returncode == 0, f"{patch}.patch no longer applies to split_kv_seesaw.py: {applied.stderr}"
-    r = compile_variant(dst, scheduled, final)
-    assert r["wgmma"] == {"m64n64k16": 576 // 16 * 3 // 2, "m64n256k16": 2 * 64 // 16}  # its tile-0 scores twice
-    assert r["wgmma_serialized"] or r["spill_bytes"] > 0
-
-
-#: Compiles a variant of the seesaw kernel (the file argv[1]) for sm_90a: the test loads it under a name of its
-#: own and hands its compile spec to ``sm90.compile_report``, in a process without Triton's interpreter.
-COMPILE_VARIANT = """
-import importlib.util, json, sys
-from mla_edu.kernels import sm90
-spec = importlib.util.spec_from_file_location("seesaw_variant", sys.argv[1])
-variant = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(variant)
-scheduled, final = sys.argv[2] == "1", sys.argv[3] == "1"
-compile_spec = variant.STAGE1.compile_spec("seesaw", 64, "bf16", final, sm90.HEADS, scheduled, sm90.BATCH,
-                                           sm90.N_PAGES)
-print(json.dumps(sm90.compile_report(compile_spec)))
-"""
-
-
-def compile_variant(path, scheduled: bool, final: bool) -> dict:
-    run = subprocess.run([sys.executable, "-c", COMPILE_VARIANT, str(path), str(int(scheduled)), str(int(final))],
-                         env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return json.loads(run.stdout)
 
 
 def exponentials_under_products(ptx: str) -> list[int]:
@@ -161,16 +110,16 @@ def exponentials_under_products(ptx: str) -> list[int]:
 
 @pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
 def test_the_seesaw_takes_p1s_exponentials_under_p0_v0_right(seesaw_reports, scheduled, final):
-    # v13 (kernels/NOTES.md): warpgroup 1 issues P0 V0_right, then computes P1 = 2^(S1 - m1) while the tensor cores
+    # warpgroup 1 issues P0 V0_right, then computes P1 = 2^(S1 - m1) while the tensor cores
     # run it: 64 x 64 exponentials over 128 threads, 32 ex2 each, all between that product's commit and its wait.
-    # Each warpgroup's other products have none under them (the kernel before v13: none anywhere)
+    # Each warpgroup's other products have none under them
     counts = exponentials_under_products(seesaw_reports[(scheduled, final)]["ptx"])
     assert len(counts) == 4 and sorted(counts) == [0, 0, 0, seesaw.BLOCK_H * seesaw.BLOCK_N // (32 * seesaw.WARPS)]
 
 
 @pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
 def test_the_seesaw_skips_each_rescale_where_no_max_moved(seesaw_reports, scheduled, final):
-    # v19 (kernels/NOTES.md): each warpgroup rescales its [64, 256] float32 output twice a pair, 64 x 256 / 128 = 128
+    # each warpgroup rescales its [64, 256] float32 output twice a pair, 64 x 256 / 128 = 128
     # multiplies a thread each; each sits behind a branch on one warp reduction of "some row's scale is not 1"
     # (split_kv_seesaw._rescaled), taken only where a max moved past RESCALE_THRESHOLD. The persistent variant
     # reduces integers elsewhere too (the partition), without such a block
@@ -180,9 +129,8 @@ def test_the_seesaw_skips_each_rescale_where_no_max_moved(seesaw_reports, schedu
 
 @pytest.mark.parametrize("scheduled, final", SEESAW_VARIANTS)
 def test_the_seesaw_scales_each_score_inside_its_exponential(seesaw_reports, scheduled, final):
-    # v20 (kernels/NOTES.md): P = 2^(S qk_scale - m), one fused multiply-add an entry, S unscaled from the wgmma
-    # (split_kv_seesaw._scores); each warpgroup exponentiates one 64 x 64 tile a pair, 32 entries a thread. Before
-    # v20 a multiply, a select and a subtract
+    # P = 2^(S qk_scale - m), one fused multiply-add an entry, S unscaled from the wgmma (split_kv_seesaw._scores);
+    # each warpgroup exponentiates one 64 x 64 tile a pair, 32 entries a thread
     assert sm90.exponentials_of_an_fma(seesaw_reports[(scheduled, final)]["ptx"]) == 2 * (
         seesaw.BLOCK_H * seesaw.BLOCK_N // (32 * seesaw.WARPS))
 

@@ -56,7 +56,7 @@ def graph_us(fn, target_ms: float = 2.0, reps: int = 7, warm_ms: float = 25.0) -
     sized from a graph of one call, not an eager one whose host overhead makes ``n`` small), the graph is
     replayed for ``warm_ms``, then ``reps`` times between CUDA events; median over replays / n. Sized from an
     eager call and not warmed, the same kernel timed twice in one row read 19.2 and 15.0 us on the H200; this way
-    the two agree to 0.1 us (``kernels/NOTES.md`` v8)."""
+    the two agree to 0.1 us (``kernel_lab/essay.md``)."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -139,8 +139,8 @@ def backend_calls(lens: list[int], heads: int, sms: int, sm_scale: float, page: 
                   device="cuda"):
     """The triton backend's two paths on one problem (``make_ragged_problem(lens, heads, page, dtype)``):
     ``(problem, rule, parts, {"rule": call, "balanced": call})``, ``rule`` the split rule's count from the table's
-    width, ``parts`` the balanced schedule's, a workspace large enough for both (what ``tools.stage1_ab`` and
-    ``tools.schedule_profile`` time)."""
+    width, ``parts`` the balanced schedule's, a workspace large enough for both (what ``kernel_lab.tools.stage1_ab`` and
+    ``kernel_lab.tools.schedule_profile`` time)."""
     from mla_edu.kernels import mla_decode
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels.workspace import triton_num_kv_splits

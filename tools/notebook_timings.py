@@ -33,7 +33,7 @@ MARKERS = ("core", "optional")
 TABLE_JSON = RESULTS_DIR / "notebook_timings.json"
 TABLE_MD = REPO_ROOT / "docs" / "timings.md"
 LAB_SECONDS = REPO_ROOT / "build" / "lab_run_all_seconds.json"
-SMOKE_CELL = "smoke_run("  # notebook 00's smoke-run cell: the reference speed of this machine
+SMOKE_CELL = "sc.check_smoke"  # notebook 00's smoke-run cell: the reference speed of this machine
 _HEADING = re.compile(r"^## (.+?)(?: \((core|optional)\))?\s*$")
 _WORD = re.compile(r"\S*[A-Za-z0-9]\S*")
 

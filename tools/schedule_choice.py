@@ -3,7 +3,7 @@
 
 The triton serving backend chooses per batch with ``schedule.prefers_balanced``: a model of each path's
 makespan in page-times (``schedule.makespans``), from the lengths an engine has on the host at every step
-(``seq_lens_cpu``), the schedule only ``schedule.BALANCED_MARGIN`` below the rule. Until v7 (``kernels/NOTES.md``)
+(``seq_lens_cpu``), the schedule only ``schedule.BALANCED_MARGIN`` below the rule. Until v7 (``kernel_lab/essay.md``)
 it chose from the page table's width (``by_table``), the same for every batch a graph replays. For every problem
 of the run this script takes both choices, and compares the bench's measured time of what each picked with the
 best fixed split (uniform lengths: the acceptance of issue 25) or with the best of rule, balanced and fixed
@@ -24,7 +24,7 @@ from tools import schedule_bench
 from tools.schedule_bench import PAGE
 
 SM_COUNT = 132  # the H200 of the committed run
-#: The triton backend's choice until v7 (``kernels/NOTES.md``): the balanced schedule where the page table holds
+#: The triton backend's choice until v7 (``kernel_lab/essay.md``): the balanced schedule where the page table holds
 #: more than this many tokens, the same for every batch a graph replays.
 V6_BALANCED_ABOVE_TOKENS = 4096
 

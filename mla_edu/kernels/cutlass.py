@@ -1,8 +1,8 @@
 """The real thing: ``sgl_kernel.cutlass_mla_decode`` (CUTLASS SM100, Blackwell only).
 
 ``check_cutlass_args`` reproduces the wrapper's checks (sgl-project/sglang
-``sgl-kernel/python/sgl_kernel/attention.py`` as of SGLang PR #7184: ``q_nope``/``q_pe`` and
-``num_kv_splits`` from PR #7145, ``sm_scale`` and one split by default from #7184) plus the C++
+``sgl-kernel/python/sgl_kernel/attention.py`` as of SGLang PR #7184: ``num_kv_splits`` from PR #6929,
+``q_nope``/``q_pe`` from #7145, ``sm_scale`` and one split by default from #7184; ``docs/sources.md``) plus the C++
 ``can_implement`` page-size rules (``sm100_fmha_mla_tma_warpspecialized.hpp``: power-of-two page
 <= 128 on the cp.async path, exactly 128 on the TMA path) and two checks the real wrapper does not
 do: the workspace size, and a page table whose rows are contiguous (the kernel's column stride is

@@ -6,7 +6,8 @@ the lengths are ragged: a few long requests' programs then run alone while most 
 (at ``9edee0c``; ``docs/sources.md``) avoids this with ``get_mla_metadata``
 (``csrc/kernels/get_mla_metadata.cu`` lines 8-75): one warp, on the device and so inside a CUDA graph,
 cuts the batch's total KV blocks (plus a fixed overhead per request) into one near-equal share per SM
-part (``payload``, line 34); each persistent CTA then walks its part (``csrc/kernels/splitkv_mla.cu``
+part (``payload``, line 34, at least two overheads; ``flashmla_schedule`` replays the walk); each persistent CTA
+then walks its part (``csrc/kernels/splitkv_mla.cu``
 lines 1019-1039), and its combine kernel merges a variable number of partials per request
 (``csrc/kernels/mla_combine.cu`` lines 25-30).
 
@@ -19,8 +20,9 @@ No host sync, no table, fixed shapes: a graph captures it and the partition foll
 every replay.
 
 * request ``b`` has ``n_b = ceil(len_b / PAGE)`` pages (clamped to ``[0, max_pages]``) and costs
-  ``w_b = n_b + FIXED_OVERHEAD_PAGES`` page-times (0 for an empty request): the overhead, as FlashMLA's,
-  is its q load, the ring's first fill and its partial;
+  ``w_b = n_b + FIXED_OVERHEAD_PAGES`` page-times (0 for an empty request): FlashMLA's constant, which this
+  project reads as a request's q load, the ring's first fill and its partial (FlashMLA's source gives the number
+  only);
 * the requests' costs are laid end to end on one line, request ``b`` at ``[W_b, W_b + w_b)``: first its
   overhead, then its pages, page ``k`` at ``x = W_b + FIXED_OVERHEAD_PAGES + k``;
 * part ``p`` (one persistent program per head block, ``num_parts`` of them fill the GPU once) takes the
@@ -30,7 +32,7 @@ every replay.
   the line except, perhaps, its first request's (begun in an earlier part): no part costs more than
   ``chunk + FIXED_OVERHEAD_PAGES`` page-times, FlashMLA's bound (its ``payload``, line 34, is a part's share plus
   one overhead, and each piece pays its own, lines 44-62). Spread over the request's pages instead (page ``k``
-  at ``W_b + k * w_b / n_b``, ``kernels/NOTES.md`` v11), the overheads let a part cost nearly two beyond its share;
+  at ``W_b + k * w_b / n_b``), the overheads let a part cost nearly two beyond its share;
 * so a long request is cut across several parts and a part holds several short requests, walked in order;
   a request whose pages all fall in one part is written to the output there, the others leave one
   partial per part, in workspace row ``p + b`` (unique: both indices grow along the line), which stage 2
@@ -54,21 +56,19 @@ from mla_edu.util import cdiv
 #: How ``mla_decode`` splits the KV: "splits", the same count for every request (its ``num_kv_splits``, the
 #: cutlass contract); "balanced", this module's partition (impl "triton").
 SCHEDULES = ("splits", "balanced")
-#: Per-request fixed cost in pages (q load, the ring's first fill, the partial's write), FlashMLA's
-#: ``Config::FIXED_OVERHEAD_NUM_BLOCKS`` (``csrc/kernels/config.h`` line 11 at ``9edee0c``, 64-token blocks).
-#: 2, 3 and 10 were slower at every ragged batch of the H200 bench at h_q=128, 4 at 5 of 6 and equal at the sixth
-#: (results/schedule_overhead_h200.md).
+#: Per-request fixed cost in pages, FlashMLA's ``Config::FIXED_OVERHEAD_NUM_BLOCKS``
+#: (``flashmla_schedule.FIXED_OVERHEAD_NUM_BLOCKS``, 64-token blocks); read here as a request's q load, the ring's
+#: first fill and its partial's write. Other values, timed on the H200: kernel_lab/results/schedule_overhead_h200.md.
 FIXED_OVERHEAD_PAGES = 5
 #: Fewest page-times a part holds: a small batch is not cut into crumbs whose merge costs more than their
 #: balance gains.
 MIN_PART_PAGES = 2
-#: Most parts one request is cut across: at B=1 more pieces than the split rule's largest count (32,
-#: ``workspace.SPLIT_CHOICES``) ran slower on the H200 (FlashMLA, which cuts one request into ~128, too:
-#: results/kernel_bench_h200_schedule.md).
+#: Most parts one request is cut across: the split rule's largest count (``workspace.SPLIT_CHOICES``); more pieces
+#: ran slower at B=1 on the H200 (results/kernel_bench_h200_schedule.md). FlashMLA cuts one request of 1K, 4K and
+#: 16K tokens at h_q=128 on 132 SMs into 4, 13 and 52 pieces (``flashmla_schedule.pieces_per_request``).
 MAX_PIECES = max(SPLIT_CHOICES)
 #: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan is this much below the split
-#: rule's: its merge's launch and the partials of requests cut at a part boundary are not in the model (2-26 us on
-#: the H200, kernels/NOTES.md v6).
+#: rule's: its merge's launch and the partials of requests cut at a part boundary are not in the model.
 BALANCED_MARGIN = 0.1
 #: Fields of a row of ``segments``: its part, its request, its tokens [t_start, t_end), its flag.
 SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
@@ -105,8 +105,8 @@ def prefers_balanced(lens, page_size: int, heads: int, sm_count: int, num_splits
     """Whether a batch of requests of ``lens`` tokens (host ints: an engine has them at every step,
     ``seq_lens_cpu``) is better served by the balanced schedule than by the split rule at ``num_splits``: its
     modelled makespan (``makespans``) ``BALANCED_MARGIN`` below the rule's. Scored on the H200's measured times
-    (``tools/schedule_choice.py``, ``results/schedule_choice_h200.md``): within 5% of the best at 42 of 42
-    problems, where the choice by the table's width was at 38 (v15's run)."""
+    (``tools/schedule_choice.py``, ``results/schedule_choice_h200.md``, which ``tests/test_schedule_choice.py``
+    regenerates)."""
     rule, balanced = makespans(lens, page_size, heads, sm_count, num_splits, max_pages)
     return balanced < (1 - BALANCED_MARGIN) * rule
 
@@ -226,36 +226,6 @@ def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, ma
         clock[s.part] = t + overhead + cdiv(s.t_end - s.t_start, page_size)
         bars += [(t, clock[s.part], s.part * hb + h, s.request) for h in range(hb)]
     return bars, max(clock, default=0.0)
-
-
-def flashmla_makespan(lens: list[int], page_size: int, parts: int) -> int:
-    """The slowest part's page-times (pages plus ``FIXED_OVERHEAD_PAGES`` per piece) under FlashMLA's walk, host side,
-    for comparison with ``part_timeline``: ``get_mla_metadata.cu`` at ``9edee0c`` (lines 34-62) gives each of
-    ``parts`` parts a payload of ``ceil(total / parts) + overhead`` (at least two overheads), takes the next
-    request's rest whole while it fits what is left, else a piece of it if more than the overhead is left, and
-    moves on to the next part. Every piece pays the overhead, so no part exceeds the payload."""
-    if parts < 1:
-        raise ValueError(f"parts must be >= 1, got {parts}")
-    o = FIXED_OVERHEAD_PAGES
-    n = [cdiv(max(x, 0), page_size) for x in lens]
-    payload = max(cdiv(sum(k + o for k in n), parts) + o, 2 * o)
-    load, b, done = [0] * parts, 0, 0
-    for p in range(parts):
-        left = payload
-        while b < len(n):
-            rest = n[b] - done + o
-            if left >= rest:  # the rest of request b fits: it ends in part p
-                load[p] += rest
-                left -= rest
-                b, done = b + 1, 0
-            else:  # a piece of it, if more than its overhead is left; then the next part
-                if left > o:
-                    load[p] += left
-                    done += left - o
-                break
-    if b < len(n):  # never: the payloads cover the total and every cut; FlashMLA asserts it too (line 68)
-        raise RuntimeError(f"FlashMLA's walk ended at request {b} of {len(n)}")
-    return max(load)
 
 
 def __getattr__(name: str):

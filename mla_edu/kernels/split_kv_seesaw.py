@@ -3,8 +3,8 @@
 Why a third Hopper kernel. ``split_kv_wgmma.stage1_wgmma_kernel`` runs its two warpgroups in lock step on
 one 64-token tile: each scores 32 of its tokens (wgmma n = 32), they meet for the row max, both write P,
 meet again, then each multiplies P by its 256 output columns. While both do the softmax the tensor cores
-wait, and an n = 32 score product reads more shared memory per multiply-add than an n = 64 one. At
-h_q = 128 it runs at 0.6-0.7x of FlashMLA (``kernels/NOTES.md``, v6).
+wait, and an n = 32 score product reads more shared memory per multiply-add than an n = 64 one
+(``kernel_lab/essay.md``).
 
 FlashMLA's sm90 kernel (``csrc/kernels/splitkv_mla.cu`` at ``9edee0c``, ``wg0_subroutine`` and ``wg1_subroutine``,
 lines 740-943; ``docs/sources.md``) takes the tiles two at a time instead. Warpgroup 0 scores tile 0 of the
@@ -23,28 +23,29 @@ O_L = O_L scale0 + P0 V0_left                   O_R = O_R scale0 + P0 V0_right, 
 O_L = O_L scale1 + P1 V1_left                   O_R = O_R scale1 + P1 V1_right (P1 from registers)
 ==============================================  ==============================================
 
-Arrows are mbarrier hand-offs through shared memory; each warpgroup's softmax overlaps the other's tensor-core
-work ("seesaw"). Warpgroup 1 issues P0 V0_right before it computes P1, so the tensor cores have that product
-while it takes P1's exponentials (measured: ``kernels/NOTES.md`` v13). Row sums: warpgroup 0 keeps those of the
-P0s, warpgroup 1 of the P1s, added at the end. FlashMLA's warpgroup 0 instead waits for scale1 and sends P0
-scale1, and its warpgroup 1 multiplies its own P1 first; here P0 leaves as soon as it exists, so warpgroup 0 never
-holds it in float32 registers while it waits (the register budget below). This kernel is written from that
+Arrows are mbarrier hand-offs through shared memory; each warpgroup's softmax overlaps the other's tensor-core work
+("seesaw"). Warpgroup 1 issues P0 V0_right before it computes P1, so the tensor cores have that product while it
+takes P1's exponentials (measured: ``kernel_lab/results/seesaw_ab_h200_pv0early.md``). Row sums: warpgroup 0 keeps
+those of the P0s, warpgroup 1 of the P1s, added at the end. FlashMLA's warpgroup 0 instead waits for scale1 and
+sends P0 scale1, and its warpgroup 1 multiplies its own P1 first; here P0 leaves as soon as it exists, so warpgroup
+0 never holds it in float32 registers while it waits (the register budget below). This kernel is written from that
 description, in Gluon; FlashMLA's code is CUDA/CuTe.
 
 "new max" keeps a row's running max unless a score passes it by more than ``RESCALE_THRESHOLD`` (8, in log2
 units), and only then moves it to the row's new max: FlashAttention-4's rescale threshold for 16-bit inputs
-(``SoftmaxSm100.update_row_max``, ``flash_attn/cute/softmax.py``; ``docs/sources.md``). So P stays below 2^8 and,
+(``SoftmaxSm100.update_row_max``, ``flash_attn/cute/softmax.py``; ``docs/sources.md``). So P is at most 2^8 and,
 in exact arithmetic, the sums and the log-sum-exp, taken against the same max, are unchanged; but after a request's
 first tiles a max rarely moves, each scale is then exactly 1, and each warpgroup skips the multiply of its 64 x 256
 float32 output (128 registers a thread, twice a pair) when every row's scale is 1 (``_rescaled``). The price is in
-P's bf16 rounding: its largest entry is no longer exactly 1 (``tools/stale_max_error.py``: 1.5x the rms error).
+P's bf16 rounding: its largest entry is no longer exactly 1 (``kernel_lab/tools/stale_max_error.py``: its rms error
+grows, ``kernel_lab/results/stale_max_error_cpu.md``).
 Scores leave ``_scores`` unscaled and are scaled inside the exponential (S above is in log2 units). Measured:
-``kernels/NOTES.md`` v19, v20.
+``kernel_lab/results/seesaw_ab_h200_v19.md``, ``kernel_lab/results/seesaw_ab_h200_v20.md``.
 
-Pages arrive by TMA in two halves per ring slot, each with its own mbarrier (FlashMLA cuts a tile into
-nine 64-column pieces; that was measured here and was slower, ``kernels/NOTES.md`` v9): "left" = latent
-columns [0, 256), "right" = [256, 512) and the 64 rope columns. A half is reloaded with the next pair's tile
-(after a segment's last pair in the balanced schedule's walk, the next segment's first) by the warpgroup that
+Pages arrive by TMA in two halves per ring slot, each with its own mbarrier (FlashMLA cuts a tile into nine
+64-column pieces; that was measured here and was slower, ``kernel_lab/results/seesaw_ab_h200_rejected.md``): "left"
+= latent columns [0, 256), "right" = [256, 512) and the 64 rope columns. A half is reloaded with the next pair's
+tile (after a segment's last pair in the balanced schedule's walk, the next segment's first) by the warpgroup that
 reads it last, as soon as it is done:
 
 * slot 0 left: warpgroup 0 only (its scores and its P0 V0_left) -> reloaded by warpgroup 0 right after
@@ -55,8 +56,8 @@ reads it last, as soon as it is done:
 
 Both warpgroups score a tile's left half first, the half that is reloaded earlier: slot 0's by warpgroup 0
 halfway through the pair, slot 1's by warpgroup 0 right after its P1 V1_left, while slot 1's right half waits for
-warpgroup 1's P1 V1_right (scoring that half first cost warpgroup 1 a wait at each pair's start: ``kernels/NOTES.md``
-v14).
+warpgroup 1's P1 V1_right (scoring that half first cost warpgroup 1 a wait at each pair's start:
+``kernel_lab/results/seesaw_ab_h200_w1left.md``).
 A pair with no tile 1 (an odd tile count) has P1 = 0, and neither warpgroup reads slot 1.
 
 Shared memory: q_nope 64 KB, the ring 2 x 72 KB, P0 and P1 8 KB each: 224 KB of the 227 KB an SM has; q_pe
@@ -65,23 +66,23 @@ q pieces in registers for the same reason, ``splitkv_mla.cu`` line 198). Registe
 warpgroup (two warpgroups of 128 threads: 63,488 of an SM's 65,536), no spill (``tests/test_sm90.py``).
 
 q_nope arrives by TMA too where its rows are one 2D view (``q_descriptor``), else through registers. Warpgroup 0
-issues it before the first pair's halves, in two halves with an mbarrier each, so the first score products wait
-for q's left half only (``kernels/NOTES.md`` v15); in the balanced schedule it issues the next segment's q at the
-end of the current one.
+issues it before the first pair's halves, in two halves with an mbarrier each, so the first score products wait for
+q's left half only (``kernel_lab/results/seesaw_ab_h200_qfirst.md``); in the balanced schedule it issues the next
+segment's q at the end of the current one.
 
 Final output rows leave by TMA too, as FlashMLA stores its output (``store_o``, ``splitkv_mla.cu``): each warpgroup
 writes its [64, 256] in bf16 into its half of q's buffer, then one TMA store copies the block out, where the output
 is one 2D view (``q_descriptor(out)``) and q's buffer is free: with one split, and in the balanced schedule at a
 part's last request when that request is whole there (a next request's q goes into that buffer under the stores).
 From the wgmma's registers a warp's bf16 store covers 16 bytes in each of 8 rows, half a 32-byte sector each (our
-reading of why it was slow); the TMA store took 6.4 us off 50.8 at h_q = 128, B = 64, L = 1024
-(``kernels/NOTES.md`` v12). Float32 partials are still stored from registers (32 bytes a row: whole sectors).
+reading of why it was slow; the TMA store measured faster: ``kernel_lab/results/seesaw_ab_h200_out_tma.md``).
+Float32 partials are still stored from registers (32 bytes a row: whole sectors).
 
 The default stage 1 at 64 heads a program on the H200 (``stage1.DEFAULT_GLUON``). Compiled for
 sm_90a on any machine (``mla_edu.kernels.sm90``, ``tests/test_sm90.py``); ``tests/test_kernels_wgmma.py`` and
 ``tests/test_kernels_schedule.py`` run it against float64 on a Hopper GPU, as stage-1 kind "seesaw"
 (``results/tests_h200.md``). Same contract, grids and outputs as ``split_kv_wgmma``'s kernels, the balanced
-schedule included. Measured: ``kernels/NOTES.md`` v8-v14.
+schedule included. How it compares with FlashMLA, and what was tried: ``kernel_lab/essay.md``.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ WARPS = 4  # per warpgroup: the kernel's num_warps (warpgroup 0, the default par
 #: registers per thread in each warpgroup (the launch's maxnreg): 2 x 128 threads x 248 = 63,488 of an SM's 65,536
 REGISTERS = gl.constexpr(248)
 #: how far (log2 units) a score may pass a row's running max before the max moves and the output is rescaled
-#: (``_new_max``): FlashAttention-4's ``rescale_threshold`` for 16-bit inputs. P = 2^(S - m) stays below 2^8
+#: (``_new_max``): FlashAttention-4's ``rescale_threshold`` for 16-bit inputs. P = 2^(S - m) is then at most 2^8
 RESCALE_THRESHOLD = gl.constexpr(8.0)
 
 # mbarriers: TMA halves of the two ring slots, then the hand-offs between the warpgroups
@@ -212,7 +213,7 @@ def _scores(q_smem, qpe, kv, pe, first, second, q_right, q_phase, LEFT_FIRST: gl
     in ``kv``, ``pe``, whose halves complete ``phase`` of the mbarriers ``first`` and ``second``: the left half
     multiplied first (LEFT_FIRST) or the right half and the rope columns. q's right half completes ``q_phase`` of
     ``q_right`` (its left half was waited for before the pairs). A partial last tile is zeroed past t_end first.
-    The caller scales them inside the exponent, 2^(S qk_scale - m): one fused multiply-add an entry (v20)."""
+    The caller scales them inside the exponent, 2^(S qk_scale - m): one fused multiply-add an entry."""
     if t0 + BLOCK_N > t_end:  # rows past the length: TMA cannot mask rows
         mbarrier.wait(first, phase)
         mbarrier.wait(second, phase)
@@ -425,7 +426,7 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
             m_i = m1
     # the output rows by TMA through q's buffer (``_store_final``) where they are final and no next segment's q
     # was to go there under this one's stores: with one split, or in the schedule a part's last request if it is
-    # whole (measured: ``kernels/NOTES.md`` v12)
+    # whole (measured: kernel_lab/results/seesaw_ab_h200_out_tma.md)
     if SCHEDULED:
         staged = O_TMA & (flag == schedule.DIRECT) & (b_next < 0)
     else:

@@ -199,8 +199,9 @@ class Stage2Config(NamedTuple):
     num_warps: int
 
 
-#: Stage 2's configs, one per kind of batch (``stage2_config``; timed on the H200: ``results/stage2_ab_h200.md``).
-#: Requests in many pieces: a [16, 4, 128] float32 tile, 4 partials loaded together (``kernels/NOTES.md`` v6).
+#: Stage 2's configs, one per kind of batch (``stage2_config``; timed on the H200:
+#: ``kernel_lab/results/stage2_ab_h200.md``).
+#: Requests in many pieces: a [16, 4, 128] float32 tile, 4 partials loaded together.
 STAGE2_MANY = Stage2Config(16, 4, 128, 4)
 #: Few pieces a request, 64 heads or more: a program merges 8 heads' 512 columns one partial at a time (96 registers
 #: a thread where STAGE2_MANY holds 158, so more programs fit an SM).
@@ -213,7 +214,8 @@ def stage2_config(batch: int, heads: int, parts: int) -> Stage2Config:
     """Stage 2's config for a balanced call, from what the host knows: B, h_q and the parts. The parts' segments
     number at most ``parts + B - 1``, so a request has at most ``(parts + B - 1) / B`` partials on average. Above 4
     (B=16 on the H200: a few long requests cut into many pieces) STAGE2_MANY loads them 4 at a time; else
-    STAGE2_FEW_WIDE where there are 64 heads or more, STAGE2_FEW_NARROW below (measured: ``kernels/NOTES.md`` v16)."""
+    STAGE2_FEW_WIDE where there are 64 heads or more, STAGE2_FEW_NARROW below (measured:
+    ``kernel_lab/results/stage2_ab_h200.md``)."""
     if batch < 1 or heads < 1 or parts < 1:
         raise ValueError(f"stage2_config needs batch, heads and parts >= 1, got {batch}, {heads}, {parts}")
     if parts + batch - 1 > 4 * batch:

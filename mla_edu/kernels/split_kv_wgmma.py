@@ -3,7 +3,8 @@
 Why a second kernel: in plain Triton (``split_kv_triton``) the score tile ``S = q K^T`` feeds the next
 ``tl.dot``, so Triton gives it the "all warps along M" layout. With 64 heads and 8 warps that makes both
 warpgroups compute the whole 64 x 64 score tile: ``q K^T`` is done twice, and at ``h_q = 128`` the
-kernel stays near a third of the matmul rate (``kernels/NOTES.md``). Gluon lets us choose the layouts.
+kernel stays near a third of the matmul rate (``results/kernel_bench_h200.md``, its "tl" rows). Gluon lets us
+choose the layouts.
 
 ``stage1_wgmma_kernel``, 64 heads a program, two warpgroups:
 

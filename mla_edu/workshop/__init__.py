@@ -1,3 +1,4 @@
 """The workshop on top of the case study: ``panel`` (widgets that drive ``case_study.diagnose``),
 ``exercises`` (the checkers of notebook 08), ``checks`` (the "predict, then run" checks of notebooks 01-07,
-and what every checker shares) and ``solutions`` (notebook 08's, which no notebook imports)."""
+and the one rule every checker reads answers by). The solutions are not here: they are in the instructor
+build (``instructor/`` in the checkout, ``make instructor``)."""

@@ -1,6 +1,6 @@
 """Automatic checkers for notebook 08's exercises. Each prints PASS or a one-line hint and returns an
 :class:`ExerciseResult`; none raises, whatever it is given (a stub, None, a wrong type, a numpy scalar,
-a tensor, NaN, a huge int, a function that raises or breaks the backend): "NOT YET" and a hint.
+a tensor, NaN, a huge int, a function that raises, never returns, or breaks the backend): "NOT YET" and a hint.
 
 | checker | the learner gives |
 |---|---|
@@ -10,20 +10,29 @@ a tensor, NaN, a huge int, a function that raises or breaks the backend): "NOT Y
 | ``check_workspace_size(fn)`` | sgl-kernel's ``cutlass_mla_get_workspace_size`` |
 | ``check_stale_reads(fn)`` | which (row, page) reads of a captured kernel hit entries not written this step |
 
-Each checker runs a fixed case set built from the domain's edges (``REPLAY_CASES``, ``WORKSPACE_CASES``,
-``stale_cases()``), never random draws. The truth is measured on the real mini engine (a small random
-model: page geometry and graph-vs-eager agreement do not depend on the weights) or computed by the
-library's own code. No answer is importable from here: the engines behind the mystery figures live in
-``mla_edu.workshop.solutions.ex08`` with the solutions, which the notebook does not import.
+Each checker states its domain and runs the cases enumerated from it (``REPLAY_CASES`` at every split count of
+``REPLAY_SPLITS``, ``WORKSPACE_CASES``, ``stale_cases()`` and ``stale_domain()``): they alone decide every
+classic mistake and every generated mutant (tests/test_exercises_mutants.py). The workspace and stale-reads
+checkers then add a few cases drawn at check time, which no table of answers computed beforehand holds (a right
+function passes them all; they only stop a lookup). The case sets hold
+inputs only: each truth is measured on the mini engine, or computed, inside the check. A learner's function runs
+on the CPU, with a time limit, and may not call the library's own implementation of its answer
+(``checks.run_learner``); answers are read by ``checks.meaning``, the one rule of every check. Hints name the
+concept that is wrong, never the expected value. The solutions are not in this package: they are in the
+instructor build of the kit (``instructor/``, ``make instructor``).
 """
 
 from __future__ import annotations
 
+import json
+import random
+import time
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
-from mla_edu.case_study.diagnose import last_launch, record_launches
+from mla_edu.case_study.diagnose import PageReads, last_launch, record_launches
 from mla_edu.case_study.plots import draw_page_reads
 from mla_edu.config import MLAConfig
 from mla_edu.kernels import get_workspace_size, num_kv_splits_for
@@ -36,16 +45,25 @@ from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
-from mla_edu.workshop.checks import as_int as _as_int, call as _call, describe as _describe, not_answered, option_key
-from mla_edu.workshop.checks import report as _report, show as _show
+from mla_edu.workshop.checks import Refusal, as_int as _as_int, as_items, describe as _describe, option_key
+from mla_edu.workshop.checks import report as _report, run_learner, show as _show
+
+#: the code no learner's function may run while a checker watches it: the checkers themselves (their truths),
+#: the engine and backends (the backend's own replay hook), the kernels' host code (the workspace formula)
+_OWN_CODE = ("mla_edu/workshop/", "mla_edu/case_study/")
 
 
 def _not_callable(fn, signature: str):
     if callable(fn):
         return None
-    if not_answered(fn):
+    if fn is None or fn is Ellipsis:
         return _report(False, "not answered yet: write the function and pass it")
     return _report(False, f"expected a function {signature}, got {type(fn).__name__} {_show(fn)}")
+
+
+def _drawn_rng() -> random.Random:
+    """The generator of the cases drawn at check time (seeded from the clock: a table made beforehand misses them)."""
+    return random.Random(time.time_ns())
 
 
 @lru_cache(maxsize=1)
@@ -66,14 +84,18 @@ def toy_model():
 
 
 # ---- 1. write the replay hook -------------------------------------------------------------------
-#: the engine exercise 1 captures: graphs for 2 and 4 rows, context 384 (W = (384 + 128) // 128 = 4 columns)
+#: the engine exercise 1 captures: graphs for 2 and 4 rows, context 384 (W = (384 + 128) // 128 = 4 columns), on
+#: the CPU whatever the machine has (a learner's hook never reaches a GPU kernel)
 REPLAY_SETUP = dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=384)
-#: the batches exercise 1 replays, as each row's decode seq_len (its prompt has seq_len - 1 tokens), in batch
-#: row order; rows are prefilled in reverse, so batch row b is not pool row b. Every page edge a request of
-#: this context can have: 2 (a one-token prompt), 127, 128, 129, 255, 256, 257, 383, 384. Batches of 1 and 3
-#: rows replay the graphs of 2 and 4 with a padded row (seq_len 1); batches of 2 and 4 fill them exactly. The
-#: first batch has a 3-page row, so that a 1-wide write and a last page missing get different hints.
-REPLAY_CASES = ((384, 129), (257,), (128, 256, 127), (255, 383, 2, 129), (2,))
+#: every split count the fixed kernel takes on this engine: the full-width view gives max_seq_len = 4 * 128, so
+#: 1 to 4 splits (automatic splits give 4 here); at more than one split the kernel uses the workspace
+REPLAY_SPLITS = (1, 2, 3, 4)
+#: the batches exercise 1 replays, in order, as each row's decode seq_len (its prompt has seq_len - 1 tokens), in
+#: batch row order; rows are prefilled in reverse, so batch row b is not pool row b. From the largest graph down:
+#: 4 rows (exact), 3 (padded to 4), 2 (exact), 1 (padded to 2); every page edge a request of this context can
+#: have: 2 (a one-token prompt), 127, 128, 129, 255, 256, 257, 383, 384. Each replay follows an eager step of the
+#: same batch, as in a running server (the backend's forward_metadata is then the eager step's).
+REPLAY_CASES = ((255, 383, 2, 129), (128, 256, 127), (384, 129), (257,), (2,))
 
 
 def _replay_diagnosis(buf: torch.Tensor, want: torch.Tensor, n_pages: list) -> str:
@@ -101,13 +123,24 @@ def _replay_diagnosis(buf: torch.Tensor, want: torch.Tensor, n_pages: list) -> s
     return "wrong_pages:" + ", ".join(map(str, wrong))
 
 
-#: one hint per classic mistake of exercise 1 (what the buffer held after the learner's hook)
+#: one hint per classic mistake of exercise 1 (what the hook did, found on the host before the graph replays)
 REPLAY_HINTS = {
     "rebound": "you bound backend.cuda_graph_kv_indices to a new tensor. The graph holds the address of the "
-               "buffer it was captured with and never looks the attribute up again: write into that buffer",
+               "buffer it was captured with and never looks the attribute up again (and with its owner gone, that "
+               "memory is freed on a GPU): write into that buffer",
+    "reshaped": "you changed the index buffer's shape, dtype or storage in place (resize_, set_, .data): the graph "
+                "keeps reading the memory and the shape it captured; write page ids into it, change nothing else",
+    "workspace": "you replaced the workspace. The captured kernel keeps writing its split partials into the one "
+                 "it was captured with; with no owner left, that memory is freed on a GPU and handed to other "
+                 "tensors. Allocate nothing at replay",
     "new_table": "you handed the metadata a new tensor. The graph was captured reading "
                  "backend.cuda_graph_kv_indices and never looks at forward_metadata again: write the page ids "
                  "into that buffer, in place",
+    "other_view": "you wrote into backend.forward_metadata.block_kv_indices: after an eager step that is the eager "
+                  "step's own table, not the buffer the graph captured (it only looked like it right after "
+                  "capture). Write into backend.cuda_graph_kv_indices",
+    "inputs": "your function changed {what}, which the engine and the graph read: a replay hook only writes the "
+              "index buffer",
     "nothing": "backend.cuda_graph_kv_indices still held the poison page id in every entry after your function "
                "ran: the graph takes each row's page ids from this buffer, so the hook has to put them there",
     "first_column": "only the first page id of each row was written, as through a 1-wide view; the graph reads "
@@ -120,12 +153,32 @@ REPLAY_HINTS = {
                    "128 slots, and the kernel wants the page's number",
     "wrong_pages": "rows {rows} read wrong (but valid) pages: row b belongs to request req_pool_indices[b], "
                    "and its page p holds the cache page of that request's token p * 128",
+    "out_of_range": "rows {rows} would read entries that are not pages of the cache (the padded rows read their "
+                    "first entry too): on a GPU that read is out of bounds; write each row's own page ids",
     "right": "the buffer held the right page ids after your function ran, yet the replay differs from eager: "
-             "did your function change something else the graph reads (the workspace, the metadata)?",
+             "did your function change something else the graph reads?",
     "broke": "the replay failed after your function ran ({err}): your function left the backend in a state the "
-             "captured step cannot run with (forward_metadata, the workspace?); write the page ids, change "
-             "nothing else",
+             "captured step cannot run with; write the page ids, change nothing else",
 }
+_REPLAY_REFUSAL_FILES = _OWN_CODE + ("mla_edu/serving/",)
+
+
+class _Verdict(Exception):
+    """What the host found wrong after the learner's hook ran: the replay is not launched. ``clean``: the hook wrote
+    only the index buffer's contents, which the next replay poisons again (the engine can be used again)."""
+
+    def __init__(self, message: str, clean: bool = False):
+        super().__init__(message)
+        self.clean = clean
+
+
+#: the engines of ``check_replay``, by split count, kept while no learner's hook changed more than the buffer
+_REPLAY_ENGINES: dict = {}
+
+
+def _tensor_state(t) -> tuple:
+    """What a graph freezes about a tensor: its storage address, shape, strides, dtype, device."""
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype, t.device)
 
 
 def _replay_prompts(seq_lens) -> list:
@@ -133,23 +186,95 @@ def _replay_prompts(seq_lens) -> list:
     return [[(3 + 5 * i + 7 * b) % task.VOCAB_SIZE for i in range(n - 1)] for b, n in enumerate(seq_lens)]
 
 
-def _replay_case(engine, fn, seq_lens, state) -> tuple:
-    """Replay one batch through ``fn``: ``(logits by graph, logits eager, batch)`` or raise what the step raised."""
+def _replay_engine(splits: int) -> Engine:
+    """The fixed cutlass_mla engine of ``REPLAY_SETUP`` on the CPU, poison fill on (the kernel runs checked)."""
+    return Engine(toy_model(), attention_backend="cutlass_mla", defects="none", poison_fill=True,
+                  num_kv_splits=splits, device="cpu", kernel_impl="torch", **REPLAY_SETUP)
+
+
+def _replay_on(engine: Engine, fn) -> tuple:
+    """Every batch of ``REPLAY_CASES`` on ``engine``, an eager step then a replay through ``fn``: ``(the first hint,
+    or None when every replay equals eager, whether the engine is as it was)``."""
     runner, backend = engine.runner, engine.runner.backend
-    reqs = engine.prefill_requests(_replay_prompts(seq_lens)[::-1])  # the last row takes the first pool row
-    try:
-        batch = engine.make_batch(reqs[::-1])  # batch row b is not pool row b: req_pool_indices matters
-        state.update(mistake=None, raw_bs=len(seq_lens))
-        with torch.no_grad():
-            _, _, logits_g = runner.decode(batch)
-            if state["error"]:
-                return None, None, batch
-            backend.init_forward_metadata(batch)
-            _, _, logits_e = runner.decode_forward(batch)
-        return logits_g, logits_e, batch
-    finally:
-        for r in reqs:
-            engine.free_req(r)
+    buf, workspace = backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace
+    frozen = {"buffer": _tensor_state(buf), "workspace": _tensor_state(workspace)}
+    num_pages = backend.kv_cache.kv_buffer[0].shape[0]
+    refusal = Refusal(files=_REPLAY_REFUSAL_FILES, why="the backend's own code")
+    state = {}
+
+    def hook(bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        raw = state["raw_bs"]
+        buf.fill_(POISON_PAGE)
+        inputs = {"req_pool_indices": req_pool_indices, "seq_lens": seq_lens, "seq_lens_cpu": seq_lens_cpu,
+                  "backend.req_to_token": backend.req_to_token}
+        before = {k: t.clone() for k, t in inputs.items()}
+        attributes = {k: id(v) for k, v in vars(backend).items() if k != "forward_metadata"}
+        md = backend.forward_metadata
+        md_table = getattr(md, "block_kv_indices", None)
+        md_before = None
+        if isinstance(md_table, torch.Tensor) and \
+                md_table.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
+            md_table.fill_(POISON_PAGE)  # the eager step's own table, used up: a write into it shows
+            md_before = md_table.clone()
+        _, err = run_learner(fn, backend, bs, req_pool_indices, seq_lens, seq_lens_cpu, refuse=refusal)
+        if err:
+            raise _Verdict(f"your function raised {err}" if not err.startswith(("refused", "your function"))
+                           else err)
+        # the host checks what the hook left, before any launch
+        if backend.cuda_graph_kv_indices is not buf:
+            raise _Verdict(REPLAY_HINTS["rebound"])
+        if backend.cuda_graph_mla_workspace is not workspace:
+            raise _Verdict(REPLAY_HINTS["workspace"])
+        if _tensor_state(buf) != frozen["buffer"] or _tensor_state(workspace) != frozen["workspace"]:
+            raise _Verdict(REPLAY_HINTS["reshaped"] if _tensor_state(buf) != frozen["buffer"]
+                           else REPLAY_HINTS["workspace"])
+        changed = [k for k, t in inputs.items() if t.shape != before[k].shape or not torch.equal(t, before[k])]
+        changed += [f"backend.{k}" for k in sorted(set(attributes) | set(vars(backend)) - {"forward_metadata"})
+                    if attributes.get(k) != id(vars(backend).get(k))]
+        if changed:
+            raise _Verdict(REPLAY_HINTS["inputs"].format(what=" and ".join(changed)))
+        want = torch.full_like(buf[:bs], POISON_PAGE)
+        fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], want, PAGE_SIZE)
+        lens = seq_lens[:raw].tolist()
+        mistake = _replay_diagnosis(buf, want, [cdiv(n, PAGE_SIZE) for n in lens])
+        if mistake != "right":
+            md_now = getattr(backend.forward_metadata, "block_kv_indices", None)
+            if md_now is not md_table:
+                mistake = "new_table"
+            elif md_before is not None and md_now is not None and md_now.shape == md_before.shape \
+                    and not torch.equal(md_now, md_before) and mistake == "nothing":
+                mistake = "other_view"
+            name, _, rows = mistake.partition(":")
+            bad = [lens[int(b)] for b in rows.split(", ")] if rows else []
+            raise _Verdict(REPLAY_HINTS[name].format(rows=rows, bs=bs, lens=bad), clean=name != "new_table")
+        read = [buf[b, : cdiv(int(n), PAGE_SIZE)] for b, n in enumerate(seq_lens[:bs].tolist())]
+        outside = [str(b) for b, ids in enumerate(read)
+                   if bool((((ids < 0) | (ids >= num_pages)) & (ids != POISON_PAGE)).any())]
+        if outside:
+            raise _Verdict(REPLAY_HINTS["out_of_range"].format(rows=", ".join(outside)), clean=True)
+
+    backend.init_forward_metadata_replay_cuda_graph = hook
+    for k, seq_lens in enumerate(REPLAY_CASES):
+        padded = runner.graph_runner.padded_size(len(seq_lens))
+        where = f"batch {k} (seq_lens {list(seq_lens)}, replayed as {padded} rows, {backend.num_kv_splits} split(s))"
+        reqs = engine.prefill_requests(_replay_prompts(seq_lens)[::-1])  # the last row takes the first pool row
+        try:
+            batch = engine.make_batch(reqs[::-1])  # batch row b is not pool row b: req_pool_indices matters
+            state["raw_bs"] = len(seq_lens)
+            with torch.no_grad():
+                _, _, logits_e = runner.decode(batch, eager=True)  # the eager step: forward_metadata is its own
+                _, _, logits_g = runner.decode(batch)
+        except _Verdict as v:
+            return f"{where}: {v}.", v.clean
+        except Exception as e:  # the step itself failed: the learner's function broke some state
+            return f"{where}: " + REPLAY_HINTS["broke"].format(err=_describe(e, 120)) + ".", False
+        finally:
+            for r in reqs:
+                engine.free_req(r)
+        err = (logits_g - logits_e).abs().amax(dim=-1).nan_to_num(float("inf"))
+        if bool((err > 1e-3).any()):
+            return f"{where}: " + REPLAY_HINTS["right"] + ".", False
+    return None, True
 
 
 def check_replay(fn) -> ExerciseResult:
@@ -157,62 +282,28 @@ def check_replay(fn) -> ExerciseResult:
 
     ``fn(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)`` is called before every replay (``bs``: the
     captured size replayed, padded rows included), after the index buffer ``backend.cuda_graph_kv_indices``
-    has been filled with a poison page id (so rows it does not write give NaN). Every batch of
-    ``REPLAY_CASES`` is replayed on the engine of ``REPLAY_SETUP`` (the fix: the full-width view) and
-    compared with eager decoding; only the real rows' outputs count. A wrong replay gets the hint of what
-    the buffer held after ``fn`` ran (``REPLAY_HINTS``).
+    has been filled with a poison page id (so rows it does not write give NaN). Domain: the engine of
+    ``REPLAY_SETUP`` (the fix: the full-width view) at every split count of ``REPLAY_SPLITS``, the batches of
+    ``REPLAY_CASES`` from the largest graph down, each replay after an eager step. Before any replay the host
+    checks what ``fn`` left (the captured buffer and workspace, their shapes and storage, the engine's inputs, the
+    page ids every row, padded ones too, will read); a wrong hook gets the hint of what it did (``REPLAY_HINTS``)
+    and nothing is launched. The engine runs on the CPU whatever the machine has, so a learner's hook never
+    reaches a GPU kernel.
     """
     bad = _not_callable(fn, "(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)")
     if bad:
         return bad
-
-    engine = Engine(toy_model(), attention_backend="cutlass_mla", defects="none", poison_fill=True,
-                    **REPLAY_SETUP)  # poison_fill: the kernel runs checked
-    backend = engine.runner.backend
-    buf, workspace = backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace
-    metadata_class = type(backend.forward_metadata)
-    state = {"error": None}
-
-    def hook(bs, req_pool_indices, seq_lens, seq_lens_cpu):
-        buf.fill_(POISON_PAGE)
-        _, err = _call(fn, backend, bs, req_pool_indices, seq_lens, seq_lens_cpu)
-        state["error"] = state["error"] or err
-        if backend.cuda_graph_kv_indices is not buf:
-            backend.cuda_graph_kv_indices = buf  # the graph reads buf whatever the attribute says
-            state["mistake"] = state["mistake"] or "rebound"
-        md = getattr(getattr(backend, "forward_metadata", None), "block_kv_indices", None)
-        if isinstance(md, torch.Tensor) and md.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
-            state["mistake"] = state["mistake"] or "new_table"
-        want = torch.full_like(buf[:bs], POISON_PAGE)
-        fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs], want, PAGE_SIZE)
-        raw = state["raw_bs"]
-        state["lens"] = seq_lens[:raw].tolist()
-        state["mistake"] = state["mistake"] or _replay_diagnosis(buf, want, [cdiv(n, PAGE_SIZE) for n in state["lens"]])
-        state["bs"] = bs
-
-    backend.init_forward_metadata_replay_cuda_graph = hook
-    for k, seq_lens in enumerate(REPLAY_CASES):
-        padded = engine.runner.graph_runner.padded_size(len(seq_lens))
-        where = f"batch {k} (seq_lens {list(seq_lens)}, replayed as {padded} rows)"
-        try:
-            logits_g, logits_e, _ = _replay_case(engine, fn, seq_lens, state)
-        except Exception as e:  # the step itself failed: the learner's function broke some state
-            return _report(False, f"{where}: " + REPLAY_HINTS["broke"].format(err=_describe(e, 120)) + ".")
-        finally:  # whatever fn did: the next batch starts from the captured state
-            backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace = buf, workspace
-            backend.forward_metadata = metadata_class(workspace, buf)
-        if state["error"]:
-            return _report(False, f"{where}: your function raised {state['error']}")
-        err = (logits_g - logits_e).abs().amax(dim=-1).nan_to_num(float("inf")).cpu()
-        if not bool((err > 1e-3).any()):
-            continue
-        mistake = state["mistake"]
-        name, _, rows = mistake.partition(":")
-        lens = [state["lens"][int(b)] for b in rows.split(", ")] if rows else []
-        return _report(False, f"{where}: " + REPLAY_HINTS[name].format(rows=rows, bs=state["bs"], lens=lens) + ".")
-    return _report(True, f"graph replay equals eager on all {len(REPLAY_CASES)} batches (seq_lens at every page "
-                         "edge from 2 to 384, padded and exact batch sizes, batch row != pool row), with the index "
-                         "buffer poisoned before every replay.")
+    for splits in REPLAY_SPLITS:
+        engine = _REPLAY_ENGINES.pop(splits, None) or _replay_engine(splits)
+        hint, clean = _replay_on(engine, fn)
+        if clean:  # a hook that changed more than the buffer's contents leaves this engine behind
+            _REPLAY_ENGINES[splits] = engine
+        if hint:
+            return _report(False, hint)
+    return _report(True, f"graph replay equals eager on all {len(REPLAY_CASES)} batches at each of "
+                         f"{len(REPLAY_SPLITS)} split counts (seq_lens at every page edge from 2 to 384, padded and "
+                         "exact batch sizes from the largest graph down, each after an eager step, batch row != "
+                         "pool row), with the index buffer poisoned before every replay.")
 
 
 # ---- 2. which engine produced this plot? ----------------------------------------------------------
@@ -222,23 +313,20 @@ OPTIONS = {
     "c": "SGLang's merged fix (no defect left): full width, stale page ids in the buffer",
     "d": "SGLang's merged fix with the poison fill: full width, unused entries hold the poison id",
 }
-#: the mystery figures; the engine behind each is with the solutions (``solutions.ex08.MYSTERY_ENGINES``)
 MYSTERY_NUMBERS = (1, 2, 3)
 #: per option: (only row 0 reads its own pages, entries not written this step hold old page ids)
 _OPTION_CLAIMS = {"a": (True, True), "b": (True, False), "c": (False, True), "d": (False, False)}
-
-
-def _mystery_engine(k: int) -> dict:
-    from mla_edu.workshop.solutions.ex08 import MYSTERY_ENGINES  # the answers load only when a checker runs
-
-    return MYSTERY_ENGINES[k]
+#: the page reads behind each mystery figure, measured on engines whose settings are in the instructor build
+#: (``instructor/ex08.py`` writes this file): the data the figure draws, and nothing else
+MYSTERY_FILE = Path(__file__).with_name("mysteries.json")
 
 
 @lru_cache(maxsize=None)
-def _mystery_reads(k: int):
-
-    settings = PanelSettings(**_mystery_engine(k), max_running_requests=6)
-    return measure_page_reads(toy_model(), task.default_eval_set()[20:], settings)
+def _mystery_reads(k: int) -> PageReads:
+    data = json.loads(MYSTERY_FILE.read_text())[str(k)]
+    t = {name: torch.tensor(data[name]) for name in ("intended", "read", "buffer", "live")}
+    return PageReads(seq_lens=data["seq_lens"], intended=t["intended"], read=t["read"], buffer=t["buffer"],
+                     live=t["live"].bool(), launch=None, row_err=data["row_err"])
 
 
 def mystery_figure(k: int):
@@ -258,76 +346,50 @@ def mystery_figure(k: int):
     return fig
 
 
-def _option(answer):
-    """"b", "B", "(b)", " b. " -> "b"; anything else None."""
-    a = option_key(answer) if isinstance(answer, str) else None
-    return a if a in OPTIONS else None
-
-
 def check_mystery(k, answer) -> ExerciseResult:
-    """A wrong answer is told which of its two claims the figure contradicts, and where to look; not the answer."""
-    from mla_edu.workshop.solutions.ex08 import option_for  # the answers load only when a checker runs
-
+    """The option whose two claims the figure's own data bear out: whether only row 0 reads its own pages
+    (``rows_ok``), and whether the entries not written this step hold old page ids (not the poison id, not the
+    buffer's initial 1). A wrong answer is told that the figure contradicts its claims, not which one: every wrong
+    option gets the same hint, so a wrong guess tells nothing about the others."""
     n = _as_int(k)
     if n not in MYSTERY_NUMBERS:
         return _report(False, f"expected a mystery number from {list(MYSTERY_NUMBERS)}, got {_show(k)}")
-    if not_answered(answer):
+    if answer is None or answer is Ellipsis:
         return _report(False, f"mystery {n}: not answered yet; pick one of {sorted(OPTIONS)}")
-    option = _option(answer)
-    if option is None:
+    option = option_key(answer)
+    if option not in OPTIONS:
         return _report(False, f"mystery {n}: expected one letter of {sorted(OPTIONS)}, got {_show(answer)}")
-    truth = option_for(**_mystery_engine(n))
-    if option == truth:
-        return _report(True, f"mystery {n} is ({truth}) {OPTIONS[truth]}")
     reads = _mystery_reads(n)
-    frozen = not all(reads.rows_ok)  # measured, not read off the answer key
+    frozen = not all(reads.rows_ok)
     stale = bool((~reads.live & (reads.buffer != POISON_PAGE) & (reads.buffer != 1)).any())
-    claim_frozen, claim_stale = _OPTION_CLAIMS[option]
-    hints = []
-    if claim_frozen != frozen:
-        hints.append(f"({option}) says {'only row 0 reads' if claim_frozen else 'every row reads'} its own pages: "
-                     "compare the 'page ids read under replay' panel with 'intended page ids', row by row")
-    if claim_stale != stale:
-        hints.append(f"({option}) says the entries not written this step hold "
-                     f"{'old page ids' if claim_stale else 'the poison id'}: look at the index buffer's entries "
-                     "not written this step (' x' stale, 'P' poison)")
-    return _report(False, f"mystery {n}: not ({option}). " + "; ".join(hints) + ".")
+    if _OPTION_CLAIMS[option] == (frozen, stale):
+        return _report(True, f"mystery {n} is ({option}) {OPTIONS[option]}")
+    return _report(False, f"mystery {n}: not ({option}); the figure contradicts what it claims. Check both claims "
+                          "against the panels: does every row read its own pages ('intended page ids' against "
+                          "'page ids read under replay', row by row), and what do the entries not written this "
+                          "step hold (' x' stale, 'P' poison)?")
 
 
 # ---- 3. the row stride the kernel used ------------------------------------------------------------
 ROW_STRIDE_SETUP = dict(context_length=640, cuda_graph_bs=(4, 8), max_running_requests=8, row=3, page=2)
 
 
-@lru_cache(maxsize=1)
-def _row_stride_truth():
-    """Capture the pre-fix engine of ``ROW_STRIDE_SETUP`` and read what the bs-8 graph froze."""
-    s = ROW_STRIDE_SETUP
-    with record_launches() as log:  # the engine captures its graphs here
-        engine = Engine(toy_model(), attention_backend="cutlass_mla", defects=PRE_FIX,
-                        context_length=s["context_length"], max_running_requests=s["max_running_requests"],
-                        cuda_graph_bs=s["cuda_graph_bs"])
-    rec = last_launch(log, 8)
-    table, launch = rec.page_table, rec.launch
-    return launch.row_stride, engine.runner.backend.cuda_graph_kv_indices.stride(0), \
-        table.storage_offset() + s["row"] * launch.row_stride + s["page"]
-
-
 def _row_stride_hints(used: int, real: int, flat: int, answers: tuple) -> list:
-    """One hint per wrong part of exercise 3's answer, naming the mistake (never the value)."""
+    """One hint per wrong part of exercise 3's answer, naming the concept (never a value)."""
     s = ROW_STRIDE_SETUP
     ctx_pages, (a_used, a_real, a_flat) = cdiv(s["context_length"], PAGE_SIZE), answers
     hints = []
     if a_used != used:
         why = {real: "that is the buffer's own stride; the wrapper takes the stride from the view it was "
-                     "handed at capture (its size(1)), not from the buffer",
+                     "handed at capture, not from the buffer",
                ctx_pages: "that is the page count of the longest context; capture never saw such a request",
                s["cuda_graph_bs"][0]: "that is a batch size, not a row stride",
                s["cuda_graph_bs"][1]: "that is a batch size, not a row stride"}
         hints.append(f"used row stride: not {_show(a_used)}; " + why.get(
             a_used, "what were seq_lens when the graph was captured, and how wide a view did that give?"))
     if a_real != real:
-        why = {ctx_pages: "that is ceil(640 / 128); SGLang's width formula for the buffer "
-                          "(init_cuda_graph_state) does not round the same way",
+        why = {ctx_pages: "that rounds the context to pages; SGLang's width formula for the buffer "
+                          "(init_cuda_graph_state) is another one",
                used: "that is the stride the kernel used; the buffer's rows are as wide as init_cuda_graph_state "
                      "made them"}
         hints.append(f"buffer row stride: not {_show(a_real)}; " + why.get(
@@ -347,20 +409,27 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
     """Pre-fix cutlass_mla, ``--context-length 640 --cuda-graph-bs 4 8``, replay at batch size 8:
     the row stride the kernel indexes the page table with, the index buffer's real row stride, and
     the flat index (from the buffer's first entry) where request row 3 reads its page j = 2.
-    Ints or integer-likes (numpy's int64, a one-element integer tensor)."""
+    Ints, read by ``checks.meaning`` (numpy ints, one-element tensors, ``5.0``). The check captures that engine
+    and reads the truth off the launch it recorded, here and nowhere else."""
     given = (used_row_stride, buffer_row_stride, flat_index)
-    if all(map(not_answered, given)):
+    if all(a is None or a is Ellipsis for a in given):
         return _report(False, "not answered yet: give three ints (used row stride, buffer row stride, flat index)")
     answers = tuple(_as_int(a) for a in given)
     names = ("used row stride", "buffer row stride", "flat index")
     bad = [f"{n} {_show(a)}" for n, a, i in zip(names, given, answers) if i is None]
     if bad:
         return _report(False, f"expected three ints, got {', '.join(bad)}")
-    used, real, flat = _row_stride_truth()
+    s = ROW_STRIDE_SETUP
+    with record_launches() as log:  # the engine captures its graphs here
+        engine = Engine(toy_model(), attention_backend="cutlass_mla", defects=PRE_FIX,
+                        context_length=s["context_length"], max_running_requests=s["max_running_requests"],
+                        cuda_graph_bs=s["cuda_graph_bs"])
+    rec = last_launch(log, 8)
+    used, real = rec.launch.row_stride, engine.runner.backend.cuda_graph_kv_indices.stride(0)
+    flat = rec.page_table.storage_offset() + s["row"] * used + s["page"]
     hints = _row_stride_hints(used, real, flat, answers)
     if hints:
         return _report(False, "; ".join(hints) + ".")
-    s = ROW_STRIDE_SETUP
     return _report(True, f"the kernel used row stride {used} on a buffer whose rows are {real} apart; "
                          f"row {s['row']} page {s['page']} read flat entry {flat}, which is row "
                          f"{flat // real}'s page slot {flat % real}.")
@@ -412,24 +481,48 @@ def _bytes_mistakes() -> dict:
         4 * H: "you counted lse_acc but not o_acc",
         (4 * (D + D_ROPE) + 4) * H: "o_acc 576 wide: a partial output is as wide as the latent it attends over "
                                     "(kv_lora_rank), without the rope part of the cached row",
-        **{(4 * D + 4) * h: f"{h} heads: the kernel pads the heads to its tile of 128, whatever H is"
-           for h in (16, 32)},  # (not 64: the same bytes as bf16 partials at 128)
+        (4 * D + 4) * 16: "16 heads: the kernel pads the heads to its tile of 128, whatever H is",
+        # the same number two ways: elements instead of bytes, or bytes for 32 heads
+        (D + 1) * H: "count bytes, not elements (float32: 4 bytes each), and every head of the kernel's tile "
+                     "of 128, whatever H is",
     }
 
 
-def _workspace_answers(fn) -> tuple:
-    """``(bytes per case, None)`` or ``(None, a one-line hint)``: the learner's function on every case."""
+#: cases drawn at check time, beyond the enumerated ones: (how many, the most tokens, batches, SMs, fixed splits)
+WORKSPACE_DRAWN = (64, 200_000, 512, 264, 16)
+#: seconds a learner's workspace_size may take over all cases together
+WORKSPACE_SECONDS = 20.0
+
+
+def _workspace_drawn() -> tuple:
+    n, most_len, most_b, most_sms, most_ns = WORKSPACE_DRAWN
+    rng = _drawn_rng()
+    return tuple((rng.randint(1, most_len), rng.randint(1, most_b), rng.randint(1, most_sms),
+                  rng.choice([-1, rng.randint(1, most_ns)])) for _ in range(n))
+
+
+def _workspace_answers(fn, cases) -> tuple:
+    """``(bytes per case, None)`` or ``(None, a one-line hint)``: the learner's function on every case, refusing
+    the library's own formula and stopping at ``WORKSPACE_SECONDS``."""
+    refusal = Refusal(files=_OWN_CODE + ("mla_edu/kernels/", "mla_edu/serving/"),
+                      functions=(get_workspace_size, num_kv_splits_for), why="the library's own formula")
+    deadline = time.monotonic() + WORKSPACE_SECONDS
     got = []
-    for case in WORKSPACE_CASES:
-        value, err = _call(fn, *case)
+    for case in cases:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, f"your function took more than {WORKSPACE_SECONDS:g} s over the cases (an endless loop?)"
+        value, err = run_learner(fn, *case, refuse=refusal, seconds=left)
         if err:
+            if err.startswith(("refused", "your function")):
+                return None, err
             L, B, sms, ns = case
             hint = ""
             if err.startswith("ZeroDivisionError") and ns == -1:
                 hint = (": with more requests than SMs, sm_count // B is 0, and heur has a floor" if sms // B == 0
                         else f": max_splits is 0 here; {WORKSPACE_MISTAKES['round_up'][1]}" if L < PAGE_SIZE else "")
             return None, f"workspace_size{case} raised {err}{hint}"
-        n = _as_int(value, allow_float=True)
+        n = _as_int(value)
         if n is None:
             what = ("it returned None: return the number of bytes" if value is None else
                     f"expected an int number of bytes, got {type(value).__name__} {_show(value)}")
@@ -442,50 +535,51 @@ def check_workspace_size(fn) -> ExerciseResult:
     """``fn(max_seq_len, num_batches, sm_count, num_kv_splits) -> bytes`` against sgl-kernel's formula.
 
     Domain: max_seq_len >= 1, num_batches >= 1, sm_count >= 1, num_kv_splits = -1 (automatic) or >= 1; the
-    cases (``WORKSPACE_CASES``) are its edges. Every case is run first; an answer that one classic mistake
-    explains on all of them gets that mistake's hint, any other the first case it gets wrong.
+    cases (``WORKSPACE_CASES``) are its edges, and ``WORKSPACE_DRAWN`` more are drawn at check time. Every case is
+    run first; an answer that one classic mistake explains on all of them gets that mistake's hint, any other the
+    first case it gets wrong and what to look at (never the expected bytes). ``fn`` may not call the library's
+    ``get_workspace_size`` or ``num_kv_splits_for``.
     """
     bad = _not_callable(fn, "(max_seq_len, num_batches, sm_count, num_kv_splits)")
     if bad:
         return bad
-    got, err = _workspace_answers(fn)
+    cases = WORKSPACE_CASES + _workspace_drawn()
+    got, err = _workspace_answers(fn, cases)
     if err:
         return _report(False, err)
-    want = [get_workspace_size(*case) for case in WORKSPACE_CASES]
+    want = [get_workspace_size(*case) for case in cases]
     if got == want:
-        return _report(True, f"all {len(WORKSPACE_CASES)} cases equal sgl-kernel's cutlass_mla_get_workspace_size "
-                             f"(e.g. {(4224, 8, 132, -1)} -> {get_workspace_size(4224, 8, 132, -1):,} bytes).")
-    n_wrong = sum(g != w for g, w in zip(got, want))
+        return _report(True, f"all {len(WORKSPACE_CASES)} cases (and {len(cases) - len(WORKSPACE_CASES)} drawn "
+                             "now) equal sgl-kernel's cutlass_mla_get_workspace_size (e.g. "
+                             f"{(4224, 8, 132, -1)} -> {get_workspace_size(4224, 8, 132, -1):,} bytes).")
     per_split = {g // (num_kv_splits_for(*c) * c[1]) if g % (num_kv_splits_for(*c) * c[1]) == 0 else None
-                 for g, c in zip(got, WORKSPACE_CASES)}
+                 for g, c in zip(got, cases)}
     if len(per_split) == 1 and not per_split & {None, 0}:  # the split count is right everywhere, the bytes are not
         hint = _bytes_mistakes().get(per_split.pop(), "the bytes per (batch, split) are off on every case: count "
                                                       "the elements of o_acc and lse_acc and their size")
-        return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: {hint}.")
-
-    if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c) for c in WORKSPACE_CASES]:
-        return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: every request of the "
-                              "batch has its own partials.")
+        return _report(False, f"every case is off by one mistake: {hint}.")
+    if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c) for c in cases]:
+        return _report(False, "every case is off by one mistake: every request of the batch has its own partials.")
     for name, (wrong, hint) in WORKSPACE_MISTAKES.items():
-        if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c, **{name: wrong}) * c[1] for c in WORKSPACE_CASES]:
-            return _report(False, f"{n_wrong} of {len(want)} cases wrong, all by one mistake: {hint}.")
+        if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c, **{name: wrong}) * c[1] for c in cases]:
+            return _report(False, f"every case is off by one mistake: {hint}.")
     i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
-    L, B, sms, ns = WORKSPACE_CASES[i]
+    L, B, sms, ns = cases[i]
     if got[i] == 0:
         hint = ("with more requests than SMs, sm_count // B is 0, and heur has a floor" if ns == -1 and sms // B == 0
                 else "it is not 0 at one split: sgl-kernel sizes it for one split anyway")
     else:
-        hint = "find which factor differs: the bytes per (batch, split), the split count, or the batch"
-    return _report(False, f"{n_wrong} of {len(want)} cases wrong; the first, workspace_size{WORKSPACE_CASES[i]}: "
-                          f"expected {want[i]:,} bytes, got {_show(got[i])}; {hint}")
+        hint = "find which factor is wrong there: the bytes per (batch, split), the split count, or the batch"
+    return _report(False, f"workspace_size{cases[i]} is not {_show(got[i])}; {hint}.")
 
 
 # ---- 5. find the stale entries a captured kernel read -------------------------------------------
 #: measured steps of the pre-fix engine: (max running requests = largest captured size, requests in the step)
 STALE_ENGINE_CASES = ((6, 6), (5, 5), (8, 8), (8, 6), (6, 5))
 #: built steps at the domain's edges: (W, buffer rows, row stride, seq_lens of the real rows). Row stride 1 (the
-#: pre-fix kernel), W (the fix) and one between; no padded row and up to three; seq_lens 1 and every page edge;
-#: padded rows whose reads land on a slot a real row did not write, and on their own first entry.
+#: pre-fix kernel), W (the fix) and between; no padded row and up to three; seq_lens 1 and every page edge;
+#: padded rows whose reads land on a slot a real row did not write, on their own first entry, and on another
+#: padded row's slot past its first (the last case: a padded row writes one entry, not its whole row).
 STALE_EDGE_CASES = (
     (4, 4, 1, (129, 127, 1, 257)),
     (4, 6, 1, (255, 1, 128, 384)),
@@ -496,7 +590,13 @@ STALE_EDGE_CASES = (
     (4, 3, 4, (128, 129)),
     (2, 4, 2, (256,)),
     (3, 2, 1, (384,)),
+    (4, 4, 3, (129, 200)),
 )
+#: the whole domain, enumerated: every W 2..6, buffer rows 1..7, real rows 1..rows, row stride 1..W, and three
+#: choices of seq_lens from the page edges of a W-wide row (``stale_domain()``)
+STALE_LENGTH_EDGES = (1, 2, 127, 128, 129, 255, 256, 257, 383, 384, 385, 511, 512, 513, 639, 640, 641, 767, 768)
+#: steps drawn at check time beyond the domain: (how many, the widest W, the most buffer rows)
+STALE_DRAWN = (40, 9, 10)
 
 
 def _padded(seq_lens, rows: int) -> list:
@@ -512,50 +612,65 @@ def _live(rows: int, width: int, seq_lens) -> torch.Tensor:
     return live
 
 
-def _stale_from_live(live: torch.Tensor, rows: int, seq_lens, row_stride: int) -> set:
-    """The reads ``(b, j)`` of every row, padded ones included, that hit an entry ``live`` marks unwritten."""
-    out = set()
-    for b, n in enumerate(_padded(seq_lens, rows)):
-        for j in range(cdiv(n, PAGE_SIZE)):
-            i = b * row_stride + j
-            if i >= live.numel() or not bool(live[i]):
-                out.add((b, j))
-    return out
+def _built_step(width: int, rows: int, rs: int, seq_lens) -> tuple:
+    """A step's inputs: fresh ids where the step writes, old ids elsewhere."""
+    live = _live(rows, width, seq_lens)
+    ids = torch.arange(rows * width, dtype=torch.int64)
+    buffer = torch.where(live, 2 + ids, 1000 + (7 * ids) % 97).reshape(rows, width)
+    return buffer, tuple(seq_lens), rs
 
 
 @lru_cache(maxsize=None)
-def _stale_engine_case(k: int):
-
+def _stale_engine_step(k: int) -> tuple:
     mr, bs = STALE_ENGINE_CASES[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
                                PanelSettings(defects=PRE_FIX, max_running_requests=mr), batch_size=bs)
-    rows = reads.buffer.shape[0]
-    truth = _stale_from_live(reads.live.reshape(-1), rows, reads.seq_lens, reads.launch.row_stride)
-    return (reads.buffer.clone(), tuple(reads.seq_lens), reads.launch.row_stride), truth
-
-
-def _stale_edge_case(k: int):
-    width, rows, rs, seq_lens = STALE_EDGE_CASES[k]
-    live = _live(rows, width, seq_lens)
-    ids = torch.arange(rows * width, dtype=torch.int64)
-    buffer = torch.where(live, 2 + ids, 1000 + (7 * ids) % 97).reshape(rows, width)  # fresh ids, old ids elsewhere
-    return (buffer, seq_lens, rs), _stale_from_live(live, rows, seq_lens, rs)
+    return reads.buffer.cpu().clone(), tuple(reads.seq_lens), reads.launch.row_stride
 
 
 @lru_cache(maxsize=1)
 def stale_cases() -> tuple:
-    """Exercise 5's steps: ``((buffer [rows, W] int64, seq_lens, row_stride), truth)``, measured then built."""
-    return tuple(_stale_engine_case(k) for k in range(len(STALE_ENGINE_CASES))) + \
-        tuple(_stale_edge_case(k) for k in range(len(STALE_EDGE_CASES)))
+    """Exercise 5's named steps, inputs only: ``(buffer [rows, W] int64, seq_lens, row_stride)``, five measured on
+    the pre-fix engine, then ``STALE_EDGE_CASES``. The truths are computed inside ``check_stale_reads``."""
+    return tuple(_stale_engine_step(k) for k in range(len(STALE_ENGINE_CASES))) + \
+        tuple(_built_step(*case) for case in STALE_EDGE_CASES)
+
+
+@lru_cache(maxsize=1)
+def stale_domain() -> tuple:
+    """Every step of the stated domain (see ``STALE_LENGTH_EDGES``), inputs only, as ``stale_cases``."""
+    steps = []
+    for width in range(2, 7):
+        for rows in range(1, 8):
+            edges = [n for n in STALE_LENGTH_EDGES if cdiv(n, PAGE_SIZE) <= width]
+            for bs in range(1, rows + 1):
+                for rs in range(1, width + 1):
+                    for shift in range(3):
+                        lens = [edges[(shift * 5 + 7 * b + rs + width) % len(edges)] for b in range(bs)]
+                        steps.append(_built_step(width, rows, rs, lens))
+    return tuple(steps)
+
+
+def _stale_drawn() -> tuple:
+    n, most_w, most_rows = STALE_DRAWN
+    rng = _drawn_rng()
+    steps = []
+    for _ in range(n):
+        width, rows = rng.randint(1, most_w), rng.randint(1, most_rows)
+        lens = [rng.randint(1, width * PAGE_SIZE) for _ in range(rng.randint(1, rows))]
+        steps.append(_built_step(width, rows, rng.randint(1, width), lens))
+    return tuple(steps)
 
 
 def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_stride=True, buffer_rows=True,
                    slot_past_end=True, padded_readers=True, padded_writes=True, round_up=True, pages=True) -> set:
     """The stale reads, with one step optionally done wrong (each keyword: one classic mistake; ``round_up="writes"``:
-    the floor only in the count of entries a row writes; ``pages=False``: that count in tokens)."""
+    the floor only in the count of entries a row writes; ``pages=False``: that count in tokens;
+    ``padded_writes="all"``: padded rows write their whole row)."""
     rows, width = buffer.shape
     if not buffer_rows:  # one buffer row per request: the padded rows forgotten
         rows, width = len(seq_lens), buffer.numel() // len(seq_lens)
+
     def ceil(n):
         return cdiv(n, PAGE_SIZE)
 
@@ -565,7 +680,9 @@ def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_str
     read_pages = floor if round_up is False else ceil
     written_pages = (lambda n: n) if not pages else ceil if round_up is True else floor  # pages False: tokens
     lens = _padded(seq_lens, rows)
-    written = [written_pages(n) if padded_writes or r < len(seq_lens) else 0 for r, n in enumerate(lens)]
+    padded_write = {True: None, False: 0, "all": width}[padded_writes]
+    written = [written_pages(n) if padded_write is None or r < len(seq_lens) else padded_write
+               for r, n in enumerate(lens)]
     out = set()
     for b, n in enumerate(lens if padded_readers else seq_lens):
         for j in range(read_pages(n)):
@@ -576,7 +693,7 @@ def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_str
     return out
 
 
-#: the classic mistakes: the ``_stale_variant`` keyword that makes each, and its hint
+#: the classic mistakes: the ``_stale_variant`` keyword and value that make each, and its hint
 STALE_MISTAKES = {
     "landing_row": "you compared the slot with the page count of the request that reads; an entry belongs to "
                    "the buffer row it sits in, and that row's request decides whether it was written",
@@ -590,49 +707,42 @@ STALE_MISTAKES = {
                       "graph, padded ones too (seq_len 1: they read one page each)",
     "padded_writes": "you took the padded rows as writing nothing; the replay fills their first entry too "
                      "(seq_len 1: one page)",
+    "padded_writes_all": "you took the padded rows as writing their whole row; a padded row has seq_len 1, so the "
+                         "replay writes its first entry only, and the rest of its row keeps what it held",
     "round_up": "a request's pages are its 128-token pages begun, not only the full ones: a partial page is "
                 "read and written too",
     "pages": "you compared a page slot with a count of tokens: a row writes one entry per page",
 }
+_STALE_VARIANTS = {"landing_row": ("landing_row", (False,)), "frozen_stride": ("frozen_stride", (False,)),
+                   "buffer_rows": ("buffer_rows", (False,)), "slot_past_end": ("slot_past_end", (False,)),
+                   "padded_readers": ("padded_readers", (False,)), "padded_writes": ("padded_writes", (False,)),
+                   "padded_writes_all": ("padded_writes", ("all",)), "round_up": ("round_up", (False, "writes")),
+                   "pages": ("pages", (False,))}
+#: seconds a learner's stale_reads may take over all steps together
+STALE_SECONDS = 30.0
 
 
 def _stale_answer(got) -> tuple:
-    """``(set of (int, int), None)`` or ``(None, what is wrong with its type)``."""
+    """``(set of (int, int), None)`` or ``(None, what is wrong with its type)``, by ``checks.as_items``."""
     if got is None:
         return None, "it returned None: return a set of (row, j) pairs"
-    if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
-        return None, f"expected a set of (row, j) pairs, got {type(got).__name__} {_show(got)}"
-    out = set()
-    try:
-        for item in got:
-            pair = tuple(item) if hasattr(item, "__iter__") and not isinstance(item, (str, bytes)) else None
-            ints = None if pair is None or len(pair) != 2 else tuple(_as_int(x) for x in pair)
-            if ints is None or None in ints:
-                return None, f"expected a set of (row, j) pairs of ints, got an element {_show(item)}"
-            out.add(ints)
-    except Exception as e:
-        return None, f"iterating over your answer raised {type(e).__name__}"
-    return out, None
+    items, err = as_items(got)
+    if err:
+        return None, err
+    if not all(isinstance(p, tuple) and len(p) == 2 and all(type(i) is int for i in p) for p in items):
+        return None, f"expected a set of (row, j) pairs of ints, got {_show(got)}"
+    return set(items), None
 
 
-def _stale_hint(buffer, seq_lens, rs, got, truth) -> str:
-    """A hint on one step's wrong answer: what is missing and extra, and the mistake it looks like."""
+def _stale_hint(buffer, seq_lens, got, truth) -> str:
+    """A hint on one step's wrong answer: the concept to check, never the pairs that are missing or extra."""
     rows, width = buffer.shape
-    lens = _padded(seq_lens, rows)
-    reads = {(b, j) for b, n in enumerate(lens) for j in range(cdiv(n, PAGE_SIZE))}
-    missing, extra = sorted(truth - got), sorted(got - truth)
-    wrong = {(b, j) for b, j in reads if b * rs + j != b * width + j}
-    where = f"missing {[_show(p) for p in missing[:4]]}, extra {[_show(p) for p in extra[:4]]}".replace("'", "")
-    if got == wrong and wrong != truth:
-        hint = ("those are the *wrong* reads; a wrong read can land on an entry another row wrote this "
-                "step (fresh, just not its own). Stale = not written this step, by any row")
-    elif extra and not set(extra) & reads:
-        hint = "some of your pairs are not reads at all: row b reads its pages j < ceil(seq_len / 128) only"
-    else:
-        b, j = (missing or extra)[0]
-        hint = (f"follow read ({b}, {j}): which buffer row and slot does it land on, and did that row write "
-                "that slot this step?")
-    return f"{where}; {hint}"
+    reads = {(b, j) for b, n in enumerate(_padded(seq_lens, rows)) for j in range(cdiv(n, PAGE_SIZE))}
+    if got - reads:
+        return "some of your pairs are not reads at all: row b (padded rows included) reads its pages j < " \
+               "ceil(seq_len / 128) only"
+    return ("for each read (b, j), padded rows included: which buffer row and slot does flat index b * row_stride + "
+            "j land on, and did that row write that slot this step?")
 
 
 def check_stale_reads(fn) -> ExerciseResult:
@@ -640,39 +750,74 @@ def check_stale_reads(fn) -> ExerciseResult:
     this step. ``buffer`` is the index buffer ``[rows, W]``; ``seq_lens`` lists the real rows; the rows past
     them are padded rows (seq_len 1). Every row, padded ones included, writes its first
     ``ceil(seq_len / 128)`` entries and reads page ``j < ceil(seq_len / 128)`` at flat index
-    ``row * row_stride + j``. Steps: five measured on the pre-fix engine, then ``STALE_EDGE_CASES``.
+    ``row * row_stride + j``. Steps: the named ones of ``stale_cases()`` (five measured on the pre-fix engine,
+    then ``STALE_EDGE_CASES``), the whole enumerated domain (``stale_domain()``) and ``STALE_DRAWN`` steps drawn
+    at check time.
 
-    Every step is run first; an answer that one classic mistake explains on all of them gets that
-    mistake's hint (``STALE_MISTAKES``), any other a hint on the first step it gets wrong.
+    Every named step is run first; an answer that one classic mistake explains on all of them gets that
+    mistake's hint (``STALE_MISTAKES``), any other the first step it gets wrong and the concept to check.
     """
     bad = _not_callable(fn, "(buffer, seq_lens, row_stride)")
     if bad:
         return bad
-    cases = stale_cases()
-    got_all = []
-    for k, ((buffer, seq_lens, rs), _) in enumerate(cases):
-        got, err = _call(fn, buffer.clone(), list(seq_lens), rs)
+    named = stale_cases()
+    refusal = Refusal(files=_OWN_CODE, why="the checker's own code")
+    deadline = time.monotonic() + STALE_SECONDS
+
+    def answer(k, step):
+        """``(the learner's set, None)`` or ``(None, the NOT YET result)`` for one step."""
+        buffer, seq_lens, rs = step
+        where = f"step {k}" if k < len(named) else f"a step of the domain (buffer {list(buffer.shape)}, seq_lens " \
+                                                   f"{list(seq_lens)}, row stride {rs})"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, _report(False, f"your function took more than {STALE_SECONDS:g} s over the steps")
+        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left)
         if err:
-            return _report(False, f"step {k}: your function raised {err}")
+            return None, _report(False, f"{where}: {err}" if err.startswith(("refused", "your function"))
+                                 else f"{where}: your function raised {err}")
         got, err = _stale_answer(got)
-        if err:
-            return _report(False, f"step {k}: {err}")
-        got_all.append(got)
-    truths = [truth for _, truth in cases]
-    if got_all == truths:
-        n = sum(len(t) for t in truths)
-        return _report(True, f"all {len(cases)} steps right ({n} stale reads in all): these entries are what the "
-                             "captured kernel attended over instead of the request's own pages.")
-    n_wrong = sum(g != t for g, t in zip(got_all, truths))
-    for name, hint in STALE_MISTAKES.items():
-        for wrong in (False, "writes") if name == "round_up" else (False,):
-            if got_all == [_stale_variant(*args, **{name: wrong}) for args, _ in cases]:
-                return _report(False, f"{n_wrong} of {len(cases)} steps wrong, all by one mistake: {hint}.")
-    k = next(k for k, (g, t) in enumerate(zip(got_all, truths)) if g != t)
-    (buffer, seq_lens, rs), truth = cases[k]
-    return _report(False, f"step {k} (seq_lens {list(seq_lens)}, row stride {rs}, buffer {list(buffer.shape)}): "
-                          + _stale_hint(buffer, seq_lens, rs, got_all[k], truth))
+        return (None, _report(False, f"{where}: {err}")) if err else (got, None)
+
+    got_named = []
+    for k, step in enumerate(named):
+        got, result = answer(k, step)
+        if result:
+            return result
+        got_named.append(got)
+    truths = [_stale_variant(*step) for step in named]
+    if got_named != truths:
+        for name, hint in STALE_MISTAKES.items():
+            keyword, values = _STALE_VARIANTS[name]
+            for wrong in values:
+                if got_named == [_stale_variant(*step, **{keyword: wrong}) for step in named]:
+                    return _report(False, f"the named steps are off by one mistake: {hint}.")
+        k = next(k for k, (g, t) in enumerate(zip(got_named, truths)) if g != t)
+        return _wrong_step(f"step {k}", named[k], got_named[k], truths[k])
+    domain = stale_domain() + _stale_drawn()
+    for step in domain:  # the first step that differs ends the check
+        got, result = answer(len(named), step)
+        if result:
+            return result
+        truth = _stale_variant(*step)
+        if got != truth:
+            return _wrong_step("a step of the domain", step, got, truth)
+    n = sum(len(t) for t in truths)
+    return _report(True, f"all {len(named)} named steps right ({n} stale reads in all), and all {len(domain)} steps "
+                         "of the domain: these entries are what the captured kernel attended over instead of the "
+                         "request's own pages.")
+
+
+def _wrong_step(where: str, step, got: set, truth: set) -> ExerciseResult:
+    buffer, seq_lens, rs = step
+    if got == {(b, j) for b, n in enumerate(_padded(seq_lens, buffer.shape[0]))
+               for j in range(cdiv(n, PAGE_SIZE)) if b * rs + j != b * buffer.shape[1] + j} != truth:
+        return _report(False, f"{where} (seq_lens {list(seq_lens)}, row stride {rs}, buffer {list(buffer.shape)}): "
+                              "those are the *wrong* reads; a wrong read can land on an entry another row wrote "
+                              "this step (fresh, just not its own). Stale = not written this step, by any row.")
+    return _report(False, f"{where} (seq_lens {list(seq_lens)}, row stride {rs}, buffer {list(buffer.shape)}) is "
+                          "wrong; " + _stale_hint(buffer, seq_lens, got, truth))
 
 
 __all__ = ["ExerciseResult", "MYSTERY_NUMBERS", "OPTIONS", "check_mystery", "check_replay", "check_row_stride",
-           "check_stale_reads", "check_workspace_size", "mystery_figure", "stale_cases", "toy_model"]
+           "check_stale_reads", "check_workspace_size", "mystery_figure", "stale_cases", "stale_domain", "toy_model"]

@@ -95,6 +95,9 @@ def browser(tmp_path_factory):
                  "--window-size=1600,1200", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    # Headless Chromium need not give the page focus, and JupyterLab sets its current widget from focus: emulate it
+    # (lab_harness finds notebooks by path besides, so that no wait depends on it).
+    driver.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": True})
     driver.set_script_timeout(600)
     # selenium's HTTP client waits 120 s for chromedriver's answer by default, under the script timeout: on a slow
     # machine notebook 07's Run All outlasted it ("Read timed out. (read timeout=120)"). Wait longer than the script

@@ -11,32 +11,23 @@ import re
 from pathlib import Path
 
 import pytest
+from lab_harness import PANEL_JS, open_notebook, wait_for
 
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
-# The notebook panel is open, its kernel started and idle.
-READY_JS = """
-const app = window.jupyterapp;
-if (!app) return false;
-const w = app.shell.currentWidget;
-if (!w || !w.context || !w.sessionContext || !w.content) return false;
-const session = w.sessionContext.session;
-return w.context.isReady && w.context.path.endsWith(arguments[0]) && !!session && !!session.kernel
-    && session.kernel.status === 'idle';
-"""
-
-# Run All through JupyterLab's own command; resolves once every cell ran and the kernel is idle.
-RUN_ALL_JS = """
+# Run All through JupyterLab's own command on the notebook at arguments[0] (named, so activated, whatever has focus);
+# resolves once every cell ran and the kernel is idle.
+RUN_ALL_JS = PANEL_JS + """
 const done = arguments[arguments.length - 1];
-const app = window.jupyterapp, w = app.shell.currentWidget;
+const app = window.jupyterapp, w = panel(arguments[0]);
 const t0 = performance.now();
 const idle = async () => {
   while (w.sessionContext.session.kernel.status !== 'idle') await new Promise(r => setTimeout(r, 100));
 };
-app.commands.execute('notebook:run-all-cells').then(async () => {
+app.commands.execute('notebook:run-all-cells', {widgetId: w.id}).then(async () => {
   await idle();
   const problems = [], cells = w.content.model.cells;
   for (let i = 0; i < cells.length; i++) {
@@ -55,11 +46,12 @@ app.commands.execute('notebook:run-all-cells').then(async () => {
 }, e => done({seconds: -1, problems: [String(e)]}));
 """
 
-# The DOM node of the first code cell whose source contains arguments[0], scrolled into view.
-CELL_JS = """
-const w = window.jupyterapp.shell.currentWidget, nb = w.content;
+# The DOM node of the first code cell of the notebook at arguments[0] whose source contains arguments[1], scrolled
+# into view.
+CELL_JS = PANEL_JS + """
+const nb = panel(arguments[0]).content;
 for (let i = 0; i < nb.widgets.length; i++) {
-  if (nb.widgets[i].model.sharedModel.getSource().includes(arguments[0])) {
+  if (nb.widgets[i].model.sharedModel.getSource().includes(arguments[1])) {
     nb.activeCellIndex = i;
     nb.scrollToItem(i, 'start');
     return nb.widgets[i].node;
@@ -68,31 +60,24 @@ for (let i = 0; i < nb.widgets.length; i++) {
 return null;
 """
 
-# The panel's output widget: its text and its image (a data: URL), if any.
-PANEL_OUT_JS = """
+# The panel's output widget in the cell arguments[0] of the notebook at arguments[1]: its text and its image (a data:
+# URL), if any, and whether the kernel is idle.
+PANEL_OUT_JS = PANEL_JS + """
 const out = arguments[0].querySelector('.widget-output');
 if (!out) return null;
 const imgs = out.querySelectorAll('img');
 const errors = out.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]');
 return {text: out.innerText, images: imgs.length, src: imgs.length ? imgs[imgs.length - 1].src : '',
         fresh: imgs.length > 0 && Array.from(imgs).every(i => !i.dataset.seen),
-        idle: window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle',
+        idle: panel(arguments[1]).sessionContext.session.kernel.status === 'idle',
         loaded: imgs.length ? imgs[imgs.length - 1].complete && imgs[imgs.length - 1].naturalWidth > 0 : false,
         stderr: Array.from(errors).map(e => e.innerText).join('\\n')};
 """
 
 
-def _open(browser, lab, name):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    base, token = lab
-    browser.get(f"{base}/lab/tree/{name}?token={token}&reset")
-    WebDriverWait(browser, 180).until(lambda d: d.execute_script(READY_JS, name))
-
-
 def _run_all(browser, lab, name) -> dict:
-    _open(browser, lab, name)
-    return browser.execute_async_script(RUN_ALL_JS)
+    open_notebook(browser, *lab, name)
+    return browser.execute_async_script(RUN_ALL_JS, name)
 
 
 @pytest.mark.parametrize("name", [n for n in NOTEBOOKS if not n.startswith("08")])  # 08: the panel test
@@ -148,7 +133,6 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
     holds as much ink as the library's own drawing of the same setting), with no traceback."""
     import torch
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from mla_edu.workshop.panel import PanelSettings
 
@@ -157,10 +141,10 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
     run_times[name] = round(result["seconds"], 1)
     assert result["seconds"] > 0 and not result["problems"], result["problems"]
 
-    cell = browser.execute_script(CELL_JS, "panel.show()")
+    cell = browser.execute_script(CELL_JS, name, "panel.show()")
     assert cell is not None, "notebook 08 has no panel.show() cell"
-    WebDriverWait(browser, 60).until(lambda d: (d.execute_script(PANEL_OUT_JS, cell) or {}).get("loaded"))
-    opened = browser.execute_script(PANEL_OUT_JS, cell)
+    opened = wait_for(browser, "the panel's first figure, loaded", lambda o: bool(o and o["loaded"]), PANEL_OUT_JS,
+                      cell, name, timeout=60)
     assert opened["images"] == 1, "the panel should open on a figure"
 
     def click(label: str):
@@ -186,10 +170,9 @@ def test_panel_redraws_in_jupyterlab(browser, lab, run_times):
         browser.execute_script(
             "arguments[0].querySelectorAll('.widget-output img').forEach(i => i.dataset.seen = '1')", cell)
         click("run")
-        WebDriverWait(browser, 180).until(
-            lambda d: (lambda o: o and o["fresh"] and o["loaded"] and o["idle"] and "frozen at capture" in o["text"])(
-                d.execute_script(PANEL_OUT_JS, cell)))
-        shown = browser.execute_script(PANEL_OUT_JS, cell)
+        shown = wait_for(browser, f"{what}: a new figure, loaded, the kernel idle and the summary printed",
+                         lambda o: bool(o and o["fresh"] and o["loaded"] and o["idle"]
+                                        and "frozen at capture" in o["text"]), PANEL_OUT_JS, cell, name, timeout=180)
         summary, shape, axes = _reference(settings)
         assert not shown["stderr"], f"{what}: the panel printed to stderr: {shown['stderr'][:500]}"
         assert shown["images"] == 1, f"{what}: expected one figure, got {shown['images']}"
@@ -214,6 +197,7 @@ return {title: document.title, n: imgs.length, broken};
 
 @pytest.mark.parametrize("page, text, min_images", [
     ("index.html", "Read them in order", 0),
+    ("setup.html", "Apple silicon", 0),
     ("notebooks/06_reproducing_the_zero_accuracy_bug.html", "Reproducing", 2),
     ("notebooks/08_workshop_exercises.html", "control panel", 2),
     ("instructor.html", "The 3-hour track", 0),
@@ -222,10 +206,9 @@ return {title: document.title, n: imgs.length, broken};
 ])
 def test_book_page_loads_with_figures(browser, book_url, page, text, min_images):
     """The static book: the index and a notebook page load, show their text and every figure."""
-    from selenium.webdriver.support.ui import WebDriverWait
-
     browser.get(f"{book_url}/{page}")
-    WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    wait_for(browser, f"{page} loaded (document.readyState)", lambda s: s == "complete",
+             "return document.readyState", timeout=30)
     info = browser.execute_script(IMAGES_JS)
     assert text in browser.find_element("tag name", "body").text
     assert info["n"] >= min_images and not info["broken"], info
@@ -260,23 +243,43 @@ def test_slide_deck_advances_to_a_figure(browser, book_url):
     """make slides' deck of notebook 03 in Chromium, served beside the book with no network: reveal.js starts,
     the space key advances slide by slide, and a slide of the core sections shows its figure."""
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import WebDriverWait
 
     deck = "03_paged_kv_cache.slides.html"
     if not (ROOT / "build" / "book" / "slides" / deck).is_file():
         pytest.fail(f"build/book/slides/{deck} is missing: run make slides first (make test-lab does)")
     browser.get(f"{book_url}/slides/{deck}")
-    WebDriverWait(browser, 30).until(lambda d: d.execute_script(DECK_JS)["ready"])
-    state = browser.execute_script(DECK_JS)
+    state = wait_for(browser, f"{deck}: reveal.js ready", lambda s: s["ready"], DECK_JS, timeout=30)
     assert state["sections"] > 5, state
     seen = [state["hash"]]
     body = browser.find_element("tag name", "body")
     for _ in range(state["sections"]):
         body.send_keys(Keys.SPACE)
-        WebDriverWait(browser, 10).until(lambda d: d.execute_script(DECK_JS)["hash"] != seen[-1])
-        state = browser.execute_script(DECK_JS)
+        state = wait_for(browser, f"{deck}: the next slide after {seen[-1]}", lambda s: s["hash"] != seen[-1],
+                         DECK_JS, timeout=10)
         seen.append(state["hash"])
         if state["figures"]:
             break
     assert state["figures"] >= 1, f"no slide showed a figure after {len(seen) - 1} steps: {seen}"
     assert len(set(seen)) == len(seen) > 2, seen  # every step moved to a new slide
+
+
+# Before any of JupyterLab's code runs: no element takes focus, and the document says it has none, as in a headless
+# Chromium that never gives the page focus (JupyterLab's current widget then stays null).
+NO_FOCUS_JS = ("HTMLElement.prototype.focus = function () {};"
+               "Document.prototype.hasFocus = function () { return false; };")
+
+
+def test_run_all_needs_no_focus(browser, lab):
+    """Run All of notebook 00 on a page that never has focus, Chromium's focus emulation off: the harness finds the
+    notebook by path, waits for its kernel and runs it, though JupyterLab has no current widget."""
+    name = "00_setup_check.ipynb"
+    browser.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": False})
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": NO_FOCUS_JS})["identifier"]
+    try:
+        state = open_notebook(browser, *lab, name)
+        assert state["current_widget"] is None and not state["has_focus"], state
+        result = browser.execute_async_script(RUN_ALL_JS, name)
+        assert result["seconds"] > 0 and not result["problems"], result["problems"]
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script})
+        browser.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": True})

@@ -10,7 +10,9 @@ import torch
 from mla_edu import cli
 from mla_edu.device import default_device
 from mla_edu.graphs import scenarios
-from mla_edu.graphs.scenarios import PROBLEMS, SCENARIOS, check_problem, format_table, run_all
+from mla_edu.graphs.scenarios.registry import scenarios as all_scenarios
+from mla_edu.graphs.scenarios.report import checker_row, format_checks, format_table
+from mla_edu.graphs.scenarios.runner import run_all
 
 
 def main(argv=None) -> None:
@@ -26,25 +28,15 @@ def main(argv=None) -> None:
     else:
         print(f"# CPU | torch {torch.__version__}")
     dev = torch.device(args.device) if args.device else default_device()
-    names = [n for n in SCENARIOS if n != "sync_in_capture"]  # a refused CUDA capture goes last
-    rows = run_all(dev, args.mode, names)
-    checks = []
-    if args.check:
-        for name in [n for n in PROBLEMS if n != "sync_in_capture"] + ["sync_in_capture"]:
-            if name == "sync_in_capture":
-                rows += run_all(dev, args.mode, ["sync_in_capture"])
-            reports = [check_problem(PROBLEMS[name](dev), seed=k, mode=args.mode) for k in range(args.schedules)]
-            bad = next((r for r in reports if not r.ok), None)
-            checks.append((name, name.endswith(":fixed") or name == "static_buffers",
-                           "".join("." if r.ok else "F" for r in reports), (bad.hint or "")[:90] if bad else ""))
-    else:
-        rows += run_all(dev, args.mode, ["sync_in_capture"])
+    rows, checks = [], []
+    refused = [s for s in all_scenarios() if s.refuses_capture]  # a refused CUDA capture goes last
+    for group in ([s for s in all_scenarios() if not s.refuses_capture], refused):
+        rows += run_all(dev, args.mode, group)
+        if args.check:
+            checks += [checker_row(s, dev, args.schedules, args.mode) for s in group]
     print(format_table(rows))
     if checks:
-        print(f"\nchecker, {args.schedules} random schedules per problem ('.' = safe, 'F' = flagged)")
-        print("| problem | safe | verdicts | first hint |\n|---|---|---|---|")
-        for c in checks:
-            print("| " + " | ".join(map(str, c)) + " |")
+        print("\n" + format_checks(checks, args.schedules))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ Triton's own compiler and the ptxas it ships, and reports what a GPU engineer re
 * ``registers`` and ``spill_bytes`` (``ptxas -v``), ``shared_bytes``; ``ptx``;
 * ``wgmma_serialized``: whether ptxas serialized the function's wgmma (its C7512 note, "wgmma.mma_async
   instructions are serialized due to insufficient register resources"): it then waits for each product before
-  it issues the next, in the whole kernel, and nothing else in the report shows it (``kernels/NOTES.md``, v17).
+  it issues the next, in the whole kernel, and nothing else in the report shows it.
 
 ``skipped_multiplies`` and ``exponentials_of_an_fma`` read two of the seesaw's softmax choices from its PTX
-(``kernels/NOTES.md``, v19 and v20).
+(``kernel_lab/essay.md``).
 
 Kinds: "tl" (``stage1.tl.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
 (``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel), "seesaw"

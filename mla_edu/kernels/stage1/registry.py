@@ -85,8 +85,12 @@ KINDS: dict[str, Stage1Kind] = {
     "tma": Stage1Kind("mla_edu.kernels.split_kv_wgmma", gluon=True),  # Gluon, pages by TMA where they can be
     "seesaw": Stage1Kind("mla_edu.kernels.split_kv_seesaw", gluon=True, fallback="tma"),  # two warpgroups, 64 heads
 }
-#: The kind a call that names none runs where the Gluon kernels fit it (measured on the H200:
-#: ``split_kv_seesaw``'s docstring).
+#: The kind a call that names none runs where the Gluon kernels fit it (``split_kv_triton.wgmma_applies``): the
+#: two-warpgroup kernel for 64-head programs on a cache TMA reads, else (its fallback) the Gluon kernel reading pages
+#: by TMA (through cp.async where ``split_kv_wgmma.tma_applies`` is false). On the H200 the seesaw kernel is the
+#: faster where a program walks many tiles and about equal at the smallest shapes
+#: (``results/kernel_bench_h200_stage1.md``); so is the balanced path with it
+#: (``kernel_lab/results/kernel_bench_h200_schedule_v8.md``). Everywhere else "tl".
 DEFAULT_GLUON = "seesaw"
 
 

@@ -61,6 +61,12 @@ def backend_class(name) -> type[AttentionBackend]:
     return BACKEND_CLASSES[name]
 
 
+def create_backend(name: str, *args, defects=frozenset(), **kw) -> AttentionBackend:
+    """Build the backend registered as ``name`` (``--attention-backend``) with the ``defects`` it applies."""
+    cls = backend_class(name)
+    return cls(*args, defects=cls.active_defects(defects), **kw)
+
+
 def known_defects() -> tuple:
     """Every defect some registered backend can switch on, in registration order."""
     return tuple(dict.fromkeys(d for cls in BACKEND_CLASSES.values() for d in cls.switchable_defects))

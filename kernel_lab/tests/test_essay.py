@@ -1,0 +1,188 @@
+"""kernel_lab/essay.md's numbers, each recomputed from the results file it names (or from FlashMLA's walk,
+``mla_edu.kernels.flashmla_schedule``).
+
+Each claim is a sentence of the essay with ``{}`` where a number stands; the test finds the sentence, reads the
+numbers the essay prints there and checks each against the recomputed value to within half a unit of its last
+printed digit. Every other number in the essay must be an identifier (a source line, a shape, a commit, a file name):
+a number that no claim recomputes fails the test.
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import median
+
+from docs_text import norm, span
+
+from kernel_lab.tests.results import path, result
+from kernel_lab.tests.test_results_prose import stale_max_table, uniform_row, v20_numbers
+from mla_edu.kernels import flashmla_schedule as fs
+from mla_edu.paths import REPO_ROOT
+
+ESSAY = REPO_ROOT / "kernel_lab" / "essay.md"
+NUMBER = r"(\d+(?:\.\d+)?)"
+TILES = (4096 - 1024) // 64  # the tiles a request gains between L=1024 and 4096
+
+
+def kernel_row(name: str, heads: int, batch: int, length: int) -> dict:
+    return next(r for r in result(name)["results"]
+                if (r["page"], r["heads"], r["batch"], r["seq_len"]) == (64, heads, batch, length))
+
+
+def tile_costs(name: str, sms: int = 132) -> dict:
+    """What a 64-token tile adds at uniform h_q=128, B=64 between L=1024 and 4096 in a schedule bench's run: to each
+    of our programs (one request each) and to each of FlashMLA's working CTAs (their tiles from its walk), and what
+    is left at L=1024 on that line."""
+    run = result(name)
+    a, b = uniform_row(run, 64, 1024), uniform_row(run, 64, 4096)
+    parts = fs.num_sm_parts(128, sms)
+    busiest = [max(fs.part_loads([n] * 64, parts)) - fs.FIXED_OVERHEAD_NUM_BLOCKS for n in (1024, 4096)]
+    assert busiest == [1024 // 64, 4096 // 64]  # each working CTA walks one whole request
+    ours = (b["rule_us"] - a["rule_us"]) / TILES
+    fm = (b["flashmla_us"] - a["flashmla_us"]) / (busiest[1] - busiest[0])
+    return dict(ours=ours, fm=fm, x=ours / fm, fixed=a["rule_us"] - 16 * ours, fm_fixed=a["flashmla_us"] - 16 * fm)
+
+
+def ncu_clocks(name: str) -> dict:
+    """``{kernel: [SM frequency in GHz]}`` of an Nsight Compute report, per profiled launch."""
+    out, kernel = {}, None
+    for line in path(name).read_text(encoding="utf-8").splitlines():
+        head = re.match(r"  (?:void )?(\w+)[<( ].*Context \d+", line)
+        if head:
+            kernel = head[1]
+        freq = re.match(r"\s+SM Frequency\s+Ghz\s+([\d.]+)", line)
+        if freq:
+            out.setdefault(kernel, []).append(float(freq[1]))
+    return out
+
+
+def profile_b64_l1024() -> tuple[float, float]:
+    """The eager profile's stage-1 times at uniform h_q=128, B=64, L=1024: (seesaw on the rule's path, FlashMLA)."""
+    text = path("schedule_profile_h200_v13.txt").read_text(encoding="utf-8")
+    ours = float(re.search(r"^u B64 L1024 h128 rule .*stage1_seesaw_kernel ([\d.]+)", text, re.M)[1])
+    fm = float(re.search(r"^u B64 L1024 h128 FlashMLA .*flash_fwd_splitkv_mla_kernel<Traits ([\d.]+)", text, re.M)[1])
+    return ours, fm
+
+
+def claims() -> list[tuple[str, list[float]]]:
+    """(sentence with ``{}`` for each number, the numbers recomputed) for every number the essay states."""
+    from tools.schedule_bench import backend_path, summary
+
+    row, h16 = kernel_row("kernel_bench_h200_stage1.json", 128, 64, 4096), kernel_row(
+        "kernel_bench_h200_stage1.json", 16, 64, 4096)
+    assert row["stage1"] == "seesaw, 64 heads"
+    s = summary(result("kernel_bench_h200_schedule.json"))
+    rg, u = s["ragged_balanced_x_flashmla"], s["uniform_h128_backend_x_flashmla"]
+    choice = s["uniform_backend_over_best_split"]
+    run = result("kernel_bench_h200_schedule.json")
+    worst = min((r for r in run["uniform"] if r["heads"] == 128 and r["batch"] >= 4),
+                key=lambda r: r["flashmla_us"] / r[f"{backend_path(r, run['info']['sm_count'])}_us"])
+    assert (worst["batch"], worst["lens_max"]) == (64, 1024)  # "the lowest ... at B=64, L=1024"
+    v = v20_numbers()
+    fm, ours = v["fm"], v["ours"]
+    parts, parts16 = fs.num_sm_parts(128, 132), fs.num_sm_parts(16, 132)
+    b64 = fs.flashmla_parts([1024] * 64, parts)
+    working = sum(1 for m in b64 if m)
+    assert all(len(m) == 2 for m in fs.flashmla_parts([1024] * 128, parts) if m)  # "two whole requests"
+    pieces = [fs.pieces_per_request([n], parts)[0] for n in (1024, 4096, 16384)]
+    now, v16, v19 = (tile_costs(f"kernel_bench_h200_schedule{x}.json") for x in ("", "_v16", "_v19"))
+    clocks = ncu_clocks("kernel_profile_h200_seesaw_ncu.txt")
+    seesaw, flash = profile_b64_l1024()
+    errs, _ = stale_max_table()
+    return [
+        ("the seesaw stage 1 takes {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA kernel; "
+         "FlashMLA takes {} us, so the kernel runs at {}x its speed",
+         [row["triton_us"], 100 * row["frac_matmul"], row["kernels"]["tma, 64 heads"]["best_us"], row["flashmla_us"],
+          row["flashmla_us"] / row["triton_us"]]),
+        ("memory-bound: {} us, {}% of the measured copy rate, {}x FlashMLA",
+         [h16["triton_us"], 100 * h16["frac_copy"], h16["flashmla_us"] / h16["triton_us"]]),
+        ("at threshold {} the rms error is {}x the exact max's in bf16, {}x in fp16",
+         [8, errs["bfloat16", 8.0][1], errs["float16", 8.0][1]]),
+        ("the balanced schedule runs at {}x FlashMLA's speed in geomean, the lowest batch at {}x, against {}x with "
+         "one split count", [rg["geomean"], rg["min"], s["ragged_rule_x_flashmla"]["geomean"]]),
+        ("what the triton backend runs is {}x FlashMLA's speed in geomean at h_q=16 and {}x at h_q=128, the lowest "
+         "{}x at B=64, L=1024; its choice is within {}% of the best split at {} of {} uniform shapes",
+         [s["uniform_h16_backend_x_flashmla"]["geomean"], u["geomean"], u["min"], 5, choice["within_5pct"],
+          choice["shapes"]]),
+        ("Over {} timings of FlashMLA at that shape (two bench runs, five A/B runs) its time spans {}-{} us; over {} "
+         "of ours, {}-{} us: the ratio lies between {}x and {}x depending on the run, and the medians, {} and {} us, "
+         "give {}x", [len(fm), min(fm), max(fm), len(ours), min(ours), max(ours), min(fm) / max(ours),
+                      max(fm) / min(ours), median(fm), median(ours), median(fm) / median(ours)]),
+        ("that is {} parts ({} at h_q=16). At B=64 and L=1024 or 4096, {} of the {} parts take one whole request "
+         "each and {} stay idle: {} CTAs work, as our {} programs do",
+         [parts, parts16, working, parts, parts - working, 2 * working, 2 * 64]),
+        ("One request alone (B=1) is cut into {}, {} and {} pieces", pieces),
+        ("each 64-token tile adds {} us to each of our {} programs and {} us to each of FlashMLA's {} working CTAs, "
+         "{}x", [now["ours"], 2 * 64, now["fm"], 2 * working, now["x"]]),
+        ("before the stale max, {} against {} us, {}x", [v16["ours"], v16["fm"], v16["x"]]),
+        ("in the run that measured it, {} against {} us, {}x", [v19["ours"], v19["fm"], v19["x"]]),
+        ("FlashMLA's kernel ran at {}-{} GHz, the seesaw at {}-{}",
+         [min(clocks["flash_fwd_splitkv_mla_kernel"]), max(clocks["flash_fwd_splitkv_mla_kernel"]),
+          min(clocks["stage1_seesaw_kernel"]), max(clocks["stage1_seesaw_kernel"])]),
+        ("On the same line at L=1024 it is {} us for ours and {} for FlashMLA", [now["fixed"], now["fm_fixed"]]),
+        ("both kernels give each working CTA {} tiles, FlashMLA's attention kernel took {} us against the seesaw's {}, "
+         "{}% less time", [1024 // 64, flash, seesaw, 100 * (1 - flash / seesaw)]),
+    ]
+
+
+def read(template: str, text: str) -> list[tuple[str, int]]:
+    """The numbers ``text`` prints where ``template`` has ``{}``, as strings, and where the match starts."""
+    pattern = NUMBER.join(re.escape(norm(part)) for part in template.split("{}"))
+    found = list(re.finditer(pattern, text))
+    assert len(found) == 1, f"the essay should say once: {template!r} (found {len(found)})"
+    return [(found[0][i], found[0].start(i)) for i in range(1, found[0].re.groups + 1)]
+
+
+def close(printed: str, value: float) -> bool:
+    """Whether ``value`` rounds to ``printed``: within half a unit of its last digit."""
+    digits = len(printed.split(".")[1]) if "." in printed else 0
+    return abs(float(printed) - value) <= 0.5 * 10 ** -digits + 1e-9
+
+
+def test_every_number_of_the_essay_is_recomputed():
+    text = norm(ESSAY.read_text(encoding="utf-8"))
+    wrong, covered = [], set()
+    for template, values in claims():
+        got = read(template, text)
+        assert len(got) == len(values), template
+        for (printed, at), value in zip(got, values, strict=True):
+            covered.add(at)
+            if not close(printed, value):
+                wrong.append(f"{template!r}: prints {printed}, the results give {value:.4g}")
+    assert not wrong, "kernel_lab/essay.md differs from its results files:\n" + "\n".join(wrong)
+    stray = [m[0] for m in re.finditer(NUMBER, identifiers_blanked(text)) if m.start() not in covered]
+    assert not stray, f"numbers in kernel_lab/essay.md that no claim recomputes: {stray}"
+
+
+def identifiers_blanked(text: str) -> str:
+    """``text`` with identifiers (code spans, source lines, shapes, commits, counts of heads) blanked to the same
+    length, so that only measured numbers remain where they were."""
+    patterns = [r"`[^`]*`", r"\bL=\d+ (?:or|and) \d+\b", r"\*\*\d+ or \d+ heads",
+                r"\blines? \d+(?:-\d+)?(?:, \d+(?:-\d+)?)*(?: and \d+(?:-\d+)?)?",
+                r"\b(?:h_q|B|L|h_k)=\d+", r"\b[LB]=\d+K?(?:, \d+K?)*(?: and \d+K?)?", r"\b\d+K\b",
+                r"\b\d+-token\b", r"\b\d+ heads\b", r"\b\d+ (?:or \d+ )?heads a program\b", r"Triton \d+\.\d+\.\d+",
+                r"\b\d+ output columns\b", r"\b\d+ in log2 units\b", r"2\^8", r"\bthe value \d+\b",
+                r"\bthe H200's \d+ SMs\b", r"\bFlashAttention-\d\b", r"\bsection \d+\b", r"\bnotebook \d+\b",
+                r"\bnine \d+-column\b", r"\b\d+ output\b", r"\bexactly 1\b", r"\bof \d+\b(?= \()",
+                r"\boverhead of \d+\b",
+                r"\b[Ss]tage \d\b", r"\bpair's tile-\d\b", r"\bP\d V\d_\w+\b", r"\bP\d\b", r"\bat \d+\.(?= What)",
+                r"\bof two CTAs\b", r"\bat 2, 3, 4 or 10 instead of 5\b", r"\bwarpgroup \d\b", r"\b0\.9x\b",
+                r"\bsm_90a\b", r"\bthe \d+ SMs\b", r"\bH200\b", r"\b(?:bf|fp)16\b", r"\b\d+-bit\b", r"\bL2\b",
+                r"\b\*\*\d+ or \d+ heads", r"\bL=1024 (?:or|and) 4096\b"]
+    for pattern in patterns:
+        text = re.sub(pattern, lambda m: "_" * len(m[0]), text)
+    return text
+
+
+def test_a_drifted_number_is_caught():
+    text = norm(ESSAY.read_text(encoding="utf-8"))
+    template, values = claims()[0]
+    printed, at = read(template, text)[0]
+    drifted = text[:at] + str(int(printed[0]) % 9 + 1) + text[at + 1:]
+    (again, _), *_ = read(template, drifted)
+    assert not close(again, values[0])
+
+
+def test_span_and_close_agree_at_the_printed_step():
+    assert close("0.907", 0.90749) and not close("0.907", 0.9076) and close("14.6", 14.59)
+    assert span([1.0, 1.004], 2) == "1.00"

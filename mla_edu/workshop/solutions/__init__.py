@@ -1,1 +1,0 @@
-"""Worked solutions to the notebooks' exercises (kept apart from the notebooks; try first)."""

@@ -1,0 +1,140 @@
+"""Solutions for the instructor only (issues 46 and 47): no solution is reachable from a learner's notebook, the
+learner's book sources or ``import mla_edu``; no answer reachable from the package passes a checker; the instructor
+build (``make instructor``, ``tools/instructor.py``) holds every solution."""
+
+import importlib
+import inspect
+import json
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import mla_edu
+from instructor import answers, ex08
+from tools import instructor as build
+
+ROOT = Path(__file__).parent.parent
+NOTEBOOKS = sorted(ROOT.glob("notebooks/0[1-8]_*.ipynb"))
+
+
+def _solution_lines() -> list:
+    """Distinctive lines of every solution: each block's prose lines and each line of ex08.py's functions."""
+    lines = []
+    for path in sorted(build.SOLUTIONS.glob("*.md")):  # the prose (the code comes from ex08.py below)
+        lines += [ln.strip() for ln in path.read_text().splitlines() if len(ln.strip()) > 40 and "<" not in ln]
+    source = inspect.getsource(ex08)  # the workspace formula is the library's own (kernels/workspace.py): left out
+    body = source[source.index("def replay"):source.index("# 4. sgl-kernel")] + source[source.index("# 5. A read"):]
+    lines += [ln.strip() for ln in body.splitlines() if len(ln.strip()) > 30 and not ln.strip().startswith("#")
+              and "import" not in ln and not ln.strip().startswith(('"""', "def "))]
+    return sorted(set(lines))
+
+
+def test_every_notebook_with_exercises_has_its_solutions():
+    stems = {p.stem for p in build.SOLUTIONS.glob("*.md")}
+    assert stems == {p.stem for p in NOTEBOOKS}
+    assert set(answers.ANSWERS) == stems
+
+
+def test_no_solution_in_a_learners_notebook_or_the_learners_book():
+    sources = [p.read_text() for p in NOTEBOOKS] + [p.with_suffix(".py").read_text() for p in NOTEBOOKS]
+    sources += [p.read_text() for p in (ROOT / "docs").glob("*.md")]
+    lines = _solution_lines()
+    assert len(lines) > 100
+    for line in lines:
+        hits = [i for i, text in enumerate(sources) if line in text]
+        assert not hits, line
+
+
+def test_no_solution_reachable_from_import_mla_edu():
+    modules = [m.name for m in pkgutil.walk_packages(mla_edu.__path__, "mla_edu.")]
+    assert not [m for m in modules if "solution" in m]
+    package_text = "\n".join(p.read_text() for p in Path(mla_edu.__file__).parent.rglob("*.py"))
+    package_text += "\n".join(p.read_text() for p in Path(mla_edu.__file__).parent.rglob("*.json")
+                              if p.stat().st_size < 10 ** 6)
+    for line in _solution_lines():
+        assert line not in package_text, line
+    for name in ("MYSTERY_ANSWERS", "MYSTERY_ENGINES", "ROW_STRIDE_ANSWERS", "option_for", "_row_stride_truth",
+                 "_mystery_engine"):
+        assert name not in package_text, name
+
+
+def test_the_package_does_not_ship_the_instructor_folder():
+    from setuptools import find_packages
+
+    assert not [p for p in find_packages(str(ROOT), include=["mla_edu*"]) if "instructor" in p or "solution" in p]
+    toml = (ROOT / "pyproject.toml").read_text()
+    assert "workshop/mysteries.json" in toml  # the figures' data ships; the engines behind them do not
+
+
+def test_no_answer_reachable_from_the_package_passes_a_checker(capsys):
+    """Issue 47: ``ex._row_stride_truth()`` and ``ex._mystery_engine(k)`` returned the answers and ``ex.stale_cases()``
+    held every step's truth. The module holds no value that is an answer, its case sets hold inputs only, the
+    mystery data hold the figures' reads only, and the checkers' own truth code is refused inside a learner's
+    function."""
+    from mla_edu.workshop import exercises as ex
+
+    assert not hasattr(ex, "_row_stride_truth") and not hasattr(ex, "_mystery_engine")
+    for name, value in vars(ex).items():
+        assert value != ex08.ROW_STRIDE_ANSWERS and value != ex08.MYSTERY_ANSWERS, name
+        if isinstance(value, dict) and not name.startswith("__"):
+            assert not all(value.get(k) == v for k, v in ex08.MYSTERY_ANSWERS.items()), name
+    for case in ex.stale_cases() + ex.stale_domain()[:50]:
+        assert len(case) == 3 and not any(isinstance(x, (set, frozenset)) for x in case)
+    for k in ex.MYSTERY_NUMBERS:
+        data = json.loads(ex.MYSTERY_FILE.read_text())[str(k)]
+        assert set(data) == {"seq_lens", "intended", "read", "buffer", "live", "row_err"}  # no engine, no option
+    assert not ex.check_stale_reads(lambda b, s, r: ex._stale_variant(b, s, r)).passed
+    assert not ex.check_workspace_size(lambda *a: ex._split_variant(*a) * ex.BYTES_PER_BATCH_SPLIT * a[1]).passed
+    assert not ex.check_workspace_size(mla_edu.kernels.get_workspace_size).passed
+    capsys.readouterr()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("instructor")
+    return out, build.build_notebooks(out)
+
+
+def test_the_instructor_build_holds_every_solution_after_its_check(built):
+    out, written = built
+    assert sorted(p.name for p in written) == sorted(p.name for p in ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
+    for path in NOTEBOOKS:
+        cells = json.loads((out / "notebooks" / path.name).read_text())["cells"]
+        blocks = build.solution_blocks(path.stem)
+        solution_cells = [i for i, c in enumerate(cells) if "solution" in c["metadata"].get("tags", [])]
+        assert len(solution_cells) == len(blocks) > 0, path.name
+        for i, (anchor, text) in zip(solution_cells, blocks):
+            assert "".join(cells[i]["source"]) == text
+            assert cells[i - 1]["cell_type"] == "code" and anchor in "".join(cells[i - 1]["source"]), (path, anchor)
+        learner = json.loads(path.read_text())["cells"]
+        assert len(cells) == len(learner) + len(blocks)  # nothing else changed
+
+
+def test_notebook_08s_instructor_copy_holds_the_solution_code(built):
+    out, _ = built
+    text = (out / "notebooks" / "08_workshop_exercises.ipynb").read_text()
+    for fn in (ex08.replay, ex08.workspace_size, ex08.stale_reads):
+        assert json.dumps(inspect.getsource(fn).splitlines()[1])[1:-1] in text, fn.__name__
+
+
+def test_an_anchor_that_matches_no_cell_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "01_mla_from_the_paper.md").write_text("<!-- after: no such cell -->\nx\n")
+    monkeypatch.setattr(build, "SOLUTIONS", tmp_path)
+    with pytest.raises(ValueError, match="no code cell contains the solution anchor"):
+        build.with_solutions(ROOT / "notebooks/01_mla_from_the_paper.ipynb")
+
+
+def test_the_instructor_answers_are_the_checks_answers():
+    """The answers file agrees with the solutions' prose where it states a number."""
+    for stem, preds in answers.ANSWERS.items():
+        text = (build.SOLUTIONS / f"{stem}.md").read_text().replace(",", "")
+        for name, value in preds.items():
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 10:
+                assert re.search(rf"\b{value}\b", text), (stem, name, value)
+
+
+def test_make_instructor_runs_the_build():
+    assert "instructor: $(VENV)/.ready\n\t$(PY) -m tools.instructor" in (ROOT / "Makefile").read_text()
+    importlib.import_module("tools.instructor")
