@@ -52,4 +52,5 @@ def show_stored(notebook: str, name: str, lines_from: str | None = None) -> None
                 text = "".join(ln for ln in text.splitlines(keepends=True) if ln.startswith(lines_from))
             (sys.stderr if out["name"] == "stderr" else sys.stdout).write(text)
         elif out["output_type"] in ("display_data", "execute_result") and lines_from is None:
-            display(out["data"], raw=True)
+            # the .ipynb keeps a text as a list of its lines
+            display({k: "".join(v) if isinstance(v, list) else v for k, v in out["data"].items()}, raw=True)
