@@ -113,8 +113,8 @@ book: $(VENV)/.ready
 instructor: $(VENV)/.ready
 	$(PY) -m tools.instructor
 
-# A reveal.js deck per notebook, made of its core sections, in build/book/slides/ (linked from the book's
-# instructor pages). reveal.js, require.js, jQuery and MathJax: exact versions from the npm registry, checked
+# A reveal.js deck per notebook, from its slide file docs/slides/*.yaml, in build/book/slides/ (linked from the book's
+# instructor pages). reveal.js and MathJax: exact versions from the npm registry, checked
 # against their sha512 (tools/slides.py), fetched once into build/npm/; the decks then open offline.
 slides: $(VENV)/.ready
 	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["device", "int_at_least", "kv_splits", "positive_float", "positive_int"]
+__all__ = ["device", "float_at_least", "float_above", "int_at_least", "kv_splits", "positive_float", "positive_int"]
 
 
 def int_at_least(minimum: int):
@@ -35,6 +35,40 @@ def positive_float(text: str) -> float:
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
     return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    return value
+
+
+def float_at_least(minimum: float):
+    """A ``type=`` for finite floats >= ``minimum`` (nan and inf refused)."""
+    def parse(text: str) -> float:
+        value = _finite(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a finite number >= {minimum:g}, got {text}")
+        return value
+
+    parse.__name__ = f"float >= {minimum:g}"
+    return parse
+
+
+def float_above(bound: float):
+    """A ``type=`` for finite floats > ``bound`` (nan and inf refused)."""
+    def parse(text: str) -> float:
+        value = _finite(text)
+        if not value > bound:
+            raise argparse.ArgumentTypeError(f"expected a finite number > {bound:g}, got {text}")
+        return value
+
+    parse.__name__ = f"float > {bound:g}"
+    return parse
 
 
 def kv_splits(text: str) -> int:

@@ -319,7 +319,7 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 #   an H200 and 16 heads memory-bound.
 # - The scale is $1/\sqrt{192}$ (times YaRN's $m^2$), never $1/\sqrt{576}$.
 #
-# ## Exercises (optional)
+# ## Exercises (core)
 #
 # Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The

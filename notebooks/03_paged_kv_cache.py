@@ -242,7 +242,7 @@ fig = page_table_figure()
 #   gets its own pages. Notebook 04 runs the decode kernel on such a table; notebooks 06-07 show
 #   the whole bug under CUDA graphs.
 #
-# ## Exercises (optional)
+# ## Exercises (core)
 #
 # Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The

@@ -405,7 +405,7 @@ assert h128["pct_matmul"] > 50 and h16["pct_copy"] > 80  # over half the matmul 
 assert sm["faster_than_sglang"] == sm["sglang_shapes"] and sm["rule_worst_ratio"] < 1.1
 
 # %%
-fig = kernel_bench_figure()
+figs = kernel_bench_figure()  # three figures: h_q = 16 (memory-bound), h_q = 128 (compute-bound), the roofline
 
 # %% [markdown]
 # Reading the plot. **h_q = 16** is memory-bound (30 FLOP per byte, far under the ridge). At
@@ -431,7 +431,7 @@ fig = kernel_bench_figure()
 # - The Gluon kernel: the scores split between the warpgroups (each its own 32 tokens), P through
 #   shared memory, P V split by output columns as FlashMLA does, pages brought in by TMA. It still
 #   runs load, scores, softmax and P V one after another in both warpgroups, which is what is left
-#   between it and FlashMLA (`kernel_lab/essay.md`).
+#   between it and FlashMLA (`docs/kernel_essay.md`).
 #
 # SGLang's Triton kernel is slower at every shape it runs (1.36x and more; its 16-head programs
 # read every page 8 times at h_q = 128; its int32 offsets cannot address a cache of 2^31 elements,
@@ -528,7 +528,7 @@ else:
     show_stored(NB, "sm90-seesaw")
 
 # %% [markdown]
-# Two later changes trim the softmax between the products (`kernel_lab/essay.md`). A row's scale
+# Two later changes trim the softmax between the products (`docs/kernel_essay.md`). A row's scale
 # 2^(m_old - m_new) is exactly 1 wherever its max did not move, and the seesaw keeps a row's max until a score
 # passes it by more than 8 in log2 units, FlashAttention-4's threshold for 16-bit inputs: P is then at most 2^8,
 # and the sums, taken against the same max, are unchanged. After a request's first tiles almost every scale is
@@ -582,7 +582,7 @@ assert big["triton_us"] > big["flashmla_us"]  # ... and FlashMLA is still ahead
 # for their own tensor-core products to finish (`kernel_lab/results/kernel_stalls_h200_seesaw.md`).
 #
 # What the kernel does against FlashMLA, why it is fast, where FlashMLA is still ahead and why, and what was
-# tried and did not help, each with its results file: [the kernel lab's essay](../kernel_lab/essay.md).
+# tried and did not help, each with its results file: [the kernel lab's essay](../docs/kernel_essay.md).
 #
 # ## 12. Ragged batches: a balanced schedule (optional)
 #
@@ -751,7 +751,7 @@ assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the ker
 # The schedule takes the rule's 0.40x of FlashMLA on ragged batches to 1.05x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
 # within 1% of FlashMLA or faster at every batch. At 128 heads it reaches 0.87-1.06x of FlashMLA: mostly the
-# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `kernel_lab/essay.md`). The
+# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `docs/kernel_essay.md`). The
 # price is a fixed cost the split rule does not pay, seen at
 # small uniform batches (1.1-1.7x the best split there): the merge's launch and the partials of requests
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the

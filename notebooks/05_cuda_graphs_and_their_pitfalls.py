@@ -462,7 +462,7 @@ assert not r.ok
 #   versions raises a false alarm (tested over more than 100 random schedules in
 #   `tests/test_graphs_check.py`).
 #
-# ## Exercises (optional)
+# ## Exercises (core)
 #
 # Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The

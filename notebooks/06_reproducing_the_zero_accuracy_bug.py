@@ -398,7 +398,7 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # - Under the bug, a request is right when its answer-deciding decode step ran in row 0; how often that
 #   happens depends on the row order, so `eager / max running` is only a rough guess.
 #
-# ## Exercises (optional)
+# ## Exercises (core)
 #
 # Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The

@@ -387,7 +387,7 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 # - A graph-vs-eager differential test with poisoned buffers catches the whole class; the checker
 #   flags the toy versions with hints that point at the cause.
 #
-# ## Exercises (optional)
+# ## Exercises (core)
 #
 # Predict, then run: write your prediction in the variable (it is `...` until you do), then run the
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The

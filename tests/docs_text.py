@@ -22,7 +22,7 @@ def rel(path: Path) -> str:
 
 LAB = REPO_ROOT / "kernel_lab"
 #: documentation outside README and docs/: the kernel lab's README and essay, the H200 notebooks' README
-OTHER_DOCS = (LAB / "README.md", LAB / "essay.md", REPO_ROOT / "notebooks" / "gpu" / "README.md")
+OTHER_DOCS = (LAB / "README.md", REPO_ROOT / "docs" / "kernel_essay.md", REPO_ROOT / "notebooks" / "gpu" / "README.md")
 
 
 def notebook_sources() -> list[Path]:

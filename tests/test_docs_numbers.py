@@ -3,7 +3,7 @@
 Each claim is README's sentence (or table row) with its numbers rendered from ``results/*.json``, or,
 where a number has no JSON, from the ``results/*.md`` file README points at; whitespace is normalised,
 so prose may wrap anywhere. A number quoted in two places (README and notebook 06) is rendered from the same
-source in both. Each check names the file to update. The kernel lab's prose (``kernel_lab/essay.md``, the A/B
+source in both. Each check names the file to update. The kernel lab's prose (``docs/kernel_essay.md``, the A/B
 results) is checked by ``kernel_lab/tests``.
 """
 
@@ -171,7 +171,7 @@ def stage1_claims() -> list[str]:
 def spread_makespan(lens: list[int], page: int, parts: int) -> int:
     """The slowest part's page-times (pages plus one overhead per segment) of v5-v10's line, which spread each
     request's overhead over its pages (page k of request b at ``W_b + k w_b / n_b``): a model of the old
-    ``schedule.segment``, for kernel_lab/essay.md's prediction (beside ``schedule.flashmla_makespan``)."""
+    ``schedule.segment``, for docs/kernel_essay.md's prediction (beside ``schedule.flashmla_makespan``)."""
     from collections import Counter
 
     from mla_edu.kernels import schedule as sc

@@ -26,9 +26,10 @@ def test_the_table_has_every_notebook(committed, current):
     assert list(committed["notebooks"]) == list(current), RERUN
 
 
-def test_words_cells_and_markers_match_the_notebooks(committed, current):
+def test_counts_and_markers_match_the_notebooks(committed, current):
+    keys = ("title", "marker", "exercise", "words", "equations", "code_lines", "code_cells", "figures")
     for name, secs in current.items():
-        shape = lambda ss: [(s["title"], s["marker"], s["words"], s["code_cells"]) for s in ss]  # noqa: E731
+        shape = lambda ss: [tuple(s[k] for k in keys) for s in ss]  # noqa: E731
         assert shape(committed["notebooks"][name]["sections"]) == shape(secs), f"{name}: {RERUN}"
 
 
@@ -37,38 +38,123 @@ def test_every_section_is_marked_core_or_optional(current):
     assert not unmarked, f"headings without ' (core)' or ' (optional)': {unmarked}"
 
 
-def test_tracks_fit_their_budgets_and_the_page_shows_the_table(committed):
+def test_the_rates_are_the_models(committed):
+    assert (committed["words_per_min"], committed["min_per_equation"], committed["min_per_code_line"],
+            committed["min_per_figure"], committed["attendee_factor"], committed["exercise_min"]) == (
+        nt.WORDS_PER_MIN, nt.MIN_PER_EQUATION, nt.MIN_PER_CODE_LINE, nt.MIN_PER_FIGURE, nt.ATTENDEE_FACTOR,
+        nt.EXERCISE_MIN), RERUN
+
+
+def test_tracks_fit_with_breaks_and_an_exercise_every_20_minutes(committed):
     for track, blocks in nt.TRACKS.items():
         minutes = nt.track_minutes(committed, blocks)
         assert minutes == committed["tracks"][track], RERUN
-        assert 0 < minutes["total_min"] <= nt.BUDGET_MIN[track], f"{track}: {minutes['total_min']} min"
+        budget = nt.BUDGET_MIN[track]
+        assert 0 < minutes["total_min"] <= budget, f"{track}: {minutes['total_min']} min"
+        breaks = sum(which for prefix, which, what in blocks if prefix is None and what == "break")
+        assert breaks >= nt.breaks_needed(budget) > 0, f"{track}: {breaks} min of break"
+        assert minutes["max_gap_min"] <= nt.MAX_GAP_MIN, f"{track}: {minutes['max_gap_min']} min without an exercise"
+        assert minutes["exercises"] >= (minutes["teaching_min"] // nt.MAX_GAP_MIN), track
     assert nt.TABLE_MD.read_text() == nt.to_markdown(committed), RERUN
 
 
+def test_tracks_use_only_core_sections(committed):
+    """A track teaches the story: the sections and exercises it takes are marked (core) in the notebooks."""
+    for track, blocks in nt.TRACKS.items():
+        for prefix, which, _ in blocks:
+            if prefix is not None:
+                _, nb = nt.notebook_entry(committed, prefix)
+                optional = [s["title"] for s in nt.select(nb, which) if s["marker"] != "core"]
+                assert not optional, f"{track}, {prefix}: optional sections {optional}"
+
+
 @pytest.mark.parametrize("which, match", [([99], r"sections \[99\] do not exist"), ("some", "expected 'core'"),
-                                          ([1.5], "expected 'core'")])
+                                          ([1.5], "expected 'core'"), ([True], "expected 'core'"),
+                                          (["Exercises · exercise 9"], "do not exist")])
 def test_a_track_block_naming_no_section_is_refused(committed, which, match):
     nb = committed["notebooks"]["03_paged_kv_cache.ipynb"]
     with pytest.raises(ValueError, match=match):
         nt.select(nb, which)
 
 
-def test_section_minutes_add_reading_cells_and_running():
-    s = {"words": 260, "code_cells": 3, "run_s": 90}
-    assert nt.minutes(s) == 260 / nt.WORDS_PER_MIN + 3 * nt.MIN_PER_CODE_CELL + 1.5
+def test_section_minutes_add_prose_equations_figures_code_and_exercise():
+    s = {"words": 250, "equations": 2, "code_lines": 30, "figures": 1, "run_s": 90, "exercise": None}
+    code = 30 * nt.MIN_PER_CODE_LINE + 1.5
+    demo = 250 / nt.WORDS_PER_MIN + 2 * nt.MIN_PER_EQUATION + nt.MIN_PER_FIGURE + code
+    assert nt.minutes(s) == pytest.approx(demo)
+    assert nt.minutes(s, "attendees run") == pytest.approx(demo + code * (nt.ATTENDEE_FACTOR - 1))
+    assert nt.minutes({**s, "exercise": 1}) == pytest.approx(demo + nt.EXERCISE_MIN)
+    with pytest.raises(ValueError, match="mode: expected one of"):
+        nt.minutes(s, "lecture")
 
 
-def test_sections_split_at_headings_and_read_timestamps():
+def test_track_minutes_split_teaching_exercises_and_gaps():
+    sec = lambda title, ex=None: {"title": title, "marker": "core", "exercise": ex, "words": 100,  # noqa: E731
+                                  "equations": 0, "code_lines": 0, "figures": 0, "run_s": 0.0}
+    table = {"notebooks": {"09_x.ipynb": {"sections": [sec("1. A"), sec("2. B"), sec("Exercises"),
+                                                      sec("Exercises · exercise 1", 1)]}}}
+    t = nt.track_minutes(table, [("09", [1], "demo"), ("09", ["Exercises · exercise 1"], "demo"),
+                                 ("09", [2], "demo"), (None, 10, "break"), ("09", [2], "demo")])
+    assert [(r["teaching"], r["exercises"], r["other"]) for r in t["blocks"]] == [
+        (1.0, 0.0, 0.0), (0.0, 5.0, 0.0), (1.0, 0.0, 0.0), (0.0, 0.0, 10.0), (1.0, 0.0, 0.0)]
+    assert (t["teaching_min"], t["exercise_min"], t["exercises"], t["max_gap_min"], t["total_min"]) == (
+        3.0, 5.0, 1, 2.0, 18.0)
+    assert nt.breaks_needed(90) == 10 and nt.breaks_needed(180) == 20 and nt.breaks_needed(60) == 0
+
+
+def test_sections_split_at_headings_and_exercises_and_count_what_is_taught():
+    png = {"output_type": "display_data", "data": {"image/png": "iVBOR"}}
     nb = {"cells": [
-        {"cell_type": "markdown", "source": "# 09 · Title\n\nTwo words"},
-        {"cell_type": "code", "source": "x = 1", "metadata": {"execution": {
-            "iopub.execute_input": "2026-01-01T00:00:00.000Z", "shell.execute_reply": "2026-01-01T00:00:02.500Z"}}},
-        {"cell_type": "markdown", "source": ["## 1. First (optional)\n", "a b $x$ ---"]},
+        {"cell_type": "markdown", "source": "# 09 · Title\n\nTwo words\n\n$$a = b$$\n\n$$c\n  = d$$"},
+        {"cell_type": "code", "source": "x = 1\n\n# NBVAL_IGNORE_OUTPUT\nplot(x)", "outputs": [png],
+         "metadata": {"execution": {"iopub.execute_input": "2026-01-01T00:00:00.000Z",
+                                    "shell.execute_reply": "2026-01-01T00:00:02.500Z"}}},
+        {"cell_type": "markdown", "source": ["## 1. First (optional)\n", "a b $x$ ---\n", "![fig](f.png)"]},
         {"cell_type": "code", "source": "y = 2", "metadata": {}},
-        {"cell_type": "markdown", "source": "## Unmarked"}]}
+        {"cell_type": "markdown", "source": "## Exercises (core)\n\nIntro.\n\n**1.** Do it.\n"},
+        {"cell_type": "code", "source": "ex1 = None", "metadata": {}},
+        {"cell_type": "markdown", "source": "**2.** Again.\n\n## Unmarked"}]}
     secs = nt.sections(nb)
-    assert [(s["title"], s["marker"], s["words"], s["code_cells"], s["nbclient_s"]) for s in secs] == [
-        ("introduction", "core", 2, 1, 2.5), ("1. First", "optional", 3, 1, 0.0), ("Unmarked", None, 0, 0, 0.0)]
+    keys = ("title", "marker", "exercise", "words", "equations", "code_lines", "code_cells", "figures", "nbclient_s")
+    assert [tuple(s[k] for k in keys) for s in secs] == [
+        ("introduction", "core", None, 2, 2, 2, 1, 1, 2.5), ("1. First", "optional", None, 7, 0, 1, 1, 1, 0.0),
+        ("Exercises", "core", None, 3, 0, 0, 0, 0, 0.0),
+        ("Exercises · exercise 1", "core", 1, 3, 0, 1, 1, 0, 0.0),
+        ("Exercises · exercise 2", "core", 2, 2, 0, 0, 0, 0, 0.0),
+        ("Unmarked", None, None, 1, 0, 0, 0, 0, 0.0)]
+    with pytest.raises(ValueError, match="display equation opened with"):
+        nt.markdown_parts("$$a = b\nc")
+
+
+def test_the_read_aloud_check_is_committed_and_agrees():
+    """results/timing_readaloud_03.json (python -m tools.timing_readaloud): the synthesised narration of notebook
+    03 at the model's rate, section by section, against the model's minutes for the same counts."""
+    from tools import timing_readaloud as tr
+
+    result = json.loads((nt.RESULTS_DIR / "timing_readaloud_03.json").read_text())
+    assert result["words_per_min"] == nt.WORDS_PER_MIN
+    for r in result["sections"]:
+        assert r["model_min"] == pytest.approx(r["words_counted"] / nt.WORDS_PER_MIN + r["pause_s"] / 60, abs=0.01)
+        assert r["audio_min"] * 60 >= r["pause_s"], r["title"]  # the silences are in the audio
+    assert abs(result["audio_min"] / result["model_min"] - 1) <= tr.TOLERANCE
+    assert (nt.RESULTS_DIR / "timing_readaloud_03.md").read_text() == tr.to_markdown(result)
+    guide = " ".join((nt.REPO_ROOT / "docs" / "instructor.md").read_text().split())
+    r = result
+    for quoted in (f"The audio came to {r['audio_min']:.1f} minutes against the model's {r['model_min']:.1f}",
+                   f"the prose alone to {r['prose_audio_min']:.1f} minutes against {r['prose_model_min']:.1f}",
+                   f"A speaker says {r['spoken_per_counted']:.2f} words per word the model counts"):
+        assert quoted in guide, f"docs/instructor.md does not quote results/timing_readaloud_03: {quoted!r}"
+    pause = sum(r["pause_s"] for r in result["sections"]) / 60
+    assert result["prose_audio_min"] == pytest.approx(result["audio_min"] - pause, abs=0.02)
+
+
+@pytest.mark.parametrize("line, spoken", [("`req_to_token` maps *pages*", "req to token maps pages"),
+                                          ("see [the table](x.md#y) <b>now</b>", "see the table now"),
+                                          ("width $d_c + d^R_h$", "width d c + d R h")])
+def test_prose_is_read_as_a_speaker_says_it(line, spoken):
+    from tools import timing_readaloud as tr
+
+    assert tr.speakable(line) == spoken
 
 
 # ---- notebook 00's checks --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from mla_edu.graphs import plots as graph_plots
 from mla_edu.kernels import plots as kernel_plots
 from mla_edu.kvcache import plots as kvcache_plots
 from mla_edu.model import load_pretrained, task
+from mla_edu import plotstyle
 from mla_edu.paths import FIGURES_DIR
 from mla_edu.workshop import panel
 
@@ -39,7 +40,9 @@ FIGURES = {
     "kv_cache_bytes_per_token": attention_plots.kv_cache_bytes_per_token,
     "naive_vs_absorbed_cost": attention_plots.naive_vs_absorbed_cost,
     "page_table": kvcache_plots.page_table_figure,
-    "kernel_bench_h200": kernel_plots.kernel_bench_figure,
+    "kernel_bench_h200_memory": lambda: kernel_plots.kernel_bench_regime_figure(16),
+    "kernel_bench_h200_compute": lambda: kernel_plots.kernel_bench_regime_figure(128),
+    "kernel_bench_h200_roofline": kernel_plots.kernel_roofline_figure,
     "graph_launch_overhead": graph_plots.launch_overhead,
     "graph_narrow_view_reads": graph_plots.narrow_view_reads,
     "panel_default": panel.panel_default,
@@ -54,7 +57,7 @@ def save(fig, name: str) -> Path:
     """Save ``fig`` as figures/<name>.png with fixed metadata (byte-for-byte reproducible)."""
     FIGURES_DIR.mkdir(exist_ok=True)
     path = FIGURES_DIR / f"{name}.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(path, dpi=plotstyle.DPI, bbox_inches="tight", metadata={"Software": None})
     return path
 
 

@@ -56,7 +56,7 @@ def graph_us(fn, target_ms: float = 2.0, reps: int = 7, warm_ms: float = 25.0) -
     sized from a graph of one call, not an eager one whose host overhead makes ``n`` small), the graph is
     replayed for ``warm_ms``, then ``reps`` times between CUDA events; median over replays / n. Sized from an
     eager call and not warmed, the same kernel timed twice in one row read 19.2 and 15.0 us on the H200; this way
-    the two agree to 0.1 us (``kernel_lab/essay.md``)."""
+    the two agree to 0.1 us (``docs/kernel_essay.md``)."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

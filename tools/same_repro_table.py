@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 
@@ -25,18 +25,21 @@ def table_rows(text: str) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        raise SystemExit("usage: python -m tools.same_repro_table EXPECTED.md GOT.md")
-    expected, got = (table_rows(Path(p).read_text()) for p in argv)
+    parser = argparse.ArgumentParser(prog="python -m tools.same_repro_table", description=__doc__.split("\n\n")[0])
+    parser.add_argument("expected", type=Path, help="the committed output, e.g. results/repro_cpu.md")
+    parser.add_argument("got", type=Path, help="the new run's output")
+    args = parser.parse_args(argv)
+    for path in (args.expected, args.got):
+        if not path.is_file():
+            parser.error(f"{path}: expected a file, found {'a folder' if path.is_dir() else 'nothing'}")
+    expected, got = table_rows(args.expected.read_text()), table_rows(args.got.read_text())
     if not expected:
-        raise SystemExit(f"{argv[0]}: expected markdown tables, found none")
+        raise SystemExit(f"{args.expected}: expected markdown tables, found none")
     differ = [(e, g) for e, g in zip(expected, got) if e != g]
     if len(expected) != len(got) or differ:
-        raise SystemExit(f"{argv[1]} differs from {argv[0]}: {len(got)} rows against {len(expected)}; "
+        raise SystemExit(f"{args.got} differs from {args.expected}: {len(got)} rows against {len(expected)}; "
                          f"first different rows: {differ[:3]}")
-    print(f"{argv[1]}: the same {len(expected)} table rows as {argv[0]} (time column aside)")
-
+    print(f"{args.got}: the same {len(expected)} table rows as {args.expected} (time column aside)")
 
 if __name__ == "__main__":
     main()

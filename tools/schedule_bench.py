@@ -28,6 +28,7 @@ import sys
 
 import torch
 
+from mla_edu.files import check_out_dir, read_json, write_atomic
 from mla_edu.kernels.contract import STAGE1_KINDS
 from mla_edu.kernels.stage1 import DEFAULT_GLUON
 from mla_edu.kernels.schedule import prefers_balanced
@@ -144,11 +145,36 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
 
 
 def _write(out_dir: str, data: dict) -> None:
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "schedule_bench.json"), "w") as f:
-        json.dump(data, f, indent=1)
-    with open(os.path.join(out_dir, "schedule_bench.md"), "w") as f:
-        f.write(to_markdown(data))
+    write_atomic(os.path.join(out_dir, "schedule_bench.json"), json.dumps(data, indent=1))
+    write_atomic(os.path.join(out_dir, "schedule_bench.md"), to_markdown(data))
+
+
+def n_rows(data) -> int:
+    """Measured problems in a run's json (0 for anything that is not one)."""
+    if not isinstance(data, dict):
+        return 0
+    return sum(len(data.get(k) or []) for k in ("ragged", "uniform") if isinstance(data.get(k), list))
+
+
+def render(json_path: str, out_dir: str) -> None:
+    """Write the markdown (and the json) of the run at ``json_path`` into ``out_dir``. Refused, before any
+    write: an input that is missing, not JSON, or holds no measured problem, and an ``out_dir`` whose
+    ``schedule_bench.json`` holds more problems than the input (a render never replaces a result with less)."""
+    data = read_json(json_path, "--render")
+    if n_rows(data) == 0 or not isinstance(data.get("info"), dict):
+        raise ValueError(f"--render: expected a schedule_bench run (its 'info' and at least one 'ragged' or "
+                         f"'uniform' row), got {json_path}, which holds none")
+    check_out_dir(out_dir, "--out")
+    old = os.path.join(out_dir, "schedule_bench.json")
+    if os.path.exists(old) and not os.path.samefile(old, json_path):
+        try:
+            had = n_rows(read_json(old, "--out"))
+        except ValueError:
+            had = 0
+        if had > n_rows(data):
+            raise ValueError(f"--render: {old} holds {had} problems and {json_path} {n_rows(data)}: a render never "
+                             "replaces a result with less; expected another --out folder")
+    _write(out_dir, data)
 
 
 def backend_path(row: dict, sm_count: int) -> str:
@@ -281,13 +307,18 @@ def main(argv=None):
     ap.add_argument("--render", metavar="JSON", help="no GPU: write the markdown of a run's json into --out")
     args = ap.parse_args(argv)
     if args.render:
-        with open(args.render) as f:
-            data = json.load(f)
-        _write(args.out, data)
+        try:
+            render(args.render, args.out)
+        except ValueError as e:
+            ap.error(str(e))
         return
     if not torch.cuda.is_available():
         raise SystemExit("python -m tools.schedule_bench needs a CUDA GPU; the committed results are in "
                          "results/kernel_bench_h200_schedule.md")
+    try:
+        check_out_dir(args.out, "--out")
+    except ValueError as e:
+        ap.error(str(e))
     run(args.out, tuple(map(int, args.batches.split(","))), tuple(map(int, args.lens.split(","))),
         ragged=args.only != "uniform", uniform=args.only != "ragged", quick=args.quick, stage1=args.stage1,
         also=args.also)

@@ -3,7 +3,7 @@
 
 The triton serving backend chooses per batch with ``schedule.prefers_balanced``: a model of each path's
 makespan in page-times (``schedule.makespans``), from the lengths an engine has on the host at every step
-(``seq_lens_cpu``), the schedule only ``schedule.BALANCED_MARGIN`` below the rule. Until v7 (``kernel_lab/essay.md``)
+(``seq_lens_cpu``), the schedule only ``schedule.BALANCED_MARGIN`` below the rule. Until v7 (``docs/kernel_essay.md``)
 it chose from the page table's width (``by_table``), the same for every batch a graph replays. For every problem
 of the run this script takes both choices, and compares the bench's measured time of what each picked with the
 best fixed split (uniform lengths: the acceptance of issue 25) or with the best of rule, balanced and fixed
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
+from mla_edu.files import check_out_file, read_json, write_atomic
 from mla_edu.kernels import schedule as sc
 from mla_edu.paths import RESULTS_DIR
 from mla_edu.util import cdiv
@@ -24,7 +24,7 @@ from tools import schedule_bench
 from tools.schedule_bench import PAGE
 
 SM_COUNT = 132  # the H200 of the committed run
-#: The triton backend's choice until v7 (``kernel_lab/essay.md``): the balanced schedule where the page table holds
+#: The triton backend's choice until v7 (``docs/kernel_essay.md``): the balanced schedule where the page table holds
 #: more than this many tokens, the same for every batch a graph replays.
 V6_BALANCED_ABOVE_TOKENS = 4096
 
@@ -132,18 +132,19 @@ def main(argv=None):
     ap.add_argument("--bench", default="results/kernel_bench_h200_schedule.json", help="a schedule_bench json")
     ap.add_argument("--out", default=None, help="also write the markdown to this file")
     args = ap.parse_args(argv)
-    with open(args.bench) as f:
-        data = json.load(f)
     try:
+        if args.out:
+            check_out_file(args.out, "--out")
+        data = read_json(args.bench, "--bench")
+        if not isinstance(data, dict):
+            raise ValueError(f"--bench: expected a schedule_bench run (a JSON object), got {type(data).__name__}")
         result = score(data)
     except ValueError as e:
-        ap.error(f"--bench: {e}")
+        ap.error(str(e) if str(e).startswith("--") else f"--bench: {e}")
     result["engine"] = engine_batches()
     md = to_markdown(result, args.bench)
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(md)
+        write_atomic(args.out, md)
     print(md)
 
 

@@ -1,4 +1,4 @@
-"""kernel_lab/essay.md's numbers, each recomputed from the results file it names (or from FlashMLA's walk,
+"""docs/kernel_essay.md's numbers, each recomputed from the results file it names (or from FlashMLA's walk,
 ``mla_edu.kernels.flashmla_schedule``).
 
 Each claim is a sentence of the essay with ``{}`` where a number stands; the test finds the sentence, reads the
@@ -19,7 +19,7 @@ from kernel_lab.tests.test_results_prose import stale_max_table, uniform_row, v2
 from mla_edu.kernels import flashmla_schedule as fs
 from mla_edu.paths import REPO_ROOT
 
-ESSAY = REPO_ROOT / "kernel_lab" / "essay.md"
+ESSAY = REPO_ROOT / "docs" / "kernel_essay.md"
 NUMBER = r"(\d+(?:\.\d+)?)"
 TILES = (4096 - 1024) // 64  # the tiles a request gains between L=1024 and 4096
 
@@ -149,9 +149,9 @@ def test_every_number_of_the_essay_is_recomputed():
             covered.add(at)
             if not close(printed, value):
                 wrong.append(f"{template!r}: prints {printed}, the results give {value:.4g}")
-    assert not wrong, "kernel_lab/essay.md differs from its results files:\n" + "\n".join(wrong)
+    assert not wrong, "docs/kernel_essay.md differs from its results files:\n" + "\n".join(wrong)
     stray = [m[0] for m in re.finditer(NUMBER, identifiers_blanked(text)) if m.start() not in covered]
-    assert not stray, f"numbers in kernel_lab/essay.md that no claim recomputes: {stray}"
+    assert not stray, f"numbers in docs/kernel_essay.md that no claim recomputes: {stray}"
 
 
 def identifiers_blanked(text: str) -> str:

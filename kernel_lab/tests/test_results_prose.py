@@ -685,7 +685,7 @@ def back_to_back_flush_claims() -> list[str]:
 
 
 def back_to_back_claims() -> list[str]:
-    """back_to_back_h200.md's reading (and kernel_lab/essay.md's), from its three runs."""
+    """back_to_back_h200.md's reading (and docs/kernel_essay.md's), from its three runs."""
     runs = back_to_back_runs()
     assert len(runs) == 3
 
@@ -712,7 +712,7 @@ def test_the_back_to_back_reading_is_its_runs():
 
 
 def stall_v17_claims() -> list[str]:
-    """kernel_stalls_h200_v17.md's reading (and kernel_lab/essay.md's), from its sampling file."""
+    """kernel_stalls_h200_v17.md's reading (and docs/kernel_essay.md's), from its sampling file."""
     n = stall_numbers("v17")
     assert "0x386e8" in n["top_long_src"] and n["top_long"] == n["wait_on"](1)  # LEFT1 (our reading)
     assert "USETMAXREG.DEALLOC" in n["top_barrier_src"]

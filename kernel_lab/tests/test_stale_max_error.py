@@ -1,5 +1,5 @@
 """``kernel_lab.tools.stale_max_error``: what the seesaw's rescale threshold costs in P's rounding, and why
-(``kernel_lab/essay.md``, ``kernel_lab/results/stale_max_error_cpu.md``)."""
+(``docs/kernel_essay.md``, ``kernel_lab/results/stale_max_error_cpu.md``)."""
 
 from pathlib import Path
 

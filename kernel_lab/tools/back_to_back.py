@@ -2,7 +2,7 @@
 kernel_lab.tools.back_to_back``, on a GPU.
 
 The schedule bench (``kernel_bench.graph_us``) replays many calls back to back in one CUDA graph. FlashMLA launches
-its kernels with programmatic dependent launch (``kernel_lab/essay.md``), so there each call's blocks may start
+its kernels with programmatic dependent launch (``docs/kernel_essay.md``), so there each call's blocks may start
 while the call before ends. Here, per problem of ``PROBLEMS`` (h_q=128, page 64, uniform lengths), mla_edu's call
 at the triton backend's split rule (what the backend runs at these shapes) and FlashMLA's are each timed by
 ``graph_us`` back to back, and with a small kernel between calls (one element incremented, which lets no call start

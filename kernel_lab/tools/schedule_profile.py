@@ -4,7 +4,7 @@
 For each shape of ``SHAPES`` (uniform or ragged lengths, B, L or median, h_q; page 64, bf16): 3 warm-up calls, then
 20 eager calls of each path under ``torch.profiler``, and the mean CUDA time of each kernel per call (kernels of
 0.5 us and more); FlashMLA's too where it is installed (``get_mla_metadata`` outside the calls, as in the benches).
-The output behind ``kernel_lab/essay.md``'s tables (v6, v8): ``kernel_lab/results/schedule_profile_h200.txt``.
+The output behind ``docs/kernel_essay.md``'s tables (v6, v8): ``kernel_lab/results/schedule_profile_h200.txt``.
 """
 from __future__ import annotations
 

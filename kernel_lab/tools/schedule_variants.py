@@ -6,7 +6,7 @@ For exploring, not the committed bench (``tools/schedule_bench.py``): each varia
 12 ragged batches and 9 uniform shapes) is measured as ``schedule_bench.measure(..., quick=True)`` does: the rule,
 the balanced schedule and FlashMLA, CUDA-graph replay. Prints one line per problem and the ragged geomean per
 variant, and writes ``variants.json``; ``--render JSON...`` writes the markdown of earlier runs (CPU is fine).
-The runs behind ``kernel_lab/essay.md`` are in ``kernel_lab/results/schedule_variants_h200.md``.
+The runs behind ``docs/kernel_essay.md`` are in ``kernel_lab/results/schedule_variants_h200.md``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import os
 import statistics
 
-from mla_edu.files import check_out_dir, write_atomic
+from mla_edu.files import check_out_dir, read_json, write_atomic
 
 RAGGED = [("ragged", b, m, h) for h in (16, 128) for b in (16, 64, 128) for m in (1024, 2048)]
 UNIFORM = [("uniform", b, L, 16) for b, L in ((1, 4096), (16, 1024), (64, 4096), (128, 1024))]
@@ -82,7 +82,14 @@ def main(argv=None):
     ap.add_argument("--render", nargs="+", metavar="JSON", help="no GPU: print the markdown of these runs")
     args = ap.parse_args(argv)
     if args.render:
-        print(render([json.load(open(p)) for p in args.render], args.render))
+        try:
+            runs = [read_json(p, "--render") for p in args.render]
+        except ValueError as e:
+            ap.error(str(e))
+        for p, run_ in zip(args.render, runs):
+            if not isinstance(run_, dict) or not run_ or not all(isinstance(d, dict) for d in run_.values()):
+                ap.error(f"--render: expected a variants.json (problem -> times), got {p}, which holds none")
+        print(render(runs, args.render))
         return
     try:  # before the GPU work
         check_out_dir(args.out, "--out")

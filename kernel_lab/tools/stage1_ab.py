@@ -8,7 +8,7 @@ balanced schedule): each old version's outputs compared with the new one's bit f
 move must not change the arithmetic), then each version timed twice by ``kernel_bench.graph_us``, the order
 reversed the second time, the best of the two kept; FlashMLA beside where it is installed. One line per shape;
 ``x``: that version's time / the new one's. ``--aa``: the working tree's file loaded a second time, as version "aa",
-timed first: its ``x`` is how far apart the same code reads in this run, at each shape (``kernel_lab/essay.md``),
+timed first: its ``x`` is how far apart the same code reads in this run, at each shape (``docs/kernel_essay.md``),
 the margin an old version's ``x`` must clear.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ This runs the kernel's online softmax in torch, tile by tile (64 tokens, scores 
 seeded random requests (q and the cache N(0, 1), rounded to bf16; 64 heads, 1024 tokens, MLA's 576 / 512 columns),
 with everything in float64 but P, rounded to ``P_DTYPES`` in turn, and prints for each threshold the output's rms
 and max error against the float64 softmax, each relative to the reference's rms and max, averaged over the
-requests; then the same for fixed offsets. Quoted in ``kernel_lab/essay.md`` from
+requests; then the same for fixed offsets. Quoted in ``docs/kernel_essay.md`` from
 ``kernel_lab/results/stale_max_error_cpu.md``.
 """
 from __future__ import annotations
@@ -21,6 +21,8 @@ import argparse
 import math
 
 import torch
+
+from mla_edu.files import check_out_file, write_atomic
 
 THRESHOLDS = (0.0, 1.0, 2.0, 4.0, 8.0)  # 0: the row's true max at every tile (no threshold)
 OFFSETS = (0.0, 0.25, 0.5, 0.75, 3.0)  # P against the true max less this (log2 units)
@@ -111,11 +113,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="also write the table to this markdown file")
     args = ap.parse_args(argv)
+    if args.out:  # before the computation: a bad path fails in a second
+        try:
+            check_out_file(args.out, "--out")
+        except ValueError as e:
+            ap.error(str(e))
     text = table(errors(), offset_errors())
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_atomic(args.out, text + "\n")
 
 
 if __name__ == "__main__":

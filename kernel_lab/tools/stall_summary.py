@@ -15,6 +15,8 @@ import csv
 import gzip
 import io
 
+from mla_edu.files import check_in_file
+
 REASONS = ("stall_long_sb", "stall_barrier", "stall_wait", "stall_short_sb", "stall_mio", "stall_lg")
 ALL = "Warp Stall Sampling (All Samples)"
 
@@ -81,7 +83,17 @@ def summary(text: str, top: int = 5) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="ncu --page source --csv output, .gz or plain")
-    print(summary(read(ap.parse_args(argv).csv)))
+    path = ap.parse_args(argv).csv
+    try:
+        text = read(str(check_in_file(path, "csv")))
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        ap.error(f"csv: expected ncu's --csv output (gzipped or plain text), got {path}, which cannot be read ({e})")
+    except ValueError as e:
+        ap.error(str(e))
+    if not kernels(text):
+        ap.error(f"csv: expected ncu --page source --csv output (a '\"Kernel Name\",' table), got {path}, "
+                 "which holds none")
+    print(summary(text))
 
 
 if __name__ == "__main__":

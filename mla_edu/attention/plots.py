@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 
-from mla_edu import palette
+from mla_edu import palette, plotstyle
 from mla_edu.attention import cost
 from mla_edu.config import MLAConfig
 from mla_edu.kernels.plots import load_bench
@@ -21,7 +20,7 @@ def h200_ceilings() -> tuple[float, float]:
 def kv_cache_bytes_per_token():
     """Bar chart: bytes cached per token per layer at DeepSeek-V3 dims (bf16), log scale."""
     sizes = cost.kv_cache_bytes_per_token(MLAConfig.deepseek_v3())
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plotstyle.subplots(figsize=(6, 3.2))
     mla = [scheme == "MLA" for scheme in sizes]  # the highlighted bar: coloured and hatched
     bars = ax.bar(list(sizes), list(sizes.values()), color=[palette.HIGHLIGHT if m else palette.GREY for m in mla],
                   **palette.hatched(mla))
@@ -29,7 +28,8 @@ def kv_cache_bytes_per_token():
     ax.set_ylabel("bytes / token / layer (bf16)")
     ax.set_title("KV cache per token at DeepSeek-V3 dims (128 heads)")
     for bar, value in zip(bars, sizes.values()):
-        ax.annotate(f"{value:,}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom", fontsize=9)
+        ax.annotate(f"{value:,}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom",
+                    fontsize=plotstyle.MIN_FONT_PT)
     ax.set_ylim(100, 300_000)
     fig.tight_layout()
     return fig
@@ -40,7 +40,7 @@ def naive_vs_absorbed_cost():
     v3 = MLAConfig.deepseek_v3()
     flop_per_s, bytes_per_s = h200_ceilings()
     lengths = np.array([256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.5, 6.8))  # stacked: legible at a book's width
+    fig, (ax1, ax2) = plotstyle.subplots(2, 1, figsize=(6.5, 6.8))  # stacked: legible at a book's width
     for order, color, marker in (("naive", palette.GREY, "s"), ("absorbed", palette.HIGHLIGHT, "o")):
         costs = [cost.decode_cost(v3, [int(L)] * 64, order) for L in lengths]
         flops = np.array([c.flops for c in costs])
@@ -53,7 +53,7 @@ def naive_vs_absorbed_cost():
     ax2.set(xlabel="context length L", ylabel="floor, us per layer",
             title=f"H200 floor: max(FLOPs / {flop_per_s / 1e12:.0f}T, bytes / {bytes_per_s / 1e12:.2f}T)")
     for ax in (ax1, ax2):
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=plotstyle.MIN_FONT_PT)
         ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     return fig

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu import palette
+from mla_edu import palette, plotstyle
 from mla_edu.case_study.diagnose import (MERGED_FIX_STEPS, OUTSIDE, POISON, UNUSED, PageReads, StepDiagnosis,
                                          page_reads)
 from mla_edu.kvcache.plots import draw_index_buffer, draw_intended_and_read
@@ -28,28 +28,28 @@ def draw_buffer(ax, buffer: torch.Tensor, fresh: torch.Tensor, frames=()):
 
 
 def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
-    """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (green right, red wrong)."""
+    """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (right, or wrong and
+    hatched)."""
     if ax_buf is not None:
         draw_buffer(ax_buf, reads.buffer, reads.live)
         ax_buf.set_title(f"index buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
-                         "(green written now, orange x stale, grey P poison)", fontsize=8)
+                         "(plain: written now, x: stale, P: poison)", fontsize=plotstyle.MIN_FONT_PT)
     draw_intended_and_read(ax_int, ax_read, reads.intended, reads.read, unused=UNUSED,
                            labels={POISON: "P", OUTSIDE: "X"})
     stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
-              if show_stride else "\n(green: its own page; hatched: another)")
-    ax_read.set_title("page ids read under replay" + stride, fontsize=8)
+              if show_stride else "\n(plain: its own page; hatched: another)")
+    ax_read.set_title("page ids read under replay" + stride, fontsize=plotstyle.MIN_FONT_PT)
     for ax in (ax_int, ax_read):
         ax.set_yticks(range(len(reads.seq_lens)), [f"{b}: len {n}" for b, n in enumerate(reads.seq_lens)],
-                      fontsize=7)
+                      fontsize=plotstyle.MIN_FONT_PT)
 
 
 def page_reads_figure(d: StepDiagnosis):
     """Left: the pages each request owns. Right: the pages the replayed kernel read (red: wrong)."""
-    import matplotlib.pyplot as plt
 
     reads = page_reads(d)
     bs, p = reads.intended.shape
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(6.5, 0.45 * bs + 1.6), sharey=True)  # legible at ~590 px
+    fig, (ax0, ax1) = plotstyle.subplots(1, 2, figsize=(6.5, 0.45 * bs + 1.6), sharey=True)  # legible at ~590 px
     draw_page_reads(None, ax0, ax1, reads)
     fig.suptitle(f"one decode step, defects={','.join(sorted(d.defects)) or 'none'}"
                  + ", poison fill" * d.poison_fill, fontsize=10)
@@ -61,7 +61,6 @@ def page_table_figure(d: StepDiagnosis, columns: int | None = None):
     """The persistent index buffer at replay: entries written for this step, stale ones (x), and
     the entries the mis-strided rows b > 0 actually read (red frame). ``columns``: draw only the first
     ones (default: those up to the last entry written or read, plus one; all when W is small)."""
-    import matplotlib.pyplot as plt
 
     buf, w = d.buffer, d.buffer.shape[1]
     stride = d.captured.row_stride
@@ -72,12 +71,12 @@ def page_table_figure(d: StepDiagnosis, columns: int | None = None):
     if not is_int(columns) or not 1 <= columns <= w:
         raise ValueError(f"columns: expected an int in 1..{w} (the buffer's width), got {columns!r}")
     frames = [r * columns + c for r, c in reads if c < columns]
-    fig, ax = plt.subplots(figsize=(0.7 * columns + 2.5, 0.42 * buf.shape[0] + 1.4))
+    fig, ax = plotstyle.subplots(figsize=(0.7 * columns + 2.5, 0.42 * buf.shape[0] + 1.4))
     draw_buffer(ax, buf[:, :columns], d.fresh[:, :columns], frames)
     shown = "" if columns == w else f" (columns 0..{columns - 1} of W = {w})"
-    ax.set_title(f"index buffer at replay{shown}: green written for this step, orange x stale (old ids\n"
-                 "or the initial 1), grey P poison; red frames: entries rows 1.. read with the frozen row stride",
-                 fontsize=9)
+    ax.set_title(f"index buffer at replay{shown}: plain = written for this step, x = stale (old ids\n"
+                 "or the initial 1), P = poison; framed = read by rows 1.. with the frozen row stride",
+                 fontsize=plotstyle.MIN_FONT_PT)
     fig.tight_layout()
     return fig
 
@@ -92,18 +91,18 @@ def accuracy_bars(ax, names, accs, lost, baseline=()):
 
 def accuracy_bars_figure(rows: list, title: str = ""):
     """Bars of accuracy: ``rows`` = [(label, accuracy, invalid)]; red and hatched at 0.5 or below."""
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1.0 * len(rows) + 1.5, 3.2))  # 6.5 in at five bars: legible at ~590 px
+    fig, ax = plotstyle.subplots(figsize=(1.0 * len(rows) + 1.5, 3.2))  # 6.5 in at five bars: legible at ~590 px
     names = [r[0] for r in rows]
     accs = [r[1] for r in rows]
     bars = accuracy_bars(ax, range(len(rows)), accs, [a <= 0.5 for a in accs])
     for bar, a in zip(bars, accs):
-        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(rows)), names, rotation=20, ha="right", fontsize=8)
+        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom",
+                    fontsize=plotstyle.MIN_FONT_PT)
+    ax.set_xticks(range(len(rows)), names, rotation=20, ha="right", fontsize=plotstyle.MIN_FONT_PT)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("accuracy")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=plotstyle.MIN_FONT_PT)
     fig.tight_layout()
     return fig
 

@@ -222,6 +222,10 @@ class _GraphContext:
     def __init__(self, g, pool):
         self.g, self.pool, self.cm = g, pool, None
 
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"graph({self.g!r}) is a context manager, not a decorator: expected `with graph(g): ...` "
+                        "around the work to capture, or Graph.capture(fn) for a function")
+
     def __enter__(self):
         if self.cm is not None:
             raise RuntimeError(f"this graph({self.g!r}) context was already entered; expected a new "

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import math
+
 import torch
 from torch.utils._pytree import tree_flatten
 
@@ -70,7 +72,34 @@ def _flat_tensors(x) -> list[torch.Tensor]:
     return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
 
 
-def _copy_leading(dst: torch.Tensor, src: torch.Tensor) -> None:
+class _Inputs(dict):
+    """One trial's inputs; notes which names were read (by ``prepare`` and ``reference``)."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.read: set = set()
+
+    def __getitem__(self, k):
+        self.read.add(k)
+        return super().__getitem__(k)
+
+    def get(self, k, default=None):
+        self.read.add(k)
+        return super().get(k, default)
+
+    def items(self):
+        self.read.update(self.keys())
+        return super().items()
+
+    def values(self):
+        self.read.update(self.keys())
+        return super().values()
+
+
+def _copy_leading(name: str, dst: torch.Tensor, src: torch.Tensor) -> None:
+    if not torch.can_cast(src.dtype, dst.dtype):
+        raise TypeError(f"input {name!r} is {src.dtype} but its static buffer is {dst.dtype}: copying it would "
+                        "truncate the values (a float into an int buffer); expected the buffer's dtype")
     if src.dim() != dst.dim() or any(s > d for s, d in zip(src.shape, dst.shape)):
         raise ValueError(f"input of shape {tuple(src.shape)} does not fit its static buffer {tuple(dst.shape)}")
     dst[tuple(slice(0, s) for s in src.shape)].copy_(src)
@@ -127,6 +156,11 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
         model_state: buffers eager and graph both update (e.g. a KV cache): restored after the
             eager reference so that both start from the same state.
         poison: poison ``persistent`` before each replay.
+
+    The checker compares something or says it cannot (ValueError/TypeError): a tensor input under a name no
+    static input has and neither ``prepare`` nor ``reference`` reads (a misspelled key), a step or reference that
+    returns no tensor, a tolerance that is not a finite number >= 0 (``atol=inf`` accepts anything), an input
+    that its static buffer's dtype would truncate (floats into an int32 buffer).
     """
     if not callable(step) or not callable(make_inputs):
         raise TypeError("check expects callables for step and make_inputs, got "
@@ -135,6 +169,10 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
         raise TypeError("static_inputs must be a dict of name -> torch.Tensor")
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ValueError(f"n_trials must be an int >= 1, got {n_trials!r}")
+    for name, tol in (("atol", atol), ("rtol", rtol)):
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0 (a tolerance of inf accepts any output), "
+                             f"got {tol!r}")
     persistent, model_state = list(persistent), list(model_state)
     if device is None and static_inputs:
         device = next(iter(static_inputs.values())).device
@@ -144,11 +182,18 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
     state = [*static_inputs.values(), *persistent, *model_state]
 
     def feed(inputs):
-        for k, v in inputs.items():
+        for k, v in dict.items(inputs):  # not counted as read: a name no static input has is read by nobody here
             if k in static_inputs and isinstance(v, torch.Tensor):
-                _copy_leading(static_inputs[k], v.to(static_inputs[k].device))
+                _copy_leading(k, static_inputs[k], v.to(static_inputs[k].device))
         if prepare is not None:
             prepare(inputs)
+
+    def unread(inputs: _Inputs) -> None:
+        unused = sorted(k for k, v in dict.items(inputs)  # a tensor meant for a static buffer under another name
+                        if isinstance(v, torch.Tensor) and k not in static_inputs and k not in inputs.read)
+        if unused:
+            raise ValueError(f"make_inputs gave {unused}, which no static input, prepare or reference read: expected "
+                             f"names from static_inputs {sorted(static_inputs)} (or inputs prepare/reference use)")
 
     def eager(inputs):
         saved = [t.clone() for t in state]
@@ -160,7 +205,7 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
                 t.copy_(s)
 
     # warm up eagerly (compiles kernels), then capture on the capture inputs
-    cap = make_inputs(gen, -1)
+    cap = _Inputs(make_inputs(gen, -1))
     feed(cap)
     g = Graph(device=device, mode=mode, track=(mode != "emulated"))
     saved = [t.clone() for t in state]
@@ -174,6 +219,9 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
     try:
         with graph(g):
             outs = _flat_tensors(step())
+        if not outs:
+            raise ValueError("the step returned no tensor (None?): the checker has nothing to compare; expected the "
+                             "step to return its output tensor(s)")
     except (GraphCaptureError, RuntimeError) as e:
         if not (isinstance(e, GraphCaptureError) or "captur" in str(e)):
             raise
@@ -185,8 +233,10 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
 
     vague = None  # a "some rows" divergence: keep looking for a more telling one
     for trial in range(n_trials):
-        report = _trial(g, backend, trial, make_inputs(gen, trial), feed, eager, outs, persistent, names,
-                        poison, atol, rtol)
+        inputs = _Inputs(make_inputs(gen, trial))
+        report = _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol)
+        if trial == 0:
+            unread(inputs)
         if report is None:
             continue
         if report.details.get("label") != "wrong: some rows":
@@ -199,6 +249,8 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, pois
     """One trial: None if graph and eager agree, else the report of the divergence."""
     feed(inputs)
     refs = eager(inputs)
+    if not refs:
+        raise ValueError("the reference returned no tensor: the checker has nothing to compare it with")
     clean = [t.clone() for t in persistent]
     for rep in range(2):
         if poison:

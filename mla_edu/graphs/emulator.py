@@ -19,7 +19,8 @@ on the same storages, with the same scalar arguments. So, exactly as with a CUDA
   another capture into the same pool may be handed that memory for its own tensors, as
   the CUDA caching allocator does (smallest free block that fits);
 * syncing calls during capture raise :class:`GraphCaptureError` (``.item()``, ``bool(t)``,
-  ``.tolist()``, ``.cpu()``, ``.numpy()``, printing a tensor, ``torch.tensor(data)``, and
+  ``.tolist()``, ``.cpu()``, ``.to("cpu")``, ``.numpy()``, pickling (``pickle.dumps``, ``torch.save``),
+  printing a tensor, ``torch.tensor(data)``, and
   ops whose output shape depends on data: ``nonzero``, boolean-mask indexing, ``unique``...);
 * a capture that fails records nothing: the next capture into the same graph starts empty;
   capturing a graph while another one is capturing raises :class:`GraphCaptureError`;
@@ -54,7 +55,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from mla_edu.graphs.poison import poison_
 
 __all__ = ["GraphCaptureError", "GraphWarmupWarning", "FreedMemoryError", "EmulatedPool", "Program", "Recorder",
-           "forget_warmups", "host_tensor", "is_host_tensor", "watch_warmup"]
+           "capturing", "forget_warmups", "host_tensor", "is_host_tensor", "watch_warmup"]
 
 
 class GraphCaptureError(RuntimeError):
@@ -114,6 +115,15 @@ def _unwarmed_cublas(ops: list[str], device_type: str) -> list[str]:
     if device_type in _WARMED:
         return []
     return sorted({op for op in ops if op.startswith("aten.") and op.split(".")[1] in _CUBLAS_OPS})
+
+
+# Emulated captures in progress (not observe-only ones): host code must not read device values meanwhile.
+_CAPTURES = [0]
+
+
+def capturing() -> bool:
+    """True while an emulated capture records (a device value read on the host now would be refused)."""
+    return _CAPTURES[0] > 0
 
 
 # Storage reference counts we hold ourselves (shadow tensors), across all programs.
@@ -181,6 +191,20 @@ def _is_host(t: torch.Tensor, device_type: str) -> bool:
 def _all_host(flat, device_type: str) -> bool:
     tensors = [x for x in flat if isinstance(x, torch.Tensor)]
     return bool(tensors) and all(_is_host(x, device_type) for x in tensors)
+
+
+def _to_host(args, kwargs, device_type: str) -> bool:
+    """Whether ``tensor.to(*args, **kwargs)`` copies a device tensor to the host: its target is the string
+    ``"cpu"`` (code written for a GPU asks for host memory so), or a CPU device or tensor while the emulated
+    device is not the CPU. On an emulated CPU device, ``x.to(t.device)`` is a same-device call and passes."""
+    for x in (kwargs.get("device"), *args[:1]):
+        if isinstance(x, str) and x.split(":")[0] == "cpu":
+            return True
+        if device_type != "cpu" and isinstance(x, torch.device) and x.type == "cpu":
+            return True
+        if device_type != "cpu" and isinstance(x, torch.Tensor) and x.device.type == "cpu":
+            return True
+    return False
 
 
 def _storage_key(t: torch.Tensor) -> int:
@@ -496,12 +520,15 @@ class Recorder(TorchDispatchMode):
     def __enter__(self):
         if not self.observe:
             self._patch_host_syncs()
+            _CAPTURES[0] += 1
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            if not self.observe:
+                _CAPTURES[0] -= 1
             for owner, name, old in reversed(self._patches):
                 setattr(owner, name, old)
             self._patches.clear()
@@ -519,10 +546,20 @@ class Recorder(TorchDispatchMode):
             return method
 
         for name, what in [("tolist", "tensor.tolist()"), ("cpu", "tensor.cpu()"), ("numpy", "tensor.numpy()"),
-                           ("__repr__", "printing a tensor"), ("__array__", "np.asarray(tensor)")]:
+                           ("__repr__", "printing a tensor"), ("__array__", "np.asarray(tensor)"),
+                           ("__reduce_ex__", "pickling a tensor (pickle.dumps, torch.save)")]:
             old = getattr(torch.Tensor, name)
             self._patches.append((torch.Tensor, name, old))
             setattr(torch.Tensor, name, refuse(what, old))
+        old_to = torch.Tensor.to
+
+        def to(self_tensor, *a, **k):  # x.to("cpu"), x.to(torch.device("cpu"), ...): a device-to-host copy
+            if not _is_host(self_tensor, device_type) and _to_host(a, k, device_type):
+                return refuse("tensor.to('cpu')", old_to)(self_tensor, *a, **k)
+            return old_to(self_tensor, *a, **k)
+
+        self._patches.append((torch.Tensor, "to", old_to))
+        torch.Tensor.to = to
         try:
             from triton.runtime import interpreter
         except Exception:  # triton missing or not in interpreter mode: nothing to patch

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import matplotlib.pyplot as plt
 import torch
 
-from mla_edu import palette
+from mla_edu import palette, plotstyle
 from mla_edu.graphs import scenarios as sc
 from mla_edu.kvcache.plots import draw_intended_and_read
 from mla_edu.paths import RESULTS_DIR
@@ -20,7 +19,7 @@ def load_launch_results(name: str = "graph_launch_h200.json") -> dict:
 
 def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench_cpu.json"):
     """Time per decode-like step vs kernels per step: eager and graph replay, H200 and the CPU emulator."""
-    fig, axes = plt.subplots(2, 1, figsize=(6.5, 6.8))  # stacked: legible at a book's width
+    fig, axes = plotstyle.subplots(2, 1, figsize=(6.5, 6.8))  # stacked: legible at a book's width
     for ax, name, replay_label in [(axes[0], gpu, "CUDA graph replay"), (axes[1], cpu, "emulator replay")]:
         res = load_launch_results(name)
         k = [r["kernels"] for r in res["rows"]]
@@ -39,7 +38,7 @@ def launch_overhead(gpu: str = "graph_launch_h200.json", cpu: str = "graph_bench
 def page_reads(intended: torch.Tensor, read: torch.Tensor, title: str):
     """Two page grids ``[B, W]`` (-1 = unused): the page id each (request row b, page slot j) should read,
     and the one it read (green: its own page, red and hatched: another)."""
-    fig, axes = plt.subplots(1, 2, figsize=(6.5, 2.8), sharey=True)  # legible at a book's width (~590 px)
+    fig, axes = plotstyle.subplots(1, 2, figsize=(6.5, 2.8), sharey=True)  # legible at a book's width (~590 px)
     draw_intended_and_read(axes[0], axes[1], intended, read)
     axes[0].set_ylabel("request row b")
     fig.suptitle(title, fontsize=10)

@@ -33,6 +33,9 @@ from mla_edu.util import is_int
 
 STRIDE_POLICIES = ("size", "stride")
 MAX_SPLITS = 256
+#: The largest token position or slot an int32 index holds: a table row that addresses more tokens than this
+#: (``max_pages * PAGE``) is refused, as the kernels count tokens in int32.
+INT32_MAX = 2**31 - 1
 #: Stage-1 kernels of the Triton impl built in (the registry, ``kernels.stage1.KINDS``, also holds any added
 #: later): "tl" the plain-Triton kernel (every GPU, checked calls, the CPU interpreter); "cp.async" and "tma" the
 #: Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages; "seesaw" the two-warpgroup
@@ -70,6 +73,15 @@ class DecodePlan:
     stage1: str | None = None  # the stage-1 kernel (STAGE1_KINDS) of an impl that has a choice, else None
     launch: LaunchConfig | None = None  # its launch config (None where the impl has no choice)
     schedule: str = "splits"  # "balanced": splits from the lengths (``kernels.schedule``), num_splits unused
+
+
+def values_readable(*tensors: torch.Tensor) -> bool:
+    """Whether the host may read these tensors' values now without waiting for a device: all on the CPU and no
+    emulated graph capture recording (there a read is refused, as CUDA refuses it). Value checks (a pool index
+    inside the pool) run only then; on a GPU the kernels mask what they cannot check."""
+    from mla_edu.graphs.emulator import capturing  # graphs imports no kernels: no cycle
+
+    return all(t.device.type == "cpu" for t in tensors) and not capturing()
 
 
 def check_page_table_layout(page_table: torch.Tensor) -> None:
@@ -136,6 +148,9 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
     if tuple(q_pe.shape[:2]) != (b, h):
         raise ValueError(f"q_pe must be [B={b}, H={h}, D_rope], got {tuple(q_pe.shape)}")
     dr = q_pe.size(2)
+    if cache.size(0) < 1 or cache.size(1) < 1:
+        raise ValueError("kv_c_and_k_pe_cache must hold at least one page of at least one token, "
+                         f"got shape {tuple(cache.shape)} ({cache.size(0)} pages of {cache.size(1)} tokens)")
     if cache.size(2) != dl + dr:
         raise ValueError(f"kv_c_and_k_pe_cache last dim must be D_latent + D_rope = {dl} + {dr} = {dl + dr}, "
                          f"got {cache.size(2)}")
@@ -186,6 +201,9 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     offset = page_table.storage_offset()
     reach = page_table.untyped_storage().nbytes() // page_table.element_size() - offset
     max_seq_len = page * width
+    if max_pages * page > INT32_MAX:
+        raise ValueError(f"page_table rows address {max_pages} pages of {page} tokens = {max_pages * page} tokens, "
+                         f"past int32 positions (at most {INT32_MAX}); expected a narrower table")
     sms = device_sm_count() if not sm_count else int(sm_count)
     splits = num_kv_splits_for(max_seq_len, max(b, 1), sms, num_kv_splits)
     plan = DecodePlan(b, h, dl, dr, page, num_pages, row_stride, max_pages, offset, reach, max_seq_len, splits,

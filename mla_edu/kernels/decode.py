@@ -119,7 +119,9 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
 
     Refused up front (ValueError/TypeError): a non-finite or non-positive ``sm_scale``, a page table
     whose rows are not contiguous (``stride(1) != 1``), a misaligned or strided workspace when
-    splits > 1. ``B = 0`` returns an empty ``[0, H, D_latent]`` output for every impl.
+    splits > 1, a cache of no pages, a table whose rows address more tokens than int32 holds. A strided
+    ``seq_lens`` view is read through a contiguous copy; lengths up to ``2**31 - 1`` are read without overflow.
+    ``B = 0`` returns an empty ``[0, H, D_latent]`` output for every impl.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {tuple(IMPLS)}, got {impl!r}")
@@ -143,6 +145,7 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
         raise ValueError(f"impl={impl!r} always uses stride_policy={entry.stride_policies[0]!r} (its wrapper's "
                          f"contract), got {stride_policy!r}")
     entry.check(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
+    seq_lens = seq_lens.contiguous()  # a strided view (buf[::2]): the kernels read lengths one int32 apart
     policy = entry.stride_policies[0] if stride_policy is None else stride_policy  # "size": the cutlass wrapper's
     balanced = schedule == "balanced"  # its splits come from the lengths: the plan's split count is not used
     plan = make_plan(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace,

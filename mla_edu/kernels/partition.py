@@ -17,9 +17,10 @@ import triton.language as tl  # noqa: E402
 @triton.jit
 def _cost(len_b, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
     """(tokens, pages read, cost) of requests of ``len_b`` tokens (scalars or vectors, int32; a negative length is
-    0, a request longer than its table row reads the row's ``max_pages`` pages)."""
-    len_b = tl.maximum(len_b, 0)
-    n = tl.minimum((len_b + PAGE - 1) // PAGE, max_pages)
+    0, a request longer than its table row reads the row's ``max_pages`` pages). The length is clamped to the
+    row's tokens first, so ``2**31 - 1`` does not overflow the page count."""
+    len_b = tl.minimum(tl.maximum(len_b, 0), max_pages * PAGE)
+    n = (len_b + PAGE - 1) // PAGE
     return len_b, n, tl.where(n > 0, n + OVERHEAD, 0)
 
 

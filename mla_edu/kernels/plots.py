@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mla_edu import palette
+from mla_edu import palette, plotstyle
 from mla_edu.paths import RESULTS_DIR
 
 BENCH_JSON = RESULTS_DIR / "kernel_bench_h200.json"
@@ -41,45 +41,59 @@ def summary(data: dict) -> dict:
     return out
 
 
-def kernel_bench_figure(path: Path | str = BENCH_JSON):
-    """Achieved TB/s (h_q=16) and TFLOP/s (h_q=128) against L, with the ceilings measured in the same run,
-    and a roofline (TFLOP/s against FLOP per byte) with the B=64, L=4096 points of each kernel."""
-    import matplotlib.pyplot as plt
+REGIMES = {16: ("TBps", "copy_TBps", "TB/s", "memory"), 128: ("TFLOPs", "matmul_bf16_TFLOPs", "TFLOP/s", "compute")}
 
+
+def kernel_bench_regime_figure(heads: int, path: Path | str = BENCH_JSON):
+    """Achieved TB/s (``heads`` = 16) or TFLOP/s (128) against L, each batch and page size a line, the peers of the
+    same run at B=64, and the ceiling measured in the same run."""
+    if heads not in REGIMES:
+        raise ValueError(f"heads: expected one of {sorted(REGIMES)}, got {heads!r}")
+    key, ceil_key, unit, bound = REGIMES[heads]
     data = load_bench(path)
-    ceil = data["ceilings"]
+    ceil_v = data["ceilings"][ceil_key]
     batches = sorted({r["batch"] for r in data["results"]})
-    fig, axes = plt.subplots(3, 1, figsize=(7.5, 13))  # one column: legible at a book's width (~590 px)
-    for ax, heads, key, ceil_v, unit in ((axes[0], 16, "TBps", ceil["copy_TBps"], "TB/s"),
-                                         (axes[1], 128, "TFLOPs", ceil["matmul_bf16_TFLOPs"], "TFLOP/s")):
-        for page, style in ((64, "--"), (128, "-")):
-            for i, b in enumerate(batches):  # batch: colour and marker; page: line style
-                rows = [r for r in data["results"] if r["heads"] == heads and r["page"] == page and r["batch"] == b]
-                if rows:
-                    ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker=palette.MARKERS[i],
-                            color=palette.SERIES[i], ms=3, label=f"page {page}, B={b}")
-        for peer, style in (("flashmla_us", ":"), ("sglang_us", "-.")):  # peers of the same run, B=64, page 64
-            rows = [r for r in data["results"]
-                    if r["heads"] == heads and r["page"] == 64 and r["batch"] == 64 and peer in r]
+    fig, ax = plotstyle.subplots(figsize=(8, 5.2))
+    for page, style in ((64, "--"), (128, "-")):
+        for i, b in enumerate(batches):  # batch: colour and marker; page: line style
+            rows = [r for r in data["results"] if r["heads"] == heads and r["page"] == page and r["batch"] == b]
             if rows:
-                r_unit = "bytes" if key == "TBps" else "flops"
-                ax.plot([r["seq_len"] for r in rows], [r[r_unit] / r[peer] / 1e6 for r in rows], style,
-                        color=palette.GREY, marker="s", ms=3,
-                        label=f"{'FlashMLA' if peer == 'flashmla_us' else 'SGLang Triton'}, B=64")
-        ax.axhline(ceil_v, color=palette.OKABE_ITO["black"], lw=1)
-        ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=8)
-        ax.set_xscale("log", base=2)
-        # room above the ceiling: a read-only stream can pass the copy ceiling, which counts a read and a write
-        ax.set_ylim(0, max([ceil_v, *(max(ln.get_ydata()) for ln in ax.lines)]) * 1.05)
-        ax.set_xlabel("context length L (tokens per request)")
-        ax.set_ylabel(unit)
-        ax.set_title(f"h_q = {heads}: {'memory' if heads == 16 else 'compute'}-bound regime")
-    for ax in axes[:2]:
-        ax.legend(fontsize=7, ncol=2, loc="lower right")
-    _roofline(axes[2], data)
-    fig.suptitle(f"mla_edu's split-KV MLA decode on {data['info']['gpu']} (bf16)")
+                ax.plot([r["seq_len"] for r in rows], [r[key] for r in rows], style, marker=palette.MARKERS[i],
+                        color=palette.SERIES[i], ms=4, label=f"page {page}, B={b}")
+    for peer, style in (("flashmla_us", ":"), ("sglang_us", "-.")):  # peers of the same run, B=64, page 64
+        rows = [r for r in data["results"]
+                if r["heads"] == heads and r["page"] == 64 and r["batch"] == 64 and peer in r]
+        if rows:
+            r_unit = "bytes" if key == "TBps" else "flops"
+            ax.plot([r["seq_len"] for r in rows], [r[r_unit] / r[peer] / 1e6 for r in rows], style,
+                    color=palette.GREY, marker="s", ms=4,
+                    label=f"{'FlashMLA' if peer == 'flashmla_us' else 'SGLang Triton'}, B=64")
+    ax.axhline(ceil_v, color=palette.OKABE_ITO["black"], lw=1)
+    ax.text(512, ceil_v * 0.93, f"measured ceiling {ceil_v:.1f} {unit}", fontsize=plotstyle.MIN_FONT_PT)
+    ax.set_xscale("log", base=2)
+    # room above the ceiling: a read-only stream can pass the copy ceiling, which counts a read and a write
+    ax.set_ylim(0, max([ceil_v, *(max(ln.get_ydata()) for ln in ax.lines)]) * 1.05)
+    ax.set_xlabel("context length L (tokens per request)")
+    ax.set_ylabel(unit)
+    ax.set_title(f"split-KV MLA decode on {data['info']['gpu']} (bf16), h_q = {heads}: {bound}-bound")
+    ax.legend(fontsize=plotstyle.MIN_FONT_PT, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     fig.tight_layout()
     return fig
+
+
+def kernel_roofline_figure(path: Path | str = BENCH_JSON):
+    """The roofline of the measured ceilings with the B=64, L=4096 points of each kernel."""
+    data = load_bench(path)
+    fig, ax = plotstyle.subplots(figsize=(8, 5))
+    _roofline(ax, data)
+    fig.tight_layout()
+    return fig
+
+
+def kernel_bench_figure(path: Path | str = BENCH_JSON) -> tuple:
+    """Notebook 04's three figures of the committed H200 bench: the memory-bound regime (h_q = 16), the
+    compute-bound one (h_q = 128), the roofline (figures/kernel_bench_h200_*.png)."""
+    return kernel_bench_regime_figure(16, path), kernel_bench_regime_figure(128, path), kernel_roofline_figure(path)
 
 
 def _roofline(ax, data: dict) -> None:
@@ -97,13 +111,14 @@ def _roofline(ax, data: dict) -> None:
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=color, ls="none", label=name)
             for x, y, h in pts if name == "mla_edu" else ():
-                ax.annotate(f"h_q={h}", (x, y), textcoords="offset points", xytext=(5, -10), fontsize=7)
+                ax.annotate(f"h_q={h}", (x, y), textcoords="offset points", xytext=(5, -10),
+                            fontsize=plotstyle.MIN_FONT_PT)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=10)
     ax.set_xlabel("FLOP per byte (cache, q and o: attention.cost.decode_intensity)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("roofline, B = 64, L = 4096")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"roofline on {data['info']['gpu']}, B = 64, L = 4096")
+    ax.legend(fontsize=plotstyle.MIN_FONT_PT, loc="lower right")
 
 
 def schedule_gantt(lens: list[int], page_size: int, heads: int, sm_count: int, num_splits: int):
@@ -113,7 +128,6 @@ def schedule_gantt(lens: list[int], page_size: int, heads: int, sm_count: int, n
     segments in order (``schedule.part_timeline``, from the kernels' own arithmetic). The longest request is
     highlighted (colour and hatch); time in page-times (one page read by one program), each program or
     segment also paying ``schedule.FIXED_OVERHEAD_PAGES``."""
-    import matplotlib.pyplot as plt
 
     from mla_edu.kernels import schedule
 
@@ -122,7 +136,7 @@ def schedule_gantt(lens: list[int], page_size: int, heads: int, sm_count: int, n
     rule_bars, rule_span = schedule.simulate(programs, sm_count)
     part_bars, part_span = schedule.part_timeline(lens, page_size, heads, sm_count)
     parts = schedule.num_parts(heads, sm_count, len(lens), max(-(-max(x, 0) // page_size) for x in lens))
-    fig, axes = plt.subplots(2, 1, figsize=(7, 6.4), sharex=True, sharey=True)  # stacked: legible at a book's width
+    fig, axes = plotstyle.subplots(2, 1, figsize=(7, 6.4), sharex=True, sharey=True)  # stacked
     panels = ((axes[0], rule_bars, f"{num_splits} splits for every request: {len(programs)} programs, "
                                    f"done after {rule_span:.0f} page-times"),
               (axes[1], part_bars, f"balanced schedule: {parts} parts, done after {part_span:.0f} page-times"))
@@ -136,6 +150,6 @@ def schedule_gantt(lens: list[int], page_size: int, heads: int, sm_count: int, n
         ax.set_title(title, fontsize=10)
         ax.set_ylabel("SM")
     axes[1].set_xlabel(f"time (page-times; each program or segment also costs {schedule.FIXED_OVERHEAD_PAGES})")
-    axes[0].legend(loc="upper right", fontsize=8)
+    axes[0].legend(loc="upper right", fontsize=plotstyle.MIN_FONT_PT)
     fig.tight_layout()
     return fig

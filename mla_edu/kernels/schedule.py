@@ -51,7 +51,7 @@ import torch
 
 from mla_edu.device import TRITON_INTERPRET, require_triton
 from mla_edu.kernels.workspace import PROGRAMS_PER_SM, SPLIT_CHOICES, gpu_block_h
-from mla_edu.util import cdiv
+from mla_edu.util import cdiv, check_int
 
 #: How ``mla_decode`` splits the KV: "splits", the same count for every request (its ``num_kv_splits``, the
 #: cutlass contract); "balanced", this module's partition (impl "triton").
@@ -79,6 +79,13 @@ PARTITION_FUNCTIONS = ("batch_plan", "part_requests", "request_parts", "segment"
 DIRECT, PARTIAL, IDLE = 1, 0, -1
 
 
+def _check_sizes(**sizes) -> None:
+    """TypeError/ValueError naming the first size that is not an int >= 1 (a page size, part or SM count of 0
+    would make an empty schedule or divide by zero)."""
+    for name, value in sizes.items():
+        check_int(name, value, 1)
+
+
 def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
               max_pages: int | None = None) -> tuple[float, float]:
     """(rule, balanced): modelled makespans in page-times (one program's time for one page; each program or
@@ -86,6 +93,8 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block)
     on the GPU's program slots, at least the longest and at least their total spread over the slots. The schedule:
     one part's share (``batch_plan``'s chunk) and one overhead."""
+    _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
+                 **({} if max_pages is None else {"max_pages": max_pages}))
     n = [cdiv(max(int(x), 0), page_size) for x in lens]
     max_pages = max(n + [1]) if max_pages is None else max_pages
     n = [min(k, max_pages) for k in n]
@@ -157,6 +166,7 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int) -> list[Segme
     """Every part's segments, in workspace-row order (part by part, each part's requests in order), from the
     arithmetic the kernels run (``segments_kernel``: on the lengths' GPU, or in Triton's interpreter on CPU).
     ``seq_lens``: int32 [B] tensor or a list."""
+    _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts)
     require_triton("schedule.segments (the partition's arithmetic, run as a Triton kernel)")
     from mla_edu.kernels.partition import segments_kernel
 

@@ -4,7 +4,7 @@ Why a third Hopper kernel. ``split_kv_wgmma.stage1_wgmma_kernel`` runs its two w
 one 64-token tile: each scores 32 of its tokens (wgmma n = 32), they meet for the row max, both write P,
 meet again, then each multiplies P by its 256 output columns. While both do the softmax the tensor cores
 wait, and an n = 32 score product reads more shared memory per multiply-add than an n = 64 one
-(``kernel_lab/essay.md``).
+(``docs/kernel_essay.md``).
 
 FlashMLA's sm90 kernel (``csrc/kernels/splitkv_mla.cu`` at ``9edee0c``, ``wg0_subroutine`` and ``wg1_subroutine``,
 lines 740-943; ``docs/sources.md``) takes the tiles two at a time instead. Warpgroup 0 scores tile 0 of the
@@ -82,7 +82,7 @@ The default stage 1 at 64 heads a program on the H200 (``stage1.DEFAULT_GLUON``)
 sm_90a on any machine (``mla_edu.kernels.sm90``, ``tests/test_sm90.py``); ``tests/test_kernels_wgmma.py`` and
 ``tests/test_kernels_schedule.py`` run it against float64 on a Hopper GPU, as stage-1 kind "seesaw"
 (``results/tests_h200.md``). Same contract, grids and outputs as ``split_kv_wgmma``'s kernels, the balanced
-schedule included. How it compares with FlashMLA, and what was tried: ``kernel_lab/essay.md``.
+schedule included. How it compares with FlashMLA, and what was tried: ``docs/kernel_essay.md``.
 """
 
 from __future__ import annotations

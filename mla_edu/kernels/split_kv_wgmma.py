@@ -105,8 +105,8 @@ def plan_layout(warps):
 @gluon.jit
 def split_bounds(seq_lens_ptr, b, s, max_pages, num_splits, PAGE: gl.constexpr):
     """Tokens [t_start, t_end) of split s of request b (int32 positions)."""
-    seq_len = gl.load(seq_lens_ptr + b)
-    n_pages = gl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
+    seq_len = gl.minimum(gl.load(seq_lens_ptr + b), max_pages * PAGE)  # first: 2**31 - 1 + PAGE overflows
+    n_pages = (seq_len + PAGE - 1) // PAGE
     seq_len = gl.minimum(seq_len, n_pages * PAGE)
     per_split = (n_pages + num_splits - 1) // num_splits
     return s * per_split * PAGE, gl.minimum((s + 1) * per_split * PAGE, seq_len)

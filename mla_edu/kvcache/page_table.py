@@ -7,9 +7,14 @@ per request ``row`` writes
     for p < ceil(seq_lens[row] / PAGE)
 
 and leaves every other entry of the row untouched (stale ids stay). ``page_table`` may be a
-row-slice of a larger persistent buffer; both versions write through its real strides.
-One difference from SGLang: SGLang's kernel has no width bound and writes past the end of
-a too-narrow row; here writes stop at ``page_table.size(1)`` (both impls alike).
+row-slice of a larger persistent buffer; both versions write through its real strides, and read
+every input through its strides (a strided ``seq_lens`` view, a transposed ``req_to_token``).
+Differences from SGLang, whose kernel trusts its inputs: writes stop at ``page_table.size(1)``
+(SGLang's kernel writes past the end of a too-narrow row); a page past the context
+(``p * PAGE >= max_context_len``), a row of a pool index outside the pool, and a page id the
+table's dtype cannot hold get the id -1, which no page has (a checked decode flags it), never a
+live page's id. Where the values can be read without waiting for a device (CPU tensors, no graph
+capture), these are refused before any write, with a ValueError naming the request.
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ import torch
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 from mla_edu.device import require_triton
+from mla_edu.kernels.contract import values_readable
 from mla_edu.util import is_int
+
+#: The id written for an entry no page can serve (past the context, a row outside the pool, an id too large).
+NO_PAGE = -1
 
 
 def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
@@ -46,20 +55,41 @@ def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
     devs = {t.device for t in (req_to_token, req_pool_indices, seq_lens, page_table)}
     if len(devs) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devs)}")
+    if values_readable(req_to_token, req_pool_indices, seq_lens):
+        _check_values(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
+
+
+def _check_values(req_to_token, req_pool_indices, seq_lens, page_table, page_size) -> None:
+    """ValueError for a pool index outside the pool, a length outside ``[0, max_context_len]`` or a page id the
+    table's dtype cannot hold (host tensors only: reading device values would wait for the device)."""
+    pool, ctx = req_to_token.shape
+    for b, (r, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
+        if not 0 <= r < pool:
+            raise ValueError(f"req_pool_indices[{b}] must be a row of req_to_token, in [0, {pool}), got {r}")
+        if not 0 <= n <= ctx:
+            raise ValueError(f"seq_lens[{b}] must be in [0, max_context_len={ctx}], got {n}")
+    if req_to_token.numel() and page_table.numel():
+        biggest = int(req_to_token.max()) // page_size
+        if biggest > torch.iinfo(page_table.dtype).max:
+            raise ValueError(f"req_to_token holds page id {biggest}, past what the {page_table.dtype} page_table "
+                             f"holds ({torch.iinfo(page_table.dtype).max}); expected slots that fit its dtype")
 
 
 def fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size: int) -> None:
     """Vectorized torch version: no Python loop over rows, no host sync (graph-capturable)."""
     width = page_table.size(1)
-    ctx = req_to_token.size(1)
+    pool, ctx = req_to_token.shape
     dev = page_table.device
     p = torch.arange(width, device=dev)  # [W]
-    cols = (p * page_size).clamp_(max=ctx - 1)  # [W] first token of page p (clamped: masked anyway)
-    rows = req_to_token.index_select(0, req_pool_indices.to(torch.int64))  # [B, ctx]
-    first_slots = rows.index_select(1, cols)  # [B, W]
+    cols = (p * page_size).clamp_(max=ctx - 1)  # [W] first token of page p (clamped: NO_PAGE past the context)
+    req = req_pool_indices.to(torch.int64)  # [B]
+    rows = req_to_token.index_select(0, req.clamp(0, pool - 1))  # [B, ctx] (clamped: NO_PAGE outside the pool)
+    ids = rows.index_select(1, cols).to(torch.int64) // page_size  # [B, W]
     n_pages = (seq_lens.to(torch.int64) + page_size - 1) // page_size  # [B]
     write = p[None, :] < n_pages[:, None]  # [B, W]
-    new = torch.where(write, (first_slots // page_size).to(page_table.dtype), page_table)
+    bad = ((req < 0) | (req >= pool))[:, None] | (p * page_size >= ctx)[None, :]
+    bad = bad | (ids > torch.iinfo(page_table.dtype).max)
+    new = torch.where(write, torch.where(bad, NO_PAGE, ids).to(page_table.dtype), page_table)
     page_table.copy_(new)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu import palette
+from mla_edu import palette, plotstyle
 from mla_edu.kernels import pages_read  # noqa: F401  (re-exported for notebook 03)
 from mla_edu.kvcache.page_table import fill_page_table
 from mla_edu.kvcache.pool import PagedAllocator, ReqToTokenPool
@@ -56,7 +56,7 @@ GRID_COLORS = palette.GRID_COLORS  # cell fills by what a cell holds (Okabe-Ito 
 _LABEL_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}  # text over a hatch
 
 
-def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsize: int = 7):
+def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsize: float = plotstyle.MIN_FONT_PT):
     """An annotated grid of page ids on ``ax``: cell ``(b, j)`` (request row ``b``, page slot ``j``)
     coloured by ``kinds[b][j]`` (a key of ``GRID_COLORS``) and labelled with ``pages[b, j]``.
 
@@ -101,7 +101,8 @@ def draw_page_grid(ax, pages, kinds, *, labels=None, text=None, cells=(), fontsi
     ax.set_yticks(range(rows))
 
 
-def draw_index_buffer(ax, buffer, written, *, poison: int | None = None, reads=(), fontsize: int = 7):
+def draw_index_buffer(ax, buffer, written, *, poison: int | None = None, reads=(),
+                      fontsize: float = plotstyle.MIN_FONT_PT):
     """The persistent index buffer ``[rows, W]``: entries ``written`` for this step (green), stale ones
     (orange, x: old ids or the initial 1), entries equal to ``poison`` (grey, P); ``reads``: flat
     indices into the buffer (as a kernel indexes it) framed in red."""
@@ -131,8 +132,8 @@ def draw_intended_and_read(ax_intended, ax_read, intended, read, *, unused: int 
     kinds = [[_read_kind(int(intended[b, j]), int(read[b, j])) if used[b][j] else "unused" for j in range(cols)]
              for b in range(rows)]
     draw_page_grid(ax_read, read, kinds, labels=labels)
-    ax_intended.set_title("intended page ids", fontsize=8)
-    ax_read.set_title("page ids read under replay", fontsize=8)
+    ax_intended.set_title("intended page ids", fontsize=plotstyle.MIN_FONT_PT)
+    ax_read.set_title("page ids read under replay", fontsize=plotstyle.MIN_FONT_PT)
     for ax in (ax_intended, ax_read):
         ax.set_xlabel("page j of the request")
 
@@ -140,16 +141,15 @@ def draw_intended_and_read(ax_intended, ax_read, intended, read, *, unused: int 
 def page_table_figure():
     """Above: the persistent buffer (entries written this step vs stale ones). Below: what a width-1 view
     read with the ``"size"`` policy (row stride 1) hands the kernel, versus the right pages."""
-    import matplotlib.pyplot as plt
 
     sc = page_table_scenario()
     buf, n_pages = sc["buf"][:4], sc["n_pages"]
     width = buf.size(1)
-    fig, axes = plt.subplots(2, 1, figsize=(7, 6.4))  # stacked: legible at a book's width
+    fig, axes = plotstyle.subplots(2, 1, figsize=(7, 6.4))  # stacked: legible at a book's width
     written = torch.arange(width)[None, :] < torch.tensor(n_pages)[:, None]  # [4, width]
-    draw_index_buffer(axes[0], buf, written, fontsize=9)
+    draw_index_buffer(axes[0], buf, written, fontsize=plotstyle.MIN_FONT_PT)
     axes[0].set_yticks(range(4), [f"row {b}: len {int(n)}" for b, n in enumerate(sc["seq_lens"])])
-    axes[0].set_xlabel("page slot p (green: written this step; orange x: stale ids from earlier requests, "
+    axes[0].set_xlabel("page slot p (plain: written this step; x: stale, ids of earlier requests\n"
                        "or the initial 1)")
     axes[0].set_title(f"persistent page-table buffer, width {width} = (context {CONTEXT} + 128) // page {PAGE}")
 
@@ -161,7 +161,7 @@ def page_table_figure():
              for b, n in enumerate(n_pages)]
     text = [[f"{wrong[b][j]}" + ("" if right[b][j] == wrong[b][j] else f"\n(not {right[b][j]})") if j < n else ""
              for j in range(cols)] for b, n in enumerate(n_pages)]
-    draw_page_grid(axes[1], read, kinds, text=text, fontsize=8)
+    draw_page_grid(axes[1], read, kinds, text=text, fontsize=plotstyle.MIN_FONT_PT)
     axes[1].set_yticks(range(4), [f"request {b}" for b in range(4)])
     axes[1].set_xlabel("page j of the request")
     axes[1].set_title("pages read from a width-1 view, row stride = size(1) = 1")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from mla_edu.util import check_int, is_int
 
+INT32_MAX = 2**31 - 1
+
 
 class PoolExhausted(RuntimeError):
     """Raised when a pool or allocator has fewer free entries than asked for."""
@@ -21,14 +23,17 @@ def _as_index_list(name: str, indices) -> list[int]:
         if indices.dtype.is_floating_point or indices.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers, got a {indices.dtype} tensor")
         return [int(i) for i in indices.reshape(-1).tolist()]
-    if isinstance(indices, int) and not isinstance(indices, bool):
+    if is_int(indices):
         return [indices]
     try:
-        out = [int(i) for i in indices]
+        items = list(indices)
     except TypeError:
         raise TypeError(f"{name} must be an int, a list of ints or an int tensor, "
                         f"got {type(indices).__name__}") from None
-    return out
+    for i in items:  # True is an int to Python, 1.9 would become 1: both refused
+        if not is_int(i):
+            raise TypeError(f"{name} must hold ints, got {i!r} ({type(i).__name__})")
+    return items
 
 
 class ReqToTokenPool:
@@ -91,6 +96,9 @@ class PagedAllocator:
         check_int("page_size", page_size, 1)
         if page_size & (page_size - 1):
             raise ValueError(f"page_size must be a power of two, got {page_size}")
+        if num_pages * page_size > INT32_MAX + 1:
+            raise ValueError(f"num_pages * page_size must be at most 2**31 slots (req_to_token holds int32 slots), "
+                             f"got {num_pages} * {page_size} = {num_pages * page_size}")
         self.num_pages = num_pages
         self.page_size = page_size
         self.device = torch.device(device)

@@ -118,5 +118,10 @@ def load_pretrained(
                 f"config checksum mismatch in {mpath}: 'config_sha256' expects {want}, the config there hashes "
                 f"to {got} (the config was edited: the weights were trained with the original one)")
     model = TinyDeepseek(TinyDeepseekConfig.from_dict(manifest["config"]), attn_impl=attn_impl)
-    model.load_state_dict(load_file(str(path)))
+    state = load_file(str(path))
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:  # a checksum proves the file is the one written, not that it holds numbers
+        raise ValueError(f"{path}: expected finite weights, got NaN or infinite values in {len(bad)} tensors "
+                         f"(first: {bad[0]}); re-train")
+    model.load_state_dict(state)
     return model.to(device=device, dtype=dtype).eval()

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
+from typing import Annotated, Any
+
+import torch
+from pydantic import Field
 
 from mla_edu.kernels import IMPLS
 from mla_edu.kernels.contract import MAX_SPLITS
 from mla_edu.serving.backends import backend_class, known_defects, page_table_width
 from mla_edu.serving.backends.cutlass_mla import PRE_FIX
+from mla_edu.settings import check_fields
 from mla_edu.util import is_int
+
+#: The longest context: token positions and slots are int32 (``req_to_token``), with a page to spare.
+MAX_CONTEXT_LENGTH = 2**31 - 1 - 128
 
 ROW_ORDERS = ("append", "prepend")
 
@@ -26,8 +34,11 @@ def parse_defects(spec) -> frozenset:
     if isinstance(spec, str):
         spec = spec.strip()
         names = [] if spec in ("", "none") else [s.strip() for s in spec.split(",") if s.strip()]
-    else:
+    elif isinstance(spec, (set, frozenset, list, tuple)) and all(isinstance(n, str) for n in spec):
         names = list(spec)
+    else:
+        raise TypeError(f"defects: expected 'none', a comma-separated str or a set of names from {known_defects()}, "
+                        f"got {spec!r}")
     if "stale" in names:
         raise ValueError(f"defects: {STALE_REMOVED}")
     bad = [n for n in names if n not in known_defects()]
@@ -64,21 +75,22 @@ class ServerArgs:
     ``prepend`` puts them first.
     """
 
+    # types and bounds checked by pydantic (``mla_edu.settings``); ``Any``: checked below by the field's own rule
     attention_backend: str = "cutlass_mla"
     disable_cuda_graph: bool = False
-    cuda_graph_bs: tuple = (64, 128)
-    max_running_requests: int = 128
-    context_length: int = 640
-    defects: frozenset = field(default_factory=lambda: PRE_FIX)
+    cuda_graph_bs: Any = (64, 128)  # a list or tuple of ints, kept as a sorted tuple
+    max_running_requests: Annotated[int, Field(ge=1)] = 128
+    context_length: Annotated[int, Field(ge=2, le=MAX_CONTEXT_LENGTH)] = 640
+    defects: Any = field(default_factory=lambda: PRE_FIX)  # parse_defects: a str or a set of names
     poison_fill: bool = False
     num_kv_splits: int = 1
     row_order: str = "append"
     kernel_impl: str | None = None  # None: "triton" on GPU, "torch" on CPU
     sm_count: int | None = None  # None: the GPU's, or 132 (an H200's) on CPU
     dtype: str = "float32"
-    device: str | None = None
-    max_total_pages: int | None = None  # KV pool size cap; None: whatever max_running_requests needs
-    dp_size: int = 1
+    device: str | None = None  # a torch.device is kept as its str (what to_json writes)
+    max_total_pages: Annotated[int, Field(ge=2)] | None = None  # KV pool size cap; None: as many as needed
+    dp_size: Annotated[int, Field(ge=1)] = 1
     enable_dp_attention: bool = False
 
     @property
@@ -105,10 +117,17 @@ class ServerArgs:
         return self.max_running_requests // (self.dp_size if self.enable_dp_attention else 1)
 
     def __post_init__(self):
+        if isinstance(self.device, torch.device):
+            self.device = str(self.device)
+        check_fields(self)
+        if self.device is not None:
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise ValueError(f"device: expected None or a device such as cpu, cuda or cuda:0, got "
+                                 f"{self.device!r}") from None
         backend = backend_class(self.attention_backend)
         self.defects = parse_defects(self.defects)
-        if not isinstance(self.poison_fill, bool):
-            raise TypeError(f"poison_fill: expected a bool, got {self.poison_fill!r}")
         splits = self.num_kv_splits
         if not is_int(splits) or not (splits == -1 or 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"num_kv_splits: expected -1 (auto) or an int in [1, {MAX_SPLITS}] (the kernel "
@@ -122,20 +141,10 @@ class ServerArgs:
         if not bs or any(b < 1 for b in bs):
             raise ValueError(f"cuda_graph_bs: expected positive batch sizes, got {self.cuda_graph_bs!r}")
         self.cuda_graph_bs = tuple(sorted(set(bs)))
-        if not isinstance(self.max_running_requests, int) or self.max_running_requests < 1:
-            raise ValueError(f"max_running_requests: expected an int >= 1, got {self.max_running_requests!r}")
-        if self.context_length < 2:
-            raise ValueError(f"context_length: expected >= 2, got {self.context_length}")
         if self.row_order not in ROW_ORDERS:
             raise ValueError(f"row_order: expected one of {ROW_ORDERS}, got {self.row_order!r}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype: expected float32, bfloat16 or float16, got {self.dtype!r}")
-        if self.max_total_pages is not None and (not isinstance(self.max_total_pages, int) or self.max_total_pages < 2):
-            raise ValueError(f"max_total_pages: expected an int >= 2 or None, got {self.max_total_pages!r}")
-        if isinstance(self.dp_size, bool) or not isinstance(self.dp_size, int) or self.dp_size < 1:
-            raise ValueError(f"dp_size: expected an int >= 1, got {self.dp_size!r}")
-        if not isinstance(self.enable_dp_attention, bool):
-            raise TypeError(f"enable_dp_attention: expected a bool, got {self.enable_dp_attention!r}")
         if self.enable_dp_attention and self.dp_size < 2:
             # SGLang: "Please set a dp-size > 1" (server_args.py at 7059ae16f, line 352)
             raise ValueError(f"enable_dp_attention: expected dp_size > 1, got dp_size={self.dp_size}")

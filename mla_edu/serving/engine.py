@@ -23,7 +23,11 @@ from mla_edu.kvcache import PoolExhausted
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.serving.model_runner import ModelRunner
-from mla_edu.util import cdiv
+from mla_edu.settings import check_value
+from mla_edu.util import cdiv, is_int
+
+#: ``generate``'s ``stop_token_ids``: token ids (a str such as "2" would never match a token) or None.
+STOP_TOKEN_IDS = list[int] | tuple[int, ...] | set[int] | frozenset[int] | None
 
 
 @dataclass
@@ -89,7 +93,7 @@ class Engine:
             return "prompt: expected at least one token, got an empty prompt"
         if any(t < 0 or t >= self.vocab_size for t in ids):
             return f"prompt: expected token ids in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}"
-        if not isinstance(req.max_new_tokens, int) or req.max_new_tokens < 1:
+        if not is_int(req.max_new_tokens) or req.max_new_tokens < 1:
             return f"max_new_tokens: expected an int >= 1, got {req.max_new_tokens!r}"
         ctx = self.args.context_length
         if len(ids) + req.max_new_tokens > ctx:
@@ -281,6 +285,7 @@ class Engine:
         requests end with ``error="interrupted: ..."`` and free their rows and pages, then the
         exception propagates: the engine stays usable.
         """
+        check_value("stop_token_ids", stop_token_ids, STOP_TOKEN_IDS)
         stop = set(stop_token_ids or ())
         reqs, good = self.new_requests(prompts, max_new_tokens, progress)
         waiting = deque(good)

@@ -11,12 +11,14 @@ graph capture forbids.
 from __future__ import annotations
 
 import copy
+import os
 
 import torch
 from torch.nn import functional as F
 
 from mla_edu import default_device, kvcache
 from mla_edu.kernels import DEFAULT_SM_COUNT
+from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.backends import create_backend
 from mla_edu.serving.batch import ForwardBatch
@@ -24,6 +26,46 @@ from mla_edu.serving.graph_runner import GraphRunner
 from mla_edu.util import PAGE_SIZE, cdiv
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Memory free on ``device`` now: the GPU's (``torch.cuda.mem_get_info``) or the machine's available RAM
+    (physical RAM where the system does not say what is available, as macOS; None where it says neither)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            return os.sysconf(name) * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            continue
+    return None
+
+
+def memory_needed(args: ServerArgs, config, num_pages: int, dtype: torch.dtype) -> dict:
+    """A lower bound, in bytes, of what the engine allocates for ``args``: ``req_to_token`` (int32
+    ``[max_running_requests, context_length]``), the latent cache (``num_pages`` pages of every layer) and, with
+    graphs, the largest graph's logits (``[max(cuda_graph_bs), vocab]``), page table and split-KV workspace
+    (sgl-kernel's size, ``BYTES_PER_BATCH_SPLIT`` a row and split)."""
+    mla, item = config.mla, torch.finfo(dtype).bits // 8
+    need = {"req_to_token": args.max_running_requests * args.context_length * 4,
+            "latent cache": num_pages * PAGE_SIZE * (mla.kv_lora_rank + mla.qk_rope_head_dim) * config.num_hidden_layers
+            * item}
+    if not args.disable_cuda_graph:
+        bs = max(args.cuda_graph_bs)
+        need["graph buffers"] = bs * (config.vocab_size * item + args.page_table_width * 4
+                                      + BYTES_PER_BATCH_SPLIT * max(1, args.num_kv_splits))
+    return need
+
+
+def check_memory(args: ServerArgs, config, num_pages: int, dtype: torch.dtype, device: torch.device) -> None:
+    """ValueError, before any allocation, when ``memory_needed`` exceeds the device's free memory."""
+    need = memory_needed(args, config, num_pages, dtype)
+    free = free_bytes(device)
+    if free is not None and sum(need.values()) > free:
+        parts = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in need.items())
+        raise ValueError(f"these settings need at least {sum(need.values()) / 2**30:.2f} GiB ({parts}; "
+                         f"context_length={args.context_length}, max_running_requests={args.max_running_requests}, "
+                         f"cuda_graph_bs={args.cuda_graph_bs}), but {device} has {free / 2**30:.2f} GiB free")
 
 
 class ModelRunner:
@@ -45,7 +87,6 @@ class ModelRunner:
         # (model_runner.py at 7059ae16f, lines 915-917); a context's worth of pages for each request
         # this scheduler may run (``max_running_requests_per_rank``), plus page 0, which the
         # allocator never hands out: padded graph rows write their latents there (slot 0)
-        self.req_to_token_pool = kvcache.ReqToTokenPool(args.max_running_requests, self.context_length, self.device)
         running = args.max_running_requests_per_rank
         num_pages = running * self.pages_per_req + 1
         if args.max_total_pages is not None and num_pages > args.max_total_pages:
@@ -54,6 +95,8 @@ class ModelRunner:
                 + (f" // dp_size {args.dp_size} = {running}" if args.enable_dp_attention else "") + " x "
                 f"{self.pages_per_req} pages (context {self.context_length}) + the padding page need {num_pages} "
                 f"pages, but max_total_pages is {args.max_total_pages}")
+        check_memory(args, model.config, num_pages, self.dtype, self.device)
+        self.req_to_token_pool = kvcache.ReqToTokenPool(args.max_running_requests, self.context_length, self.device)
         self.allocator = kvcache.PagedAllocator(num_pages, self.page_size, self.device)
         self.kv_cache = kvcache.LatentKVCache(self.num_layers, num_pages, self.page_size,
                                               kv_lora_rank=mla.kv_lora_rank, qk_rope_head_dim=mla.qk_rope_head_dim,

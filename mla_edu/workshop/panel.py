@@ -24,13 +24,17 @@ the CPU graph emulator otherwise. Two measurements per setting:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
-from mla_edu import palette
+from pydantic import Field
+
+from mla_edu import palette, plotstyle
 from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
 from mla_edu.case_study.diagnose import PageReads, diagnose_step, page_reads
 from mla_edu.case_study.plots import accuracy_bars, draw_page_reads
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED, ServerArgs, backend_class, backend_names
+from mla_edu.settings import check_fields
 from mla_edu.util import is_int
 
 SPLIT_MODES = {"1": 1, "auto": -1}
@@ -55,14 +59,16 @@ class PanelSettings:
     entries give NaN instead of a stale page.
     """
 
+    # types and bounds checked by pydantic (``mla_edu.settings``); ``Any``: checked below by the field's own rule
     attention_backend: str = "cutlass_mla"
-    defects: frozenset = PRE_FIX
+    defects: Any = PRE_FIX  # a set of names from DEFECTS (None: PRE_FIX, as ServerArgs)
     poison_fill: bool = False
-    num_kv_splits: int = 1
-    max_running_requests: int = 8
-    num_questions: int = 32
+    num_kv_splits: Any = 1  # an int split count or a split mode (_split_mode_value)
+    max_running_requests: Annotated[int, Field(ge=2, le=64)] = 8
+    num_questions: Annotated[int, Field(ge=1, le=256)] = 32
 
     def __post_init__(self):
+        check_fields(self)
         backend_class(self.attention_backend)  # ValueError naming the registered backends
         defects = PRE_FIX if self.defects is None else self.defects  # None: the pre-fix defects, as ServerArgs
         if not isinstance(defects, (set, frozenset, list, tuple)) or not all(isinstance(d, str) for d in defects):
@@ -73,13 +79,7 @@ class PanelSettings:
         if bad:
             raise ValueError(f"defects: expected names from {DEFECTS}, got {bad}")
         object.__setattr__(self, "defects", frozenset(defects))
-        if not isinstance(self.poison_fill, bool):
-            raise TypeError(f"poison_fill: expected a bool, got {self.poison_fill!r}")
         object.__setattr__(self, "num_kv_splits", _split_mode_value(self.num_kv_splits))
-        for name, lo, hi in (("max_running_requests", 2, 64), ("num_questions", 1, 256)):
-            v = getattr(self, name)
-            if not is_int(v) or not lo <= v <= hi:
-                raise ValueError(f"{name}: expected an int in [{lo}, {hi}], got {v!r}")
 
     @property
     def cuda_graph_bs(self) -> tuple:
@@ -200,11 +200,12 @@ def draw_accuracy(ax, result: PanelResult):
     ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color="none", edgecolor=palette.HATCH_COLOR,
            hatch=palette.HATCH["invalid"], label="invalid")
     for bar, a in zip(bars, accs):
-        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom", fontsize=9)
+        ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom",
+                    fontsize=plotstyle.MIN_FONT_PT)
     ax.set_ylim(0, 1.3)
     ax.set_ylabel("accuracy")
-    ax.set_title(f"{result.settings.num_questions} questions", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"{result.settings.num_questions} questions", fontsize=plotstyle.MIN_FONT_PT)
+    ax.legend(fontsize=plotstyle.MIN_FONT_PT, loc="upper right")
 
 
 def panel_figure(result: PanelResult):
@@ -217,15 +218,14 @@ def panel_figure(result: PanelResult):
     from the handler can be shown half drawn or blank; a bare one is touched by one thread only.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     rows = result.reads.buffer.shape[0] + result.reads.intended.shape[0]
-    fig = Figure(figsize=(6.2, 2.6 + 0.32 * rows))
+    fig = plotstyle.figure(figsize=(6.2, 2.6 + 0.32 * rows))
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 2).ravel()
     draw_accuracy(axes[0], result)
     draw_page_reads(axes[1], axes[2], axes[3], result.reads)
-    fig.suptitle(result.settings.label(), fontsize=9)
+    fig.suptitle(result.settings.label(), fontsize=plotstyle.MIN_FONT_PT)
     fig.tight_layout()
     return fig
 

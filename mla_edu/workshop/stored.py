@@ -42,7 +42,12 @@ def show_stored(notebook: str, name: str, lines_from: str | None = None) -> None
     line, which nbval could not remove: the note of the Triton cell before it says why."""
     from IPython.display import display
 
-    outputs = stored_outputs(notebook, name)
+    outputs = []
+    for out in stored_outputs(notebook, name):  # a line may be stored in pieces: one text per stream run
+        if out["output_type"] == "stream" and outputs and outputs[-1].get("name") == out["name"]:
+            outputs[-1] = dict(outputs[-1], text="".join(outputs[-1]["text"]) + "".join(out["text"]))
+        else:
+            outputs.append(out)
     if any(out["output_type"] == "stream" and out["name"] == "stdout" for out in outputs):
         print(f"{NOTE} {triton_available().reason}; the output of the committed run, with Triton:]")
     for out in outputs:

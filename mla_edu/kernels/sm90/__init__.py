@@ -13,7 +13,7 @@ Triton's own compiler and the ptxas it ships, and reports what a GPU engineer re
   it issues the next, in the whole kernel, and nothing else in the report shows it.
 
 ``skipped_multiplies`` and ``exponentials_of_an_fma`` read two of the seesaw's softmax choices from its PTX
-(``kernel_lab/essay.md``).
+(``docs/kernel_essay.md``).
 
 Kinds: "tl" (``stage1.tl.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
 (``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel), "seesaw"

@@ -169,7 +169,7 @@ def _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
     if CHECKED:
-        bad = (tl.sum(n_bad, 0) > 0) | ((tl.load(seq_lens_ptr + b) + PAGE - 1) // PAGE > max_pages)
+        bad = (tl.sum(n_bad, 0) > 0) | ((tl.load(seq_lens_ptr + b).to(tl.int64) + PAGE - 1) // PAGE > max_pages)
         o = tl.where(bad, float("nan"), o)
     return o, lse
 

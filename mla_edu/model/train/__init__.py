@@ -5,8 +5,9 @@
 The training itself (curriculum, batches, loss, evaluation, the manifest): ``training.py``.
 """
 
-from mla_edu.model.train.training import (CURRICULUM, answer_loss, check_out, evaluate, lr_at, make_batch,
-                                          parse_curriculum, run, save, stage_length, yarn_rope_scaling)
+from mla_edu.model.train.training import (CURRICULUM, answer_loss, check_finite, check_out, evaluate, lr_at,
+                                          make_batch, parse_curriculum, parse_facts, run, save, stage_length,
+                                          yarn_rope_scaling)
 
-__all__ = ["CURRICULUM", "answer_loss", "check_out", "evaluate", "lr_at", "make_batch", "parse_curriculum", "run",
-           "save", "stage_length", "yarn_rope_scaling"]
+__all__ = ["CURRICULUM", "answer_loss", "check_finite", "check_out", "evaluate", "lr_at", "make_batch",
+           "parse_curriculum", "parse_facts", "run", "save", "stage_length", "yarn_rope_scaling"]

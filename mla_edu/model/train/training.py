@@ -53,8 +53,14 @@ from mla_edu.model import MANIFEST_FILE, WEIGHTS_FILE, config_sha256, load_manif
 CURRICULUM = ((0.0, 64), (0.5, 160), (0.7, "eval"))
 
 
+#: The shortest training prompt: one fact in it (``task.sample_question`` refuses less).
+MIN_STAGE_LEN = 6
+
+
 def parse_curriculum(text: str) -> tuple:
-    """``"64@0,160@0.3,eval@0.55"`` -> ((0.0, 64), (0.3, 160), (0.55, "eval"))."""
+    """``"64@0,160@0.3,eval@0.55"`` -> ((0.0, 64), (0.3, 160), (0.55, "eval")). ValueError unless every stage is
+    LENGTH@FRACTION (LENGTH in [MIN_STAGE_LEN, task.MAX_PROMPT_LEN] or "eval", FRACTION in [0, 1)), the first at 0,
+    the fractions increasing."""
     stages = []
     for item in text.split(","):
         try:
@@ -63,9 +69,36 @@ def parse_curriculum(text: str) -> tuple:
         except ValueError:
             raise ValueError("curriculum stage must look like LENGTH@FRACTION or eval@FRACTION, "
                              f"got {item!r}") from None
+        start, length = stages[-1]
+        if length != "eval" and not MIN_STAGE_LEN <= length <= task.MAX_PROMPT_LEN:
+            raise ValueError(f"curriculum stage {item!r}: expected a length in [{MIN_STAGE_LEN}, "
+                             f"{task.MAX_PROMPT_LEN}] (room for one fact, within the context), got {length}")
+        if not 0 <= start < 1:
+            raise ValueError(f"curriculum stage {item!r}: expected a start fraction in [0, 1), got {start:g}")
     if not stages or stages[0][0] != 0.0 or [s for s, _ in stages] != sorted(s for s, _ in stages):
         raise ValueError(f"curriculum must start at 0 with increasing fractions, got {text!r}")
     return tuple(stages)
+
+
+def parse_facts(text: str) -> tuple[int, int]:
+    """``"1,3"`` -> (1, 3): facts per training prompt, MIN,MAX with 1 <= MIN <= MAX <= 9; ValueError otherwise."""
+    try:
+        facts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        facts = ()
+    if not (len(facts) == 2 and 1 <= facts[0] <= facts[1] <= min(len(task.KEYS), 9)):
+        raise ValueError(f"facts must be MIN,MAX with 1 <= MIN <= MAX <= 9, got {text!r}")
+    return facts
+
+
+def check_finite(model: torch.nn.Module, what: str) -> None:
+    """ValueError naming how many parameters of ``model`` are NaN or infinite (none may be saved or loaded)."""
+    bad = {name: int((~torch.isfinite(p)).sum()) for name, p in model.state_dict().items()
+           if p.is_floating_point() and not torch.isfinite(p).all()}
+    if bad:
+        first = next(iter(bad))
+        raise ValueError(f"{what}: expected finite weights, got {sum(bad.values()):,} NaN or infinite values in "
+                         f"{len(bad)} tensors (first: {first})")
 
 
 def stage_length(step: int, steps: int, rng: random.Random, curriculum: tuple = CURRICULUM) -> int:
@@ -193,12 +226,11 @@ def _without_rope_scaling(config: dict) -> dict:
 def run(args, command: str) -> dict:
     """Train, evaluate and save as ``args`` says (the namespace ``python -m mla_edu.model.train`` parses:
     ``__main__.py``); ``command``: the command line, recorded in the manifest. Returns the manifest."""
-    curriculum = parse_curriculum(args.curriculum)
-    try:
-        facts = tuple(int(x) for x in args.facts.split(","))
-        assert len(facts) == 2 and 1 <= facts[0] <= facts[1] <= len(task.KEYS) and facts[1] <= 9
-    except (ValueError, AssertionError):
-        raise SystemExit(f"--facts must be MIN,MAX with 1 <= MIN <= MAX <= 9, got {args.facts!r}") from None
+    curriculum = args.curriculum if isinstance(args.curriculum, tuple) else parse_curriculum(args.curriculum)
+    facts = args.facts if isinstance(args.facts, tuple) else parse_facts(args.facts)
+    for name in ("lr", "weight_decay", "grad_clip") + (("yarn_factor",) if args.yarn_factor is not None else ()):
+        if not math.isfinite(getattr(args, name)):
+            raise ValueError(f"--{name.replace('_', '-')}: expected a finite number, got {getattr(args, name)}")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -282,7 +314,7 @@ def run(args, command: str) -> dict:
             "tokens_per_batch": args.tokens_per_batch, "queries": args.queries, "lr": args.lr,
             "weight_decay": args.weight_decay, "warmup": args.warmup, "grad_clip": args.grad_clip,
             "attn_impl": args.attn_impl, "init": None if args.init is None else str(args.init),
-            "curriculum": args.curriculum,
+            "curriculum": ",".join(f"{length}@{start:g}" for start, length in curriculum),
             "seconds": round(train_s, 1), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "machine": platform.machine(),
         },
@@ -294,6 +326,7 @@ def run(args, command: str) -> dict:
     }
     if args.init is not None:  # the run this one continued, with its own command: the full recipe
         manifest["init_manifest"] = load_manifest(args.init)
+    check_finite(model, "training diverged, nothing written")
     manifest = save(model, args.out, manifest)
     print(f"wrote {args.out / WEIGHTS_FILE} ({manifest['bytes']:,} bytes) and {args.out / MANIFEST_FILE}")
     return manifest

@@ -42,11 +42,38 @@ def register_backend(name: str):
             raise TypeError(f"register_backend({name!r}): expected an AttentionBackend subclass, got {cls!r}")
         if name in BACKEND_CLASSES:
             raise ValueError(f"register_backend: {name!r} is already registered ({BACKEND_CLASSES[name].__name__})")
-        cls.name = name
+        check_declarations(cls, name)
+        if "name" not in vars(cls):  # a class registered twice is an alias: it keeps its first name
+            cls.name = name
         BACKEND_CLASSES[name] = cls
         return cls
 
     return register
+
+
+#: What every backend implements: the engine calls these (the module docstring's order).
+REQUIRED_METHODS = ("graph_index_buffer", "init_forward_metadata", "init_cuda_graph_state",
+                    "init_forward_metadata_capture_cuda_graph", "init_forward_metadata_replay_cuda_graph",
+                    "forward_decode")
+
+
+def check_declarations(cls, name: str) -> None:
+    """TypeError/ValueError, at registration, for a backend class that leaves a required method to the base
+    class (named) or declares a capability of the wrong type, or a page size the engine does not run."""
+    missing = [m for m in REQUIRED_METHODS if getattr(cls, m) is getattr(AttentionBackend, m)]
+    if missing:
+        raise TypeError(f"register_backend({name!r}): {cls.__name__} must implement {', '.join(missing)} "
+                        "(the engine calls them); got the base class's")
+    defects = cls.switchable_defects
+    if not isinstance(defects, tuple) or not all(isinstance(d, str) and d for d in defects):
+        raise TypeError(f"register_backend({name!r}): switchable_defects: expected a tuple of defect names (str), "
+                        f"got {defects!r}")
+    for flag in ("supports_poison_fill", "freezes_a_view"):
+        if not isinstance(getattr(cls, flag), bool):
+            raise TypeError(f"register_backend({name!r}): {flag}: expected a bool, got {getattr(cls, flag)!r}")
+    if type(cls.page_size) is not int or cls.page_size != PAGE_SIZE:
+        raise ValueError(f"register_backend({name!r}): page_size: the engine's pools run {PAGE_SIZE}-token pages "
+                         f"(PAGE_SIZE, cutlass_mla's), expected {PAGE_SIZE}, got {cls.page_size!r}")
 
 
 def backend_names() -> tuple:

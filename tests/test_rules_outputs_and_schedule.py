@@ -1,0 +1,175 @@
+"""Rules of the schedule choice, the output files, the registry and the graph checker (issue 49), each pinned by
+a test named after it that fails when the rule is bent.
+
+Each test's docstring names the bend it was shown to catch; ``python tests/bend_rules.py`` applies each bend to a
+copy of the package and runs that test there (it must fail), then the test on the unbent copy (it must pass).
+"""
+
+import os
+import stat
+
+import pytest
+import torch
+from tiny_models import random_tiny_model
+
+from mla_edu import files
+from mla_edu.files import check_out_dir, check_out_file, write_atomic
+from mla_edu.graphs import check
+from mla_edu.kernels import mla_decode, schedule
+from mla_edu.kernels.workspace import D_LATENT
+from mla_edu.model import WEIGHTS_FILE
+from mla_edu.model.train import check_out
+from mla_edu.serving import Engine
+from mla_edu.serving.backends import TritonBackend
+from mla_edu.util import PAGE_SIZE
+
+
+# ---- schedule and workspace ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def triton_backend():
+    """The triton backend with auto splits (it chooses a schedule per batch), a 4096-token context: 33 columns."""
+    eng = Engine(random_tiny_model(), attention_backend="triton", kernel_impl="triton", num_kv_splits=-1,
+                 disable_cuda_graph=True, context_length=4096, max_running_requests=8)
+    return eng.runner.backend
+
+
+def test_the_triton_schedule_choice_models_the_page_tables_width_not_the_longest_request(triton_backend):
+    """Bend: ``choose_schedule`` passes ``None`` (the longest request) for ``max_pages`` instead of ``self.width``.
+
+    At 128 heads, two short requests in a 33-column table: modelled with the table's width the split rule wins;
+    modelled with the longest request (2 pages), the balanced schedule would."""
+    be = triton_backend
+    lens, heads = [83, 169], 128
+    splits = be._splits(len(lens), heads)
+    assert be.width == 33
+    assert not schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, splits, be.width)
+    assert schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, splits, None)  # the case tells them apart
+    assert be.choose_schedule(lens, heads) == "splits"
+
+
+@pytest.mark.parametrize("max_bs", [1, 5, 8])
+def test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph(triton_backend, max_bs):
+    """Bend: ``_alloc`` sizes the balanced partials for batch sizes ``range(1, max_bs)`` (an off-by-one at
+    ``max_bs``)."""
+    be = triton_backend
+    be._alloc(max_bs)
+    need = max(schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, be.sm_count, b, be.width))
+               for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
+    assert be.workspace.numel() >= need
+
+
+# ---- output files -------------------------------------------------------------------------------------
+def test_write_atomic_leaves_the_old_content_when_the_writer_fails(tmp_path):
+    """Bend: ``write_atomic`` opens ``path`` itself and writes (``open(path, "w").write(data)``): the failing
+    write has already truncated the old file."""
+    path = tmp_path / "results.md"
+    path.write_text("old content\n")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(path, "new content \udc80")  # a lone surrogate: the encoder fails mid-write
+    assert path.read_text() == "old content\n"
+    assert os.listdir(tmp_path) == ["results.md"]  # no temporary file left behind
+
+
+def test_write_atomic_leaves_the_old_content_when_interrupted_between_write_and_rename(tmp_path, monkeypatch):
+    """Bend: as above (a plain open-and-write: the new content is in place before the interrupt, half of it had
+    the write been cut)."""
+    path = tmp_path / "results.md"
+    path.write_text("old content\n")
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt  # Ctrl-C after the write, before the rename
+
+    monkeypatch.setattr(files.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, "new content\n")
+    assert path.read_text() == "old content\n"
+    assert os.listdir(tmp_path) == ["results.md"]
+
+
+def test_write_atomic_gives_a_replaced_file_its_old_mode_and_a_new_file_the_umasks(tmp_path):
+    """Bend: no ``os.chmod`` of the temporary file (mkstemp's 0600 stays)."""
+    old = tmp_path / "old.md"
+    old.write_text("x")
+    old.chmod(0o640)
+    write_atomic(old, "y")
+    assert stat.S_IMODE(old.stat().st_mode) == 0o640 and old.read_text() == "y"
+    mask = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "new.md", b"z")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "new.md").stat().st_mode) == 0o644
+
+
+def test_check_out_dir_checks_that_the_folder_is_writable_before_the_work(tmp_path, monkeypatch):
+    """Bend: ``check_out_dir`` returns after ``mkdir`` without its write probe. (The probe is made to fail as a
+    read-only folder makes it fail; root writes into read-only folders, so the test cannot chmod one.)"""
+    def read_only(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
+    with pytest.raises(ValueError, match=r"--out: expected a folder this process can write, got .* \(Permission "):
+        check_out_dir(tmp_path / "out", "--out")
+
+
+def test_check_out_file_refuses_a_folder(tmp_path):
+    """Bend: ``check_out_file`` without its ``is_dir`` check (the folder's parent is writable, so it passes)."""
+    with pytest.raises(ValueError, match=r"--out: expected a file name, got .*, which is a folder"):
+        check_out_file(tmp_path, "--out")
+
+
+def test_training_refuses_without_force_a_folder_holding_the_weights_file_alone(tmp_path):
+    """Bend: ``check_out`` looks for the manifest only (``held`` from ``MANIFEST_FILE`` alone)."""
+    (tmp_path / WEIGHTS_FILE).write_bytes(b"weights of an earlier run")
+    with pytest.raises(ValueError, match=f"--out: expected a folder without weights, got .*, which holds "
+                                         f"{WEIGHTS_FILE}; pass --force"):
+        check_out(tmp_path, force=False)
+    assert check_out(tmp_path, force=True) == tmp_path
+
+
+# ---- registry and graphs ------------------------------------------------------------------------------
+def test_a_backend_whose_class_declares_no_poison_fill_refuses_it_when_built_directly(triton_backend):
+    """Bend: ``AttentionBackend.__init__`` without its ``supports_poison_fill`` check (``ServerArgs`` would still
+    refuse it; a backend built directly would take it and never poison)."""
+    be = triton_backend
+    pool = type("Pool", (), {"req_to_token": be.req_to_token})()
+    with pytest.raises(ValueError, match="poison_fill: the triton backend does not implement it"):
+        TritonBackend(pool, be.kv_cache, sm_scale=0.1, max_context_len=4096, poison_fill=True)
+
+
+def test_the_checkers_nan_hint_names_the_persistent_buffer_that_causes_it():
+    """Bend: the NaN hint formatted with ``buffers="persistent buffers"`` (no culprit named)."""
+    x = torch.zeros(4)
+    written = torch.zeros(4)  # persistent, written by the step before it reads it: harmless
+    stale = torch.zeros(4)  # persistent, read and never written: NaN once poisoned
+    out = torch.zeros(4)
+
+    def step():
+        written.copy_(x)
+        out.copy_(written + stale)
+        return out
+
+    report = check(step, lambda g, t: {"x": torch.randn(4, generator=g)}, static_inputs={"x": x},
+                   persistent=[written, stale], n_trials=2, device="cpu", mode="emulated")
+    assert not report.ok
+    assert report.hint == "NaN after poisoning persistent[1] float32[4]: the step reads entries it never writes " \
+                          "this step (stale state)"
+
+
+@pytest.mark.parametrize("bad,error,msg", [
+    (dict(sm_scale=float("nan")), ValueError, "sm_scale must be a finite float > 0"),
+    (dict(seq_lens=torch.zeros(0, dtype=torch.int64)), TypeError, "seq_lens must be int32"),
+    (dict(cache=torch.zeros(0, 16, 48)), ValueError, "kv_c_and_k_pe_cache must hold at least one page"),
+])
+def test_mla_decode_with_no_requests_still_runs_the_general_argument_checks(bad, error, msg):
+    """Bend: ``mla_decode``'s ``B = 0`` branch returns the empty output without ``check_common``."""
+    args = dict(q_nope=torch.zeros(0, 2, 32), q_pe=torch.zeros(0, 2, 16), cache=torch.zeros(4, 16, 48),
+                seq_lens=torch.zeros(0, dtype=torch.int32), page_table=torch.zeros(0, 2, dtype=torch.int32),
+                workspace=torch.zeros(16, dtype=torch.uint8), sm_scale=0.1)
+    args.update(bad)
+    with pytest.raises(error, match=msg):
+        mla_decode(*args.values())
+    good = mla_decode(torch.zeros(0, 2, 32), torch.zeros(0, 2, 16), torch.zeros(4, 16, 48),
+                      torch.zeros(0, dtype=torch.int32), torch.zeros(0, 2, dtype=torch.int32),
+                      torch.zeros(16, dtype=torch.uint8), 0.1)
+    assert good.shape == (0, 2, 32)
