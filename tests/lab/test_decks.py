@@ -1,0 +1,137 @@
+"""Every deck of ``make slides`` on a 1280x720 screen in headless Chromium (``make test-lab``; marker ``lab``).
+
+For every slide of every deck: nothing runs past the slide's canvas (nothing to scroll), no code box overflows,
+every figure loads, fits and is shown at the scale mla_edu.plotstyle sizes its labels for (tests/test_plotstyle.py),
+every slide has speaker notes; and the whole deck loads nothing from any host but
+the local server (Chrome's DevTools performance log: every request the page made).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from mla_edu import plotstyle
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+DECKS = sorted(p.stem for p in (ROOT / "docs" / "slides").glob("[0-9][0-9]_*.yaml"))
+SCREEN = dict(zip(("width", "height"), plotstyle.SLIDE_CANVAS))
+
+# Resolves once reveal.js is ready, every image has loaded, the fonts are in, and MathJax has typeset every display
+# equation (each .eq holds MathJax's output, its queue empty).
+READY_JS = """
+const done = arguments[arguments.length - 1];
+const typeset = () => Array.from(document.querySelectorAll('.eq')).every(e => e.querySelector('.mjx-chtml'));
+const wait = () => {
+  if (!(window.Reveal && Reveal.isReady()) || !typeset()
+      || Array.from(document.images).some(i => !i.complete)) return setTimeout(wait, 100);
+  const settle = () => document.fonts.ready.then(() => { Reveal.layout(); done(true); });
+  if (window.MathJax && MathJax.Hub) return MathJax.Hub.Queue(settle);
+  settle();
+};
+wait();
+"""
+
+
+# Each slide in turn: what runs past the canvas, code boxes that overflow, figures that did not load or do not
+# fit, and the speaker notes' length.
+MEASURE_JS = """
+const box = document.querySelector('.reveal .slides').getBoundingClientRect();
+const [figW, figH] = arguments[0];
+const out = [];
+Reveal.getSlides().forEach((section, i) => {
+  Reveal.slide(i);
+  const inside = r => r.left >= box.left - 1 && r.right <= box.right + 1 && r.top >= box.top - 1
+                      && r.bottom <= box.bottom + 1;
+  const shown = Array.from(section.querySelectorAll('*')).filter(e => !e.closest('aside.notes')
+      && e.getClientRects().length > 0);
+  const past = shown.filter(e => !inside(e.getBoundingClientRect())).map(e => e.tagName + ': '
+      + (e.textContent || e.getAttribute('src') || '').trim().slice(0, 40));
+  const code = Array.from(section.querySelectorAll('pre code')).filter(c => c.scrollWidth > c.clientWidth + 1
+      || c.scrollHeight > c.clientHeight + 1).map(c => c.textContent.slice(0, 40));
+  const figures = Array.from(section.querySelectorAll('img')).filter(img => !(img.complete && img.naturalWidth > 0
+      && inside(img.getBoundingClientRect()))).map(img => img.getAttribute('src'));
+  // shown smaller than plotstyle's model of a slide (fit into SLIDE_FIGURE_BOX, never enlarged): labels too small
+  const shrunk = Array.from(section.querySelectorAll('img')).filter(img => img.naturalWidth > 0
+      && img.clientWidth / img.naturalWidth < Math.min(1, figW / img.naturalWidth, figH / img.naturalHeight) - 0.01)
+      .map(img => `${img.getAttribute('src')}: ${img.clientWidth} of ${img.naturalWidth} px`);
+  const notes = section.querySelector('aside.notes');
+  out.push({slide: i, title: (section.querySelector('h1, h2') || {}).textContent || '', past, code, figures, shrunk,
+            scroll: section.scrollHeight > section.clientHeight + 1 || section.scrollWidth > section.clientWidth + 1,
+            notes: notes ? notes.textContent.trim().length : 0});
+});
+return out;
+"""
+
+
+@pytest.fixture(scope="module")
+def deck_browser(tmp_path_factory):
+    """Headless Chromium (Debian's) at a 1280x720 viewport, its DevTools performance log recording every
+    network request."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        pytest.fail("make test-lab needs Debian's chromium and chromium-driver "
+                    "(apt-get install chromium chromium-driver)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+                 "--disable-background-networking", "--disable-component-update", "--window-size=1280,720",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-slides')}"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    driver.set_script_timeout(60)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {**SCREEN, "deviceScaleFactor": 1,
+                                                                  "mobile": False})
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _requests(driver) -> list[tuple[str, int | None]]:
+    """(URL, HTTP status or None) of every request in the performance log since it was last read."""
+    sent, status = [], {}
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent":
+            sent.append((msg["params"]["requestId"], msg["params"]["request"]["url"]))
+        elif msg["method"] == "Network.responseReceived":
+            status[msg["params"]["requestId"]] = msg["params"]["response"]["status"]
+    return [(url, status.get(rid)) for rid, url in sent]
+
+
+@pytest.mark.parametrize("deck", DECKS)
+def test_every_slide_fits_1280x720_offline_with_notes(deck_browser, book_url, deck):
+    path = ROOT / "build" / "book" / "slides" / f"{deck}.slides.html"
+    if not path.is_file():
+        pytest.fail(f"{path.relative_to(ROOT)} is missing: run make slides first (make test-lab does)")
+    _requests(deck_browser)  # drop what an earlier page loaded
+    deck_browser.get(f"{book_url}/slides/{deck}.slides.html")
+    deck_browser.execute_async_script(READY_JS)
+    slides = deck_browser.execute_script(MEASURE_JS, list(plotstyle.SLIDE_FIGURE_BOX))
+    assert deck_browser.execute_script("return window.innerWidth") == SCREEN["width"]
+    assert len(slides) >= 2, slides
+    for s in slides:
+        where = f"{deck}, slide {s['slide']} ({s['title']!r})"
+        assert not s["scroll"] and not s["past"], f"{where}: runs past the 1280x720 canvas: {s['past'][:5]}"
+        assert not s["code"], f"{where}: code boxes overflow: {s['code']}"
+        assert not s["figures"], f"{where}: figures missing or past the canvas: {s['figures']}"
+        assert not s["shrunk"], f"{where}: figures shown smaller than mla_edu.plotstyle assumes: {s['shrunk']}"
+        assert s["notes"] > 0, f"{where}: no speaker notes"
+    local = urlparse(book_url).netloc
+    requests = _requests(deck_browser)
+    outside = [url for url, _ in requests if not url.startswith("data:") and urlparse(url).netloc != local]
+    failed = [(url, st) for url, st in requests if not url.startswith("data:") and st not in (200, 304)]
+    assert requests, "the performance log recorded no request at all"
+    assert not outside, f"{deck}: {len(outside)} requests leave the machine: {outside[:5]}"
+    assert not failed, f"{deck}: requests that failed: {failed[:5]}"
