@@ -159,7 +159,7 @@ test-no-triton:
 	$(NO_TRITON)/bin/python -m mla_edu.case_study.repro > $(NO_TRITON)/repro.md
 	$(NO_TRITON)/bin/python -m tools.same_repro_table results/repro_cpu.md $(NO_TRITON)/repro.md
 	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope tests
-	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval notebooks/*.ipynb
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval --nbval-sanitize-with notebooks/without_triton.cfg notebooks/*.ipynb
 
 # Every package of the macOS (Apple silicon) and Windows locks, and this package, has a wheel there (pip
 # install --dry-run --only-binary=:all: --platform), the locks resolve there with that platform's markers

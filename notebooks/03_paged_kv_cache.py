@@ -32,7 +32,9 @@ import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
 from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
+from mla_edu.kernels import triton_available
 from mla_edu.kvcache.plots import page_table_figure, page_table_scenario, pages_read
+from mla_edu.workshop.stored import show_stored
 
 _ = torch.manual_seed(0)
 
@@ -189,8 +191,9 @@ for b in range(4):
 # touch nothing else:
 
 # %%
+# stored output: fill
 dev = mla_edu.default_device()  # Triton runs natively on a GPU, in its interpreter on CPU
-for impl in ("torch", "triton"):
+for impl in ("torch", "triton") if triton_available() else ("torch",):
     b2 = torch.full_like(buf, -7, device=dev)
     view = b2[:4, 2:]  # a view whose row stride (10) is not its width (8)
     fill_page_table(sc["req_to_token"].to(dev), sc["req_pool_indices"].to(dev), sc["seq_lens"].to(dev), view, 64,
@@ -200,6 +203,8 @@ for impl in ("torch", "triton"):
     print(f"{impl:6s} live entries {live}  untouched entries {untouched} of {b2.numel()}")
     assert live == [buf[b, : n].tolist() for b, n in enumerate(sc["n_pages"])]
     assert untouched == b2.numel() - sum(sc["n_pages"])
+if not triton_available():  # Linux wheels only: the committed run's line
+    show_stored("03_paged_kv_cache", "fill", lines_from="triton")
 
 # %% [markdown]
 # ## 6. Reading the table with the wrong row stride (core)

@@ -35,11 +35,15 @@ import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
 from mla_edu import MLAConfig
 from mla_edu.attention import cost
 from mla_edu.kernels import (check_cutlass_args, cutlass_unavailable_reason, get_workspace_size, mla_decode,
-                             num_kv_splits_for)
+                             num_kv_splits_for, triton_available)
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kernels.plots import kernel_bench_figure, load_bench
+from mla_edu.workshop.stored import show_stored
 
 _ = torch.manual_seed(0)
+NB = "04_decode_kernel"
+TRITON = triton_available()  # Triton has Linux wheels only: elsewhere its cells show the committed run's output
+IMPL = "triton" if TRITON else "torch"  # the kernel of sections 6-8's demos: both print the same
 
 # %% [markdown]
 # ## 1. The contract (core)
@@ -227,9 +231,14 @@ except ValueError as e:
 # The Triton version follows SGLang's own Triton MLA decode (`triton_ops/decode_attention.py`):
 # grid `(B, ceil(H / BLOCK_H), splits)`, online softmax over blocks of tokens, partial output and
 # LSE out, then a merge kernel. Here it runs in Triton's CPU interpreter.
+#
+# Triton has wheels for Linux only. Where it is not installed (macOS, Windows), a cell that needs it says so
+# in one line and shows the output of the committed run instead, and the demos of sections 6-8 run the torch
+# kernel (`IMPL`), which prints the same.
 
 # %%
-for impl in ("reference", "torch", "triton"):
+# stored output: impls
+for impl in ("reference", "torch", "triton") if TRITON else ("reference", "torch"):
     for splits in (1, 3, -1):
         ws = case.workspace(splits)
         out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale,
@@ -237,6 +246,8 @@ for impl in ("reference", "torch", "triton"):
         print(f"{impl:9s} splits={splits:2d}: finite {bool(torch.isfinite(out).all())}, "
               f"matches float64 (rel. err < 1e-5) {rel_err(out) < 1e-5}")
         assert rel_err(out) < 1e-5
+if not TRITON:
+    show_stored(NB, "impls", lines_from="triton")
 
 # %% [markdown]
 # With more than one split the partials really travel through the workspace, as in the real
@@ -252,7 +263,7 @@ for splits in (1, 3):
     ws = case.workspace(splits)
     ws.view(torch.int32).fill_(SENTINEL)
     mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, splits,
-               impl="triton")
+               impl=IMPL)
     written = int((ws.view(torch.int32) != SENTINEL).sum())
     b, h, d_latent = case.q_nope.shape
     expected = b * h * splits * (d_latent + 1) if splits > 1 else 0  # o_acc + lse, in float32 words
@@ -276,7 +287,7 @@ for name, table, policy in (("narrow view [:B, :1]", buf[:4, :1], "size"),
                             ("narrow view [:B, :1]", buf[:4, :1], "stride"),
                             ("full width [:B]     ", buf[:4], "size")):
     out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, case.workspace(1), case.sm_scale,
-                     impl="triton", stride_policy=policy)
+                     impl=IMPL, stride_policy=policy)
     ok = [bool(((out[i].double() - truth[i]).norm() / truth[i].norm()) < 1e-5) for i in range(4)]
     print(f"{name} policy={policy!r:9s} per-request correct: {ok}")
 
@@ -301,7 +312,7 @@ cache = case.cache.clone()
 cache[last] = case.cache[case.page_table[2, 0]]  # 16 finite tokens of request 2
 for checked in (False, True):
     out = mla_decode(case.q_nope, case.q_pe, cache, case.seq_lens, bad, case.workspace(2), case.sm_scale, 2,
-                     impl="triton", checked=checked)
+                     impl=IMPL, checked=checked)
     err3 = ((out[3].double() - truth[3]).norm() / truth[3].norm()).item()
     others_right = rel_err(torch.cat([out[:3], truth[3:].to(out.dtype)])) < 1e-5
     print(f"checked={checked!s:5s}: request 3 NaN {bool(out[3].isnan().any())}, "
@@ -446,16 +457,20 @@ figs = kernel_bench_figure()  # three figures: h_q = 16 (memory-bound), h_q = 12
 # %%
 from mla_edu.kernels import sm90  # noqa: E402
 
-compiled = sm90.compile_stage1(["tl", "cp.async", "tma"])  # three compiles for sm_90a: a few seconds
-for kind, r in compiled.items():
-    print(f"{kind:8s} {'; '.join(r['mma_layouts'])}")
-    print(f"{'':8s} per tile and warpgroup: " + ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items()))
-    assert r["registers"] <= 255 and r["shared_bytes"] <= sm90.MAX_SHARED
-scores = {kind: r["wgmma"]["m64n32k16"] for kind, r in compiled.items()}
-assert scores["tl"] == 2 * scores["cp.async"] == 2 * 576 // 16  # 576 / 16 k-steps of one 64 x 32 score block
-macs = {kind: 64 * 32 * 16 * scores[kind] + 64 * 256 * 16 * r["wgmma"]["m64n256k16"] for kind, r in compiled.items()}
-print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply-adds, "
-      f"Gluon {macs['cp.async'] / 1e6:.2f} M ({macs['tl'] / macs['cp.async']:.2f}x less)")
+# stored output: sm90-compile
+if TRITON:
+    compiled = sm90.compile_stage1(["tl", "cp.async", "tma"])  # three compiles for sm_90a: a few seconds
+    for kind, r in compiled.items():
+        print(f"{kind:8s} {'; '.join(r['mma_layouts'])}")
+        print(f"{'':8s} per tile and warpgroup: " + ", ".join(f"{n} x {shape}" for shape, n in r["wgmma"].items()))
+        assert r["registers"] <= 255 and r["shared_bytes"] <= sm90.MAX_SHARED
+    scores = {kind: r["wgmma"]["m64n32k16"] for kind, r in compiled.items()}
+    assert scores["tl"] == 2 * scores["cp.async"] == 2 * 576 // 16  # 576 / 16 k-steps of one 64 x 32 score block
+    macs = {kind: 64 * 32 * 16 * scores[kind] + 64 * 256 * 16 * r["wgmma"]["m64n256k16"] for kind, r in compiled.items()}
+    print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply-adds, "
+          f"Gluon {macs['cp.async'] / 1e6:.2f} M ({macs['tl'] / macs['cp.async']:.2f}x less)")
+else:
+    show_stored(NB, "sm90-compile")
 
 # %% [markdown]
 # The tl kernel's score layout is `[8, 1]` with twice the score instructions of the Gluon kernel,
@@ -465,7 +480,7 @@ print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply
 # per-thread addresses; one page per tile). On the H200 the TMA kind is the faster (169 against
 # 196 us at h_q = 128, B = 64, L = 4096; the tl kernel 321 us): 1.53x less tensor work, 1.9x less
 # time. It is what a Hopper GPU runs at 16 and 32 heads a program; at 64, section 11's two-warpgroup
-# kernel replaced it (`split_kv_triton.DEFAULT_STAGE1 = "seesaw"`, the stage 1 the plan carries unless
+# kernel replaced it (`stage1.DEFAULT_GLUON = "seesaw"`, the stage 1 the plan carries unless
 # a call names another).
 #
 # At h_q = 16 the problem is the other way round. A wgmma's M is 64 rows; 16 heads as M would leave
@@ -476,12 +491,16 @@ print(f"tensor work per tile and warpgroup: tl {macs['tl'] / 1e6:.2f} M multiply
 # the same tile in shared memory). One warpgroup does it all:
 
 # %%
-swapped = sm90.compile_stage1(["tl", "tma"], heads=16)
-for kind, r in swapped.items():
-    ops = r["wgmma"] or {f"mma.sync {k} per warp": n for k, n in r["mma_sync"].items()}
-    print(f"{kind:4s} {'; '.join(r['mma_layouts'])}: " + ", ".join(f"{n} x {k}" for k, n in ops.items()))
-assert swapped["tma"]["mma_layouts"] == ["warps [4, 1], instr [16, 16, 16]"]  # one warpgroup, heads as n
-assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 // 16)}  # scores, then P V
+# stored output: sm90-swapped
+if TRITON:
+    swapped = sm90.compile_stage1(["tl", "tma"], heads=16)
+    for kind, r in swapped.items():
+        ops = r["wgmma"] or {f"mma.sync {k} per warp": n for k, n in r["mma_sync"].items()}
+        print(f"{kind:4s} {'; '.join(r['mma_layouts'])}: " + ", ".join(f"{n} x {k}" for k, n in ops.items()))
+    assert swapped["tma"]["mma_layouts"] == ["warps [4, 1], instr [16, 16, 16]"]  # one warpgroup, heads as n
+    assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 // 16)}  # scores, then P V
+else:
+    show_stored(NB, "sm90-swapped")
 
 # %% [markdown]
 # The plain-Triton kernel falls back to the Ampere-style `mma.sync` (16 x 8 tiles, per warp) at 16
@@ -496,13 +515,17 @@ assert swapped["tma"]["wgmma"] == {"m64n16k16": 576 // 16 + (512 // 64) * (64 //
 # and the P tiles pass between them through shared memory, each hand-off an mbarrier. What it costs:
 
 # %%
-seesaw = sm90.compile_stage1(["seesaw"])["seesaw"]
-print(f"seesaw {'; '.join(seesaw['mma_layouts'])}")
-print("       per warpgroup and pair of tiles: " + ", ".join(f"{n} x {k}" for k, n in seesaw["wgmma"].items()))
-print(f"       {seesaw['registers']} registers a thread, {seesaw['spill_bytes']} bytes spilled, "
-      f"{seesaw['shared_bytes']:,} of {sm90.MAX_SHARED:,} bytes of shared memory")
-assert seesaw["wgmma"] == {"m64n64k16": 576 // 16, "m64n256k16": 2 * 64 // 16}  # one tile scored, two multiplied
-assert seesaw["spill_bytes"] == 0 and sm90.MAX_SHARED - seesaw["shared_bytes"] < 2048  # full to its last 2 KB
+# stored output: sm90-seesaw
+if TRITON:
+    seesaw = sm90.compile_stage1(["seesaw"])["seesaw"]
+    print(f"seesaw {'; '.join(seesaw['mma_layouts'])}")
+    print("       per warpgroup and pair of tiles: " + ", ".join(f"{n} x {k}" for k, n in seesaw["wgmma"].items()))
+    print(f"       {seesaw['registers']} registers a thread, {seesaw['spill_bytes']} bytes spilled, "
+          f"{seesaw['shared_bytes']:,} of {sm90.MAX_SHARED:,} bytes of shared memory")
+    assert seesaw["wgmma"] == {"m64n64k16": 576 // 16, "m64n256k16": 2 * 64 // 16}  # one tile scored, two multiplied
+    assert seesaw["spill_bytes"] == 0 and sm90.MAX_SHARED - seesaw["shared_bytes"] < 2048  # full to its last 2 KB
+else:
+    show_stored(NB, "sm90-seesaw")
 
 # %% [markdown]
 # Two later changes trim the softmax between the products (`docs/kernel_essay.md`). A row's scale
@@ -515,12 +538,16 @@ assert seesaw["spill_bytes"] == 0 and sm90.MAX_SHARED - seesaw["shared_bytes"] <
 # multiply-add. Both can be read in the PTX:
 
 # %%
-skipped = [n for n in sm90.skipped_multiplies(seesaw["ptx"]) if n]
-fused = sm90.exponentials_of_an_fma(seesaw["ptx"])
-print(f"rescales behind a branch: {len(skipped)}, each skipping {skipped[0]} multiplies a thread; "
-      f"exponentials whose argument is one fma: {fused}")
-assert skipped == [64 * 256 // 128] * 4  # 2 a pair in each warpgroup: its [64, 256] float32 over 128 threads
-assert fused == 2 * 64 * 64 // 128  # each warpgroup's P tile, 64 x 64 over 128 threads
+# stored output: sm90-seesaw-ptx
+if TRITON:
+    skipped = [n for n in sm90.skipped_multiplies(seesaw["ptx"]) if n]
+    fused = sm90.exponentials_of_an_fma(seesaw["ptx"])
+    print(f"rescales behind a branch: {len(skipped)}, each skipping {skipped[0]} multiplies a thread; "
+          f"exponentials whose argument is one fma: {fused}")
+    assert skipped == [64 * 256 // 128] * 4  # 2 a pair in each warpgroup: its [64, 256] float32 over 128 threads
+    assert fused == 2 * 64 * 64 // 128  # each warpgroup's P tile, 64 x 64 over 128 threads
+else:
+    show_stored(NB, "sm90-seesaw-ptx")
 
 # %% [markdown]
 # The scores are n = 64 products now: 4 KB of shared-memory operands per 64K multiply-adds, where the
@@ -571,15 +598,19 @@ from mla_edu.kernels.plots import schedule_gantt  # noqa: E402
 from mla_edu.kernels.workspace import triton_num_kv_splits  # noqa: E402
 from statistics import geometric_mean  # noqa: E402
 
-ragged = schedule.lognormal_lengths(64, 2048, seed=0)
-print(f"lengths: min {min(ragged)}, median {sorted(ragged)[32]}, max {max(ragged)}, total {sum(ragged)}")
-rule_splits = triton_num_kv_splits(64 * math.ceil(max(ragged) / 64), 64, 16, 64, 132)  # from the widest row
-rule_programs = schedule.pages_per_program(ragged, 64, 16, 132, rule_splits)  # (request, pages), grid (1, B, splits)
-spans = {"rule": schedule.simulate(rule_programs, 132)[1],  # the block scheduler: next program to the first free SM
-         "balanced": schedule.part_timeline(ragged, 64, 16, 132)[1]}  # one persistent program per part and SM
-print(f"the rule's {rule_splits} splits: {len(rule_programs)} programs, done after {spans['rule']:.0f} page-times; "
-      f"balanced: done after {spans['balanced']:.0f}")
-assert rule_splits == 2 and spans["balanced"] < spans["rule"] / 4
+# stored output: schedule-spans
+if TRITON:
+    ragged = schedule.lognormal_lengths(64, 2048, seed=0)
+    print(f"lengths: min {min(ragged)}, median {sorted(ragged)[32]}, max {max(ragged)}, total {sum(ragged)}")
+    rule_splits = triton_num_kv_splits(64 * math.ceil(max(ragged) / 64), 64, 16, 64, 132)  # from the widest row
+    rule_programs = schedule.pages_per_program(ragged, 64, 16, 132, rule_splits)  # (request, pages), grid (1, B, splits)
+    spans = {"rule": schedule.simulate(rule_programs, 132)[1],  # the block scheduler: next program to the first free SM
+             "balanced": schedule.part_timeline(ragged, 64, 16, 132)[1]}  # one persistent program per part and SM
+    print(f"the rule's {rule_splits} splits: {len(rule_programs)} programs, done after {spans['rule']:.0f} page-times; "
+          f"balanced: done after {spans['balanced']:.0f}")
+    assert rule_splits == 2 and spans["balanced"] < spans["rule"] / 4
+else:
+    show_stored(NB, "schedule-spans")
 
 # %% [markdown]
 # The rule sees a 32768-token row and 64 requests: two splits each fill the GPU once. But request 53 is
@@ -603,27 +634,31 @@ assert rule_splits == 2 and spans["balanced"] < spans["rule"] / 4
 # (`schedule.segments`, here in Triton's interpreter):
 
 # %%
-max_pages = math.ceil(max(ragged) / 64)  # 512: the widest row
-parts = schedule.num_parts(16, 132, 64, max_pages)  # 132: one head block, one part per SM
-costs = [math.ceil(n / 64) + schedule.FIXED_OVERHEAD_PAGES for n in ragged]  # w_b, in page-times
-chunk = math.ceil(sum(costs) / parts)
-print(f"the line: {sum(costs)} page-times, {parts} parts of {chunk}")
-segs = schedule.segments(ragged, 64, max_pages, parts)  # every part's walk, in workspace-row order
-longest = max(range(64), key=ragged.__getitem__)  # request 53
-print("part  request  tokens          writes   row p + b")
-for s in [s for s in segs if s.part <= 1] + [s for s in segs if s.request == longest][:3]:
-    kind = "output" if s.flag == schedule.DIRECT else "partial"
-    print(f"{s.part:4d} {s.request:8d}  [{s.t_start:5d}, {s.t_end:5d})  {kind:7s}  {s.part + s.request:9d}")
-pieces, per_part = Counter(s.request for s in segs), Counter(s.part for s in segs)
-print(f"request {longest}: {pieces[longest]} pieces; {sum(v == 1 for v in pieces.values())} of 64 requests whole; "
-      f"at most {max(per_part.values())} requests in a part")
-for b, n in enumerate(ragged):  # every token of every request read once, by consecutive parts
-    mine = [s for s in segs if s.request == b]
-    assert [s.t_start for s in mine] == [0] + [s.t_end for s in mine[:-1]] and mine[-1].t_end == n
-    assert [s.part for s in mine] == list(range(mine[0].part, mine[0].part + len(mine)))
-    assert {s.flag for s in mine} == {schedule.DIRECT if len(mine) == 1 else schedule.PARTIAL}
-assert len(segs) <= schedule.workspace_rows(64, parts) and pieces[longest] <= schedule.MAX_PIECES
-assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one fixed cost beyond the share, at most
+# stored output: schedule-segments
+if TRITON:
+    max_pages = math.ceil(max(ragged) / 64)  # 512: the widest row
+    parts = schedule.num_parts(16, 132, 64, max_pages)  # 132: one head block, one part per SM
+    costs = [math.ceil(n / 64) + schedule.FIXED_OVERHEAD_PAGES for n in ragged]  # w_b, in page-times
+    chunk = math.ceil(sum(costs) / parts)
+    print(f"the line: {sum(costs)} page-times, {parts} parts of {chunk}")
+    segs = schedule.segments(ragged, 64, max_pages, parts)  # every part's walk, in workspace-row order
+    longest = max(range(64), key=ragged.__getitem__)  # request 53
+    print("part  request  tokens          writes   row p + b")
+    for s in [s for s in segs if s.part <= 1] + [s for s in segs if s.request == longest][:3]:
+        kind = "output" if s.flag == schedule.DIRECT else "partial"
+        print(f"{s.part:4d} {s.request:8d}  [{s.t_start:5d}, {s.t_end:5d})  {kind:7s}  {s.part + s.request:9d}")
+    pieces, per_part = Counter(s.request for s in segs), Counter(s.part for s in segs)
+    print(f"request {longest}: {pieces[longest]} pieces; {sum(v == 1 for v in pieces.values())} of 64 requests whole; "
+          f"at most {max(per_part.values())} requests in a part")
+    for b, n in enumerate(ragged):  # every token of every request read once, by consecutive parts
+        mine = [s for s in segs if s.request == b]
+        assert [s.t_start for s in mine] == [0] + [s.t_end for s in mine[:-1]] and mine[-1].t_end == n
+        assert [s.part for s in mine] == list(range(mine[0].part, mine[0].part + len(mine)))
+        assert {s.flag for s in mine} == {schedule.DIRECT if len(mine) == 1 else schedule.PARTIAL}
+    assert len(segs) <= schedule.workspace_rows(64, parts) and pieces[longest] <= schedule.MAX_PIECES
+    assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one fixed cost beyond the share, at most
+else:
+    show_stored(NB, "schedule-segments")
 
 # %% [markdown]
 # Every part holds 29 page-times of the line, yet the last part finishes after 34: a part whose first
@@ -634,7 +669,11 @@ assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one
 # part's segments (`schedule.part_timeline`). Request 53 is hatched:
 
 # %%
-fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
+# stored output: schedule-gantt
+if TRITON:
+    fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
+else:
+    show_stored(NB, "schedule-gantt")
 
 # %% [markdown]
 # Why every program computes this **on the device**: the lengths are a device tensor, and the partition
@@ -674,9 +713,13 @@ fig = schedule_gantt(ragged, 64, 16, 132, rule_splits)
 # %%
 from mla_edu.kernels import flashmla_schedule  # noqa: E402
 
-walk = flashmla_schedule.flashmla_makespan(ragged, 64, parts)  # page-times of FlashMLA's slowest part
-print(f"slowest part: FlashMLA's walk {walk} page-times, the closed form {spans['balanced']:.0f}")
-assert spans["balanced"] <= walk  # the same bound, and no kernel that has to run first
+# stored output: schedule-flashmla
+if TRITON:
+    walk = flashmla_schedule.flashmla_makespan(ragged, 64, parts)  # page-times of FlashMLA's slowest part
+    print(f"slowest part: FlashMLA's walk {walk} page-times, the closed form {spans['balanced']:.0f}")
+    assert spans["balanced"] <= walk  # the same bound, and no kernel that has to run first
+else:
+    show_stored(NB, "schedule-flashmla", lines_from="slowest part")
 fm_parts = flashmla_schedule.num_sm_parts(128, 132)
 one_request = {n: flashmla_schedule.pieces_per_request([n], fm_parts)[0] for n in (1024, 4096, 16384)}
 print(f"h_q=128: {fm_parts} parts; one request cut into", ", ".join(f"{k} pieces at L={n}"

@@ -8,9 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
-import triton
-import triton.language as tl
-from mla_edu.device import HAS_CUDA, TRITON_INTERPRET
+from mla_edu.device import HAS_CUDA, TRITON_INTERPRET, triton_available
 from mla_edu.graphs import (EmulatedPool, FreedMemoryError, Graph, GraphCaptureError, graph, is_emulated,
                             is_poison, poison_, poison_value)
 from markers import CPU_TRITON
@@ -22,12 +20,18 @@ cpu_triton = CPU_TRITON
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 
 
+TRITON = triton_available()  # the tests of Triton launches are marked triton (skipped without it)
+
 # ---- a tiny Triton kernel, raw and as a custom op ---------------------------------------------
-@triton.jit
-def _axpy_kernel(x_ptr, y_ptr, n, a, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = i < n
-    tl.store(y_ptr + i, tl.load(y_ptr + i, mask=m) + a * tl.load(x_ptr + i, mask=m), mask=m)
+if TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _axpy_kernel(x_ptr, y_ptr, n, a, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = i < n
+        tl.store(y_ptr + i, tl.load(y_ptr + i, mask=m) + a * tl.load(x_ptr + i, mask=m), mask=m)
 
 
 def axpy_raw(x, y, a):
@@ -110,7 +114,7 @@ def _replay_matches_eager(g, prog, out, static, eager, seeds):
 @given(seed=st.integers(0, 2**31 - 1), use_triton=st.booleans())
 def test_replay_equals_eager_on_random_programs(seed, use_triton):
     rng = random.Random(seed)
-    use_triton = use_triton and rng.random() < 0.3 and TRITON_INTERPRET  # the interpreter is slow: a few cases
+    use_triton = use_triton and rng.random() < 0.3 and TRITON_INTERPRET and bool(TRITON)  # the interpreter is slow
     prog = _random_program(rng, use_triton)
     state = _make_state(rng)
     static = {k: v.clone() for k, v in state.items()}
@@ -123,6 +127,7 @@ def test_replay_equals_eager_on_random_programs(seed, use_triton):
     _replay_matches_eager(g, prog, out, static, eager, seeds=[seed + t for t in range(3)])
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_replay_equals_eager_on_random_programs_with_triton(seed, device):
@@ -246,6 +251,7 @@ def test_random_ops_draw_fresh_numbers_each_replay():
     assert not torch.equal(first, out)
 
 
+@pytest.mark.triton
 @cpu_triton
 def test_custom_op_is_one_op_and_raw_triton_launch_is_recorded():
     x, y = torch.randn(40), torch.zeros(40)

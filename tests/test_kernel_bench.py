@@ -4,6 +4,8 @@ other stage-1 kernels' rows (``--kernels``) render beside it."""
 import copy
 import json
 
+import pytest
+
 from markers import CPU_TRITON
 from mla_edu.paths import RESULTS_DIR as RESULTS
 from tools import kernel_bench as kb
@@ -36,6 +38,7 @@ def test_the_stage1_run_renders_to_its_table():
     assert kb.to_markdown(stage1) == (RESULTS / "kernel_bench_h200_stage1.md").read_text()
 
 
+@pytest.mark.triton
 def test_a_row_names_the_kernel_that_runs_there():
     """"seesaw" names the two-warpgroup kernel only where it runs (64-head programs, a cache TMA reads); elsewhere
     the TMA kernel runs, and the row says so (the first seesaw run labelled its 16-head rows "seesaw")."""
@@ -52,6 +55,7 @@ def test_a_row_names_the_kernel_that_runs_there():
     assert kb.stage1_name("tl", 128, 64, 64, cache(64)) == "tl"
 
 
+@pytest.mark.triton
 @CPU_TRITON
 def test_backend_calls_runs_both_paths_on_one_problem():
     # tools.kernel_bench.backend_calls, what kernel_lab.tools.stage1_ab and kernel_lab.tools.schedule_profile time on

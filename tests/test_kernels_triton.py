@@ -8,6 +8,8 @@ from mla_edu.kernels import IMPLS, get_workspace_size, mla_decode, observe_plans
 from mla_edu.kernels.cases import random_decode_case as _case
 from op_log import OpLog
 
+pytestmark = pytest.mark.triton  # every test runs impl="triton" (tests/conftest.py: skipped without Triton)
+
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: Triton's interpreter; GPU: real kernels
 
 
@@ -133,7 +135,7 @@ def test_each_launch_is_one_custom_op():
 
 
 def test_launch_configs_default_explicit_and_interpreted():
-    from mla_edu.kernels import split_kv_triton as skt
+    from mla_edu.kernels.stage1 import tl as skt
 
     assert skt.launch_config(128, on_gpu=True) == (64, *skt.GPU_CONFIGS[64])  # 128 heads: two 64-head blocks
     assert skt.launch_config(20, on_gpu=True)[0] == 32

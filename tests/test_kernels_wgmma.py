@@ -4,12 +4,16 @@ on any machine, its answers on a Hopper GPU. What the compiler makes of it: ``te
 import math
 
 import pytest
+
+pytestmark = pytest.mark.triton  # its kernels are Triton's (tests/conftest.py: skipped without Triton)
+pytest.importorskip("triton", reason="needs Triton, which is not installed here (Linux wheels only)")
 import torch
 
 import mla_edu  # noqa: F401
 from mla_edu.kernels import make_plan, mla_decode
 from mla_edu.kernels import split_kv_seesaw as seesaw
 from mla_edu.kernels import split_kv_triton as skt
+from mla_edu.kernels import stage1
 from mla_edu.kernels import split_kv_wgmma as wg
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kernels.contract import GLUON_KINDS, STAGE1_KINDS
@@ -18,7 +22,7 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 
 
 
 def test_seesaw_by_default_where_the_gluon_kernels_apply_else_tl():
-    assert skt.DEFAULT_STAGE1 == "seesaw" and set(GLUON_KINDS) | {"tl"} == set(STAGE1_KINDS)
+    assert stage1.DEFAULT_GLUON == "seesaw" and set(GLUON_KINDS) | {"tl"} == set(STAGE1_KINDS)
     case = random_decode_case(0, batch=2, heads=64)
     plan = make_plan(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(1), 1)
     assert skt.plan_stage1(case.q_nope, case.q_pe, case.cache, plan, False).stage1 == "tl"  # CPU tensors

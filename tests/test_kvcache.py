@@ -150,6 +150,7 @@ def test_fill_page_table_errors():
         fill_page_table(r2t, **{**ok, "page_table": torch.zeros(3, 2, dtype=torch.int32)})
 
 
+@pytest.mark.triton
 def test_fill_page_table_triton_is_one_custom_op():
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     r2t = torch.arange(64, dtype=torch.int32, device=dev).view(2, 32)

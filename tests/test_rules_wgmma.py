@@ -11,15 +11,19 @@ kinds "cp.async" and "tma"; "seesaw" (``split_kv_seesaw``, added later) has not 
 from __future__ import annotations
 
 import pytest
+
+pytestmark = pytest.mark.triton  # its kernels are Triton's (tests/conftest.py: skipped without Triton)
+pytest.importorskip("triton", reason="needs Triton, which is not installed here (Linux wheels only)")
 import torch
 
 import mla_edu  # noqa: F401  (TRITON_INTERPRET on CPU before triton is imported)
 from mla_edu.kernels import mla_decode
 from mla_edu.kernels import split_kv_seesaw as seesaw
-from mla_edu.kernels import split_kv_triton as skt
+from mla_edu.kernels import stage1
 from mla_edu.kernels import split_kv_wgmma as wg
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kernels.contract import GLUON_KINDS
+from mla_edu.kernels.stage1 import Stage1Call
 from mla_edu.kernels.workspace import gpu_block_h
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
@@ -106,9 +110,10 @@ def test_seesaw_runs_where_it_applies_else_what_tma_runs(monkeypatch, block_h, p
     monkeypatch.setattr(seesaw, "stage1_seesaw_kernel", two)
     monkeypatch.setattr(wg, "kernel_for", lambda bh: (one, 8 if bh == wg.BLOCK_H else 4))
     b, h, _ = case.q_nope.shape
-    skt._launch_stage1("seesaw", (block_h, 64, 8, 2), case.q_nope, case.q_pe, cache, case.seq_lens,
-                       case.page_table.reshape(-1), None, None, torch.empty_like(case.q_nope), case.sm_scale,
-                       case.page_table.size(1), case.page_table.size(1), 3, False, False, num_parts)
+    call = Stage1Call(case.q_nope, case.q_pe, cache, case.seq_lens, case.page_table.reshape(-1), None, None,
+                      torch.empty_like(case.q_nope), case.sm_scale, case.page_table.size(1), case.page_table.size(1), 3,
+                      False, False, num_parts)
+    stage1.launch("seesaw", (block_h, 64, 8, 2), call)
     assert (len(two.calls), len(one.calls)) == ((1, 0) if seesaw_runs else (0, 1))
     [(grid, kw, args)] = two.calls or one.calls
     assert tuple(grid) == ((h // block_h, num_parts, 1) if num_parts else (h // block_h, b, 3))
@@ -136,9 +141,10 @@ def test_seesaw_takes_q_by_tma_where_its_rows_are_one_view(monkeypatch, layout, 
         case.q_views("strided")
     two = _Recorder()
     monkeypatch.setattr(seesaw, "stage1_seesaw_kernel", two)
-    skt._launch_stage1("seesaw", (64, 64, 8, 2), q_nope, case.q_pe, case.cache, case.seq_lens,
-                       case.page_table.reshape(-1), None, None, torch.empty_like(case.q_nope), case.sm_scale,
-                       case.page_table.size(1), case.page_table.size(1), 3, False, False, 0)
+    call = Stage1Call(q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table.reshape(-1), None, None,
+                      torch.empty_like(case.q_nope), case.sm_scale, case.page_table.size(1), case.page_table.size(1), 3,
+                      False, False, 0)
+    stage1.launch("seesaw", (64, 64, 8, 2), call)
     [(_, kw, args)] = two.calls
     assert kw["Q_TMA"] is q_tma
     if q_tma:
@@ -162,9 +168,10 @@ def test_seesaw_stores_final_rows_by_tma_where_the_output_is_one_view(monkeypatc
            else case.q_nope.new_empty((h, b, dl)).transpose(0, 1))  # [B, H, 512], requests 512 apart
     two = _Recorder()
     monkeypatch.setattr(seesaw, "stage1_seesaw_kernel", two)
-    skt._launch_stage1("seesaw", (64, 64, 8, 2), case.q_nope, case.q_pe, case.cache, case.seq_lens,
-                       case.page_table.reshape(-1), None, None, out, case.sm_scale, case.page_table.size(1),
-                       case.page_table.size(1), 1 if final else 3, False, final, num_parts)
+    call = Stage1Call(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table.reshape(-1), None, None, out,
+                      case.sm_scale, case.page_table.size(1), case.page_table.size(1), 1 if final else 3, False, final,
+                      num_parts)
+    stage1.launch("seesaw", (64, 64, 8, 2), call)
     [(_, kw, args)] = two.calls
     assert kw["O_TMA"] is o_tma and args[11] is out
     if o_tma:

@@ -12,7 +12,7 @@ first and last request against float64. Peers on the same cache bytes in the sam
 wheel is installed, FlashMLA when ``flash_mla`` is importable (page 64), and at a few sizes the
 float32 reference impl and a ``torch.compile``d dense gather + attention. Writes
 ``kernel_bench.json`` and ``kernel_bench.md`` into ``--out``. On sm90 'mla_edu' runs the Gluon stage 1 by
-TMA (``split_kv_triton.DEFAULT_STAGE1``); ``--kernels`` also times the other stage-1 kernels (the tl kernel, the
+TMA (``stage1.DEFAULT_GLUON``); ``--kernels`` also times the other stage-1 kernels (the tl kernel, the
 Gluon kernel by cp.async) at every split where they differ, in a table of its own. ``--once H,B,L`` runs
 each kernel once (for ``ncu``); ``--rerule JSON`` recomputes the rule's columns of a run on the CPU.
 ``plot_bench(json, png)`` draws the figure (CPU is fine). Ragged batches and the balanced schedule
@@ -215,7 +215,9 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
 
     from mla_edu.kernels import cutlass_unavailable_reason, get_workspace_size, mla_decode, peers
     from mla_edu.kernels import split_kv_triton as skt
+    from mla_edu.kernels import stage1
     from mla_edu.kernels.contract import STAGE1_KINDS
+    from mla_edu.kernels.stage1 import tl as stage1_tl
     from mla_edu.kernels.workspace import SPLIT_CHOICES, triton_num_kv_splits
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -229,8 +231,8 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
             "cutlass": cutlass_unavailable_reason() or "available",
             "sglang": sglang_why or f"sglang {dist_version('sglang')}: {peers.SGLANG_MODULE}",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
-            "configs": {k: skt.launch_config(k, on_gpu=True) for k in (16, 128)}, "split_choices": list(SPLIT_CHOICES),
-            "stage1": skt.DEFAULT_STAGE1}
+            "configs": {k: stage1_tl.launch_config(k, on_gpu=True) for k in (16, 128)},
+            "split_choices": list(SPLIT_CHOICES), "stage1": stage1.DEFAULT_GLUON}
     print(json.dumps(info), flush=True)
     ceil = ceilings()
     print("ceilings", json.dumps(ceil), flush=True)
@@ -277,7 +279,7 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
                     ref = f64_reference(q_nope, q_pe, cache, seq_lens, table, scale, check_rows)
                     row["triton_rel_err"] = max(rel_err(ours(s)[check_rows], ref) for s in (1, rule, max(splits)))
                     gluon = skt.wgmma_applies(q_nope, q_pe, cache, table.size(1), False)
-                    row["stage1"] = stage1_name(skt.DEFAULT_STAGE1 if gluon else "tl", heads, b, table.size(1), cache)
+                    row["stage1"] = stage1_name(stage1.DEFAULT_GLUON if gluon else "tl", heads, b, table.size(1), cache)
                     others = [k for k in STAGE1_KINDS if stage1_name(k, heads, b, table.size(1), cache) != row["stage1"]
                               ] if kernels and gluon else []  # each other kernel (not the default's under a name)
                     for kind in others:  # another stage-1 kernel, every split timed
@@ -332,19 +334,17 @@ def run(out_dir: str, quick: bool = False, pages=PAGES, kernels: bool = False) -
 
 
 def stage1_name(kind, heads: int, batch: int, n_pages: int, cache=None) -> str:
-    """Which stage-1 kernel runs: "tl", "seesaw, 64 heads" where ``split_kv_seesaw.applies`` (given ``cache``), or
-    the Gluon kernel's loads ("tma", "cp.async"; "tma" where "seesaw" does not apply) and heads a program."""
-    from mla_edu.kernels import split_kv_seesaw as seesaw
+    """Which stage-1 kernel runs: "tl", or the kind that runs ``kind`` (``stage1.running_kind``: "seesaw" where it
+    applies, given ``cache``, else "tma"; without a cache its fallback) and its heads a program ("seesaw, 64
+    heads", "tma, 16 heads (swapped)")."""
+    from mla_edu.kernels import stage1
     from mla_edu.kernels.workspace import gpu_block_h
 
     if kind == "tl":
         return "tl"
     block_h = gpu_block_h(heads, batch, n_pages)
-    if kind == "seesaw":
-        if cache is not None and seesaw.applies(block_h, cache):
-            return f"seesaw, {block_h} heads"
-        kind = "tma"
-    return f"{kind}, {block_h} heads" + (" (swapped)" if block_h < 64 else "")
+    ran = stage1.running_kind(kind, block_h, cache) if cache is not None else stage1.KINDS[kind].fallback or kind
+    return f"{ran}, {block_h} heads" + (" (swapped)" if block_h < 64 else "")
 
 
 BENCH_KEYS = {"ceilings": ("copy_TBps", "matmul_bf16_TFLOPs"), "info": ("sm_count",)}
@@ -474,7 +474,7 @@ def to_markdown(data: dict) -> str:
     other = [(r, name, k) for r in data["results"] for name, k in r.get("kernels", {}).items()]
     if other:
         lines += ["", "The other stage-1 kernels (`--kernels`), same problems, where they differ from mla_edu's: "
-                  "'tl' = `split_kv_triton.stage1_kernel` (plain Triton), 'cp.async' = the Gluon kernel reading "
+                  "'tl' = `stage1.tl.stage1_kernel` (plain Triton), 'cp.async' = the Gluon kernel reading "
                   "pages as the tl kernel does. At their best split; 'x' = their best time / mla_edu's time at "
                   "its rule's split (above 1: mla_edu is faster).", "",
                   "| page | h_q | B | L | mla_edu us (split) | mla_edu's stage 1 | other kernel | its best us "
@@ -512,10 +512,10 @@ def _stage1_text(info: dict) -> str:
     if info.get("stage1", "tl") == "tl":  # a run before the Gluon kernels, or with the tl kernel as the default
         return f"{tl} throughout."
     if info["stage1"] == "seesaw":
-        return ("default stage 1 (`split_kv_triton.DEFAULT_STAGE1`) 'seesaw': the two-warpgroup Gluon kernel for "
+        return ("default stage 1 (`stage1.DEFAULT_GLUON`) 'seesaw': the two-warpgroup Gluon kernel for "
                 "64-head programs on a cache TMA reads, else the Gluon kernel reading pages by TMA (16 and 32 heads "
                 f"swapped), wherever the Gluon kernels apply (a Hopper GPU), else {tl}.")
-    return (f"default stage 1 (`split_kv_triton.DEFAULT_STAGE1`) {info['stage1']!r}: the Gluon kernel reading pages "
+    return (f"default stage 1 (`stage1.DEFAULT_GLUON`) {info['stage1']!r}: the Gluon kernel reading pages "
             f"by {info['stage1']} "
             f"wherever it applies (a Hopper GPU; 64 heads a program, or 16 and 32 swapped), else {tl}.")
 
@@ -581,11 +581,11 @@ def run_once(heads: int, batch: int, length: int, page: int = 64, kernels: bool 
     scale = 1 / math.sqrt(192)
     calls = {"mla_edu": lambda: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, splits, impl="triton")}
     if kernels:
-        from mla_edu.kernels import split_kv_triton as skt
         from mla_edu.kernels.contract import STAGE1_KINDS
+        from mla_edu.kernels.stage1 import DEFAULT_GLUON
 
         for kind in STAGE1_KINDS:
-            if kind != skt.DEFAULT_STAGE1:
+            if kind != DEFAULT_GLUON:
                 calls[f"mla_edu_{kind}"] = lambda kind=kind: mla_decode(q_nope, q_pe, cache, seq_lens, table, ws,
                                                                         scale, splits, impl="triton", stage1=kind)
     sglang, _ = peers.load_sglang_decode()

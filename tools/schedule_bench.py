@@ -30,6 +30,7 @@ import torch
 
 from mla_edu.files import check_out_dir, read_json, write_atomic
 from mla_edu.kernels.contract import STAGE1_KINDS
+from mla_edu.kernels.stage1 import DEFAULT_GLUON
 from mla_edu.kernels.schedule import prefers_balanced
 from tools.kernel_bench import (D_LAT, D_ROPE, bench_workspace, ceilings, dist_version, f64_reference, graph_us,
                                 make_ragged_problem, rel_err)
@@ -119,7 +120,6 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
     import triton
 
     from mla_edu.kernels import peers
-    from mla_edu.kernels import split_kv_triton as skt
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
@@ -131,7 +131,7 @@ def run(out_dir: str, batches=UNIFORM_BATCHES, lens=UNIFORM_LENS, ragged: bool =
             "python": platform.python_version(), "command": "python -m tools.schedule_bench " + " ".join(sys.argv[1:]),
             "sglang": sglang_why or f"sglang {dist_version('sglang')}", "sglang_rule": rule_why or "its own",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)",
-            "stage1": stage1 or f"the device's default ({skt.DEFAULT_STAGE1!r} where it applies)", "also": list(also)}
+            "stage1": stage1 or f"the device's default ({DEFAULT_GLUON!r} where it applies)", "also": list(also)}
     print(json.dumps(info), flush=True)
     data = {"info": info, "ceilings": ceilings(), "ragged": [], "uniform": []}
     for kind, h, lengths in problems(batches, lens, ragged, uniform):

@@ -33,13 +33,31 @@ def load_old(path: str, name: str):
     return mod
 
 
+def as_kind(mod):
+    """The registry entry (``kernels.stage1``) that runs ``mod`` as kind "seesaw": its module under its own name in
+    ``sys.modules``, and its ``STAGE1`` (an earlier file without one gets one from its own ``applies`` and
+    ``launch``)."""
+    from mla_edu.kernels import split_kv_wgmma as wg
+    from mla_edu.kernels.stage1 import Stage1Impl, Stage1Kind
+
+    sys.modules[mod.__name__] = mod
+    if not hasattr(mod, "STAGE1"):
+        def launch(kind, config, c):
+            mod.launch(c.q_nope, c.q_pe, c.cache, c.seq_lens, c.table_flat, c.o_acc, c.lse_acc, c.out, c.sm_scale,
+                       c.row_stride, c.max_pages, c.num_splits, c.final, c.num_parts)
+
+        mod.STAGE1 = Stage1Impl(applies=lambda kind, block_h, cache: mod.applies(block_h, cache),
+                                launch_config=wg.STAGE1.launch_config, launch=launch)
+    return Stage1Kind(mod.__name__, gluon=True, fallback="tma")
+
+
 def run(old_paths: list[str], progress: bool = False, aa: bool = False) -> None:
     import torch
 
     from mla_edu.kernels import peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels import split_kv_seesaw as new
-    from mla_edu.kernels import split_kv_triton as skt
+    from mla_edu.kernels import stage1
     from tools.kernel_bench import backend_calls, graph_us
 
     if not old_paths and not aa:
@@ -51,6 +69,8 @@ def run(old_paths: list[str], progress: bool = False, aa: bool = False) -> None:
     if aa:  # the working tree's kernel under a second name: the same code, compiled and timed as an old version
         names, old_paths = ["aa"] + names, [new.__file__] + list(old_paths)
     versions = {**{n: load_old(p, n) for n, p in zip(names, old_paths)}, "new": new}
+    kept = stage1.KINDS["seesaw"]
+    entries = {n: as_kind(m) for n, m in versions.items() if n != "new"} | {"new": kept}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flash_mla, why = peers.load_flash_mla()
     print("FlashMLA:", why or "installed", flush=True)
@@ -66,7 +86,7 @@ def run(old_paths: list[str], progress: bool = False, aa: bool = False) -> None:
                     for name in (list(versions) if rep == 0 else list(versions)[::-1]):
                         if progress:  # where a hung kernel hangs: the last of these lines
                             print(f"  {kind} B{b} {size} {path} {name}, rep {rep}", file=sys.stderr, flush=True)
-                        skt.seesaw = versions[name]
+                        stage1.KINDS["seesaw"] = entries[name]  # this run's "seesaw": the version
                         outs[name] = fn().clone()
                         times[name].append(graph_us(fn))
                 best = {k: min(v) for k, v in times.items()}
@@ -74,7 +94,7 @@ def run(old_paths: list[str], progress: bool = False, aa: bool = False) -> None:
                 old = " ".join(f"{n} {best[n]:.1f} ({best[n] / best['new']:.3f}x, same={same[n]})" for n in names)
                 text.append(f"{path}: {old} new {best['new']:.1f}")
         finally:
-            skt.seesaw = new
+            stage1.KINDS["seesaw"] = kept
         fm = (graph_us(peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale).run) if flash_mla
               else float("nan"))
         print(f"{kind} B{b} {size} h{HEADS} rule{rule} parts{parts}: {'  '.join(text)}  FlashMLA {fm:.1f}",

@@ -35,7 +35,7 @@ def label(cfg: Stage2Config) -> str:
 def run(configs=CONFIGS, problems=PROBLEMS) -> None:
     import torch
 
-    from mla_edu.kernels import mla_decode, peers
+    from mla_edu.kernels import make_plan, peers
     from mla_edu.kernels import schedule as sc
     from mla_edu.kernels import split_kv_triton as skt
     from mla_edu.kernels.workspace import D_LATENT
@@ -45,7 +45,6 @@ def run(configs=CONFIGS, problems=PROBLEMS) -> None:
     flash_mla, why = peers.load_flash_mla()
     print("FlashMLA:", why or "installed", flush=True)
     scale = 1 / math.sqrt(192)
-    default = skt.STAGE2_CONFIG
     for i, (kind, b, size, h) in enumerate(problems):
         lens = sc.lognormal_lengths(b, size, 0) if kind == "r" else [size] * b
         q_nope, q_pe, cache, seq_lens, table = make_ragged_problem(lens, h, 64)
@@ -55,29 +54,28 @@ def run(configs=CONFIGS, problems=PROBLEMS) -> None:
         ws = bench_workspace(64 * width, b, h, sms, 1, need)
         o_acc, lse = skt.balanced_views(ws, b, h, D_LATENT, parts)
 
-        def whole():
-            return mla_decode(q_nope, q_pe, cache, seq_lens, table, ws, scale, -1, impl="triton", sm_count=sms,
-                              schedule="balanced")
+        plan = skt.plan_stage1(q_nope, q_pe, cache, make_plan(q_nope, q_pe, cache, seq_lens, table, ws, 1, "size",
+                                                              sms, "balanced"), False)
+
+        def whole(cfg=None):  # mla_decode's balanced call, at stage 2's config cfg (None: the one it chooses)
+            return skt.mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, table, ws, scale, plan, False, sms,
+                                                  stage2=cfg)
 
         out = whole()  # the workspace now holds this batch's partials
         cut = sum(1 for s in sc.segments(seq_lens, 64, width, parts) if s.flag == sc.PARTIAL)
-        try:
-            outs, alone, full = {}, {c: [] for c in configs}, {c: [] for c in configs}
-            for rep in range(2):
-                for cfg in configs if rep == 0 else configs[::-1]:
-                    skt.STAGE2_CONFIG = cfg
-                    o2 = out.clone()
-                    kernel = skt.launch_stage2_scheduled(o_acc, lse, seq_lens, o2, 64, width, parts, cfg)
-                    if i == 0 and rep == 0:
-                        grid = 64 * math.ceil(128 / cfg.block_h) * math.ceil(D_LATENT / cfg.block_d)
-                        print(f"{label(cfg)}: {kernel.n_regs} registers a thread, {grid} programs at B=64, h_q=128",
-                              flush=True)
-                    outs[cfg] = o2
-                    alone[cfg].append(graph_us(lambda: skt.launch_stage2_scheduled(o_acc, lse, seq_lens, o2, 64,
-                                                                                    width, parts, cfg)))
-                    full[cfg].append(graph_us(whole))
-        finally:
-            skt.STAGE2_CONFIG = default
+        outs, alone, full = {}, {c: [] for c in configs}, {c: [] for c in configs}
+        for rep in range(2):
+            for cfg in configs if rep == 0 else configs[::-1]:
+                o2 = out.clone()
+                kernel = skt.launch_stage2_scheduled(o_acc, lse, seq_lens, o2, 64, width, parts, cfg)
+                if i == 0 and rep == 0:
+                    grid = 64 * math.ceil(128 / cfg.block_h) * math.ceil(D_LATENT / cfg.block_d)
+                    print(f"{label(cfg)}: {kernel.n_regs} registers a thread, {grid} programs at B=64, h_q=128",
+                          flush=True)
+                outs[cfg] = o2
+                alone[cfg].append(graph_us(lambda: skt.launch_stage2_scheduled(o_acc, lse, seq_lens, o2, 64,
+                                                                                width, parts, cfg)))
+                full[cfg].append(graph_us(lambda cfg=cfg: whole(cfg)))
         fm = (graph_us(peers.FlashMLA(flash_mla, q_nope, q_pe, cache, seq_lens, table, scale).run) if flash_mla
               else float("nan"))
         first = configs[0]

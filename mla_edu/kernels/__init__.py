@@ -1,5 +1,7 @@
-"""MLA decode kernels with sgl-kernel's ``cutlass_mla_decode`` contract."""
+"""MLA decode kernels with sgl-kernel's ``cutlass_mla_decode`` contract. Imports without Triton
+(``triton_available``): the Triton kernels load when a call uses them."""
 
+from mla_edu.device import triton_available
 from mla_edu.kernels.contract import STAGE1_KINDS, DecodePlan, LaunchConfig, make_plan, pages_read
 from mla_edu.kernels.cutlass import check_cutlass_args, cutlass_unavailable_reason
 from mla_edu.kernels.decode import IMPLS, Impl, mla_decode, observe_plans
@@ -23,5 +25,6 @@ __all__ = [
     "observe_plans",
     "num_kv_splits_for",
     "pages_read",
+    "triton_available",
     "triton_num_kv_splits",
 ]

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import torch
 
+from mla_edu.kernels.stage1.registry import KINDS
 from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, device_sm_count, num_kv_splits_for
 from mla_edu.util import is_int
 
@@ -35,12 +36,12 @@ MAX_SPLITS = 256
 #: The largest token position or slot an int32 index holds: a table row that addresses more tokens than this
 #: (``max_pages * PAGE``) is refused, as the kernels count tokens in int32.
 INT32_MAX = 2**31 - 1
-#: Stage-1 kernels of the Triton impl, the one vocabulary for choosing and compiling them: "tl" the plain-Triton
-#: kernel (``split_kv_triton.stage1_kernel``: every GPU, checked calls, the CPU interpreter); "cp.async" and "tma"
-#: the Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages; "seesaw" the two-warpgroup
+#: Stage-1 kernels of the Triton impl built in (the registry, ``kernels.stage1.KINDS``, also holds any added
+#: later): "tl" the plain-Triton kernel (every GPU, checked calls, the CPU interpreter); "cp.async" and "tma" the
+#: Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages; "seesaw" the two-warpgroup
 #: kernel of ``split_kv_seesaw`` for 64-head programs on a cache TMA reads (else what "tma" runs).
-STAGE1_KINDS = ("tl", "cp.async", "tma", "seesaw")
-GLUON_KINDS = STAGE1_KINDS[1:]  # the Gluon kernels (Hopper only)
+STAGE1_KINDS = tuple(KINDS)
+GLUON_KINDS = tuple(k for k, entry in KINDS.items() if entry.gluon)  # the Gluon kernels (Hopper only)
 
 
 class LaunchConfig(NamedTuple):

@@ -11,12 +11,12 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from mla_edu.device import require_triton
 from mla_edu.kernels.contract import STRIDE_POLICIES, DecodePlan, check_common, check_flags, make_plan
 from mla_edu.kernels.cutlass import check_cutlass_call, mla_decode_cutlass
 from mla_edu.kernels.reference import mla_decode_reference
 from mla_edu.kernels.split_kv_torch import mla_decode_torch
 from mla_edu.kernels.schedule import SCHEDULES
-from mla_edu.kernels.split_kv_triton import mla_decode_triton, mla_decode_triton_balanced, plan_stage1
 from mla_edu.kernels.workspace import device_sm_count
 
 
@@ -40,11 +40,25 @@ def _reference(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, p
     return mla_decode_reference(q_nope, q_pe, cache, seq_lens, page_table, sm_scale, plan, checked).to(q_nope.dtype)
 
 
+def _triton(name: str) -> Callable:
+    """``split_kv_triton.<name>``, imported at its first call: Triton is optional (``device.require_triton``)."""
+
+    def call(*args):
+        require_triton('impl="triton"')
+        from mla_edu.kernels import split_kv_triton
+
+        return getattr(split_kv_triton, name)(*args)
+
+    call.__name__ = name
+    return call
+
+
 #: name -> implementation (see ``mla_decode``'s docstring); tests parametrize over it.
 IMPLS: dict[str, Impl] = {
     "reference": Impl(_reference),
     "torch": Impl(mla_decode_torch),
-    "triton": Impl(mla_decode_triton, plan_stage1=plan_stage1, balanced=mla_decode_triton_balanced),
+    "triton": Impl(_triton("mla_decode_triton"), plan_stage1=_triton("plan_stage1"),
+                   balanced=_triton("mla_decode_triton_balanced")),
     "cutlass": Impl(mla_decode_cutlass, check_cutlass_call, ("size",)),
 }
 
@@ -96,9 +110,9 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
       clamps (documented in ``mla_edu.kernels.contract``; a negative length attends to nothing:
       zeros). Table entries past ceil(len/PAGE) are never read. Must be a bool.
     sm_count: SM count for the auto split (None: GPU 0's, or 132 on CPU; else an int >= 1).
-    stage1, launch: impl "triton" only: its stage-1 kernel, one of ``contract.STAGE1_KINDS`` (None: the
+    stage1, launch: impl "triton" only: its stage-1 kernel, one of ``stage1.KINDS`` (None: the
       device's default, ``split_kv_triton.plan_stage1``), and the tl kernel's launch config (BLOCK_H, BLOCK_N,
-      num_warps, num_stages; None: ``split_kv_triton.launch_config``). The plan carries both.
+      num_warps, num_stages; None: ``stage1.tl.launch_config``). The plan carries both.
     schedule: "splits" (every request split ``num_kv_splits`` ways, the cutlass contract) or "balanced" (impl
       "triton", ``num_kv_splits=-1``: one near-equal part of the batch per SM, from the lengths, on the device;
       ``mla_edu.kernels.schedule``; its partials need ``schedule.workspace_bytes`` of workspace).

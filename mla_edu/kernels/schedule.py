@@ -14,6 +14,8 @@ lines 1019-1039), and its combine kernel merges a variable number of partials pe
 Here the same partition, in closed form, so that no kernel has to run first: every stage-1 program
 computes it from ``seq_lens`` (one vector of B lengths, a prefix sum: ``batch_plan``) and then walks its
 own part (``part_requests``, ``segment``); stage 2 computes it again to find each request's partials.
+Those are Triton functions, kept in ``kernels.partition`` and reached here by name (``schedule.segment``) at
+their first use, so that this module, the host side, imports without Triton.
 No host sync, no table, fixed shapes: a graph captures it and the partition follows the lengths at
 every replay.
 
@@ -36,8 +38,8 @@ every replay.
   partial per part, in workspace row ``p + b`` (unique: both indices grow along the line), which stage 2
   merges by log-sum-exp over parts ``[p_first(b), p_last(b)]``.
 
-``segments`` runs the same arithmetic in a small kernel (Triton's interpreter on CPU) and returns every
-part's segments: what the tests check and the figures draw.
+``segments`` runs the same arithmetic in a small kernel (``segments_kernel``; Triton's interpreter on CPU) and
+returns every part's segments: what the tests check and the figures draw.
 """
 
 from __future__ import annotations
@@ -47,13 +49,9 @@ from dataclasses import dataclass
 
 import torch
 
-import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
-from mla_edu.device import TRITON_INTERPRET
+from mla_edu.device import TRITON_INTERPRET, require_triton
 from mla_edu.kernels.workspace import PROGRAMS_PER_SM, SPLIT_CHOICES, gpu_block_h
 from mla_edu.util import cdiv, check_int
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 
 #: How ``mla_decode`` splits the KV: "splits", the same count for every request (its ``num_kv_splits``, the
 #: cutlass contract); "balanced", this module's partition (impl "triton").
@@ -74,6 +72,8 @@ MAX_PIECES = max(SPLIT_CHOICES)
 BALANCED_MARGIN = 0.1
 #: Fields of a row of ``segments``: its part, its request, its tokens [t_start, t_end), its flag.
 SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
+#: The Triton functions of ``kernels.partition``, which the kernels call as ``schedule.<name>`` (``__getattr__``).
+PARTITION_FUNCTIONS = ("batch_plan", "part_requests", "request_parts", "segment", "segments_kernel")
 #: ``flag`` values: the request's only part, which writes the output; one of several, which writes a
 #: partial; no segment in this workspace row.
 DIRECT, PARTIAL, IDLE = 1, 0, -1
@@ -139,103 +139,9 @@ def workspace_bytes(batch: int, heads: int, d_latent: int, parts: int) -> int:
     return workspace_rows(batch, parts) * heads * (d_latent + 1) * 4
 
 
-@triton.jit
-def _cost(len_b, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
-    """(tokens, pages read, cost) of requests of ``len_b`` tokens (scalars or vectors, int32; a negative length is
-    0, a request longer than its table row reads the row's ``max_pages`` pages). The length is clamped to the
-    row's tokens first, so ``2**31 - 1`` does not overflow the page count."""
-    len_b = tl.minimum(tl.maximum(len_b, 0), max_pages * PAGE)
-    n = (len_b + PAGE - 1) // PAGE
-    return len_b, n, tl.where(n > 0, n + OVERHEAD, 0)
-
-
-@triton.jit
-def _parts_of(start, n, chunk, OVERHEAD: tl.constexpr):
-    """(p_first, p_last): the parts holding a request's first and last page (``p_last < p_first`` when it has
-    none), from its place on the line (its pages at ``start + OVERHEAD`` on); scalars or vectors."""
-    p_first = (start + OVERHEAD) // chunk
-    return p_first, tl.where(n > 0, (start + OVERHEAD + n - 1) // chunk, p_first - 1)
-
-
-@triton.jit
-def batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
-               MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
-    """The partition of the batch, for the requests ``offs`` (a vector of ``>= B`` indices, in the caller's
-    layout). Returns per request (int32 vectors): ``n`` (pages), ``start`` (``W_b``), ``p_first``, ``p_last``
-    (its parts; ``p_last < p_first`` for an empty request), and the scalar ``chunk``."""
-    _, n, w = _cost(tl.load(seq_lens_ptr + offs, mask=offs < B, other=0), max_pages, PAGE, OVERHEAD)
-    start = tl.cumsum(w, 0) - w
-    chunk = tl.maximum((tl.sum(w, 0) + parts - 1) // parts, MIN_PAGES)
-    chunk = tl.maximum(chunk, (tl.max(w, 0) + MAX_PIECES - 2) // (MAX_PIECES - 1))
-    p_first, p_last = _parts_of(start, n, chunk, OVERHEAD)
-    return n, start, p_first, p_last, chunk
-
-
-@triton.jit
-def part_requests(seq_lens_ptr, offs, B, max_pages, parts, p, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
-                  MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
-    """``(b_lo, b_hi, start, chunk)``: part ``p`` holds pages of requests in ``[b_lo, b_hi]`` only (walk them with
-    ``segment``; b_hi < b_lo for a part past the batch's end), ``start`` is b_lo's place on the line. The vectors
-    die here: the walk carries scalars only (a persistent program's registers are for its tiles)."""
-    n, start, p_first, p_last, chunk = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD,
-                                                  MIN_PAGES, MAX_PIECES)
-    live = (n > 0) & (p_first <= p) & (p_last >= p)
-    b_lo = tl.min(tl.where(live, offs, 1 << 30), 0)
-    return b_lo, tl.max(tl.where(live, offs, -1), 0), _pick(start, offs, b_lo), chunk
-
-
-@triton.jit
-def request_parts(seq_lens_ptr, offs, b, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
-                  MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr):
-    """``(n_b, p_first, p_last)`` of request b: its pages and the parts holding its first and last page (stage 2
-    merges workspace rows ``p_first + b .. p_last + b``)."""
-    n, _, p_first, p_last, _ = batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE, OVERHEAD, MIN_PAGES,
-                                          MAX_PIECES)
-    return _pick(n, offs, b), _pick(p_first, offs, b), _pick(p_last, offs, b)
-
-
-@triton.jit
-def _pick(vec, offs, b):
-    """``vec[b]`` of a per-request vector, a scalar."""
-    return tl.sum(tl.where(offs == b, vec, 0), 0)
-
-
-@triton.jit
-def segment(seq_lens_ptr, b, p, start, chunk, max_pages, PAGE: tl.constexpr, OVERHEAD: tl.constexpr):
-    """Request b's segment in part p, b at ``start`` on the line: ``(t_start, t_end, live, flag, row, next)``,
-    tokens ``[t_start, t_end)`` (perhaps none), ``live`` whether part p holds any of b's pages, ``flag`` DIRECT
-    or PARTIAL, ``row`` ``p + b`` (its workspace row) and ``next`` request b + 1's place on the line."""
-    len_b, n_b, w_b = _cost(tl.load(seq_lens_ptr + b), max_pages, PAGE, OVERHEAD)
-    pf, pl = _parts_of(start, n_b, chunk, OVERHEAD)
-    k_lo = tl.minimum(tl.maximum(p * chunk - start - OVERHEAD, 0), n_b)  # first page k with x_k >= p * chunk
-    k_hi = tl.minimum(tl.maximum((p + 1) * chunk - start - OVERHEAD, 0), n_b)  # ... >= (p + 1) * chunk
-    live = (n_b > 0) & (pf <= p) & (p <= pl)
-    flag = tl.where(pf == pl, 1, 0)  # DIRECT, PARTIAL
-    return k_lo * PAGE, tl.minimum(k_hi * PAGE, len_b), live, flag, p + b, start + w_b  # k_hi <= n_b: in the row
-
-
-@triton.jit
-def segments_kernel(seq_lens_ptr, out_ptr, B, max_pages, parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr,
-                    MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr, BLOCK_B: tl.constexpr):
-    """Program p writes its segments (``SEGMENT_FIELDS``) into rows ``p + b`` of out [rows, 5]: the walk every
-    stage-1 program makes, without the attention."""
-    p = tl.program_id(0)
-    b_lo, b_hi, start, chunk = part_requests(seq_lens_ptr, tl.arange(0, BLOCK_B), B, max_pages, parts, p, PAGE,
-                                             OVERHEAD, MIN_PAGES, MAX_PIECES)
-    for b in range(b_lo, b_hi + 1):
-        t_start, t_end, live, flag, row, start = segment(seq_lens_ptr, b, p, start, chunk, max_pages, PAGE, OVERHEAD)
-        if live:
-            dst = out_ptr + row * 5
-            tl.store(dst, p)
-            tl.store(dst + 1, b)
-            tl.store(dst + 2, t_start)
-            tl.store(dst + 3, t_end)
-            tl.store(dst + 4, flag)
-
-
 def block_b(batch: int) -> int:
     """The width of the lengths vector every program loads (a power of two, at least 16)."""
-    return max(16, triton.next_power_of_2(batch))
+    return max(16, 1 << max(batch - 1, 0).bit_length())
 
 
 def plan_constexprs(batch: int) -> dict:
@@ -261,6 +167,9 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int) -> list[Segme
     arithmetic the kernels run (``segments_kernel``: on the lengths' GPU, or in Triton's interpreter on CPU).
     ``seq_lens``: int32 [B] tensor or a list."""
     _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts)
+    require_triton("schedule.segments (the partition's arithmetic, run as a Triton kernel)")
+    from mla_edu.kernels.partition import segments_kernel
+
     if not isinstance(seq_lens, torch.Tensor):
         seq_lens = torch.tensor(seq_lens, dtype=torch.int32)
     dev = seq_lens.device if seq_lens.is_cuda or TRITON_INTERPRET else torch.device("cuda")
@@ -327,3 +236,12 @@ def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, ma
         clock[s.part] = t + overhead + cdiv(s.t_end - s.t_start, page_size)
         bars += [(t, clock[s.part], s.part * hb + h, s.request) for h in range(hb)]
     return bars, max(clock, default=0.0)
+
+
+def __getattr__(name: str):
+    """``PARTITION_FUNCTIONS`` from ``kernels.partition``, imported at the first use (it needs Triton)."""
+    if name in PARTITION_FUNCTIONS:
+        from mla_edu.kernels import partition
+
+        return getattr(partition, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -78,7 +78,7 @@ From the wgmma's registers a warp's bf16 store covers 16 bytes in each of 8 rows
 reading of why it was slow; the TMA store measured faster: ``kernel_lab/results/seesaw_ab_h200_out_tma.md``).
 Float32 partials are still stored from registers (32 bytes a row: whole sectors).
 
-The default stage 1 at 64 heads a program on the H200 (``split_kv_triton.DEFAULT_STAGE1``). Compiled for
+The default stage 1 at 64 heads a program on the H200 (``stage1.DEFAULT_GLUON``). Compiled for
 sm_90a on any machine (``mla_edu.kernels.sm90``, ``tests/test_sm90.py``); ``tests/test_kernels_wgmma.py`` and
 ``tests/test_kernels_schedule.py`` run it against float64 on a Hopper GPU, as stage-1 kind "seesaw"
 (``results/tests_h200.md``). Same contract, grids and outputs as ``split_kv_wgmma``'s kernels, the balanced
@@ -90,6 +90,8 @@ from __future__ import annotations
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 from mla_edu.kernels import schedule
 from mla_edu.kernels import split_kv_wgmma as wg
+from mla_edu.kernels.stage1.registry import CompileSpec, Stage1Impl
+from mla_edu.kernels.workspace import D_LATENT, D_ROPE
 
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
@@ -426,7 +428,7 @@ def _segment(ROLE: gl.constexpr, q_nope_ptr, q_pe_ptr, q_desc, o_desc, kv_desc, 
     # was to go there under this one's stores: with one split, or in the schedule a part's last request if it is
     # whole (measured: kernel_lab/results/seesaw_ab_h200_out_tma.md)
     if SCHEDULED:
-        staged = O_TMA & (flag == 1) & (b_next < 0)
+        staged = O_TMA & (flag == schedule.DIRECT) & (b_next < 0)
     else:
         staged = O_TMA & FINAL
     if ROLE == 1:
@@ -485,9 +487,9 @@ def _write(ROLE: gl.constexpr, acc, m_i, l_i, o_acc_ptr, lse_ptr, out_ptr, b, hb
     offs_hs = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_LAYOUT))
     out_rows = out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :]
     if SCHEDULED:
-        if flag == 1:
+        if flag == schedule.DIRECT:
             _store_final(ROLE, o, out_rows, staged, q_smem, o_desc, _head_row(b, hb, H, BLOCK_H))
-        if flag == 0:
+        if flag == schedule.PARTIAL:
             gl.store(o_acc_ptr + (row * H + offs_ho)[:, None] * DL + offs_do[None, :], o)
             if ROLE == 0:
                 gl.store(lse_ptr + row * H + offs_hs, lse)
@@ -650,3 +652,27 @@ def launch(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_sc
         sm_scale, b, num_parts,
         **wg.constexprs(cache.size(1), dl, q_pe.size(2), final, True, BLOCK_H, num_parts > 0, b),
         Q_TMA=q_desc is not None, O_TMA=o_desc is not None, num_warps=WARPS, maxnreg=REGISTERS.value)
+
+
+def _launch(kind, config, call) -> None:
+    launch(call.q_nope, call.q_pe, call.cache, call.seq_lens, call.table_flat, call.o_acc, call.lse_acc, call.out,
+           call.sm_scale, call.row_stride, call.max_pages, call.num_splits, call.final, call.num_parts)
+
+
+def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, scheduled: bool, batch: int,
+                  n_pages: int) -> CompileSpec:
+    import torch
+
+    cache = wg.compile_cache(page, dtype)
+    # q_nope by TMA, as a contiguous q is read, and the output rows stored by TMA, as a launch does
+    consts = dict(wg.constexprs(page, D_LATENT, D_ROPE, final, True, BLOCK_H, scheduled, batch), Q_TMA=True,
+                  O_TMA=final or scheduled)
+    rows = q_descriptor(torch.empty(batch, heads, D_LATENT, dtype=cache.dtype))  # q_desc's type, and o_desc's
+    descs = dict(zip(("kv_desc", "pe_desc", "q_desc", "o_desc"), (*descriptors(cache, D_LATENT), rows, rows)))
+    return CompileSpec(stage1_seesaw_kernel, consts, descs, {"num_warps": WARPS, "maxnreg": REGISTERS.value},
+                       gluon=True, per_warpgroup=True)
+
+
+#: Stage-1 kind "seesaw" (``stage1.registry``): where it does not apply, the registry runs its fallback, "tma".
+STAGE1 = Stage1Impl(applies=lambda kind, block_h, cache: applies(block_h, cache), launch_config=wg.STAGE1.launch_config,
+                    launch=_launch, compile_spec=_compile_spec)

@@ -1,20 +1,13 @@
 """Two-stage split-KV MLA decode in Triton (flash-decoding), registered as torch custom ops.
 
-Stage 1, grid ``(B, ceil(H / BLOCK_H), S)``: program (b, head block, s) walks the tokens of
-split ``s`` of request ``b`` (pages ``[s * c_b, (s+1) * c_b)``, ``c_b = ceil(n_pages_b / S)``),
-looks each token's page up in the table, and keeps an online softmax over
-``q . [c_kv; k_pe]``. It writes the normalized partial output and its log-sum-exp into the
-workspace (or, with one split, the final output directly). Stage 2, grid ``(B, H)``, merges
-the S partials by LSE. Same algorithm as SGLang's Triton MLA decode
-(``python/sglang/srt/layers/attention/triton_ops/decode_attention.py``), with the cutlass
-contract's page table and workspace. With the balanced schedule (``kernels.schedule``,
-``mla_decode_triton_balanced``) stage 1's grid is ``(num_parts, head blocks)`` instead: persistent programs,
-each computing the batch's partition from ``seq_lens`` and walking its part's requests, and
+Stage 1 is one of the kernels of ``kernels.stage1`` (its registry: the plain-Triton teaching kernel ``stage1.tl``,
+the Gluon kernels for Hopper); ``plan_stage1`` chooses it on the host and the plan carries the choice. Each
+program writes a normalized partial output and its log-sum-exp into the workspace (or, with one split, the
+final output directly). Stage 2 (``stage2_kernel``, grid ``(B, H)``) merges the S partials by LSE. Same
+algorithm as SGLang's Triton MLA decode (``python/sglang/srt/layers/attention/triton_ops/decode_attention.py``),
+with the cutlass contract's page table and workspace. With the balanced schedule (``kernels.schedule``,
+``mla_decode_triton_balanced``) stage 1 runs persistent programs, one per part of the batch, and
 ``stage2_scheduled_kernel`` merges each cut request's own number of partials.
-
-On a Hopper GPU stage 1 runs ``split_kv_wgmma`` instead (Gluon: layouts and page loads written out;
-``plan_stage1`` chooses, the plan carries the choice), faster on the H200 (``results/kernel_bench_h200.md``).
-The tl kernel here runs everywhere else: other GPUs, checked calls, the CPU interpreter.
 
 dtypes: GPU fp16/bf16/fp32. CPU (TRITON_INTERPRET=1): fp32/fp16; bf16 raises TypeError
 because the interpreter computes bf16 wrongly.
@@ -22,160 +15,22 @@ because the interpreter computes bf16 wrongly.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
-from mla_edu.device import TRITON_INTERPRET
+from mla_edu.device import TRITON_INTERPRET, quiet
 from mla_edu.kernels import schedule
-from mla_edu.kernels import split_kv_seesaw as seesaw
 from mla_edu.kernels import split_kv_wgmma as wgmma
-from mla_edu.kernels.contract import (STAGE1_KINDS, DecodePlan, LaunchConfig, check_workspace_layout, flat_table,
-                                      workspace_views)
+from mla_edu.kernels import stage1 as stage1_kernels
+from mla_edu.kernels.contract import DecodePlan, LaunchConfig, check_workspace_layout, flat_table, workspace_views
+from mla_edu.kernels.stage1 import Stage1Call
 from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 from mla_edu.util import is_int
 
 import triton  # noqa: E402  (after mla_edu.device)
 import triton.language as tl  # noqa: E402
-
-
-@triton.jit
-def stage1_kernel(
-    q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, o_acc_ptr, lse_ptr, out_ptr,
-    stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
-    stride_c_page, stride_c_slot,
-    stride_o_b, stride_o_h,
-    H, row_stride, max_pages, table_reach, num_pages, num_splits, sm_scale, B, num_parts,
-    PAGE: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, CHECKED: tl.constexpr, FINAL: tl.constexpr,
-    IEEE: tl.constexpr, SAME_PAGE: tl.constexpr, SCHEDULED: tl.constexpr, OVERHEAD: tl.constexpr,
-    MIN_PAGES: tl.constexpr, MAX_PIECES: tl.constexpr, BLOCK_B: tl.constexpr,
-):
-    hb = tl.program_id(1)
-    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
-    mask_h = offs_h < H
-    offs_dl = tl.arange(0, BLOCK_DL)
-    mask_o = mask_h[:, None] & (offs_dl < DL)[None, :]
-    if SCHEDULED:  # grid (num_parts, head blocks): part p of the balanced schedule walks its requests
-        p = tl.program_id(0)
-        b_lo, b_hi, start, chunk = schedule.part_requests(seq_lens_ptr, tl.arange(0, BLOCK_B), B, max_pages,
-                                                          num_parts, p, PAGE, OVERHEAD, MIN_PAGES, MAX_PIECES)
-        for b in range(b_lo, b_hi + 1):
-            t_start, t_end, live, flag, row, start = schedule.segment(seq_lens_ptr, b, p, start, chunk, max_pages,
-                                                                      PAGE, OVERHEAD)
-            if live:
-                o, lse = _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start, t_end,
-                                 offs_h, mask_h, offs_dl, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h,
-                                 stride_c_page, stride_c_slot, row_stride, max_pages, table_reach, num_pages,
-                                 sm_scale, PAGE, DL, DR, BLOCK_DL, BLOCK_DR, BLOCK_H, BLOCK_N, CHECKED, IEEE,
-                                 SAME_PAGE)
-                if flag == 1:  # the request's only part: its output
-                    tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :],
-                             o.to(out_ptr.dtype.element_ty), mask=mask_o)
-                else:  # one partial of several, in workspace row p + b
-                    _store_partial(o_acc_ptr, lse_ptr, row * H + offs_h, o, lse, offs_dl, mask_h, mask_o, DL)
-    else:  # grid (B, head blocks, splits): split s of request b
-        b = tl.program_id(0)
-        s = tl.program_id(2)
-        seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
-        n_pages = tl.minimum((seq_len + PAGE - 1) // PAGE, max_pages)
-        seq_len = tl.minimum(seq_len, n_pages * PAGE)
-        per_split = (n_pages + num_splits - 1) // num_splits
-        t_start = s * per_split * PAGE
-        t_end = tl.minimum((s + 1) * per_split * PAGE, seq_len)
-        o, lse = _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start, t_end, offs_h,
-                         mask_h, offs_dl, stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page,
-                         stride_c_slot, row_stride, max_pages, table_reach, num_pages, sm_scale, PAGE, DL, DR,
-                         BLOCK_DL, BLOCK_DR, BLOCK_H, BLOCK_N, CHECKED, IEEE, SAME_PAGE)
-        if FINAL:
-            tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_dl[None, :],
-                     o.to(out_ptr.dtype.element_ty), mask=mask_o)
-        else:  # [BLOCK_H] row of o_acc [B, H, S, DL]
-            _store_partial(o_acc_ptr, lse_ptr, (b * H + offs_h) * num_splits + s, o, lse, offs_dl, mask_h, mask_o,
-                           DL)
-
-
-@triton.jit
-def _attend(q_nope_ptr, q_pe_ptr, cache_ptr, seq_lens_ptr, table_ptr, b, t_start, t_end, offs_h, mask_h, offs_dl,
-            stride_qn_b, stride_qn_h, stride_qp_b, stride_qp_h, stride_c_page, stride_c_slot,
-            row_stride, max_pages, table_reach, num_pages, sm_scale,
-            PAGE: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
-            BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, CHECKED: tl.constexpr, IEEE: tl.constexpr,
-            SAME_PAGE: tl.constexpr):
-    """Online softmax of request b's heads ``offs_h`` over its tokens [t_start, t_end), each token's page looked
-    up in the table: the normalized output [BLOCK_H, BLOCK_DL] and its log-sum-exp [BLOCK_H] (-inf, with a
-    zero output, over no tokens). CHECKED: NaN where a page id is out of range or the request is longer than
-    its table row."""
-    offs_dr = tl.arange(0, BLOCK_DR)
-    mask_dl = offs_dl < DL
-    mask_dr = offs_dr < DR
-    q = tl.load(q_nope_ptr + b * stride_qn_b + offs_h[:, None] * stride_qn_h + offs_dl[None, :],
-                mask=mask_h[:, None] & mask_dl[None, :], other=0.0)  # [BLOCK_H, BLOCK_DL]
-    q_pe = tl.load(q_pe_ptr + b * stride_qp_b + offs_h[:, None] * stride_qp_h + offs_dr[None, :],
-                   mask=mask_h[:, None] & mask_dr[None, :], other=0.0)  # [BLOCK_H, BLOCK_DR]
-
-    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_DL], dtype=tl.float32)
-    n_bad = tl.zeros([BLOCK_N], dtype=tl.int32)
-
-    for t0 in range(t_start, t_end, BLOCK_N):
-        pos = t0 + tl.arange(0, BLOCK_N)  # [BLOCK_N] token positions
-        mask_n = pos < t_end
-        if SAME_PAGE:  # PAGE % BLOCK_N == 0 and splits start on page boundaries: one page per block
-            flat = b * row_stride + t0 // PAGE  # flat index into the table's storage
-            ok_f = flat < table_reach
-            page = tl.load(table_ptr + tl.minimum(flat, table_reach - 1)).to(tl.int64)
-            ok = ok_f & (page >= 0) & (page < num_pages)
-        else:
-            flat = b * row_stride + pos // PAGE
-            ok_f = flat < table_reach
-            page = tl.load(table_ptr + tl.minimum(flat, table_reach - 1), mask=mask_n, other=0).to(tl.int64)
-            ok = ok_f & (page >= 0) & (page < num_pages)
-        if CHECKED:
-            n_bad += (mask_n & (ok == 0)).to(tl.int32)
-            ld = mask_n & ok
-        else:
-            ld = mask_n
-        page = tl.minimum(tl.maximum(page, 0), num_pages - 1)
-        row = cache_ptr + page * stride_c_page + (pos % PAGE) * stride_c_slot  # [BLOCK_N] row pointers
-        kv = tl.load(row[:, None] + offs_dl[None, :], mask=ld[:, None] & mask_dl[None, :], other=0.0)  # [N, DL]
-        k_pe = tl.load(row[:, None] + DL + offs_dr[None, :], mask=ld[:, None] & mask_dr[None, :], other=0.0)
-        if IEEE:
-            qk = tl.dot(q, tl.trans(kv), input_precision="ieee")
-            qk += tl.dot(q_pe, tl.trans(k_pe), input_precision="ieee")
-        else:
-            qk = tl.dot(q, tl.trans(kv))
-            qk += tl.dot(q_pe, tl.trans(k_pe))
-        qk = qk * sm_scale
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))  # [BLOCK_H, BLOCK_N]
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv)
-        m_i = m_new
-
-    has = l_i > 0
-    o = acc / tl.where(has, l_i, 1.0)[:, None]
-    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
-    if CHECKED:
-        bad = (tl.sum(n_bad, 0) > 0) | ((tl.load(seq_lens_ptr + b).to(tl.int64) + PAGE - 1) // PAGE > max_pages)
-        o = tl.where(bad, float("nan"), o)
-    return o, lse
-
-
-@triton.jit
-def _store_partial(o_acc_ptr, lse_ptr, base, o, lse, offs_dl, mask_h, mask_o, DL: tl.constexpr):
-    """A partial output and its log-sum-exp into rows ``base`` [BLOCK_H] of o_acc [rows, DL] and lse [rows]."""
-    tl.store(o_acc_ptr + base[:, None] * DL + offs_dl[None, :], o, mask=mask_o)
-    tl.store(lse_ptr + base, lse, mask=mask_h)
 
 
 @triton.jit
@@ -245,46 +100,13 @@ def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_
         tl.store(dst, res.to(out_ptr.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
 
-def _quiet(on_gpu: bool):
-    """The interpreter computes with numpy, which warns on NaN/inf arithmetic; NaN poison is expected here."""
-    return contextlib.nullcontext() if on_gpu else np.errstate(invalid="ignore", over="ignore", divide="ignore")
-
-
-#: GPU launch configs (BLOCK_N, num_warps, num_stages) per head-block size (``gpu_block_h``).
-GPU_CONFIGS = {16: (64, 4, 2), 32: (32, 4, 2), 64: (64, 8, 2)}  # measured on the H200 (kernel_bench_h200.md)
-
-
-def _dot_width(d: int) -> int:
-    """Block width for a head dimension of ``d`` that feeds ``tl.dot`` as K: a power of two, and at
-    least 16, since compiled Triton rejects a dot with K < 16 ("Input shapes should have ... K >= 16",
-    seen on the H200 with a rope width of 8); the interpreter accepts any K. The padding is masked."""
-    return max(16, triton.next_power_of_2(d))
-
-
-def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) -> LaunchConfig:
-    """The tl kernel's default launch config; on a GPU the head block is ``gpu_block_h(heads, batch, n_pages)``
-    (16 for problems too small to fill the GPU with 64-head programs). A call can pass its own
-    (``mla_decode(..., launch=...)``, as ``tools.kernel_sweep`` does)."""
-    if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
-        return LaunchConfig(max(16, triton.next_power_of_2(heads)), 64, 4, 1)
-    block_h = gpu_block_h(heads, batch, n_pages)
-    return LaunchConfig(block_h, *GPU_CONFIGS[block_h])
-
-
-#: Stage 1 where ``wgmma_applies`` and the call names none: the two-warpgroup kernel ("seesaw") for 64-head
-#: programs on a cache TMA reads, else the Gluon kernel reading pages by TMA (through cp.async where
-#: ``split_kv_wgmma.tma_applies`` is false). On the H200 the seesaw kernel is the faster where a program walks
-#: many tiles and about equal at the smallest shapes (``results/kernel_bench_h200_stage1.md``); so is the balanced
-#: path with it (``kernel_lab/results/kernel_bench_h200_schedule_v8.md``). Everywhere else "tl".
-DEFAULT_STAGE1 = "seesaw"
-
-
 def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, max_pages: int,
                   checked: bool) -> bool:
     """Whether the Gluon wgmma kernels fit the call: a Hopper GPU (sm90), fp16/bf16, DeepSeek's 512 + 64
     dims, unchecked, heads a whole number of programs (``gpu_block_h``: 64, or 16 and 32 for the swapped
     kernel), a cache whose base and rows are 16-byte aligned (Triton cannot compile the cp.async kernel for
-    one that is not: seen on the H200, ``tests/test_rules_wgmma.py``). Everything else runs the tl kernel above."""
+    one that is not: seen on the H200, ``tests/test_rules_wgmma.py``). Everything else runs the tl kernel
+(``stage1.tl``)."""
     b, h, dl = q_nope.shape
     block_h = gpu_block_h(h, b, max_pages)
     return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
@@ -295,12 +117,12 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
 
 def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: str | None = None,
                 launch=None) -> DecodePlan:
-    """``plan`` with its stage-1 kernel and launch config. ``stage1``: one of ``STAGE1_KINDS``, or None for
-    the device's default (``DEFAULT_STAGE1`` where ``wgmma_applies``, else "tl"); ``launch``: the tl kernel's
-    (BLOCK_H, BLOCK_N, num_warps, num_stages), or None for ``launch_config``'s (the Gluon kernels' are fixed).
-    Chosen on the host at each call, so a CUDA graph keeps the kernel it captured."""
-    if stage1 is not None and stage1 not in STAGE1_KINDS:
-        raise ValueError(f"stage1 must be None or one of {STAGE1_KINDS}, got {stage1!r}")
+    """``plan`` with its stage-1 kernel and launch config. ``stage1``: a kind of ``stage1.STAGE1_KINDS``, or None
+    for the device's default (``stage1.DEFAULT_GLUON`` where ``wgmma_applies``, else "tl"); ``launch``: the tl
+    kernel's (BLOCK_H, BLOCK_N, num_warps, num_stages), or None for its kind's ``launch_config`` (the Gluon
+    kernels' are fixed). Chosen on the host at each call, so a CUDA graph keeps the kernel it captured."""
+    if stage1 is not None and stage1 not in stage1_kernels.KINDS:
+        raise ValueError(f"stage1 must be None or one of {tuple(stage1_kernels.KINDS)}, got {stage1!r}")
     if launch is not None:
         if stage1 not in (None, "tl"):
             raise ValueError(f"launch configures the tl kernel (the Gluon kernels' configs are fixed), "
@@ -311,18 +133,14 @@ def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: st
                              f"powers of two, got {launch!r}")
         stage1 = "tl"
     gluon = wgmma_applies(q_nope, q_pe, cache, plan.max_pages, checked)
-    kind = stage1 if stage1 is not None else (DEFAULT_STAGE1 if gluon else "tl")
-    if kind != "tl" and not gluon:
+    kind = stage1 if stage1 is not None else (stage1_kernels.DEFAULT_GLUON if gluon else "tl")
+    if stage1_kernels.KINDS[kind].gluon and not gluon:
         raise ValueError(f"stage1={kind!r} is a Gluon kernel: it needs a Hopper GPU, fp16/bf16, 512 + 64 dims, "
                          f"an unchecked call, heads a whole number of programs and a 16-byte aligned cache; "
                          f"got {q_nope.dtype} "
                          f"{tuple(q_nope.shape)} on {q_nope.device}, checked={checked} (stage1='tl' runs anywhere)")
-    if kind == "tl":
-        cfg = LaunchConfig(*launch) if launch is not None else launch_config(plan.heads, q_nope.is_cuda, plan.batch,
-                                                                             plan.max_pages)
-    else:
-        block_h = gpu_block_h(plan.heads, plan.batch, plan.max_pages)
-        cfg = LaunchConfig(block_h, wgmma.BLOCK_N, wgmma.kernel_for(block_h)[1], wgmma.STAGES)
+    cfg = (LaunchConfig(*launch) if launch is not None
+           else stage1_kernels.impl(kind).launch_config(kind, plan, q_nope.is_cuda))
     return dataclasses.replace(plan, stage1=kind, launch=cfg)
 
 
@@ -331,46 +149,9 @@ def mla_decode_stage1(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Ten
                       table_flat: torch.Tensor, o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor,
                       sm_scale: float, row_stride: int, max_pages: int, num_splits: int, checked: bool,
                       final: bool, stage1: str, launch: list[int]) -> None:
-    """Stage 1 by the kernel ``stage1`` (``STAGE1_KINDS``) with ``launch`` (``LaunchConfig``), as planned."""
-    _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
-                   row_stride, max_pages, num_splits, checked, final)
-
-
-def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, final: bool, block_h: int,
-                      block_n: int, scheduled: bool = False, batch: int = 1) -> dict:
-    """``stage1_kernel``'s compile-time parameters for a launch (also what ``mla_edu.kernels.sm90`` compiles)."""
-    return dict(PAGE=page, DL=dl, DR=dr, BLOCK_DL=_dot_width(dl), BLOCK_DR=_dot_width(dr), BLOCK_H=block_h,
-                BLOCK_N=block_n, CHECKED=checked, FINAL=final, IEEE=fp32, SAME_PAGE=page % block_n == 0,
-                SCHEDULED=scheduled, **schedule.plan_constexprs(batch))
-
-
-def _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
-                   row_stride, max_pages, num_splits, checked, final, num_parts=0):
-    """Both stage-1 ops' launch: a Gluon kernel (``split_kv_seesaw.launch`` for "seesaw" where it ``applies``, else
-    ``split_kv_wgmma.launch``, "seesaw" there as "tma") or the tl kernel, grid ``(B, head blocks, splits)``, or with
-    ``num_parts`` > 0 the balanced schedule's ``(num_parts, head blocks)``."""
-    b, h, dl = q_nope.shape
-    block_h, block_n, warps, stages = launch
-    if stage1 == "seesaw" and seesaw.applies(block_h, cache):
-        seesaw.launch(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, row_stride,
-                      max_pages, num_splits, final, num_parts)
-        return
-    if stage1 != "tl":
-        wgmma.launch("tma" if stage1 == "seesaw" else stage1, q_nope, q_pe, cache, seq_lens, table_flat, o_acc,
-                     lse_acc, out, sm_scale, row_stride, max_pages, num_splits, final, block_h, num_parts=num_parts)
-        return
-    grid = (b, triton.cdiv(h, block_h), num_splits) if not num_parts else (num_parts, triton.cdiv(h, block_h))
-    with _quiet(q_nope.is_cuda):
-        stage1_kernel[grid](
-            q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
-            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-            cache.stride(0), cache.stride(1),
-            out.stride(0), out.stride(1),
-            h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits, sm_scale, b, num_parts,
-            **stage1_constexprs(cache.size(1), dl, q_pe.size(2), q_nope.dtype == torch.float32, checked, final,
-                                block_h, block_n, num_parts > 0, b),
-            num_warps=warps, num_stages=stages,
-        )
+    """Stage 1 by the kernel ``stage1`` (``stage1.STAGE1_KINDS``) with ``launch`` (``LaunchConfig``), as planned."""
+    stage1_kernels.launch(stage1, launch, Stage1Call(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
+                                                     sm_scale, row_stride, max_pages, num_splits, checked, final))
 
 
 @mla_decode_stage1.register_fake
@@ -382,7 +163,7 @@ def _(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale, 
 @torch.library.custom_op("mla_edu::mla_decode_stage2", mutates_args=("out",))
 def mla_decode_stage2(o_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor) -> None:
     b, h, s, dl = o_acc.shape
-    with _quiet(out.is_cuda):
+    with quiet(out.is_cuda):
         stage2_kernel[(b, h)](o_acc, lse_acc, out, out.stride(0), out.stride(1), h, s,
                               DL=dl, BLOCK_DL=triton.next_power_of_2(dl), BLOCK_S=max(2, triton.next_power_of_2(s)))
 
@@ -399,8 +180,8 @@ def mla_decode_stage1_scheduled(q_nope: torch.Tensor, q_pe: torch.Tensor, cache:
                                 checked: bool, stage1: str, launch: list[int]) -> None:
     """Stage 1 by the balanced schedule (``kernels.schedule``): ``num_parts`` persistent programs per head block,
     each walking its part of the batch; partials in o_acc ``[rows, H, DL]``, lse ``[rows, H]`` (row ``p + b``)."""
-    _launch_stage1(stage1, launch, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_scale,
-                   row_stride, max_pages, 1, checked, False, num_parts)
+    stage1_kernels.launch(stage1, launch, Stage1Call(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out,
+                                                     sm_scale, row_stride, max_pages, 1, checked, False, num_parts))
 
 
 @mla_decode_stage1_scheduled.register_fake
@@ -427,9 +208,6 @@ STAGE2_MANY = Stage2Config(16, 4, 128, 4)
 STAGE2_FEW_WIDE = Stage2Config(8, 1, 512, 4)
 #: Few pieces, fewer heads: [16, 2, 128] at 8 warps (64 registers); its columns in 4 programs, for enough of them.
 STAGE2_FEW_NARROW = Stage2Config(16, 2, 128, 8)
-#: None: each batch's config from ``stage2_config``; a Stage2Config: that one for every batch
-#: (``kernel_lab.tools.stage2_ab``).
-STAGE2_CONFIG: Stage2Config | None = None
 
 
 def stage2_config(batch: int, heads: int, parts: int) -> Stage2Config:
@@ -447,14 +225,14 @@ def stage2_config(batch: int, heads: int, parts: int) -> Stage2Config:
 
 def launch_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens: torch.Tensor, out: torch.Tensor,
                             page_size: int, max_pages: int, num_parts: int, config: Stage2Config | None = None):
-    """``stage2_scheduled_kernel`` over out [B, H, DL] at ``config`` (None: ``STAGE2_CONFIG``, or where that is None
-    too ``stage2_config``'s for this batch); returns the launch's compiled kernel (its ``n_regs``, on a GPU)."""
+    """``stage2_scheduled_kernel`` over out [B, H, DL] at ``config`` (None: ``stage2_config``'s for this batch);
+    returns the launch's compiled kernel (its ``n_regs``, on a GPU)."""
     b, h, dl = out.shape
-    cfg = Stage2Config(*(config or STAGE2_CONFIG or stage2_config(b, h, num_parts)))
+    cfg = Stage2Config(*(config or stage2_config(b, h, num_parts)))
     block_h = min(cfg.block_h, triton.next_power_of_2(h))
     block_d = min(cfg.block_d, triton.next_power_of_2(dl))
     grid = (b, triton.cdiv(h, block_h), triton.cdiv(dl, block_d))
-    with _quiet(out.is_cuda):
+    with quiet(out.is_cuda):
         return stage2_scheduled_kernel[grid](o_acc, lse_acc, seq_lens, out, out.stride(0), out.stride(1), h, b,
                                              max_pages, num_parts, PAGE=page_size, **schedule.plan_constexprs(b),
                                              DL=dl, BLOCK_DL=block_d, BLOCK_H=block_h, BLOCK_S=cfg.block_s,
@@ -463,13 +241,16 @@ def launch_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens
 
 @torch.library.custom_op("mla_edu::mla_decode_stage2_scheduled", mutates_args=("out",))
 def mla_decode_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens: torch.Tensor,
-                                out: torch.Tensor, page_size: int, max_pages: int, num_parts: int) -> None:
-    """Merge each request's partials (rows ``p + b`` of o_acc [rows, H, DL], lse [rows, H] for its parts p)."""
-    launch_stage2_scheduled(o_acc, lse_acc, seq_lens, out, page_size, max_pages, num_parts)
+                                out: torch.Tensor, page_size: int, max_pages: int, num_parts: int,
+                                config: list[int]) -> None:
+    """Merge each request's partials (rows ``p + b`` of o_acc [rows, H, DL], lse [rows, H] for its parts p) at
+    ``config`` (a ``Stage2Config``; [] for ``stage2_config``'s)."""
+    launch_stage2_scheduled(o_acc, lse_acc, seq_lens, out, page_size, max_pages, num_parts,
+                            Stage2Config(*config) if config else None)
 
 
 @mla_decode_stage2_scheduled.register_fake
-def _(o_acc, lse_acc, seq_lens, out, page_size, max_pages, num_parts):
+def _(o_acc, lse_acc, seq_lens, out, page_size, max_pages, num_parts, config):
     return None
 
 
@@ -516,12 +297,13 @@ def balanced_views(workspace: torch.Tensor, batch: int, heads: int, d_latent: in
 
 
 def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float,
-                               plan: DecodePlan, checked: bool, sm_count: int) -> torch.Tensor:
+                               plan: DecodePlan, checked: bool, sm_count: int,
+                               stage2: Stage2Config | None = None) -> torch.Tensor:
     """``mla_decode_triton`` with the balanced schedule (``kernels.schedule``) instead of one split count for all
     requests: ``num_parts`` persistent stage-1 programs per head block, each computing the partition from
     ``seq_lens`` on the device and walking its part (no host sync, no extra launch: graph-safe), and a stage 2
-    merging each request's own number of partials. The partials go through the workspace
-    (``schedule.workspace_bytes``; ValueError if it is smaller)."""
+    merging each request's own number of partials, at ``stage2`` (None: ``stage2_config``'s for the batch). The
+    partials go through the workspace (``schedule.workspace_bytes``; ValueError if it is smaller)."""
     _check_inputs(q_nope, q_pe, cache, plan)
     b, h, dl = q_nope.shape
     parts = schedule.num_parts(h, sm_count, b, plan.max_pages)
@@ -538,5 +320,5 @@ def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, worksp
                                                   o_acc, lse_acc, out, sm_scale, plan.row_stride, plan.max_pages,
                                                   parts, checked, plan.stage1, list(plan.launch))
     torch.ops.mla_edu.mla_decode_stage2_scheduled(o_acc, lse_acc, seq_lens, out, plan.page_size, plan.max_pages,
-                                                  parts)
+                                                  parts, list(stage2 or ()))
     return out

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
 from mla_edu.kernels import schedule
-from mla_edu.kernels.contract import GLUON_KINDS
-from mla_edu.kernels.workspace import D_LATENT
+from mla_edu.kernels.contract import GLUON_KINDS, LaunchConfig
+from mla_edu.kernels.stage1.registry import CompileSpec, Stage1Impl
+from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
@@ -196,8 +197,8 @@ def _attend_tile(q_smem, qpe_smem, kv, pe, p_smem, m_i, l_tile, acc, pos, t_end,
 def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_splits, stride_o_b, stride_o_h, flag,
            row, BLOCK_H: gl.constexpr, DL: gl.constexpr, FINAL: gl.constexpr, SCHEDULED: gl.constexpr,
            S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
-    """Normalized output (FINAL, or a segment of flag 1: into out) or the split's partial output and
-    log-sum-exp (into o_acc, lse: row ``(b * H + h) * num_splits + s``, or a segment of flag 0 its row
+    """Normalized output (FINAL, or a segment flagged DIRECT: into out) or the split's partial output and
+    log-sum-exp (into o_acc, lse: row ``(b * H + h) * num_splits + s``, or a segment flagged PARTIAL its row
     ``row * H + h``)."""
     l_i = gl.sum(l_tile, 1)
     has = l_i > 0
@@ -209,9 +210,9 @@ def _write(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, num_split
     offs_hs = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_LAYOUT))
     out_rows = out_ptr + b * stride_o_b + offs_ho[:, None] * stride_o_h + offs_do[None, :]
     if SCHEDULED:
-        if flag == 1:
+        if flag == schedule.DIRECT:
             gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
-        if flag == 0:
+        if flag == schedule.PARTIAL:
             gl.store(o_acc_ptr + (row * H + offs_ho)[:, None] * DL + offs_do[None, :], o)
             gl.store(lse_ptr + row * H + offs_hs, lse)
     elif FINAL:
@@ -409,9 +410,9 @@ def _write_swapped(acc, m_i, l_tile, o_acc_ptr, lse_ptr, out_ptr, b, hb, s, H, n
     offs_d = gl.arange(0, DL, layout=gl.SliceLayout(1, O_LAYOUT))
     out_rows = out_ptr + b * stride_o_b + offs_h[None, :] * stride_o_h + offs_d[:, None]
     if SCHEDULED:  # as _write
-        if flag == 1:
+        if flag == schedule.DIRECT:
             gl.store(out_rows, o.to(out_ptr.dtype.element_ty))
-        if flag == 0:
+        if flag == schedule.PARTIAL:
             gl.store(o_acc_ptr + (row * H + offs_h)[None, :] * DL + offs_d[:, None], o)
             gl.store(lse_ptr + row * H + offs_h, lse)
     elif FINAL:
@@ -598,3 +599,41 @@ def tma_descriptors(cache, d_latent: int = D_LATENT):
     kv = TensorDescriptor(rows, [rows.size(0), d_latent], list(rows.stride()), [BLOCK_N, d_latent], layout)
     pe = TensorDescriptor(rows[:, d_latent:], [rows.size(0), d_rope], list(rows.stride()), [BLOCK_N, d_rope], layout)
     return kv, pe
+
+
+def compile_cache(page: int, dtype: str):
+    """A two-page cache of ``page`` (at least one tile) tokens in ``dtype`` ("bf16"/"fp16"): what a compile for
+    sm_90a derives the descriptors' types from (``mla_edu.kernels.sm90``)."""
+    import torch
+
+    return torch.empty(2, max(page, BLOCK_N), D_LATENT + D_ROPE,
+                       dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
+def _launch_config(kind, plan, on_gpu: bool) -> LaunchConfig:
+    block_h = gpu_block_h(plan.heads, plan.batch, plan.max_pages)
+    return LaunchConfig(block_h, BLOCK_N, kernel_for(block_h)[1], STAGES)
+
+
+def _launch(kind, config, call) -> None:
+    launch(kind, call.q_nope, call.q_pe, call.cache, call.seq_lens, call.table_flat, call.o_acc, call.lse_acc,
+           call.out, call.sm_scale, call.row_stride, call.max_pages, call.num_splits, call.final, config[0],
+           num_parts=call.num_parts)
+
+
+def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, scheduled: bool, batch: int,
+                  n_pages: int) -> CompileSpec:
+    tma = kind == "tma"
+    block_h = gpu_block_h(heads, batch, n_pages)  # as split_kv_triton.plan_stage1 picks it
+    kernel, warps = kernel_for(block_h)
+    consts = constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, batch)
+    if tma:  # the descriptors' types, as the JIT derives them from real ones
+        descriptors = dict(zip(("kv_desc", "pe_desc"), tma_descriptors(compile_cache(page, dtype))))
+    else:  # None: a constexpr
+        descriptors, consts = {}, dict(consts, kv_desc=None, pe_desc=None)
+    return CompileSpec(kernel, consts, descriptors, {"num_warps": warps}, gluon=True)
+
+
+#: Stage-1 kinds "cp.async" and "tma" (``stage1.registry``): they run every launch they are given.
+STAGE1 = Stage1Impl(applies=lambda kind, block_h, cache: True, launch_config=_launch_config, launch=_launch,
+                    compile_spec=_compile_spec)

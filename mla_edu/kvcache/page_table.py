@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
+from mla_edu.device import require_triton
 from mla_edu.kernels.contract import values_readable
 from mla_edu.util import is_int
 
@@ -117,6 +118,7 @@ def fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_s
     if impl == "torch":
         fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
     elif impl == "triton":
+        require_triton('fill_page_table(impl="triton")')
         torch.ops.mla_edu.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
     else:
         raise ValueError(f"impl must be 'torch' or 'triton', got {impl!r}")

@@ -15,7 +15,7 @@ Triton's own compiler and the ptxas it ships, and reports what a GPU engineer re
 ``skipped_multiplies`` and ``exponentials_of_an_fma`` read two of the seesaw's softmax choices from its PTX
 (``docs/kernel_essay.md``).
 
-Kinds: "tl" (``split_kv_triton.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
+Kinds: "tl" (``stage1.tl.stage1_kernel``: the layouts are Triton's choice), "cp.async" and "tma"
 (``split_kv_wgmma.stage1_wgmma_kernel``: the layouts are written in the kernel), "seesaw"
 (``split_kv_seesaw.stage1_seesaw_kernel`` at 64 heads a program: its wgmma counted per warpgroup and pair of tiles;
 at 16 or 32 the "tma" kernel, which it runs there). Triton's CPU
@@ -33,9 +33,10 @@ import subprocess
 import sys
 import tempfile
 
-from mla_edu.device import TRITON_INTERPRET
+from mla_edu.device import TRITON_INTERPRET, require_triton
+from mla_edu.kernels import stage1
 from mla_edu.kernels.contract import STAGE1_KINDS
-from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
+from mla_edu.kernels.workspace import gpu_block_h
 
 #: Shared memory one block may use on sm90 (H100 / H200: 227 KB)
 MAX_SHARED = 232448
@@ -45,32 +46,42 @@ BATCH, N_PAGES = 64, 64  # the problem it compiles for (B = 64, L = 4096 at page
 
 
 def compile_stage1(kinds=STAGE1_KINDS, page: int = 64, dtype: str = "bf16", final: bool = False,
-                   heads: int = HEADS, scheduled: bool = False, seesaw_file: str | None = None) -> dict:
-    """``{kind: report}`` for each of ``kinds`` (see the module docstring); ``final``: the one-split variant;
+                   heads: int = HEADS, scheduled: bool = False) -> dict:
+    """``{kind: report}`` for each of ``kinds`` (see the module docstring; a kind of ``stage1.KINDS``, compiled as
+    its ``compile_spec`` says, or its fallback's where it does not apply); ``final``: the one-split variant;
     ``heads``: h_q of the problem (128: 64-head programs; 16: 16-head programs, ``stage1_swapped_kernel``);
-    ``scheduled``: the balanced schedule's persistent variant (``kernels.schedule``); ``seesaw_file``: kind
-    "seesaw" compiled from this copy of ``split_kv_seesaw.py`` (a variant, as ``kernel_lab.tools.stage1_ab`` times
-    one)."""
+    ``scheduled``: the balanced schedule's persistent variant (``kernels.schedule``)."""
+    require_triton("compiling stage 1 for sm_90a (Triton's compiler)")
     kinds = tuple(kinds)
-    bad = [k for k in kinds if k not in STAGE1_KINDS]
+    bad = [k for k in kinds if k not in stage1.KINDS]
     if bad or not kinds:
-        raise ValueError(f"kinds must be a non-empty selection of {STAGE1_KINDS}, got {kinds}")
+        raise ValueError(f"kinds must be a non-empty selection of {tuple(stage1.KINDS)}, got {kinds}")
     if dtype not in ("bf16", "fp16"):
         raise ValueError(f"dtype must be 'bf16' or 'fp16', got {dtype!r}")
     if heads not in HEAD_COUNTS:
         raise ValueError(f"heads must be one of {HEAD_COUNTS}, got {heads!r}")
-    if seesaw_file is not None and not os.path.isfile(seesaw_file):
-        raise ValueError(f"seesaw_file must be a file (a copy of split_kv_seesaw.py), got {seesaw_file!r}")
     if not TRITON_INTERPRET:
-        return {k: _compile(k, page, dtype, final, heads, scheduled, seesaw_file) for k in kinds}
+        return {k: compile_report(spec_for(k, page, dtype, final, heads, scheduled)) for k in kinds}
     cmd = [sys.executable, "-m", "mla_edu.kernels.sm90", *kinds, "--page", str(page), "--dtype", dtype,
-           "--heads", str(heads)] + ["--final"] * final + ["--scheduled"] * scheduled + (
-           ["--seesaw-file", seesaw_file] if seesaw_file else [])
+           "--heads", str(heads)] + ["--final"] * final + ["--scheduled"] * scheduled
     run = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
     if run.returncode != 0:  # the error, without the binding's reference-leak report printed at exit
         err = "\n".join(ln for ln in run.stderr.splitlines() if not ln.startswith(("nanobind:", " - ")))
         raise RuntimeError(f"compiling stage 1 for sm_90a failed ({' '.join(cmd)}):\n{err[-4000:]}")
     return json.loads(run.stdout)
+
+
+def spec_for(kind: str, page: int = 64, dtype: str = "bf16", final: bool = False, heads: int = HEADS,
+             scheduled: bool = False) -> stage1.CompileSpec:
+    """The ``CompileSpec`` of the kernel that runs ``kind`` (``stage1.running_kind``) for the problem this module
+    compiles for (``BATCH`` requests of ``N_PAGES`` pages, ``heads`` heads), as a launch would configure it."""
+    from mla_edu.kernels.split_kv_wgmma import compile_cache
+
+    ran = stage1.running_kind(kind, gpu_block_h(heads, BATCH, N_PAGES), compile_cache(page, dtype))
+    compile_spec = stage1.impl(ran).compile_spec
+    if compile_spec is None:
+        raise ValueError(f"stage-1 kind {ran!r} has no compile_spec: it cannot be compiled for sm_90a here")
+    return compile_spec(ran, page, dtype, final, heads, scheduled, BATCH, N_PAGES)
 
 
 def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, dict]:
@@ -92,9 +103,13 @@ def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, d
     return sig, attrs
 
 
-def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, scheduled: bool = False,
-             seesaw_file: str | None = None) -> dict:
-    import torch
+def compile_report(spec: stage1.CompileSpec, dtype: str = "bf16") -> dict:
+    """Compile ``spec`` for sm_90a with Triton's compiler and its ptxas, and read the report (the module
+    docstring's keys). Runs in a process without Triton's interpreter (``compile_stage1`` starts one under it):
+    RuntimeError otherwise."""
+    if TRITON_INTERPRET:
+        raise RuntimeError("compile_report needs a process without Triton's interpreter (TRITON_INTERPRET=0): "
+                           "under it Triton's kernels are the interpreter's, not the compiler's")
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import get_ptxas
@@ -102,50 +117,10 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    # here, not at the top: this runs in the child without Triton's interpreter (``compile_stage1``), whose
-    # kernels must be the compiler's JIT functions, not the interpreter's
-    from mla_edu.kernels import split_kv_seesaw as seesaw
-    from mla_edu.kernels import split_kv_triton as tl_kernels
-    from mla_edu.kernels import split_kv_wgmma as wg
-
-    if seesaw_file is not None:  # the variant under a name of its own
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("mla_edu.kernels.split_kv_seesaw_variant", seesaw_file)
-        seesaw = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(seesaw)
-
-    two = False  # split_kv_seesaw's kernel: two warpgroups of 4 warps, each its own code
-    if kind == "tl":
-        block_h, block_n, warps, stages = tl_kernels.launch_config(heads, on_gpu=True, batch=BATCH,
-                                                                   n_pages=N_PAGES)
-        consts = tl_kernels.stage1_constexprs(page, D_LATENT, D_ROPE, False, False, final, block_h, block_n,
-                                              scheduled, BATCH)
-        sig, attrs = _signature(tl_kernels.stage1_kernel, dtype, consts, {})
-        src = ASTSource(tl_kernels.stage1_kernel, sig, consts, attrs)
-        options = {"num_warps": warps, "num_stages": stages}
-    else:
-        tma = kind in ("tma", "seesaw")
-        block_h = gpu_block_h(heads, BATCH, N_PAGES)  # as split_kv_triton.mla_decode_stage1 picks it
-        cache = torch.empty(2, max(page, wg.BLOCK_N), D_LATENT + D_ROPE,
-                            dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
-        two = kind == "seesaw" and seesaw.applies(block_h, cache)
-        kernel, warps = (seesaw.stage1_seesaw_kernel, seesaw.WARPS) if two else wg.kernel_for(block_h)
-        consts = wg.constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, BATCH)
-        if two:  # q_nope by TMA, as a contiguous q is read, and the output rows stored by TMA, as a launch does
-            consts.update(Q_TMA=True, O_TMA=final or scheduled)
-        names = ("kv_desc", "pe_desc", "q_desc", "o_desc")
-        if tma:  # the descriptors' types, as the JIT derives them from real ones
-            q_nope = torch.empty(BATCH, heads, D_LATENT, dtype=cache.dtype)  # the output has its shape too
-            rows = seesaw.q_descriptor(q_nope)  # q_desc's type, and o_desc's
-            descs = (*seesaw.descriptors(cache, D_LATENT), rows, rows) if two else wg.tma_descriptors(cache)
-            descriptors = dict(zip(names, map(mangle_type, descs)))
-        else:  # None: a constexpr
-            descriptors, consts = {}, dict(consts, kv_desc=None, pe_desc=None)
-        sig, attrs = _signature(kernel, dtype, consts, descriptors)
-        src = GluonASTSource(kernel, sig, consts, attrs)
-        options = {"num_warps": warps, **({"maxnreg": seesaw.REGISTERS.value} if two else {})}
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    descriptors = {name: mangle_type(d) for name, d in spec.descriptors.items()}
+    sig, attrs = _signature(spec.kernel, dtype, spec.constexprs, descriptors)
+    src = (GluonASTSource if spec.gluon else ASTSource)(spec.kernel, sig, spec.constexprs, attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec.options)
     ptx = kernel.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         with open(f"{tmp}/k.ptx", "w") as f:
@@ -155,7 +130,7 @@ def _compile(kind: str, page: int, dtype: str, final: bool, heads: int, schedule
     mma = r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[\d, ]+\]), instrShape = (\[[\d, ]+\])"
     layouts = re.findall(mma, kernel.asm["ttgir"])
     wgmma = collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))
-    if two:  # its PTX holds both warpgroups' code (the same instructions): per warpgroup
+    if spec.per_warpgroup:  # its PTX holds both warpgroups' code (the same instructions): per warpgroup
         wgmma = {shape: n // 2 for shape, n in wgmma.items()}
     return {"mma_layouts": sorted({f"warps {w}, instr {i}" for w, i in layouts}), "wgmma": dict(wgmma),
             "mma_sync": dict(collections.Counter(re.findall(r"\bmma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),

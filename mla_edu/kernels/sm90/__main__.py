@@ -11,13 +11,14 @@ import sys
 from mla_edu.cli import int_at_least
 from mla_edu.files import check_out_dir, check_out_file, write_atomic
 from mla_edu.kernels.contract import STAGE1_KINDS
+from mla_edu.kernels.stage1 import KINDS
 from mla_edu.kernels.sm90 import HEAD_COUNTS, HEADS, compile_stage1, to_markdown
 
 
 def _kind(value: str) -> str:
     """argparse type of a kind (``choices`` with ``nargs="*"`` refuses an empty list on Python 3.11)."""
-    if value not in STAGE1_KINDS:
-        raise argparse.ArgumentTypeError(f"expected one of {STAGE1_KINDS}, got {value!r}")
+    if value not in KINDS:
+        raise argparse.ArgumentTypeError(f"expected one of {tuple(KINDS)}, got {value!r}")
     return value
 
 
@@ -32,8 +33,6 @@ def main(argv=None) -> None:
     ap.add_argument("--final", action="store_true", help="the one-split variant (writes out directly)")
     ap.add_argument("--scheduled", action="store_true",
                     help="the balanced schedule's persistent variant (kernels.schedule)")
-    ap.add_argument("--seesaw-file", metavar="FILE",
-                    help="compile kind seesaw from this copy of split_kv_seesaw.py (a variant)")
     ap.add_argument("--ptx", metavar="DIR", help="also write each kind's PTX to DIR/<kind>.ptx")
     ap.add_argument("--md", metavar="FILE", help="also write the report as a markdown table to FILE")
     args = ap.parse_args(argv)
@@ -42,12 +41,10 @@ def main(argv=None) -> None:
             check_out_dir(args.ptx, "--ptx")
         if args.md:
             check_out_file(args.md, "--md")
-        if args.seesaw_file and not os.path.isfile(args.seesaw_file):
-            raise ValueError(f"--seesaw-file must be a file, got {args.seesaw_file!r}")
     except ValueError as e:
         ap.error(str(e))
     reports = compile_stage1(args.kinds or STAGE1_KINDS, args.page, args.dtype, args.final, args.heads,
-                             args.scheduled, args.seesaw_file)
+                             args.scheduled)
     if args.ptx:
         for k, r in reports.items():
             write_atomic(os.path.join(args.ptx, f"{k}.ptx"), r["ptx"])
