@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mla_edu  # noqa: F401
-from mla_edu.device import HAS_CUDA, TRITON_INTERPRET
+from mla_edu.device import HAS_CUDA, TRITON_INTERPRET, triton_available
 from mla_edu.graphs.check import CheckReport, check
 from mla_edu.graphs.scenarios import (MATCHES, PITFALLS, Pitfall, Problem, ToyServer, check_problem, checker_row,
                                       classify, count, register, run_all, run_scenario, scenario, scenarios)
@@ -19,7 +19,7 @@ from mla_edu.paths import RESULTS_DIR as RESULTS
 # Every test here runs the emulator on CPU tensors; the Triton scenarios then need Triton's
 # interpreter (the default without a GPU). On a GPU machine they are left out here, and
 # test_real_graphs_match_the_h200_log runs all of them, Triton included, on real graphs.
-CPU_SCENARIOS = [s for s in scenarios() if TRITON_INTERPRET or not s.needs_triton]
+CPU_SCENARIOS = [s for s in scenarios() if (TRITON_INTERPRET and triton_available()) or not s.needs_triton]
 
 
 def _gpu_outcomes(path: Path) -> dict[str, str]:
@@ -222,7 +222,8 @@ def test_the_docs_quote_the_registrys_count():
     assert split in " ".join((REPO_ROOT / "notebooks" / "05_cuda_graphs_and_their_pitfalls.py").read_text().split())
 
 
-@pytest.mark.skipif(not TRITON_INTERPRET, reason="the Triton scenarios on CPU tensors need Triton's interpreter")
+@pytest.mark.skipif(not (TRITON_INTERPRET and triton_available()),
+                    reason="the Triton scenarios on CPU tensors need Triton and its interpreter")
 def test_the_committed_cpu_run_reproduces(capsys):
     """``python -m mla_edu.graphs.scenarios --check --schedules 3`` prints results/graph_scenarios_cpu.md below its
     first line (the torch version)."""
