@@ -37,7 +37,8 @@ REPORT = ROOT / "results" / "gpu_suite_h200.md"
 # The dev extra but what the GPU suite does not run (the lab UI, the linter, xdist), nbclient (tests/test_faults_*
 # run notebooks with it), ipywidgets (the panel) and pydantic (the settings): the runtime dependencies that the
 # H200's image lacks.
-ROOTS = ("pytest", "hypothesis", "nbval", "nbclient", "jupytext", "ipykernel", "colorspacious", "ipywidgets", "pydantic")
+ROOTS = ("pytest", "hypothesis", "nbval", "nbclient", "jupytext", "ipykernel", "colorspacious", "ipywidgets",
+         "pydantic")
 NOT_CARRIED = ("torch", "triton", "numpy", "nvidia-*")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
