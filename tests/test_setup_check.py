@@ -14,7 +14,10 @@ from mla_edu.workshop import setup_check as sc
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "00_setup_check.py"
 PINS = sc.read_lock(sc.lock_path())
-LEARNER = sc.learner_packages()
+try:
+    LEARNER = sc.learner_packages()
+except LookupError as e:  # a GPU machine that runs the tree from PYTHONPATH (make test-gpu) has no mla-edu installed
+    pytest.skip(f"the setup check reads the installed mla-edu's metadata: {e}", allow_module_level=True)
 
 
 def _report(name, check, *args, **kwargs) -> sc.Report:
