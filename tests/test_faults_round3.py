@@ -16,6 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from cli_run import cli_module, main_exit
+from markers import CPU_TRITON
 from tiny_models import random_tiny_model
 
 import mla_edu  # noqa: F401
@@ -25,14 +26,14 @@ from mla_edu.kernels import mla_decode, schedule
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kvcache import PagedAllocator, ReqToTokenPool, fill_page_table
 from mla_edu.model import MANIFEST_FILE, WEIGHTS_DIR, WEIGHTS_FILE, load_pretrained, sha256_file
-from mla_edu.device import triton_available
+from mla_edu.device import TRITON_INTERPRET, triton_available
 from mla_edu.serving import Engine, ServerArgs
 from mla_edu.serving.backends import BACKEND_CLASSES, AttentionBackend, TritonBackend, backend_class, register_backend
 from mla_edu.workshop.panel import PanelSettings
 
-#: the Triton paths where Triton is installed (tests/conftest.py's marker covers the parametrized tests)
+#: the Triton paths where Triton runs on CPU tensors (its interpreter: not on a GPU machine, where it runs the GPU's)
 KERNEL_PATHS = [("reference", "splits"), ("torch", "splits")] + (
-    [("triton", "splits"), ("triton", "balanced")] if triton_available() else [])
+    [("triton", "splits"), ("triton", "balanced")] if triton_available() and TRITON_INTERPRET else [])
 
 
 def _case(**kw):
@@ -86,7 +87,7 @@ def _fill_inputs():
     return pool, torch.tensor([3, 1]), torch.tensor([33, 1])
 
 
-@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=CPU_TRITON)])
 def test_fill_page_table_reads_strided_lengths_and_indices_and_a_transposed_pool(impl):
     pool, idx, lens = _fill_inputs()
     want = torch.full((2, 5), -7, dtype=torch.int32)
@@ -98,7 +99,7 @@ def test_fill_page_table_reads_strided_lengths_and_indices_and_a_transposed_pool
     assert got.tolist() == want.tolist() == [[13, 14, 15, -7, -7], [5, -7, -7, -7, -7]]
 
 
-@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=CPU_TRITON)])
 @pytest.mark.parametrize("what,idx,lens,msg", [
     ("pool index past the pool", [4, 1], [33, 1], r"req_pool_indices\[0\] must be a row of req_to_token, in \[0, 4\)"),
     ("negative pool index", [1, -1], [33, 1], r"req_pool_indices\[1\] must be a row .* got -1"),
@@ -112,7 +113,7 @@ def test_fill_page_table_refuses_a_pool_index_or_length_outside_the_pool_by_name
     assert (table == -7).all()  # refused before any write
 
 
-@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=CPU_TRITON)])
 def test_fill_page_table_on_unreadable_values_writes_no_page_for_what_no_page_serves(impl, monkeypatch):
     """Where values cannot be read without a sync (a GPU, a capture), the kernels mask: a row past the pool and
     pages past the context get -1 (NO_PAGE), never a read outside req_to_token or a repeated last page."""
@@ -123,7 +124,7 @@ def test_fill_page_table_on_unreadable_values_writes_no_page_for_what_no_page_se
     assert table.tolist() == [[-1, -1, -1, -7, -7, -7], [5, 6, 7, 8, -1, -1], [-1, -1, -7, -7, -7, -7]]
 
 
-@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=CPU_TRITON)])
 def test_an_int64_page_id_past_int32_is_refused_not_wrapped(impl):
     pool = torch.zeros(2, 32, dtype=torch.int64)
     pool[0, 0] = 2**40  # page 2**36 of 16-token pages: an int32 table would hold 0
@@ -332,7 +333,8 @@ def test_server_args_keep_a_torch_device_as_its_name_and_write_it_to_json():
 def test_a_graph_size_or_context_that_cannot_fit_is_refused_before_allocating(kw, monkeypatch):
     monkeypatch.setattr("mla_edu.serving.model_runner.free_bytes", lambda device: 2**30)
     monkeypatch.setattr("mla_edu.kvcache.ReqToTokenPool.__init__", lambda *a, **k: pytest.fail("allocated"))
-    with pytest.raises(ValueError, match=r"these settings need at least \d+\.\d\d GiB .*but cpu has 1.00 GiB free"):
+    with pytest.raises(ValueError,
+                       match=r"these settings need at least \d+\.\d\d GiB .*but (cpu|cuda) has 1.00 GiB free"):
         Engine(random_tiny_model(), **kw)
 
 
@@ -517,7 +519,7 @@ def test_property_mla_decode_gives_the_references_answer_or_a_clear_error(length
 
 @given(lengths=st.sampled_from([[33, 1], [0, 0], [64, 64], [65, 1], [-3, 1]]), idx=st.sampled_from([[3, 1], [0, 0],
        [4, 1], [-1, 0]]), layout=st.sampled_from(LAYOUTS), batch=st.sampled_from([0, 2]),
-       impl=st.sampled_from(["torch", "triton"] if triton_available() else ["torch"]),
+       impl=st.sampled_from(["torch", "triton"] if triton_available() and TRITON_INTERPRET else ["torch"]),
        dtype=st.sampled_from([torch.int32, torch.int64]))
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_property_fill_page_table_matches_the_loop_or_refuses_clearly(lengths, idx, layout, batch, impl, dtype):

@@ -7,6 +7,7 @@ import torch
 
 from mla_edu.kernels import mla_decode, observe_plans, stage1
 from mla_edu.kernels.cases import random_decode_case
+from markers import CPU_TRITON
 
 pytestmark = pytest.mark.triton  # stage 2 and the built-in kinds are Triton kernels
 
@@ -19,6 +20,7 @@ def toy(monkeypatch):
     return "toy"
 
 
+@CPU_TRITON
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("checked", [False, True])
 def test_a_toy_kind_is_one_module_and_one_entry(toy, splits, checked):

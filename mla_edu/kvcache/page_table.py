@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
-from mla_edu.device import require_triton
+from mla_edu.device import TRITON_INTERPRET, require_triton
 from mla_edu.kernels.contract import values_readable
 from mla_edu.util import is_int
 
@@ -119,6 +119,9 @@ def fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_s
         fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
     elif impl == "triton":
         require_triton('fill_page_table(impl="triton")')
+        if not page_table.is_cuda and not TRITON_INTERPRET:
+            raise RuntimeError('fill_page_table(impl="triton") on CPU tensors needs TRITON_INTERPRET=1 set before '
+                               'triton is imported (on a GPU machine, pass CUDA tensors or use impl="torch")')
         torch.ops.mla_edu.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
     else:
         raise ValueError(f"impl must be 'torch' or 'triton', got {impl!r}")
