@@ -65,8 +65,13 @@ def test_1_wrong_kernel_without_mla_edu_is_named(tmp_path):
 
 
 def test_2_wrong_kernel_of_another_checkout_or_python(tmp_path):
-    remedy = _red("kernel", sc.check_kernel, tmp_path / "other-checkout" / "notebooks")
+    other = tmp_path / "other-checkout"
+    (other / "mla_edu").mkdir(parents=True)
+    (other / "pyproject.toml").write_text("")
+    remedy = _red("kernel", sc.check_kernel, other / "notebooks")
     assert remedy.startswith("wrong kernel: it imports mla_edu from") and "other-checkout" in remedy
+    # notebooks copied out of any checkout (as JupyterLab's browser tests run them): the kernel's mla_edu is the one
+    assert _report("kernel", sc.check_kernel, tmp_path / "copy" / "notebooks", python=(3, 11)).red == []
     assert sc.Report().verdicts == {}
     remedy = _red("kernel", sc.check_kernel, REPO_ROOT / "notebooks", python=(3, 12))
     assert remedy.startswith("wrong kernel: Python 3.12; the locks are for Python 3.11")

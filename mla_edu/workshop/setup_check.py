@@ -266,14 +266,23 @@ def learner_packages(dist: str = "mla-edu") -> set[str]:
     return seen
 
 
+def notebook_checkout(notebook_dir: str | Path) -> Path | None:
+    """The checkout a notebook folder lies in (the nearest folder above it with ``pyproject.toml`` and ``mla_edu/``),
+    or None for notebooks copied out of any checkout (the kernel's own mla_edu is then the only one in play)."""
+    for folder in Path(notebook_dir).resolve().parents:
+        if (folder / "pyproject.toml").is_file() and (folder / "mla_edu").is_dir():
+            return folder
+    return None
+
+
 def check_kernel(notebook_dir: str | Path | None = None, python: tuple[int, int] | None = None) -> Verdict:
     """This kernel runs the project's environment: its mla_edu is the notebook's checkout, its Python the
     locks' (the cell before it has already stopped a kernel that cannot import mla_edu at all)."""
     notebook_dir = Path.cwd() if notebook_dir is None else Path(notebook_dir)
     python = tuple(sys.version_info[:2]) if python is None else tuple(python)
     lines = (f"kernel: Python {'.'.join(map(str, python))} ({sys.executable}), mla_edu from {REPO_ROOT}",)
-    checkout = notebook_dir.resolve().parent
-    if checkout != REPO_ROOT.resolve():
+    checkout = notebook_checkout(notebook_dir)
+    if checkout is not None and checkout != REPO_ROOT.resolve():
         return Verdict(False, lines, remedy=f"wrong kernel: it imports mla_edu from {REPO_ROOT}, not from this "
                        f"notebook's checkout {checkout}. Start JupyterLab from {checkout} with .venv/bin/jupyter lab "
                        f"(Windows: .venv\\Scripts\\jupyter lab), or pick that .venv's Python as the kernel")
