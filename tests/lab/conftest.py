@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from lab_harness import chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "build" / "book"
@@ -80,21 +81,8 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def browser(tmp_path_factory):
-    """Headless Chromium (Debian's package) through its chromedriver."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if not chromium or not driver_path:
-        pytest.fail("make test-lab needs Debian's chromium and chromium-driver "
-                    "(apt-get install chromium chromium-driver)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1600,1200", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    """Headless Chromium at 1600x1200, for JupyterLab and the book."""
+    driver = chromium(tmp_path_factory.mktemp("chromium"), "1600,1200")
     # Headless Chromium need not give the page focus, and JupyterLab sets its current widget from focus: emulate it
     # (lab_harness finds notebooks by path besides, so that no wait depends on it).
     driver.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": True})

@@ -9,7 +9,9 @@ focus emulation besides. A wait that times out says what it waited for and the l
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from pathlib import Path
 
 # Defines panel(path): the notebook panel open at ``path`` (relative to the server's root) in the main area, or null.
 PANEL_JS = """
@@ -59,3 +61,24 @@ def open_notebook(driver, base: str, token: str, path: str, timeout: float = 180
                      path, timeout=timeout)
     driver.execute_script(PANEL_JS + "window.jupyterapp.shell.activateById(panel(arguments[0]).id);", path)
     return state
+
+
+def chromium(user_data_dir: Path, window: str, performance_log: bool = False):
+    """Headless Chromium (Debian's package) through its chromedriver, with no background traffic (this machine's
+    network is closed); ``performance_log`` records DevTools events, every network request among them."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not binary or not driver_path:
+        raise RuntimeError("make test-lab needs Debian's chromium and chromium-driver "
+                    "(apt-get install chromium chromium-driver)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--window-size={window}", f"--user-data-dir={user_data_dir}"):
+        opts.add_argument(flag)
+    if performance_log:
+        opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    return webdriver.Chrome(service=Service(driver_path), options=opts)

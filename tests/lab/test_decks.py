@@ -9,12 +9,12 @@ the local server (Chrome's DevTools performance log: every request the page made
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from lab_harness import chromium
 from mla_edu import plotstyle
 
 pytestmark = pytest.mark.lab
@@ -74,21 +74,7 @@ return out;
 def deck_browser(tmp_path_factory):
     """Headless Chromium (Debian's) at a 1280x720 viewport, its DevTools performance log recording every
     network request."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if not chromium or not driver_path:
-        pytest.fail("make test-lab needs Debian's chromium and chromium-driver "
-                    "(apt-get install chromium chromium-driver)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-                 "--disable-background-networking", "--disable-component-update", "--window-size=1280,720",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-slides')}"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    driver = chromium(tmp_path_factory.mktemp("chromium-slides"), "1280,720", performance_log=True)
     driver.set_script_timeout(60)
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {**SCREEN, "deviceScaleFactor": 1,
                                                                   "mobile": False})
