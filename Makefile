@@ -35,7 +35,7 @@ PIP    := -m pip install -q --disable-pip-version-check
 # The notebooks' recorded outputs are the CPU run's (emulated graphs, fp32). On a GPU the same cells
 # print other text in places (backend names, bf16 accuracies), so there nbval runs every cell and
 # every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs.
-NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval)
+NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval --nbval-sanitize-with notebooks/without_triton.cfg)
 # The tests on every core of a CPU machine (pytest-xdist; a notebook's cells stay together, in order, on one
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)

@@ -212,11 +212,10 @@ def md_claims() -> list[str]:
     rss = float(one(r"\| RSS after building the engine \| [\d.]+ GB \| ([\d.]+) GB \|", seed).group(1))
     cpu_wall = float(one(r"([\d.]+) s wall, [\d.]+ s user", md("repro_cpu.md")).group(1))
     gpu_wall = float(one(r"; (\d+) s wall for the whole run", md("repro_h200_bfloat16.md")).group(1))
-    tests = md("tests_h200.md")
-    latest = one(r"At commit `(\w+)` \([^)]*\): (\d+) passed, (\d+) skipped, (\d+) failed", tests).groups()
-    earlier = one(r"Unit tests, [\d-]+ \(commit (\w+)\) .*?(\d+) passed, (\d+) skipped", tests).groups()
-    cells = one(r"--nbval-lax notebooks/\*\.ipynb .*?(\d+) passed in", tests).group(1)
-    strict = one(r"failed (\d+) of the (\d+) cells", tests).groups()
+    gpu = md("gpu_suite_h200.md")
+    unit_gpu = one(r"\| unit \| `[^`]*` \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", gpu).groups()
+    nbval_gpu = one(r"\| nbval \| `[^`]*` \| (\d+) \| 0 \| 0 \| 0 \|", gpu).group(1)
+    rerun = one(r"(\d+) passed, (\d+) skipped in [\d.]+s", gpu.split("## The 16 failures")[1]).groups()
     ci = md("ci_fresh_clone.md")
     total = one(r"\| `bash \.ci/run`, in all \| \| ([\d:]+) \|", ci).group(1)
     unit = one(r"\| unit tests \| (\d+) \| (\d+) s \|", ci).groups()
@@ -231,10 +230,9 @@ def md_claims() -> list[str]:
         f"with `.venv` made, {cpu_wall:.0f} s (`results/repro_cpu.md`)",
         f"(`make repro`: {cpu_wall:.0f} s on the 2-core CPU machine)",
         f"on the H200: {gpu_wall:.0f} s;",
-        f"at `{latest[0]}`: {latest[1]} unit tests passed, {latest[2]} skipped, {latest[3]} failed",
-        f"earlier, at `{earlier[0]}`: {earlier[1]} passed ({earlier[2]} skips: CPU-only checks), all {cells} notebook "
-        f"cells of then ran under `--nbval-lax`",
-        f"({strict[0]} of the {strict[1]} cells the notebooks then had",
+        f"{unit_gpu[0]} unit tests passed, {unit_gpu[1]} failed",
+        f"their files rerun there: {rerun[0]} passed, {rerun[1]} skipped), {unit_gpu[3]} skipped; all {nbval_gpu} "
+        f"notebook cells passed under `--nbval-lax`",
         f"`bash .ci/run` {total} in all (creating `.venv` from the lock, ruff, {unit[0]} unit tests in {unit[1]} s, "
         f"{nb[0]} notebook cells under strict nbval in {nb[1]}, then `make test-lab`: the book and {lab[0]} browser "
         f"tests in {lab[1]}). `make repro` {fresh_repro} in an earlier fresh clone",
