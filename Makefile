@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine (Linux or macOS on Apple silicon, Python 3.11; Windows: WSL2,
 # or the PowerShell commands of docs/setup.md):
 #   make repro   the main job: the bug reproduction on the shipped model
-#   make test    every test: unit tests, then pytest --nbval over all notebooks
+#   make test    every test: ruff, the unit tests, then pytest --nbval over all notebooks
 # Both create .venv on first use with the exact versions of the lock: requirements/cpu.txt without a GPU
 # (torch's CPU build, never a CUDA download), requirements/gpu.txt with one, requirements/macos-arm64.txt on an
 # Apple-silicon Mac.
@@ -34,7 +34,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP    := -m pip install -q --disable-pip-version-check
 # The notebooks' recorded outputs are the CPU run's (emulated graphs, fp32). On a GPU the same cells
 # print other text in places (backend names, bf16 accuracies), so there nbval runs every cell and
-# every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs.
+# every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs. Without Triton (a Mac,
+# Windows) a Triton cell prints one line saying so before its stored output: the sanitizer drops that line.
 NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval --nbval-sanitize-with notebooks/without_triton.cfg)
 # The tests on every core of a CPU machine (pytest-xdist; a notebook's cells stay together, in order, on one
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
