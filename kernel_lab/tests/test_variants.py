@@ -38,6 +38,7 @@ def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch, schedu
 #: compile spec handed to ``sm90.compile_report``, in a process without Triton's interpreter.
 COMPILE_VARIANT = """
 import importlib.util, json, sys
+from mla_edu.kernels import sm90
 spec = importlib.util.spec_from_file_location("seesaw_variant", sys.argv[1])
 variant = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(variant)
