@@ -201,6 +201,7 @@ notebooks: $(VENV)/.ready
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 	for nb in notebooks/*.ipynb; do $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace $$nb || exit 1; done
 	$(PY) -m tools.notebook_timings  # the instructor guide's table, from the notebooks just executed
+	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace notebooks/00_setup_check.ipynb  # prints that table
 
 clean-venv:
 	rm -rf $(VENV) $(LATEST) .venv-uv
