@@ -222,6 +222,8 @@ def md_claims() -> list[str]:
     nb = one(r"\| notebook cells, strict nbval \| (\d+) \| ([\d:]+) \|", ci).groups()
     lab = one(r"\| `make test-lab`: the book and the browser tests \| (\d+) \| ([\d:]+) \|", ci).groups()
     fresh_repro = one(r"including the creation of `\.venv`: ([\d:]+)", ci).group(1)
+    no_triton_unit = one(r"\| `make test-no-triton`: unit tests without Triton \| (\d+) \| (\d+) s \|", ci).groups()
+    no_triton_nb = one(r"\| `make test-no-triton`: notebook cells, strict nbval \| (\d+) \| ([\d:]+) \|", ci).groups()
     return [
         f"one replay overwrote {100 * changed / owned:.1f}% of its bytes",
         f"eager cutlass_mla with sgl-kernel 0.1.7's hard-coded `1/sqrt(192)`: {tiny[1]} (tiny) and {yarn[1]} "
@@ -235,7 +237,9 @@ def md_claims() -> list[str]:
         f"notebook cells passed under `--nbval-lax`",
         f"`bash .ci/run` {total} in all (creating `.venv` from the lock, ruff, {unit[0]} unit tests in {unit[1]} s, "
         f"{nb[0]} notebook cells under strict nbval in {nb[1]}, then `make test-lab`: the book and {lab[0]} browser "
-        f"tests in {lab[1]}). `make repro` {fresh_repro} in an earlier fresh clone",
+        f"tests in {lab[1]}; then without Triton {no_triton_unit[0]} unit",
+        f"tests in {no_triton_unit[1]} s and the {no_triton_nb[0]} cells in {no_triton_nb[1]}, and the platform locks'",
+        f"`make repro` {fresh_repro} in an earlier fresh clone",
     ]
 
 
