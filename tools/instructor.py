@@ -58,12 +58,17 @@ def with_solutions(notebook: Path):
     return nb
 
 
+def _fresh(folder: Path) -> Path:
+    """``folder``, emptied of an earlier build (made where missing)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return folder
+
+
 def build_notebooks(out: Path = OUT) -> list:
     """Every notebook of ``notebooks/`` with its solutions, into ``out/notebooks/``; returns the paths written."""
-    nb_dir = out / "notebooks"
-    if nb_dir.exists():
-        shutil.rmtree(nb_dir)
-    nb_dir.mkdir(parents=True)
+    nb_dir = _fresh(out / "notebooks")
     written = []
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         target = nb_dir / path.name
@@ -74,10 +79,7 @@ def build_notebooks(out: Path = OUT) -> list:
 
 def build_book(out: Path = OUT) -> Path:
     """The book's sources with the solved notebooks, built by Sphinx with the learner book's configuration."""
-    src = out / "docs"
-    if src.exists():
-        shutil.rmtree(src)
-    src.mkdir(parents=True)
+    src = _fresh(out / "docs")
     for item in (ROOT / "docs").iterdir():
         if item.name == "notebooks" or item.name == "conf.py":
             continue

@@ -71,18 +71,13 @@ class Slide(BaseModel):
             raise ValueError("expected text, got a blank string")
         return v
 
-    @field_validator("bullets")
+    @field_validator("bullets", "math")
     @classmethod
-    def _few_bullets(cls, v: list[str]) -> list[str]:
-        if len(v) > MAX_BULLETS:
-            raise ValueError(f"expected at most {MAX_BULLETS} bullets, got {len(v)}")
-        return v
-
-    @field_validator("math")
-    @classmethod
-    def _few_equations(cls, v: list[str]) -> list[str]:
-        if len(v) > MAX_EQUATIONS:
-            raise ValueError(f"expected at most {MAX_EQUATIONS} display equations, got {len(v)}")
+    def _few_items(cls, v: list[str], info) -> list[str]:
+        most, what = {"bullets": (MAX_BULLETS, "bullets"),
+                      "math": (MAX_EQUATIONS, "display equations")}[info.field_name]
+        if len(v) > most:
+            raise ValueError(f"expected at most {most} {what}, got {len(v)}")
         return v
 
     @field_validator("code")
