@@ -90,19 +90,19 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
               max_pages: int | None = None) -> tuple[float, float]:
     """(rule, balanced): modelled makespans in page-times (one program's time for one page; each program or
     segment also pays ``FIXED_OVERHEAD_PAGES``) of the split rule at ``num_splits`` and of the balanced schedule,
-    for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block)
-    on the GPU's program slots, at least the longest and at least their total spread over the slots. The schedule:
-    one part's share (``batch_plan``'s chunk) and one overhead."""
+    for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block,
+    ``pages_per_program``) handed to the GPU's program slots in launch order (``simulate``), so that a long
+    request's programs launched last run alone at the end. The schedule: one part's share (``batch_plan``'s chunk)
+    and one overhead. The rule's term was a lower bound until the family bench (the longest program, or the total
+    spread evenly over the slots), which misses that tail: ``kernel_lab/results/choice_fit_h200.md`` scores both
+    on the H200's measured times."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
                  **({} if max_pages is None else {"max_pages": max_pages}))
     n = [cdiv(max(int(x), 0), page_size) for x in lens]
     max_pages = max(n + [1]) if max_pages is None else max_pages
     n = [min(k, max_pages) for k in n]
-    block_h = gpu_block_h(heads, len(n), max_pages)
-    slots = PROGRAMS_PER_SM[block_h] * sm_count
-    programs = [cdiv(k, num_splits) + FIXED_OVERHEAD_PAGES for k in n if k > 0
-                for _ in range(num_splits)] * cdiv(heads, block_h)
-    rule = max(max(programs, default=0), sum(programs) / slots)
+    slots = PROGRAMS_PER_SM[gpu_block_h(heads, len(n), max_pages)] * sm_count
+    rule = simulate(pages_per_program(lens, page_size, heads, sm_count, num_splits, max_pages), slots)[1]
     w = [k + FIXED_OVERHEAD_PAGES for k in n if k > 0]
     chunk = max(cdiv(sum(w), num_parts(heads, sm_count, len(n), max_pages)), MIN_PART_PAGES,
                 cdiv(max(w, default=0), MAX_PIECES - 1))
@@ -193,10 +193,12 @@ def lognormal_lengths(batch: int, median: int, seed: int, sigma: float = 1.0) ->
 
 def pages_per_program(lens: list[int], page_size: int, heads: int, sm_count: int, num_splits: int,
                       max_pages: int | None = None) -> list[tuple[int, int]]:
-    """Host side, for figures: ``(request, pages)`` of each stage-1 program of the split rule's grid
-    ``(head blocks, B, splits)``, in launch order (``ceil(n_b / splits)`` pages a split)."""
+    """Host side (``makespans``, the figures): ``(request, pages)`` of each stage-1 program of the split rule's grid
+    ``(head blocks, B, splits)``, in launch order (``ceil(n_b / splits)`` pages a split; a request's pages clamped
+    to ``max_pages``, the table's width)."""
     n_pages = [cdiv(max(x, 0), page_size) for x in lens]
     max_pages = max(n_pages + [1]) if max_pages is None else max_pages
+    n_pages = [min(n, max_pages) for n in n_pages]
     hb = cdiv(heads, gpu_block_h(heads, len(lens), max_pages))
     out = []
     for r, n in enumerate(n_pages):
