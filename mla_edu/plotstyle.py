@@ -7,9 +7,9 @@ A label must be at least ``MIN_TEXT_PX`` pixels tall on a 1920x1080 screen, wher
   screen (1.44 at 1080p);
   a figure gets at most ``SLIDE_FIGURE_BOX`` of it under the slide's title, shrunk to fit, never enlarged.
 
-So every drawing function makes its figure with ``subplots`` or ``figure`` here (at ``DPI``), uses no font under
-``MIN_FONT_PT``, and keeps its figure under ``SLIDE_FIGURE_BOX`` (a tall figure is split). ``tests/test_plotstyle.py``
-draws every figure and measures its size and every text in it.
+So every drawing function makes its figure with ``subplots``, ``subplot_mosaic`` or ``figure`` here (at ``DPI``),
+uses no font under ``MIN_FONT_PT``, and keeps its figure under ``SLIDE_FIGURE_BOX`` (a tall figure is split).
+``tests/test_plotstyle.py`` draws every figure and measures its size and every text in it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ def subplots(*args, figsize, **kwargs):
     import matplotlib.pyplot as plt
 
     return plt.subplots(*args, figsize=figsize, dpi=DPI, **kwargs)
+
+
+def subplot_mosaic(layout, *, figsize, **kwargs):
+    """``matplotlib.pyplot.subplot_mosaic`` at ``DPI``: axes that span rows or columns, by name."""
+    import matplotlib.pyplot as plt
+
+    return plt.subplot_mosaic(layout, figsize=figsize, dpi=DPI, **kwargs)
 
 
 def figure(figsize):

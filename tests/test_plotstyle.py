@@ -1,5 +1,6 @@
 """Every figure legible on a projector and in the book: each figure of tools.figures (and notebook 04's schedule
-figure) drawn by the library's code, its saved size and every text in it measured (mla_edu.plotstyle)."""
+figure, notebook 08's mystery figures) drawn by the library's code, its saved size and every text in it measured
+(mla_edu.plotstyle)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from mla_edu import plotstyle as ps  # noqa: E402
 from mla_edu.kernels import plots as kernel_plots  # noqa: E402
 from mla_edu.device import triton_available  # noqa: E402
 from mla_edu.paths import FIGURES_DIR  # noqa: E402
+from mla_edu.workshop import exercises  # noqa: E402
 from tools import figures  # noqa: E402
 
 COLOUR_WORD = re.compile(r"\b(green|orange|red|blue|grey|gray|purple|yellow|vermillion|pink)\b", re.IGNORECASE)
 DRAWN = {**{name: (lambda name=name: figures.draw(name)) for name in figures.FIGURES},
          **({"schedule_gantt (notebook 04)": lambda: kernel_plots.schedule_gantt([4096, 512, 512, 128, 64], 64, 16, 132,
                                                                                    4)}
-            if triton_available() else {})}  # its partition runs as a Triton kernel
+            if triton_available() else {}),  # its partition runs as a Triton kernel
+         **{f"mystery_figure({k}) (notebook 08)": (lambda k=k: exercises.mystery_figure(k))
+            for k in exercises.MYSTERY_NUMBERS}}
 
 
 @pytest.fixture(scope="module", params=sorted(DRAWN))

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from mla_edu import plotstyle
 from mla_edu.case_study.diagnose import PageReads, last_launch, record_launches
 from mla_edu.case_study.plots import draw_page_reads
 from mla_edu.config import MLAConfig
@@ -333,15 +334,12 @@ def mystery_figure(k: int):
     """The page reads of one decode step of an engine whose defects you must name (``check_mystery``)."""
     if _as_int(k) not in MYSTERY_NUMBERS:
         raise ValueError(f"mystery: expected one of {list(MYSTERY_NUMBERS)}, got {_show(k)}")
-    import matplotlib.pyplot as plt
-
     reads = _mystery_reads(_as_int(k))
     rows = reads.buffer.shape[0]
-    fig = plt.figure(figsize=(6.5, 0.5 * rows + 3.4))  # the buffer above, intended and read pages below: ~590 px
-    grid = fig.add_gridspec(2, 2)
-    draw_page_reads(fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1]), reads,
-                    show_stride=False)
-    fig.suptitle(f"mystery {k}: one decode step by graph replay", fontsize=9)
+    # the buffer above, intended and read pages below: ~730 px wide at plotstyle.DPI
+    fig, ax = plotstyle.subplot_mosaic([["buffer", "buffer"], ["intended", "read"]], figsize=(6.5, 0.5 * rows + 3.4))
+    draw_page_reads(ax["buffer"], ax["intended"], ax["read"], reads, show_stride=False)
+    fig.suptitle(f"mystery {k}: one decode step by graph replay", fontsize=plotstyle.MIN_FONT_PT)
     fig.tight_layout()
     return fig
 
