@@ -235,6 +235,16 @@ def _rel(path) -> str:
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
+def render(family_bench=FAMILY_BENCH, uniform_grid=UNIFORM_GRID, out=None) -> str:
+    """The markdown of a fit on these runs, its command line naming ``out`` and any input not the default."""
+    inputs = [_rel(family_bench), _rel(uniform_grid)]
+    command = "python -m kernel_lab.tools.choice_fit" + "".join(
+        f" {flag} {x}" for flag, x, default in (("--family-bench", inputs[0], FAMILY_BENCH),
+                                                 ("--uniform-grid", inputs[1], UNIFORM_GRID))
+        if x != _rel(default)) + (f" --out {_rel(out)}" if out else "")
+    return to_markdown(run(family_bench, uniform_grid), command, inputs)
+
+
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family-bench", default=str(FAMILY_BENCH), help="a family_bench run's json")
@@ -243,12 +253,7 @@ def main(argv=None) -> str:
     args = ap.parse_args(argv)
     if args.out:
         check_out_file(args.out, "--out")
-    inputs = [_rel(args.family_bench), _rel(args.uniform_grid)]
-    command = "python -m kernel_lab.tools.choice_fit" + "".join(
-        f" {flag} {x}" for flag, x, default in (("--family-bench", inputs[0], FAMILY_BENCH),
-                                                 ("--uniform-grid", inputs[1], UNIFORM_GRID))
-        if x != _rel(default)) + (f" --out {_rel(args.out)}" if args.out else "")
-    text = to_markdown(run(args.family_bench, args.uniform_grid), command, inputs)
+    text = render(args.family_bench, args.uniform_grid, args.out)
     print(text, end="")
     if args.out:
         write_atomic(args.out, text)
