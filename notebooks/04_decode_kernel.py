@@ -757,6 +757,32 @@ assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the ker
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the
 # host at every step: the schedule for ragged batches, the rule for uniform ones.
 #
+# How does it choose? From the lengths alone it models each path's makespan in page-times
+# (`schedule.makespans`): the schedule's slowest part is its share of the line plus one overhead; the rule's
+# programs go to the GPU's program slots in launch order, each to the first slot that is free
+# (`schedule.simulate`, the block scheduler's rule, as in the Gantt chart above). It takes the schedule when
+# that makespan is `schedule.BALANCED_MARGIN` below the rule's. The order matters: the programs that launch
+# last may run alone at the end. A model that spreads the rule's total evenly over the slots cannot see that
+# tail, and the backend's first version of the choice used one. On 128 requests of log-normal lengths around
+# 8K tokens at 128 heads:
+
+# %%
+batch = schedule.lognormal_lengths(128, 8192, seed=0, sigma=0.5)  # 128 requests, median 8192 tokens
+splits = triton_num_kv_splits(64 * math.ceil(max(batch) / 64), 128, 128, 64, 132)
+rule_span, balanced_span = schedule.makespans(batch, 64, 128, 132, splits)
+costs = [pages + schedule.FIXED_OVERHEAD_PAGES for _, pages in schedule.pages_per_program(batch, 64, 128, 132, splits)]
+even = max(max(costs), sum(costs) / 132)  # spread evenly over 132 slots (one 64-head program per SM)
+print(f"rule at {splits} splits: {rule_span:.0f} page-times in launch order, {even:.0f} spread evenly; "
+      f"balanced {balanced_span:.0f}")
+print("the backend's choice:", "balanced" if schedule.prefers_balanced(batch, 64, 128, 132, splits) else "rule")
+assert balanced_span < (1 - schedule.BALANCED_MARGIN) * rule_span  # the schedule, with the tail in the model
+assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had the model spread it evenly
+
+# %% [markdown]
+# The lab measured both models against the H200 over families of batches (log-normal, normal, bimodal, one
+# giant request among short ones, uniform random) at 16, 32, 64 and 128 heads, FlashMLA in the same run, and
+# fitted the margin on some families and scored it on the others (`kernel_lab/results/choice_fit_h200.md`).
+#
 # Does the choice cost the mini engine anything? `tools/engine_decode_bench.py` decodes the same 128
 # questions with the rule forced, the schedule forced and the backend's own choice
 # (`results/engine_decode_h200.json`). A lesson in measuring came with it: timed one setting after the
