@@ -746,12 +746,17 @@ assert all(r["balanced_us"] < r["rule_us"] for r in sched_bench["ragged"])  # th
 assert geo > 2 * geo_rule and beats_best >= 10  # ... and over the best single split count, chosen after the fact
 assert all(r["flashmla_us"] / r["balanced_us"] > 0.92 for r in sched_bench["ragged"] if r["heads"] == 16)
 assert by_heads[128] < by_heads[16]  # near FlashMLA at 16 heads; at 128 the kernel itself lags
+uniform = next(r for r in sched_bench["uniform"] if (r["heads"], r["batch"], r["lens_max"]) == (128, 64, 4096))
+print(f"uniform h_q 128, B 64, L 4096: rule {uniform['rule_us']:.1f} us, FlashMLA {uniform['flashmla_us']:.1f} us, "
+      f"{uniform['flashmla_us'] / uniform['rule_us']:.2f}x")
+assert uniform["rule_us"] < big["triton_us"]  # the seesaw's later versions, since section 11's run
 
 # %% [markdown]
 # The schedule takes the rule's 0.40x of FlashMLA on ragged batches to 1.05x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
 # within 1% of FlashMLA or faster at every batch. At 128 heads it reaches 0.87-1.06x of FlashMLA: mostly the
-# stage-1 kernel itself (section 11: 0.84x FlashMLA on uniform lengths; `docs/kernel_essay.md`). The
+# stage-1 kernel itself: on uniform lengths, B = 64, L = 4096, it runs at 0.98x FlashMLA's speed in this run,
+# after the seesaw's later versions (its first was 0.84x in section 11; `docs/kernel_essay.md`). The
 # price is a fixed cost the split rule does not pay, seen at
 # small uniform batches (1.1-1.7x the best split there): the merge's launch and the partials of requests
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the
@@ -782,6 +787,8 @@ assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had th
 # The lab measured both models against the H200 over families of batches (log-normal, normal, bimodal, one
 # giant request among short ones, uniform random) at 16, 32, 64 and 128 heads, FlashMLA in the same run, and
 # fitted the margin on some families and scored it on the others (`kernel_lab/results/choice_fit_h200.md`).
+# Where the kernel stands against FlashMLA at each head count, with the best option for every batch, and so
+# how much is left to the kernel rather than the choice: [the essay](../docs/kernel_essay.md).
 #
 # Does the choice cost the mini engine anything? `tools/engine_decode_bench.py` decodes the same 128
 # questions with the rule forced, the schedule forced and the backend's own choice
@@ -816,7 +823,10 @@ assert engine["auto"]["replays_by_path"] == {"splits": engine["auto"]["decode_st
 #   off the compiled code. A Gluon kernel that chooses its layouts does half the score work and runs
 #   1.9x faster on the H200 (62% of the matmul rate, 0.67x FlashMLA); at 16 heads it swaps the
 #   operands so no wgmma row is padding (90% of copy, FlashMLA's speed). Two warpgroups taking turns on
-#   pairs of tiles, as FlashMLA does, gain 1.19x more at 128 heads (0.84x FlashMLA).
+#   pairs of tiles, as FlashMLA does, gain 1.19x more at 128 heads (0.84x FlashMLA; its later versions
+#   0.98x at B = 64, L = 4096).
+# - On ragged batches a balanced schedule, computed from the lengths inside the kernels, keeps every SM busy;
+#   the serving backend chooses it or the split rule per batch from a model of both makespans.
 #
 # ## Exercises (optional)
 #
