@@ -153,10 +153,12 @@ def run(args) -> int:
         if args.dry_run:
             continue
         t0 = time.monotonic()
-        with open(args.runs / f"{part}.log", "w") as log:
+        # line-buffered: a run cut short (a device's time running out) leaves every line it printed in its log
+        with open(args.runs / f"{part}.log", "w", buffering=1) as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for line in proc.stdout:
                 sys.stdout.write(line)
+                sys.stdout.flush()
                 log.write(line)
             rc = proc.wait()
         meta = {"part": part, "command": shown, "seconds": round(time.monotonic() - t0, 1), "exit_status": rc,
