@@ -280,6 +280,7 @@ def main(argv=None):
     ap.add_argument("--batches", type=_ints, default=BATCHES)
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--no-uniform", action="store_true", help="the families only")
+    ap.add_argument("--no-families", action="store_true", help="the uniform grid only")
     ap.add_argument("--setup", default="", help="how the machine was set up (into the markdown)")
     ap.add_argument("--render", metavar="JSON", help="no GPU: write the markdown of a run's json into --out")
     args = ap.parse_args(argv)
@@ -297,7 +298,9 @@ def main(argv=None):
     if not torch.cuda.is_available():
         raise SystemExit("python -m kernel_lab.tools.family_bench needs a CUDA GPU")
     check_out_dir(args.out, "--out")
-    run(args.out, args.rounds, args.deadline, args.heads, args.batches, fams,
+    if args.no_uniform and args.no_families:
+        ap.error("--no-uniform and --no-families: expected at most one of them (nothing would run)")
+    run(args.out, args.rounds, args.deadline, args.heads, () if args.no_families else args.batches, fams,
         ((), ()) if args.no_uniform else UNIFORM, args.setup)
 
 
