@@ -754,10 +754,11 @@ assert uniform["rule_us"] < big["triton_us"]  # the seesaw's later versions, sin
 # %% [markdown]
 # The schedule takes the rule's 0.40x of FlashMLA on ragged batches to 1.05x, and beats the best single
 # split count (chosen after the fact) at all 12 batches. At 16 heads, where decode reads memory, it is
-# within 1% of FlashMLA or faster at every batch. At 128 heads it reaches 0.87-1.06x of FlashMLA: mostly the
-# stage-1 kernel itself: on uniform lengths, B = 64, L = 4096, it runs at 0.98x FlashMLA's speed in this run,
-# after the seesaw's later versions (its first was 0.84x in section 11; `docs/kernel_essay.md`). The
-# price is a fixed cost the split rule does not pay, seen at
+# within 1% of FlashMLA or faster at every batch. At 128 heads it reaches 0.87-1.06x of FlashMLA. On uniform
+# lengths, B = 64, L = 4096, where the backend runs the rule, the kernel runs at 0.98x FlashMLA's speed in this
+# run, after the seesaw's later versions (its first was 0.84x in section 11); what the 128-head ragged batches
+# lose beyond that is an open question of the kernel lab (`docs/kernel_essay.md`). The
+# schedule's price is a fixed cost the split rule does not pay, seen at
 # small uniform batches (1.1-1.7x the best split there): the merge's launch and the partials of requests
 # cut at a part boundary. So the triton serving backend chooses per batch, from the lengths it has on the
 # host at every step: the schedule for ragged batches, the rule for uniform ones.

@@ -67,8 +67,6 @@ def profile_b64_l1024() -> tuple[float, float]:
 def choice_fit_numbers() -> dict:
     """The section on the choice fitted on families: the family bench's batches, the lower bound's score at the
     package's margin, the launch-order model's held out, the three left, and the best option against FlashMLA."""
-    from statistics import geometric_mean
-
     from kernel_lab.tools import choice_fit as cf
     from mla_edu.kernels import schedule as sc
 
@@ -91,8 +89,7 @@ def choice_fit_numbers() -> dict:
         assert sc.makespans(p.lens, cf.PAGE, 32, fit["sms"], p.rule_splits) == sc.makespans(
             twin.lens, cf.PAGE, 64, fit["sms"], twin.rule_splits)
         assert p.us["balanced"] > twin.us["balanced"] and twin.best == "balanced"
-    fm = {h: geometric_mean([p.x_flashmla[p.best] for p in problems if p.heads == h and p.x_flashmla])
-          for h in (16, 32, 64, 128)}
+    fm = cf.best_x_flashmla(problems)
     return dict(batches=sum(bool(p.x_flashmla) for p in problems), problems=len(problems), old=old, held=held,
                 margin=sc.BALANCED_MARGIN, fm=fm)
 

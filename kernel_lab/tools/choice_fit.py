@@ -164,6 +164,13 @@ def run(family_bench=FAMILY_BENCH, uniform_grid=UNIFORM_GRID) -> dict:
             "held_out": {m: held_out_choices(problems, spans[m]) for m in MODELS}}
 
 
+def best_x_flashmla(problems: list[Problem], heads=(16, 32, 64, 128)) -> dict:
+    """{h_q: geomean over the family batches of FlashMLA's time / the best option's}: where the kernel stands
+    against FlashMLA whatever the choice (the essay and README quote it)."""
+    return {h: statistics.geometric_mean([p.x_flashmla[p.best] for p in problems if p.heads == h and p.x_flashmla])
+            for h in heads}
+
+
 def _x(values: list[float]) -> str:
     return f"{statistics.geometric_mean(values):.2f} / {min(values):.2f}" if values else "-"
 
