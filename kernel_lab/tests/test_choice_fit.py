@@ -54,7 +54,7 @@ def test_leave_one_family_out_finds_the_margin_the_data_hold():
     problems, spans = [p for p, _ in cases], [s for _, s in cases]
     assert cf.fit_margin(problems, spans) == 0.15
     assert {f: m for f, (m, _) in cf.lofo(problems, spans).items()} == {"A": 0.15, "B": 0.15, "C": 0.15}
-    assert all(p.regret(c) == 1 for p, c in zip(problems, cf.held_out_choices(problems, spans)))
+    assert all(p.regret(c) == 1 for p, c in zip(problems, cf.held_out_choices(problems, cf.lofo(problems, spans))))
     assert cf.fit_margin(problems[4:], spans[4:]) == sc.BALANCED_MARGIN
     # Without A and B's evidence at 0.85, a family whose threshold is 0.75 is mis-scored when held out.
     shifted = [synthetic("D", r, r < 0.75) for r in (0.72, 0.78)]

@@ -124,13 +124,23 @@ def score(regrets: list[float]) -> dict:
             "max": max(regrets, default=1.0), "geomean": statistics.geometric_mean(regrets) if regrets else 1.0}
 
 
-def fit_margin(problems: list[Problem], spans: list, margins=MARGINS) -> float:
-    """The margin of ``margins`` whose choices are best on ``problems``: fewest over ``WITHIN``, then the smallest max
-    regret, then the smallest geomean, then the nearest ``schedule.BALANCED_MARGIN``."""
+def margin_scores(problems: list[Problem], spans: list, margins=MARGINS) -> dict:
+    """``{margin: score}`` of the choices at each margin of ``margins`` on ``problems``."""
+    return {m: score([p.regret(choose(p, sp, m)) for p, sp in zip(problems, spans)]) for m in margins}
+
+
+def best_margin(scores: dict) -> float:
+    """The margin of ``scores`` (``margin_scores``) whose choices are best: fewest over ``WITHIN``, then the smallest
+    max regret, then the smallest geomean, then the nearest ``schedule.BALANCED_MARGIN``."""
     def key(m):
-        s = score([p.regret(choose(p, sp, m)) for p, sp in zip(problems, spans)])
+        s = scores[m]
         return (s["problems"] - s["within"], round(s["max"], 9), round(s["geomean"], 9), abs(m - sc.BALANCED_MARGIN))
-    return min(margins, key=key)
+    return min(scores, key=key)
+
+
+def fit_margin(problems: list[Problem], spans: list, margins=MARGINS) -> float:
+    """The margin of ``margins`` whose choices are best on ``problems`` (``best_margin``)."""
+    return best_margin(margin_scores(problems, spans, margins))
 
 
 def families(problems: list[Problem]) -> list[str]:
@@ -147,21 +157,19 @@ def lofo(problems: list[Problem], spans: list, margins=MARGINS) -> dict:
     return out
 
 
-def held_out_choices(problems: list[Problem], spans: list, margins=MARGINS) -> list[str]:
-    """Each problem's choice at the margin fitted without its family."""
-    fits = {f: iter(c) for f, (_, c) in lofo(problems, spans, margins).items()}
-    return [next(fits[p.family]) for p in problems]
+def held_out_choices(problems: list[Problem], fits: dict) -> list[str]:
+    """Each problem's choice at the margin fitted without its family (``fits``: ``lofo``'s result)."""
+    choices = {f: iter(c) for f, (_, c) in fits.items()}
+    return [next(choices[p.family]) for p in problems]
 
 
 def run(family_bench=FAMILY_BENCH, uniform_grid=UNIFORM_GRID) -> dict:
     problems, sms = load(family_bench, uniform_grid)
     spans = modelled(problems, sms)
-    grid = {m: {mg: score([p.regret(choose(p, s, mg)) for p, s in zip(problems, spans[m])]) for mg in MARGINS}
-            for m in MODELS}
-    return {"problems": problems, "sms": sms, "grid": grid,
-            "fitted": {m: fit_margin(problems, spans[m]) for m in MODELS},
-            "lofo": {m: lofo(problems, spans[m]) for m in MODELS},
-            "held_out": {m: held_out_choices(problems, spans[m]) for m in MODELS}}
+    grid = {m: margin_scores(problems, spans[m]) for m in MODELS}
+    fits = {m: lofo(problems, spans[m]) for m in MODELS}
+    return {"problems": problems, "sms": sms, "grid": grid, "fitted": {m: best_margin(grid[m]) for m in MODELS},
+            "lofo": fits, "held_out": {m: held_out_choices(problems, fits[m]) for m in MODELS}}
 
 
 def best_x_flashmla(problems: list[Problem], heads=(16, 32, 64, 128)) -> dict:
