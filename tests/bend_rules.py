@@ -19,6 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = "tests/test_rules_outputs_and_schedule.py"
 
+#: write_atomic bent into a plain open-and-write: (the text bent, what it becomes), for two of its tests
+PLAIN_WRITE = ("    path = Path(os.path.realpath(path))\n",
+               "    path = Path(os.path.realpath(path))\n"
+               "    with open(path, 'wb' if isinstance(data, bytes) else 'w') as f:\n"
+               "        f.write(data)\n"
+               "    return\n")
 #: name -> (the test that must catch it, file, the text bent, what it becomes)
 BENDS = {
     "schedule modelled on the longest request": (
@@ -34,19 +40,11 @@ BENDS = {
     "write_atomic a plain open-and-write (failing writer)": (
         "test_write_atomic_leaves_the_old_content_when_the_writer_fails",
         "mla_edu/files.py",
-        "    path = Path(os.path.realpath(path))\n",
-        "    path = Path(os.path.realpath(path))\n"
-        "    with open(path, 'wb' if isinstance(data, bytes) else 'w') as f:\n"
-        "        f.write(data)\n"
-        "    return\n"),
+        *PLAIN_WRITE),
     "write_atomic a plain open-and-write (interrupt)": (
         "test_write_atomic_leaves_the_old_content_when_interrupted_between_write_and_rename",
         "mla_edu/files.py",
-        "    path = Path(os.path.realpath(path))\n",
-        "    path = Path(os.path.realpath(path))\n"
-        "    with open(path, 'wb' if isinstance(data, bytes) else 'w') as f:\n"
-        "        f.write(data)\n"
-        "    return\n"),
+        *PLAIN_WRITE),
     "write_atomic keeps mkstemp's 0600": (
         "test_write_atomic_gives_a_replaced_file_its_old_mode_and_a_new_file_the_umasks",
         "mla_edu/files.py",
