@@ -108,3 +108,10 @@ def test_the_patched_partition_covers_every_page_and_matches_float64(tmp_path):
     run = subprocess.run([sys.executable, "-c", PATCHED_CHECK], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-4000:]
+
+
+def test_the_patch_takes_in_a_folder_inside_a_git_repository(tmp_path):
+    # git apply, run in a subfolder of a repository, skips every path outside it without a word
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    copy = lt.patched_copy(tmp_path / "inside")
+    assert "PIECE_CAP_BATCH" in (copy / lt.PATCHED_FILES[0]).read_text()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shutil
 import statistics
 import subprocess
@@ -74,8 +75,18 @@ class Row:
 
 
 def apply_patch(root: Path, patch: Path = PATCH) -> subprocess.CompletedProcess:
-    """``git apply`` of ``patch`` in ``root`` (a folder holding copies of ``PATCHED_FILES``)."""
-    return subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True)
+    """``git apply`` of ``patch`` in ``root`` (a folder holding copies of ``PATCHED_FILES``). Git does not look for
+    a repository above ``root``: inside one's subfolder, ``git apply`` skips, without a word, every path outside
+    that subfolder (all of them here). A patch applied is then checked in reverse, so the return code is 0 only
+    where it took."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(Path(root).resolve().parent)}
+    done = subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True, env=env)
+    if done.returncode == 0:
+        took = subprocess.run(["git", "apply", "--check", "--reverse", str(patch)], cwd=root, capture_output=True,
+                              text=True, env=env)
+        if took.returncode:
+            return subprocess.CompletedProcess(done.args, 1, done.stdout, f"applied, but not in {root}: {took.stderr}")
+    return done
 
 
 def patched_copy(root: Path, patch: Path = PATCH, package: bool = False) -> Path:
