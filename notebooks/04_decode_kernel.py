@@ -641,7 +641,7 @@ if TRITON:
     costs = [math.ceil(n / 64) + schedule.FIXED_OVERHEAD_PAGES for n in ragged]  # w_b, in page-times
     chunk = math.ceil(sum(costs) / parts)
     print(f"the line: {sum(costs)} page-times, {parts} parts of {chunk}")
-    segs = schedule.segments(ragged, 64, max_pages, parts)  # every part's walk, in workspace-row order
+    segs = schedule.segments(ragged, 64, max_pages, parts, 16)  # every part's walk, in workspace-row order
     longest = max(range(64), key=ragged.__getitem__)  # request 53
     print("part  request  tokens          writes   row p + b")
     for s in [s for s in segs if s.part <= 1] + [s for s in segs if s.request == longest][:3]:
@@ -655,7 +655,7 @@ if TRITON:
         assert [s.t_start for s in mine] == [0] + [s.t_end for s in mine[:-1]] and mine[-1].t_end == n
         assert [s.part for s in mine] == list(range(mine[0].part, mine[0].part + len(mine)))
         assert {s.flag for s in mine} == {schedule.DIRECT if len(mine) == 1 else schedule.PARTIAL}
-    assert len(segs) <= schedule.workspace_rows(64, parts) and pieces[longest] <= schedule.MAX_PIECES
+    assert len(segs) <= schedule.workspace_rows(64, parts) and schedule.max_pieces(64, 16, parts) == 0  # chunk: the share
     assert chunk < spans["balanced"] <= chunk + schedule.FIXED_OVERHEAD_PAGES  # one fixed cost beyond the share, at most
 else:
     show_stored(NB, "schedule-segments")

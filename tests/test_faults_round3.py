@@ -154,9 +154,10 @@ def test_free_pages_and_pool_free_refuse_bools_and_floats():
 
 
 @pytest.mark.parametrize("call,msg", [
-    (lambda: schedule.segments([5, 40], 16, 4, 0), "parts must be >= 1, got 0"),
-    (lambda: schedule.segments([5, 40], 0, 4, 2), "page_size must be >= 1, got 0"),
-    (lambda: schedule.segments([5, 40], 16, 0, 2), "max_pages must be >= 1, got 0"),
+    (lambda: schedule.segments([5, 40], 16, 4, 0, 16), "parts must be >= 1, got 0"),
+    (lambda: schedule.segments([5, 40], 0, 4, 2, 16), "page_size must be >= 1, got 0"),
+    (lambda: schedule.segments([5, 40], 16, 0, 2, 16), "max_pages must be >= 1, got 0"),
+    (lambda: schedule.segments([5, 40], 16, 4, 2, 0), "heads must be >= 1, got 0"),
     (lambda: schedule.makespans([5, 40], 16, 4, 0, 1), "sm_count must be >= 1, got 0"),
     (lambda: schedule.makespans([5, 40], 16, 4, 8, 0), "num_splits must be >= 1, got 0"),
 ])

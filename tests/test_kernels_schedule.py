@@ -29,13 +29,35 @@ LENGTH_SETS = [  # (page, max_pages, lengths): ones, zeros, negatives, page mult
 @pytest.mark.parametrize("page,max_pages,lens", LENGTH_SETS)
 @pytest.mark.parametrize("parts", [1, 3, 66, 132])
 def test_segments_cover_every_token_once(page, max_pages, lens, parts):
-    segs = sc.segments(torch.tensor(lens, dtype=torch.int32, device=DEV), page, max_pages, parts)
+    for heads in (16, 64):  # the piece cap of small batches; and at 64 heads where stage 2 merges one at a time
+        check_segments(page, max_pages, lens, parts, heads)
+
+
+@pytest.mark.parametrize("heads, batch, capped", [(16, 15, True), (16, 16, False), (32, 64, False),
+                                                  (64, 16, False), (64, 64, True), (64, 256, True),
+                                                  (128, 64, True), (128, 16, False)])
+def test_the_piece_cap_holds_where_stage_2_merges_one_partial_at_a_time(heads, batch, capped):
+    # B=16: 132 parts + 15 rows > 4 per request (STAGE2_MANY, 4 at a time); B >= 64 at 64 heads: STAGE2_FEW_WIDE
+    parts = sc.num_parts(heads, 132, batch, 1024)
+    assert sc.max_pieces(batch, heads, parts) == (sc.MAX_PIECES if capped else 0)
+    lens = [512] * batch
+    lens[batch // 2] = 65536  # one giant request among short ones: the cap sets the chunk if it holds
+    w = [8 + sc.FIXED_OVERHEAD_PAGES] * (batch - 1) + [1024 + sc.FIXED_OVERHEAD_PAGES]
+    share = sc.balanced_chunk(w, parts, 0)
+    expect = sc.balanced_chunk(w, parts, sc.MAX_PIECES) if capped else share
+    assert sc.makespans(lens, 64, heads, 132, 1)[1] == expect + sc.FIXED_OVERHEAD_PAGES
+    assert (expect > share) == capped
+
+
+def check_segments(page, max_pages, lens, parts, heads):
+    segs = sc.segments(torch.tensor(lens, dtype=torch.int32, device=DEV), page, max_pages, parts, heads)
     rows = [s.part + s.request for s in segs]
     assert rows == sorted(set(rows)) and all(0 <= r < sc.workspace_rows(len(lens), parts) for r in rows)
     assert all(0 <= s.part < parts for s in segs)
     n = [min(cdiv(max(x, 0), page), max_pages) for x in lens]
     w = [k + sc.FIXED_OVERHEAD_PAGES if k else 0 for k in n]
-    chunk = max(cdiv(sum(w), parts), sc.MIN_PART_PAGES, cdiv(max(w), sc.MAX_PIECES - 1))
+    pieces = sc.max_pieces(len(lens), heads, parts)
+    chunk = max(cdiv(sum(w), parts), sc.MIN_PART_PAGES, cdiv(max(w), sc.MAX_PIECES - 1) if pieces else 0)
     for p in range(parts):  # each part near its share: at most chunk pages, and one overhead beyond it in all
         mine = [cdiv(s.t_end - s.t_start, page) for s in segs if s.part == p]
         assert sum(mine) + len(mine) * sc.FIXED_OVERHEAD_PAGES <= chunk + sc.FIXED_OVERHEAD_PAGES  # so pages <= chunk
@@ -47,7 +69,7 @@ def test_segments_cover_every_token_once(page, max_pages, lens, parts):
             assert mine == []  # an empty request has no part: stage 2 writes its zeros
             continue
         own = [s.part for s in mine]
-        assert own == list(range(own[0], own[-1] + 1)) and len(own) <= sc.MAX_PIECES  # stage 2 merges rows p + b
+        assert own == list(range(own[0], own[-1] + 1)) and len(own) <= (pieces or parts)  # stage 2: rows p + b
         assert all(s.flag == (sc.DIRECT if len(mine) == 1 else sc.PARTIAL) for s in mine)
         covered = [t for s in mine for t in range(s.t_start, s.t_end)]
         assert covered == list(range(min(max(x, 0), n[b] * page)))  # each token once, in order
@@ -271,3 +293,39 @@ def test_triton_backend_replays_the_graph_of_the_chosen_schedule(monkeypatch, ch
             assert set(eng.runner.graph_runner.graphs) == {(4, "splits"), (4, "balanced")}
             assert replays == steps and len(steps) == eng.stats["graph_steps"] >= 2  # the graph each step chose
     assert all(tokens == runs["torch", False] for tokens in runs.values())
+
+
+@pytest.mark.parametrize("batch, parts", [(16, 132), (16, 66), (64, 132), (1, 132)])
+def test_a_giant_request_is_cut_as_the_share_falls_where_no_cap_holds(batch, parts):
+    # one 64K-token request among 512-token ones at 16 heads: from B=16 on no piece cap (schedule.max_pieces), so it
+    # is cut about as FlashMLA cuts it; at B=1 the cap stays
+    from mla_edu.kernels import flashmla_schedule as fs
+
+    lens = [512] * batch
+    lens[batch // 2] = 65536
+    segs = sc.segments(torch.tensor(lens, dtype=torch.int32, device=DEV), 64, 1024, parts, 16)
+    pieces = sum(s.request == batch // 2 for s in segs)
+    if batch >= sc.PIECE_CAP_BATCH:
+        assert pieces > sc.MAX_PIECES and abs(pieces - fs.pieces_per_request(lens, parts)[batch // 2]) <= 1
+    else:
+        assert pieces < sc.MAX_PIECES  # the chunk is ceil(w / (MAX_PIECES - 1))
+
+
+@pytest.mark.parametrize("heads", [4, 64])
+def test_a_request_cut_into_more_pieces_than_the_cap_matches_float64(heads):
+    # B=16 with one long request: uncapped below 64 heads (stage 2 merges 4 partials at a time) and cut into more
+    # than MAX_PIECES; stage 1 and stage 2 compute the same partition, every unused cache slot NaN
+    lens = [40] * 15 + [4000]
+    lens[5] = 0
+    case = random_decode_case(21, heads=heads, page_size=16, lens=lens, dtype=torch.float32, device=DEV, d_latent=32,
+                              d_rope=16)
+    b, h, dl = case.q_nope.shape
+    parts = sc.num_parts(h, 64, b, case.page_table.size(1))
+    pieces = sum(s.request == 15 for s in sc.segments(lens, 16, case.page_table.size(1), parts, h))
+    assert pieces > sc.MAX_PIECES if sc.max_pieces(b, h, parts) == 0 else pieces <= sc.MAX_PIECES
+    ws = torch.full((sc.workspace_bytes(b, h, dl, parts),), 0xFF, dtype=torch.uint8, device=DEV)
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws, case.sm_scale, -1,
+                     impl="triton", schedule="balanced", sm_count=64)
+    ref = case.dense_f64()
+    assert torch.isfinite(out).all()
+    assert ((out.double() - ref.to(out.device)).abs().max() / ref.abs().max()).item() < 1e-5

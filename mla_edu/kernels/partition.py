@@ -41,7 +41,8 @@ def batch_plan(seq_lens_ptr, offs, B, max_pages, parts, PAGE: tl.constexpr, OVER
     _, n, w = _cost(tl.load(seq_lens_ptr + offs, mask=offs < B, other=0), max_pages, PAGE, OVERHEAD)
     start = tl.cumsum(w, 0) - w
     chunk = tl.maximum((tl.sum(w, 0) + parts - 1) // parts, MIN_PAGES)
-    chunk = tl.maximum(chunk, (tl.max(w, 0) + MAX_PIECES - 2) // (MAX_PIECES - 1))
+    if MAX_PIECES > 0:  # the piece cap (schedule.max_pieces; 0: none)
+        chunk = tl.maximum(chunk, (tl.max(w, 0) + MAX_PIECES - 2) // (MAX_PIECES - 1))
     p_first, p_last = _parts_of(start, n, chunk, OVERHEAD)
     return n, start, p_first, p_last, chunk
 

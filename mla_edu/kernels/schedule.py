@@ -27,7 +27,8 @@ every replay.
   overhead, then its pages, page ``k`` at ``x = W_b + FIXED_OVERHEAD_PAGES + k``;
 * part ``p`` (one persistent program per head block, ``num_parts`` of them fill the GPU once) takes the
   pages with ``x`` in ``[p * chunk, (p + 1) * chunk)``, ``chunk = ceil(sum w_b / num_parts)`` (at least
-  ``MIN_PART_PAGES``, and large enough that no request is cut into more than ``MAX_PIECES``);
+  ``MIN_PART_PAGES``; in small batches and where stage 2 merges one partial at a time, large enough that no
+  request is cut into more than ``MAX_PIECES``: ``max_pieces``);
 * a part pays for its pages and one overhead per request it holds. Every such overhead lies on its stretch of
   the line except, perhaps, its first request's (begun in an earlier part): no part costs more than
   ``chunk + FIXED_OVERHEAD_PAGES`` page-times, FlashMLA's bound (its ``payload``, line 34, is a part's share plus
@@ -63,10 +64,13 @@ FIXED_OVERHEAD_PAGES = 5
 #: Fewest page-times a part holds: a small batch is not cut into crumbs whose merge costs more than their
 #: balance gains.
 MIN_PART_PAGES = 2
-#: Most parts one request is cut across: the split rule's largest count (``workspace.SPLIT_CHOICES``); more pieces
-#: ran slower at B=1 on the H200 (results/kernel_bench_h200_schedule.md). FlashMLA cuts one request of 1K, 4K and
-#: 16K tokens at h_q=128 on 132 SMs into 4, 13 and 52 pieces (``flashmla_schedule.pieces_per_request``).
+#: Most parts one request is cut across where ``max_pieces`` caps it: the split rule's largest count
+#: (``workspace.SPLIT_CHOICES``); more pieces ran slower at B=1 on the H200 (results/kernel_bench_h200_schedule.md).
+#: FlashMLA cuts one request of 1K, 4K and 16K tokens at h_q=128 on 132 SMs into 4, 13 and 52 pieces
+#: (``flashmla_schedule.pieces_per_request``) and never caps.
 MAX_PIECES = max(SPLIT_CHOICES)
+#: Batches of fewer requests than this keep the piece cap at every head count (``max_pieces``).
+PIECE_CAP_BATCH = 16
 #: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan is this much below the split
 #: rule's: its merge's launch and the partials of requests cut at a part boundary are not in the model.
 BALANCED_MARGIN = 0.1
@@ -104,9 +108,33 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     slots = PROGRAMS_PER_SM[gpu_block_h(heads, len(n), max_pages)] * sm_count
     rule = simulate(pages_per_program(lens, page_size, heads, sm_count, num_splits, max_pages), slots)[1]
     w = [k + FIXED_OVERHEAD_PAGES for k in n if k > 0]
-    chunk = max(cdiv(sum(w), num_parts(heads, sm_count, len(n), max_pages)), MIN_PART_PAGES,
-                cdiv(max(w, default=0), MAX_PIECES - 1))
-    return rule, chunk + FIXED_OVERHEAD_PAGES
+    parts = num_parts(heads, sm_count, len(n), max_pages)
+    return rule, balanced_chunk(w, parts, max_pieces(len(n), heads, parts)) + FIXED_OVERHEAD_PAGES
+
+
+def balanced_chunk(w: list[int], parts: int, pieces: int) -> int:
+    """``batch_plan``'s chunk on the host: the page-times a part holds, for requests costing ``w`` (pages plus the
+    overhead; empty ones left out): the share of ``parts``, at least ``MIN_PART_PAGES``, and with ``pieces`` > 0
+    (``max_pieces``) large enough that no request is cut into more than ``pieces``."""
+    chunk = max(cdiv(sum(w), parts), MIN_PART_PAGES)
+    return max(chunk, cdiv(max(w, default=0), pieces - 1)) if pieces > 0 else chunk
+
+
+def few_partials(batch: int, parts: int) -> bool:
+    """Whether the balanced schedule leaves a request at most 4 partials on average: its segments number at most
+    ``parts + batch - 1`` (``workspace_rows``). Stage 2's config turns on it (``split_kv_triton.stage2_config``)."""
+    return parts + batch - 1 <= 4 * batch
+
+
+def max_pieces(batch: int, heads: int, parts: int) -> int:
+    """The most parts the balanced schedule cuts one request across, 0 for no cap (a request is cut as the parts'
+    share falls, as FlashMLA cuts it). The cap ``MAX_PIECES`` stays in batches of fewer than ``PIECE_CAP_BATCH``
+    requests (more pieces ran slower at B=1) and where stage 2 merges a request's partials one at a time (64 heads
+    or more with ``few_partials``: ``split_kv_triton.STAGE2_FEW_WIDE``). Measured on the H200, on one 64K-token
+    request among short ones: without the cap 1.17-1.55x faster at B=16-128 and h_q 16, 32 and 128 (B=16), and
+    0.89x at h_q=64, B=64, where the 512-column merge walks ~74 partials one by one
+    (``kernel_lab/results/partition_ab_h200.md``)."""
+    return MAX_PIECES if batch < PIECE_CAP_BATCH or (heads >= 64 and few_partials(batch, parts)) else 0
 
 
 def prefers_balanced(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
@@ -144,10 +172,10 @@ def block_b(batch: int) -> int:
     return max(16, 1 << max(batch - 1, 0).bit_length())
 
 
-def plan_constexprs(batch: int) -> dict:
-    """The compile-time parameters of ``batch_plan`` for a launch, as every kernel that computes it takes them."""
-    return dict(OVERHEAD=FIXED_OVERHEAD_PAGES, MIN_PAGES=MIN_PART_PAGES, MAX_PIECES=MAX_PIECES,
-                BLOCK_B=block_b(batch))
+def plan_constexprs(batch: int, pieces: int) -> dict:
+    """The compile-time parameters of ``batch_plan`` for a launch, as every kernel that computes it takes them;
+    ``pieces``: ``max_pieces(batch, heads, parts)`` of the launch (stage 1 and stage 2 must agree on it)."""
+    return dict(OVERHEAD=FIXED_OVERHEAD_PAGES, MIN_PAGES=MIN_PART_PAGES, MAX_PIECES=pieces, BLOCK_B=block_b(batch))
 
 
 @dataclass(frozen=True)
@@ -162,11 +190,11 @@ class Segment:
     flag: int
 
 
-def segments(seq_lens, page_size: int, max_pages: int, parts: int) -> list[Segment]:
+def segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: int) -> list[Segment]:
     """Every part's segments, in workspace-row order (part by part, each part's requests in order), from the
-    arithmetic the kernels run (``segments_kernel``: on the lengths' GPU, or in Triton's interpreter on CPU).
-    ``seq_lens``: int32 [B] tensor or a list."""
-    _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts)
+    arithmetic the kernels run for ``heads`` query heads (``segments_kernel``: on the lengths' GPU, or in Triton's
+    interpreter on CPU; the heads set the piece cap, ``max_pieces``). ``seq_lens``: int32 [B] tensor or a list."""
+    _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts, heads=heads)
     require_triton("schedule.segments (the partition's arithmetic, run as a Triton kernel)")
     from mla_edu.kernels.partition import segments_kernel
 
@@ -176,7 +204,7 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int) -> list[Segme
     b = seq_lens.numel()
     table = torch.full((workspace_rows(b, parts), len(SEGMENT_FIELDS)), IDLE, dtype=torch.int32, device=dev)
     segments_kernel[(parts,)](seq_lens.to(dev, torch.int32), table, b, max_pages, parts, PAGE=page_size,
-                              **plan_constexprs(b))
+                              **plan_constexprs(b, max_pieces(b, heads, parts)))
     return [Segment(*row) for row in table.tolist() if row[4] != IDLE]
 
 
@@ -233,7 +261,7 @@ def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, ma
     parts = num_parts(heads, sm_count, len(lens), max_pages)
     clock = [0.0] * parts
     bars = []
-    for s in segments(lens, page_size, max_pages, parts):
+    for s in segments(lens, page_size, max_pages, parts, heads):
         t = clock[s.part]
         clock[s.part] = t + overhead + cdiv(s.t_end - s.t_start, page_size)
         bars += [(t, clock[s.part], s.part * hb + h, s.request) for h in range(hb)]

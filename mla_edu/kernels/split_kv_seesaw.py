@@ -650,7 +650,8 @@ def launch(q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc, out, sm_sc
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1), cache.stride(0), cache.stride(1),
         out.stride(0), out.stride(1), h, row_stride, max_pages, table_flat.numel(), cache.size(0), num_splits,
         sm_scale, b, num_parts,
-        **wg.constexprs(cache.size(1), dl, q_pe.size(2), final, True, BLOCK_H, num_parts > 0, b),
+        **wg.constexprs(cache.size(1), dl, q_pe.size(2), final, True, BLOCK_H, num_parts > 0, b,
+                        schedule.max_pieces(b, h, num_parts)),
         Q_TMA=q_desc is not None, O_TMA=o_desc is not None, num_warps=WARPS, maxnreg=REGISTERS.value)
 
 
@@ -665,7 +666,8 @@ def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, schedule
 
     cache = wg.compile_cache(page, dtype)
     # q_nope by TMA, as a contiguous q is read, and the output rows stored by TMA, as a launch does
-    consts = dict(wg.constexprs(page, D_LATENT, D_ROPE, final, True, BLOCK_H, scheduled, batch), Q_TMA=True,
+    consts = dict(wg.constexprs(page, D_LATENT, D_ROPE, final, True, BLOCK_H, scheduled, batch, schedule.MAX_PIECES),
+                  Q_TMA=True,
                   O_TMA=final or scheduled)
     rows = q_descriptor(torch.empty(batch, heads, D_LATENT, dtype=cache.dtype))  # q_desc's type, and o_desc's
     descs = dict(zip(("kv_desc", "pe_desc", "q_desc", "o_desc"), (*descriptors(cache, D_LATENT), rows, rows)))

@@ -218,7 +218,7 @@ def stage2_config(batch: int, heads: int, parts: int) -> Stage2Config:
     ``kernel_lab/results/stage2_ab_h200.md``)."""
     if batch < 1 or heads < 1 or parts < 1:
         raise ValueError(f"stage2_config needs batch, heads and parts >= 1, got {batch}, {heads}, {parts}")
-    if parts + batch - 1 > 4 * batch:
+    if not schedule.few_partials(batch, parts):
         return STAGE2_MANY
     return STAGE2_FEW_WIDE if heads >= 64 else STAGE2_FEW_NARROW
 
@@ -234,7 +234,8 @@ def launch_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens
     grid = (b, triton.cdiv(h, block_h), triton.cdiv(dl, block_d))
     with quiet(out.is_cuda):
         return stage2_scheduled_kernel[grid](o_acc, lse_acc, seq_lens, out, out.stride(0), out.stride(1), h, b,
-                                             max_pages, num_parts, PAGE=page_size, **schedule.plan_constexprs(b),
+                                             max_pages, num_parts, PAGE=page_size,
+                                             **schedule.plan_constexprs(b, schedule.max_pieces(b, h, num_parts)),
                                              DL=dl, BLOCK_DL=block_d, BLOCK_H=block_h, BLOCK_S=cfg.block_s,
                                              num_warps=cfg.num_warps)
 

@@ -557,7 +557,8 @@ def launch(kind: str, q_nope, q_pe, cache, seq_lens, table_flat, o_acc, lse_acc,
     kernel, warps = kernel_for(block_h)
     kernel[grid](q_nope, q_pe, cache, kv_desc, pe_desc, seq_lens, table_flat, o_acc, lse_acc, out, *q_strides,
                  cache.stride(0), cache.stride(1), *tail,
-                 **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on, block_h, num_parts > 0, b),
+                 **constexprs(cache.size(1), dl, q_pe.size(2), final, tma_on, block_h, num_parts > 0, b,
+                              schedule.max_pieces(b, h, num_parts)),
                  num_warps=warps)
 
 
@@ -566,12 +567,12 @@ def kernel_for(block_h: int):
     return (stage1_wgmma_kernel, NUM_WARPS) if block_h == BLOCK_H else (stage1_swapped_kernel, SWAPPED_WARPS)
 
 
-def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool, block_h: int = BLOCK_H,
-               scheduled: bool = False, batch: int = 1) -> dict:
+def constexprs(page: int, dl: int, dr: int, final: bool, tma: bool, block_h: int, scheduled: bool, batch: int,
+               pieces: int) -> dict:
     """The compile-time parameters of ``kernel_for(block_h)``'s kernel for a launch (also what
-    ``mla_edu.kernels.sm90`` compiles)."""
+    ``mla_edu.kernels.sm90`` compiles); ``pieces``: the launch's ``schedule.max_pieces``."""
     return dict(PAGE=page, DL=dl, DR=dr, BLOCK_H=block_h, BLOCK_N=BLOCK_N, STAGES=STAGES, FINAL=final, TMA=tma,
-                SCHEDULED=scheduled, **schedule.plan_constexprs(batch))
+                SCHEDULED=scheduled, **schedule.plan_constexprs(batch, pieces))
 
 
 def aligned_16(cache) -> bool:
@@ -626,7 +627,7 @@ def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, schedule
     tma = kind == "tma"
     block_h = gpu_block_h(heads, batch, n_pages)  # as split_kv_triton.plan_stage1 picks it
     kernel, warps = kernel_for(block_h)
-    consts = constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, batch)
+    consts = constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, batch, schedule.MAX_PIECES)
     if tma:  # the descriptors' types, as the JIT derives them from real ones
         descriptors = dict(zip(("kv_desc", "pe_desc"), tma_descriptors(compile_cache(page, dtype))))
     else:  # None: a constexpr

@@ -203,12 +203,13 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) ->
 
 
 def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, final: bool, block_h: int,
-                      block_n: int, scheduled: bool = False, batch: int = 1) -> dict:
+                      block_n: int, scheduled: bool = False, batch: int = 1, pieces: int = 0) -> dict:
     """The compile-time parameters of a launch: ``stage1_kernel``'s, or with ``scheduled``
-    ``stage1_balanced_kernel``'s (also what ``mla_edu.kernels.sm90`` compiles)."""
+    ``stage1_balanced_kernel``'s (also what ``mla_edu.kernels.sm90`` compiles); ``pieces``: the launch's
+    ``schedule.max_pieces`` (read with ``scheduled`` only)."""
     common = dict(PAGE=page, DL=dl, DR=dr, BLOCK_DL=_dot_width(dl), BLOCK_DR=_dot_width(dr), BLOCK_H=block_h,
                   BLOCK_N=block_n, CHECKED=checked, IEEE=fp32, SAME_PAGE=page % block_n == 0)
-    return dict(common, **schedule.plan_constexprs(batch)) if scheduled else dict(common, FINAL=final)
+    return dict(common, **schedule.plan_constexprs(batch, pieces)) if scheduled else dict(common, FINAL=final)
 
 
 def _launch(kind, launch, call) -> None:
@@ -222,7 +223,8 @@ def _launch(kind, launch, call) -> None:
                out.stride(0), out.stride(1), h, call.row_stride, call.max_pages, call.table_flat.numel(),
                cache.size(0))
     consts = stage1_constexprs(cache.size(1), dl, q_pe.size(2), q_nope.dtype == torch.float32, call.checked,
-                               call.final, block_h, block_n, call.num_parts > 0, b)
+                               call.final, block_h, block_n, call.num_parts > 0, b,
+                               schedule.max_pieces(b, h, call.num_parts))
     with quiet(q_nope.is_cuda):
         if call.num_parts:
             stage1_balanced_kernel[(call.num_parts, triton.cdiv(h, block_h))](
@@ -239,7 +241,8 @@ def _launch_config(kind, plan, on_gpu: bool) -> LaunchConfig:
 def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, scheduled: bool, batch: int,
                   n_pages: int) -> CompileSpec:
     block_h, block_n, warps, stages = launch_config(heads, on_gpu=True, batch=batch, n_pages=n_pages)
-    consts = stage1_constexprs(page, D_LATENT, D_ROPE, False, False, final, block_h, block_n, scheduled, batch)
+    consts = stage1_constexprs(page, D_LATENT, D_ROPE, False, False, final, block_h, block_n, scheduled, batch,
+                               schedule.MAX_PIECES)
     kernel = stage1_balanced_kernel if scheduled else stage1_kernel
     return CompileSpec(kernel, consts, {}, {"num_warps": warps, "num_stages": stages}, gluon=False)
 
