@@ -104,15 +104,19 @@ def patched_copy(root: Path, patch: Path = PATCH, package: bool = False) -> Path
     return root
 
 
-def patched_schedule(patch: Path = PATCH):
-    """``schedule.py`` with the patch applied, loaded under a name of its own (its host side: ``makespans``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = patched_copy(Path(tmp), patch) / PATCHED_FILES[0]
-        spec = importlib.util.spec_from_file_location("mla_edu.kernels.schedule_piece_cap", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
+def load_schedule(path: Path, name: str = "mla_edu.kernels.schedule_patched"):
+    """A copy of ``schedule.py`` at ``path``, loaded under a name of its own (its host side: ``makespans``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
     return module
+
+
+def patched_schedule(patch: Path = PATCH):
+    """``schedule.py`` with the patch applied (``load_schedule``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_schedule(patched_copy(Path(tmp), patch) / PATCHED_FILES[0])
 
 
 def pieces_of_longest(lens: list[int], chunk: int) -> int:

@@ -9,7 +9,12 @@ schedule (``kernel_bench.graph_us``), and in its first round the output of the f
 float64. Each process appends to ``DIR/partition_ab.json``; the markdown (``--render JSON`` rewrites it, no GPU) gives
 per batch the base's and the patch's median over every round of their processes and 'base / patched' (above 1: the
 patch is faster) with the min-max of the pairs' ratios, and marks the batches whose modelled makespan the patch
-changes (``schedule.makespans`` of each copy): the others are the run's control, where only noise can differ.
+changes (``schedule.makespans`` of each copy, stored in the json's ``info["model"]`` before the processes run, so that
+the markdown does not depend on the patch still applying): the others are the run's control, where only noise can
+differ.
+
+The default patch, ``piece_cap.patch``, was timed at 5a3b22c (``kernel_lab/results/partition_ab_h200.md``) and no
+longer applies: the package's ``schedule.max_pieces`` superseded it. ``--patch`` names the next one.
 """
 
 from __future__ import annotations
@@ -88,10 +93,11 @@ def run_variant(variant: str, json_path: Path, rounds: int, families, batches, h
     write_atomic(json_path, json.dumps(data))
 
 
-def modelled(data: dict, patch: Path) -> dict:
+def modelled(data: dict, patch: Path, variant=None) -> dict:
     """``(family, heads, batch) -> (base, patched)``: the balanced schedule's modelled makespan (page-times) of each
-    copy's ``schedule.makespans``."""
-    variant = lt.patched_schedule(patch)
+    copy's ``schedule.makespans`` (``variant``: the patched ``schedule`` module, by default the package's files with
+    ``patch`` applied)."""
+    variant = lt.patched_schedule(patch) if variant is None else variant
     sms = data["info"]["sm_count"]
     out = {}
     for fam, h, lens in problems(data["info"]["families"], data["info"]["batches"], data["info"]["heads"]):
@@ -104,8 +110,10 @@ def modelled(data: dict, patch: Path) -> dict:
 
 def table(data: dict, patch: Path) -> list[dict]:
     """Per batch: base and patched medians over every round of their runs, 'base / patched' (median, min and max
-    of the pairs' ratios of process medians), the modelled makespans, the worst error."""
-    model = modelled(data, patch)
+    of the pairs' ratios of process medians), the modelled makespans (the run's ``info["model"]``, else computed
+    with ``patch`` applied to the package's files now), the worst error."""
+    stored = data["info"].get("model")
+    model = {(f, h, b): (base, patched) for f, h, b, base, patched in stored} if stored else modelled(data, patch)
     by = {v: [r for r in data["runs"] if r["variant"] == v] for v in VARIANTS}
     pairs = min(len(by["base"]), len(by["patched"]))
     out = []
@@ -129,6 +137,7 @@ def to_markdown(data: dict, patch: Path) -> str:
              f"Command: `{info['command']}`; torch {info.get('torch')}, triton {info.get('triton')}, Python "
              f"{info.get('python')}. {len(data['runs'])} processes in the order "
              f"{', '.join(r['variant'] for r in data['runs'])}, {info['rounds']} rounds each.", "",
+             *([info["note"], ""] if info.get("note") else []),
              "bf16, page 64, the balanced schedule only (`schedule=\"balanced\"`), median CUDA-graph replay "
              "(`kernel_bench.graph_us`). 'base' / 'patched' = the median over every round of that variant's "
              "processes; 'base / patched' = the median of the pairs' ratios of process medians [min-max] (above 1: "
@@ -164,12 +173,18 @@ def run(out_dir: Path, patch: Path, pairs: int, rounds: int, families, batches, 
     json_path = out_dir / "partition_ab.json"
     info = {"command": "python -m kernel_lab.tools.partition_ab " + " ".join(sys.argv[1:]), "patch": lt._rel(patch),
             "rounds": rounds, "families": list(families), "batches": list(batches), "heads": list(heads)}
-    write_atomic(json_path, json.dumps({"info": info, "runs": []}))
     with tempfile.TemporaryDirectory() as tmp:
         if patched is None:
             lt.patched_copy(Path(tmp), patch, package=True)
         else:
             tmp = str(Path(patched).resolve())
+        import torch
+
+        # the model of both copies, kept with the run: the patch may not apply to a later package
+        info["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
+        variant = lt.load_schedule(Path(tmp) / lt.PATCHED_FILES[0])
+        info["model"] = [[*key, *spans] for key, spans in modelled({"info": info}, patch, variant).items()]
+        write_atomic(json_path, json.dumps({"info": info, "runs": []}))
         for variant in VARIANTS * pairs:
             # python -m puts its working folder first on the path: the patched copy's mla_edu comes before the
             # repository's, whose kernel_lab and tools the process finds through PYTHONPATH

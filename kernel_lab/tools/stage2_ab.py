@@ -62,7 +62,7 @@ def run(configs=CONFIGS, problems=PROBLEMS) -> None:
                                                   stage2=cfg)
 
         out = whole()  # the workspace now holds this batch's partials
-        cut = sum(1 for s in sc.segments(seq_lens, 64, width, parts) if s.flag == sc.PARTIAL)
+        cut = sum(1 for s in sc.segments(seq_lens, 64, width, parts, h) if s.flag == sc.PARTIAL)
         outs, alone, full = {}, {c: [] for c in configs}, {c: [] for c in configs}
         for rep in range(2):
             for cfg in configs if rep == 0 else configs[::-1]:
