@@ -1,5 +1,5 @@
-"""kernel_lab.tools.partition_ab without a GPU: its table and markdown from a synthetic run, the batches the piece-cap
-patch changes (the long-tail model's), and its command line's errors."""
+"""kernel_lab.tools.partition_ab without a GPU: its table and markdown from a synthetic run (the model its json
+stores), the committed H200 run's markdown, and its command line's errors."""
 
 from __future__ import annotations
 
@@ -9,14 +9,20 @@ import pytest
 
 from kernel_lab.tools import long_tail as lt
 from kernel_lab.tools import partition_ab as ab
+from mla_edu.kernels import schedule as sc
+
+#: The piece cap at every batch (base) and none (patched) on the giant family: the model piece_cap.patch gave
+#: (the capped makespan; FlashMLA's, which the uncapped share matches at these batches).
+MODEL = {(16, 16): (39, 15), (128, 16): (39, 24), (16, 64): (39, 19), (128, 64): (39, 33)}
 
 
 def synthetic_run(tmp_path, base_us=10.0, patched_us=8.0):
     """Two pairs of processes over the giant family at B 16 and 64, h_q 16 and 128, the patch ``base_us /
     patched_us`` times faster on every batch."""
-    info = {"command": "python -m kernel_lab.tools.partition_ab", "patch": "p", "rounds": 2, "families": ["giant"],
-            "batches": [16, 64], "heads": [16, 128], "sm_count": 132, "gpu": "test"}
     rows = [(f, h, len(lens)) for f, h, lens in ab.problems(("giant",), (16, 64), (16, 128))]
+    info = {"command": "python -m kernel_lab.tools.partition_ab", "patch": "p", "rounds": 2, "families": ["giant"],
+            "batches": [16, 64], "heads": [16, 128], "sm_count": 132, "gpu": "test",
+            "model": [[f, h, b, *MODEL[h, b]] for f, h, b in rows]}
     runs = [{"variant": v, "package": "x", "rows": [{"family": f, "heads": h, "batch": b, "err": 1e-3,
                                                     "us": [t, t * 1.01]} for f, h, b in rows]}
             for v, t in (("base", base_us), ("patched", patched_us)) * 2]
@@ -30,10 +36,10 @@ def test_the_table_reads_the_pairs_and_the_model(tmp_path):
     assert [(r["heads"], r["batch"]) for r in rows] == [(16, 16), (128, 16), (16, 64), (128, 64)]
     assert all(r["x"] == pytest.approx(1.25) and r["x_min"] == r["x_max"] for r in rows)
     assert all(r["base_us"] == pytest.approx(10.05) for r in rows)
-    # the giant request among short ones: the cap sets the chunk at B >= 16 except h_q=128 at B >= 128
-    model = {(r.family, r.heads, r.batch): (r.ours, r.patched) for r in lt.rows()}
+    # the stored model: the capped makespan (long_tail's) and the uncapped one, FlashMLA's at these batches
+    capped = {(r.heads, r.batch): (r.capped, r.fm) for r in lt.rows() if r.family == "giant"}
     for r in rows:
-        assert r["model"] == model["giant", r["heads"], r["batch"]]
+        assert tuple(r["model"]) == MODEL[r["heads"], r["batch"]] == capped[r["heads"], r["batch"]]
         assert r["changed"] == (r["model"][0] != r["model"][1])
     assert all(r["changed"] for r in rows)
 
@@ -79,3 +85,22 @@ def test_a_patched_folder_without_the_package_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ab.main(["--out", str(tmp_path), "--patched", str(tmp_path)])
     assert "--patched: expected a folder holding mla_edu/" in capsys.readouterr().err
+
+
+def test_the_committed_markdown_is_the_render_of_the_committed_json(tmp_path):
+    ab.main(["--render", str(ab.RESULT), "--out", str(tmp_path)])
+    committed = ab.RESULT.with_suffix(".md").read_text(encoding="utf-8")
+    assert (tmp_path / "partition_ab.md").read_text(encoding="utf-8") == committed, (
+        "kernel_lab/results/partition_ab_h200.md is not the render of its json: python -m "
+        "kernel_lab.tools.partition_ab --render kernel_lab/results/partition_ab_h200.json --out DIR")
+
+
+def test_the_committed_run_stores_the_model_of_the_commit_it_ran_at():
+    info = json.loads(ab.RESULT.read_text(encoding="utf-8"))["info"]
+    assert len(info["model"]) == len(info["families"]) * len(info["batches"]) * len(info["heads"])
+    assert "5a3b22c" in info["note"]
+    # the base's model is the piece cap at every batch: long_tail's 'capped'
+    lens = {(f, h, len(x)): x for f, h, x in ab.problems(info["families"], info["batches"], info["heads"])}
+    for f, h, b, base, _ in info["model"]:
+        x = lens[f, h, b]
+        assert base == lt.capped_makespan(x, sc.num_parts(h, info["sm_count"], b, max(-(-n // 64) for n in x)))

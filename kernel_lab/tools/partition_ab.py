@@ -38,6 +38,8 @@ from mla_edu.kernels import schedule as sc
 from mla_edu.kernels.workspace import triton_num_kv_splits
 from mla_edu.paths import REPO_ROOT
 
+#: The H200 run of piece_cap.patch (its markdown: the same name, .md).
+RESULT = lt.AB
 FAMILIES = ("giant", "bimodal", "lognormal_1.5")
 BATCHES = (16, 64, 128, 256)
 VARIANTS = ("base", "patched")
