@@ -95,23 +95,28 @@ def choice_fit_numbers() -> dict:
 
 
 def long_tail_numbers() -> dict:
-    """The paragraph on one giant request: the capped giant batches below h_q=128, their pieces and makespans
+    """The paragraphs on one giant request: the capped giant batches below h_q=128, their pieces and makespans
     against FlashMLA's walk, their measured ratios by head count; the other batches that differ; the giant batches
-    where the two models are equal; and the giant batches the patch brings to FlashMLA's makespan."""
+    where the two models are equal; and the piece cap's A/B (``long_tail.ab_numbers``) and the rule landed."""
     from kernel_lab.tools import long_tail as lt
+    from mla_edu.kernels import schedule as sc
 
     table = lt.rows()
     giant = [r for r in table if r.family == "giant"]
     low = [r for r in giant if r.differ and r.heads < 128]
     assert {(r.heads, r.batch) for r in low} == {(h, b) for h in (16, 32, 64) for b in (16, 64, 128)}
-    (pieces,), (ours,) = {r.pieces for r in low}, {r.ours for r in low}
-    equal = [r for r in giant if r.fm == r.ours]
+    (pieces,), (ours,) = {r.pieces for r in low}, {r.capped for r in low}
+    equal = [r for r in giant if r.fm == r.capped]
     assert {(r.heads, r.batch) for r in equal} == {(128, 128), (128, 256)}  # "at h_q=128 with B=128 and B=256"
     others = [r.x for r in table if r.differ and r.family != "giant"]
     assert {(r.family, r.batch) for r in table if r.differ and r.family != "giant"} <= {
         ("lognormal_1.5", 16), ("bimodal", 16), ("L16384", 1)}  # "a few long requests at B=16, one alone at B=1"
-    closed = [r for r in giant if r.differ]
-    assert all(r.patched == r.fm for r in closed)
+    ab = lt.ab_numbers()
+    kept = {(r["heads"], r["batch"]): r["x"] for r in ab["kept"]["rows"] if r["family"] == "giant"}
+    assert {hb for hb in kept if hb[1] <= 128} == {(64, 64), (64, 128), (128, 64)}  # "At h_q=64 ... also at h_q=128"
+    assert all(r["heads"] >= 64 for r in ab["kept"]["rows"])  # "with 64 heads or more and few partials"
+    loss = next(r for r in table if (r.family, r.heads, r.batch) == ("giant", 64, 64))
+    assert loss.cap_kept and sc.few_partials(loss.batch, loss.parts)
 
     def span(rows):
         return [min(r.x for r in rows), max(r.x for r in rows)]
@@ -119,7 +124,8 @@ def long_tail_numbers() -> dict:
     return dict(pieces=pieces, ours=ours, fm_pieces=[min(r.fm_pieces for r in low), max(r.fm_pieces for r in low)],
                 fm=[min(r.fm for r in low), max(r.fm for r in low)],
                 x={h: span([r for r in low if r.heads == h]) for h in (16, 32, 64)},
-                others=[min(others), max(others)], equal=span(equal), closed=len(closed))
+                others=[min(others), max(others)], equal=span(equal), ab=ab, kept=kept, partials=loss.fm_pieces,
+                cap_batch=sc.PIECE_CAP_BATCH)
 
 
 def claims() -> list[tuple[str, list[float]]]:
@@ -190,13 +196,22 @@ def claims() -> list[tuple[str, list[float]]]:
          "held out, the worst {}x", [cf["margin"], 5, cf["held"]["within"], cf["held"]["problems"], cf["held"]["max"]]),
         ("it runs at {}x FlashMLA's speed in geomean at h_q=16, {}x at h_q=32, {}x at h_q=64 and {}x at h_q=128",
          [cf["fm"][16], cf["fm"][32], cf["fm"][64], cf["fm"][128]]),
-        ("keeps the giant request to {} pieces, so a part holds {} page-times, where FlashMLA's walk cuts it into "
+        ("kept the giant request to {} pieces, so a part held {} page-times, where FlashMLA's walk cuts it into "
          "{}-{} pieces and gives {}-{}", [lt["pieces"], lt["ours"], *lt["fm_pieces"], *lt["fm"]]),
-        ("runs at {}-{}x FlashMLA's speed at h_q=32 and {}-{}x at h_q=64; at h_q=16 it stays ahead, {}-{}x",
+        ("ran at {}-{}x FlashMLA's speed at h_q=32 and {}-{}x at h_q=64; at h_q=16 it stayed ahead, {}-{}x",
          [*lt["x"][32], *lt["x"][64], *lt["x"][16]]),
         ("one alone at B=1) run at {}-{}x", lt["others"]),
         ("the giant batches run at {}-{}x", lt["equal"]),
-        ("it models each of the {} giant batches that differ", [lt["closed"]]),
+        ("The {} batches whose model it changed ran {}x faster in geomean, the {} it left alone at {}x",
+         [lt["ab"]["changed"]["n"], lt["ab"]["changed"]["geomean"], lt["ab"]["control"]["n"],
+          lt["ab"]["control"]["geomean"]]),
+        ("where the package now lifts the cap ran {}-{}x faster", [lt["ab"]["giant"]["lo"], lt["ab"]["giant"]["hi"]]),
+        ("the patch lost, {}x with B=64 and {}x with B=128", [lt["kept"][64, 64], lt["kept"][64, 128]]),
+        ("the giant request's {} partials cost more", [lt["partials"]]),
+        ("the cap stays below {} requests", [lt["cap_batch"]]),
+        ("where the patch ran at {}x)", [lt["kept"][128, 64]]),
+        ("Over the {} batches the patch changed, the package runs at {}x the capped schedule's speed",
+         [lt["ab"]["changed"]["n"], lt["ab"]["landed"]]),
     ]
 
 
