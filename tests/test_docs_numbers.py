@@ -224,11 +224,8 @@ def md_claims() -> list[str]:
     gpu = md("gpu_suite_h200.md")
     unit_gpu = one(r"\| unit \| `[^`]*` \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", gpu).groups()
     nbval_gpu = one(r"\| nbval \| `[^`]*` \| (\d+) \| 0 \| 0 \| 0 \|", gpu).group(1)
-    rerun = one(r"(\d+) passed, (\d+) skipped in [\d.]+s", gpu.split("## The 16 failures")[1]).groups()
-    cut = gpu.split("## A rerun at")[1]
-    cut_nbval = one(r"nbval: (\d+) cells passed, 0 failed", cut).group(1)
-    cut_unit = one(r"(\d+) tests reported, \d+ passed, \d+ skipped, 0 failed, 0 errors", cut).group(1)
-    cut_pct = one(r"at about (\d+)% of the run", cut).group(1)
+    commit = one(r"from the repository root at `(\w+)`", gpu).group(1)
+    earlier = one(r"(\d+) failed, \d+ skipped; nbval", gpu.split("## Earlier runs")[1]).group(1)
     ci = md("ci_fresh_clone.md")
     total = one(r"\| `bash \.ci/run`, in all \| \| ([\d:]+) \|", ci).group(1)
     unit = one(r"\| unit tests \| (\d+) \| (\d+) s \|", ci).groups()
@@ -245,11 +242,10 @@ def md_claims() -> list[str]:
         f"with `.venv` made, {cpu_wall:.0f} s (`results/repro_cpu.md`)",
         f"(`make repro`: {cpu_wall:.0f} s on the 2-core CPU machine)",
         f"on the H200: {gpu_wall:.0f} s;",
-        f"{unit_gpu[0]} unit tests passed, {unit_gpu[1]} failed",
-        f"their files rerun there: {rerun[0]} passed, {rerun[1]} skipped), {unit_gpu[3]} skipped; all {nbval_gpu} "
-        f"notebook cells passed under `--nbval-lax`",
-        f"Rerun after the fixes: {cut_nbval} notebook cells passed, and the unit part had 0 failed and 0 errors in "
-        f"the {cut_unit} tests it reached (about {cut_pct}%)",
+        f"`make test-gpu` at `{commit}`, one pytest process per part, one after the other: {unit_gpu[0]} unit tests",
+        f"passed, {unit_gpu[1]} failed, {unit_gpu[2]} errors, {unit_gpu[3]} skipped",
+        f"all {nbval_gpu} notebook cells passed under `--nbval-lax`",
+        f"Earlier runs had {earlier} failures, tests that assumed a CPU machine",
         f"`bash .ci/run` {total} in all (creating `.venv` from the lock, ruff, {unit[0]} unit tests in {unit[1]} s, "
         f"{nb[0]} notebook cells under strict nbval in {nb[1]}, then `make test-lab`: the book and {lab[0]} browser "
         f"tests in {lab[1]}; then without Triton {no_triton_unit[0]} unit",

@@ -89,6 +89,7 @@ def apply_patch(root: Path, patch: Path = PATCH) -> subprocess.CompletedProcess:
     that subfolder (all of them here). A patch applied is then checked in reverse, so the return code is 0 only
     where it took."""
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(Path(root).resolve().parent)}
+    patch = Path(patch).resolve()  # git runs in root
     done = subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True, env=env)
     if done.returncode == 0:
         took = subprocess.run(["git", "apply", "--check", "--reverse", str(patch)], cwd=root, capture_output=True,

@@ -130,10 +130,10 @@ def max_pieces(batch: int, heads: int, parts: int) -> int:
     """The most parts the balanced schedule cuts one request across, 0 for no cap (a request is cut as the parts'
     share falls, as FlashMLA cuts it). The cap ``MAX_PIECES`` stays in batches of fewer than ``PIECE_CAP_BATCH``
     requests (more pieces ran slower at B=1) and where stage 2 merges a request's partials one at a time (64 heads
-    or more with ``few_partials``: ``split_kv_triton.STAGE2_FEW_WIDE``). Measured on the H200, on one 64K-token
-    request among short ones: without the cap 1.17-1.55x faster at B=16-128 and h_q 16, 32 and 128 (B=16), and
-    0.89x at h_q=64, B=64, where the 512-column merge walks ~74 partials one by one
-    (``kernel_lab/results/partition_ab_h200.md``)."""
+    or more with ``few_partials``: ``split_kv_triton.STAGE2_FEW_WIDE``). Measured on the H200 on one 64K-token
+    request among 512-token ones, without the cap: 1.17-1.55x faster at h_q 16 and 32 (B=16-128) and at h_q 64 and
+    128 (B=16, where stage 2 loads 4 partials at a time), but 0.89x at h_q=64, B=64, where the 512-column merge
+    walks ~74 partials one by one (``kernel_lab/results/partition_ab_h200.md``)."""
     return MAX_PIECES if batch < PIECE_CAP_BATCH or (heads >= 64 and few_partials(batch, parts)) else 0
 
 

@@ -203,7 +203,7 @@ def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) ->
 
 
 def stage1_constexprs(page: int, dl: int, dr: int, fp32: bool, checked: bool, final: bool, block_h: int,
-                      block_n: int, scheduled: bool = False, batch: int = 1, pieces: int = 0) -> dict:
+                      block_n: int, scheduled: bool, batch: int, pieces: int) -> dict:
     """The compile-time parameters of a launch: ``stage1_kernel``'s, or with ``scheduled``
     ``stage1_balanced_kernel``'s (also what ``mla_edu.kernels.sm90`` compiles); ``pieces``: the launch's
     ``schedule.max_pieces`` (read with ``scheduled`` only)."""
