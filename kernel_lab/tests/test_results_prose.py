@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import contextmanager
 from functools import cache
 from statistics import geometric_mean
 
@@ -31,15 +32,31 @@ def ab_runs(name: str) -> list[dict]:
     return [parse(block) for block in ab_blocks(name)]
 
 
+@contextmanager
+def capped_everywhere():
+    """The balanced schedule's partition as the schedule bench's runs and the overhead runs timed it: the piece cap
+    ``schedule.MAX_PIECES`` at every batch (``schedule.max_pieces`` has since lifted it at B >= 16 where stage 2
+    loads several partials together)."""
+    from mla_edu.kernels import schedule as sc
+
+    keep = sc.max_pieces
+    sc.max_pieces = lambda batch, heads, parts: sc.MAX_PIECES
+    try:
+        yield
+    finally:
+        sc.max_pieces = keep
+
+
 @cache
 def bench_makespans(sms: int) -> tuple[tuple[int, list[int], float], ...]:
     """(h_q, lengths, modelled makespan) of each ragged problem of the schedule bench, in its order: the balanced
     schedule's slowest part in page-times, from the kernels' own arithmetic (``schedule.part_timeline``, ~1 s each
-    in Triton's interpreter: computed once)."""
+    in Triton's interpreter: computed once), capped as the bench ran (``capped_everywhere``)."""
     from mla_edu.kernels import schedule as sc
     from tools.schedule_bench import PAGE, problems
 
-    return tuple((h, lens, sc.part_timeline(lens, PAGE, h, sms)[1]) for _, h, lens in problems(uniform=False))
+    with capped_everywhere():
+        return tuple((h, lens, sc.part_timeline(lens, PAGE, h, sms)[1]) for _, h, lens in problems(uniform=False))
 
 
 def makespan_line(run: dict, heads: int, key: str) -> tuple[float, float, float]:
@@ -159,7 +176,7 @@ def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: 
     """Modelled times (us) of the balanced path on ``lens`` (``heads``, the H200's 132 SMs) when the partition charges
     ``charged`` page-times a segment (``schedule.FIXED_OVERHEAD_PAGES``) and a segment really costs each of
     ``costs``: the slowest program of ``schedule.part_timeline`` (its pages, plus the cost per segment it walks) on
-    ``line`` (us a page-time, us besides: v11's fit)."""
+    ``line`` (us a page-time, us besides: v11's fit), on the partition these runs timed (``capped_everywhere``)."""
     import collections
 
     from mla_edu.kernels import schedule as sc
@@ -168,7 +185,8 @@ def overhead_model(lens: list[int], charged: int, costs: tuple[int, ...], line: 
     keep = sc.FIXED_OVERHEAD_PAGES
     try:
         sc.FIXED_OVERHEAD_PAGES = charged
-        bars, _ = sc.part_timeline(lens, PAGE, heads, 132, overhead=0)  # a program's clock: its pages alone
+        with capped_everywhere():
+            bars, _ = sc.part_timeline(lens, PAGE, heads, 132, overhead=0)  # a program's clock: its pages alone
     finally:
         sc.FIXED_OVERHEAD_PAGES = keep
     pages, walked = collections.Counter(), collections.Counter()
