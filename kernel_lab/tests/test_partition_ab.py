@@ -50,7 +50,7 @@ def test_the_markdown_gives_each_group_its_geomean(tmp_path):
     text = (tmp_path / "partition_ab.md").read_text()
     assert "## Batches the patch changes\n\n4 batches, base / patched geomean 0.800" in text
     assert "| giant | 16 | 16 | 39 -> 15 | 10.1 | 12.6 | 0.800 [0.800-0.800] | 1.0e-03 |" in text
-    assert "The control" not in text
+    assert "leaves alone" not in text
 
 
 def test_a_run_with_an_unpaired_process_counts_whole_pairs_only(tmp_path):
@@ -87,12 +87,18 @@ def test_a_patched_folder_without_the_package_is_refused(tmp_path, capsys):
     assert "--patched: expected a folder holding mla_edu/" in capsys.readouterr().err
 
 
-def test_the_committed_markdown_is_the_render_of_the_committed_json(tmp_path):
-    ab.main(["--render", str(ab.RESULT), "--out", str(tmp_path)])
-    committed = ab.RESULT.with_suffix(".md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("name, patch", [
+    ("partition_ab_h200", None),
+    ("partition_ab_h200_many_uncapped", "kernel_lab/results/partition_variants/many_uncapped.patch"),
+])
+def test_the_committed_markdown_is_the_render_of_the_committed_json(tmp_path, name, patch):
+    result = ab.RESULT.with_name(f"{name}.json")
+    extra = ["--patch", str(lt.REPO_ROOT / patch)] if patch else []
+    ab.main(["--render", str(result), "--out", str(tmp_path), *extra])
+    committed = result.with_suffix(".md").read_text(encoding="utf-8")
     assert (tmp_path / "partition_ab.md").read_text(encoding="utf-8") == committed, (
-        "kernel_lab/results/partition_ab_h200.md is not the render of its json: python -m "
-        "kernel_lab.tools.partition_ab --render kernel_lab/results/partition_ab_h200.json --out DIR")
+        f"kernel_lab/results/{name}.md is not the render of its json: python -m kernel_lab.tools.partition_ab "
+        f"--render kernel_lab/results/{name}.json --out DIR" + (f" --patch {patch}" if patch else ""))
 
 
 def test_the_committed_run_stores_the_model_of_the_commit_it_ran_at():

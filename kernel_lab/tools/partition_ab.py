@@ -10,8 +10,9 @@ float64. Each process appends to ``DIR/partition_ab.json``; the markdown (``--re
 per batch the base's and the patch's median over every round of their processes and 'base / patched' (above 1: the
 patch is faster) with the min-max of the pairs' ratios, and marks the batches whose modelled makespan the patch
 changes (``schedule.makespans`` of each copy, stored in the json's ``info["model"]`` before the processes run, so that
-the markdown does not depend on the patch still applying): the others are the run's control, where only noise can
-differ.
+the markdown does not depend on the patch still applying). Where a patch changes the partition only, the others are
+the run's control, where only noise can differ; a patch that changes stage 2 as well (``many_uncapped.patch``) changes
+them too.
 
 The default patch, ``piece_cap.patch``, was timed at 5a3b22c (``kernel_lab/results/partition_ab_h200.md``) and no
 longer applies: the package's ``schedule.max_pieces`` superseded it. ``--patch`` names the next one.
@@ -144,10 +145,12 @@ def to_markdown(data: dict, patch: Path) -> str:
              "(`kernel_bench.graph_us`). 'base' / 'patched' = the median over every round of that variant's "
              "processes; 'base / patched' = the median of the pairs' ratios of process medians [min-max] (above 1: "
              "the patch is faster). 'model' = the balanced schedule's modelled makespan in page-times "
-             "(`schedule.makespans`), base -> patched; the batches where it does not change are the control. "
+             "(`schedule.makespans`), base -> patched. Where the patch changes the partition only, the batches whose "
+             "model stays are the control (only noise differs); a patch that also changes stage 2 changes them too. "
              "err = the worst max |out - float64| / max |float64| of both variants (first, last and longest "
              "request).", ""]
-    for changed, title in ((True, "Batches the patch changes"), (False, "The control: batches it leaves alone")):
+    for changed, title in ((True, "Batches the patch changes"),
+                           (False, "Batches whose modelled partition it leaves alone")):
         sel = [r for r in rows if r["changed"] == changed]
         if not sel:
             continue
