@@ -253,8 +253,8 @@ def claims() -> list[tuple[str, list[float]]]:
         ("FlashMLA reaches {} of that floor at h_q=16", [roof["top"]]),
         ("where the best option of ours reaches {}. So at h_q=16 the bar of {}x FlashMLA asks for more than the "
          "measured copy rate at {} of the {} family batches", [roof["best"], 1.05, roof["over"], roof["n"]]),
-        ("FlashMLA runs at {}-{} of the floor in geomean over the families (B=64, B=128 and B=256), and the bar asks at "
-         "most {} of it", [*roof["fm"], roof["needs"]]),
+        ("FlashMLA runs at {}-{} of the floor in geomean over the families (B=64, B=128 and B=256), and the bar "
+         "asks at most {} of it", [*roof["fm"], roof["needs"]]),
     ]
 
 
