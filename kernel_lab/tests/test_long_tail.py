@@ -80,3 +80,16 @@ def test_the_patch_takes_in_a_folder_inside_a_git_repository(tmp_path):
     copy = lt.patched_copy(tmp_path / "inside", patch)
     assert (copy / name).read_text(encoding="utf-8").endswith("\n# patched\n")
     assert lt.apply_patch(copy, patch).returncode  # applied once: a second time fails
+
+
+@pytest.mark.parametrize("tool", ["long_tail", "choice_fit"])
+@pytest.mark.parametrize("argv, says", [
+    (["--out", "/no/such/folder/x.md"], "--out: expected a file in an existing folder"),
+    (["--family-bench", "/no/such.json"], "--family-bench: expected an existing file"),
+])
+def test_the_lab_clis_refuse_bad_paths_with_what_was_expected(tool, argv, says, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit):
+        importlib.import_module(f"kernel_lab.tools.{tool}").main(argv)
+    assert says in capsys.readouterr().err

@@ -266,9 +266,12 @@ def main(argv=None) -> str:
     ap.add_argument("--uniform-grid", default=str(UNIFORM_GRID), help="a schedule_bench run's json")
     ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/choice_fit_h200.md)")
     args = ap.parse_args(argv)
-    if args.out:
-        check_out_file(args.out, "--out")
-    text = render(args.family_bench, args.uniform_grid, args.out)
+    try:  # a bad --out or input file: the usage line and what was expected, not a traceback
+        if args.out:
+            check_out_file(args.out, "--out")
+        text = render(args.family_bench, args.uniform_grid, args.out)
+    except ValueError as e:
+        ap.error(str(e))
     print(text, end="")
     if args.out:
         write_atomic(args.out, text)

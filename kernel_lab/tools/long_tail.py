@@ -148,7 +148,7 @@ def capped_makespan(lens: list[int], parts: int) -> int:
 
 def rows(family_bench=FAMILY_BENCH) -> list[Row]:
     """Every batch of the run that FlashMLA timed, families first, then the uniform grid."""
-    data = read_json(str(family_bench), "family bench")
+    data = read_json(str(family_bench), "--family-bench")
     sms = data["info"]["sm_count"]
     out = []
     for r in data["family"] + data["uniform"]:
@@ -328,9 +328,12 @@ def main(argv=None) -> str:
     ap.add_argument("--family-bench", default=str(FAMILY_BENCH), help="a family_bench run's json")
     ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/long_tail_h200.md)")
     args = ap.parse_args(argv)
-    if args.out:
-        check_out_file(args.out, "--out")
-    text = render(args.family_bench, args.out)
+    try:  # a bad --out or input file: the usage line and what was expected, not a traceback
+        if args.out:
+            check_out_file(args.out, "--out")
+        text = render(args.family_bench, args.out)
+    except ValueError as e:
+        ap.error(str(e))
     print(text, end="")
     if args.out:
         write_atomic(args.out, text)
