@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 
-from mla_edu.files import check_out_file, read_json, write_atomic
+from kernel_lab.tools import print_and_write, rel
+from mla_edu.files import read_json
 from mla_edu.kernels import schedule as sc
 from mla_edu.kernels.workspace import PROGRAMS_PER_SM, gpu_block_h
 from mla_edu.paths import REPO_ROOT, RESULTS_DIR
@@ -245,18 +245,13 @@ def to_markdown(result: dict, command: str, inputs: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _rel(path) -> str:
-    path = Path(path).resolve()
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
-
-
 def render(family_bench=FAMILY_BENCH, uniform_grid=UNIFORM_GRID, out=None) -> str:
     """The markdown of a fit on these runs, its command line naming ``out`` and any input not the default."""
-    inputs = [_rel(family_bench), _rel(uniform_grid)]
+    inputs = [rel(family_bench), rel(uniform_grid)]
     command = "python -m kernel_lab.tools.choice_fit" + "".join(
         f" {flag} {x}" for flag, x, default in (("--family-bench", inputs[0], FAMILY_BENCH),
                                                  ("--uniform-grid", inputs[1], UNIFORM_GRID))
-        if x != _rel(default)) + (f" --out {_rel(out)}" if out else "")
+        if x != rel(default)) + (f" --out {rel(out)}" if out else "")
     return to_markdown(run(family_bench, uniform_grid), command, inputs)
 
 
@@ -266,16 +261,7 @@ def main(argv=None) -> str:
     ap.add_argument("--uniform-grid", default=str(UNIFORM_GRID), help="a schedule_bench run's json")
     ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/choice_fit_h200.md)")
     args = ap.parse_args(argv)
-    try:  # a bad --out or input file: the usage line and what was expected, not a traceback
-        if args.out:
-            check_out_file(args.out, "--out")
-        text = render(args.family_bench, args.uniform_grid, args.out)
-    except ValueError as e:
-        ap.error(str(e))
-    print(text, end="")
-    if args.out:
-        write_atomic(args.out, text)
-    return text
+    return print_and_write(ap, args.out, lambda: render(args.family_bench, args.uniform_grid, args.out))
 
 
 if __name__ == "__main__":

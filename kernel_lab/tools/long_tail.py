@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_lab.tools import family_bench as fb
-from mla_edu.files import check_out_file, read_json, write_atomic
+from kernel_lab.tools import print_and_write, rel
+from mla_edu.files import read_json
 from mla_edu.kernels import flashmla_schedule as fs
 from mla_edu.kernels import schedule as sc
 from mla_edu.paths import REPO_ROOT
@@ -211,11 +212,6 @@ def ab_numbers(ab_json=AB) -> dict:
                 landed=statistics.geometric_mean([1 if r["kept"] else r["x"] for r in changed]))
 
 
-def _rel(p) -> str:
-    p = Path(p).resolve()
-    return str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)
-
-
 def _batches(rows: list[dict]) -> str:
     return ", ".join(f"{r['family']} h_q={r['heads']} B={r['batch']} {r['x']:.3f}" for r in rows)
 
@@ -231,7 +227,7 @@ def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
     lines = [
         "# The balanced schedule's partition against FlashMLA's, batch by batch (H200 family bench)", "",
         f"Command: `{command}` (no GPU). Input: `{source}` (the family bench's H200 run: its families and the "
-        f"uniform grid it reached) and `{_rel(AB)}` (the piece cap's A/B).", "",
+        f"uniform grid it reached) and `{rel(AB)}` (the piece cap's A/B).", "",
         "Modelled makespans in page-times (one program's time for one 64-token page; each part pays one overhead "
         f"of {sc.FIXED_OVERHEAD_PAGES}): 'capped' = the balanced schedule as the family bench ran it, the piece cap "
         f"at every batch (`schedule.balanced_chunk` at `MAX_PIECES` = {sc.MAX_PIECES}, and one overhead), "
@@ -270,7 +266,7 @@ def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
         "ratio does not follow the modelled one. Where the partitions agree, the gap by head count is the "
         "kernel's.", "",
         "## What was landed: the cap only where it pays", "",
-        f"`{_rel(PATCH)}` lifted the cap from batches of {sc.PIECE_CAP_BATCH} requests or more at every head count. "
+        f"`{rel(PATCH)}` lifted the cap from batches of {sc.PIECE_CAP_BATCH} requests or more at every head count. "
         f"It was applied at 5a3b22c and timed on the H200 in alternating processes (`{ab['info']['command']}`, "
         f"{ab['info']['rounds']} rounds a process; `kernel_lab/results/partition_ab_h200.md`); it no longer applies. "
         f"The {c['n']} batches whose model it changed ran at {c['geomean']:.3f} base / patched in geomean "
@@ -318,9 +314,9 @@ def _span(values, fmt: str = "d") -> str:
 def render(family_bench=FAMILY_BENCH, out=None) -> str:
     """The markdown of this run, its command line naming ``out`` and the input if not the default."""
     command = "python -m kernel_lab.tools.long_tail" + (
-        f" --family-bench {_rel(family_bench)}" if _rel(family_bench) != _rel(FAMILY_BENCH) else "") + (
-        f" --out {_rel(out)}" if out else "")
-    return to_markdown(rows(family_bench), command, _rel(family_bench), ab_numbers())
+        f" --family-bench {rel(family_bench)}" if rel(family_bench) != rel(FAMILY_BENCH) else "") + (
+        f" --out {rel(out)}" if out else "")
+    return to_markdown(rows(family_bench), command, rel(family_bench), ab_numbers())
 
 
 def main(argv=None) -> str:
@@ -328,16 +324,7 @@ def main(argv=None) -> str:
     ap.add_argument("--family-bench", default=str(FAMILY_BENCH), help="a family_bench run's json")
     ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/long_tail_h200.md)")
     args = ap.parse_args(argv)
-    try:  # a bad --out or input file: the usage line and what was expected, not a traceback
-        if args.out:
-            check_out_file(args.out, "--out")
-        text = render(args.family_bench, args.out)
-    except ValueError as e:
-        ap.error(str(e))
-    print(text, end="")
-    if args.out:
-        write_atomic(args.out, text)
-    return text
+    return print_and_write(ap, args.out, lambda: render(args.family_bench, args.out))
 
 
 if __name__ == "__main__":

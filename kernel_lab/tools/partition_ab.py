@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from kernel_lab.tools import family_bench as fb
+from kernel_lab.tools import rel
 from kernel_lab.tools import long_tail as lt
 from mla_edu.files import check_in_file, check_out_dir, read_json, write_atomic
 from mla_edu.kernels import schedule as sc
@@ -136,7 +137,7 @@ def table(data: dict, patch: Path) -> list[dict]:
 
 def to_markdown(data: dict, patch: Path) -> str:
     info, rows = data["info"], table(data, patch)
-    lines = [f"# The balanced schedule with and without `{lt._rel(patch)}` ({info.get('gpu', '?')})", "",
+    lines = [f"# The balanced schedule with and without `{rel(patch)}` ({info.get('gpu', '?')})", "",
              f"Command: `{info['command']}`; torch {info.get('torch')}, triton {info.get('triton')}, Python "
              f"{info.get('python')}. {len(data['runs'])} processes in the order "
              f"{', '.join(r['variant'] for r in data['runs'])}, {info['rounds']} rounds each.", "",
@@ -176,7 +177,7 @@ def run(out_dir: Path, patch: Path, pairs: int, rounds: int, families, batches, 
     """The whole A/B: a patched copy of the package (``patched``: a folder holding one made already), then the
     processes, then the markdown."""
     json_path = out_dir / "partition_ab.json"
-    info = {"command": "python -m kernel_lab.tools.partition_ab " + " ".join(sys.argv[1:]), "patch": lt._rel(patch),
+    info = {"command": "python -m kernel_lab.tools.partition_ab " + " ".join(sys.argv[1:]), "patch": rel(patch),
             "rounds": rounds, "families": list(families), "batches": list(batches), "heads": list(heads)}
     with tempfile.TemporaryDirectory() as tmp:
         if patched is None:

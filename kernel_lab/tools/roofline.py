@@ -17,7 +17,8 @@ import statistics
 from dataclasses import dataclass
 
 from kernel_lab.tools import family_bench as fb
-from mla_edu.files import check_out_file, read_json, write_atomic
+from kernel_lab.tools import print_and_write, rel
+from mla_edu.files import read_json
 from mla_edu.paths import REPO_ROOT
 
 FAMILY_BENCH = REPO_ROOT / "kernel_lab" / "results" / "family_bench_h200.json"
@@ -96,7 +97,7 @@ def to_markdown(table: list[Row], command: str, ceil: dict) -> str:
 
 
 def render(out=None) -> str:
-    command = "python -m kernel_lab.tools.roofline" + (f" --out {out.relative_to(REPO_ROOT)}" if out else "")
+    command = "python -m kernel_lab.tools.roofline" + (f" --out {rel(out)}" if out else "")
     return to_markdown(rows(), command, read_json(CEILINGS, "schedule bench (its ceilings)")["ceilings"])
 
 
@@ -104,17 +105,7 @@ def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/roofline_h200.md)")
     args = ap.parse_args(argv)
-    out = None
-    if args.out:
-        try:
-            out = check_out_file(args.out, "--out").resolve()
-        except ValueError as e:
-            ap.error(str(e))
-    text = render(out if out and out.is_relative_to(REPO_ROOT) else None)
-    print(text, end="")
-    if out:
-        write_atomic(out, text)
-    return text
+    return print_and_write(ap, args.out, lambda: render(args.out))
 
 
 if __name__ == "__main__":
