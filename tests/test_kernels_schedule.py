@@ -35,9 +35,10 @@ def test_segments_cover_every_token_once(page, max_pages, lens, parts):
 
 @pytest.mark.parametrize("heads, batch, capped", [(16, 15, True), (16, 16, False), (32, 64, False),
                                                   (64, 16, False), (64, 64, True), (64, 256, True),
-                                                  (128, 64, True), (128, 16, False)])
+                                                  (128, 64, True), (128, 16, False), (64, 8, True), (128, 1, True)])
 def test_the_piece_cap_holds_where_stage_2_merges_one_partial_at_a_time(heads, batch, capped):
-    # B=16: 132 parts + 15 rows > 4 per request (STAGE2_MANY, 4 at a time); B >= 64 at 64 heads: STAGE2_FEW_WIDE
+    # max_pieces' three conditions, each way: B below 16 (at 16 and at 64 heads or more); 64 heads or more; few
+    # partials. B=16: 132 parts + 15 rows > 4 per request (STAGE2_MANY, 4 at a time); B >= 64 at 64 heads: FEW_WIDE
     parts = sc.num_parts(heads, 132, batch, 1024)
     assert sc.max_pieces(batch, heads, parts) == (sc.MAX_PIECES if capped else 0)
     lens = [512] * batch
