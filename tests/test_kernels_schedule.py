@@ -2,6 +2,8 @@
 ``mla_decode(schedule="balanced")`` against float64 (Triton's interpreter on CPU; the real kernels, every
 stage-1 kind, and graph replay with new lengths on a GPU)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 pytestmark = pytest.mark.triton  # its kernels are Triton's (tests/conftest.py: skipped without Triton)
@@ -13,7 +15,9 @@ from mla_edu.kernels import make_plan, mla_decode
 from mla_edu.kernels import schedule as sc
 from mla_edu.kernels import split_kv_triton as skt
 from mla_edu.kernels.cases import random_decode_case
+from mla_edu.kernels import stage1
 from mla_edu.kernels.contract import STAGE1_KINDS
+from mla_edu.kernels.workspace import HALF_BLOCK_BATCH, gpu_block_h
 from mla_edu.util import cdiv
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -34,11 +38,14 @@ def test_segments_cover_every_token_once(page, max_pages, lens, parts):
 
 
 @pytest.mark.parametrize("heads, batch, capped", [(16, 15, True), (16, 16, False), (32, 64, False),
-                                                  (64, 16, False), (64, 64, True), (64, 256, True),
-                                                  (128, 64, True), (128, 16, False), (64, 8, True), (128, 1, True)])
+                                                  (64, 16, False), (64, 64, False), (64, 128, False),
+                                                  (64, 256, True), (128, 64, False), (128, 16, False),
+                                                  (64, 8, True), (128, 1, True)])
 def test_the_piece_cap_holds_where_stage_2_merges_one_partial_at_a_time(heads, batch, capped):
     # max_pieces' three conditions, each way: B below 16 (at 16 and at 64 heads or more); 64 heads or more; few
-    # partials. B=16: 132 parts + 15 rows > 4 per request (STAGE2_MANY, 4 at a time); B >= 64 at 64 heads: FEW_WIDE
+    # partials (at 64 heads or more: at most 2 a request). B=16: 132 parts + 15 rows > 4 per request (STAGE2_MANY,
+    # 4 at a time); at 64 heads B=64 and 128 have more than 2 (STAGE2_MANY), B=256 fewer (FEW_WIDE, one at a time);
+    # at 128 heads (66 parts) B=64 has 129 rows, just over 2 a request
     parts = sc.num_parts(heads, 132, batch, 1024)
     assert sc.max_pieces(batch, heads, parts) == (sc.MAX_PIECES if capped else 0)
     lens = [512] * batch
@@ -48,6 +55,23 @@ def test_the_piece_cap_holds_where_stage_2_merges_one_partial_at_a_time(heads, b
     expect = sc.balanced_chunk(w, parts, sc.MAX_PIECES) if capped else share
     assert sc.makespans(lens, 64, heads, 132, 1)[1] == expect + sc.FIXED_OVERHEAD_PAGES
     assert (expect > share) == capped
+
+
+def test_the_balanced_schedule_takes_16_heads_a_program_at_32_heads_in_small_batches():
+    # workspace.HALF_BLOCK_BATCH: at 32 heads, B <= 16, two 16-head programs a part on half the parts; the split
+    # rule keeps 32 (except on a grid too small for it, SMALL_GRID), and no other head count changes
+    for batch in range(1, 40):
+        half = batch <= HALF_BLOCK_BATCH
+        assert gpu_block_h(32, batch, 64, balanced=True) == (16 if half else 32)
+        assert gpu_block_h(32, batch, 64) == 32
+        assert sc.num_parts(32, 132, batch, 64) == (66 if half else 132)
+        for heads in (16, 64, 128):
+            assert gpu_block_h(heads, batch, 64, balanced=True) == gpu_block_h(heads, batch, 64)
+    assert gpu_block_h(32, 1, 16) == 16  # 1 x 1 x 16 programs <= SMALL_GRID
+    plan = SimpleNamespace(heads=32, batch=16, max_pages=64, schedule="balanced")
+    for want in (16, 32):  # the launch configs agree with num_parts: both kernels' head blocks
+        assert [stage1.impl(k).launch_config(k, plan, True)[0] for k in ("tma", "tl")] == [want, want]
+        plan.schedule = "splits"
 
 
 def check_segments(page, max_pages, lens, parts, heads):
@@ -152,20 +176,24 @@ def test_balanced_call_runs_stage2_config_of_its_batch(monkeypatch):
 
 
 def test_stage2_config_by_pieces_per_request_and_heads():
-    # every batch size to 300 at each head count, around the boundary parts + B - 1 = 4 B, and the GPU's parts
+    # every batch size to 300 at each head count, around the boundary parts + B - 1 = few * B (few: 4 partials a
+    # request below 64 heads, 2 from 64 up), and the GPU's parts
     for heads in (1, 16, 32, 63, 64, 128):
         wide = skt.STAGE2_FEW_WIDE if heads >= 64 else skt.STAGE2_FEW_NARROW
+        few = 2 if heads >= 64 else 4
         for batch in range(1, 301):
-            edge = 3 * batch + 1  # parts at which a request has 4 partials on average, at most
+            edge = (few - 1) * batch + 1  # parts at which a request has `few` partials on average, at most
             assert skt.stage2_config(batch, heads, edge) == wide
             assert skt.stage2_config(batch, heads, edge + 1) == skt.STAGE2_MANY
             for sms in (132, 8):
                 parts = sc.num_parts(heads, sms, batch, 64)
-                want = skt.STAGE2_MANY if parts + batch - 1 > 4 * batch else wide
+                want = skt.STAGE2_MANY if parts + batch - 1 > few * batch else wide
                 assert skt.stage2_config(batch, heads, parts) == want
-    # the H200's bench batches (132 SMs): B=16 many pieces, B >= 64 few
+    # the H200's bench batches (132 SMs): B=16 many pieces; at 16 heads B >= 64 few; at 128 heads B=64 many, B=128 few
     assert skt.stage2_config(16, 128, 66) == skt.STAGE2_MANY and skt.stage2_config(16, 16, 132) == skt.STAGE2_MANY
-    assert skt.stage2_config(64, 128, 66) == skt.STAGE2_FEW_WIDE
+    assert skt.stage2_config(64, 128, 66) == skt.STAGE2_MANY and skt.stage2_config(128, 64, 132) == skt.STAGE2_MANY
+    assert skt.stage2_config(128, 128, 66) == skt.STAGE2_FEW_WIDE
+    assert skt.stage2_config(256, 64, 132) == skt.STAGE2_FEW_WIDE
     assert skt.stage2_config(64, 16, 132) == skt.STAGE2_FEW_NARROW
     for bad in ((0, 16, 4), (4, 0, 4), (4, 16, 0)):
         with pytest.raises(ValueError, match=r"stage2_config needs batch, heads and parts >= 1, got"):

@@ -70,6 +70,9 @@ CASES = [  # page, heads, splits, dtype, batch, max_len
     # 16 and 32 heads a program: stage1_swapped_kernel (the last: 128 heads, a grid too small for 64 a program)
     (64, 16, 1, torch.bfloat16, 6, 900), (64, 16, 4, torch.bfloat16, 6, 900), (16, 16, 3, torch.float16, 5, 700),
     (128, 32, 2, torch.bfloat16, 5, 1000), (64, 64, 5, torch.bfloat16, 1, 600), (64, 128, 1, torch.bfloat16, 1, 500),
+    # the balanced schedule at 32 heads: 16 heads a program up to B=16 (workspace.HALF_BLOCK_BATCH), 32 above; at 64
+    # heads and B=64, more than 2 partials a request: stage 2 loads 4 at a time, no piece cap (schedule.few_partials)
+    (64, 32, -1, torch.bfloat16, 16, 1000), (64, 32, -1, torch.float16, 17, 700), (64, 64, -1, torch.bfloat16, 64, 700),
 ]
 
 

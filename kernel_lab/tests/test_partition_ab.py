@@ -90,6 +90,7 @@ def test_a_patched_folder_without_the_package_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize("name, patch", [
     ("partition_ab_h200", None),
     ("partition_ab_h200_many_uncapped", "kernel_lab/results/partition_variants/many_uncapped.patch"),
+    ("partition_ab_h200_h32", "kernel_lab/results/partition_variants/h32_block16.patch"),
 ])
 def test_the_committed_markdown_is_the_render_of_the_committed_json(tmp_path, name, patch):
     result = ab.RESULT.with_name(f"{name}.json")

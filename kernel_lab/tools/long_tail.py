@@ -63,7 +63,7 @@ class Row:
     fm_parts: int
     capped: int
     fm: int
-    now: int
+    now: float  # schedule.makespans: in the split rule's page-times (HALF_BLOCK_PAGE_COST where it applies)
     pieces: int
     fm_pieces: int
     now_pieces: int
@@ -158,13 +158,16 @@ def rows(family_bench=FAMILY_BENCH) -> list[Row]:
         lens, h = r["lens"], r["heads"]
         capped = capped_makespan(lens, r["parts"])
         now = sc.makespans(lens, PAGE, h, sms, r["rule_splits"])[1]
+        parts = sc.num_parts(h, sms, len(lens), max(cdiv(x, PAGE) for x in lens))
+        w = [cdiv(x, PAGE) + sc.FIXED_OVERHEAD_PAGES for x in lens if x > 0]
+        now_chunk = sc.balanced_chunk(w, parts, sc.max_pieces(len(lens), h, parts))
         fm_parts = fs.num_sm_parts(h, sms)
         longest = max(range(len(lens)), key=lambda i: (lens[i], -i))
         fm = fs.flashmla_makespan(lens, PAGE, fm_parts)
         out.append(Row(r["family"], h, r["batch"], r["parts"], fm_parts, capped, fm, now,
                        pieces_of_longest(lens, capped - sc.FIXED_OVERHEAD_PAGES),
                        fs.pieces_per_request(lens, fm_parts)[longest],
-                       pieces_of_longest(lens, now - sc.FIXED_OVERHEAD_PAGES), fb.x_flashmla(r, "balanced")[0]))
+                       pieces_of_longest(lens, now_chunk), fb.x_flashmla(r, "balanced")[0]))
     return out
 
 
@@ -177,6 +180,15 @@ def groups(table: list[Row]) -> dict:
             if xs:
                 out[differ, h] = (len(xs), statistics.geometric_mean(xs))
     return out
+
+
+def cap_kept_as_landed(batch: int, heads: int, sms: int) -> bool:
+    """Whether ``schedule.max_pieces`` kept the piece cap for a batch of the A/B as it was landed after it
+    (``e79b3dc``): below 16 requests, or at 64 heads or more with at most 4 partials a request on average (the
+    parts then: one 64-head block per slot, ``sms / ceil(h_q / 64)``, 132 below 64 heads). The package has changed it
+    since (``schedule.few_partials``); the A/B's numbers stay those of the rule it was landed for."""
+    parts = sms // -(-heads // 64) if heads >= 64 else sms
+    return batch < 16 or (heads >= 64 and parts + batch - 1 <= 4 * batch)
 
 
 def ab_numbers(ab_json=AB) -> dict:
@@ -192,13 +204,9 @@ def ab_numbers(ab_json=AB) -> dict:
     info, sms = data["info"], data["info"]["sm_count"]
     lens = {(f, h, len(x)): x for f, h, x in ab.problems(info["families"], info["batches"], info["heads"])}
     table = ab.table(data, PATCH)
-    for r in table:  # the package now: the patch's partition where it lifts the cap, the base's where it keeps it
+    for r in table:  # the rule as landed: the patch's partition where it lifted the cap, the base's where it kept it
         x = lens[r["family"], r["heads"], r["batch"]]
-        parts = sc.num_parts(r["heads"], sms, len(x), max(cdiv(n, PAGE) for n in x))
-        r["kept"] = sc.max_pieces(len(x), r["heads"], parts) > 0
-        r["now"] = sc.makespans(x, PAGE, r["heads"], sms, 1)[1]
-        assert r["now"] == r["model"][1 - r["kept"]] or not r["changed"], r
-        assert r["now"] == r["model"][0] or r["changed"], r
+        r["kept"] = cap_kept_as_landed(len(x), r["heads"], sms)
 
     def group(sel):
         xs = [r["x"] for r in sel]
@@ -284,9 +292,9 @@ def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
         f"{_batches(ab['kept']['rows'])}. "
         f"Over the {c['n']}, the package runs at {ab['landed']:.3f} the capped partition's speed in geomean (the "
         f"patch's ratio where it lifts the cap, 1 where it keeps it), against {c['geomean']:.3f} for the patch.", "",
-        f"In the family bench's batches the landed rule changes {len(changed)} of {len(table)} models, all at "
+        f"In the family bench's batches the package's rules change {len(changed)} of {len(table)} models, all at "
         f"B >= {min(r.batch for r in changed)}: "
-        + "; ".join(f"{r.family} h_q={r.heads} B={r.batch} {r.capped} -> {r.now} (FM {r.fm})" for r in changed)
+        + "; ".join(f"{r.family} h_q={r.heads} B={r.batch} {r.capped} -> {r.now:g} (FM {r.fm})" for r in changed)
         + f". Of the {len(capped)} giant batches that differ, {sum(r.now <= r.fm for r in capped)} now model at "
         f"FlashMLA's makespan, the giant request cut into {_span(r.now_pieces for r in capped if not r.cap_kept)} "
         "pieces; the cap holds at the other "
@@ -300,7 +308,7 @@ def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
     for r in table:
         mark = "**" if r.differ else ""
         lines.append(f"| {r.family} | {r.heads} | {r.batch} | {r.parts} / {r.fm_parts} | {r.capped} | {r.fm} | "
-                     f"{mark}{r.ratio:.2f}{mark} | {r.now} | {r.pieces} / {r.fm_pieces} / {r.now_pieces} | "
+                     f"{mark}{r.ratio:.2f}{mark} | {r.now:g} | {r.pieces} / {r.fm_pieces} / {r.now_pieces} | "
                      f"{r.x:.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -97,11 +97,31 @@ def run_variant(variant: str, json_path: Path, rounds: int, families, batches, h
     write_atomic(json_path, json.dumps(data))
 
 
-def modelled(data: dict, patch: Path, variant=None) -> dict:
-    """``(family, heads, batch) -> (base, patched)``: the balanced schedule's modelled makespan (page-times) of each
-    copy's ``schedule.makespans`` (``variant``: the patched ``schedule`` module, by default the package's files with
-    ``patch`` applied)."""
-    variant = lt.patched_schedule(patch) if variant is None else variant
+def makespans_now(families, batches, heads, sms: int) -> list[list]:
+    """``[family, heads, batch, makespan]`` per batch: the balanced schedule's modelled makespan (page-times,
+    ``schedule.makespans``) by the ``mla_edu`` this process imports."""
+    rows = []
+    for fam, h, lens in problems(families, batches, heads):
+        n_pages = max(-(-x // fb.PAGE) for x in lens)
+        rule = triton_num_kv_splits(fb.PAGE * n_pages, len(lens), h, fb.PAGE, sms)
+        rows.append([fam, h, len(lens), sc.makespans(lens, fb.PAGE, h, sms, rule)[1]])
+    return rows
+
+
+def model_of_copy(root: Path, info: dict) -> list[list]:
+    """``makespans_now`` by the package copy under ``root`` (a process whose working folder is ``root``, so that
+    every module of the copy counts: a patch of ``workspace.py`` changes the head block and the parts)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "kernel_lab.tools.partition_ab", "--model", str(info["sm_count"]), "--families",
+           ",".join(info["families"]), "--batches", ",".join(map(str, info["batches"])), "--heads",
+           ",".join(map(str, info["heads"]))]
+    return json.loads(subprocess.run(cmd, env=env, cwd=root, check=True, capture_output=True, text=True).stdout)
+
+
+def modelled(data: dict, patch: Path) -> dict:
+    """``(family, heads, batch) -> (base, patched)`` for a run's json that stored no model: the package's
+    ``schedule.makespans`` and that of its ``schedule.py`` with ``patch`` applied (only that file's change counts)."""
+    variant = lt.patched_schedule(patch)
     sms = data["info"]["sm_count"]
     out = {}
     for fam, h, lens in problems(data["info"]["families"], data["info"]["batches"], data["info"]["heads"]):
@@ -188,8 +208,8 @@ def run(out_dir: Path, patch: Path, pairs: int, rounds: int, families, batches, 
 
         # the model of both copies, kept with the run: the patch may not apply to a later package
         info["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
-        variant = lt.load_schedule(Path(tmp) / lt.PATCHED_FILES[0])
-        info["model"] = [[*key, *spans] for key, spans in modelled({"info": info}, patch, variant).items()]
+        base = makespans_now(families, batches, heads, info["sm_count"])
+        info["model"] = [[*b, p[3]] for b, p in zip(base, model_of_copy(Path(tmp), info))]
         write_atomic(json_path, json.dumps({"info": info, "runs": []}))
         for variant in VARIANTS * pairs:
             # python -m puts its working folder first on the path: the patched copy's mla_edu comes before the
@@ -221,11 +241,15 @@ def main(argv=None):
                     "with long_tail.patched_copy where git is; a machine without git)")
     ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # one process of the A/B (run's)
     ap.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--model", type=int, metavar="SMS", help=argparse.SUPPRESS)  # model_of_copy's process
     args = ap.parse_args(argv)
     families = tuple(f for f in args.families.split(",") if f)
     for f in families:
         if f not in fb.FAMILIES:
             ap.error(f"--families: expected names of {list(fb.FAMILIES)}, got {f!r}")
+    if args.model:  # before the checks of paths, which this process (in a package copy) does not read
+        print(json.dumps(makespans_now(families, args.batches, args.heads, args.model)))
+        return
     if args.pairs < 1 or args.rounds < 1:
         ap.error(f"--pairs and --rounds: expected at least 1, got {args.pairs} and {args.rounds}")
     try:

@@ -71,6 +71,16 @@ MIN_PART_PAGES = 2
 MAX_PIECES = max(SPLIT_CHOICES)
 #: Batches of fewer requests than this keep the piece cap at every head count (``max_pieces``).
 PIECE_CAP_BATCH = 16
+#: Partials a request has on average, at most, where ``few_partials`` holds: [below 64 heads, 64 heads or more].
+#: Where it holds, stage 2 merges a program's partials one or two at a time (``split_kv_triton.stage2_config``); at
+#: 64 heads or more that is one at a time over 512 columns, and on the H200 it lost to four at a time from 2 partials
+#: a request up (``kernel_lab/results/partition_ab_h200_many_uncapped.md``).
+FEW_PARTIALS = (4, 2)
+#: A page-time of a 16-head program as a fraction of a 32-head program's, for ``makespans`` where the balanced
+#: schedule runs 16 heads a program and the split rule 32 (32 heads, ``workspace.HALF_BLOCK_BATCH``): each side's
+#: time over its modelled makespan, measured on the H200 at B=64-256, gives 0.63-0.66
+#: (``kernel_lab/results/partition_ab_h200_h32.md``).
+HALF_BLOCK_PAGE_COST = 0.65
 #: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan is this much below the split
 #: rule's: its merge's launch and the partials of requests cut at a part boundary are not in the model.
 BALANCED_MARGIN = 0.1
@@ -97,7 +107,8 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block,
     ``pages_per_program``) handed to the GPU's program slots in launch order (``simulate``), so that a long
     request's programs launched last run alone at the end. The schedule: one part's share (``batch_plan``'s chunk)
-    and one overhead. The rule's term was a lower bound until the family bench (the longest program, or the total
+    and one overhead, in the rule's page-times (times ``HALF_BLOCK_PAGE_COST`` where its programs take half the
+    rule's heads). The rule's term was a lower bound until the family bench (the longest program, or the total
     spread evenly over the slots), which misses that tail: ``kernel_lab/results/choice_fit_h200.md`` scores both
     on the H200's measured times."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
@@ -109,7 +120,9 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     rule = simulate(pages_per_program(lens, page_size, heads, sm_count, num_splits, max_pages), slots)[1]
     w = [k + FIXED_OVERHEAD_PAGES for k in n if k > 0]
     parts = num_parts(heads, sm_count, len(n), max_pages)
-    return rule, balanced_chunk(w, parts, max_pieces(len(n), heads, parts)) + FIXED_OVERHEAD_PAGES
+    balanced = balanced_chunk(w, parts, max_pieces(len(n), heads, parts)) + FIXED_OVERHEAD_PAGES
+    half = gpu_block_h(heads, len(n), max_pages, balanced=True) < gpu_block_h(heads, len(n), max_pages)
+    return rule, HALF_BLOCK_PAGE_COST * balanced if half else balanced
 
 
 def balanced_chunk(w: list[int], parts: int, pieces: int) -> int:
@@ -120,10 +133,11 @@ def balanced_chunk(w: list[int], parts: int, pieces: int) -> int:
     return max(chunk, cdiv(max(w, default=0), pieces - 1)) if pieces > 0 else chunk
 
 
-def few_partials(batch: int, parts: int) -> bool:
-    """Whether the balanced schedule leaves a request at most 4 partials on average: its segments number at most
-    ``parts + batch - 1`` (``workspace_rows``). Stage 2's config turns on it (``split_kv_triton.stage2_config``)."""
-    return parts + batch - 1 <= 4 * batch
+def few_partials(batch: int, parts: int, heads: int) -> bool:
+    """Whether the balanced schedule leaves a request few partials on average: its segments number at most
+    ``parts + batch - 1`` (``workspace_rows``), and "few" is at most ``FEW_PARTIALS[heads >= 64]`` a request. Stage
+    2's config turns on it (``split_kv_triton.stage2_config``), and so does the piece cap (``max_pieces``)."""
+    return parts + batch - 1 <= FEW_PARTIALS[heads >= 64] * batch
 
 
 def max_pieces(batch: int, heads: int, parts: int) -> int:
@@ -133,8 +147,10 @@ def max_pieces(batch: int, heads: int, parts: int) -> int:
     or more with ``few_partials``: ``split_kv_triton.STAGE2_FEW_WIDE``). Measured on the H200 on one 64K-token
     request among 512-token ones, without the cap: 1.17-1.55x faster at h_q 16 and 32 (B=16-128) and at h_q 64 and
     128 (B=16, where stage 2 loads 4 partials at a time), but 0.89x at h_q=64, B=64, where the 512-column merge
-    walks ~74 partials one by one (``kernel_lab/results/partition_ab_h200.md``)."""
-    return MAX_PIECES if batch < PIECE_CAP_BATCH or (heads >= 64 and few_partials(batch, parts)) else 0
+    walks ~74 partials one by one (``kernel_lab/results/partition_ab_h200.md``). With 64 heads or more, where a
+    request has more than 2 partials on average, stage 2 loads 4 at a time and the cap goes
+    (``kernel_lab/results/partition_ab_h200_many_uncapped.md``)."""
+    return MAX_PIECES if batch < PIECE_CAP_BATCH or (heads >= 64 and few_partials(batch, parts, heads)) else 0
 
 
 def prefers_balanced(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
@@ -152,7 +168,7 @@ def num_parts(heads: int, sm_count: int, batch: int = 0, n_pages: int = 0) -> in
     """Parts that fill the GPU once: its program slots (``PROGRAMS_PER_SM`` of the head block the kernel takes,
     ``gpu_block_h``) over the head blocks each part runs as (FlashMLA's ``num_sm_parts``:
     ``sm_count / h_k / ceil(h_q / 64)``, ``csrc/flash_api.cpp`` line 39 at ``9edee0c``)."""
-    block_h = gpu_block_h(heads, batch, n_pages)
+    block_h = gpu_block_h(heads, batch, n_pages, balanced=True)
     return max(1, PROGRAMS_PER_SM[block_h] * sm_count // cdiv(heads, block_h))
 
 
@@ -257,7 +273,7 @@ def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, ma
     on slot ``p * head blocks + h`` and walks its segments one after the other, each costing ``overhead +
     pages`` page-times. Returns ``(start, end, slot, request)`` per segment and program, and the makespan."""
     max_pages = max([cdiv(max(x, 0), page_size) for x in lens] + [1]) if max_pages is None else max_pages
-    hb = cdiv(heads, gpu_block_h(heads, len(lens), max_pages))
+    hb = cdiv(heads, gpu_block_h(heads, len(lens), max_pages, balanced=True))
     parts = num_parts(heads, sm_count, len(lens), max_pages)
     clock = [0.0] * parts
     bars = []

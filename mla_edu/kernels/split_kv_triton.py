@@ -212,13 +212,13 @@ STAGE2_FEW_NARROW = Stage2Config(16, 2, 128, 8)
 
 def stage2_config(batch: int, heads: int, parts: int) -> Stage2Config:
     """Stage 2's config for a balanced call, from what the host knows: B, h_q and the parts. The parts' segments
-    number at most ``parts + B - 1``, so a request has at most ``(parts + B - 1) / B`` partials on average. Above 4
-    (B=16 on the H200: a few long requests cut into many pieces) STAGE2_MANY loads them 4 at a time; else
-    STAGE2_FEW_WIDE where there are 64 heads or more, STAGE2_FEW_NARROW below (measured:
-    ``kernel_lab/results/stage2_ab_h200.md``)."""
+    number at most ``parts + B - 1``, so a request has at most ``(parts + B - 1) / B`` partials on average. Above
+    ``schedule.FEW_PARTIALS`` (4 below 64 heads, 2 from 64 up: ``schedule.few_partials``) STAGE2_MANY loads them 4 at
+    a time; else STAGE2_FEW_WIDE where there are 64 heads or more, STAGE2_FEW_NARROW below (measured:
+    ``kernel_lab/results/stage2_ab_h200.md``, ``kernel_lab/results/partition_ab_h200_many_uncapped.md``)."""
     if batch < 1 or heads < 1 or parts < 1:
         raise ValueError(f"stage2_config needs batch, heads and parts >= 1, got {batch}, {heads}, {parts}")
-    if not schedule.few_partials(batch, parts):
+    if not schedule.few_partials(batch, parts, heads):
         return STAGE2_MANY
     return STAGE2_FEW_WIDE if heads >= 64 else STAGE2_FEW_NARROW
 

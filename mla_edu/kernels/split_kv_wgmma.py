@@ -612,7 +612,7 @@ def compile_cache(page: int, dtype: str):
 
 
 def _launch_config(kind, plan, on_gpu: bool) -> LaunchConfig:
-    block_h = gpu_block_h(plan.heads, plan.batch, plan.max_pages)
+    block_h = gpu_block_h(plan.heads, plan.batch, plan.max_pages, balanced=plan.schedule == "balanced")
     return LaunchConfig(block_h, BLOCK_N, kernel_for(block_h)[1], STAGES)
 
 
@@ -625,7 +625,7 @@ def _launch(kind, config, call) -> None:
 def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, scheduled: bool, batch: int,
                   n_pages: int) -> CompileSpec:
     tma = kind == "tma"
-    block_h = gpu_block_h(heads, batch, n_pages)  # as split_kv_triton.plan_stage1 picks it
+    block_h = gpu_block_h(heads, batch, n_pages, balanced=scheduled)  # as split_kv_triton.plan_stage1 picks it
     kernel, warps = kernel_for(block_h)
     consts = constexprs(page, D_LATENT, D_ROPE, final, tma, block_h, scheduled, batch, schedule.MAX_PIECES)
     if tma:  # the descriptors' types, as the JIT derives them from real ones

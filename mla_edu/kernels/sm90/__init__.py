@@ -77,7 +77,7 @@ def spec_for(kind: str, page: int = 64, dtype: str = "bf16", final: bool = False
     compiles for (``BATCH`` requests of ``N_PAGES`` pages, ``heads`` heads), as a launch would configure it."""
     from mla_edu.kernels.split_kv_wgmma import compile_cache
 
-    ran = stage1.running_kind(kind, gpu_block_h(heads, BATCH, N_PAGES), compile_cache(page, dtype))
+    ran = stage1.running_kind(kind, gpu_block_h(heads, BATCH, N_PAGES, scheduled), compile_cache(page, dtype))
     compile_spec = stage1.impl(ran).compile_spec
     if compile_spec is None:
         raise ValueError(f"stage-1 kind {ran!r} has no compile_spec: it cannot be compiled for sm_90a here")

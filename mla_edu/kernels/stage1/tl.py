@@ -192,13 +192,14 @@ def _dot_width(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
-def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0) -> LaunchConfig:
-    """The tl kernel's default launch config; on a GPU the head block is ``gpu_block_h(heads, batch, n_pages)``
-    (16 for problems too small to fill the GPU with 64-head programs). A call can pass its own
+def launch_config(heads: int, on_gpu: bool, batch: int = 0, n_pages: int = 0,
+                  balanced: bool = False) -> LaunchConfig:
+    """The tl kernel's default launch config; on a GPU the head block is ``gpu_block_h(heads, batch, n_pages,
+    balanced)`` (16 for problems too small to fill the GPU with 64-head programs). A call can pass its own
     (``mla_decode(..., launch=...)``, as ``tools.kernel_sweep`` does)."""
     if not on_gpu:  # the interpreter runs programs one by one: fewer, bigger blocks are faster
         return LaunchConfig(max(16, triton.next_power_of_2(heads)), 64, 4, 1)
-    block_h = gpu_block_h(heads, batch, n_pages)
+    block_h = gpu_block_h(heads, batch, n_pages, balanced)
     return LaunchConfig(block_h, *GPU_CONFIGS[block_h])
 
 
@@ -235,12 +236,13 @@ def _launch(kind, launch, call) -> None:
 
 
 def _launch_config(kind, plan, on_gpu: bool) -> LaunchConfig:
-    return launch_config(plan.heads, on_gpu, plan.batch, plan.max_pages)
+    return launch_config(plan.heads, on_gpu, plan.batch, plan.max_pages, plan.schedule == "balanced")
 
 
 def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, scheduled: bool, batch: int,
                   n_pages: int) -> CompileSpec:
-    block_h, block_n, warps, stages = launch_config(heads, on_gpu=True, batch=batch, n_pages=n_pages)
+    block_h, block_n, warps, stages = launch_config(heads, on_gpu=True, batch=batch, n_pages=n_pages,
+                                                    balanced=scheduled)
     consts = stage1_constexprs(page, D_LATENT, D_ROPE, False, False, final, block_h, block_n, scheduled, batch,
                                schedule.MAX_PIECES)
     kernel = stage1_balanced_kernel if scheduled else stage1_kernel
