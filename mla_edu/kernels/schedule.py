@@ -77,10 +77,12 @@ PIECE_CAP_BATCH = 16
 #: a request up (``kernel_lab/results/partition_ab_h200_many_uncapped.md``).
 FEW_PARTIALS = (4, 2)
 #: A page-time of a 16-head program as a fraction of a 32-head program's, for ``makespans`` where the balanced
-#: schedule runs 16 heads a program and the split rule 32 (32 heads, ``workspace.HALF_BLOCK_BATCH``): each side's
-#: time over its modelled makespan, measured on the H200 at B=64-256, gives 0.63-0.66
-#: (``kernel_lab/results/partition_ab_h200_h32.md``).
-HALF_BLOCK_PAGE_COST = 0.65
+#: schedule runs 16 heads a program and the split rule 32 (32 heads, ``workspace.HALF_BLOCK_BATCH``). Each side's
+#: time over its modelled makespan gives 0.63-0.66 at B=64-256 (``kernel_lab/results/partition_ab_h200_h32.md``),
+#: but the choice it serves is made at B <= 16, where 0.65 took the balanced schedule at one request or four of
+#: uniform length, up to 1.32x slower than the split rule; so the value is fitted on the choice there
+#: (``kernel_lab/results/half_block_fit_h200.md``, ``python -m kernel_lab.tools.half_block_fit``).
+HALF_BLOCK_PAGE_COST = 0.8
 #: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan is this much below the split
 #: rule's: its merge's launch and the partials of requests cut at a part boundary are not in the model.
 BALANCED_MARGIN = 0.1
@@ -101,14 +103,14 @@ def _check_sizes(**sizes) -> None:
 
 
 def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
-              max_pages: int | None = None) -> tuple[float, float]:
+              max_pages: int | None = None, half_block_cost: float = HALF_BLOCK_PAGE_COST) -> tuple[float, float]:
     """(rule, balanced): modelled makespans in page-times (one program's time for one page; each program or
     segment also pays ``FIXED_OVERHEAD_PAGES``) of the split rule at ``num_splits`` and of the balanced schedule,
     for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block,
     ``pages_per_program``) handed to the GPU's program slots in launch order (``simulate``), so that a long
     request's programs launched last run alone at the end. The schedule: one part's share (``batch_plan``'s chunk)
-    and one overhead, in the rule's page-times (times ``HALF_BLOCK_PAGE_COST`` where its programs take half the
-    rule's heads). The rule's term was a lower bound until the family bench (the longest program, or the total
+    and one overhead, in the rule's page-times (times ``half_block_cost`` where its programs take half the rule's
+    heads). The rule's term was a lower bound until the family bench (the longest program, or the total
     spread evenly over the slots), which misses that tail: ``kernel_lab/results/choice_fit_h200.md`` scores both
     on the H200's measured times."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
@@ -122,7 +124,7 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     parts = num_parts(heads, sm_count, len(n), max_pages)
     balanced = balanced_chunk(w, parts, max_pieces(len(n), heads, parts)) + FIXED_OVERHEAD_PAGES
     half = gpu_block_h(heads, len(n), max_pages, balanced=True) < gpu_block_h(heads, len(n), max_pages)
-    return rule, HALF_BLOCK_PAGE_COST * balanced if half else balanced
+    return rule, half_block_cost * balanced if half else balanced
 
 
 def balanced_chunk(w: list[int], parts: int, pieces: int) -> int:
