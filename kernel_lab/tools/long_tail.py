@@ -147,6 +147,24 @@ def capped_makespan(lens: list[int], parts: int) -> int:
     return sc.balanced_chunk(w, parts, sc.MAX_PIECES) + sc.FIXED_OVERHEAD_PAGES
 
 
+def parts_as_benched(heads: int, sms: int, batch: int, n_pages: int) -> int:
+    """``schedule.num_parts`` as it was from the family bench (29d1c24) to the piece cap's A/B (5a3b22c) and until
+    a2e9367: one part a program slot of the split rule's head block (``workspace.gpu_block_h`` then: 16 heads where
+    ``batch * head blocks * n_pages <= 32``, else ``h_q`` rounded up to a power of two in [16, 64]; one program an
+    SM), over the head blocks. The balanced schedule's two 16-head programs a part at 32 heads came later
+    (``workspace.HALF_BLOCK_BATCH``)."""
+    block = min(64, max(16, 1 << (heads - 1).bit_length()))
+    if block > 16 and 0 < batch and batch * cdiv(heads, block) * n_pages <= 32:
+        block = 16
+    return max(1, sms // cdiv(heads, block))
+
+
+def benched_makespan(lens: list[int], heads: int, sms: int) -> int:
+    """``capped_makespan`` on the parts of then (``parts_as_benched``): the balanced schedule's modelled makespan as
+    the family bench ran it (29d1c24), in page-times of the split rule's head block."""
+    return capped_makespan(lens, parts_as_benched(heads, sms, len(lens), max([cdiv(x, PAGE) for x in lens] + [1])))
+
+
 def rows(family_bench=FAMILY_BENCH) -> list[Row]:
     """Every batch of the run that FlashMLA timed, families first, then the uniform grid."""
     data = read_json(str(family_bench), "--family-bench")
@@ -182,13 +200,20 @@ def groups(table: list[Row]) -> dict:
     return out
 
 
-def cap_kept_as_landed(batch: int, heads: int, sms: int) -> bool:
-    """Whether ``schedule.max_pieces`` kept the piece cap for a batch of the A/B as it was landed after it
-    (``e79b3dc``): below 16 requests, or at 64 heads or more with at most 4 partials a request on average (the
-    parts then: one 64-head block per slot, ``sms / ceil(h_q / 64)``, 132 below 64 heads). The package has changed it
-    since (``schedule.few_partials``); the A/B's numbers stay those of the rule it was landed for."""
+#: Partials a request has on average, at most, where ``schedule.max_pieces`` kept the piece cap at 64 heads or
+#: more (``schedule.few_partials``), by the commit that set it: the piece cap's landing after ``AB`` (e79b3dc) and
+#: the part of many_uncapped.patch the package took (a2e9367, ``partition_ab_h200_many_uncapped.md``).
+FEW_AS_LANDED = {"e79b3dc": 4, "a2e9367": 2}
+
+
+def cap_kept_as_landed(batch: int, heads: int, sms: int, commit: str = "e79b3dc") -> bool:
+    """Whether ``schedule.max_pieces`` kept the piece cap for a batch of an A/B as it was landed at ``commit``
+    (``FEW_AS_LANDED``): below 16 requests, or at 64 heads or more with at most ``FEW_AS_LANDED[commit]`` partials a
+    request on average (the parts: one 64-head block per slot, ``sms / ceil(h_q / 64)``, 132 below 64 heads). The
+    package may have changed it since (``schedule.few_partials``); an A/B's numbers stay those of the rule it was
+    landed for."""
     parts = sms // -(-heads // 64) if heads >= 64 else sms
-    return batch < 16 or (heads >= 64 and parts + batch - 1 <= 4 * batch)
+    return batch < 16 or (heads >= 64 and parts + batch - 1 <= FEW_AS_LANDED[commit] * batch)
 
 
 def ab_numbers(ab_json=AB) -> dict:
