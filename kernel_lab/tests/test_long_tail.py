@@ -116,3 +116,17 @@ def test_the_lab_clis_refuse_bad_paths_with_what_was_expected(tool, argv, says, 
     with pytest.raises(SystemExit):
         importlib.import_module(f"kernel_lab.tools.{tool}").main(argv)
     assert says in capsys.readouterr().err
+
+
+def test_the_changes_read_right_with_nothing_changed(table):
+    import dataclasses
+
+    same = [dataclasses.replace(r, now=r.capped, cut=r.capped, half=False, now_pieces=r.pieces) for r in table]
+    text = " ".join(lt.family_bench_changes(same))
+    assert "differs from 'capped' at 0 of 142" in text and "changes none of them" in text
+    assert "None changes by the 16-head programs" in text and "0 now model at FlashMLA's makespan" in text
+    assert "()" not in text and "B >= " not in text and "The cap holds at none of them" in text
+    text = " ".join(lt.family_bench_changes(table))
+    assert "the package's 'now' differs from 'capped' at 28 of 142" in text and "lifts the cap at 11" in text
+    assert "runs two 16-head programs a part on half the parts, where the bench ran one 32-head program a part: 11 " \
+        "models" in text and "The rule as landed at e79b3dc kept the cap at 3 of these" in text

@@ -283,22 +283,21 @@ def family_bench_changes(table: list[Row]) -> list[str]:
     lifted, kept = [r for r in giant if not r.cap_kept], [r for r in giant if r.cap_kept]
     at_fm, giant_half = [r for r in giant if r.now == r.fm], [r for r in giant if r.half]
     out = [f"In the family bench's batches the package's 'now' differs from 'capped' at {len(changed)} of "
-           f"{len(table)}, for two reasons. "
+           f"{len(table)}, by the piece cap's rule or by the 16-head programs at h_q=32. "
            + (f"The piece cap's rule (`schedule.max_pieces`) changes {len(cut)}, where it lifts the cap, all at "
               f"B >= {min(r.batch for r in cut)}; on the bench's parts and head block the model goes: " if cut else
               "The piece cap's rule (`schedule.max_pieces`) changes none of them. ")
            + (_listed(cut, lambda r: r.cut) + ". " if cut else "")
            + (f"The rule as landed at e79b3dc kept the cap at {len(since)} of these ({_which(since)}); since, "
               f"`schedule.few_partials` keeps it at 64 heads or more only up to {sc.FEW_PARTIALS[1]} partials a "
-              "request on average, not " f"{FEW_AS_LANDED['e79b3dc']}. " if since else "")
-           + f"At h_q=32 in batches of at most {HALF_BLOCK_BATCH} requests the balanced schedule now runs two "
-           f"16-head programs a part on half the parts, where the bench ran one 32-head program a part: {len(half)} "
-           "models"
-           + (f", whose 'now' is `schedule.HALF_BLOCK_PAGE_COST` = {sc.HALF_BLOCK_PAGE_COST:g} times the 16-head "
-              "programs' makespan on those parts, in the split rule's page-times"
+              f"request on average, not {FEW_AS_LANDED['e79b3dc']}. " if since else "")
+           + (f"At h_q=32 in batches of at most {HALF_BLOCK_BATCH} requests the balanced schedule now runs two "
+              "16-head programs a part on half the parts, where the bench ran one 32-head program a part: "
+              f"{len(half)} models, whose 'now' is `schedule.HALF_BLOCK_PAGE_COST` = {sc.HALF_BLOCK_PAGE_COST:g} "
+              "times the 16-head programs' makespan on those parts, in the split rule's page-times"
               + (f" (the cap lifted as well at B >= {sc.PIECE_CAP_BATCH})"
-                 if any(not r.cap_kept for r in half) else "") + ": " + _listed(half, lambda r: r.now)
-              if half else ", none") + ".",
+                 if any(not r.cap_kept for r in half) else "") + ": " + _listed(half, lambda r: r.now) + "."
+              if half else "None changes by the 16-head programs at h_q=32 (`workspace.HALF_BLOCK_BATCH`)."),
            "",
            f"Of the {len(giant)} giant batches that differ, the package lifts the cap at {len(lifted)}"
            + (f", the giant request cut into {_span(r.now_pieces for r in lifted)} pieces" if lifted else "")
