@@ -6,6 +6,7 @@ import pytest
 
 from kernel_lab.tools import choice_fit as cf
 from kernel_lab.tools import family_bench as fb
+from kernel_lab.tools import long_tail as lt
 from kernel_lab.tests.results import result
 from mla_edu.kernels import schedule as sc
 
@@ -25,9 +26,26 @@ def test_the_launch_order_model_at_the_packages_margin_is_the_backends_choice(fi
     data = result("family_bench_h200.json")
     rows = data["family"] + data["uniform"]
     problems = fit["problems"][:len(rows)]
-    spans = cf.modelled(problems, fit["sms"])["launch order"]
+    spans = [sc.makespans(p.lens, cf.PAGE, p.heads, fit["sms"], p.rule_splits) for p in problems]
     assert [cf.choose(p, s, sc.BALANCED_MARGIN) for p, s in zip(problems, spans)] == [
         fb.backend_choice(r, data["info"]["sm_count"]) for r in rows]
+
+
+def test_the_balanced_schedule_is_modelled_as_the_family_bench_ran_it(fit):
+    data = result("family_bench_h200.json")
+    rows = data["family"] + data["uniform"]
+    sms, problems = fit["sms"], fit["problems"]
+    spans = cf.modelled(problems, sms)
+    now = [sc.makespans(p.lens, cf.PAGE, p.heads, sms, p.rule_splits) for p in problems]
+    # the rule's term is the package's; the balanced one is capped on the parts the bench stored
+    assert [s[0] for s in spans["launch order"]] == [s[0] for s in now]
+    for p, r, s, lb in zip(problems, rows, spans["launch order"], spans["lower bound"]):
+        assert s[1] == lb[1] == lt.capped_makespan(r["lens"], r["parts"])
+    # on the uniform grid (h_q 16 and 128) the package's model is the bench's
+    assert all(s[1] == n[1] for s, n in zip(spans["launch order"][len(rows):], now[len(rows):]))
+    # it differs where the package's schedule changed since: the cap lifted, and 16-head programs at h_q=32
+    changed = {(p.heads, len(p.lens)) for p, s, n in zip(problems, spans["launch order"], now) if s[1] != n[1]}
+    assert {(32, 1), (32, 4), (32, 16)} <= changed and all(b >= sc.PIECE_CAP_BATCH or h == 32 for h, b in changed)
 
 
 def test_the_lower_bound_misses_a_long_request_launched_last():

@@ -84,9 +84,9 @@ def choice_fit_numbers() -> dict:
             assert c == p.rule and p.best_of_two() == "balanced"
     left = [p for p, c in zip(problems, fit["held_out"]["launch order"]) if p.regret(c) > cf.WITHIN]
     assert len(left) == 3 and {(p.heads, len(p.lens), p.rule) for p in left} == {(32, 16, p.best) for p in left}
-    for p in left:  # the same page-times at h_q=32 and 64; the balanced schedule measured slower at 32
+    for p in left:  # the same page-times at h_q=32 and 64 as benched; the balanced schedule measured slower at 32
         twin = next(q for q in problems if (q.family, q.lens, q.heads) == (p.family, p.lens, 64))
-        assert sc.makespans(p.lens, cf.PAGE, 32, fit["sms"], p.rule_splits) == sc.makespans(
+        assert cf.launch_order_makespans(p.lens, cf.PAGE, 32, fit["sms"], p.rule_splits) == cf.launch_order_makespans(
             twin.lens, cf.PAGE, 64, fit["sms"], twin.rule_splits)
         assert p.us["balanced"] > twin.us["balanced"] and twin.best == "balanced"
     fm = cf.best_x_flashmla(problems)
@@ -116,7 +116,7 @@ def long_tail_numbers() -> dict:
     assert {hb for hb in kept if hb[1] <= 128} == {(64, 64), (64, 128), (128, 64)}  # "At h_q=64 ... also at h_q=128"
     assert all(r["heads"] >= 64 for r in ab["kept"]["rows"])  # "with 64 heads or more and few partials"
     loss = next(r for r in table if (r.family, r.heads, r.batch) == ("giant", 64, 64))
-    assert loss.cap_kept and sc.few_partials(loss.batch, loss.parts)
+    assert loss.kept_as_landed and ab["loss"]["kept"]  # "few partials per request": the rule as landed kept the cap
 
     def span(rows):
         return [min(r.x for r in rows), max(r.x for r in rows)]
@@ -128,21 +128,54 @@ def long_tail_numbers() -> dict:
                 cap_batch=sc.PIECE_CAP_BATCH)
 
 
+def _group(rows: list[dict]) -> dict:
+    from statistics import geometric_mean
+
+    xs = [r["x"] for r in rows]
+    return dict(n=len(xs), lo=min(xs), hi=max(xs), geomean=geometric_mean(xs))
+
+
 def variant_numbers() -> dict:
-    """The paragraph on many_uncapped.patch: its giant batches, the B=64 batches where only stage 2 changes, and
-    B=256 (``partition_ab.table`` of its committed run)."""
+    """The paragraph on many_uncapped.patch (``partition_ab.table`` of its committed run): its giant batches; at 64
+    heads or more, the batches where the package took it (a2e9367: the cap kept as landed at e79b3dc, lifted since,
+    ``long_tail.cap_kept_as_landed``) and those where it did not; below 64 heads, the batches from B=64 up, where
+    only stage 2 changes."""
+    from kernel_lab.tools import long_tail as lt
     from kernel_lab.tools import partition_ab as ab
 
     run = result("partition_ab_h200_many_uncapped.json")
+    info, sms = run["info"], run["info"]["sm_count"]
     rows = ab.table(run, REPO_ROOT / "kernel_lab/results/partition_variants/many_uncapped.patch")
+    assert len(run["runs"]) == 4 and info["heads"] == [16, 32, 64, 128]  # "two pairs", "every head count"
+    assert len(info["families"]) == 3  # "three families"
     changed = [r for r in rows if r["changed"]]
-    assert {r["family"] for r in changed} == {"giant"} and len(run["runs"]) == 2  # "one pair", "giant batches"
-    b64 = [r["x"] for r in rows if not r["changed"] and r["batch"] == 64]
-    b256 = [r["x"] for r in rows if r["batch"] == 256 and not r["changed"]]
-    assert all(r["batch"] != 256 or r["x"] > 1.1 for r in changed)  # the one giant B=256 batch changed: 1.104
-    xs = [r["x"] for r in changed]
-    return dict(n=len(changed), lo=min(xs), hi=max(xs), n64=len(b64), b64=[min(b64), max(b64)],
-                b256=[min(b256), max(b256)])
+    assert {r["family"] for r in changed} == {"giant"} and all(r["heads"] >= 64 for r in changed)
+
+    def kept(r, commit):
+        return lt.cap_kept_as_landed(r["batch"], r["heads"], sms, commit)
+
+    big = [r for r in rows if r["heads"] >= 64 and r["batch"] >= 16]
+    taken = [r for r in big if kept(r, "e79b3dc") and not kept(r, "a2e9367")]
+    left = [r for r in big if kept(r, "a2e9367")]
+    below = [r for r in rows if r["heads"] < 64 and r["batch"] >= 64]
+    # below 64 heads and at B=16 the patch changes nothing of the package's then: the taken and left are its batches
+    assert {(r["heads"], r["batch"]) for r in taken + left} == {(h, b) for h in (64, 128) for b in (64, 128, 256)}
+    return dict(changed=_group(changed), taken=_group(taken), left=_group(left), below=_group(below),
+                few=lt.FEW_AS_LANDED["a2e9367"])
+
+
+def h32_numbers() -> dict:
+    """The paragraph on h32_block16.patch (``partition_ab.table`` of its committed run): B=16, B=64 up, and the
+    batches where the package takes it."""
+    from kernel_lab.tools import partition_ab as ab
+    from mla_edu.kernels.workspace import HALF_BLOCK_BATCH
+
+    run = result("partition_ab_h200_h32.json")
+    rows = ab.table(run, REPO_ROOT / "kernel_lab/results/partition_variants/h32_block16.patch")
+    assert len(run["runs"]) == 4 and run["info"]["heads"] == [32]  # "two pairs", "at h_q=32"
+    assert sorted({r["batch"] for r in rows}) == [16, 64, 128, 256]  # "at B=16 and ... at B=64, B=128 and B=256"
+    return dict(b16=_group([r for r in rows if r["batch"] == 16]), big=_group([r for r in rows if r["batch"] >= 64]),
+                batch=HALF_BLOCK_BATCH)
 
 
 def roofline_numbers() -> dict:
@@ -189,7 +222,7 @@ def claims() -> list[tuple[str, list[float]]]:
     errs, _ = stale_max_table()
     cf = choice_fit_numbers()
     lt = long_tail_numbers()
-    var, roof = variant_numbers(), roofline_numbers()
+    var, roof, h32 = variant_numbers(), roofline_numbers(), h32_numbers()
     return [
         ("the seesaw stage 1 takes {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA kernel; "
          "FlashMLA takes {} us, so the kernel runs at {}x its speed",
@@ -240,16 +273,24 @@ def claims() -> list[tuple[str, list[float]]]:
         ("The {} batches whose model it changed ran {}x faster in geomean, the {} it left alone at {}x",
          [lt["ab"]["changed"]["n"], lt["ab"]["changed"]["geomean"], lt["ab"]["control"]["n"],
           lt["ab"]["control"]["geomean"]]),
-        ("where the package now lifts the cap ran {}-{}x faster", [lt["ab"]["giant"]["lo"], lt["ab"]["giant"]["hi"]]),
+        ("where the rule as landed lifted the cap ran {}-{}x faster",
+         [lt["ab"]["giant"]["lo"], lt["ab"]["giant"]["hi"]]),
         ("the patch lost, {}x with B=64 and {}x with B=128", [lt["kept"][64, 64], lt["kept"][64, 128]]),
         ("the giant request's {} partials cost more", [lt["partials"]]),
-        ("the cap stays below {} requests", [lt["cap_batch"]]),
+        ("the cap stayed below {} requests", [lt["cap_batch"]]),
         ("where the patch ran at {}x)", [lt["kept"][128, 64]]),
-        ("Over the {} batches the patch changed, the package runs at {}x the capped schedule's speed",
+        ("Over the {} batches the patch changed, that rule comes to {}x the capped schedule's speed",
          [lt["ab"]["changed"]["n"], lt["ab"]["landed"]]),
-        ("the {} giant batches whose partition it changes ran {}-{}x faster, the other {} batches at B=64, where only "
-         "stage 2 changes, {}-{}x, and the batches at B=256 {}-{}x",
-         [var["n"], var["lo"], var["hi"], var["n64"], *var["b64"], *var["b256"]]),
+        ("The {} giant batches whose partition it changes ran {}-{}x faster",
+         [var["changed"]["n"], var["changed"]["lo"], var["changed"]["hi"]]),
+        ("the package took it where a request has more than {} partials on average (`schedule.FEW_PARTIALS`): the {} "
+         "batches there from B=64 up ran {}-{}x faster, {}x in geomean, and the {} with fewer partials ran at {}-{}x",
+         [var["few"], var["taken"]["n"], var["taken"]["lo"], var["taken"]["hi"], var["taken"]["geomean"],
+          var["left"]["n"], var["left"]["lo"], var["left"]["hi"]]),
+        ("from B=64 up, {}-{}x over {} batches, {}x in geomean",
+         [var["below"]["lo"], var["below"]["hi"], var["below"]["n"], var["below"]["geomean"]]),
+        ("it ran {}-{}x faster at B=16 and {}-{}x at B=64, B=128 and B=256. The package takes it in batches of at most "
+         "{} requests", [h32["b16"]["lo"], h32["b16"]["hi"], h32["big"]["lo"], h32["big"]["hi"], h32["batch"]]),
         ("FlashMLA reaches {} of that floor at h_q=16", [roof["top"]]),
         ("where the best option of ours reaches {}. So at h_q=16 the bar of {}x FlashMLA asks for more than the "
          "measured copy rate at {} of the {} family batches", [roof["best"], 1.05, roof["over"], roof["n"]]),

@@ -11,8 +11,10 @@ import pytest
 
 from kernel_lab.tools import family_bench as fb
 from kernel_lab.tools import long_tail as lt
+from mla_edu.files import read_json
 from mla_edu.kernels import flashmla_schedule as fs
 from mla_edu.kernels import schedule as sc
+from mla_edu.kernels.workspace import HALF_BLOCK_BATCH
 from mla_edu.util import cdiv
 
 
@@ -41,10 +43,29 @@ def test_pieces_of_the_longest_request_are_the_kernels_walk(table, batch, heads)
 def test_capped_is_the_package_where_the_cap_holds(table):
     for r in table:
         if r.cap_kept:
-            assert r.now == r.capped and r.now_pieces == r.pieces
+            assert r.cut == r.capped
         else:
-            assert r.now <= r.capped
-    assert all(r.now == r.capped for r in table if r.batch < sc.PIECE_CAP_BATCH)  # B=1 and 4 untouched
+            assert r.cut <= r.capped
+        if r.half:  # two 16-head programs a part on half the parts, in the rule's page-times
+            assert r.heads == 32 and r.batch <= HALF_BLOCK_BATCH and r.parts == 132
+        else:
+            assert r.now == r.cut  # so 'now' differs from 'capped' by the cap or by the 16-head programs
+            if r.cap_kept:
+                assert r.now_pieces == r.pieces
+    assert all(r.cut == r.capped for r in table if r.batch < sc.PIECE_CAP_BATCH)  # B=1 and 4 untouched
+    assert {(r.family, r.batch) for r in table if r.half} >= {(f, 16) for f in fb.FAMILIES}
+
+
+def test_the_16_head_programs_model_the_chunk_of_half_the_parts(table):
+    rows = {(r.family, r.heads, r.batch): r for r in table}
+    for b in read_json(str(lt.FAMILY_BENCH), "--family-bench")["family"]:
+        r = rows.get((b["family"], b["heads"], b["batch"]))
+        if r is None or not r.half:
+            continue
+        w = [cdiv(x, lt.PAGE) + sc.FIXED_OVERHEAD_PAGES for x in b["lens"] if x > 0]
+        chunk = sc.balanced_chunk(w, r.parts // 2, sc.max_pieces(r.batch, r.heads, r.parts // 2))
+        assert r.now == pytest.approx(sc.HALF_BLOCK_PAGE_COST * (chunk + sc.FIXED_OVERHEAD_PAGES))
+        assert r.now_pieces == lt.pieces_of_longest(b["lens"], chunk)
 
 
 def test_the_piece_cap_set_the_giant_batches_and_now_holds_only_where_stage2_merges_one_at_a_time(table):
@@ -52,11 +73,13 @@ def test_the_piece_cap_set_the_giant_batches_and_now_holds_only_where_stage2_mer
     differ = [r for r in giant if r.differ]
     assert len(differ) == 11 and {r.capped for r in differ} == {39}  # the chunk ceil(1029 / 31) and one overhead
     assert all(r.pieces < sc.MAX_PIECES < r.fm_pieces for r in differ)
-    kept = {(r.heads, r.batch) for r in differ if r.cap_kept}
-    assert kept == {(64, 64), (64, 128), (128, 64)}  # 64 heads or more where few_partials holds
-    assert all(sc.few_partials(r.batch, r.parts) for r in differ if r.cap_kept)
-    assert all(r.now == r.fm for r in differ if not r.cap_kept)  # FlashMLA's makespan elsewhere
-    assert all(r.now == r.capped for r in differ if r.cap_kept)
+    # as landed (e79b3dc): kept at 64 heads or more with at most 4 partials a request on average
+    assert {(r.heads, r.batch) for r in differ if r.kept_as_landed} == {(64, 64), (64, 128), (128, 64)}
+    # now: kept at 64 heads or more where few_partials holds (at most 2), at none of these
+    assert all(r.cap_kept == (r.heads >= 64 and sc.few_partials(r.batch, r.parts, r.heads)) for r in differ)
+    assert not any(r.cap_kept for r in differ)
+    assert all(r.now == r.fm for r in differ if not r.half)  # FlashMLA's makespan
+    assert {(r.heads, r.batch) for r in differ if r.half} == {(32, 16)}
 
 
 def test_the_ab_groups_and_the_landed_rule():
@@ -93,3 +116,17 @@ def test_the_lab_clis_refuse_bad_paths_with_what_was_expected(tool, argv, says, 
     with pytest.raises(SystemExit):
         importlib.import_module(f"kernel_lab.tools.{tool}").main(argv)
     assert says in capsys.readouterr().err
+
+
+def test_the_changes_read_right_with_nothing_changed(table):
+    import dataclasses
+
+    same = [dataclasses.replace(r, now=r.capped, cut=r.capped, half=False, now_pieces=r.pieces) for r in table]
+    text = " ".join(lt.family_bench_changes(same))
+    assert "differs from 'capped' at 0 of 142" in text and "changes none of them" in text
+    assert "None changes by the 16-head programs" in text and "0 now model at FlashMLA's makespan" in text
+    assert "()" not in text and "B >= " not in text and "The cap holds at none of them" in text
+    text = " ".join(lt.family_bench_changes(table))
+    assert "the package's 'now' differs from 'capped' at 28 of 142" in text and "lifts the cap at 11" in text
+    assert "runs two 16-head programs a part on half the parts, where the bench ran one 32-head program a part: 11 " \
+        "models" in text and "The rule as landed at e79b3dc kept the cap at 3 of these" in text

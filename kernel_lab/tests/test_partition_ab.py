@@ -9,7 +9,6 @@ import pytest
 
 from kernel_lab.tools import long_tail as lt
 from kernel_lab.tools import partition_ab as ab
-from mla_edu.kernels import schedule as sc
 
 #: The piece cap at every batch (base) and none (patched) on the giant family: the model piece_cap.patch gave
 #: (the capped makespan; FlashMLA's, which the uncapped share matches at these batches).
@@ -106,8 +105,7 @@ def test_the_committed_run_stores_the_model_of_the_commit_it_ran_at():
     info = json.loads(ab.RESULT.read_text(encoding="utf-8"))["info"]
     assert len(info["model"]) == len(info["families"]) * len(info["batches"]) * len(info["heads"])
     assert "5a3b22c" in info["note"]
-    # the base's model is the piece cap at every batch: long_tail's 'capped'
+    # the base's model is the piece cap at every batch on the parts of 5a3b22c: long_tail's 'capped'
     lens = {(f, h, len(x)): x for f, h, x in ab.problems(info["families"], info["batches"], info["heads"])}
     for f, h, b, base, _ in info["model"]:
-        x = lens[f, h, b]
-        assert base == lt.capped_makespan(x, sc.num_parts(h, info["sm_count"], b, max(-(-n // 64) for n in x)))
+        assert base == lt.benched_makespan(lens[f, h, b], h, info["sm_count"])

@@ -5,7 +5,8 @@ run (``kernel_lab.tools.family_bench``; its families and its uniform grid) and t
 
 Per batch: the balanced schedule's modelled makespan (one part's chunk and one overhead, in page-times) as the family
 bench ran it ('capped': the piece cap ``schedule.MAX_PIECES`` at every batch) and as the package runs it now ('now':
-``schedule.makespans``, the cap only where ``schedule.max_pieces`` keeps it), FlashMLA's
+``schedule.makespans``, the cap only where ``schedule.max_pieces`` keeps it, and at 32 heads in batches of at most
+``workspace.HALF_BLOCK_BATCH`` requests two 16-head programs a part, in the split rule's page-times), FlashMLA's
 (``flashmla_schedule.flashmla_makespan``: its ``get_mla_metadata`` walk replayed at its ``num_sm_parts``), the pieces
 the longest request is cut into by each, and the measured speed of the balanced schedule against FlashMLA
 (``family_bench.x_flashmla``: FlashMLA's time / ours, above 1 ours faster; the capped partition's). Where FlashMLA's
@@ -35,6 +36,7 @@ from kernel_lab.tools import print_and_write, rel
 from mla_edu.files import read_json
 from mla_edu.kernels import flashmla_schedule as fs
 from mla_edu.kernels import schedule as sc
+from mla_edu.kernels.workspace import HALF_BLOCK_BATCH, gpu_block_h
 from mla_edu.paths import REPO_ROOT
 from mla_edu.util import cdiv
 
@@ -52,9 +54,12 @@ HEADS = fb.HEADS
 
 @dataclass(frozen=True)
 class Row:
-    """One batch of the family bench: its set, head count, batch size, parts (ours, FlashMLA's), modelled makespans in
-    page-times (capped, FlashMLA's, now), pieces of its longest request (capped, FlashMLA's, now) and FlashMLA's time
-    over the balanced schedule's (median over rounds; the capped partition's)."""
+    """One batch of the family bench: its set, head count, batch size, parts (ours as benched, FlashMLA's), modelled
+    makespans in page-times (capped, FlashMLA's, now), pieces of its longest request (capped, FlashMLA's, now),
+    FlashMLA's time over the balanced schedule's (median over rounds; the capped partition's), the makespan of the
+    package's piece cap on the bench's parts and head block (``cut``) and whether the package runs 16-head programs
+    here on half the parts (``half``: ``workspace.HALF_BLOCK_BATCH``; 'now' is then ``HALF_BLOCK_PAGE_COST`` times
+    their makespan), and whether the piece cap's rule as landed at e79b3dc kept the cap (``cap_kept_as_landed``)."""
 
     family: str
     heads: int
@@ -68,6 +73,9 @@ class Row:
     fm_pieces: int
     now_pieces: int
     x: float
+    cut: int
+    half: bool
+    kept_as_landed: bool
 
     @property
     def ratio(self) -> float:
@@ -147,6 +155,24 @@ def capped_makespan(lens: list[int], parts: int) -> int:
     return sc.balanced_chunk(w, parts, sc.MAX_PIECES) + sc.FIXED_OVERHEAD_PAGES
 
 
+def parts_as_benched(heads: int, sms: int, batch: int, n_pages: int) -> int:
+    """``schedule.num_parts`` as it was from the family bench (29d1c24) to the piece cap's A/B (5a3b22c) and until
+    a2e9367: one part a program slot of the split rule's head block (``workspace.gpu_block_h`` then: 16 heads where
+    ``batch * head blocks * n_pages <= 32``, else ``h_q`` rounded up to a power of two in [16, 64]; one program an
+    SM), over the head blocks. The balanced schedule's two 16-head programs a part at 32 heads came later
+    (``workspace.HALF_BLOCK_BATCH``)."""
+    block = min(64, max(16, 1 << (heads - 1).bit_length()))
+    if block > 16 and 0 < batch and batch * cdiv(heads, block) * n_pages <= 32:
+        block = 16
+    return max(1, sms // cdiv(heads, block))
+
+
+def benched_makespan(lens: list[int], heads: int, sms: int) -> int:
+    """``capped_makespan`` on the parts of then (``parts_as_benched``): the balanced schedule's modelled makespan as
+    the family bench ran it (29d1c24), in page-times of the split rule's head block."""
+    return capped_makespan(lens, parts_as_benched(heads, sms, len(lens), max([cdiv(x, PAGE) for x in lens] + [1])))
+
+
 def rows(family_bench=FAMILY_BENCH) -> list[Row]:
     """Every batch of the run that FlashMLA timed, families first, then the uniform grid."""
     data = read_json(str(family_bench), "--family-bench")
@@ -158,16 +184,20 @@ def rows(family_bench=FAMILY_BENCH) -> list[Row]:
         lens, h = r["lens"], r["heads"]
         capped = capped_makespan(lens, r["parts"])
         now = sc.makespans(lens, PAGE, h, sms, r["rule_splits"])[1]
-        parts = sc.num_parts(h, sms, len(lens), max(cdiv(x, PAGE) for x in lens))
+        n_pages = max(cdiv(x, PAGE) for x in lens)
+        parts = sc.num_parts(h, sms, len(lens), n_pages)
         w = [cdiv(x, PAGE) + sc.FIXED_OVERHEAD_PAGES for x in lens if x > 0]
         now_chunk = sc.balanced_chunk(w, parts, sc.max_pieces(len(lens), h, parts))
+        cut = sc.balanced_chunk(w, r["parts"], sc.max_pieces(len(lens), h, r["parts"])) + sc.FIXED_OVERHEAD_PAGES
+        half = gpu_block_h(h, len(lens), n_pages, balanced=True) < gpu_block_h(h, len(lens), n_pages)
         fm_parts = fs.num_sm_parts(h, sms)
         longest = max(range(len(lens)), key=lambda i: (lens[i], -i))
         fm = fs.flashmla_makespan(lens, PAGE, fm_parts)
         out.append(Row(r["family"], h, r["batch"], r["parts"], fm_parts, capped, fm, now,
                        pieces_of_longest(lens, capped - sc.FIXED_OVERHEAD_PAGES),
                        fs.pieces_per_request(lens, fm_parts)[longest],
-                       pieces_of_longest(lens, now_chunk), fb.x_flashmla(r, "balanced")[0]))
+                       pieces_of_longest(lens, now_chunk), fb.x_flashmla(r, "balanced")[0], cut, half,
+                       cap_kept_as_landed(len(lens), h, sms)))
     return out
 
 
@@ -182,13 +212,20 @@ def groups(table: list[Row]) -> dict:
     return out
 
 
-def cap_kept_as_landed(batch: int, heads: int, sms: int) -> bool:
-    """Whether ``schedule.max_pieces`` kept the piece cap for a batch of the A/B as it was landed after it
-    (``e79b3dc``): below 16 requests, or at 64 heads or more with at most 4 partials a request on average (the
-    parts then: one 64-head block per slot, ``sms / ceil(h_q / 64)``, 132 below 64 heads). The package has changed it
-    since (``schedule.few_partials``); the A/B's numbers stay those of the rule it was landed for."""
+#: Partials a request has on average, at most, where ``schedule.max_pieces`` kept the piece cap at 64 heads or
+#: more (``schedule.few_partials``), by the commit that set it: the piece cap's landing after ``AB`` (e79b3dc) and
+#: the part of many_uncapped.patch the package took (a2e9367, ``partition_ab_h200_many_uncapped.md``).
+FEW_AS_LANDED = {"e79b3dc": 4, "a2e9367": 2}
+
+
+def cap_kept_as_landed(batch: int, heads: int, sms: int, commit: str = "e79b3dc") -> bool:
+    """Whether ``schedule.max_pieces`` kept the piece cap for a batch of an A/B as it was landed at ``commit``
+    (``FEW_AS_LANDED``): below 16 requests, or at 64 heads or more with at most ``FEW_AS_LANDED[commit]`` partials a
+    request on average (the parts: one 64-head block per slot, ``sms / ceil(h_q / 64)``, 132 below 64 heads). The
+    package may have changed it since (``schedule.few_partials``); an A/B's numbers stay those of the rule it was
+    landed for."""
     parts = sms // -(-heads // 64) if heads >= 64 else sms
-    return batch < 16 or (heads >= 64 and parts + batch - 1 <= 4 * batch)
+    return batch < 16 or (heads >= 64 and parts + batch - 1 <= FEW_AS_LANDED[commit] * batch)
 
 
 def ab_numbers(ab_json=AB) -> dict:
@@ -224,11 +261,61 @@ def _batches(rows: list[dict]) -> str:
     return ", ".join(f"{r['family']} h_q={r['heads']} B={r['batch']} {r['x']:.3f}" for r in rows)
 
 
+def _listed(rows: list[Row], value) -> str:
+    """``set h_q B capped -> value (FM fm)`` for each row, ``; ``-joined, or 'none'."""
+    return "; ".join(f"{r.family} h_q={r.heads} B={r.batch} {r.capped} -> {value(r):g} (FM {r.fm})"
+                     for r in rows) or "none"
+
+
+def _which(rows: list[Row]) -> str:
+    return ", ".join(f"{r.family} h_q={r.heads} B={r.batch}" for r in rows)
+
+
+def family_bench_changes(table: list[Row]) -> list[str]:
+    """The paragraphs on what the package changed in the family bench's models since the bench ran, by reason: the
+    piece cap's rule (``schedule.max_pieces``; as landed at e79b3dc and since) and the 16-head programs at 32 heads
+    (``workspace.HALF_BLOCK_BATCH``)."""
+    changed = [r for r in table if r.now != r.capped]
+    cut = [r for r in table if r.cut != r.capped]
+    since = [r for r in cut if r.kept_as_landed]
+    half = [r for r in table if r.half]
+    giant = [r for r in table if r.family == "giant" and r.differ]
+    lifted, kept = [r for r in giant if not r.cap_kept], [r for r in giant if r.cap_kept]
+    at_fm, giant_half = [r for r in giant if r.now == r.fm], [r for r in giant if r.half]
+    out = [f"In the family bench's batches the package's 'now' differs from 'capped' at {len(changed)} of "
+           f"{len(table)}, by the piece cap's rule or by the 16-head programs at h_q=32. "
+           + (f"The piece cap's rule (`schedule.max_pieces`) changes {len(cut)}, where it lifts the cap, all at "
+              f"B >= {min(r.batch for r in cut)}; on the bench's parts and head block the model goes: " if cut else
+              "The piece cap's rule (`schedule.max_pieces`) changes none of them. ")
+           + (_listed(cut, lambda r: r.cut) + ". " if cut else "")
+           + (f"The rule as landed at e79b3dc kept the cap at {len(since)} of these ({_which(since)}); since, "
+              f"`schedule.few_partials` keeps it at 64 heads or more only up to {sc.FEW_PARTIALS[1]} partials a "
+              f"request on average, not {FEW_AS_LANDED['e79b3dc']}. " if since else "")
+           + (f"At h_q=32 in batches of at most {HALF_BLOCK_BATCH} requests the balanced schedule now runs two "
+              "16-head programs a part on half the parts, where the bench ran one 32-head program a part: "
+              f"{len(half)} models, whose 'now' is `schedule.HALF_BLOCK_PAGE_COST` = {sc.HALF_BLOCK_PAGE_COST:g} "
+              "times the 16-head programs' makespan on those parts, in the split rule's page-times"
+              + (f" (the cap lifted as well at B >= {sc.PIECE_CAP_BATCH})"
+                 if any(not r.cap_kept for r in half) else "") + ": " + _listed(half, lambda r: r.now) + "."
+              if half else "None changes by the 16-head programs at h_q=32 (`workspace.HALF_BLOCK_BATCH`)."),
+           "",
+           f"Of the {len(giant)} giant batches that differ, the package lifts the cap at {len(lifted)}"
+           + (f", the giant request cut into {_span(r.now_pieces for r in lifted)} pieces" if lifted else "")
+           + f"; {len(at_fm)} now model at FlashMLA's makespan"
+           + (f", and {_which(giant_half)} at " + ", ".join(f"{r.now:g}" for r in giant_half)
+              + " on the 16-head programs" if giant_half else "")
+           + ". " + (f"The cap holds at the other {len(kept)} ({_which(kept)}). " if kept else
+                     "The cap holds at none of them. ")
+           + "The x FM column was measured on the capped partition: where 'now' differs from 'capped', the "
+           "package's schedule was not timed against FlashMLA; the A/Bs timed its changes on three of the families "
+           "(`kernel_lab/results/partition_ab_h200*.md`)."]
+    return out
+
+
 def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
     g = groups(table)
     giant = [r for r in table if r.family == "giant"]
     capped = [r for r in giant if r.differ]
-    changed = [r for r in table if r.now != r.capped]
     c, k, lifted = ab["changed"], ab["control"], ab["lifted"]
     loss = next(r for r in table if (r.family, r.heads, r.batch) == (ab["loss"]["family"], ab["loss"]["heads"],
                                                                       ab["loss"]["batch"]))
@@ -241,7 +328,10 @@ def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
         f"at every batch (`schedule.balanced_chunk` at `MAX_PIECES` = {sc.MAX_PIECES}, and one overhead), "
         "'FM' = `flashmla_schedule.flashmla_makespan` (FlashMLA's `get_mla_metadata` walk at its "
         "`num_sm_parts`), 'FM/capped' their ratio, 'now' = `schedule.makespans` of the package (the cap only where "
-        "`schedule.max_pieces` keeps it). 'pieces' = parts the longest request is cut across (capped / FM / now). "
+        f"`schedule.max_pieces` keeps it; at h_q=32 in batches of at most {HALF_BLOCK_BATCH} requests, "
+        "`workspace.HALF_BLOCK_BATCH`, the balanced schedule runs two 16-head programs a part on half the parts, "
+        f"and 'now' is `schedule.HALF_BLOCK_PAGE_COST` = {sc.HALF_BLOCK_PAGE_COST:g} times their makespan, in the "
+        "split rule's page-times). 'pieces' = parts the longest request is cut across (capped / FM / now). "
         "'x FM' = FlashMLA's measured time over the balanced schedule's (capped), the median over rounds of the "
         "round-by-round ratio (`family_bench.x_flashmla`; above 1, ours is faster).", "",
         "## Where the partitions differ", "",
@@ -279,29 +369,24 @@ def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
         f"{ab['info']['rounds']} rounds a process; `kernel_lab/results/partition_ab_h200.md`); it no longer applies. "
         f"The {c['n']} batches whose model it changed ran at {c['geomean']:.3f} base / patched in geomean "
         f"({c['lo']:.3f}-{c['hi']:.3f}; above 1 the patch is faster), the {k['n']} it left alone at "
-        f"{k['geomean']:.3f} ({k['lo']:.3f}-{k['hi']:.3f}). The giant batches at B <= 128 where the package now "
-        f"lifts the cap ran {ab['giant']['lo']:.3f}-{ab['giant']['hi']:.3f}x faster. The loss was at "
+        f"{k['geomean']:.3f} ({k['lo']:.3f}-{k['hi']:.3f}). The giant batches at B <= 128 where the rule as landed "
+        f"lifted the cap ran {ab['giant']['lo']:.3f}-{ab['giant']['hi']:.3f}x faster. The loss was at "
         f"h_q={ab['loss']['heads']}, B={ab['loss']['batch']} ({ab['loss']['x']:.3f}): with 64 heads or more and "
-        "few partials per request (`schedule.few_partials`) stage 2's config `split_kv_triton.STAGE2_FEW_WIDE` "
-        f"merges a request's partials one at a time, and the giant request's {loss.fm_pieces} "
-        "partials (as FlashMLA's walk cuts it) cost more than the shorter chunk saves.", "",
-        f"The package keeps the cap below {sc.PIECE_CAP_BATCH} requests and where stage 2 merges one partial at a "
-        "time (`schedule.max_pieces`); elsewhere a request is cut as the share of the parts falls, as FlashMLA cuts "
-        f"it. Of the A/B's {c['n']} changed batches it lifts the cap in {lifted['n']} (geomean "
-        f"{lifted['geomean']:.3f}, {lifted['lo']:.3f}-{lifted['hi']:.3f}) and keeps it in {ab['kept']['n']}: "
-        f"{_batches(ab['kept']['rows'])}. "
-        f"Over the {c['n']}, the package runs at {ab['landed']:.3f} the capped partition's speed in geomean (the "
-        f"patch's ratio where it lifts the cap, 1 where it keeps it), against {c['geomean']:.3f} for the patch.", "",
-        f"In the family bench's batches the package's rules change {len(changed)} of {len(table)} models, all at "
-        f"B >= {min(r.batch for r in changed)}: "
-        + "; ".join(f"{r.family} h_q={r.heads} B={r.batch} {r.capped} -> {r.now:g} (FM {r.fm})" for r in changed)
-        + f". Of the {len(capped)} giant batches that differ, {sum(r.now <= r.fm for r in capped)} now model at "
-        f"FlashMLA's makespan, the giant request cut into {_span(r.now_pieces for r in capped if not r.cap_kept)} "
-        "pieces; the cap holds at the other "
-        f"{sum(r.cap_kept for r in capped)} ("
-        + ", ".join(f"h_q={r.heads} B={r.batch}" for r in capped if r.cap_kept) + "). The x FM column was "
-        "measured on the capped partition: where 'now' differs from 'capped', the package's partition was timed by "
-        "the A/B above, not against FlashMLA.", "",
+        "few partials per request (`schedule.few_partials`) stage 2's config then, "
+        "`split_kv_triton.STAGE2_FEW_WIDE`, merged a request's partials one at a time, and the giant request's "
+        f"{loss.fm_pieces} partials (as FlashMLA's walk cuts it) cost more than the shorter chunk saves.", "",
+        f"The rule as landed (e79b3dc, `schedule.max_pieces`) kept the cap below {sc.PIECE_CAP_BATCH} requests and "
+        "where stage 2 merged one partial at a time (at 64 heads or more, at most "
+        f"{FEW_AS_LANDED['e79b3dc']} partials a request on average); elsewhere a request is cut as the share of the "
+        f"parts falls, as FlashMLA cuts it. Of the A/B's {c['n']} changed batches it lifted the cap in "
+        f"{lifted['n']} (geomean {lifted['geomean']:.3f}, {lifted['lo']:.3f}-{lifted['hi']:.3f}) and kept it in "
+        f"{ab['kept']['n']}: {_batches(ab['kept']['rows'])}. "
+        f"Over the {c['n']}, that rule comes to {ab['landed']:.3f} the capped partition's speed in geomean (the "
+        f"patch's ratio where it lifted the cap, 1 where it kept it), against {c['geomean']:.3f} for the patch. "
+        "Since, at 64 heads or more stage 2 loads several partials at a time and the cap goes where a request has "
+        f"more than {sc.FEW_PARTIALS[1]} partials on average (`schedule.FEW_PARTIALS`, timed in "
+        "`kernel_lab/results/partition_ab_h200_many_uncapped.md`).", "",
+        *family_bench_changes(table), "",
         "## Every batch", "",
         "| set | h_q | B | parts (ours / FM) | capped | FM | FM/capped | now | pieces (capped / FM / now) | x FM |",
         "|---|---|---|---|---|---|---|---|---|---|"]
