@@ -10,6 +10,7 @@ a number that no claim recomputes fails the test.
 from __future__ import annotations
 
 import re
+import statistics
 from statistics import median
 
 from docs_text import norm, span
@@ -178,6 +179,56 @@ def h32_numbers() -> dict:
                 batch=HALF_BLOCK_BATCH)
 
 
+def half_block_numbers() -> dict:
+    """The paragraph on ``schedule.HALF_BLOCK_PAGE_COST``: the h32 A/B's cost of a 16-head page-time (time over
+    modelled makespan, patched over base), and the fit (``kernel_lab.tools.half_block_fit``)."""
+    from kernel_lab.tools import half_block_fit as hb
+    from kernel_lab.tools import partition_ab as ab
+    from mla_edu.kernels import schedule as sc
+
+    run = result("partition_ab_h200_h32.json")
+    rows = ab.table(run, REPO_ROOT / "kernel_lab/results/partition_variants/h32_block16.patch")
+    cost = {(r["family"], r["batch"]): (r["patched_us"] / r["model"][1]) / (r["base_us"] / r["model"][0])
+            for r in rows}
+    big, b16 = [c for (_, b), c in cost.items() if b >= 64], [c for (_, b), c in cost.items() if b == 16]
+    probs, sms = hb.problems()
+    score = {c: hb.score(probs, c, sms) for c in (0.65, sc.HALF_BLOCK_PAGE_COST, 0.82)}
+    worst65 = max(probs, key=lambda p: p.regret(0.65, sms))
+    assert (len(worst65.lens), max(worst65.lens)) == (1, 4096)  # "one request, L=4096"
+    held = [p for p in probs if p.family == "normal_4k"]
+    fitted = hb.fit([p for p in probs if p.family != "normal_4k"], sms)
+    assert len(held) == 2 and all(p.regret(fitted, sms) > hb.WITHIN for p in held)  # "misses both of its batches"
+    return dict(big=[min(big), max(big)], b16=statistics.median(b16),
+                n=len(probs), cost=sc.HALF_BLOCK_PAGE_COST, at=score[sc.HALF_BLOCK_PAGE_COST], at65=score[0.65],
+                lost=score[sc.HALF_BLOCK_PAGE_COST][0] - score[0.82][0])
+
+
+def rerun_numbers() -> dict:
+    """The paragraph on the family bench at a2e9367: with FlashMLA (B=16 and 64, h_q 32-128) against the first run's
+    best option on the same batches, and ours alone on every batch (the choice against the best option)."""
+    from kernel_lab.tools import family_bench as fb
+
+    new, old = result("family_bench_h200_fm_a2e9367.json"), result("family_bench_h200.json")
+    keys = {(r["family"], r["heads"], r["batch"]) for r in new["family"]}
+    assert {(h, b) for _, h, b in keys} == {(h, b) for h in (32, 64, 128) for b in (16, 64)} and not new["uniform"]
+    now = fb.summary(new)
+    then = fb.summary({"info": old["info"], "uniform": [],
+                       "family": [r for r in old["family"] if (r["family"], r["heads"], r["batch"]) in keys]})
+    ours = result("family_bench_h200_ours_a2e9367.json")
+    sms = ours["info"]["sm_count"]
+    regret = {(r["family"], r["heads"], r["batch"]): fb.median_us(r, fb.backend_choice(r, sms))
+              / fb.median_us(r, fb.best_option(r)) for r in ours["family"] + ours["uniform"]}
+    out = sorted(k for k, x in regret.items() if x > 1.05)
+    assert out == [("L1024", 64, 4), ("L1024", 64, 16), ("L16384", 32, 1)]  # "two of them ... at h_q=64"
+    h = (32, 64, 128)
+    return dict(now=[now[f"family_h{x}"]["choice_geomean"] for x in h],
+                low=[now[f"family_h{x}"]["choice_min"] for x in h],
+                within=sum(now[f"family_h{x}"]["choice_within_5pct"] for x in h),
+                n=sum(now[f"family_h{x}"]["problems"] for x in h),
+                then=[then[f"family_h{x}"]["best_geomean"] for x in h],
+                ours=[len(regret) - len(out), len(regret)], split=[regret["L1024", 64, 4], regret["L1024", 64, 16]])
+
+
 def roofline_numbers() -> dict:
     """The paragraph on the ceilings (``kernel_lab.tools.roofline``)."""
     from statistics import geometric_mean
@@ -223,6 +274,7 @@ def claims() -> list[tuple[str, list[float]]]:
     cf = choice_fit_numbers()
     lt = long_tail_numbers()
     var, roof, h32 = variant_numbers(), roofline_numbers(), h32_numbers()
+    hb, rr = half_block_numbers(), rerun_numbers()
     return [
         ("the seesaw stage 1 takes {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA kernel; "
          "FlashMLA takes {} us, so the kernel runs at {}x its speed",
@@ -291,6 +343,19 @@ def claims() -> list[tuple[str, list[float]]]:
          [var["below"]["lo"], var["below"]["hi"], var["below"]["n"], var["below"]["geomean"]]),
         ("it ran {}-{}x faster at B=16 and {}-{}x at B=64, B=128 and B=256. The package takes it in batches of at most "
          "{} requests", [h32["b16"]["lo"], h32["b16"]["hi"], h32["big"]["lo"], h32["big"]["hi"], h32["batch"]]),
+        ("a page-time of 16 heads costs {}-{} of one of 32 heads (time over modelled makespan) from B=64 up and {} at "
+         "B=16",
+         [*hb["big"], hb["b16"]]),
+        ("Fitted there on {} problems of two runs", [hb["n"]]),
+        ("{} puts the choice within {}% of the best option at {} of them, the worst {}x; {} puts it there at {}, the "
+         "worst {}x", [hb["cost"], 5, hb["at"][0], hb["at"][1], 0.65, hb["at65"][0], hb["at65"][1]]),
+        ("The fit is narrow: {} already loses {}", [0.82, hb["lost"]]),
+        ("choice runs at {}x FlashMLA's speed in geomean at h_q=32, {}x at h_q=64 and {}x at h_q=128, the lowest "
+         "batches at {}x, {}x and {}x; it is within {}% of the best option at {} of the {} batches",
+         [*rr["now"], *rr["low"], 5, rr["within"], rr["n"]]),
+        ("the first run's best option gave {}x, {}x and {}x", rr["then"]),
+        ("puts the choice within {}% of the best option at {} of {} problems", [5, *rr["ours"]]),
+        ("h_q=64, L=1024 (B=4 and B=16, {}x and {}x)", rr["split"]),
         ("FlashMLA reaches {} of that floor at h_q=16", [roof["top"]]),
         ("where the best option of ours reaches {}. So at h_q=16 the bar of {}x FlashMLA asks for more than the "
          "measured copy rate at {} of the {} family batches", [roof["best"], 1.05, roof["over"], roof["n"]]),

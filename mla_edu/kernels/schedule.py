@@ -78,9 +78,10 @@ PIECE_CAP_BATCH = 16
 FEW_PARTIALS = (4, 2)
 #: A page-time of a 16-head program as a fraction of a 32-head program's, for ``makespans`` where the balanced
 #: schedule runs 16 heads a program and the split rule 32 (32 heads, ``workspace.HALF_BLOCK_BATCH``). Each side's
-#: time over its modelled makespan gives 0.63-0.66 at B=64-256 (``kernel_lab/results/partition_ab_h200_h32.md``),
-#: but the choice it serves is made at B <= 16, where 0.65 took the balanced schedule at one request or four of
-#: uniform length, up to 1.32x slower than the split rule; so the value is fitted on the choice there
+#: time over its modelled makespan gives 0.58-0.67 from B=64 up and 0.46 at B=16
+#: (``kernel_lab/results/partition_ab_h200_h32.md``); but the scale serves the comparison with the split rule's model
+#: (``prefers_balanced``), where 0.65 took the balanced schedule at one request or four of uniform length, up to
+#: 1.32x slower than the rule; so it is fitted on the choice at B <= 16
 #: (``kernel_lab/results/half_block_fit_h200.md``, ``python -m kernel_lab.tools.half_block_fit``).
 HALF_BLOCK_PAGE_COST = 0.8
 #: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan is this much below the split
