@@ -595,7 +595,7 @@ assert big["triton_us"] > big["flashmla_us"]  # ... and FlashMLA is still ahead
 from collections import Counter  # noqa: E402
 from mla_edu.kernels import schedule  # noqa: E402
 from mla_edu.kernels.plots import schedule_gantt  # noqa: E402
-from mla_edu.kernels.workspace import triton_num_kv_splits  # noqa: E402
+from mla_edu.kernels.workspace import gpu_block_h, triton_num_kv_splits  # noqa: E402
 from statistics import geometric_mean  # noqa: E402
 
 # stored output: schedule-spans
@@ -791,6 +791,23 @@ assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had th
 # Where the kernel stands against FlashMLA at each head count, with the best option for every batch, and so
 # how much is left to the kernel rather than the choice: [the essay](../docs/kernel_essay.md).
 #
+# The same A/Bs set the schedule's constants per head count (`kernel_lab/results/partition_ab_h200*.md`). Where
+# a request has few partials on average, stage 2 merges them one or two at a time and the piece cap stays
+# (`schedule.few_partials`: at most 4 a request below 64 heads, 2 from 64 up); elsewhere it loads four at a
+# time and a request is cut as FlashMLA cuts it. And at 32 heads, in batches of at most 16 requests, a part runs
+# two programs of 16 heads on half the parts (`HALF_BLOCK_BATCH`), faster there in the A/B; the choice then
+# scales those programs' page-times (`schedule.HALF_BLOCK_PAGE_COST`), since its model counts the rule's
+# programs of 32 heads. All of it from B, h_q and the SM count: host ints, the same at every replay.
+
+# %%
+for heads, b in [(32, 16), (32, 64), (64, 64), (64, 256)]:
+    parts = schedule.num_parts(heads, 132, b, 64)
+    print(f"h_q {heads:3d}, B {b:3d}: {parts:3d} parts of {gpu_block_h(heads, b, 64, balanced=True)} heads; few "
+          f"partials: {schedule.few_partials(b, parts, heads)!s:5}; piece cap: {schedule.max_pieces(b, heads, parts)}")
+assert schedule.num_parts(32, 132, 16, 64) == 66 == schedule.num_parts(32, 132, 64, 64) // 2  # 16 heads a program
+assert not schedule.few_partials(64, 132, 64) and schedule.few_partials(256, 132, 64)  # 195 rows > 2 x 64; 387 < 512
+
+# %% [markdown]
 # Does the choice cost the mini engine anything? `tools/engine_decode_bench.py` decodes the same 128
 # questions with the rule forced, the schedule forced and the backend's own choice
 # (`results/engine_decode_h200.json`). A lesson in measuring came with it: timed one setting after the
