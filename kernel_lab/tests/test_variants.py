@@ -1,5 +1,6 @@
-"""The kernel lab's variant patches (kernel_lab/results/seesaw_variants/) applied to a copy of the seesaw kernel and
-compiled for sm_90a on this machine: what the variants measured slower do to the compiled code."""
+"""The kernel lab's variant patches applied to a copy of their kernel and compiled for sm_90a on this machine: what the
+seesaw variants measured slower (kernel_lab/results/seesaw_variants/) do to the compiled code, and what the next A/B's
+swapped-kernel variant (kernel_lab/results/tma_variants/) compiles to."""
 
 import json
 import os
@@ -10,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from mla_edu.kernels import sm90
 from mla_edu.kernels import split_kv_seesaw as seesaw
+from mla_edu.kernels import split_kv_wgmma as wg
 
 VARIANTS = Path(__file__).resolve().parents[1] / "results" / "seesaw_variants"
+TMA_VARIANTS = VARIANTS.parent / "tma_variants"
 SEESAW_VARIANTS = [(False, False), (True, False), (False, True)]  # (scheduled, final): partials, persistent, one split
 
 
@@ -23,34 +27,69 @@ def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch, schedu
     # rows zeroed under that product (s0_ahead_zeroing) or not (s0_ahead_whole): ptxas runs short of registers and,
     # with Triton 3.7.1, serializes every wgmma of the kernel in both, in every variant. On the H200 both were slower
     # than the kept kernel (kernel_lab/results/seesaw_ab_h200_v17.md)
-    dst = tmp_path / "mla_edu" / "kernels" / "split_kv_seesaw.py"
-    dst.parent.mkdir(parents=True)
-    shutil.copy(seesaw.__file__, dst)
-    applied = subprocess.run(["git", "apply", str(VARIANTS / f"{patch}.patch")], cwd=tmp_path, capture_output=True,
-                             text=True)
-    assert applied.returncode == 0, f"{patch}.patch no longer applies to split_kv_seesaw.py: {applied.stderr}"
+    dst = patched_copy(tmp_path, seesaw.__file__, VARIANTS / f"{patch}.patch")
     r = compile_variant(dst, scheduled, final)
     assert r["wgmma"] == {"m64n64k16": 576 // 16 * 3 // 2, "m64n256k16": 2 * 64 // 16}  # its tile-0 scores twice
     assert r["wgmma_serialized"]  # what tests/test_sm90.py refuses of the kept kernel
 
 
-#: Compiles a variant of the seesaw kernel (the file argv[1]) for sm_90a: loaded under a name of its own, its
-#: compile spec handed to ``sm90.compile_report``, in a process without Triton's interpreter.
+@pytest.mark.parametrize("heads", [16, 32])
+def test_segment_ahead_compiles_as_the_kept_swapped_kernel(tmp_path, heads):
+    # the balanced schedule's walk with the next segment's first tile and q in flight under the current segment's
+    # end (segment_ahead.patch, kernel_lab/results/tma_variants/README.md), not yet timed on a GPU: the scheduled
+    # TMA kernel at 16 and 32 heads a program (B=64) has no spill, fits the H200's shared memory and keeps the kept
+    # kernel's wgmma per tile; the split rule's code (not scheduled) is the kept kernel's
+    dst = patched_copy(tmp_path, wg.__file__, TMA_VARIANTS / "segment_ahead.patch")
+    kept_copy = tmp_path / "kept" / "split_kv_wgmma.py"
+    kept_copy.parent.mkdir()
+    shutil.copy(wg.__file__, kept_copy)
+    for scheduled in (True, False):
+        kept = compile_variant(kept_copy, scheduled, False, "tma", heads)
+        r = compile_variant(dst, scheduled, False, "tma", heads)
+        assert r["wgmma"] == kept["wgmma"] == {f"m64n{heads}k16": 576 // 16 + 512 // 64 * 64 // 16}
+        assert r["spill_bytes"] == 0 and not r["wgmma_serialized"]
+        assert r["shared_bytes"] <= sm90.MAX_SHARED
+        if scheduled:
+            assert code(r["ptx"]) != code(kept["ptx"])  # the patch is there
+        else:
+            assert code(r["ptx"]) == code(kept["ptx"])
+
+
+def patched_copy(root: Path, source, patch: Path) -> Path:
+    """A copy of the package's file ``source`` at its place under ``root``, with ``patch`` applied."""
+    dst = root / "mla_edu" / "kernels" / Path(source).name
+    dst.parent.mkdir(parents=True)
+    shutil.copy(source, dst)
+    applied = subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True)
+    assert applied.returncode == 0, f"{patch.name} no longer applies to {dst.name}: {applied.stderr}"
+    return dst
+
+
+def code(ptx: str) -> list[str]:
+    """The instructions of a PTX, without its line table and debug sections (which move with the source's lines)."""
+    body = ptx.split(".section")[0]
+    return [ln.split("//")[0].rstrip() for ln in body.splitlines()
+            if ln.strip() and not ln.lstrip().startswith((".loc", ".file", "//", "$L__tmp"))]
+
+
+#: Compiles a variant of a stage-1 kernel (the file argv[1], the kind argv[4] at argv[5] heads) for sm_90a: loaded
+#: under a name of its own, its compile spec handed to ``sm90.compile_report``, in a process without Triton's
+#: interpreter.
 COMPILE_VARIANT = """
 import importlib.util, json, sys
 from mla_edu.kernels import sm90
-spec = importlib.util.spec_from_file_location("seesaw_variant", sys.argv[1])
+spec = importlib.util.spec_from_file_location("stage1_variant", sys.argv[1])
 variant = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(variant)
 scheduled, final = sys.argv[2] == "1", sys.argv[3] == "1"
-compile_spec = variant.STAGE1.compile_spec("seesaw", 64, "bf16", final, sm90.HEADS, scheduled, sm90.BATCH,
+compile_spec = variant.STAGE1.compile_spec(sys.argv[4], 64, "bf16", final, int(sys.argv[5]), scheduled, sm90.BATCH,
                                            sm90.N_PAGES)
 print(json.dumps(sm90.compile_report(compile_spec)))
 """
 
 
-def compile_variant(path, scheduled: bool, final: bool) -> dict:
-    run = subprocess.run([sys.executable, "-c", COMPILE_VARIANT, str(path), str(int(scheduled)), str(int(final))],
-                         env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
+def compile_variant(path, scheduled: bool, final: bool, kind: str = "seesaw", heads: int = sm90.HEADS) -> dict:
+    run = subprocess.run([sys.executable, "-c", COMPILE_VARIANT, str(path), str(int(scheduled)), str(int(final)), kind,
+                          str(heads)], env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout)
