@@ -60,7 +60,9 @@ def patched_copy(root: Path, source, patch: Path) -> Path:
     dst = root / "mla_edu" / "kernels" / Path(source).name
     dst.parent.mkdir(parents=True)
     shutil.copy(source, dst)
-    applied = subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True)
+    # no repository above root: inside one, git apply skips the paths outside root's folder without a word
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(root.resolve().parent)}
+    applied = subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True, env=env)
     assert applied.returncode == 0, f"{patch.name} no longer applies to {dst.name}: {applied.stderr}"
     return dst
 
