@@ -792,18 +792,20 @@ assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had th
 # how much is left to the kernel rather than the choice: [the essay](../docs/kernel_essay.md).
 #
 # The same A/Bs set the schedule's constants per head count (`kernel_lab/results/partition_ab_h200*.md`). Where
-# a request has few partials on average, stage 2 merges them one or two at a time and the piece cap stays
-# (`schedule.few_partials`: at most 4 a request below 64 heads, 2 from 64 up); elsewhere it loads four at a
-# time and a request is cut as FlashMLA cuts it. And at 32 heads, in batches of at most 16 requests, a part runs
-# two programs of 16 heads on half the parts (`HALF_BLOCK_BATCH`), faster there in the A/B; the choice then
+# a request has few partials on average (`schedule.few_partials`: at most 4 a request below 64 heads, 2 from 64
+# up), stage 2 merges them one or two at a time; elsewhere it loads four at a time. The piece cap stays below 16
+# requests, and at 64 heads or more where partials are few; elsewhere a request is cut as FlashMLA cuts it. And at
+# 32 heads, in batches of at most 16 requests, the schedule runs two 16-head programs a part, on half as many
+# parts (`HALF_BLOCK_BATCH`), faster there in the A/B; the choice then
 # scales those programs' page-times (`schedule.HALF_BLOCK_PAGE_COST`), since its model counts the rule's
 # programs of 32 heads. All of it from B, h_q and the SM count: host ints, the same at every replay.
 
 # %%
 for heads, b in [(32, 16), (32, 64), (64, 64), (64, 256)]:
     parts = schedule.num_parts(heads, 132, b, 64)
+    cap = schedule.max_pieces(b, heads, parts) or "none"  # 0: no cap
     print(f"h_q {heads:3d}, B {b:3d}: {parts:3d} parts of {gpu_block_h(heads, b, 64, balanced=True)} heads; few "
-          f"partials: {schedule.few_partials(b, parts, heads)!s:5}; piece cap: {schedule.max_pieces(b, heads, parts)}")
+          f"partials: {schedule.few_partials(b, parts, heads)!s:5}; piece cap: {cap}")
 assert schedule.num_parts(32, 132, 16, 64) == 66 == schedule.num_parts(32, 132, 64, 64) // 2  # 16 heads a program
 assert not schedule.few_partials(64, 132, 64) and schedule.few_partials(256, 132, 64)  # 195 rows > 2 x 64; 387 < 512
 

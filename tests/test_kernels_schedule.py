@@ -58,14 +58,14 @@ def test_the_piece_cap_holds_where_stage_2_merges_one_partial_at_a_time(heads, b
 
 
 def test_the_balanced_schedule_takes_16_heads_a_program_at_32_heads_in_small_batches():
-    # workspace.HALF_BLOCK_BATCH: at 32 heads, B <= 16, two 16-head programs a part on half the parts; the split
+    # workspace.HALF_BLOCK_BATCH: at 32 heads, B <= 16, two 16-head programs a part on half as many parts; the split
     # rule keeps 32 (except on a grid too small for it, SMALL_GRID), and no other head count changes
     for batch in range(1, 40):
         half = batch <= HALF_BLOCK_BATCH
         assert gpu_block_h(32, batch, 64, balanced=True) == (16 if half else 32)
         assert gpu_block_h(32, batch, 64) == 32
         assert sc.num_parts(32, 132, batch, 64) == (66 if half else 132)
-        for heads in (16, 64, 128):
+        for heads in (16, 24, 31, 64, 128):  # 24 and 31 take 32-head programs too, but were not measured
             assert gpu_block_h(heads, batch, 64, balanced=True) == gpu_block_h(heads, batch, 64)
     assert gpu_block_h(32, 1, 16) == 16  # 1 x 1 x 16 programs <= SMALL_GRID
     plan = SimpleNamespace(heads=32, batch=16, max_pages=64, schedule="balanced")

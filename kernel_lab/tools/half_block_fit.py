@@ -34,8 +34,8 @@ WITHIN = 1.05
 
 @dataclass(frozen=True)
 class Problem:
-    """One measured batch: its run, family (or uniform length), lengths, the split rule's count and the median
-    time (us) of each option (``split_S``, ``balanced``)."""
+    """One measured batch: its run (``ours`` or ``fm``, from the file's name), family (or uniform length), lengths,
+    the split rule's count and the median time (us) of each option (``split_S``, ``balanced``)."""
 
     run: str
     family: str
@@ -59,7 +59,8 @@ def problems(runs=RUNS) -> tuple[list[Problem], int]:
         for r in data["family"] + data["uniform"]:
             if r["heads"] == HEADS and r["batch"] <= HALF_BLOCK_BATCH:
                 us = {k: statistics.median(v) for k, v in r["us"].items() if k == "balanced" or k.startswith("split_")}
-                out.append(Problem(rel(path), r["family"], tuple(r["lens"]), r["rule_splits"], us))
+                run = path.stem.removeprefix("family_bench_h200_").split("_")[0]
+                out.append(Problem(run, r["family"], tuple(r["lens"]), r["rule_splits"], us))
     if len(sms) != 1:
         raise ValueError(f"the runs were made on GPUs of different SM counts: {sorted(sms)}")
     return out, sms.pop()
@@ -83,16 +84,19 @@ def render(runs=RUNS) -> str:
              f"Command: `python -m kernel_lab.tools.half_block_fit --out {rel(OUT)}` (no GPU). Inputs: "
              + ", ".join(f"`{rel(p)}`" for p in runs) + ".", "",
              f"{len(probs)} problems: the batches at h_q={HEADS} with at most {HALF_BLOCK_BATCH} requests (the "
-             "balanced schedule's programs there take 16 heads, the split rule's 32). Per cost: the problems whose "
+             "balanced schedule's programs there take 16 heads, the split rule's 32) of each run, "
+             f"{len({(p.family, p.lens) for p in probs})} distinct batches: the families at B=16 are in both runs. "
+             "Per cost: the problems whose "
              f"choice is within {WITHIN:.2f}x of the best option (every split count and the balanced schedule), the "
              "largest and the geomean regret (choice / best), and the problems outside.", "",
              "| cost | within | max regret | geomean regret | outside |", "|---|---|---|---|---|"]
     for c in COSTS:
         n, worst, geo = score(probs, c, sms)
-        out = [f"{p.family} B={len(p.lens)} {p.regret(c, sms):.2f}" for p in probs if p.regret(c, sms) > WITHIN]
+        out = [f"{p.family} B={len(p.lens)} ({p.run}) {p.regret(c, sms):.2f}" for p in probs
+               if p.regret(c, sms) > WITHIN]
         mark = "**" if c == best else ""
         lines.append(f"| {mark}{c:.2f}{mark} | {n} / {len(probs)} | {worst:.2f} | {geo:.3f} | "
-                     f"{'; '.join(sorted(set(out))) or '-'} |")
+                     f"{'; '.join(sorted(out)) or '-'} |")
     lines += ["", f"Fitted on all: **{best:.2f}** (the package's `schedule.HALF_BLOCK_PAGE_COST`: "
               f"{sc.HALF_BLOCK_PAGE_COST}).", "", "Leave one family out: the cost fitted on the others, scored on it.",
               "", "| family held out | problems | cost | within | max regret |", "|---|---|---|---|---|"]

@@ -299,7 +299,8 @@ def family_bench_changes(table: list[Row]) -> list[str]:
                  if any(not r.cap_kept for r in half) else "") + ": " + _listed(half, lambda r: r.now) + "."
               if half else "None changes by the 16-head programs at h_q=32 (`workspace.HALF_BLOCK_BATCH`)."),
            "",
-           f"Of the {len(giant)} giant batches that differ, the package lifts the cap at {len(lifted)}"
+           f"Of the {len(giant)} giant batches whose capped partition differs from FlashMLA's, the package lifts the "
+           f"cap at {len(lifted)}"
            + (f", the giant request cut into {_span(r.now_pieces for r in lifted)} pieces" if lifted else "")
            + f"; {len(at_fm)} now model at FlashMLA's makespan"
            + (f", and {_which(giant_half)} at " + ", ".join(f"{r.now:g}" for r in giant_half)

@@ -72,9 +72,9 @@ MAX_PIECES = max(SPLIT_CHOICES)
 #: Batches of fewer requests than this keep the piece cap at every head count (``max_pieces``).
 PIECE_CAP_BATCH = 16
 #: Partials a request has on average, at most, where ``few_partials`` holds: [below 64 heads, 64 heads or more].
-#: Where it holds, stage 2 merges a program's partials one or two at a time (``split_kv_triton.stage2_config``); at
-#: 64 heads or more that is one at a time over 512 columns, and on the H200 it lost to four at a time from 2 partials
-#: a request up (``kernel_lab/results/partition_ab_h200_many_uncapped.md``).
+#: Where it holds, stage 2 merges a request's partials one or two at a time (``split_kv_triton.stage2_config``); at
+#: 64 heads or more that is one at a time over 512 columns, and on the H200 it lost to four at a time above 2 partials
+#: a request (``kernel_lab/results/partition_ab_h200_many_uncapped.md``).
 FEW_PARTIALS = (4, 2)
 #: A page-time of a 16-head program as a fraction of a 32-head program's, for ``makespans`` where the balanced
 #: schedule runs 16 heads a program and the split rule 32 (32 heads, ``workspace.HALF_BLOCK_BATCH``). Each side's

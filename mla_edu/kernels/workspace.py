@@ -75,10 +75,11 @@ PROGRAMS_PER_SM = {16: 1, 32: 1, 64: 1}
 #: idle: the kernel then takes 16 heads per program, four times the programs (each page read once
 #: per head block, from L2).
 SMALL_GRID = 32
-#: The balanced schedule at 32 heads in batches of at most this many requests runs two 16-head programs a part, on
-#: half the parts (``schedule.num_parts``). Measured on the H200 (``kernel_lab/results/partition_ab_h200_h32.md``):
-#: 1.36-1.45x faster at B=16 on three families of ragged batches, 0.77-0.99x at B=64-256, where a part's share is
-#: long and one 32-head program's page costs less than two 16-head programs' pages.
+#: The balanced schedule at exactly 32 heads (the head count measured) in batches of at most this many requests runs
+#: two 16-head programs a part, on half as many parts (``schedule.num_parts``). Measured on the H200
+#: (``kernel_lab/results/partition_ab_h200_h32.md``): 1.36-1.45x faster at B=16 on three families of ragged batches,
+#: 0.77-0.99x at B=64-256, where a part's share is long and one 32-head program's page costs less than two 16-head
+#: programs' pages. B=17-63 was not timed.
 HALF_BLOCK_BATCH = 16
 #: Longest walk of one program the rule allows, in pages: at h_q=128 on the H200 one program per
 #: (request, head block) over 512 pages (L=32768, page 64) ran 5-10% slower than 2-4 shorter ones in
@@ -96,7 +97,7 @@ def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0, balanced: bool = F
     block = min(64, max(16, 1 << (heads - 1).bit_length()))
     if block > 16 and batch * cdiv(heads, block) * n_pages <= SMALL_GRID and batch > 0:
         return 16
-    if balanced and block == 32 and 0 < batch <= HALF_BLOCK_BATCH:
+    if balanced and heads == 32 and 0 < batch <= HALF_BLOCK_BATCH:
         return 16
     return block
 
