@@ -224,8 +224,8 @@ def rerun_numbers() -> dict:
     out = sorted(k for k, x in regret.items() if x > 1.05)
 
     def as_run(r):  # the choice as the run made it: the scale at 0.65
-        rule, balanced = sc.makespans(r["lens"], fb.PAGE, r["heads"], sms, r["rule_splits"], half_block_cost=0.65)
-        option = "balanced" if balanced < (1 - sc.BALANCED_MARGIN) * rule else f"split_{r['rule_splits']}"
+        balanced = sc.prefers_balanced(r["lens"], fb.PAGE, r["heads"], sms, r["rule_splits"], half_block_cost=0.65)
+        option = "balanced" if balanced else f"split_{r['rule_splits']}"
         return fb.median_us(r, option) / fb.median_us(r, fb.best_option(r)) <= 1.05
 
     assert len(ours["family"]) == 128 and "deadline" in ours["cut"]  # "every family batch ... before its deadline"

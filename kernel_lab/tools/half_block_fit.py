@@ -44,9 +44,9 @@ class Problem:
     us: dict
 
     def regret(self, cost: float, sms: int) -> float:
-        """The choice's time over the best option's, with ``cost`` as ``makespans``' ``half_block_cost``."""
-        rule, balanced = sc.makespans(list(self.lens), PAGE, HEADS, sms, self.rule_splits, half_block_cost=cost)
-        choice = "balanced" if balanced < (1 - sc.BALANCED_MARGIN) * rule else f"split_{self.rule_splits}"
+        """The choice's time over the best option's, with ``cost`` as ``prefers_balanced``'s ``half_block_cost``."""
+        balanced = sc.prefers_balanced(list(self.lens), PAGE, HEADS, sms, self.rule_splits, half_block_cost=cost)
+        choice = "balanced" if balanced else f"split_{self.rule_splits}"
         return self.us[choice] / min(self.us.values())
 
 

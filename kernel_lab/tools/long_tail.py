@@ -36,7 +36,7 @@ from kernel_lab.tools import print_and_write, rel
 from mla_edu.files import read_json
 from mla_edu.kernels import flashmla_schedule as fs
 from mla_edu.kernels import schedule as sc
-from mla_edu.kernels.workspace import HALF_BLOCK_BATCH, gpu_block_h
+from mla_edu.kernels.workspace import HALF_BLOCK_BATCH
 from mla_edu.paths import REPO_ROOT
 from mla_edu.util import cdiv
 
@@ -189,7 +189,7 @@ def rows(family_bench=FAMILY_BENCH) -> list[Row]:
         w = [cdiv(x, PAGE) + sc.FIXED_OVERHEAD_PAGES for x in lens if x > 0]
         now_chunk = sc.balanced_chunk(w, parts, sc.max_pieces(len(lens), h, parts))
         cut = sc.balanced_chunk(w, r["parts"], sc.max_pieces(len(lens), h, r["parts"])) + sc.FIXED_OVERHEAD_PAGES
-        half = gpu_block_h(h, len(lens), n_pages, balanced=True) < gpu_block_h(h, len(lens), n_pages)
+        half = sc.half_block(h, len(lens), n_pages)
         fm_parts = fs.num_sm_parts(h, sms)
         longest = max(range(len(lens)), key=lambda i: (lens[i], -i))
         fm = fs.flashmla_makespan(lens, PAGE, fm_parts)

@@ -97,14 +97,14 @@ def run_variant(variant: str, json_path: Path, rounds: int, families, batches, h
     write_atomic(json_path, json.dumps(data))
 
 
-def makespans_now(families, batches, heads, sms: int) -> list[list]:
+def makespans_now(families, batches, heads, sms: int, schedule=sc) -> list[list]:
     """``[family, heads, batch, makespan]`` per batch: the balanced schedule's modelled makespan (page-times,
-    ``schedule.makespans``) by the ``mla_edu`` this process imports."""
+    ``makespans`` of ``schedule``, by default the module of the ``mla_edu`` this process imports)."""
     rows = []
     for fam, h, lens in problems(families, batches, heads):
         n_pages = max(-(-x // fb.PAGE) for x in lens)
         rule = triton_num_kv_splits(fb.PAGE * n_pages, len(lens), h, fb.PAGE, sms)
-        rows.append([fam, h, len(lens), sc.makespans(lens, fb.PAGE, h, sms, rule)[1]])
+        rows.append([fam, h, len(lens), schedule.makespans(lens, fb.PAGE, h, sms, rule)[1]])
     return rows
 
 
@@ -121,15 +121,10 @@ def model_of_copy(root: Path, info: dict) -> list[list]:
 def modelled(data: dict, patch: Path) -> dict:
     """``(family, heads, batch) -> (base, patched)`` for a run's json that stored no model: the package's
     ``schedule.makespans`` and that of its ``schedule.py`` with ``patch`` applied (only that file's change counts)."""
-    variant = lt.patched_schedule(patch)
-    sms = data["info"]["sm_count"]
-    out = {}
-    for fam, h, lens in problems(data["info"]["families"], data["info"]["batches"], data["info"]["heads"]):
-        n_pages = max(-(-x // fb.PAGE) for x in lens)
-        rule = triton_num_kv_splits(fb.PAGE * n_pages, len(lens), h, fb.PAGE, sms)
-        out[fam, h, len(lens)] = (sc.makespans(lens, fb.PAGE, h, sms, rule)[1],
-                                  variant.makespans(lens, fb.PAGE, h, sms, rule)[1])
-    return out
+    info = data["info"]
+    args = (info["families"], info["batches"], info["heads"], info["sm_count"])
+    return {(f, h, b): (base, patched) for (f, h, b, base), (*_, patched)
+            in zip(makespans_now(*args), makespans_now(*args, schedule=lt.patched_schedule(patch)))}
 
 
 def table(data: dict, patch: Path) -> list[dict]:

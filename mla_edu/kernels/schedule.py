@@ -124,8 +124,13 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     w = [k + FIXED_OVERHEAD_PAGES for k in n if k > 0]
     parts = num_parts(heads, sm_count, len(n), max_pages)
     balanced = balanced_chunk(w, parts, max_pieces(len(n), heads, parts)) + FIXED_OVERHEAD_PAGES
-    half = gpu_block_h(heads, len(n), max_pages, balanced=True) < gpu_block_h(heads, len(n), max_pages)
-    return rule, half_block_cost * balanced if half else balanced
+    return rule, half_block_cost * balanced if half_block(heads, len(n), max_pages) else balanced
+
+
+def half_block(heads: int, batch: int, n_pages: int) -> bool:
+    """Whether the balanced schedule's programs take fewer heads than the split rule's (``workspace.gpu_block_h``:
+    16 where the rule takes 32, ``workspace.HALF_BLOCK_BATCH``)."""
+    return gpu_block_h(heads, batch, n_pages, balanced=True) < gpu_block_h(heads, batch, n_pages)
 
 
 def balanced_chunk(w: list[int], parts: int, pieces: int) -> int:
@@ -157,13 +162,13 @@ def max_pieces(batch: int, heads: int, parts: int) -> int:
 
 
 def prefers_balanced(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
-                     max_pages: int | None = None) -> bool:
+                     max_pages: int | None = None, half_block_cost: float = HALF_BLOCK_PAGE_COST) -> bool:
     """Whether a batch of requests of ``lens`` tokens (host ints: an engine has them at every step,
     ``seq_lens_cpu``) is better served by the balanced schedule than by the split rule at ``num_splits``: its
     modelled makespan (``makespans``) ``BALANCED_MARGIN`` below the rule's. Scored on the H200's measured times
     (``tools/schedule_choice.py``, ``results/schedule_choice_h200.md``, which ``tests/test_schedule_choice.py``
-    regenerates)."""
-    rule, balanced = makespans(lens, page_size, heads, sm_count, num_splits, max_pages)
+    regenerates); ``half_block_cost``: ``makespans``'."""
+    rule, balanced = makespans(lens, page_size, heads, sm_count, num_splits, max_pages, half_block_cost)
     return balanced < (1 - BALANCED_MARGIN) * rule
 
 
