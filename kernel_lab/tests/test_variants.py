@@ -36,9 +36,9 @@ def test_the_report_refuses_the_variants_measured_slower(tmp_path, patch, schedu
 @pytest.mark.parametrize("heads", [16, 32])
 def test_segment_ahead_compiles_as_the_kept_swapped_kernel(tmp_path, heads):
     # the balanced schedule's walk with the next segment's first tile and q in flight under the current segment's
-    # end (segment_ahead.patch, kernel_lab/results/tma_variants/README.md), not yet timed on a GPU: the scheduled
-    # TMA kernel at 16 and 32 heads a program (B=64) has no spill, fits the H200's shared memory and keeps the kept
-    # kernel's wgmma per tile; the split rule's code (not scheduled) is the kept kernel's
+    # end (segment_ahead.patch, kernel_lab/results/tma_variants/README.md; timed on the H200 and rejected): the
+    # scheduled TMA kernel at 16 and 32 heads a program (B=64) has no spill, fits the H200's shared memory and keeps
+    # the kept kernel's wgmma per tile; the split rule's code (not scheduled) is the kept kernel's
     dst = patched_copy(tmp_path, wg.__file__, TMA_VARIANTS / "segment_ahead.patch")
     kept_copy = tmp_path / "kept" / "split_kv_wgmma.py"
     kept_copy.parent.mkdir()

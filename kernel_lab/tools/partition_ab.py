@@ -177,7 +177,8 @@ def to_markdown(data: dict, patch: Path) -> str:
                   "| family | h_q | B | model | base us | patched us | base / patched [min-max] | err |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in sel:
-            lines.append(f"| {r['family']} | {r['heads']} | {r['batch']} | {r['model'][0]} -> {r['model'][1]} | "
+            lines.append(f"| {r['family']} | {r['heads']} | {r['batch']} | "
+                         f"{r['model'][0]:.4g} -> {r['model'][1]:.4g} | "
                          f"{r['base_us']:.1f} | {r['patched_us']:.1f} | {r['x']:.3f} [{r['x_min']:.3f}-"
                          f"{r['x_max']:.3f}] | {r['err']:.1e} |")
         lines.append("")
