@@ -314,6 +314,29 @@ def roofline_numbers() -> dict:
                 needs=max(r.needs for sel in big for r in sel))
 
 
+def split_model_numbers() -> dict:
+    """The paragraph on stage 2's cost in the split count and the choice (``kernel_lab.tools.split_model_fit``)."""
+    from kernel_lab.tools import split_model_fit as smf
+
+    problems = smf.load()
+    package, count_only, rule_side, _, _, fixed = smf.MODELS
+    assert (fixed.split_cost, fixed.merge_weight, fixed.in_makespans) == (2.0, 1.5, "both")
+    within = {m.name: sum(map(smf.right, smf.regrets(problems, m))) for m in smf.MODELS}
+
+    def regret(label: str, model) -> float:
+        p = next(p for p in problems if p.label == label)
+        return p.regret(smf.choice(p, model))
+
+    assert smf.choice(next(p for p in problems if p.label == "L4096 h64 B4"), count_only) == "balanced"
+    (kb_set, kb, _), (fb_set, fb, _) = smf.PAIR
+    fastest = [min(p.us, key=p.us.get) for key in ((kb_set, kb), (fb_set, fb)) for p in problems
+               if (p.set, p.label) == key]
+    return dict(n=len(problems), package=within[package.name], count_only=regret("L4096 h64 B4", count_only),
+                rule_lost=within[package.name] - within[rule_side.name], launch=fixed.split_cost,
+                merge=fixed.merge_weight, margin=fixed.margin, fixed=within[fixed.name],
+                kernel=regret(kb, fixed), fastest=[int(f.removeprefix("split_")) for f in fastest])
+
+
 def claims() -> list[tuple[str, list[float]]]:
     """(sentence with ``{}`` for each number, the numbers recomputed) for every number the essay states."""
     from tools.schedule_bench import backend_path, summary
@@ -344,6 +367,7 @@ def claims() -> list[tuple[str, list[float]]]:
     var, roof, h32 = variant_numbers(), roofline_numbers(), h32_numbers()
     hb, rr = half_block_numbers(), rerun_numbers()
     nr, sa = new_runs_numbers(), segment_ahead_numbers()
+    sm = split_model_numbers()
     return [
         ("the seesaw stage 1 takes {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA kernel; "
          "FlashMLA takes {} us, so the kernel runs at {}x its speed",
@@ -427,6 +451,15 @@ def claims() -> list[tuple[str, list[float]]]:
          "{}), its choice is within {}% of the best option at {} of them; with the scale fitted on these same "
          "timings, at {} (in sample)", [rr["uniform"], rr["ours"][1], 0.65, 5, rr["as_run"], rr["ours"][0]]),
         ("h_q=64, L=1024 (B=4 and B=16, {}x and {}x)", rr["split"]),
+        ("{} problems in ten files), the backend's choice is within {}% of the best option at {}", [sm["n"], 5,
+                                                                                               sm["package"]]),
+        ("to the balanced schedule, {}x slower; counted on the rule's side of `makespans` only, stage 2 loses {} "
+         "problems", [sm["count_only"], sm["rule_lost"]]),
+        ("With a launch of {} page-times, the merge at {} times the byte model and a margin of {}, the three problems "
+         "of the ours-alone run come within {}% ({} in all)", [sm["launch"], sm["merge"], sm["margin"], 5,
+                                                                sm["fixed"]]),
+        ("h_q=128, B=1, L=2048 falls out, {}x", [sm["kernel"]]),
+        ("yet one runs fastest at {} splits and the other at {}", sm["fastest"]),
         ("At h_q=16 the backend's choice runs at {}x FlashMLA's speed in geomean over the families, the lowest batch "
          "at {}x, and at {}x over the uniform shapes, the lowest at {}x", [*nr["h16"], *nr["uni"]]),
         ("With B=128 and B=256 it runs at {}x at h_q=32, {}x at h_q=64 and {}x at h_q=128, the lowest batches at {}x, "
