@@ -70,10 +70,13 @@ def test_the_committed_runs_are_read_as_they_ran():
     board = acc.scoreboard(acc.load())
     got = board["picks"]
     assert board["skipped"] == ["family_bench_h200_ours_a2e9367.json"]
-    # the one problem of two runs (the b128 run reached it before it stopped) takes the later one
+    # the one problem of two runs (the b128 run reached it before it stopped) takes the median of both, the later named
     twice = [p for p in got.values() if p.runs == 2]
     assert [p.key for p in twice] == [("family", "lognormal_0.5", 32, 256)]
     assert twice[0].run == "family_bench_h200_fm_8acf73a_b256.json"
+    both = [next(r for r in result(f"family_bench_h200_fm_8acf73a_{n}.json")["family"]
+                 if (r["family"], r["heads"], r["batch"]) == ("lognormal_0.5", 32, 256)) for n in ("b128", "b256")]
+    assert twice[0].x == statistics.median(fb.x_flashmla(r, "balanced")[0] for r in both)
     # every family batch is measured at current rules; the uniform grid at h_q 32-128 only in the first run
     assert all(not p.older for k, p in got.items() if k[0] == "family") and len(got) == 128 + 15 + 10
     assert {(k[2], k[3]) for k, p in got.items() if p.older} == {(32, 1), (32, 4), (64, 1), (128, 1)}
@@ -109,13 +112,20 @@ def ragged_row(b: dict) -> dict:
 
 
 @pytest.mark.parametrize("order", ["older then newer", "two at one commit"])
-def test_a_problem_in_two_runs_takes_the_newer(order):
+def test_a_problem_in_two_runs_takes_the_median_of_both(order):
     first = run("a", RULES if order == "older then newer" else NEW, [row("fam", 16, 0.5), row("fam", 64, 0.5)])
-    second = run("b", NEW, [row("fam", 16, 1.2)])
+    second = run("b", NEW, [row("fam", 16, 1.2, regret=1.1)])
     got = board(first, second)["picks"]
-    assert (got["family", "fam", 16, 16].run, got["family", "fam", 16, 16].x, got["family", "fam", 16, 16].runs) == (
-        "b", 1.2, 2)
+    both = got["family", "fam", 16, 16]
+    assert (both.run, both.runs) == ("b", 2) and (both.x, both.regret) == pytest.approx((0.85, 1.05))
     assert (got["family", "fam", 16, 64].run, got["family", "fam", 16, 64].runs) == ("a", 1)
+
+
+def test_three_runs_give_the_middle_one():
+    runs = [run(n, NEW, [row("fam", 16, x, regret=g)]) for n, x, g in (("a", 0.9, 1.2), ("b", 1.3, 1.0),
+                                                                        ("c", 1.0, 1.1))]
+    p = board(*runs, keys=FAM[:1])["picks"]["family", "fam", 16, 16]
+    assert (p.run, p.runs) == ("c", 3) and (p.x, p.regret) == pytest.approx((1.0, 1.1))
 
 
 def test_a_run_before_the_rules_is_taken_only_alone_and_flagged():
