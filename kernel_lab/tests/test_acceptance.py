@@ -1,0 +1,237 @@
+"""kernel_lab.tools.acceptance: the committed scoreboard regenerates from the committed runs, and its logic on small
+synthetic runs, edge by edge: which run a problem takes, the bars at their values, B=1 in and out of the uniform
+lines, and tables that are wrong failing."""
+
+from __future__ import annotations
+
+import difflib
+import statistics
+
+import pytest
+
+from kernel_lab.tools import acceptance as acc
+from kernel_lab.tools import family_bench as fb
+from kernel_lab.tests.results import result
+
+SMS = 132
+OLD, RULES, NEW = acc.COMMITS  # 29d1c24, a2e9367, 8acf73a
+
+
+def test_the_committed_markdown_is_the_tools_output():
+    assert acc.OUT.read_text(encoding="utf-8") == acc.render(out=acc.OUT), (
+        "kernel_lab/results/acceptance_h200.md is stale: python -m kernel_lab.tools.acceptance "
+        "--out kernel_lab/results/acceptance_h200.md")
+
+
+def stale(committed: str, regenerated: str) -> list[str]:
+    """The lines where a committed scoreboard differs from the tool's output."""
+    return [x for x in difflib.unified_diff(committed.splitlines(), regenerated.splitlines(), lineterm="", n=0)
+            if x[:1] in "+-" and x[:3] not in ("+++", "---")]
+
+
+@pytest.mark.parametrize("wrong", ["a ratio", "a verdict", "a row dropped", "a run named", "two rows swapped"])
+def test_a_wrong_table_fails(wrong):
+    text = acc.OUT.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    i = next(i for i, x in enumerate(lines) if x.startswith("| 64 | giant |"))
+    j = next(i for i, x in enumerate(lines) if "`family_bench_h200_fm_8acf73a_b256.json`" in x and x.startswith("|"))
+    bad = list(lines)
+    if wrong == "a ratio":
+        bad[i] = bad[i].replace("0.86", "0.96", 1)
+    elif wrong == "a verdict":
+        bad = [x.replace("| not met |", "| met |", 1) if x.startswith("| ragged") else x for x in bad]
+    elif wrong == "a row dropped":
+        del bad[i]
+    elif wrong == "a run named":
+        bad[j] = bad[j].replace("b256", "b128")
+    else:
+        bad[i], bad[i + 1] = bad[i + 1], bad[i]
+    assert "".join(bad) != text and stale("".join(bad), acc.render(out=acc.OUT))
+
+
+def test_the_committed_tables_agree_with_family_bench_summary():
+    """Each 8acf73a run alone, through ``family_bench.summary``: the scoreboard takes every one of their problems
+    (nothing newer), so the geomean and lowest of the choice over a head count agree."""
+    board = acc.scoreboard(acc.load())
+    for name, kind, heads in (("h16", "family", 16), ("h16_uniform", "uniform", 16), ("b256", "family", 64),
+                              ("b256", "family", 128)):
+        data = result(f"family_bench_h200_fm_8acf73a_{name}.json")
+        want = fb.summary(data)[f"{kind}_h{heads}"]
+        picks = [p for k, p in board["picks"].items() if k[0] == kind and k[2] == heads
+                 and p.run == f"family_bench_h200_fm_8acf73a_{name}.json" and (kind == "family" or k[3] >= 4)]
+        assert len(picks) == want["problems"]
+        xs = [p.x for p in picks]
+        assert round(min(xs), 3) == want["choice_min"]
+        assert round(statistics.geometric_mean(xs), 3) == want["choice_geomean"]
+        assert sum(p.regret <= 1.05 for p in picks) == want["choice_within_5pct"]
+
+
+def test_the_committed_runs_are_read_as_they_ran():
+    board = acc.scoreboard(acc.load())
+    got = board["picks"]
+    assert board["skipped"] == ["family_bench_h200_ours_a2e9367.json"]
+    # the one problem of two runs (the b128 run reached it before it stopped) takes the median of both, the later named
+    twice = [p for p in got.values() if p.runs == 2]
+    assert [p.key for p in twice] == [("family", "lognormal_0.5", 32, 256)]
+    assert twice[0].run == "family_bench_h200_fm_8acf73a_b256.json"
+    both = [next(r for r in result(f"family_bench_h200_fm_8acf73a_{n}.json")["family"]
+                 if (r["family"], r["heads"], r["batch"]) == ("lognormal_0.5", 32, 256)) for n in ("b128", "b256")]
+    assert twice[0].x == statistics.median(fb.x_flashmla(r, "balanced")[0] for r in both)
+    # every family batch is measured at current rules; the uniform grid at h_q 32-128 only in the first run
+    assert all(not p.older for k, p in got.items() if k[0] == "family") and len(got) == 128 + 15 + 10
+    assert {(k[2], k[3]) for k, p in got.items() if p.older} == {(32, 1), (32, 4), (64, 1), (128, 1)}
+    assert len(board["keys"]) == 188
+
+
+def row(family: str, batch: int, x: float, regret: float = 1.0, heads: int = 16, flashmla: bool = True) -> dict:
+    """A family-bench row whose choice (the split rule, one split) runs at ``x`` FlashMLA and ``regret`` times the
+    best option (the balanced schedule where above 1)."""
+    r = {"family": family, "heads": heads, "batch": batch, "lens": [64] * batch, "rule_splits": 1,
+         "us": {"split_1": [1.0], "balanced": [1.0 / regret]}}
+    if flashmla:
+        r["us"]["flashmla"] = [x]
+    assert fb.backend_choice(r, SMS) == "split_1"  # short uniform requests: the model keeps the rule
+    return r
+
+
+def run(name: str, commit: str, family=(), uniform=()) -> tuple[str, dict]:
+    return name, {"info": {"sm_count": SMS, "setup": f"NVIDIA H200; commit {commit}"}, "family": list(family),
+                  "uniform": list(uniform)}
+
+
+FAM = [("family", "fam", 16, b) for b in (16, 64)]
+
+
+def board(*runs, keys=FAM):
+    return acc.scoreboard(acc.runs_in_order(list(runs)), keys)
+
+
+def ragged_row(b: dict) -> dict:
+    (r,) = b["ragged"]
+    return r
+
+
+@pytest.mark.parametrize("order", ["older then newer", "two at one commit"])
+def test_a_problem_in_two_runs_takes_the_median_of_both(order):
+    first = run("a", RULES if order == "older then newer" else NEW, [row("fam", 16, 0.5), row("fam", 64, 0.5)])
+    second = run("b", NEW, [row("fam", 16, 1.2, regret=1.1)])
+    got = board(first, second)["picks"]
+    both = got["family", "fam", 16, 16]
+    assert (both.run, both.runs) == ("b", 2) and (both.x, both.regret) == pytest.approx((0.85, 1.05))
+    assert (got["family", "fam", 16, 64].run, got["family", "fam", 16, 64].runs) == ("a", 1)
+
+
+def test_three_runs_give_the_middle_one():
+    runs = [run(n, NEW, [row("fam", 16, x, regret=g)]) for n, x, g in (("a", 0.9, 1.2), ("b", 1.3, 1.0),
+                                                                        ("c", 1.0, 1.1))]
+    p = board(*runs, keys=FAM[:1])["picks"]["family", "fam", 16, 16]
+    assert (p.run, p.runs) == ("c", 3) and (p.x, p.regret) == pytest.approx((1.0, 1.1))
+
+
+def test_a_run_before_the_rules_is_taken_only_alone_and_flagged():
+    old = run("old", OLD, [row("fam", 16, 1.2), row("fam", 64, 1.2)])
+    new = run("new", RULES, [row("fam", 16, 1.1)])
+    b = board(old, new)
+    assert b["picks"]["family", "fam", 16, 16].run == "new"
+    kept = b["picks"]["family", "fam", 16, 64]
+    assert (kept.run, kept.older) == ("old", True)
+    r = ragged_row(b)
+    assert not r["met"]  # counted as unmeasured, though 1.2 would pass
+    assert "| 16 | fam | 1.10 | 1.20 (older) |" in acc.to_markdown(b, "cmd")
+    assert acc.verdicts(b)[0][2] == "not met (1 unmeasured)"
+
+
+def test_runs_out_of_order_or_without_a_commit_are_an_error():
+    with pytest.raises(ValueError, match="oldest first"):
+        acc.runs_in_order([run("new", NEW), run("old", RULES)])
+    with pytest.raises(ValueError, match="naming a commit"):
+        acc.runs_in_order([("x", {"info": {"sm_count": SMS, "setup": "no commit named"}})])
+    with pytest.raises(ValueError, match="naming a commit"):
+        acc.runs_in_order([run("x", "1234567")])
+
+
+def test_a_run_without_flashmla_is_skipped():
+    fm = run("fm", RULES, [row("fam", 16, 1.2), row("fam", 64, 1.2)])
+    ours = run("ours", NEW, [row("fam", 16, 0.5, flashmla=False), row("fam", 64, 0.5, flashmla=False)])
+    b = board(fm, ours)
+    assert b["skipped"] == ["ours"] and {p.run for p in b["picks"].values()} == {"fm"}
+    alone = board(ours)
+    assert alone["picks"] == {} and acc.verdicts(alone)[0][2] == "not met (2 unmeasured)"
+
+
+A, B = 1.0004, 1.025  # (1.05 a b, 1.05 / a, 1.05 / b): geomean 1.05, computed 1.0499999999999998
+
+
+@pytest.mark.parametrize("xs, met", [
+    ((1.05 * A * B, 1.05 / A, 1.05 / B), True),  # the geomean at the bar, below it by float rounding
+    ((1.05, 1.05), True),
+    ((1.0499, 1.0499), False),
+    ((1.5, 0.95), True),  # a batch exactly at the floor
+    ((1.5, 0.9499), False),  # geomean 1.19, but a batch below the floor
+])
+def test_a_family_meets_the_bars_at_their_values(xs, met):
+    batches = (16, 64, 128)[:len(xs)]
+    b = board(run("a", RULES, [row("fam", n, x) for n, x in zip(batches, xs)]),
+              keys=[("family", "fam", 16, n) for n in batches])
+    if len(xs) == 3:
+        assert statistics.geometric_mean(xs) < 1.05
+    assert ragged_row(b)["met"] is met
+    assert acc.verdicts(b)[0][2] == ("met" if met else "not met")
+
+
+UNI = [("uniform", f"L{ln}", h, b) for b in (1, 4) for ln in (1024,) for h in (16, 32)]
+
+
+@pytest.mark.parametrize("heads, b1, b4, big, h16", [
+    (16, 0.9, 1.2, True, False),  # B=1 below 0.95: out of the 0.95 line, in h16's 1.0 line
+    (16, 0.99, 1.2, True, False),  # below 1.0 at B=1 only
+    (16, 1.0, 1.0, True, True),  # both at their bars
+    (16, 1.2, 0.96, True, False),  # B=4 above 0.95, below h16's 1.0
+    (16, 1.2, 0.9499, False, False),
+    (32, 0.5, 0.95, True, True),  # h_q=32: B=1 in no line, and no 1.0 line
+    (32, 1.2, 0.9499, False, True),
+])
+def test_uniform_b1_is_out_of_the_floor_and_in_h16s_line(heads, b1, b4, big, h16):
+    good = {16: 1.5, 32: 1.5}
+    rows = [row("L1024", b, {1: b1, 4: b4}[b] if h == heads else good[h], heads=h) for b in (1, 4) for h in (16, 32)]
+    b = board(run("u", NEW, uniform=rows), keys=UNI)
+    lines = {u["heads"]: u for u in b["uniform"]}
+    assert lines[heads]["big"]["met"] is big
+    verdict = {c.split(":")[0]: v for c, _, v in acc.verdicts(b)}
+    assert verdict["uniform, every head count, B >= 4"] == ("met" if big else "not met")
+    assert verdict["uniform h_q=16"] == ("met" if h16 else "not met")
+
+
+@pytest.mark.parametrize("regret, within", [(1.0, True), (1.05, True), (1.0501, False), (1.3, False)])
+def test_the_choice_within_five_percent_of_the_best(regret, within):
+    b = board(run("a", RULES, [row("fam", 16, 1.2, regret=regret), row("fam", 64, 1.2)]))
+    c = b["choice"][-1]
+    assert (c["within"], c["best"]) == (1 + within, 1 + (regret == 1.0))
+    assert acc.verdicts(b)[1][2] == ("met" if within else "not met")
+    text = acc.to_markdown(b, "cmd")
+    if regret > 1:
+        assert f"| all | 2 of 2 | 1 | {1 + within} | {regret:.2f}x (fam h_q=16 B=16: split_1, best balanced) |" in text
+
+
+def test_missing_problems_are_listed_and_fail_the_criteria():
+    keys = FAM + [("family", "fam", 16, 128)]
+    b = board(run("a", RULES, [row("fam", 16, 1.2), row("fam", 64, 1.2)]), keys=keys)
+    text = acc.to_markdown(b, "cmd")
+    assert "| 16 | fam | 1.20 | 1.20 | - | 1.200 | 1.20 (B=16) | no |" in text
+    assert "| family | 16 | 128 | 1 | not measured | 0 |" in text
+    assert [v for _, _, v in acc.verdicts(b)][:2] == ["not met (1 unmeasured)", "not met (1 unmeasured)"]
+
+
+@pytest.mark.parametrize("runs, verdict", [(1, "not met"), (2, "not met"), (3, "met")])
+def test_three_runs_a_problem_are_asked(runs, verdict):
+    b = board(*[run(f"r{i}", NEW, [row("fam", 16, 1.2), row("fam", 64, 1.2)]) for i in range(runs)])
+    (line,) = [x for x in acc.verdicts(b) if x[0].startswith("each ratio")]
+    assert line[2] == verdict and f"problems timed in {runs} run" in line[1]
+
+
+def test_the_command_line(tmp_path):
+    out = tmp_path / "a.md"
+    text = acc.main(["--out", str(out)])
+    assert out.read_text(encoding="utf-8") == text and "--out" in text.splitlines()[2]
+    with pytest.raises(SystemExit):
+        acc.main(["--runs", str(tmp_path / "missing.json")])

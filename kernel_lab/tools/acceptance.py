@@ -1,0 +1,372 @@
+"""Issue 52's acceptance on the H200, read from the committed family-bench runs: ``python -m
+kernel_lab.tools.acceptance --out FILE``. No GPU.
+
+Every problem of the family bench (``family_bench.problems``: a set, a family or uniform length, h_q and B) takes its
+ratio from the runs of ``RUNS`` that timed FlashMLA on it at or after ``RULES_FROM``, their median; where none did, the
+latest before alone, flagged 'older rules' (its balanced schedule was not the package's,
+``choice_fit.benched_balanced``); where no run did, the problem is missing. A run without FlashMLA is skipped. The ratio
+is the backend's choice against FlashMLA (``family_bench.backend_choice``; ``family_bench.x_flashmla``: the median over
+that run's rounds of FlashMLA's time over the choice's, above 1 ours faster), and the choice over the best option
+(``family_bench.best_option``). ``RUNS`` lists the runs in the order they ran; each run's commit (its setup line) is one
+of ``COMMITS``, oldest first, in that order.
+
+The criteria (issue 52, 'Acceptance'): per head count and family, the geomean over the batches at least
+``GEOMEAN_BAR`` and every batch at least ``FLOOR``; uniform lengths from B=4 at every head count at least ``FLOOR``;
+at h_q=16 every uniform shape, B=1 too, at least ``H16_FLOOR``; the choice within ``WITHIN`` of the best option at
+every problem; each ratio the median of at least ``MIN_RUNS`` runs. A criterion is met where every problem it covers
+is measured at current rules and passes. A value at its bar passes (compared at ``DIGITS`` decimals, so that a
+geomean's float rounding does not decide).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_lab.tools import choice_fit as cf
+from kernel_lab.tools import family_bench as fb
+from kernel_lab.tools import half_block_fit as hb
+from kernel_lab.tools import print_and_write, rel
+from mla_edu.files import read_json
+from mla_edu.paths import REPO_ROOT
+
+LAB = REPO_ROOT / "kernel_lab" / "results"
+#: The family-bench runs on the H200, in the order they ran (the 8acf73a runs: h16 and b128 on one machine, then
+#: b256 and h16_uniform on a second).
+RUNS = tuple(LAB / f"family_bench_h200{n}.json" for n in (
+    "", "_fm_a2e9367", "_ours_a2e9367", "_fm_8acf73a_h16", "_fm_8acf73a_b128", "_fm_8acf73a_b256",
+    "_fm_8acf73a_h16_uniform"))
+OUT = LAB / "acceptance_h200.md"
+#: The runs' commits, oldest first.
+COMMITS = ("29d1c24", "a2e9367", "8acf73a")
+#: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
+#: is taken as the package makes it now); before it, the balanced schedule ran another partition. Runs from it on are
+#: pooled (their median), so it moves to the first commit after a change of a timed kernel or partition.
+RULES_FROM = "a2e9367"
+GEOMEAN_BAR, FLOOR, H16_FLOOR, WITHIN, MIN_RUNS = 1.05, 0.95, 1.0, 1.05, 3
+UNIFORM_FROM = 4  # the uniform bar's smallest batch
+DIGITS = 9
+#: The family-bench runs a fit of the choice read (``choice_fit``'s margin, ``half_block_fit``'s scale).
+FITTED = (cf.FAMILY_BENCH, *hb.RUNS)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str  # the json's file name
+    commit: str
+    data: dict
+
+    @property
+    def older(self) -> bool:
+        return COMMITS.index(self.commit) < COMMITS.index(RULES_FROM)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One problem's ratio: the run it comes from, how many runs at its rules timed FlashMLA on it, the choice, the
+    best option, x FlashMLA of the choice and the choice's time over the best's."""
+
+    key: tuple  # (set, family, h_q, B)
+    run: str
+    commit: str
+    older: bool
+    runs: int
+    choice: str
+    best: str
+    x: float
+    regret: float
+
+
+def commit_of(data: dict, where: str) -> str:
+    """The commit a run names in its setup line; an error naming ``where`` if none of ``COMMITS``."""
+    found = re.search(r"\bcommit ([0-9a-f]{7,40})\b", data["info"].get("setup", ""))
+    if not found or found[1] not in COMMITS:
+        raise ValueError(f"{where}: expected a setup line naming a commit of {COMMITS}, got "
+                         f"{data['info'].get('setup', '')!r}")
+    return found[1]
+
+
+def runs_in_order(runs: list[tuple[str, dict]]) -> list[Run]:
+    """``(name, family-bench json)`` of each run, oldest first, as ``Run``; an error where the commits go back."""
+    out = [Run(name, commit_of(data, name), data) for name, data in runs]
+    for a, b in zip(out, out[1:]):
+        if COMMITS.index(b.commit) < COMMITS.index(a.commit):
+            raise ValueError(f"expected the runs oldest first, got {b.name} ({b.commit}) after {a.name} ({a.commit})")
+    return out
+
+
+def load(paths=RUNS) -> list[Run]:
+    return runs_in_order([(p.name, read_json(p, "family bench json")) for p in paths])
+
+
+def bench_keys() -> list[tuple]:
+    """(set, family, h_q, B) of every problem of the family bench, in its order."""
+    return [(kind, fam, h, len(lens)) for kind, fam, h, lens in fb.problems()]
+
+
+def picks(runs: list[Run]) -> dict[tuple, Pick]:
+    """``{(set, family, h_q, B): Pick}`` of every problem some run timed FlashMLA on: the median over the runs at
+    current rules that timed it (x FlashMLA and the choice over the best, each run's own; the run named is the latest,
+    whose best option is shown), else the latest such run alone."""
+    timed: dict[tuple, list[tuple[Run, dict]]] = {}
+    for run in runs:
+        for kind in ("family", "uniform"):
+            for r in run.data[kind]:
+                if "flashmla" in r["us"]:
+                    timed.setdefault((kind, r["family"], r["heads"], r["batch"]), []).append((run, r))
+    out = {}
+    for key, held in timed.items():
+        current = [(run, r) for run, r in held if not run.older]
+        used = current or held[-1:]
+        run, r = used[-1]
+        choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
+        x = statistics.median(fb.x_flashmla(r, choice)[0] for _, r in used)
+        regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
+        out[key] = Pick(key, run.name, run.commit, run.older, len(used), choice, best, x, regret)
+    return out
+
+
+def passes(value: float, bar: float) -> bool:
+    return round(value, DIGITS) >= bar
+
+
+def _current(keys: list[tuple], got: dict) -> list[Pick]:
+    return [got[k] for k in keys if k in got and not got[k].older]
+
+
+def ragged(keys: list[tuple], got: dict) -> list[dict]:
+    """Per (h_q, family) of the families: its batches' picks (None where missing), the geomean and the lowest of the
+    measured ones, and whether it is met (every batch measured at current rules; the bars)."""
+    out, groups = [], {}
+    for k in keys:
+        if k[0] == "family":
+            groups.setdefault((k[2], k[1]), []).append(k)
+    order = list(dict.fromkeys(fam for _, fam in groups))
+    for (h, fam), ks in sorted(groups.items(), key=lambda g: (g[0][0], order.index(g[0][1]))):
+        xs = [got[k].x for k in ks if k in got]
+        low = min((got[k] for k in ks if k in got), key=lambda p: p.x, default=None)
+        geomean = statistics.geometric_mean(xs) if xs else None
+        met = (len(_current(ks, got)) == len(ks) and passes(geomean, GEOMEAN_BAR) and passes(low.x, FLOOR))
+        out.append(dict(heads=h, family=fam, picks={k[3]: got.get(k) for k in ks}, geomean=geomean, low=low,
+                        met=met))
+    return out
+
+
+def uniform(keys: list[tuple], got: dict) -> list[dict]:
+    """Per h_q: the uniform shapes from ``UNIFORM_FROM`` (measured at current rules, with older rules, the lowest at
+    current rules, met at ``FLOOR``) and every shape (the same at ``H16_FLOOR``; that bar is h_q=16's)."""
+    out = []
+    for h in sorted({k[2] for k in keys if k[0] == "uniform"}):
+        row = {"heads": h}
+        for name, smallest, bar in (("big", UNIFORM_FROM, FLOOR), ("all", 0, H16_FLOOR)):
+            ks = [k for k in keys if k[0] == "uniform" and k[2] == h and k[3] >= smallest]
+            now = _current(ks, got)
+            row[name] = dict(n=len(ks), current=len(now), older=sum(k in got and got[k].older for k in ks),
+                             low=min(now, key=lambda p: p.x, default=None),
+                             met=len(now) == len(ks) and all(passes(p.x, bar) for p in now))
+        out.append(row)
+    return out
+
+
+def choice(keys: list[tuple], got: dict, fitted=()) -> list[dict]:
+    """Per h_q and over all (``heads`` None): the problems measured at current rules, those whose choice is the best
+    option and those within ``WITHIN`` of it, the worst, and the same on the problems of runs no fit read
+    (``fitted``: their names)."""
+    out = []
+    for h in (*sorted({k[2] for k in keys}), None):
+        ks = [k for k in keys if h in (None, k[2])]
+        now = _current(ks, got)
+        held = [p for p in now if p.run not in fitted]
+        out.append(dict(heads=h, n=len(ks), current=len(now), best=sum(p.choice == p.best for p in now),
+                        within=sum(_within(p) for p in now), worst=max(now, key=lambda p: p.regret, default=None),
+                        held=len(held), held_within=sum(_within(p) for p in held)))
+    return out
+
+
+def _within(p: Pick) -> bool:
+    return round(p.regret, DIGITS) <= WITHIN
+
+
+def sources(keys: list[tuple], got: dict) -> list[dict]:
+    """The problems grouped by set, h_q, the run their ratio comes from (None: missing) and the runs behind it, by
+    set and h_q: each group's batches and its count."""
+    out = {}
+    for k in sorted(keys, key=lambda k: (k[0] != "family", k[2], k[3])):
+        p = got.get(k)
+        what = (k[0], k[2], p.run if p else None, p.commit if p else None, p.older if p else False,
+                p.runs if p else 0)
+        group = out.setdefault(what, {"what": what, "batches": [], "n": 0, "names": []})
+        group["n"] += 1
+        group["names"].append(f"{k[1]} B={k[3]}")
+        if k[3] not in group["batches"]:
+            group["batches"].append(k[3])
+    return list(out.values())
+
+
+def scoreboard(runs: list[Run], keys: list[tuple] | None = None) -> dict:
+    keys = bench_keys() if keys is None else keys
+    got = {k: p for k, p in picks(runs).items() if k in set(keys)}
+    fitted = {p.name for p in FITTED}
+    return dict(keys=keys, picks=got, ragged=ragged(keys, got), uniform=uniform(keys, got),
+                choice=choice(keys, got, fitted), sources=sources(keys, got),
+                runs=[r.name for r in runs], skipped=[r.name for r in runs if not _has_flashmla(r)],
+                fitted=sorted(fitted & {r.name for r in runs}))
+
+
+def _has_flashmla(run: Run) -> bool:
+    return any("flashmla" in r["us"] for kind in ("family", "uniform") for r in run.data[kind])
+
+
+def _x(p: Pick | None) -> str:
+    return "-" if p is None else f"{p.x:.2f}" + (" (older)" if p.older else "")
+
+
+def _where(p: Pick) -> str:
+    return f"{p.key[1]} h_q={p.key[2]} B={p.key[3]}"
+
+
+def _verdict(met: bool, missing: int) -> str:
+    """'met', or 'not met' and, where nothing measured fails but problems are missing, why."""
+    return "met" if met else f"not met ({missing} unmeasured)" if missing else "not met"
+
+
+def verdicts(board: dict) -> list[tuple[str, str, str]]:
+    """(criterion, where it stands, verdict) of each of issue 52's acceptance lines."""
+    rg, un, ch = board["ragged"], board["uniform"], board["choice"][-1]
+    keys, got = board["keys"], board["picks"]
+    fam_keys = [k for k in keys if k[0] == "family"]
+    fam_now = _current(fam_keys, got)
+    lines = []
+    if rg:
+        geo = [r["geomean"] for r in rg if r["geomean"] is not None]
+        fails = any(not passes(p.x, FLOOR) for p in fam_now) or any(not passes(g, GEOMEAN_BAR) for g in geo)
+        low = min(fam_now, key=lambda p: p.x, default=None)
+        lines.append((f"ragged: every family and head count, geomean >= {GEOMEAN_BAR:.2f}x FlashMLA, no batch below "
+                      f"{FLOOR:.2f}x",
+                      f"{sum(r['met'] for r in rg)} of {len(rg)} (h_q, family) met"
+                      + (f"; geomeans {min(geo):.3f}-{max(geo):.3f}x, {sum(passes(g, GEOMEAN_BAR) for g in geo)} at "
+                         f"or above {GEOMEAN_BAR:.2f}" if geo else "")
+                      + f"; {len(fam_now)} of {len(fam_keys)} batches measured, "
+                      f"{sum(not passes(p.x, FLOOR) for p in fam_now)} below {FLOOR:.2f}"
+                      + (f", the lowest {low.x:.2f}x ({_where(low)})" if low else ""),
+                      _verdict(all(r["met"] for r in rg), 0 if fails else len(fam_keys) - len(fam_now))))
+    if un:
+        big = [u["big"] for u in un]
+        lines.append((f"uniform, every head count, B >= {UNIFORM_FROM}: no shape below {FLOOR:.2f}x",
+                      "; ".join(f"h_q={u['heads']}: {u['big']['current']} of {u['big']['n']} measured"
+                                + (f", the lowest {u['big']['low'].x:.2f}x ({u['big']['low'].key[1]}, "
+                                   f"B={u['big']['low'].key[3]})" if u["big"]["low"] else "")
+                                + (f" ({u['big']['older']} with older rules)" if u["big"]["older"] else "")
+                                for u in un),
+                      _verdict(all(b["met"] for b in big),
+                               0 if any(b["low"] and not passes(b["low"].x, FLOOR) for b in big)
+                               else sum(b["n"] - b["current"] for b in big))))
+        h16 = next((u["all"] for u in un if u["heads"] == 16), None)
+        if h16:
+            low = h16["low"]
+            lines.append((f"uniform h_q=16: every shape, B=1 too, >= {H16_FLOOR:.2f}x",
+                          f"{h16['current']} of {h16['n']} measured"
+                          + (f", the lowest {low.x:.2f}x ({low.key[1]}, B={low.key[3]})" if low else ""),
+                          _verdict(h16["met"], 0 if low and not passes(low.x, H16_FLOOR)
+                                   else h16["n"] - h16["current"])))
+    worst = ch["worst"]
+    lines.append((f"the choice within {round(100 * (WITHIN - 1))}% of the best option at every problem",
+                  f"{ch['within']} of {ch['current']} measured (the best option at {ch['best']})"
+                  + (f", the worst {worst.regret:.2f}x ({_where(worst)})" if worst and worst.regret > 1 else "")
+                  + f"; of these, in runs no fit read: {ch['held_within']} of {ch['held']}",
+                  _verdict(ch["within"] == ch["current"] == ch["n"],
+                           0 if ch["within"] < ch["current"] else ch["n"] - ch["current"])))
+    now = _current(keys, got)
+    counts = [p.runs for p in now]
+    twice = [_where(p) for p in now if p.runs > 1]
+    lines.append((f"each ratio the median of >= {MIN_RUNS} runs",
+                  "each ratio is one run's (the latest); problems timed in "
+                  + ", ".join(f"{n} run{'s' * (n > 1)}: {counts.count(n)}" for n in sorted(set(counts)))
+                  + (f" ({', '.join(twice)})" if 0 < len(twice) <= 3 else "")
+                  + f"; in {MIN_RUNS} or more: {sum(n >= MIN_RUNS for n in counts)}",
+                  _verdict(len(counts) == len(keys) and all(n >= MIN_RUNS for n in counts), 0)))
+    lines.append(("correctness as before (float64 with NaN in unowned slots, graph replays, bf16 and fp16)",
+                  "the test suite's on the H200 (results/gpu_suite_h200.md); these runs check only bf16 against "
+                  "float64, on the first, last and longest request of each batch", "not judged here"))
+    return lines
+
+
+def to_markdown(board: dict, command: str) -> str:
+    batches = sorted({k[3] for k in board["keys"] if k[0] == "family"})
+    lengths = list(dict.fromkeys(k[1] for k in board["keys"] if k[0] == "uniform"))
+    lines = ["# Issue 52's acceptance on the H200: where the project stands", "",
+             f"Command: `{command}` (no GPU). Runs read, in the order they ran: "
+             + ", ".join(f"`{n}`" for n in board["runs"])
+             + ("; skipped, no FlashMLA: " + ", ".join(f"`{n}`" for n in board["skipped"]) if board["skipped"]
+                else "") + ".", "",
+             "## Verdict", "", "| criterion | where it stands | verdict |", "|---|---|---|"]
+    lines += [f"| {c} | {s} | {v} |" for c, s, v in verdicts(board)]
+    lines += ["", "x FM = FlashMLA's time over the backend's choice's (`family_bench.x_flashmla`: the median over one "
+              "run's rounds; above 1, ours faster). Each problem's ratio is the median over the runs that timed "
+              f"FlashMLA on it at or after {RULES_FROM}; '(older)' = only a run before it did, whose balanced "
+              "schedule ran another partition: shown, counted as unmeasured; '-' = no run did. A value at its bar "
+              f"meets it. The issue asks each ratio to be the median of at least {MIN_RUNS} runs: the section "
+              "'Where each ratio comes from' gives the runs behind each."]
+    if board["ragged"]:
+        lines += ["", f"## Ragged families: x FM of the choice (bars: geomean >= {GEOMEAN_BAR:.2f}, every batch >= "
+                  f"{FLOOR:.2f})", "",
+                  "| h_q | family | " + " | ".join(f"B={b}" for b in batches) + " | geomean | lowest | met |",
+                  "|---" * (5 + len(batches)) + "|"]
+        for r in board["ragged"]:
+            lines.append(f"| {r['heads']} | {r['family']} | " + " | ".join(_x(r["picks"].get(b)) for b in batches)
+                         + (f" | {r['geomean']:.3f} | {r['low'].x:.2f} (B={r['low'].key[3]})" if r["low"] else
+                            " | - | -") + f" | {'yes' if r['met'] else 'no'} |")
+    if board["uniform"]:
+        lines += ["", f"## Uniform lengths: x FM of the choice (bars: from B={UNIFORM_FROM} >= {FLOOR:.2f}; at "
+                  f"h_q=16 every shape >= {H16_FLOOR:.2f})", "",
+                  "| h_q | B | " + " | ".join(f"L={x[1:]}" for x in lengths) + " |", "|---" * (2 + len(lengths)) + "|"]
+        ukeys = [k for k in board["keys"] if k[0] == "uniform"]
+        for h in sorted({k[2] for k in ukeys}):
+            for b in sorted({k[3] for k in ukeys if k[2] == h}):
+                lines.append(f"| {h} | {b} | " + " | ".join(_x(board["picks"].get(("uniform", x, h, b)))
+                                                            for x in lengths) + " |")
+    lines += ["", f"## The choice against the best option (within {WITHIN:.2f}x)", "",
+              "'held out' = the problems of runs that no fit of the choice read (`choice_fit`'s margin and "
+              "`half_block_fit`'s scale read " + ", ".join(f"`{n}`" for n in board["fitted"]) + ").", "",
+              "| h_q | measured | the best option | within | worst | held out: within |", "|---|---|---|---|---|---|"]
+    for c in board["choice"]:
+        w = c["worst"]
+        lines.append(f"| {c['heads'] or 'all'} | {c['current']} of {c['n']} | {c['best']} | {c['within']} | "
+                     + (f"{w.regret:.2f}x ({_where(w)}: {w.choice}, best {w.best})" if w and w.regret > 1 else "-")
+                     + f" | {c['held_within']} of {c['held']} |")
+    lines += ["", "## Where each ratio comes from", "",
+              "'runs' = the runs at the problem's rules that timed FlashMLA on it, the latest named; the ratio is "
+              "their median.", "",
+              "| set | h_q | B | problems | run | runs |", "|---|---|---|---|---|---|"]
+    for s in board["sources"]:
+        kind, h, run, commit, older, n = s["what"]
+        lines.append(f"| {kind} | {h} | {', '.join(map(str, s['batches']))} | "
+                     + (", ".join(s["names"]) if n > 1 else str(s["n"])) + " | "
+                     + (f"`{run}`" + (f" ({commit}, older rules)" if older else "") if run else "not measured")
+                     + f" | {n} |")
+    return "\n".join(lines) + "\n"
+
+
+def render(paths=RUNS, out=None) -> str:
+    """The markdown of the scoreboard on these runs, its command line naming ``out`` and the runs if not the
+    default."""
+    command = "python -m kernel_lab.tools.acceptance" + (
+        " --runs " + " ".join(rel(p) for p in paths) if [rel(p) for p in paths] != [rel(p) for p in RUNS] else "") + (
+        f" --out {rel(out)}" if out else "")
+    return to_markdown(scoreboard(load(paths)), command)
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", nargs="+", default=[str(p) for p in RUNS],
+                    help="family_bench runs' jsons, in the order they ran")
+    ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/acceptance_h200.md)")
+    args = ap.parse_args(argv)
+    return print_and_write(ap, args.out, lambda: render([Path(p) for p in args.runs], args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""The split count and the schedule choice with stage 2's cost in both models, scored on every committed H200 timing
+set: ``python -m kernel_lab.tools.split_model_fit --out FILE``. No GPU.
+
+The triton backend chooses per batch in two steps: ``workspace.triton_num_kv_splits`` picks the split rule's count S
+(waves times pages a program, plus for S > 1 ``SPLIT_COST_PAGES`` and the merge's float32 partials in page-times of
+all SMs), then ``schedule.prefers_balanced`` compares the rule at S with the balanced schedule (``schedule.makespans``,
+stage 1 only, the balanced schedule ``BALANCED_MARGIN`` below). A ``Model`` here varies the three constants of that
+pair: ``split_cost`` (the second launch, page-times), ``merge_weight`` (the partials' bytes, times the package's
+formula) and ``margin``, and where stage 2 enters ``makespans``: nowhere (the package), on the rule's side only (B * S
+partial rows at S > 1), or on both (the balanced schedule's partial rows, ``balanced_partials``, and its stage 2,
+which always runs). ``stage2_pages`` is the one cost both steps use.
+
+Every problem of every run that timed the split rule's counts: the family benches (every split count of
+``family_bench.SPLITS`` up to the table's width and the balanced schedule), the schedule bench and the headline kernel
+bench (every count of ``SPLIT_CHOICES``; the kernel bench has no balanced time, so a choice of it there is 'untimed').
+The family bench at 29d1c24 ran an older balanced schedule: its makespan and partials are modelled as it ran
+(``long_tail.benched_makespan``, ``long_tail.parts_as_benched`` with the piece cap). A choice within ``WITHIN`` of the
+fastest option counts as right (issue 52).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass
+
+from kernel_lab.tools import long_tail as lt
+from kernel_lab.tools import print_and_write, rel
+from mla_edu.files import read_json
+from mla_edu.kernels import schedule as sc
+from mla_edu.kernels import workspace as ws
+from mla_edu.paths import REPO_ROOT, RESULTS_DIR
+from mla_edu.util import cdiv
+
+LAB = REPO_ROOT / "kernel_lab" / "results"
+OUT = LAB / "split_model_fit_h200.md"
+PAGE = 64  # every run's page size
+#: (name, file, kind): the committed H200 runs that timed the split rule's counts. kind: "family" (a family bench;
+#: "family_benched" where its balanced schedule is modelled as it ran), "schedule" (``tools.schedule_bench``),
+#: "kernel" (``tools.kernel_bench``, uniform lengths, no balanced time).
+SETS = (
+    ("family 29d1c24", LAB / "family_bench_h200.json", "family_benched"),
+    ("family ours a2e9367", LAB / "family_bench_h200_ours_a2e9367.json", "family"),
+    ("family fm a2e9367", LAB / "family_bench_h200_fm_a2e9367.json", "family"),
+    ("family fm 8acf73a h16", LAB / "family_bench_h200_fm_8acf73a_h16.json", "family"),
+    ("family fm 8acf73a h16 uniform", LAB / "family_bench_h200_fm_8acf73a_h16_uniform.json", "family"),
+    ("family fm 8acf73a b128", LAB / "family_bench_h200_fm_8acf73a_b128.json", "family"),
+    ("family fm 8acf73a b256", LAB / "family_bench_h200_fm_8acf73a_b256.json", "family"),
+    ("schedule bench", RESULTS_DIR / "kernel_bench_h200_schedule.json", "schedule"),
+    ("kernel bench", RESULTS_DIR / "kernel_bench_h200.json", "kernel"),
+    ("kernel bench stage1", RESULTS_DIR / "kernel_bench_h200_stage1.json", "kernel"),
+)
+#: A choice within this of the fastest option counts as right (issue 52's 5%).
+WITHIN = 1.05
+#: Where stage 2's cost enters ``makespans``.
+IN_MAKESPANS = ("none", "rule", "both")
+
+
+@dataclass(frozen=True)
+class Model:
+    """The two models' constants: ``split_cost`` page-times for a stage 2 launch, ``merge_weight`` times the
+    package's merge bytes, the balanced schedule's ``margin``, and where stage 2 enters ``makespans``."""
+
+    name: str
+    split_cost: float
+    merge_weight: float
+    margin: float
+    in_makespans: str
+
+    def __post_init__(self):
+        if self.in_makespans not in IN_MAKESPANS:
+            raise ValueError(f"expected in_makespans in {IN_MAKESPANS}, got {self.in_makespans!r}")
+
+
+PACKAGE = Model("package", ws.SPLIT_COST_PAGES, 1.0, sc.BALANCED_MARGIN, "none")
+MODELS = (
+    PACKAGE,
+    Model("merge x1.5 in the count only", ws.SPLIT_COST_PAGES, 1.5, sc.BALANCED_MARGIN, "none"),
+    Model("merge x1.5, rule side of makespans", ws.SPLIT_COST_PAGES, 1.5, sc.BALANCED_MARGIN, "rule"),
+    Model("stage 2 on both sides", ws.SPLIT_COST_PAGES, 1.0, sc.BALANCED_MARGIN, "both"),
+    Model("both, launch 2, margin 0.125", 2.0, 1.0, 0.125, "both"),
+    Model("both, launch 2, margin 0.125, merge x1.5", 2.0, 1.5, 0.125, "both"),
+)
+#: The grid scored around the package's constants: merge weights, launch costs, margins.
+GRID = ((1.0, 1.25, 1.5, 2.0), (1.0, 1.5, 2.0, 3.0), (0.1, 0.11, 0.12, 0.125, 0.13, 0.14, 0.15))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One timed batch: its set, a label, h_q, lengths, table width in pages, SM count, the median time (us) of each
+    of mla_edu's options (``split_S``, ``balanced``) and whether its balanced schedule is modelled as benched."""
+
+    set: str
+    label: str
+    heads: int
+    lens: tuple[int, ...]
+    width: int
+    sms: int
+    us: dict
+    benched: bool
+
+    def regret(self, option: str) -> float | None:
+        """The option's time over the fastest's; None where the run did not time it."""
+        return self.us[option] / min(self.us.values()) if option in self.us else None
+
+
+def _family(name: str, path, benched: bool) -> list[Problem]:
+    data = read_json(str(path), name)
+    out = []
+    for r in data["family"] + data["uniform"]:
+        us = {k: statistics.median(v) for k, v in r["us"].items() if k.startswith("split_") or k == "balanced"}
+        out.append(Problem(name, f"{r['family']} h{r['heads']} B{r['batch']}", r["heads"], tuple(r["lens"]),
+                           cdiv(max(r["lens"]), PAGE), data["info"]["sm_count"], us, benched))
+    return out
+
+
+def _schedule(name: str, path) -> list[Problem]:
+    from tools.schedule_choice import problems
+
+    data = read_json(str(path), name)
+    out = []
+    for kind, lens, r in problems(data):
+        us = {f"split_{s}": t for s, t in r["split_us"].items()} | {"balanced": r["balanced_us"]}
+        out.append(Problem(name, f"{kind} h{r['heads']} B{r['batch']} {r['lens_median']}/{r['lens_max']}", r["heads"],
+                           tuple(lens), cdiv(max(lens), PAGE), data["info"]["sm_count"], us, False))
+    return out
+
+
+def _kernel(name: str, path) -> list[Problem]:
+    data = read_json(str(path), name)
+    out = []
+    for r in data["results"]:
+        if r["page"] != PAGE:
+            raise ValueError(f"{name}: expected page {PAGE}, got {r['page']}")
+        us = {f"split_{s}": t for s, t in r["triton_split_us"].items()}
+        out.append(Problem(name, f"uniform h{r['heads']} B{r['batch']} L{r['seq_len']}", r["heads"],
+                           (r["seq_len"],) * r["batch"], cdiv(r["seq_len"], PAGE), data["info"]["sm_count"], us,
+                           False))
+    return out
+
+
+def load(sets=SETS) -> list[Problem]:
+    out = []
+    for name, path, kind in sets:
+        if kind.startswith("family"):
+            out += _family(name, path, kind == "family_benched")
+        else:
+            out += _schedule(name, path) if kind == "schedule" else _kernel(name, path)
+    return out
+
+
+def stage2_pages(rows: int, heads: int, sms: int, model: Model) -> float:
+    """Stage 2 in page-times of one program: its launch and its float32 partials (``rows`` of ``heads`` x
+    ``D_LATENT``, written and read) over all SMs' page reads (the package's formula, ``merge_weight`` times)."""
+    page_bytes = PAGE * (ws.D_LATENT + ws.D_ROPE) * 2
+    return model.split_cost + model.merge_weight * rows * heads * ws.D_LATENT * 8 / (sms * page_bytes)
+
+
+def rule_splits(p: Problem, model: Model) -> int:
+    """``triton_num_kv_splits`` with the model's stage 2 cost (``stage2_pages`` of ``B * S`` rows at S > 1)."""
+    b = len(p.lens)
+    block_h = ws.gpu_block_h(p.heads, b, p.width)
+    programs, slots = b * cdiv(p.heads, block_h), ws.PROGRAMS_PER_SM[block_h] * p.sms
+    best, best_cost = 1, None
+    for s in ws.SPLIT_CHOICES:
+        if s > p.width:
+            break
+        if cdiv(p.width, s) > ws.MAX_PAGES_PER_PROGRAM and s < max(ws.SPLIT_CHOICES):
+            continue
+        cost = cdiv(programs * s, slots) * cdiv(p.width, s) + (stage2_pages(b * s, p.heads, p.sms, model) if s > 1
+                                                                 else 0)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
+def balanced_partials(p: Problem) -> int:
+    """Workspace rows the balanced schedule writes as partials (requests cut across parts: one a part), from the
+    partition's closed form (``schedule.balanced_chunk``; as the run ran it where ``p.benched``)."""
+    n = [min(cdiv(max(x, 0), PAGE), p.width) for x in p.lens]
+    w = [k + sc.FIXED_OVERHEAD_PAGES for k in n if k > 0]
+    if p.benched:
+        parts, pieces = lt.parts_as_benched(p.heads, p.sms, len(n), p.width), sc.MAX_PIECES
+    else:
+        parts = sc.num_parts(p.heads, p.sms, len(n), p.width)
+        pieces = sc.max_pieces(len(n), p.heads, parts)
+    chunk = sc.balanced_chunk(w, parts, pieces)
+    rows, start = 0, 0
+    for k in n:
+        if k > 0:
+            first = (start + sc.FIXED_OVERHEAD_PAGES) // chunk
+            last = (start + sc.FIXED_OVERHEAD_PAGES + k - 1) // chunk
+            rows += last - first + 1 if last > first else 0
+            start += k + sc.FIXED_OVERHEAD_PAGES
+    return rows
+
+
+_STAGE1: dict = {}
+
+
+def stage1_spans(p: Problem, splits: int) -> tuple[float, float]:
+    """``schedule.makespans`` of ``p`` at ``splits`` (the balanced term as benched where ``p.benched``), kept per
+    problem and count: the grid asks for the same ones many times."""
+    key = (p.heads, p.lens, p.width, p.sms, p.benched, splits)
+    if key not in _STAGE1:
+        rule, balanced = sc.makespans(list(p.lens), PAGE, p.heads, p.sms, splits, p.width)
+        _STAGE1[key] = (rule, lt.benched_makespan(list(p.lens), p.heads, p.sms) if p.benched else balanced)
+    return _STAGE1[key]
+
+
+def spans(p: Problem, model: Model) -> tuple[int, float, float]:
+    """(the rule's count, its modelled makespan, the balanced schedule's) under ``model``, in page-times."""
+    s = rule_splits(p, model)
+    rule, balanced = stage1_spans(p, s)
+    if model.in_makespans != "none" and s > 1:
+        rule += stage2_pages(len(p.lens) * s, p.heads, p.sms, model)
+    if model.in_makespans == "both":
+        balanced += stage2_pages(balanced_partials(p), p.heads, p.sms, model)
+    return s, rule, balanced
+
+
+def choice(p: Problem, model: Model) -> str:
+    """The backend's option for ``p`` under ``model``: ``split_S`` or ``balanced`` (modelled ``margin`` below)."""
+    s, rule, balanced = spans(p, model)
+    return "balanced" if balanced < (1 - model.margin) * rule else f"split_{s}"
+
+
+def regrets(problems: list[Problem], model: Model) -> list[float | None]:
+    return [p.regret(choice(p, model)) for p in problems]
+
+
+def right(r: float | None) -> bool:
+    return r is not None and r <= WITHIN
+
+
+def against(problems: list[Problem], model: Model, base: list[float | None]) -> tuple[list[Problem], list[Problem]]:
+    """(problems right under ``model`` and not at ``base``'s regrets, problems right at ``base`` and not under it)."""
+    now = regrets(problems, model)
+    return ([p for p, a, b in zip(problems, now, base) if right(a) and not right(b)],
+            [p for p, a, b in zip(problems, now, base) if right(b) and not right(a)])
+
+
+def _change(p: Problem, model: Model) -> str:
+    """A problem whose choice changes: the package's and the model's (count, rule, balanced makespans) and regret."""
+    out = []
+    for m in (PACKAGE, model):
+        s, rule, bal = spans(p, m)
+        r = p.regret(choice(p, m))
+        out.append(f"{choice(p, m)} [S={s}: rule {rule:.1f}, balanced {bal:.1f}] "
+                   + (f"{r:.2f}x" if r is not None else "untimed"))
+    return f"{p.set}, {p.label}: " + " -> ".join(out)
+
+
+def _cell(rs: list) -> str:
+    timed = [r for r in rs if r is not None]
+    untimed = len(rs) - len(timed)
+    return (f"{sum(map(right, rs))}, {max(timed, default=1.0):.2f}x" + (f", {untimed} untimed" if untimed else ""))
+
+
+def render(sets=SETS, out=OUT) -> str:
+    problems = load(sets)
+    names = [n for n, _, _ in sets]
+    scored = {m.name: regrets(problems, m) for m in MODELS}
+    base = scored[PACKAGE.name]
+    lines = ["# Stage 2's cost in the split count and the schedule choice, on every H200 timing set", "",
+             f"Command: `python -m kernel_lab.tools.split_model_fit --out {rel(out)}` (no GPU). Inputs: "
+             + ", ".join(f"`{rel(p)}`" for _, p, _ in sets) + ".", "",
+             f"Per set and model: the problems whose choice is within {WITHIN:.2f}x of the fastest of every timed "
+             "split count and the balanced schedule, and the largest regret (choice / fastest; 'untimed': the run "
+             "did not time the chosen option). Models: 'launch' = page-times of stage 2's launch (the package's "
+             f"`SPLIT_COST_PAGES` = {ws.SPLIT_COST_PAGES}), 'merge' = weight of the merge's partial bytes (the "
+             f"package's formula: 1), 'margin' (`BALANCED_MARGIN` = {sc.BALANCED_MARGIN}), and where stage 2 enters "
+             "`makespans`: 'none' (the package: stage 1 only), 'rule' (its B x S partial rows at S > 1), 'both' (and "
+             "the balanced schedule's partial rows, with its launch, which always runs).", "",
+             "| model | launch | merge | margin | in makespans | " + " | ".join(names) + " | all | gained | lost |",
+             "|---" * (8 + len(names)) + "|"]
+    for m in MODELS:
+        rs = scored[m.name]
+        cells = [_cell([r for p, r in zip(problems, rs) if p.set == n]) for n in names]
+        gained, lost = against(problems, m, base)
+        lines.append(f"| {m.name} | {m.split_cost:g} | {m.merge_weight:g} | {m.margin:g} | {m.in_makespans} | "
+                     + " | ".join(cells) + f" | {_cell(rs)} | {len(gained)} | {len(lost)} |")
+    lines += ["", f"{len(problems)} problems. Against the package, per model: the problems it brings within "
+              f"{WITHIN:.2f}x (+) and those it loses (-).", ""]
+    for m in MODELS[1:]:
+        gained, lost = against(problems, m, base)
+        lines.append(f"- {m.name}: " + "; ".join(f"{sign} {_change(p, m)}" for sign, ps in (("+", gained), ("-", lost))
+                                                  for p in ps))
+    meets = [m.name for m in MODELS[1:] if (lambda g, lo: g and not lo)(*against(problems, m, base))]
+    lines += ["", f"Bring more problems within {WITHIN:.2f}x and lose none: " + (", ".join(meets) or "none") + ".",
+              "", "## The grid, stage 2 on both sides", "",
+              "Gained / lost against the package at each merge weight, launch cost and margin.", "",
+              "| merge | launch | " + " | ".join(f"margin {g:g}" for g in GRID[2]) + " |", "|---" * (2 + len(GRID[2]))
+              + "|"]
+    for k in GRID[0]:
+        for a in GRID[1]:
+            cells = []
+            for mg in GRID[2]:
+                gained, lost = against(problems, Model("grid", a, k, mg, "both"), base)
+                cells.append(f"+{len(gained)} -{len(lost)}")
+            lines.append(f"| {k:g} | {a:g} | " + " | ".join(cells) + " |")
+    lines += ["", "## The pair no count model separates", "",
+              "The split count's model sees programs, pages a program and partial bytes. Two problems alike in all "
+              "three, from runs of different stage-1 kernels, want opposite counts:", "",
+              "| set | problem | programs at S, S/2 | pages a program | partial rows x heads | S / S/2 time |",
+              "|---|---|---|---|---|---|"]
+    for set_name, label, s in PAIR:
+        p = next(x for x in problems if x.set == set_name and x.label == label)
+        hb = cdiv(p.heads, ws.gpu_block_h(p.heads, len(p.lens), p.width))
+        programs = len(p.lens) * hb
+        lines.append(f"| {p.set} | {p.label} | {programs * s}, {programs * s // 2} | {cdiv(p.width, s)}, "
+                     f"{cdiv(p.width, s // 2)} | {len(p.lens) * s * p.heads}, {len(p.lens) * s // 2 * p.heads} | "
+                     f"{p.us[f'split_{s}'] / p.us[f'split_{s // 2}']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+#: (set, problem, S): the kernel bench's h_q=128, B=1, L=2048 (its Gluon 'tma' stage 1) and the ours-alone family
+#: bench's h_q=64, B=4, L=1024 (the seesaw), at the split rule's count S and S / 2.
+PAIR = (("kernel bench", "uniform h128 B1 L2048", 32), ("family ours a2e9367", "L1024 h64 B4", 16))
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="also write the markdown here (committed: kernel_lab/results/"
+                                  "split_model_fit_h200.md)")
+    args = ap.parse_args(argv)
+    return print_and_write(ap, args.out, lambda: render(out=args.out or OUT))
+
+
+if __name__ == "__main__":
+    main()
