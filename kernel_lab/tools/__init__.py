@@ -4,6 +4,7 @@ no-GPU tools that write a committed markdown share."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from mla_edu.files import check_out_file, write_atomic
@@ -31,3 +32,12 @@ def print_and_write(ap, out, render) -> str:
     if out:
         write_atomic(out, text)
     return text
+
+
+def markdown_main(doc: str, render, argv=None) -> str:
+    """The whole ``main`` of a no-GPU tool whose only option is ``--out``: ``render()``'s markdown, printed and
+    written there (``print_and_write``); ``doc``'s first line is the usage's description."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", help="also write the markdown here")
+    args = ap.parse_args(argv)
+    return print_and_write(ap, args.out, render)

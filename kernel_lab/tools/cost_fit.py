@@ -26,7 +26,6 @@ from the others by these batches).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from functools import cache
 import torch
 
 from kernel_lab.tools import family_bench as fb
-from kernel_lab.tools import print_and_write, rel
+from kernel_lab.tools import markdown_main, rel
 from mla_edu.files import read_json
 from mla_edu.kernels import flashmla_schedule as fs
 from mla_edu.kernels import schedule as sc
@@ -313,10 +312,7 @@ def render(runs=RUNS, ours_alone=OURS_ALONE) -> str:
 
 
 def main(argv=None) -> str:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="also write the markdown here")
-    args = ap.parse_args(argv)
-    return print_and_write(ap, args.out, render)
+    return markdown_main(__doc__, render, argv)
 
 
 if __name__ == "__main__":

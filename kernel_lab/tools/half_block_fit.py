@@ -12,11 +12,10 @@ leave-one-family-out: for each family (a uniform length is one), the cost best o
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from dataclasses import dataclass
 
-from kernel_lab.tools import print_and_write, rel
+from kernel_lab.tools import markdown_main, rel
 from mla_edu.files import read_json
 from mla_edu.kernels import schedule as sc
 from mla_edu.kernels.workspace import HALF_BLOCK_BATCH
@@ -109,10 +108,7 @@ def render(runs=RUNS) -> str:
 
 
 def main(argv=None) -> str:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="also write the markdown here")
-    args = ap.parse_args(argv)
-    return print_and_write(ap, args.out, render)
+    return markdown_main(__doc__, render, argv)
 
 
 if __name__ == "__main__":
