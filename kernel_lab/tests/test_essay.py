@@ -496,7 +496,7 @@ def claims() -> list[tuple[str, list[float]]]:
         ("over the {} batches of B=128 and B=256, ours is {} us slower than FlashMLA in mean, and the partition "
          "accounts for {} us of it", [cm["n128"], cm["gap128"], cm["part128"]]),
         ("A page costs ours {} us and FlashMLA {}, and the two ranges overlap", cm["a128"]),
-        ("over these batches the page term is {} us in our favour", [cm["page128"]]),
+        ("over these batches the page term is {} us in our favour at the fitted costs", [cm["page128"]]),
         ("A segment costs ours {} us, {} page-times, and FlashMLA {} us, {} page-times, the ranges apart: that term "
          "is {} us of the gap", [*cm["seg128"], cm["segterm128"]]),
         ("(bimodal, B=256, {} us) it is {} us, and the fit leaves {} us unexplained", cm["worst128"]),
@@ -508,8 +508,8 @@ def claims() -> list[tuple[str, list[float]]]:
         ("At the giant batch of B=256, {} us behind, stage 2 merges the giant request's {} partials one at a time "
          "(`STAGE2_FEW_WIDE`; FlashMLA's walk makes {}): the merge term is {} us",
          [cm["worst64"], *cm["pieces64"], cm["merge64"]]),
-        ("{} problems in ten files), the backend's choice is within {}% of the best option at {}", [sm["n"], 5,
-                                                                                               sm["package"]]),
+        ("{} timings in ten files, one batch timed twice), the backend's choice is within {}% of the best option at {}",
+         [sm["n"], 5, sm["package"]]),
         ("to the balanced schedule, {}x slower; counted on the rule's side of `makespans` only, stage 2 loses {} "
          "problems", [sm["count_only"], sm["rule_lost"]]),
         ("With a launch of {} page-times, the merge at {} times the byte model and a margin of {}, the three problems "
@@ -525,7 +525,8 @@ def claims() -> list[tuple[str, list[float]]]:
          [nr["met"], nr["pairs"], *nr["bars"]]),
         ("Of the {} family batches, {} run below {}x: {} of the {} at h_q=64 and h_q=128 from B=128 up, the other {}",
          [nr["fam"], nr["below"], nr["bars"][1], *nr["gap"], nr["rest"]]),
-        ("ran at {}x the kept kernel in geomean ({}-{}x over {} batches", [sa["geomean"], sa["lo"], sa["hi"], sa["n"]]),
+        ("ran at {}x the kept kernel's speed in geomean ({}-{}x over {} batches",
+         [sa["geomean"], sa["lo"], sa["hi"], sa["n"]]),
         ("FlashMLA reaches {} of that floor at h_q=16", [roof["top"]]),
         ("where the best option of ours reaches {}. So at h_q=16 the bar of {}x FlashMLA asks for more than the "
          "measured copy rate at {} of the {} family batches", [roof["best"], 1.05, roof["over"], roof["n"]]),

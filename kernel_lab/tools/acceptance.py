@@ -283,7 +283,7 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
     counts = [p.runs for p in now]
     twice = [_where(p) for p in now if p.runs > 1]
     lines.append((f"each ratio the median of >= {MIN_RUNS} runs",
-                  "each ratio is one run's (the latest); problems timed in "
+                  "each ratio is the median of the runs that timed it; problems timed in "
                   + ", ".join(f"{n} run{'s' * (n > 1)}: {counts.count(n)}" for n in sorted(set(counts)))
                   + (f" ({', '.join(twice)})" if 0 < len(twice) <= 3 else "")
                   + f"; in {MIN_RUNS} or more: {sum(n >= MIN_RUNS for n in counts)}",

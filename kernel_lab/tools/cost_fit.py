@@ -128,8 +128,9 @@ class Point:
 
 
 def points(runs=RUNS) -> tuple[list[Point], int]:
-    """Every batch of ``runs`` (each run's families, then its uniform grid), and the runs' SM count."""
-    out, sms = [], set()
+    """Every batch of ``runs`` (each run's families, then its uniform grid), once: a batch timed by two runs keeps
+    the later run's times (``runs`` in the order they ran); and the runs' SM count."""
+    out, sms = {}, set()
     for path in runs:
         data = read_json(str(path), "family bench json")
         sms.add(data["info"]["sm_count"])
@@ -137,10 +138,11 @@ def points(runs=RUNS) -> tuple[list[Point], int]:
             lens = tuple(r["lens"])
             block = gpu_block_h(r["heads"], len(lens), max(cdiv(x, PAGE) for x in lens), balanced=True)
             us = {k: fb.median_us(r, k) for k in KERNELS if k in r["us"]}
-            out.append(Point(path.stem.removeprefix("family_bench_h200_"), r["family"], r["heads"], lens, block, us))
+            out[r["family"], r["heads"], lens] = Point(path.stem.removeprefix("family_bench_h200_"), r["family"],
+                                                       r["heads"], lens, block, us)
     if len(sms) != 1:
         raise ValueError(f"the runs were made on GPUs of different SM counts: {sorted(sms)}")
-    return out, sms.pop()
+    return list(out.values()), sms.pop()
 
 
 def in_fit(p: Point, heads: int) -> bool:
