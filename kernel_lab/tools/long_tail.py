@@ -138,14 +138,22 @@ def patched_schedule(patch: Path = PATCH):
         return load_schedule(patched_copy(Path(tmp), patch) / PATCHED_FILES[0])
 
 
+def pieces_per_request(n_pages: list[int], chunk: int) -> list[int]:
+    """The parts each request's pages span on the balanced schedule's line at ``chunk`` (``batch_plan``'s
+    ``p_last - p_first + 1``; 0 for an empty request), for requests of ``n_pages`` pages."""
+    out, start = [], 0
+    for k in n_pages:
+        first = (start + sc.FIXED_OVERHEAD_PAGES) // chunk
+        out.append((start + sc.FIXED_OVERHEAD_PAGES + k - 1) // chunk - first + 1 if k else 0)
+        start += k + sc.FIXED_OVERHEAD_PAGES if k else 0
+    return out
+
+
 def pieces_of_longest(lens: list[int], chunk: int) -> int:
-    """The parts the longest request's pages span on the balanced schedule's line at ``chunk`` (``batch_plan``'s
-    ``p_last - p_first + 1``; ``schedule.segments`` gives the same, ``kernel_lab/tests/test_long_tail.py``)."""
+    """The parts the longest request's pages span at ``chunk`` (``pieces_per_request``; ``schedule.segments`` gives
+    the same, ``kernel_lab/tests/test_long_tail.py``)."""
     n = [cdiv(max(x, 0), PAGE) for x in lens]
-    w = [k + sc.FIXED_OVERHEAD_PAGES if k else 0 for k in n]
-    b = max(range(len(n)), key=lambda i: (n[i], -i))
-    first = (sum(w[:b]) + sc.FIXED_OVERHEAD_PAGES) // chunk
-    return (sum(w[:b]) + sc.FIXED_OVERHEAD_PAGES + n[b] - 1) // chunk - first + 1
+    return pieces_per_request(n, chunk)[max(range(len(n)), key=lambda i: (n[i], -i))]
 
 
 def capped_makespan(lens: list[int], parts: int) -> int:

@@ -184,15 +184,7 @@ def balanced_partials(p: Problem) -> int:
     else:
         parts = sc.num_parts(p.heads, p.sms, len(n), p.width)
         pieces = sc.max_pieces(len(n), p.heads, parts)
-    chunk = sc.balanced_chunk(w, parts, pieces)
-    rows, start = 0, 0
-    for k in n:
-        if k > 0:
-            first = (start + sc.FIXED_OVERHEAD_PAGES) // chunk
-            last = (start + sc.FIXED_OVERHEAD_PAGES + k - 1) // chunk
-            rows += last - first + 1 if last > first else 0
-            start += k + sc.FIXED_OVERHEAD_PAGES
-    return rows
+    return sum(k for k in lt.pieces_per_request(n, sc.balanced_chunk(w, parts, pieces)) if k > 1)
 
 
 _STAGE1: dict = {}
