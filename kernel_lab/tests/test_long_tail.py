@@ -130,3 +130,14 @@ def test_the_changes_read_right_with_nothing_changed(table):
     assert "the package's 'now' differs from 'capped' at 27 of 142" in text and "lifts the cap at 11" in text
     assert "runs two 16-head programs a part on half the parts, where the bench ran one 32-head program a part: 11 " \
         "models" in text and "The rule as landed at e79b3dc kept the cap at 3 of these" in text
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--uniform-batches", "0,4"], "--uniform-batches, --uniform-lengths: expected ints >= 1, got [0]"),
+    (["--uniform-lengths", "1024,-1"], "--uniform-batches, --uniform-lengths: expected ints >= 1, got [-1]"),
+    (["--uniform-lengths", "1k"], "expected comma-separated ints, got '1k'"),
+])
+def test_the_family_bench_refuses_a_bad_uniform_grid_before_it_needs_a_gpu(argv, says, capsys):
+    with pytest.raises(SystemExit):
+        fb.main(argv)
+    assert says in capsys.readouterr().err

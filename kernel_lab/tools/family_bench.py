@@ -281,6 +281,8 @@ def main(argv=None):
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--no-uniform", action="store_true", help="the families only")
     ap.add_argument("--no-families", action="store_true", help="the uniform grid only")
+    ap.add_argument("--uniform-batches", type=_ints, default=UNIFORM[0], help="B of the uniform grid")
+    ap.add_argument("--uniform-lengths", type=_ints, default=UNIFORM[1], help="L of the uniform grid")
     ap.add_argument("--setup", default="", help="how the machine was set up (into the markdown)")
     ap.add_argument("--render", metavar="JSON", help="no GPU: write the markdown of a run's json into --out")
     args = ap.parse_args(argv)
@@ -293,6 +295,9 @@ def main(argv=None):
     bad = [f for f in fams if f not in FAMILIES]
     if bad:
         ap.error(f"--families: expected names of {list(FAMILIES)}, got {bad}")
+    bad = [x for x in args.uniform_batches + args.uniform_lengths if x < 1]
+    if bad:
+        ap.error(f"--uniform-batches, --uniform-lengths: expected ints >= 1, got {bad}")
     if args.rounds < 1:
         ap.error(f"--rounds: expected >= 1, got {args.rounds}")
     if not torch.cuda.is_available():
@@ -301,7 +306,7 @@ def main(argv=None):
     if args.no_uniform and args.no_families:
         ap.error("--no-uniform and --no-families: expected at most one of them (nothing would run)")
     run(args.out, args.rounds, args.deadline, args.heads, () if args.no_families else args.batches, fams,
-        ((), ()) if args.no_uniform else UNIFORM, args.setup)
+        ((), ()) if args.no_uniform else (args.uniform_batches, args.uniform_lengths), args.setup)
 
 
 if __name__ == "__main__":
