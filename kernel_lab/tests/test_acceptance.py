@@ -5,6 +5,7 @@ lines, and tables that are wrong failing."""
 from __future__ import annotations
 
 import difflib
+import itertools
 import statistics
 
 import pytest
@@ -74,6 +75,7 @@ def test_the_committed_runs_are_read_as_they_ran():
     twice = [p for p in got.values() if p.runs == 2]
     assert [p.key for p in twice] == [("family", "lognormal_0.5", 32, 256)]
     assert twice[0].run == "family_bench_h200_fm_8acf73a_b256.json"
+    assert twice[0].pooled == ("family_bench_h200_fm_8acf73a_b128.json", "family_bench_h200_fm_8acf73a_b256.json")
     both = [next(r for r in result(f"family_bench_h200_fm_8acf73a_{n}.json")["family"]
                  if (r["family"], r["heads"], r["batch"]) == ("lognormal_0.5", 32, 256)) for n in ("b128", "b256")]
     assert twice[0].x == statistics.median(fb.x_flashmla(r, "balanced")[0] for r in both)
@@ -81,6 +83,9 @@ def test_the_committed_runs_are_read_as_they_ran():
     assert all(not p.older for k, p in got.items() if k[0] == "family") and len(got) == 128 + 15 + 10
     assert {(k[2], k[3]) for k, p in got.items() if p.older} == {(32, 1), (32, 4), (64, 1), (128, 1)}
     assert len(board["keys"]) == 188
+    # held out: the problems of the 8acf73a runs (no fit read them), 32 + 15 at h_q=16 and 16 per h_q 32-128
+    assert {n for n in board["runs"] if "8acf73a" in n}.isdisjoint(board["fitted"])
+    assert board["choice"][-1]["held"] == 95 == sum(p.commit == "8acf73a" for p in got.values())
 
 
 def row(family: str, batch: int, x: float, regret: float = 1.0, heads: int = 16, flashmla: bool = True) -> dict:
@@ -102,8 +107,8 @@ def run(name: str, commit: str, family=(), uniform=()) -> tuple[str, dict]:
 FAM = [("family", "fam", 16, b) for b in (16, 64)]
 
 
-def board(*runs, keys=FAM):
-    return acc.scoreboard(acc.runs_in_order(list(runs)), keys)
+def board(*runs, keys=FAM, fitted=()):
+    return acc.scoreboard(acc.runs_in_order(list(runs)), keys, fitted)
 
 
 def ragged_row(b: dict) -> dict:
@@ -235,3 +240,42 @@ def test_the_command_line(tmp_path):
     assert out.read_text(encoding="utf-8") == text and "--out" in text.splitlines()[2]
     with pytest.raises(SystemExit):
         acc.main(["--runs", str(tmp_path / "missing.json")])
+
+
+@pytest.mark.parametrize("read", [read for n in (1, 2, 3) for read in itertools.product((False, True), repeat=n)])
+def test_a_problem_is_held_out_when_no_run_behind_its_ratio_was_read_by_a_fit(read):
+    """A problem in 1, 2 or 3 runs, each run read by a fit or not: held out only where none was."""
+    names = [f"r{i}" for i in range(len(read))]
+    b = board(*[run(n, NEW, [row("fam", 16, 1.2)]) for n in names], keys=FAM[:1],
+              fitted={n for n, r in zip(names, read) if r})
+    held = int(not any(read))
+    c = b["choice"][-1]
+    assert (c["current"], c["within"], c["held"], c["held_within"]) == (1, 1, held, held)
+    assert f"| all | 1 of 1 | 1 | 1 | - | {held} of {held} |" in acc.to_markdown(b, "cmd")
+    (line,) = [s for c, s, _ in acc.verdicts(b) if c.startswith("the choice")]
+    assert line.endswith(f"held out (no run behind the ratio read by a fit): {held} of {held}")
+
+
+JUDGED = [  # (runs, the miss, within, the best option): on the median over the runs
+    (1, 1.04, True, False), (1, 1.08, False, False), (1, 1.2, False, False),
+    (2, 1.04, True, False), (2, 1.08, True, False), (2, 1.2, False, False),  # the mean of 1 and the miss
+    (3, 1.04, True, True), (3, 1.08, True, True), (3, 1.2, True, True),  # the median is a run where it is the best
+]
+
+
+@pytest.mark.parametrize("runs, miss, within, best, at", [(*j, at) for j in JUDGED for at in range(j[0])])
+def test_a_choice_that_misses_in_one_pooled_run_is_judged_on_the_median(runs, miss, within, best, at):
+    """The choice off the best option in one run only (``miss`` times it, in the run ``at``), the best option in the
+    others: judged on the median over the runs, wherever the miss lies; held out or not alike."""
+    b = board(*[run(f"r{i}", NEW, [row("fam", 16, 1.2, regret=miss if i == at else 1.0)]) for i in range(runs)],
+              keys=FAM[:1])
+    c = b["choice"][-1]
+    assert (c["within"], c["best"], c["held"], c["held_within"]) == (within, best, 1, within)
+    (line,) = [x for x in acc.verdicts(b) if x[0].startswith("the choice")]
+    assert line[2] == ("met" if within else "not met")
+    row_all = next(x for x in acc.to_markdown(b, "cmd").splitlines() if x.startswith("| all |"))
+    assert row_all.startswith(f"| all | 1 of 1 | {int(best)} | {int(within)} | ")
+    assert row_all.endswith(f" | {int(within)} of 1 |")
+    fitted = board(*[run(f"r{i}", NEW, [row("fam", 16, 1.2, regret=miss if i == at else 1.0)])
+                     for i in range(runs)], keys=FAM[:1], fitted={"r0"})["choice"][-1]
+    assert (fitted["within"], fitted["held"], fitted["held_within"]) == (within, 0, 0)

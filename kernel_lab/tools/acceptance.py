@@ -7,8 +7,11 @@ latest before alone, flagged 'older rules' (its balanced schedule was not the pa
 ``choice_fit.benched_balanced``); where no run did, the problem is missing. A run without FlashMLA is skipped. The ratio
 is the backend's choice against FlashMLA (``family_bench.backend_choice``; ``family_bench.x_flashmla``: the median over
 that run's rounds of FlashMLA's time over the choice's, above 1 ours faster), and the choice over the best option
-(``family_bench.best_option``). ``RUNS`` lists the runs in the order they ran; each run's commit (its setup line) is one
-of ``COMMITS``, oldest first, in that order.
+(``family_bench.best_option``), pooled alike: the median over the runs of the choice's time over that run's best
+option's. A problem is held out where no fit of the choice read any run pooled into it (``FITTED``).
+
+``RUNS`` lists the runs in the order they ran, one file a line; each run's commit (its setup line) is one of
+``COMMITS``, oldest first.
 
 The criteria (issue 52, 'Acceptance'): per head count and family, the geomean over the batches at least
 ``GEOMEAN_BAR`` and every batch at least ``FLOOR``; uniform lengths from B=4 at every head count at least ``FLOOR``;
@@ -66,18 +69,23 @@ class Run:
 
 @dataclass(frozen=True)
 class Pick:
-    """One problem's ratio: the run it comes from, how many runs at its rules timed FlashMLA on it, the choice, the
-    best option, x FlashMLA of the choice and the choice's time over the best's."""
+    """One problem's ratio: the latest run it comes from, the runs pooled into it (oldest first), the choice, the
+    latest run's best option, and the medians over the pooled runs of x FlashMLA of the choice and of the choice's
+    time over that run's best option's."""
 
     key: tuple  # (set, family, h_q, B)
     run: str
     commit: str
     older: bool
-    runs: int
+    pooled: tuple[str, ...]
     choice: str
     best: str
     x: float
     regret: float
+
+    @property
+    def runs(self) -> int:
+        return len(self.pooled)
 
 
 def commit_of(data: dict, where: str) -> str:
@@ -125,7 +133,7 @@ def picks(runs: list[Run]) -> dict[tuple, Pick]:
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
         x = statistics.median(fb.x_flashmla(r, choice)[0] for _, r in used)
         regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
-        out[key] = Pick(key, run.name, run.commit, run.older, len(used), choice, best, x, regret)
+        out[key] = Pick(key, run.name, run.commit, run.older, tuple(u.name for u, _ in used), choice, best, x, regret)
     return out
 
 
@@ -173,21 +181,21 @@ def uniform(keys: list[tuple], got: dict) -> list[dict]:
 
 def choice(keys: list[tuple], got: dict, fitted=()) -> list[dict]:
     """Per h_q and over all (``heads`` None): the problems measured at current rules, those whose choice is the best
-    option and those within ``WITHIN`` of it, the worst, and the same on the problems of runs no fit read
-    (``fitted``: their names)."""
+    option and those within ``WITHIN`` of it (both on the median over the pooled runs, ``Pick.regret``), the worst,
+    and the same on the held-out problems: those none of whose pooled runs a fit read (``fitted``: their names)."""
     out = []
     for h in (*sorted({k[2] for k in keys}), None):
         ks = [k for k in keys if h in (None, k[2])]
         now = _current(ks, got)
-        held = [p for p in now if p.run not in fitted]
-        out.append(dict(heads=h, n=len(ks), current=len(now), best=sum(p.choice == p.best for p in now),
+        held = [p for p in now if not set(p.pooled) & set(fitted)]
+        out.append(dict(heads=h, n=len(ks), current=len(now), best=sum(_within(p, 1) for p in now),
                         within=sum(_within(p) for p in now), worst=max(now, key=lambda p: p.regret, default=None),
                         held=len(held), held_within=sum(_within(p) for p in held)))
     return out
 
 
-def _within(p: Pick) -> bool:
-    return round(p.regret, DIGITS) <= WITHIN
+def _within(p: Pick, bar: float = WITHIN) -> bool:
+    return round(p.regret, DIGITS) <= bar
 
 
 def sources(keys: list[tuple], got: dict) -> list[dict]:
@@ -206,10 +214,12 @@ def sources(keys: list[tuple], got: dict) -> list[dict]:
     return list(out.values())
 
 
-def scoreboard(runs: list[Run], keys: list[tuple] | None = None) -> dict:
+def scoreboard(runs: list[Run], keys: list[tuple] | None = None, fitted: set[str] | None = None) -> dict:
+    """Everything the markdown shows, on ``keys`` (default the family bench's problems) with ``fitted`` the names of
+    the runs a fit read (default ``FITTED``'s)."""
     keys = bench_keys() if keys is None else keys
     got = {k: p for k, p in picks(runs).items() if k in set(keys)}
-    fitted = {p.name for p in FITTED}
+    fitted = {p.name for p in FITTED} if fitted is None else set(fitted)
     return dict(keys=keys, picks=got, ragged=ragged(keys, got), uniform=uniform(keys, got),
                 choice=choice(keys, got, fitted), sources=sources(keys, got),
                 runs=[r.name for r in runs], skipped=[r.name for r in runs if not _has_flashmla(r)],
@@ -276,7 +286,8 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
     lines.append((f"the choice within {round(100 * (WITHIN - 1))}% of the best option at every problem",
                   f"{ch['within']} of {ch['current']} measured (the best option at {ch['best']})"
                   + (f", the worst {worst.regret:.2f}x ({_where(worst)})" if worst and worst.regret > 1 else "")
-                  + f"; of these, in runs no fit read: {ch['held_within']} of {ch['held']}",
+                  + f"; of these, held out (no run behind the ratio read by a fit): {ch['held_within']} of "
+                  f"{ch['held']}",
                   _verdict(ch["within"] == ch["current"] == ch["n"],
                            0 if ch["within"] < ch["current"] else ch["n"] - ch["current"])))
     now = _current(keys, got)
@@ -329,8 +340,12 @@ def to_markdown(board: dict, command: str) -> str:
                 lines.append(f"| {h} | {b} | " + " | ".join(_x(board["picks"].get(("uniform", x, h, b)))
                                                             for x in lengths) + " |")
     lines += ["", f"## The choice against the best option (within {WITHIN:.2f}x)", "",
-              "'held out' = the problems of runs that no fit of the choice read (`choice_fit`'s margin and "
-              "`half_block_fit`'s scale read " + ", ".join(f"`{n}`" for n in board["fitted"]) + ").", "",
+              "A problem's choice is judged as its ratio is pooled: on the median over its pooled runs of the "
+              "choice's time over that run's best option's (the median of two runs is their mean); 'the best "
+              f"option' where that median is 1, 'within' where it is at most {WITHIN:.2f}. The best option named "
+              "under 'worst' is the latest run's. 'held out' = the problems none of whose pooled runs a fit of the "
+              "choice read (`choice_fit`'s margin and `half_block_fit`'s scale read "
+              + ", ".join(f"`{n}`" for n in board["fitted"]) + ").", "",
               "| h_q | measured | the best option | within | worst | held out: within |", "|---|---|---|---|---|---|"]
     for c in board["choice"]:
         w = c["worst"]
