@@ -11,7 +11,8 @@ that run's rounds of FlashMLA's time over the choice's, above 1 ours faster), an
 option's. A problem is held out where no fit of the choice read any run pooled into it (``FITTED``).
 
 ``RUNS`` lists the runs in the order they ran, one file a line; each run's commit (its setup line) is one of
-``COMMITS``, oldest first.
+``COMMITS``, oldest first. Every family-bench json in the results folder is in ``RUNS`` or ``SKIPPED``
+(``check_listed``).
 
 The criteria (issue 52, 'Acceptance'): per head count and family, the geomean over the batches at least
 ``GEOMEAN_BAR`` and every batch at least ``FLOOR``; uniform lengths from B=4 at every head count at least ``FLOOR``;
@@ -37,14 +38,27 @@ from mla_edu.files import read_json
 from mla_edu.paths import REPO_ROOT
 
 LAB = REPO_ROOT / "kernel_lab" / "results"
-#: The family-bench runs on the H200, in the order they ran (the 8acf73a runs: h16 and b128 on one machine, then
-#: b256 and h16_uniform on a second).
-RUNS = tuple(LAB / f"family_bench_h200{n}.json" for n in (
-    "", "_fm_a2e9367", "_ours_a2e9367", "_fm_8acf73a_h16", "_fm_8acf73a_b128", "_fm_8acf73a_b256",
-    "_fm_8acf73a_h16_uniform"))
+#: The family-bench runs on the H200, in the order they ran, one a line (the 8acf73a runs: h16 and b128 on one
+#: machine, then b256 and h16_uniform on a second). A new run: its file's name last, its commit in ``COMMITS``.
+RUNS = tuple(LAB / name for name in (
+    "family_bench_h200.json",
+    "family_bench_h200_fm_a2e9367.json",
+    "family_bench_h200_ours_a2e9367.json",
+    "family_bench_h200_fm_8acf73a_h16.json",
+    "family_bench_h200_fm_8acf73a_b128.json",
+    "family_bench_h200_fm_8acf73a_b256.json",
+    "family_bench_h200_fm_8acf73a_h16_uniform.json",
+))
+#: The family-bench jsons of the results folder left out of ``RUNS`` on purpose (a comment each says why).
+SKIPPED: tuple[str, ...] = ()
+PATTERN = "family_bench_h200*.json"  # the family-bench runs on the H200 in the results folder
 OUT = LAB / "acceptance_h200.md"
-#: The runs' commits, oldest first.
-COMMITS = ("29d1c24", "a2e9367", "8acf73a")
+#: The runs' commits, oldest first, one a line.
+COMMITS = (
+    "29d1c24",
+    "a2e9367",
+    "8acf73a",
+)
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition. Runs from it on are
 #: pooled (their median), so it moves to the first commit after a change of a timed kernel or partition.
@@ -89,12 +103,17 @@ class Pick:
 
 
 def commit_of(data: dict, where: str) -> str:
-    """The commit a run names in its setup line; an error naming ``where`` if none of ``COMMITS``."""
-    found = re.search(r"\bcommit ([0-9a-f]{7,40})\b", data["info"].get("setup", ""))
-    if not found or found[1] not in COMMITS:
-        raise ValueError(f"{where}: expected a setup line naming a commit of {COMMITS}, got "
-                         f"{data['info'].get('setup', '')!r}")
-    return found[1]
+    """The commit of ``COMMITS`` a run names in its setup line (``commit <hash>``, the hash 7 to 40 digits); an error
+    naming ``where`` if it names none, or one not in ``COMMITS``."""
+    setup = data.get("info", {}).get("setup", "")
+    found = re.search(r"\bcommit ([0-9a-f]{7,40})\b", setup)
+    if not found:
+        raise ValueError(f"{where}: expected a setup line naming 'commit <hash>', got {setup!r}")
+    known = [c for c in COMMITS if found[1].startswith(c)]
+    if not known:
+        raise ValueError(f"{where}: expected a commit of COMMITS {COMMITS}, got {found[1]} (add it to COMMITS, "
+                         "after the commits made before it)")
+    return known[0]
 
 
 def runs_in_order(runs: list[tuple[str, dict]]) -> list[Run]:
@@ -102,12 +121,40 @@ def runs_in_order(runs: list[tuple[str, dict]]) -> list[Run]:
     out = [Run(name, commit_of(data, name), data) for name, data in runs]
     for a, b in zip(out, out[1:]):
         if COMMITS.index(b.commit) < COMMITS.index(a.commit):
-            raise ValueError(f"expected the runs oldest first, got {b.name} ({b.commit}) after {a.name} ({a.commit})")
+            raise ValueError(f"expected the runs in the order they ran, their commits in COMMITS' order "
+                             f"({' < '.join(COMMITS)}), got {b.name} ({b.commit}) after {a.name} ({a.commit})")
     return out
 
 
-def load(paths=RUNS) -> list[Run]:
-    return runs_in_order([(p.name, read_json(p, "family bench json")) for p in paths])
+def check_listed(paths=None, skipped=None, lab: Path | None = None) -> None:
+    """An error unless each of ``paths`` is a file listed once, each of ``skipped`` a file in ``lab`` not in
+    ``paths``, and every family-bench json in ``lab`` (``PATTERN``) one of the two; by default ``RUNS``, ``SKIPPED``
+    and ``LAB``."""
+    paths, skipped, lab = RUNS if paths is None else paths, SKIPPED if skipped is None else skipped, lab or LAB
+    names = [Path(p).name for p in paths]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"RUNS: expected each run once, got {', '.join(twice)} more than once")
+    for p in paths:
+        if not Path(p).is_file():
+            raise ValueError(f"RUNS: expected the file {rel(p)}, got none there")
+    for n in skipped:
+        if n in names or not (lab / n).is_file():
+            raise ValueError(f"SKIPPED: expected a file in {rel(lab)} not in RUNS, got {n}, "
+                             + ("which RUNS lists" if n in names else "which is not there"))
+    unlisted = sorted(p.name for p in lab.glob(PATTERN) if p.name not in names and p.name not in skipped)
+    if unlisted:
+        raise ValueError(f"expected every {PATTERN} in {rel(lab)} in RUNS or SKIPPED, got {', '.join(unlisted)} in "
+                         "neither (add it to RUNS in the order it ran, its commit to COMMITS, or to SKIPPED)")
+
+
+def load(paths=None) -> list[Run]:
+    """The runs at ``paths`` (default ``RUNS``) as ``Run``, in their order (``runs_in_order``); ``RUNS`` first
+    checked against the results folder (``check_listed``)."""
+    paths = RUNS if paths is None else paths
+    if [Path(p) for p in paths] == list(RUNS):
+        check_listed()
+    return runs_in_order([(Path(p).name, read_json(p, "family bench json")) for p in paths])
 
 
 def bench_keys() -> list[tuple]:
@@ -365,9 +412,10 @@ def to_markdown(board: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(paths=RUNS, out=None) -> str:
+def render(paths=None, out=None) -> str:
     """The markdown of the scoreboard on these runs, its command line naming ``out`` and the runs if not the
     default."""
+    paths = RUNS if paths is None else paths
     command = "python -m kernel_lab.tools.acceptance" + (
         " --runs " + " ".join(rel(p) for p in paths) if [rel(p) for p in paths] != [rel(p) for p in RUNS] else "") + (
         f" --out {rel(out)}" if out else "")
@@ -376,11 +424,10 @@ def render(paths=RUNS, out=None) -> str:
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", nargs="+", default=[str(p) for p in RUNS],
-                    help="family_bench runs' jsons, in the order they ran")
+    ap.add_argument("--runs", nargs="+", help="family_bench runs' jsons, in the order they ran (default: RUNS)")
     ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/acceptance_h200.md)")
     args = ap.parse_args(argv)
-    return print_and_write(ap, args.out, lambda: render([Path(p) for p in args.runs], args.out))
+    return print_and_write(ap, args.out, lambda: render(args.runs and [Path(p) for p in args.runs], args.out))
 
 
 if __name__ == "__main__":
