@@ -5,6 +5,8 @@ lines, and tables that are wrong failing."""
 from __future__ import annotations
 
 import difflib
+import itertools
+import json
 import statistics
 
 import pytest
@@ -74,6 +76,7 @@ def test_the_committed_runs_are_read_as_they_ran():
     twice = [p for p in got.values() if p.runs == 2]
     assert [p.key for p in twice] == [("family", "lognormal_0.5", 32, 256)]
     assert twice[0].run == "family_bench_h200_fm_8acf73a_b256.json"
+    assert twice[0].pooled == ("family_bench_h200_fm_8acf73a_b128.json", "family_bench_h200_fm_8acf73a_b256.json")
     both = [next(r for r in result(f"family_bench_h200_fm_8acf73a_{n}.json")["family"]
                  if (r["family"], r["heads"], r["batch"]) == ("lognormal_0.5", 32, 256)) for n in ("b128", "b256")]
     assert twice[0].x == statistics.median(fb.x_flashmla(r, "balanced")[0] for r in both)
@@ -81,6 +84,9 @@ def test_the_committed_runs_are_read_as_they_ran():
     assert all(not p.older for k, p in got.items() if k[0] == "family") and len(got) == 128 + 15 + 10
     assert {(k[2], k[3]) for k, p in got.items() if p.older} == {(32, 1), (32, 4), (64, 1), (128, 1)}
     assert len(board["keys"]) == 188
+    # held out: the problems of the 8acf73a runs (no fit read them), 32 + 15 at h_q=16 and 16 per h_q 32-128
+    assert {n for n in board["runs"] if "8acf73a" in n}.isdisjoint(board["fitted"])
+    assert board["choice"][-1]["held"] == 95 == sum(p.commit == "8acf73a" for p in got.values())
 
 
 def row(family: str, batch: int, x: float, regret: float = 1.0, heads: int = 16, flashmla: bool = True) -> dict:
@@ -102,8 +108,8 @@ def run(name: str, commit: str, family=(), uniform=()) -> tuple[str, dict]:
 FAM = [("family", "fam", 16, b) for b in (16, 64)]
 
 
-def board(*runs, keys=FAM):
-    return acc.scoreboard(acc.runs_in_order(list(runs)), keys)
+def board(*runs, keys=FAM, fitted=()):
+    return acc.scoreboard(acc.runs_in_order(list(runs)), keys, fitted)
 
 
 def ragged_row(b: dict) -> dict:
@@ -141,13 +147,60 @@ def test_a_run_before_the_rules_is_taken_only_alone_and_flagged():
     assert acc.verdicts(b)[0][2] == "not met (1 unmeasured)"
 
 
-def test_runs_out_of_order_or_without_a_commit_are_an_error():
-    with pytest.raises(ValueError, match="oldest first"):
+def test_runs_out_of_order_are_an_error():
+    with pytest.raises(ValueError, match=r"expected the runs in the order they ran, their commits in COMMITS' order "
+                       r"\(29d1c24 < a2e9367 < 8acf73a\), got old \(a2e9367\) after new \(8acf73a\)"):
         acc.runs_in_order([run("new", NEW), run("old", RULES)])
-    with pytest.raises(ValueError, match="naming a commit"):
-        acc.runs_in_order([("x", {"info": {"sm_count": SMS, "setup": "no commit named"}})])
-    with pytest.raises(ValueError, match="naming a commit"):
-        acc.runs_in_order([run("x", "1234567")])
+    swapped = list(acc.RUNS)
+    swapped[1], swapped[3] = swapped[3], swapped[1]  # an 8acf73a run listed before the a2e9367 ones
+    with pytest.raises(ValueError, match=r"got family_bench_h200_ours_a2e9367.json \(a2e9367\) after "
+                       r"family_bench_h200_fm_8acf73a_h16.json \(8acf73a\)"):
+        acc.load(swapped)
+    assert [r.commit for r in acc.runs_in_order([run("a", NEW), run("b", NEW)])] == [NEW, NEW]  # one commit: any order
+
+
+@pytest.mark.parametrize("setup, error", [
+    ("no commit named", "expected a setup line naming 'commit <hash>', got 'no commit named'"),
+    ("NVIDIA H200; commit 1234567", r"expected a commit of COMMITS \('29d1c24', 'a2e9367', '8acf73a'\), got 1234567 "
+                                    r"\(add it to COMMITS"),
+    ("NVIDIA H200; commit abc", "expected a setup line naming 'commit <hash>'"),  # too short a hash
+])
+def test_a_run_whose_commit_is_not_in_commits_is_an_error(setup, error):
+    with pytest.raises(ValueError, match=f"^x: {error}"):
+        acc.runs_in_order([("x", {"info": {"sm_count": SMS, "setup": setup}})])
+
+
+@pytest.mark.parametrize("commit", ["8acf73a", "8acf73a0", "8acf73a" + "0" * 33])
+def test_a_commit_is_known_by_its_first_seven_digits(commit):
+    assert acc.commit_of({"info": {"setup": f"NVIDIA H200; commit {commit}"}}, "x") == NEW
+
+
+def test_the_committed_runs_are_all_listed():
+    acc.check_listed()
+    assert sorted(p.name for p in acc.LAB.glob(acc.PATTERN)) == sorted(
+        [p.name for p in acc.RUNS] + list(acc.SKIPPED))
+
+
+@pytest.mark.parametrize("runs, skipped, error", [
+    ("ab", "", None),
+    ("a", "b", None),
+    ("abc", "", "RUNS: expected the file .*family_bench_h200_c.json, got none there"),  # a listed file missing
+    ("a", "", "got family_bench_h200_b.json in neither"),  # a json not listed
+    ("aba", "", "RUNS: expected each run once, got family_bench_h200_a.json more than once"),
+    ("ab", "b", "SKIPPED: expected a file .* not in RUNS, got family_bench_h200_b.json, which RUNS lists"),
+    ("ab", "c", "SKIPPED: .*got family_bench_h200_c.json, which is not there"),
+])
+def test_every_family_bench_json_is_listed_or_skipped(tmp_path, runs, skipped, error):
+    """A results folder holding runs a and b (and a markdown, not a run); RUNS and SKIPPED the runs named."""
+    for n in ("a.json", "b.json", "b.md"):
+        (tmp_path / f"family_bench_h200_{n}").write_text("{}")
+    paths = [tmp_path / f"family_bench_h200_{x}.json" for x in runs]
+    names = tuple(f"family_bench_h200_{x}.json" for x in skipped)
+    if error is None:
+        acc.check_listed(paths, names, tmp_path)
+    else:
+        with pytest.raises(ValueError, match=error):
+            acc.check_listed(paths, names, tmp_path)
 
 
 def test_a_run_without_flashmla_is_skipped():
@@ -235,3 +288,67 @@ def test_the_command_line(tmp_path):
     assert out.read_text(encoding="utf-8") == text and "--out" in text.splitlines()[2]
     with pytest.raises(SystemExit):
         acc.main(["--runs", str(tmp_path / "missing.json")])
+
+
+@pytest.mark.parametrize("read", [read for n in (1, 2, 3) for read in itertools.product((False, True), repeat=n)])
+def test_a_problem_is_held_out_when_no_run_behind_its_ratio_was_read_by_a_fit(read):
+    """A problem in 1, 2 or 3 runs, each run read by a fit or not: held out only where none was."""
+    names = [f"r{i}" for i in range(len(read))]
+    b = board(*[run(n, NEW, [row("fam", 16, 1.2)]) for n in names], keys=FAM[:1],
+              fitted={n for n, r in zip(names, read) if r})
+    held = int(not any(read))
+    c = b["choice"][-1]
+    assert (c["current"], c["within"], c["held"], c["held_within"]) == (1, 1, held, held)
+    assert f"| all | 1 of 1 | 1 | 1 | - | {held} of {held} |" in acc.to_markdown(b, "cmd")
+    (line,) = [s for c, s, _ in acc.verdicts(b) if c.startswith("the choice")]
+    assert line.endswith(f"held out (no run behind the ratio read by a fit): {held} of {held}")
+
+
+JUDGED = [  # (runs, the miss, within, the best option): on the median over the runs
+    (1, 1.04, True, False), (1, 1.08, False, False), (1, 1.2, False, False),
+    (2, 1.04, True, False), (2, 1.08, True, False), (2, 1.2, False, False),  # the mean of 1 and the miss
+    (3, 1.04, True, True), (3, 1.08, True, True), (3, 1.2, True, True),  # the median is a run where it is the best
+]
+
+
+@pytest.mark.parametrize("runs, miss, within, best, at", [(*j, at) for j in JUDGED for at in range(j[0])])
+def test_a_choice_that_misses_in_one_pooled_run_is_judged_on_the_median(runs, miss, within, best, at):
+    """The choice off the best option in one run only (``miss`` times it, in the run ``at``), the best option in the
+    others: judged on the median over the runs, wherever the miss lies; held out or not alike."""
+    b = board(*[run(f"r{i}", NEW, [row("fam", 16, 1.2, regret=miss if i == at else 1.0)]) for i in range(runs)],
+              keys=FAM[:1])
+    c = b["choice"][-1]
+    assert (c["within"], c["best"], c["held"], c["held_within"]) == (within, best, 1, within)
+    (line,) = [x for x in acc.verdicts(b) if x[0].startswith("the choice")]
+    assert line[2] == ("met" if within else "not met")
+    row_all = next(x for x in acc.to_markdown(b, "cmd").splitlines() if x.startswith("| all |"))
+    assert row_all.startswith(f"| all | 1 of 1 | {int(best)} | {int(within)} | ")
+    assert row_all.endswith(f" | {int(within)} of 1 |")
+    fitted = board(*[run(f"r{i}", NEW, [row("fam", 16, 1.2, regret=miss if i == at else 1.0)])
+                     for i in range(runs)], keys=FAM[:1], fitted={"r0"})["choice"][-1]
+    assert (fitted["within"], fitted["held"], fitted["held_within"]) == (within, 0, 0)
+
+
+@pytest.mark.parametrize("commit", [NEW, "0123abc"])
+def test_a_new_run_is_one_line_of_runs(tmp_path, monkeypatch, commit, capsys):
+    """The committed runs and one more in a copy of the results folder: unlisted, the command fails naming it; listed
+    last (and its commit, if new, in ``COMMITS``), its problems pool two runs."""
+    for p in acc.RUNS:
+        (tmp_path / p.name).symlink_to(p)
+    data = json.loads((acc.LAB / "family_bench_h200_fm_8acf73a_h16.json").read_text(encoding="utf-8"))
+    data["info"]["setup"] = data["info"]["setup"].replace("commit 8acf73a", f"commit {commit}")
+    new = tmp_path / "family_bench_h200_fm_new.json"
+    new.write_text(json.dumps(data))
+    monkeypatch.setattr(acc, "LAB", tmp_path)
+    monkeypatch.setattr(acc, "RUNS", tuple(tmp_path / p.name for p in acc.RUNS))
+    with pytest.raises(SystemExit):
+        acc.main([])
+    assert "got family_bench_h200_fm_new.json in neither" in capsys.readouterr().err
+    monkeypatch.setattr(acc, "RUNS", (*acc.RUNS, new))
+    if commit not in acc.COMMITS:
+        with pytest.raises(ValueError, match=f"got {commit} \\(add it to COMMITS"):
+            acc.load()
+        monkeypatch.setattr(acc, "COMMITS", (*acc.COMMITS, commit))
+    got = acc.scoreboard(acc.load())["picks"]
+    h16 = [p for k, p in got.items() if k[0] == "family" and k[2] == 16]
+    assert len(h16) == 32 and all(p.pooled == ("family_bench_h200_fm_8acf73a_h16.json", new.name) for p in h16)

@@ -7,8 +7,12 @@ latest before alone, flagged 'older rules' (its balanced schedule was not the pa
 ``choice_fit.benched_balanced``); where no run did, the problem is missing. A run without FlashMLA is skipped. The ratio
 is the backend's choice against FlashMLA (``family_bench.backend_choice``; ``family_bench.x_flashmla``: the median over
 that run's rounds of FlashMLA's time over the choice's, above 1 ours faster), and the choice over the best option
-(``family_bench.best_option``). ``RUNS`` lists the runs in the order they ran; each run's commit (its setup line) is one
-of ``COMMITS``, oldest first, in that order.
+(``family_bench.best_option``), pooled alike: the median over the runs of the choice's time over that run's best
+option's. A problem is held out where no fit of the choice read any run pooled into it (``FITTED``).
+
+``RUNS`` lists the runs in the order they ran, one file a line; each run's commit (its setup line) is one of
+``COMMITS``, oldest first. Every family-bench json in the results folder is in ``RUNS`` or ``SKIPPED``
+(``check_listed``).
 
 The criteria (issue 52, 'Acceptance'): per head count and family, the geomean over the batches at least
 ``GEOMEAN_BAR`` and every batch at least ``FLOOR``; uniform lengths from B=4 at every head count at least ``FLOOR``;
@@ -34,14 +38,27 @@ from mla_edu.files import read_json
 from mla_edu.paths import REPO_ROOT
 
 LAB = REPO_ROOT / "kernel_lab" / "results"
-#: The family-bench runs on the H200, in the order they ran (the 8acf73a runs: h16 and b128 on one machine, then
-#: b256 and h16_uniform on a second).
-RUNS = tuple(LAB / f"family_bench_h200{n}.json" for n in (
-    "", "_fm_a2e9367", "_ours_a2e9367", "_fm_8acf73a_h16", "_fm_8acf73a_b128", "_fm_8acf73a_b256",
-    "_fm_8acf73a_h16_uniform"))
+#: The family-bench runs on the H200, in the order they ran, one a line (the 8acf73a runs: h16 and b128 on one
+#: machine, then b256 and h16_uniform on a second). A new run: its file's name last, its commit in ``COMMITS``.
+RUNS = tuple(LAB / name for name in (
+    "family_bench_h200.json",
+    "family_bench_h200_fm_a2e9367.json",
+    "family_bench_h200_ours_a2e9367.json",
+    "family_bench_h200_fm_8acf73a_h16.json",
+    "family_bench_h200_fm_8acf73a_b128.json",
+    "family_bench_h200_fm_8acf73a_b256.json",
+    "family_bench_h200_fm_8acf73a_h16_uniform.json",
+))
+#: The family-bench jsons of the results folder left out of ``RUNS`` on purpose (a comment each says why).
+SKIPPED: tuple[str, ...] = ()
+PATTERN = "family_bench_h200*.json"  # the family-bench runs on the H200 in the results folder
 OUT = LAB / "acceptance_h200.md"
-#: The runs' commits, oldest first.
-COMMITS = ("29d1c24", "a2e9367", "8acf73a")
+#: The runs' commits, oldest first, one a line.
+COMMITS = (
+    "29d1c24",
+    "a2e9367",
+    "8acf73a",
+)
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition. Runs from it on are
 #: pooled (their median), so it moves to the first commit after a change of a timed kernel or partition.
@@ -66,27 +83,37 @@ class Run:
 
 @dataclass(frozen=True)
 class Pick:
-    """One problem's ratio: the run it comes from, how many runs at its rules timed FlashMLA on it, the choice, the
-    best option, x FlashMLA of the choice and the choice's time over the best's."""
+    """One problem's ratio: the latest run it comes from, the runs pooled into it (oldest first), the choice, the
+    latest run's best option, and the medians over the pooled runs of x FlashMLA of the choice and of the choice's
+    time over that run's best option's."""
 
     key: tuple  # (set, family, h_q, B)
     run: str
     commit: str
     older: bool
-    runs: int
+    pooled: tuple[str, ...]
     choice: str
     best: str
     x: float
     regret: float
 
+    @property
+    def runs(self) -> int:
+        return len(self.pooled)
+
 
 def commit_of(data: dict, where: str) -> str:
-    """The commit a run names in its setup line; an error naming ``where`` if none of ``COMMITS``."""
-    found = re.search(r"\bcommit ([0-9a-f]{7,40})\b", data["info"].get("setup", ""))
-    if not found or found[1] not in COMMITS:
-        raise ValueError(f"{where}: expected a setup line naming a commit of {COMMITS}, got "
-                         f"{data['info'].get('setup', '')!r}")
-    return found[1]
+    """The commit of ``COMMITS`` a run names in its setup line (``commit <hash>``, the hash 7 to 40 digits); an error
+    naming ``where`` if it names none, or one not in ``COMMITS``."""
+    setup = data.get("info", {}).get("setup", "")
+    found = re.search(r"\bcommit ([0-9a-f]{7,40})\b", setup)
+    if not found:
+        raise ValueError(f"{where}: expected a setup line naming 'commit <hash>', got {setup!r}")
+    known = [c for c in COMMITS if found[1].startswith(c)]
+    if not known:
+        raise ValueError(f"{where}: expected a commit of COMMITS {COMMITS}, got {found[1]} (add it to COMMITS, "
+                         "after the commits made before it)")
+    return known[0]
 
 
 def runs_in_order(runs: list[tuple[str, dict]]) -> list[Run]:
@@ -94,12 +121,40 @@ def runs_in_order(runs: list[tuple[str, dict]]) -> list[Run]:
     out = [Run(name, commit_of(data, name), data) for name, data in runs]
     for a, b in zip(out, out[1:]):
         if COMMITS.index(b.commit) < COMMITS.index(a.commit):
-            raise ValueError(f"expected the runs oldest first, got {b.name} ({b.commit}) after {a.name} ({a.commit})")
+            raise ValueError(f"expected the runs in the order they ran, their commits in COMMITS' order "
+                             f"({' < '.join(COMMITS)}), got {b.name} ({b.commit}) after {a.name} ({a.commit})")
     return out
 
 
-def load(paths=RUNS) -> list[Run]:
-    return runs_in_order([(p.name, read_json(p, "family bench json")) for p in paths])
+def check_listed(paths=None, skipped=None, lab: Path | None = None) -> None:
+    """An error unless each of ``paths`` is a file listed once, each of ``skipped`` a file in ``lab`` not in
+    ``paths``, and every family-bench json in ``lab`` (``PATTERN``) one of the two; by default ``RUNS``, ``SKIPPED``
+    and ``LAB``."""
+    paths, skipped, lab = RUNS if paths is None else paths, SKIPPED if skipped is None else skipped, lab or LAB
+    names = [Path(p).name for p in paths]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"RUNS: expected each run once, got {', '.join(twice)} more than once")
+    for p in paths:
+        if not Path(p).is_file():
+            raise ValueError(f"RUNS: expected the file {rel(p)}, got none there")
+    for n in skipped:
+        if n in names or not (lab / n).is_file():
+            raise ValueError(f"SKIPPED: expected a file in {rel(lab)} not in RUNS, got {n}, "
+                             + ("which RUNS lists" if n in names else "which is not there"))
+    unlisted = sorted(p.name for p in lab.glob(PATTERN) if p.name not in names and p.name not in skipped)
+    if unlisted:
+        raise ValueError(f"expected every {PATTERN} in {rel(lab)} in RUNS or SKIPPED, got {', '.join(unlisted)} in "
+                         "neither (add it to RUNS in the order it ran, its commit to COMMITS, or to SKIPPED)")
+
+
+def load(paths=None) -> list[Run]:
+    """The runs at ``paths`` (default ``RUNS``) as ``Run``, in their order (``runs_in_order``); ``RUNS`` first
+    checked against the results folder (``check_listed``)."""
+    paths = RUNS if paths is None else paths
+    if [Path(p) for p in paths] == list(RUNS):
+        check_listed()
+    return runs_in_order([(Path(p).name, read_json(p, "family bench json")) for p in paths])
 
 
 def bench_keys() -> list[tuple]:
@@ -125,7 +180,7 @@ def picks(runs: list[Run]) -> dict[tuple, Pick]:
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
         x = statistics.median(fb.x_flashmla(r, choice)[0] for _, r in used)
         regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
-        out[key] = Pick(key, run.name, run.commit, run.older, len(used), choice, best, x, regret)
+        out[key] = Pick(key, run.name, run.commit, run.older, tuple(u.name for u, _ in used), choice, best, x, regret)
     return out
 
 
@@ -173,21 +228,21 @@ def uniform(keys: list[tuple], got: dict) -> list[dict]:
 
 def choice(keys: list[tuple], got: dict, fitted=()) -> list[dict]:
     """Per h_q and over all (``heads`` None): the problems measured at current rules, those whose choice is the best
-    option and those within ``WITHIN`` of it, the worst, and the same on the problems of runs no fit read
-    (``fitted``: their names)."""
+    option and those within ``WITHIN`` of it (both on the median over the pooled runs, ``Pick.regret``), the worst,
+    and the same on the held-out problems: those none of whose pooled runs a fit read (``fitted``: their names)."""
     out = []
     for h in (*sorted({k[2] for k in keys}), None):
         ks = [k for k in keys if h in (None, k[2])]
         now = _current(ks, got)
-        held = [p for p in now if p.run not in fitted]
-        out.append(dict(heads=h, n=len(ks), current=len(now), best=sum(p.choice == p.best for p in now),
+        held = [p for p in now if not set(p.pooled) & set(fitted)]
+        out.append(dict(heads=h, n=len(ks), current=len(now), best=sum(_within(p, 1) for p in now),
                         within=sum(_within(p) for p in now), worst=max(now, key=lambda p: p.regret, default=None),
                         held=len(held), held_within=sum(_within(p) for p in held)))
     return out
 
 
-def _within(p: Pick) -> bool:
-    return round(p.regret, DIGITS) <= WITHIN
+def _within(p: Pick, bar: float = WITHIN) -> bool:
+    return round(p.regret, DIGITS) <= bar
 
 
 def sources(keys: list[tuple], got: dict) -> list[dict]:
@@ -206,10 +261,12 @@ def sources(keys: list[tuple], got: dict) -> list[dict]:
     return list(out.values())
 
 
-def scoreboard(runs: list[Run], keys: list[tuple] | None = None) -> dict:
+def scoreboard(runs: list[Run], keys: list[tuple] | None = None, fitted: set[str] | None = None) -> dict:
+    """Everything the markdown shows, on ``keys`` (default the family bench's problems) with ``fitted`` the names of
+    the runs a fit read (default ``FITTED``'s)."""
     keys = bench_keys() if keys is None else keys
     got = {k: p for k, p in picks(runs).items() if k in set(keys)}
-    fitted = {p.name for p in FITTED}
+    fitted = {p.name for p in FITTED} if fitted is None else set(fitted)
     return dict(keys=keys, picks=got, ragged=ragged(keys, got), uniform=uniform(keys, got),
                 choice=choice(keys, got, fitted), sources=sources(keys, got),
                 runs=[r.name for r in runs], skipped=[r.name for r in runs if not _has_flashmla(r)],
@@ -276,7 +333,8 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
     lines.append((f"the choice within {round(100 * (WITHIN - 1))}% of the best option at every problem",
                   f"{ch['within']} of {ch['current']} measured (the best option at {ch['best']})"
                   + (f", the worst {worst.regret:.2f}x ({_where(worst)})" if worst and worst.regret > 1 else "")
-                  + f"; of these, in runs no fit read: {ch['held_within']} of {ch['held']}",
+                  + f"; of these, held out (no run behind the ratio read by a fit): {ch['held_within']} of "
+                  f"{ch['held']}",
                   _verdict(ch["within"] == ch["current"] == ch["n"],
                            0 if ch["within"] < ch["current"] else ch["n"] - ch["current"])))
     now = _current(keys, got)
@@ -329,8 +387,12 @@ def to_markdown(board: dict, command: str) -> str:
                 lines.append(f"| {h} | {b} | " + " | ".join(_x(board["picks"].get(("uniform", x, h, b)))
                                                             for x in lengths) + " |")
     lines += ["", f"## The choice against the best option (within {WITHIN:.2f}x)", "",
-              "'held out' = the problems of runs that no fit of the choice read (`choice_fit`'s margin and "
-              "`half_block_fit`'s scale read " + ", ".join(f"`{n}`" for n in board["fitted"]) + ").", "",
+              "A problem's choice is judged as its ratio is pooled: on the median over its pooled runs of the "
+              "choice's time over that run's best option's (the median of two runs is their mean); 'the best "
+              f"option' where that median is 1, 'within' where it is at most {WITHIN:.2f}. The best option named "
+              "under 'worst' is the latest run's. 'held out' = the problems none of whose pooled runs a fit of the "
+              "choice read (`choice_fit`'s margin and `half_block_fit`'s scale read "
+              + ", ".join(f"`{n}`" for n in board["fitted"]) + ").", "",
               "| h_q | measured | the best option | within | worst | held out: within |", "|---|---|---|---|---|---|"]
     for c in board["choice"]:
         w = c["worst"]
@@ -350,9 +412,10 @@ def to_markdown(board: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(paths=RUNS, out=None) -> str:
+def render(paths=None, out=None) -> str:
     """The markdown of the scoreboard on these runs, its command line naming ``out`` and the runs if not the
     default."""
+    paths = RUNS if paths is None else paths
     command = "python -m kernel_lab.tools.acceptance" + (
         " --runs " + " ".join(rel(p) for p in paths) if [rel(p) for p in paths] != [rel(p) for p in RUNS] else "") + (
         f" --out {rel(out)}" if out else "")
@@ -361,11 +424,10 @@ def render(paths=RUNS, out=None) -> str:
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", nargs="+", default=[str(p) for p in RUNS],
-                    help="family_bench runs' jsons, in the order they ran")
+    ap.add_argument("--runs", nargs="+", help="family_bench runs' jsons, in the order they ran (default: RUNS)")
     ap.add_argument("--out", help="write the markdown here too (committed: kernel_lab/results/acceptance_h200.md)")
     args = ap.parse_args(argv)
-    return print_and_write(ap, args.out, lambda: render([Path(p) for p in args.runs], args.out))
+    return print_and_write(ap, args.out, lambda: render(args.runs and [Path(p) for p in args.runs], args.out))
 
 
 if __name__ == "__main__":
