@@ -232,6 +232,37 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: int) -
     return [Segment(*row) for row in table.tolist() if row[4] != IDLE]
 
 
+def line_parts(n_pages: list[int], chunk: int) -> list[tuple[int, int, int]]:
+    """``batch_plan``'s line on the host at ``chunk``: ``(start, p_first, p_last)`` per request of ``n_pages`` pages
+    (clamped, host ints): its place ``W_b`` on the line and the parts holding its first and last page (``p_last <
+    p_first`` for an empty request)."""
+    out, start = [], 0
+    for k in n_pages:
+        first = (start + FIXED_OVERHEAD_PAGES) // chunk
+        out.append((start, first, (start + FIXED_OVERHEAD_PAGES + k - 1) // chunk if k else first - 1))
+        start += k + FIXED_OVERHEAD_PAGES if k else 0
+    return out
+
+
+def host_segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: int) -> list[Segment]:
+    """``segments`` in plain Python on the host, in the same order: ``batch_plan``'s chunk (``balanced_chunk``) and
+    line (``line_parts``), then ``segment``'s tokens and flag for each part a request spans. No Triton and no
+    kernel launch (the cost fit replays hundreds of batches); ``kernel_lab/tests/test_host_segments.py`` checks that
+    it equals the kernel in Triton's interpreter row for row. ``seq_lens``: host ints (a negative length is 0, a
+    request longer than its table row reads ``max_pages`` pages)."""
+    _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts, heads=heads)
+    lens = [min(max(int(x), 0), max_pages * page_size) for x in seq_lens]  # [B] tokens each part may read
+    n = [cdiv(x, page_size) for x in lens]  # [B] pages
+    chunk = balanced_chunk([k + FIXED_OVERHEAD_PAGES for k in n if k], parts, max_pieces(len(n), heads, parts))
+    out = []
+    for b, (x, k, (start, first, last)) in enumerate(zip(lens, n, line_parts(n, chunk))):
+        for p in range(first, last + 1):  # part p takes the pages k with x_k in [p * chunk, (p + 1) * chunk)
+            k_lo = min(max(p * chunk - start - FIXED_OVERHEAD_PAGES, 0), k)
+            k_hi = min(max((p + 1) * chunk - start - FIXED_OVERHEAD_PAGES, 0), k)
+            out.append(Segment(p, b, k_lo * page_size, min(k_hi * page_size, x), DIRECT if first == last else PARTIAL))
+    return sorted(out, key=lambda s: (s.part, s.request))  # workspace-row order
+
+
 #: Longest request ``lognormal_lengths`` draws (the bench's and the issue's batches reach 29K tokens).
 MAX_LOGNORMAL_LEN = 32768
 
