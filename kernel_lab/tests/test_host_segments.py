@@ -18,16 +18,19 @@ PAGE = fb.PAGE
 
 
 @cache
-def kernel(lens: tuple[int, ...], page: int, max_pages: int, parts: int, pieces: int) -> list[sc.Segment]:
-    """``schedule.segments`` in the interpreter (~6 ms a part). Its rows depend on the heads only through the piece
-    cap (``max_pieces``, a compile-time parameter), so each cap runs once, at a head count that gives it."""
+def kernel(lens: tuple[int, ...], page: int, max_pages: int, parts: int, pieces: int,
+           overhead: int) -> list[sc.Segment]:
+    """``schedule.segments`` in the interpreter (~8 ms a part) at ``FIXED_OVERHEAD_PAGES`` = ``overhead``. Its rows
+    depend on the heads only through the piece cap (``max_pieces``, a compile-time parameter), so each cap runs
+    once, at a head count that gives it."""
     heads = next(h for h in (16, 64, 128) if sc.max_pieces(len(lens), h, parts) == pieces)
     return sc.segments(list(lens), page, max_pages, parts, heads)
 
 
 def check(lens: list[int], page: int, max_pages: int, parts: int, heads: int) -> list[sc.Segment]:
     """The host's rows, asserted equal to the kernel's."""
-    want = kernel(tuple(lens), page, max_pages, parts, sc.max_pieces(len(lens), heads, parts))
+    want = kernel(tuple(lens), page, max_pages, parts, sc.max_pieces(len(lens), heads, parts),
+                  sc.FIXED_OVERHEAD_PAGES)
     got = sc.host_segments(lens, page, max_pages, parts, heads)
     assert got == want, (lens, page, max_pages, parts, heads)
     return got
@@ -89,3 +92,28 @@ def test_the_edge_batches(name):
         assert {s.request for s in segs} == {b for b, k in enumerate(n) if k}
     if "past the table" in name:
         assert max(s.t_end for s in segs) == max_pages * page < max(lens)
+
+
+@pytest.mark.parametrize("overhead", [2, 10])
+@pytest.mark.parametrize("capped", [False, True])
+def test_other_overheads_and_the_cap_everywhere(monkeypatch, overhead, capped):
+    # test_results_prose's models charge 2-10 page-times a segment through schedule.part_timeline, with the piece
+    # cap at every batch (its capped_everywhere): both sides read the same module constants at the call. At 16 heads
+    # and B=16 the package has no cap (max_pieces 0), so the kernel runs both ways.
+    monkeypatch.setattr(sc, "FIXED_OVERHEAD_PAGES", overhead)
+    if capped:
+        monkeypatch.setattr(sc, "max_pieces", lambda batch, heads, parts: sc.MAX_PIECES)
+    assert sc.max_pieces(16, 16, 8) == (sc.MAX_PIECES if capped else 0)
+    check(fb.family_lengths("bimodal", 16), PAGE, 512, 8, 16)
+    check(*EDGES["a cut request ending at a part's end"])
+    check(*EDGES["one request cut, the cap binding"])
+
+
+@pytest.mark.parametrize("sizes, message", [((16, 4, 0, 16), "parts must be >= 1, got 0"),
+                                            ((0, 4, 2, 16), "page_size must be >= 1, got 0"),
+                                            ((16, 0, 2, 16), "max_pages must be >= 1, got 0"),
+                                            ((16, 4, 2, 0), "heads must be >= 1, got 0")])
+def test_bad_sizes_are_refused_as_the_kernels_are(sizes, message):
+    for segments in (sc.host_segments, sc.segments):
+        with pytest.raises(ValueError, match=message):
+            segments([5, 40], *sizes)

@@ -309,14 +309,15 @@ def simulate(programs: list[tuple[int, int]], slots: int, overhead: float = FIXE
 def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, max_pages: int | None = None,
                   overhead: float = FIXED_OVERHEAD_PAGES):
     """The balanced schedule's stage 1 in the same terms as ``simulate``: part p's program of head block h runs
-    on slot ``p * head blocks + h`` and walks its segments one after the other, each costing ``overhead +
-    pages`` page-times. Returns ``(start, end, slot, request)`` per segment and program, and the makespan."""
+    on slot ``p * head blocks + h`` and walks its segments (``host_segments``) one after the other, each costing
+    ``overhead + pages`` page-times. Returns ``(start, end, slot, request)`` per segment and program, and the
+    makespan."""
     max_pages = max([cdiv(max(x, 0), page_size) for x in lens] + [1]) if max_pages is None else max_pages
     hb = cdiv(heads, gpu_block_h(heads, len(lens), max_pages, balanced=True))
     parts = num_parts(heads, sm_count, len(lens), max_pages)
     clock = [0.0] * parts
     bars = []
-    for s in segments(lens, page_size, max_pages, parts, heads):
+    for s in host_segments(lens, page_size, max_pages, parts, heads):
         t = clock[s.part]
         clock[s.part] = t + overhead + cdiv(s.t_end - s.t_start, page_size)
         bars += [(t, clock[s.part], s.part * hb + h, s.request) for h in range(hb)]
