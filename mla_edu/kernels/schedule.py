@@ -40,7 +40,8 @@ every replay.
   merges by log-sum-exp over parts ``[p_first(b), p_last(b)]``.
 
 ``segments`` runs the same arithmetic in a small kernel (``segments_kernel``; Triton's interpreter on CPU) and
-returns every part's segments: what the tests check and the figures draw.
+returns every part's segments: what the tests check. ``host_segments`` returns the same rows in plain Python, checked
+equal to the kernel's: what the figures draw and the kernel lab's cost fit replays.
 """
 
 from __future__ import annotations
