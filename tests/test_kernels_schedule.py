@@ -76,6 +76,7 @@ def test_the_balanced_schedule_takes_16_heads_a_program_at_32_heads_in_small_bat
 
 def check_segments(page, max_pages, lens, parts, heads):
     segs = sc.segments(torch.tensor(lens, dtype=torch.int32, device=DEV), page, max_pages, parts, heads)
+    assert sc.host_segments(lens, page, max_pages, parts, heads) == segs  # the host's copy, row for row
     rows = [s.part + s.request for s in segs]
     assert rows == sorted(set(rows)) and all(0 <= r < sc.workspace_rows(len(lens), parts) for r in rows)
     assert all(0 <= s.part < parts for s in segs)

@@ -50,8 +50,8 @@ def capped_everywhere():
 @cache
 def bench_makespans(sms: int) -> tuple[tuple[int, list[int], float], ...]:
     """(h_q, lengths, modelled makespan) of each ragged problem of the schedule bench, in its order: the balanced
-    schedule's slowest part in page-times, from the kernels' own arithmetic (``schedule.part_timeline``, ~1 s each
-    in Triton's interpreter: computed once), capped as the bench ran (``capped_everywhere``)."""
+    schedule's slowest part in page-times, from the kernels' own arithmetic (``schedule.part_timeline``: computed
+    once), capped as the bench ran (``capped_everywhere``)."""
     from mla_edu.kernels import schedule as sc
     from tools.schedule_bench import PAGE, problems
 
@@ -216,7 +216,7 @@ def overhead_runs(heads: int = 128) -> list[list[tuple]]:
 @cache
 def overhead_models() -> dict:
     """``overhead_model``'s times for the overhead runs' six batches (in their order), charging 2, 3, 4, 5 or 10
-    and a true cost of 1-10 page-times: ``{(charged, cost): [us per batch]}`` (~30 s in Triton's interpreter)."""
+    and a true cost of 1-10 page-times: ``{(charged, cost): [us per batch]}``."""
     from mla_edu.kernels import schedule as sc
     from tools.schedule_bench import SEED
 
@@ -291,8 +291,8 @@ OV16_BATCHES = ((64, 1024), (128, 1024), (64, 2048), (128, 2048), (16, 1024), (1
 @cache
 def h16_models() -> dict:
     """``overhead_model`` at 16 heads on v11's 16-head line, for the h_q=16 timing's B=64 and 128 batches (where the
-    prediction was made; each call is ~4 s of Triton's interpreter, so not B=16's), charging 3, 5 or 8 and a true
-    cost of 1-10 page-times: ``{(batch, median, charged): [us per true cost]}``."""
+    prediction was made; not B=16's), charging 3, 5 or 8 and a true cost of 1-10 page-times:
+    ``{(batch, median, charged): [us per true cost]}``."""
     from mla_edu.kernels import schedule as sc
     from tools.schedule_bench import SEED
 

@@ -4,8 +4,9 @@ reads the family-bench runs that timed FlashMLA in the same process (``RUNS``, a
 and stage 2 are the package's now at 16, 32, 64 and 128 heads) and checks the fit of ours on the run of ours alone
 (``OURS_ALONE``). The first run (29d1c24, ``family_bench_h200.json``) ran older partition rules and is left out.
 
-Per batch and kernel, from its partition replayed on the host (ours: ``schedule.segments``, the Triton partition in
-the CPU interpreter; FlashMLA: ``flashmla_schedule.flashmla_parts``, its ``get_mla_metadata`` walk):
+Per batch and kernel, from its partition replayed on the host (ours: ``schedule.host_segments``, the Triton
+partition's arithmetic in plain Python, equal to the kernel's row for row; FlashMLA:
+``flashmla_schedule.flashmla_parts``, its ``get_mla_metadata`` walk):
 
 * ``pages``, ``segments``: the busiest part's pages and segments (requests or pieces it walks), the busiest by the
   partitions' own charge, pages plus ``schedule.FIXED_OVERHEAD_PAGES`` a segment; both partitions balance that
@@ -84,13 +85,14 @@ def _features(loads: list[tuple[int, int]], pieces: list[int], block_s: int) -> 
 
 @cache
 def ours(lens: tuple[int, ...], heads: int, sms: int, page: int = PAGE) -> Features:
-    """The balanced schedule's terms for requests of ``lens`` tokens (``schedule.segments`` on the package's parts)."""
+    """The balanced schedule's terms for requests of ``lens`` tokens (``schedule.host_segments`` on the package's
+    parts)."""
     from mla_edu.kernels.split_kv_triton import stage2_config
 
     max_pages = max([cdiv(x, page) for x in lens] + [1])
     parts = sc.num_parts(heads, sms, len(lens), max_pages)
     loads, pieces = [[0, 0] for _ in range(parts)], Counter()
-    for s in sc.segments(list(lens), page, max_pages, parts, heads):
+    for s in sc.host_segments(lens, page, max_pages, parts, heads):
         loads[s.part][0] += cdiv(s.t_end - s.t_start, page)
         loads[s.part][1] += 1
         pieces[s.request] += 1

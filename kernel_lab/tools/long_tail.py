@@ -140,13 +140,8 @@ def patched_schedule(patch: Path = PATCH):
 
 def pieces_per_request(n_pages: list[int], chunk: int) -> list[int]:
     """The parts each request's pages span on the balanced schedule's line at ``chunk`` (``batch_plan``'s
-    ``p_last - p_first + 1``; 0 for an empty request), for requests of ``n_pages`` pages."""
-    out, start = [], 0
-    for k in n_pages:
-        first = (start + sc.FIXED_OVERHEAD_PAGES) // chunk
-        out.append((start + sc.FIXED_OVERHEAD_PAGES + k - 1) // chunk - first + 1 if k else 0)
-        start += k + sc.FIXED_OVERHEAD_PAGES if k else 0
-    return out
+    ``p_last - p_first + 1``, ``schedule.line_parts``; 0 for an empty request), for requests of ``n_pages`` pages."""
+    return [last - first + 1 for _, first, last in sc.line_parts(n_pages, chunk)]
 
 
 def pieces_of_longest(lens: list[int], chunk: int) -> int:

@@ -40,7 +40,8 @@ every replay.
   merges by log-sum-exp over parts ``[p_first(b), p_last(b)]``.
 
 ``segments`` runs the same arithmetic in a small kernel (``segments_kernel``; Triton's interpreter on CPU) and
-returns every part's segments: what the tests check and the figures draw.
+returns every part's segments: what the tests check. ``host_segments`` returns the same rows in plain Python, checked
+equal to the kernel's: what the figures draw and the kernel lab's cost fit replays.
 """
 
 from __future__ import annotations
@@ -232,6 +233,37 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: int) -
     return [Segment(*row) for row in table.tolist() if row[4] != IDLE]
 
 
+def line_parts(n_pages: list[int], chunk: int) -> list[tuple[int, int, int]]:
+    """``batch_plan``'s line on the host at ``chunk``: ``(start, p_first, p_last)`` per request of ``n_pages`` pages
+    (clamped, host ints): its place ``W_b`` on the line and the parts holding its first and last page (``p_last <
+    p_first`` for an empty request)."""
+    out, start = [], 0
+    for k in n_pages:
+        first = (start + FIXED_OVERHEAD_PAGES) // chunk
+        out.append((start, first, (start + FIXED_OVERHEAD_PAGES + k - 1) // chunk if k else first - 1))
+        start += k + FIXED_OVERHEAD_PAGES if k else 0
+    return out
+
+
+def host_segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: int) -> list[Segment]:
+    """``segments`` in plain Python on the host, in the same order: ``batch_plan``'s chunk (``balanced_chunk``) and
+    line (``line_parts``), then ``segment``'s tokens and flag for each part a request spans. No Triton and no
+    kernel launch (the cost fit replays hundreds of batches); ``kernel_lab/tests/test_host_segments.py`` checks that
+    it equals the kernel in Triton's interpreter row for row. ``seq_lens``: host ints (a negative length is 0, a
+    request longer than its table row reads ``max_pages`` pages)."""
+    _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts, heads=heads)
+    lens = [min(max(int(x), 0), max_pages * page_size) for x in seq_lens]  # [B] tokens each part may read
+    n = [cdiv(x, page_size) for x in lens]  # [B] pages
+    chunk = balanced_chunk([k + FIXED_OVERHEAD_PAGES for k in n if k], parts, max_pieces(len(n), heads, parts))
+    out = []
+    for b, (x, k, (start, first, last)) in enumerate(zip(lens, n, line_parts(n, chunk))):
+        for p in range(first, last + 1):  # part p takes the pages k with x_k in [p * chunk, (p + 1) * chunk)
+            k_lo = min(max(p * chunk - start - FIXED_OVERHEAD_PAGES, 0), k)
+            k_hi = min(max((p + 1) * chunk - start - FIXED_OVERHEAD_PAGES, 0), k)
+            out.append(Segment(p, b, k_lo * page_size, min(k_hi * page_size, x), DIRECT if first == last else PARTIAL))
+    return sorted(out, key=lambda s: (s.part, s.request))  # workspace-row order
+
+
 #: Longest request ``lognormal_lengths`` draws (the bench's and the issue's batches reach 29K tokens).
 MAX_LOGNORMAL_LEN = 32768
 
@@ -278,14 +310,15 @@ def simulate(programs: list[tuple[int, int]], slots: int, overhead: float = FIXE
 def part_timeline(lens: list[int], page_size: int, heads: int, sm_count: int, max_pages: int | None = None,
                   overhead: float = FIXED_OVERHEAD_PAGES):
     """The balanced schedule's stage 1 in the same terms as ``simulate``: part p's program of head block h runs
-    on slot ``p * head blocks + h`` and walks its segments one after the other, each costing ``overhead +
-    pages`` page-times. Returns ``(start, end, slot, request)`` per segment and program, and the makespan."""
+    on slot ``p * head blocks + h`` and walks its segments (``host_segments``) one after the other, each costing
+    ``overhead + pages`` page-times. Returns ``(start, end, slot, request)`` per segment and program, and the
+    makespan."""
     max_pages = max([cdiv(max(x, 0), page_size) for x in lens] + [1]) if max_pages is None else max_pages
     hb = cdiv(heads, gpu_block_h(heads, len(lens), max_pages, balanced=True))
     parts = num_parts(heads, sm_count, len(lens), max_pages)
     clock = [0.0] * parts
     bars = []
-    for s in segments(lens, page_size, max_pages, parts, heads):
+    for s in host_segments(lens, page_size, max_pages, parts, heads):
         t = clock[s.part]
         clock[s.part] = t + overhead + cdiv(s.t_end - s.t_start, page_size)
         bars += [(t, clock[s.part], s.part * hb + h, s.request) for h in range(hb)]
