@@ -14,7 +14,8 @@ import torch
 
 from mla_edu.kernels import contract, mla_decode
 from mla_edu.kernels.cases import random_decode_case
-from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, gpu_block_h, triton_num_kv_splits
+from mla_edu.kernels.workspace import (BYTES_PER_BATCH_SPLIT, MAX_PAGES_PER_PROGRAM, PROGRAMS_PER_SM, SPLIT_CHOICES,
+                                       gpu_block_h, stage2_pages, triton_num_kv_splits)
 
 # ---- the triton split rule ------------------------------------------------------------------------------------
 # gpu_block_h(heads, batch, n_pages): the power of two >= heads, clamped to [16, 64]; 16 when the grid
@@ -107,6 +108,66 @@ def test_triton_split_rule_honours_the_callers_sm_count():
     # 264 SMs (m = 0.215): S=2 1 * 32 + 1.43 = 33.43; S=4 ceil(256/264) * 16 + 1 + 0.86 = 17.86;
     # S=8 2 * 8 + 1 + 1.72 = 18.72; S=5 2 * 13 + ...; S=6 2 * 11 + ... -> 4
 
+
+
+def _rule_restated(L, B, H, page, sms, split_cost=1.0, merge_weight=1):
+    """The split rule whole, stage 2 inline (the formula above the table, with its launch cost and merge weight)."""
+    n_pages = -(-L // page)
+    block_h = gpu_block_h(H, B, n_pages)
+    programs, slots = B * -(-H // block_h), PROGRAMS_PER_SM[block_h] * sms
+    best, best_cost = 1, None
+    for s in SPLIT_CHOICES:
+        if s > n_pages:
+            break
+        if -(-n_pages // s) > MAX_PAGES_PER_PROGRAM and s < max(SPLIT_CHOICES):
+            continue
+        cost = -(-programs * s // slots) * -(-n_pages // s)
+        if s > 1:
+            cost += split_cost + merge_weight * B * s * H * 512 * 8 / (sms * page * 1152)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
+# B: the powers of two to 256 and odd sizes beside them; L: every page boundary (page 64) and one token either side,
+# to 64K tokens.
+GRID_BATCHES = sorted({1 << k for k in range(9)} | {3, 5, 7, 9, 15, 17, 31, 33, 63, 65, 127, 129, 255})
+GRID_LENGTHS = sorted({x for n in range(1, 1025) for x in (64 * n - 1, 64 * n, 64 * n + 1) if x <= 65536})
+
+
+@pytest.mark.parametrize("page", [64, 128])
+@pytest.mark.parametrize("heads", [16, 32, 64, 128])
+def test_triton_split_rule_at_its_defaults_is_the_formula(heads, page):
+    """``triton_num_kv_splits`` with stage 2 from ``stage2_pages`` at the package's constants chooses what the
+    formula restated whole chooses, on 22 batch sizes x 3,071 lengths (1 to 64K tokens) on 132 SMs."""
+    assert len(GRID_BATCHES) == 22 and len(GRID_LENGTHS) == 3071 and GRID_LENGTHS[-1] == 65536
+    wrong = [(L, B) for B in GRID_BATCHES for L in GRID_LENGTHS
+             if triton_num_kv_splits(L, B, heads, page, 132) != _rule_restated(L, B, heads, page, 132)]
+    assert not wrong, wrong[:10]
+
+
+@pytest.mark.parametrize("split_cost,merge_weight", [(1.0, 1.0), (1.0, 1.5), (2.0, 1.0), (2.0, 1.5), (3.0, 2.0)])
+def test_triton_split_rule_takes_the_labs_stage_2_constants(split_cost, merge_weight):
+    """The keywords ``kernel_lab.tools.split_model_fit`` varies reach stage 2 (launch cost, merge weight), at
+    h_q 16-128, the grid's batch sizes and lengths of 1-64 and powers of two to 1024 pages, each one token off."""
+    lengths = sorted({64 * n + d for n in list(range(1, 65)) + [1 << k for k in range(7, 11)] for d in (-1, 0, 1)})
+    wrong = [(L, B, H) for H in (16, 32, 64, 128) for B in GRID_BATCHES for L in lengths
+             if triton_num_kv_splits(L, B, H, 64, 132, split_cost=split_cost, merge_weight=merge_weight)
+             != _rule_restated(L, B, H, 64, 132, split_cost, merge_weight)]
+    assert not wrong, wrong[:10]
+    # a costlier stage 2 never splits more: h_q=128, B=1, 1024 tokens takes 16 at the defaults
+    assert triton_num_kv_splits(1024, 1, 128, 64, 132, split_cost=split_cost, merge_weight=merge_weight) <= 16
+
+
+def test_stage2_pages_by_hand_and_its_bad_inputs():
+    """The tie row's merge: 1 row of 36 heads on 2 SMs, page 64, is 36 * 4096 / (2 * 73728) = 1 page-time, plus the
+    launch; ``merge_weight`` scales the bytes, not the launch. Sizes that are not ints or too small are refused."""
+    assert stage2_pages(1, 36, 2, 64) == 2.0 and stage2_pages(0, 36, 2, 64) == 1.0
+    assert stage2_pages(3, 36, 2, 64, split_cost=0.5, merge_weight=1.5) == 0.5 + 4.5
+    for args, exc in (((-1, 36, 2, 64), ValueError), ((1, 0, 2, 64), ValueError), ((1, 36, 0, 64), ValueError),
+                      ((1, 36, 2, 0), ValueError), ((1.0, 36, 2, 64), TypeError), ((1, 36, True, 64), TypeError)):
+        with pytest.raises(exc):
+            stage2_pages(*args)
 
 # ---- the workspace contract -----------------------------------------------------------------------------------
 def _with_splits(plan, splits):

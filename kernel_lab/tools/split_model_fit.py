@@ -2,13 +2,14 @@
 set: ``python -m kernel_lab.tools.split_model_fit --out FILE``. No GPU.
 
 The triton backend chooses per batch in two steps: ``workspace.triton_num_kv_splits`` picks the split rule's count S
-(waves times pages a program, plus for S > 1 ``SPLIT_COST_PAGES`` and the merge's float32 partials in page-times of
-all SMs), then ``schedule.prefers_balanced`` compares the rule at S with the balanced schedule (``schedule.makespans``,
-stage 1 only, the balanced schedule ``BALANCED_MARGIN`` below). A ``Model`` here varies the three constants of that
-pair: ``split_cost`` (the second launch, page-times), ``merge_weight`` (the partials' bytes, times the package's
-formula) and ``margin``, and where stage 2 enters ``makespans``: nowhere (the package), on the rule's side only (B * S
-partial rows at S > 1), or on both (the balanced schedule's partial rows, ``balanced_partials``, and its stage 2,
-which always runs). ``stage2_pages`` is the one cost both steps use.
+(waves times pages a program, plus for S > 1 stage 2, ``workspace.stage2_pages``: ``SPLIT_COST_PAGES`` and the merge's
+float32 partials in page-times of all SMs), then ``schedule.prefers_balanced`` compares the rule at S with the balanced
+schedule (``schedule.makespans``, stage 1 only, the balanced schedule ``BALANCED_MARGIN`` below). A ``Model`` here
+varies the three constants of that pair: ``split_cost`` (the second launch, page-times), ``merge_weight`` (the
+partials' bytes, times the package's formula) and ``margin``, and where stage 2 enters ``makespans``: nowhere (the
+package), on the rule's side only (B * S partial rows at S > 1), or on both (the balanced schedule's partial rows,
+``balanced_partials``, and its stage 2, which always runs). Every stage 2 cost here is ``workspace.stage2_pages``, and
+the count ``triton_num_kv_splits``, with the model's constants.
 
 Every problem of every run that timed the split rule's counts: the family benches (every split count of
 ``family_bench.SPLITS`` up to the table's width and the balanced schedule), the schedule bench and the headline kernel
@@ -149,29 +150,15 @@ def load(sets=SETS) -> list[Problem]:
     return out
 
 
-def stage2_pages(rows: int, heads: int, sms: int, model: Model) -> float:
-    """Stage 2 in page-times of one program: its launch and its float32 partials (``rows`` of ``heads`` x
-    ``D_LATENT``, written and read) over all SMs' page reads (the package's formula, ``merge_weight`` times)."""
-    page_bytes = PAGE * (ws.D_LATENT + ws.D_ROPE) * 2
-    return model.split_cost + model.merge_weight * rows * heads * ws.D_LATENT * 8 / (sms * page_bytes)
+def stage2_pages(rows: int, p: Problem, model: Model) -> float:
+    """``workspace.stage2_pages`` of ``rows`` partial rows of ``p`` with the model's launch cost and merge weight."""
+    return ws.stage2_pages(rows, p.heads, p.sms, PAGE, model.split_cost, model.merge_weight)
 
 
 def rule_splits(p: Problem, model: Model) -> int:
-    """``triton_num_kv_splits`` with the model's stage 2 cost (``stage2_pages`` of ``B * S`` rows at S > 1)."""
-    b = len(p.lens)
-    block_h = ws.gpu_block_h(p.heads, b, p.width)
-    programs, slots = b * cdiv(p.heads, block_h), ws.PROGRAMS_PER_SM[block_h] * p.sms
-    best, best_cost = 1, None
-    for s in ws.SPLIT_CHOICES:
-        if s > p.width:
-            break
-        if cdiv(p.width, s) > ws.MAX_PAGES_PER_PROGRAM and s < max(ws.SPLIT_CHOICES):
-            continue
-        cost = cdiv(programs * s, slots) * cdiv(p.width, s) + (stage2_pages(b * s, p.heads, p.sms, model) if s > 1
-                                                                 else 0)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = s, cost
-    return best
+    """``workspace.triton_num_kv_splits`` of ``p`` (its table width) with the model's stage 2 constants."""
+    return ws.triton_num_kv_splits(PAGE * p.width, len(p.lens), p.heads, PAGE, p.sms, split_cost=model.split_cost,
+                                   merge_weight=model.merge_weight)
 
 
 def balanced_partials(p: Problem) -> int:
@@ -205,9 +192,9 @@ def spans(p: Problem, model: Model) -> tuple[int, float, float]:
     s = rule_splits(p, model)
     rule, balanced = stage1_spans(p, s)
     if model.in_makespans != "none" and s > 1:
-        rule += stage2_pages(len(p.lens) * s, p.heads, p.sms, model)
+        rule += stage2_pages(len(p.lens) * s, p, model)
     if model.in_makespans == "both":
-        balanced += stage2_pages(balanced_partials(p), p.heads, p.sms, model)
+        balanced += stage2_pages(balanced_partials(p), p, model)
     return s, rule, balanced
 
 

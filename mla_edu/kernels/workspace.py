@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.util import cdiv, is_int
+from mla_edu.util import cdiv, check_int, is_int
 
 #: H100 / H200 SXM have 132 SMs; used where no GPU can be asked (CPU runs).
 DEFAULT_SM_COUNT = 132
@@ -102,18 +102,31 @@ def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0, balanced: bool = F
     return block
 
 
+def stage2_pages(rows: int, heads: int, sm_count: int, page_size: int, split_cost: float = SPLIT_COST_PAGES,
+                 merge_weight: float = 1, d_latent: int = D_LATENT, d_rope: int = D_ROPE) -> float:
+    """Stage 2 (the merge) in page-times of one program: ``split_cost`` for its launch, plus its float32 partials
+    ``[rows, heads, d_latent]``, written and read (``merge_weight`` times those bytes), over one page read on each
+    of ``sm_count`` SMs."""
+    check_int("rows", rows, 0)
+    for name, v in (("heads", heads), ("sm_count", sm_count), ("page_size", page_size)):
+        check_int(name, v, 1)
+    page_bytes = page_size * (d_latent + d_rope) * 2  # bf16 rows [page_size, d_latent + d_rope] of one page
+    # merge_weight defaults to the int 1: the bytes stay an exact int up to the one division
+    return split_cost + merge_weight * rows * heads * d_latent * 8 / (sm_count * page_bytes)
+
+
 def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, page_size: int,
-                         sm_count: int = 0, d_latent: int = D_LATENT, d_rope: int = D_ROPE) -> int:
+                         sm_count: int = 0, d_latent: int = D_LATENT, d_rope: int = D_ROPE, *,
+                         split_cost: float = SPLIT_COST_PAGES, merge_weight: float = 1) -> int:
     """The split count for ``mla_decode(impl="triton")``: host side, from shapes only (graph-safe).
 
     Cost model in page-times (the time one program takes for one page): the ``P * S`` programs
     (``P = B * ceil(H / block_h)``, ``block_h = gpu_block_h(H, B, n_pages)``) run in
     ``ceil(P * S / (PROGRAMS_PER_SM[block_h] * sm_count))`` waves of ``ceil(n_pages / S)`` pages each; with
-    ``S > 1`` add ``SPLIT_COST_PAGES`` and the merge's float32 partials (written and read:
-    ``B * H * S * d_latent * 8`` bytes) in page-times of all SMs. The rule picks the cheapest ``S`` in
-    ``SPLIT_CHOICES`` (at most ``n_pages``, and at most ``MAX_PAGES_PER_PROGRAM`` pages per program
-    where a choice allows it). Unlike sgl-kernel's rule it counts head blocks, whole
-    waves and the merge.
+    ``S > 1`` add stage 2, ``stage2_pages`` of ``B * S`` partial rows (with ``split_cost`` and ``merge_weight``,
+    the package's constants unless given). The rule picks the cheapest ``S`` in ``SPLIT_CHOICES`` (at most
+    ``n_pages``, and at most ``MAX_PAGES_PER_PROGRAM`` pages per program where a choice allows it). Unlike
+    sgl-kernel's rule it counts head blocks, whole waves and the merge.
     """
     _pos_int("max_seq_len", max_seq_len)
     _pos_int("num_batches", num_batches)
@@ -124,7 +137,6 @@ def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, pag
     block_h = gpu_block_h(num_heads, num_batches, n_pages)
     programs = num_batches * cdiv(num_heads, block_h)
     slots = PROGRAMS_PER_SM[block_h] * sms
-    page_bytes = page_size * (d_latent + d_rope) * 2  # bf16 rows of one page
     best, best_cost = 1, None
     for s in SPLIT_CHOICES:
         if s > n_pages:
@@ -133,7 +145,8 @@ def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, pag
             continue
         cost = cdiv(programs * s, slots) * cdiv(n_pages, s)
         if s > 1:
-            cost += SPLIT_COST_PAGES + num_batches * num_heads * s * d_latent * 8 / (sms * page_bytes)
+            cost += stage2_pages(num_batches * s, num_heads, sms, page_size, split_cost, merge_weight, d_latent,
+                                 d_rope)
         if best_cost is None or cost < best_cost:
             best, best_cost = s, cost
     return best
