@@ -48,9 +48,14 @@ RUNS = tuple(LAB / name for name in (
     "family_bench_h200_fm_8acf73a_b128.json",
     "family_bench_h200_fm_8acf73a_b256.json",
     "family_bench_h200_fm_8acf73a_h16_uniform.json",
+    "family_bench_h200_fm_4d46283_run1.json",
+    "family_bench_h200_fm_4d46283_run2.json",
+    "family_bench_h200_fm_4d46283_run3.json",
 ))
 #: The family-bench jsons of the results folder left out of ``RUNS`` on purpose (a comment each says why).
-SKIPPED: tuple[str, ...] = ()
+SKIPPED: tuple[str, ...] = (
+    "family_bench_h200_ours_df92c31_small.json",  # split counts at small uniform batches, no FlashMLA (split_model_fit)
+)
 PATTERN = "family_bench_h200*.json"  # the family-bench runs on the H200 in the results folder
 OUT = LAB / "acceptance_h200.md"
 #: The runs' commits, oldest first, one a line.
@@ -58,6 +63,7 @@ COMMITS = (
     "29d1c24",
     "a2e9367",
     "8acf73a",
+    "4d46283",
 )
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition. Runs from it on are

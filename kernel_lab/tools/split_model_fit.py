@@ -39,7 +39,7 @@ PAGE = 64  # every run's page size
 #: (name, file, kind): the committed H200 runs that timed the split rule's counts. kind: "family" (a family bench;
 #: "family_benched" where its balanced schedule is modelled as it ran), "schedule" (``tools.schedule_bench``),
 #: "kernel" (``tools.kernel_bench``, uniform lengths, no balanced time).
-SETS = (
+FIT_SETS = (
     ("family 29d1c24", LAB / "family_bench_h200.json", "family_benched"),
     ("family ours a2e9367", LAB / "family_bench_h200_ours_a2e9367.json", "family"),
     ("family fm a2e9367", LAB / "family_bench_h200_fm_a2e9367.json", "family"),
@@ -51,6 +51,15 @@ SETS = (
     ("kernel bench", RESULTS_DIR / "kernel_bench_h200.json", "kernel"),
     ("kernel bench stage1", RESULTS_DIR / "kernel_bench_h200_stage1.json", "kernel"),
 )
+#: The runs timed after the models above were written (so none was fitted to them): three whole family benches with
+#: FlashMLA and small uniform batches at h_q 32-128 (B 1-16, L 1024 and 2048).
+NEW_SETS = (
+    ("family fm 4d46283 run 1", LAB / "family_bench_h200_fm_4d46283_run1.json", "family"),
+    ("family fm 4d46283 run 2", LAB / "family_bench_h200_fm_4d46283_run2.json", "family"),
+    ("family fm 4d46283 run 3", LAB / "family_bench_h200_fm_4d46283_run3.json", "family"),
+    ("family ours df92c31 small", LAB / "family_bench_h200_ours_df92c31_small.json", "family"),
+)
+SETS = FIT_SETS + NEW_SETS
 #: A choice within this of the fastest option counts as right (issue 52's 5%).
 WITHIN = 1.05
 #: Where stage 2's cost enters ``makespans``.
