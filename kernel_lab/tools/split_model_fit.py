@@ -3,13 +3,13 @@ set: ``python -m kernel_lab.tools.split_model_fit --out FILE``. No GPU.
 
 The triton backend chooses per batch in two steps: ``workspace.triton_num_kv_splits`` picks the split rule's count S
 (waves times pages a program, plus for S > 1 stage 2, ``workspace.stage2_pages``: ``SPLIT_COST_PAGES`` and the merge's
-float32 partials in page-times of all SMs), then ``schedule.prefers_balanced`` compares the rule at S with the balanced
-schedule (``schedule.makespans``, stage 1 only, the balanced schedule ``BALANCED_MARGIN`` below). A ``Model`` here
-varies the three constants of that pair: ``split_cost`` (the second launch, page-times), ``merge_weight`` (the
-partials' bytes, times the package's formula) and ``margin``, and where stage 2 enters ``makespans``: nowhere (the
-package), on the rule's side only (B * S partial rows at S > 1), or on both (the balanced schedule's partial rows,
-``balanced_partials``, and its stage 2, which always runs). Every stage 2 cost here is ``workspace.stage2_pages``, and
-the count ``triton_num_kv_splits``, with the model's constants.
+float32 partials, weighed ``MERGE_WEIGHT``, in page-times of all SMs), then ``schedule.prefers_balanced`` compares the
+rule at S with the balanced schedule (``schedule.makespans``: both stages, the balanced schedule ``BALANCED_MARGIN``
+below). A ``Model`` here varies the three constants of that pair: ``split_cost`` (the second launch, page-times),
+``merge_weight`` (the partials' bytes) and ``margin``, and where stage 2 enters the makespans: nowhere (the package
+before, ``BEFORE``), on the rule's side only (B * S partial rows at S > 1), or on both (and the balanced schedule's
+partial rows, ``schedule.balanced_partials``, with its launch, which always runs: the package, ``PACKAGE``). Every
+stage 2 cost here is ``workspace.stage2_pages``, and the count ``triton_num_kv_splits``, with the model's constants.
 
 Every problem of every run that timed the split rule's counts: the family benches (every split count of
 ``family_bench.SPLITS`` up to the table's width and the balanced schedule), the schedule bench and the headline kernel
@@ -62,7 +62,7 @@ NEW_SETS = (
 SETS = FIT_SETS + NEW_SETS
 #: A choice within this of the fastest option counts as right (issue 52's 5%).
 WITHIN = 1.05
-#: Where stage 2's cost enters ``makespans``.
+#: Where stage 2's cost enters the makespans (``schedule.stage1_makespans`` plus stage 2).
 IN_MAKESPANS = ("none", "rule", "both")
 
 
@@ -82,16 +82,20 @@ class Model:
             raise ValueError(f"expected in_makespans in {IN_MAKESPANS}, got {self.in_makespans!r}")
 
 
-PACKAGE = Model("package", ws.SPLIT_COST_PAGES, 1.0, sc.BALANCED_MARGIN, "none")
+#: The package's model before stage 2 entered the choice: what every other model is scored against.
+BEFORE = Model("before: launch 1, merge 1, margin 0.1, stage 1 only", 1.0, 1.0, 0.1, "none")
+#: The package's model: its constants, stage 2 on both sides (``schedule.makespans``).
+PACKAGE = Model(f"package: both, launch {ws.SPLIT_COST_PAGES:g}, margin {sc.BALANCED_MARGIN:g}, merge "
+                f"x{ws.MERGE_WEIGHT:g}", ws.SPLIT_COST_PAGES, ws.MERGE_WEIGHT, sc.BALANCED_MARGIN, "both")
 MODELS = (
-    PACKAGE,
-    Model("merge x1.5 in the count only", ws.SPLIT_COST_PAGES, 1.5, sc.BALANCED_MARGIN, "none"),
-    Model("merge x1.5, rule side of makespans", ws.SPLIT_COST_PAGES, 1.5, sc.BALANCED_MARGIN, "rule"),
-    Model("stage 2 on both sides", ws.SPLIT_COST_PAGES, 1.0, sc.BALANCED_MARGIN, "both"),
+    BEFORE,
+    Model("merge x1.5 in the count only", 1.0, 1.5, 0.1, "none"),
+    Model("merge x1.5, rule side of makespans", 1.0, 1.5, 0.1, "rule"),
+    Model("stage 2 on both sides", 1.0, 1.0, 0.1, "both"),
     Model("both, launch 2, margin 0.125", 2.0, 1.0, 0.125, "both"),
-    Model("both, launch 2, margin 0.125, merge x1.5", 2.0, 1.5, 0.125, "both"),
+    PACKAGE,
 )
-#: The grid scored around the package's constants: merge weights, launch costs, margins.
+#: The grid scored around the package's constants, against ``BEFORE``: merge weights, launch costs, margins.
 GRID = ((1.0, 1.25, 1.5, 2.0), (1.0, 1.5, 2.0, 3.0), (0.1, 0.11, 0.12, 0.125, 0.13, 0.14, 0.15))
 
 
@@ -171,27 +175,25 @@ def rule_splits(p: Problem, model: Model) -> int:
 
 
 def balanced_partials(p: Problem) -> int:
-    """Workspace rows the balanced schedule writes as partials (requests cut across parts: one a part), from the
-    partition's closed form (``schedule.balanced_chunk``; as the run ran it where ``p.benched``)."""
+    """Workspace rows the balanced schedule writes as partials: ``schedule.balanced_partials``, or as the run ran it
+    where ``p.benched`` (the parts of then, ``long_tail.parts_as_benched``, and the piece cap at every batch)."""
+    if not p.benched:
+        return sc.balanced_partials(list(p.lens), PAGE, p.heads, p.sms, p.width)
     n = [min(cdiv(max(x, 0), PAGE), p.width) for x in p.lens]
     w = [k + sc.FIXED_OVERHEAD_PAGES for k in n if k > 0]
-    if p.benched:
-        parts, pieces = lt.parts_as_benched(p.heads, p.sms, len(n), p.width), sc.MAX_PIECES
-    else:
-        parts = sc.num_parts(p.heads, p.sms, len(n), p.width)
-        pieces = sc.max_pieces(len(n), p.heads, parts)
-    return sum(k for k in lt.pieces_per_request(n, sc.balanced_chunk(w, parts, pieces)) if k > 1)
+    chunk = sc.balanced_chunk(w, lt.parts_as_benched(p.heads, p.sms, len(n), p.width), sc.MAX_PIECES)
+    return sum(k for k in lt.pieces_per_request(n, chunk) if k > 1)
 
 
 _STAGE1: dict = {}
 
 
 def stage1_spans(p: Problem, splits: int) -> tuple[float, float]:
-    """``schedule.makespans`` of ``p`` at ``splits`` (the balanced term as benched where ``p.benched``), kept per
-    problem and count: the grid asks for the same ones many times."""
+    """``schedule.stage1_makespans`` of ``p`` at ``splits`` (the balanced term as benched where ``p.benched``), kept
+    per problem and count: the grid asks for the same ones many times."""
     key = (p.heads, p.lens, p.width, p.sms, p.benched, splits)
     if key not in _STAGE1:
-        rule, balanced = sc.makespans(list(p.lens), PAGE, p.heads, p.sms, splits, p.width)
+        rule, balanced = sc.stage1_makespans(list(p.lens), PAGE, p.heads, p.sms, splits, p.width)
         _STAGE1[key] = (rule, lt.benched_makespan(list(p.lens), p.heads, p.sms) if p.benched else balanced)
     return _STAGE1[key]
 
@@ -229,9 +231,9 @@ def against(problems: list[Problem], model: Model, base: list[float | None]) -> 
 
 
 def _change(p: Problem, model: Model) -> str:
-    """A problem whose choice changes: the package's and the model's (count, rule, balanced makespans) and regret."""
+    """A problem whose choice changes: ``BEFORE``'s and the model's (count, rule, balanced makespans) and regret."""
     out = []
-    for m in (PACKAGE, model):
+    for m in (BEFORE, model):
         s, rule, bal = spans(p, m)
         r = p.regret(choice(p, m))
         out.append(f"{choice(p, m)} [S={s}: rule {rule:.1f}, balanced {bal:.1f}] "
@@ -249,17 +251,20 @@ def render(sets=SETS, out=OUT) -> str:
     problems = load(sets)
     names = [n for n, _, _ in sets]
     scored = {m.name: regrets(problems, m) for m in MODELS}
-    base = scored[PACKAGE.name]
+    base = scored[BEFORE.name]
     lines = ["# Stage 2's cost in the split count and the schedule choice, on every H200 timing set", "",
              f"Command: `python -m kernel_lab.tools.split_model_fit --out {rel(out)}` (no GPU). Inputs: "
              + ", ".join(f"`{rel(p)}`" for _, p, _ in sets) + ".", "",
              f"Per set and model: the problems whose choice is within {WITHIN:.2f}x of the fastest of every timed "
              "split count and the balanced schedule, and the largest regret (choice / fastest; 'untimed': the run "
-             "did not time the chosen option). Models: 'launch' = page-times of stage 2's launch (the package's "
-             f"`SPLIT_COST_PAGES` = {ws.SPLIT_COST_PAGES}), 'merge' = weight of the merge's partial bytes (the "
-             f"package's formula: 1), 'margin' (`BALANCED_MARGIN` = {sc.BALANCED_MARGIN}), and where stage 2 enters "
-             "`makespans`: 'none' (the package: stage 1 only), 'rule' (its B x S partial rows at S > 1), 'both' (and "
-             "the balanced schedule's partial rows, with its launch, which always runs).", "",
+             "did not time the chosen option). Models: 'launch' = page-times of stage 2's launch (`SPLIT_COST_PAGES`), "
+             "'merge' = weight of the merge's partial bytes (`MERGE_WEIGHT`), 'margin' (`BALANCED_MARGIN`), and where "
+             "stage 2 enters the makespans: 'none' (stage 1 only), 'rule' (its B x S partial rows at S > 1), 'both' "
+             "(and the balanced schedule's partial rows, with its launch, which always runs: `schedule.makespans`). "
+             f"The first row is the package before stage 2 entered the choice, the last the package now. 'gained' / "
+             f"'lost': problems within {WITHIN:.2f}x under the model and not under the first row, and the reverse. "
+             "Timed after the models were written (held out): "
+             + (", ".join(n for n, _, _ in NEW_SETS if n in names) or "none") + ".", "",
              "| model | launch | merge | margin | in makespans | " + " | ".join(names) + " | all | gained | lost |",
              "|---" * (8 + len(names)) + "|"]
     for m in MODELS:
@@ -268,7 +273,7 @@ def render(sets=SETS, out=OUT) -> str:
         gained, lost = against(problems, m, base)
         lines.append(f"| {m.name} | {m.split_cost:g} | {m.merge_weight:g} | {m.margin:g} | {m.in_makespans} | "
                      + " | ".join(cells) + f" | {_cell(rs)} | {len(gained)} | {len(lost)} |")
-    lines += ["", f"{len(problems)} problems. Against the package, per model: the problems it brings within "
+    lines += ["", f"{len(problems)} problems. Against the package before, per model: the problems it brings within "
               f"{WITHIN:.2f}x (+) and those it loses (-).", ""]
     for m in MODELS[1:]:
         gained, lost = against(problems, m, base)
@@ -277,7 +282,7 @@ def render(sets=SETS, out=OUT) -> str:
     meets = [m.name for m in MODELS[1:] if (lambda g, lo: g and not lo)(*against(problems, m, base))]
     lines += ["", f"Bring more problems within {WITHIN:.2f}x and lose none: " + (", ".join(meets) or "none") + ".",
               "", "## The grid, stage 2 on both sides", "",
-              "Gained / lost against the package at each merge weight, launch cost and margin.", "",
+              "Gained / lost against the package before at each merge weight, launch cost and margin.", "",
               "| merge | launch | " + " | ".join(f"margin {g:g}" for g in GRID[2]) + " |", "|---" * (2 + len(GRID[2]))
               + "|"]
     for k in GRID[0]:

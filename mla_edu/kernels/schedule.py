@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import torch
 
 from mla_edu.device import TRITON_INTERPRET, require_triton
-from mla_edu.kernels.workspace import PROGRAMS_PER_SM, SPLIT_CHOICES, gpu_block_h
+from mla_edu.kernels.workspace import PROGRAMS_PER_SM, SPLIT_CHOICES, gpu_block_h, stage2_pages
 from mla_edu.util import cdiv, check_int
 
 #: How ``mla_decode`` splits the KV: "splits", the same count for every request (its ``num_kv_splits``, the
@@ -85,9 +85,10 @@ FEW_PARTIALS = (4, 2)
 #: 1.32x slower than the rule; so it is fitted on the choice at B <= 16
 #: (``kernel_lab/results/half_block_fit_h200.md``, ``python -m kernel_lab.tools.half_block_fit``).
 HALF_BLOCK_PAGE_COST = 0.8
-#: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan is this much below the split
-#: rule's: its merge's launch and the partials of requests cut at a part boundary are not in the model.
-BALANCED_MARGIN = 0.1
+#: ``prefers_balanced`` takes the balanced schedule only where its modelled makespan, stage 2 included, is this much
+#: below the split rule's. Fitted with the split count's stage 2 constants on every H200 timing of the choice
+#: (``kernel_lab/results/split_model_fit_h200.md``).
+BALANCED_MARGIN = 0.125
 #: Fields of a row of ``segments``: its part, its request, its tokens [t_start, t_end), its flag.
 SEGMENT_FIELDS = ("part", "request", "t_start", "t_end", "flag")
 #: The Triton functions of ``kernels.partition``, which the kernels call as ``schedule.<name>`` (``__getattr__``).
@@ -106,26 +107,55 @@ def _check_sizes(**sizes) -> None:
 
 def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
               max_pages: int | None = None, half_block_cost: float = HALF_BLOCK_PAGE_COST) -> tuple[float, float]:
-    """(rule, balanced): modelled makespans in page-times (one program's time for one page; each program or
-    segment also pays ``FIXED_OVERHEAD_PAGES``) of the split rule at ``num_splits`` and of the balanced schedule,
-    for requests of ``lens`` tokens (host ints). The rule: its programs (``ceil(n_b / S)`` pages, per head block,
-    ``pages_per_program``) handed to the GPU's program slots in launch order (``simulate``), so that a long
-    request's programs launched last run alone at the end. The schedule: one part's share (``batch_plan``'s chunk)
-    and one overhead, in the rule's page-times (times ``half_block_cost`` where its programs take half the rule's
-    heads). The rule's term was a lower bound until the family bench (the longest program, or the total
-    spread evenly over the slots), which misses that tail: ``kernel_lab/results/choice_fit_h200.md`` scores both
-    on the H200's measured times."""
+    """(rule, balanced): modelled makespans in page-times (one program's time for one page) of the split rule at
+    ``num_splits`` and of the balanced schedule, for requests of ``lens`` tokens (host ints): stage 1
+    (``stage1_makespans``) plus stage 2 (``workspace.stage2_pages``) where it runs. The rule's stage 2 runs at
+    ``num_splits`` > 1 and merges ``B * num_splits`` partial rows; the balanced schedule's always runs and merges
+    its ``balanced_partials`` rows."""
+    rule, balanced = stage1_makespans(lens, page_size, heads, sm_count, num_splits, max_pages, half_block_cost)
+    if num_splits > 1:
+        rule += stage2_pages(len(lens) * num_splits, heads, sm_count, page_size)
+    balanced += stage2_pages(balanced_partials(lens, page_size, heads, sm_count, max_pages), heads, sm_count,
+                             page_size)
+    return rule, balanced
+
+
+def stage1_makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
+                     max_pages: int | None = None, half_block_cost: float = HALF_BLOCK_PAGE_COST) -> tuple[float, float]:
+    """``makespans``' stage 1 (each program or segment also pays ``FIXED_OVERHEAD_PAGES``). The rule: its programs
+    (``ceil(n_b / S)`` pages, per head block, ``pages_per_program``) handed to the GPU's program slots in launch order
+    (``simulate``), so that a long request's programs launched last run alone at the end. The schedule: one part's
+    share (``batch_plan``'s chunk) and one overhead, in the rule's page-times (times ``half_block_cost`` where its
+    programs take half the rule's heads). The rule's term was a lower bound until the family bench (the longest
+    program, or the total spread evenly over the slots), which misses that tail:
+    ``kernel_lab/results/choice_fit_h200.md`` scores both on the H200's measured times."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
                  **({} if max_pages is None else {"max_pages": max_pages}))
+    n, max_pages, parts, chunk = _balanced_line(lens, page_size, heads, sm_count, max_pages)
+    slots = PROGRAMS_PER_SM[gpu_block_h(heads, len(n), max_pages)] * sm_count
+    rule = simulate(pages_per_program(lens, page_size, heads, sm_count, num_splits, max_pages), slots)[1]
+    balanced = chunk + FIXED_OVERHEAD_PAGES
+    return rule, half_block_cost * balanced if half_block(heads, len(n), max_pages) else balanced
+
+
+def _balanced_line(lens, page_size: int, heads: int, sm_count: int, max_pages: int | None):
+    """(pages of each request clamped to ``max_pages`` [B], ``max_pages`` (the longest request's pages where None),
+    parts, ``batch_plan``'s chunk) of the balanced schedule, on the host."""
     n = [cdiv(max(int(x), 0), page_size) for x in lens]
     max_pages = max(n + [1]) if max_pages is None else max_pages
     n = [min(k, max_pages) for k in n]
-    slots = PROGRAMS_PER_SM[gpu_block_h(heads, len(n), max_pages)] * sm_count
-    rule = simulate(pages_per_program(lens, page_size, heads, sm_count, num_splits, max_pages), slots)[1]
-    w = [k + FIXED_OVERHEAD_PAGES for k in n if k > 0]
     parts = num_parts(heads, sm_count, len(n), max_pages)
-    balanced = balanced_chunk(w, parts, max_pieces(len(n), heads, parts)) + FIXED_OVERHEAD_PAGES
-    return rule, half_block_cost * balanced if half_block(heads, len(n), max_pages) else balanced
+    chunk = balanced_chunk([k + FIXED_OVERHEAD_PAGES for k in n if k > 0], parts, max_pieces(len(n), heads, parts))
+    return n, max_pages, parts, chunk
+
+
+def balanced_partials(lens, page_size: int, heads: int, sm_count: int, max_pages: int | None = None) -> int:
+    """Workspace rows the balanced schedule writes as partials for requests of ``lens`` tokens (host ints): a request
+    cut across parts leaves one row a part it spans (``line_parts``), a request in one part none."""
+    _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count,
+                 **({} if max_pages is None else {"max_pages": max_pages}))
+    n, _, _, chunk = _balanced_line(lens, page_size, heads, sm_count, max_pages)
+    return sum(last - first + 1 for _, first, last in line_parts(n, chunk) if last > first)
 
 
 def half_block(heads: int, batch: int, n_pages: int) -> bool:
@@ -166,9 +196,9 @@ def prefers_balanced(lens, page_size: int, heads: int, sm_count: int, num_splits
                      max_pages: int | None = None, half_block_cost: float = HALF_BLOCK_PAGE_COST) -> bool:
     """Whether a batch of requests of ``lens`` tokens (host ints: an engine has them at every step,
     ``seq_lens_cpu``) is better served by the balanced schedule than by the split rule at ``num_splits``: its
-    modelled makespan (``makespans``) ``BALANCED_MARGIN`` below the rule's. Scored on the H200's measured times
-    (``tools/schedule_choice.py``, ``results/schedule_choice_h200.md``, which ``tests/test_schedule_choice.py``
-    regenerates); ``half_block_cost``: ``makespans``'."""
+    modelled makespan, both stages (``makespans``), ``BALANCED_MARGIN`` below the rule's. Scored on every H200 timing
+    of the choice (``kernel_lab/results/split_model_fit_h200.md``, ``results/schedule_choice_h200.md``);
+    ``half_block_cost``: ``makespans``'."""
     rule, balanced = makespans(lens, page_size, heads, sm_count, num_splits, max_pages, half_block_cost)
     return balanced < (1 - BALANCED_MARGIN) * rule
 

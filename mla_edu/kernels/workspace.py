@@ -85,8 +85,12 @@ HALF_BLOCK_BATCH = 16
 #: (request, head block) over 512 pages (L=32768, page 64) ran 5-10% slower than 2-4 shorter ones in
 #: two bench runs, where the wave count alone sees no difference.
 MAX_PAGES_PER_PROGRAM = 256
-#: Fixed cost of splitting, in page-times of one program (the second launch, the LSE merge).
-SPLIT_COST_PAGES = 1.0
+#: Fixed cost of splitting, in page-times of one program: stage 2's launch. Fitted with ``MERGE_WEIGHT`` on every H200
+#: timing of the split counts (``kernel_lab/results/split_model_fit_h200.md``).
+SPLIT_COST_PAGES = 2.0
+#: Weight of the merge's float32 partial bytes in ``stage2_pages``: they cost 1.5x their bytes' share of one page read
+#: on every SM (``kernel_lab/results/split_model_fit_h200.md``).
+MERGE_WEIGHT = 1.5
 
 
 def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0, balanced: bool = False) -> int:
@@ -103,7 +107,7 @@ def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0, balanced: bool = F
 
 
 def stage2_pages(rows: int, heads: int, sm_count: int, page_size: int, split_cost: float = SPLIT_COST_PAGES,
-                 merge_weight: float = 1, d_latent: int = D_LATENT, d_rope: int = D_ROPE) -> float:
+                 merge_weight: float = MERGE_WEIGHT, d_latent: int = D_LATENT, d_rope: int = D_ROPE) -> float:
     """Stage 2 (the merge) in page-times of one program: ``split_cost`` for its launch, plus its float32 partials
     ``[rows, heads, d_latent]``, written and read (``merge_weight`` times those bytes), over one page read on each
     of ``sm_count`` SMs."""
@@ -111,13 +115,12 @@ def stage2_pages(rows: int, heads: int, sm_count: int, page_size: int, split_cos
     for name, v in (("heads", heads), ("sm_count", sm_count), ("page_size", page_size)):
         check_int(name, v, 1)
     page_bytes = page_size * (d_latent + d_rope) * 2  # bf16 rows [page_size, d_latent + d_rope] of one page
-    # merge_weight defaults to the int 1: the bytes stay an exact int up to the one division
     return split_cost + merge_weight * rows * heads * d_latent * 8 / (sm_count * page_bytes)
 
 
 def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, page_size: int,
                          sm_count: int = 0, d_latent: int = D_LATENT, d_rope: int = D_ROPE, *,
-                         split_cost: float = SPLIT_COST_PAGES, merge_weight: float = 1) -> int:
+                         split_cost: float = SPLIT_COST_PAGES, merge_weight: float = MERGE_WEIGHT) -> int:
     """The split count for ``mla_decode(impl="triton")``: host side, from shapes only (graph-safe).
 
     Cost model in page-times (the time one program takes for one page): the ``P * S`` programs
