@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernel_lab.tools import choice_fit as cf
-from kernel_lab.tools import family_bench as fb
 from kernel_lab.tools import long_tail as lt
+from kernel_lab.tools import split_model_fit as smf
 from kernel_lab.tests.results import result
 from mla_edu.kernels import schedule as sc
 
@@ -22,13 +22,16 @@ def test_the_committed_markdown_is_the_tools_output():
         "--out kernel_lab/results/choice_fit_h200.md")
 
 
-def test_the_launch_order_model_at_the_packages_margin_is_the_backends_choice(fit):
+def test_the_launch_order_model_is_the_packages_choice_before_stage_2_entered_it(fit):
     data = result("family_bench_h200.json")
     rows = data["family"] + data["uniform"]
     problems = fit["problems"][:len(rows)]
-    spans = [sc.makespans(p.lens, cf.PAGE, p.heads, fit["sms"], p.rule_splits) for p in problems]
-    assert [cf.choose(p, s, sc.BALANCED_MARGIN) for p, s in zip(problems, spans)] == [
-        fb.backend_choice(r, data["info"]["sm_count"]) for r in rows]
+    spans = cf.modelled(problems, fit["sms"])["launch order"][:len(rows)]
+    before = smf.load(smf.FIT_SETS[:1])  # the family bench at 29d1c24
+    assert [(p.heads, p.lens) for p in problems] == [(p.heads, p.lens) for p in before]
+    assert smf.BEFORE.margin == cf.STAGE1_MARGIN
+    assert [cf.choose(p, s, cf.STAGE1_MARGIN) for p, s in zip(problems, spans)] == [
+        smf.choice(p, smf.BEFORE) for p in before]
 
 
 def test_the_balanced_schedule_is_modelled_as_the_family_bench_ran_it(fit):
@@ -36,7 +39,7 @@ def test_the_balanced_schedule_is_modelled_as_the_family_bench_ran_it(fit):
     rows = data["family"] + data["uniform"]
     sms, problems = fit["sms"], fit["problems"]
     spans = cf.modelled(problems, sms)
-    now = [sc.makespans(p.lens, cf.PAGE, p.heads, sms, p.rule_splits) for p in problems]
+    now = [sc.stage1_makespans(p.lens, cf.PAGE, p.heads, sms, p.rule_splits) for p in problems]
     # the rule's term is the package's; the balanced one is capped on the parts the bench stored
     assert [s[0] for s in spans["launch order"]] == [s[0] for s in now]
     for p, r, s, lb in zip(problems, rows, spans["launch order"], spans["lower bound"]):
@@ -66,14 +69,14 @@ def synthetic(family: str, ratio: float, balanced_faster: bool) -> tuple[cf.Prob
 def test_leave_one_family_out_finds_the_margin_the_data_hold():
     # The balanced schedule wins where modelled below 0.85 of the rule: 0.82 wins, 0.88 loses. Only margins m with
     # 0.82 < 1 - m <= 0.88 choose right, 0.15 alone on the grid; A and B each hold both, so every fit without one
-    # of them still sees both ratios. C alone allows 0.05-0.25 and its fit takes the one nearest the package's.
+    # of them still sees both ratios. C alone allows 0.05-0.25 and its fit takes the one nearest STAGE1_MARGIN.
     cases = [synthetic(f, r, r < 0.85) for f, rs in (("A", (0.82, 0.88)), ("B", (0.82, 0.88)), ("C", (0.7, 0.95)))
              for r in rs]
     problems, spans = [p for p, _ in cases], [s for _, s in cases]
     assert cf.fit_margin(problems, spans) == 0.15
     assert {f: m for f, (m, _) in cf.lofo(problems, spans).items()} == {"A": 0.15, "B": 0.15, "C": 0.15}
     assert all(p.regret(c) == 1 for p, c in zip(problems, cf.held_out_choices(problems, cf.lofo(problems, spans))))
-    assert cf.fit_margin(problems[4:], spans[4:]) == sc.BALANCED_MARGIN
+    assert cf.fit_margin(problems[4:], spans[4:]) == cf.STAGE1_MARGIN
     # Without A and B's evidence at 0.85, a family whose threshold is 0.75 is mis-scored when held out.
     shifted = [synthetic("D", r, r < 0.75) for r in (0.72, 0.78)]
     got = cf.lofo(problems + [p for p, _ in shifted], spans + [s for _, s in shifted])

@@ -3,17 +3,19 @@ scored on families left out: ``python -m kernel_lab.tools.choice_fit --out FILE`
 times of the family bench's H200 run (``kernel_lab.tools.family_bench``) and of the earlier uniform grid
 (``tools.schedule_bench``).
 
-The backend takes the balanced schedule where ``schedule.makespans`` models it ``margin`` below the split rule at
-the rule's count (``schedule.prefers_balanced``, margin ``schedule.BALANCED_MARGIN``). Two models of the rule's
-makespan are scored: the lower bound the backend used until the family bench (``lower_bound_makespans``: the longest
-program, or the programs' total spread evenly over the GPU's slots) and the package's (``schedule.makespans``: the
+The backend took the balanced schedule where its model of stage 1 was ``margin`` below the split rule's at the rule's
+count (``schedule.prefers_balanced`` before stage 2 entered it, margin ``STAGE1_MARGIN``; the package's model now adds
+stage 2 on both sides: ``kernel_lab/results/split_model_fit_h200.md``). These are stage-1 models scored with the counts
+the runs stored. Two models of the rule's makespan are scored: the lower bound the backend used until the family bench
+(``lower_bound_makespans``: the longest program, or the programs' total spread evenly over the GPU's slots) and the
+package's (``schedule.stage1_makespans``: the
 programs handed to the slots in launch order, so that a long request's programs launched last run alone). Both score
 the balanced schedule as the measured runs ran it (``launch_order_makespans``): its model in the package has changed
 since, for a kernel these times did not measure. For each
 model and each margin of ``MARGINS``, every problem's choice is timed against the best of every split count and
 the balanced schedule (its regret, choice / best). The margin is fitted by leave-one-family-out (``lofo``): for
 each family, the margin best on all the other families (``fit_margin``: fewest problems over ``WITHIN``, then the
-smallest max regret, then the smallest geomean regret, then the one nearest the package's) is scored on the family
+smallest max regret, then the smallest geomean regret, then the one nearest ``STAGE1_MARGIN``) is scored on the family
 held out. Two ceilings: the better of the two options the choice picks from ("best of two", a perfect choice),
 and the best option (every split count and the balanced schedule), so that what the choice loses and what the kernel
 loses against FlashMLA read apart.
@@ -37,6 +39,9 @@ FAMILY_BENCH = REPO_ROOT / "kernel_lab" / "results" / "family_bench_h200.json"
 UNIFORM_GRID = RESULTS_DIR / "kernel_bench_h200_schedule.json"
 OUT = REPO_ROOT / "kernel_lab" / "results" / "choice_fit_h200.md"
 PAGE = 64  # both benches' page size
+#: The package's margin while its choice modelled stage 1 only (``split_model_fit.BEFORE``): the margin these models
+#: were fitted around.
+STAGE1_MARGIN = 0.1
 #: Margins scored, -0.1 to 0.3 by 0.05 (a negative margin takes the balanced schedule where it is modelled slower).
 MARGINS = tuple(round(-0.1 + 0.05 * i, 2) for i in range(9))
 #: A choice within this of the best option counts as right (issue 52's 5%).
@@ -108,9 +113,9 @@ def benched_balanced(lens, page_size: int, heads: int, sm_count: int) -> int:
 
 
 def launch_order_makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int) -> tuple[float, int]:
-    """``schedule.makespans``'s rule term (the rule's programs handed to the slots in launch order) and
-    ``benched_balanced``."""
-    return (sc.makespans(lens, page_size, heads, sm_count, num_splits)[0],
+    """``schedule.stage1_makespans``'s rule term (the rule's programs handed to the slots in launch order) and
+    ``benched_balanced``: stage 1 only, as the package modelled the choice when these runs were timed."""
+    return (sc.stage1_makespans(lens, page_size, heads, sm_count, num_splits)[0],
             benched_balanced(lens, page_size, heads, sm_count))
 
 
@@ -154,10 +159,10 @@ def margin_scores(problems: list[Problem], spans: list, margins=MARGINS) -> dict
 
 def best_margin(scores: dict) -> float:
     """The margin of ``scores`` (``margin_scores``) whose choices are best: fewest over ``WITHIN``, then the smallest
-    max regret, then the smallest geomean, then the nearest ``schedule.BALANCED_MARGIN``."""
+    max regret, then the smallest geomean, then the nearest ``STAGE1_MARGIN``."""
     def key(m):
         s = scores[m]
-        return (s["problems"] - s["within"], round(s["max"], 9), round(s["geomean"], 9), abs(m - sc.BALANCED_MARGIN))
+        return (s["problems"] - s["within"], round(s["max"], 9), round(s["geomean"], 9), abs(m - STAGE1_MARGIN))
     return min(scores, key=key)
 
 
@@ -219,11 +224,12 @@ def to_markdown(result: dict, command: str, inputs: list[str]) -> str:
              f"Per problem, the choice's time over the best of every split count and the balanced schedule (its "
              f"regret; 'within' = at most {WITHIN:.2f}x). 'lower bound' = the rule's makespan modelled as the longest "
              "program or the total over the slots (the backend's model until the family bench); 'launch order' = "
-             "`schedule.makespans`'s (the programs handed to the slots in launch order). The balanced schedule's "
-             "makespan is modelled as the family bench ran it (`choice_fit.benched_balanced`: the piece cap at every "
-             "batch, the split rule's head block); the package's balanced schedule has changed since. It is "
-             "chosen where its model is the margin below the rule's (`schedule.prefers_balanced`, margin "
-             f"`schedule.BALANCED_MARGIN` = {sc.BALANCED_MARGIN}). 'best of two' = the better of the rule and the "
+             "`schedule.stage1_makespans`'s (the programs handed to the slots in launch order). The balanced "
+             "schedule's makespan is modelled as the family bench ran it (`choice_fit.benched_balanced`: the piece cap "
+             "at every batch, the split rule's head block); the package's balanced schedule has changed since. It is "
+             "chosen where its model is the margin below the rule's (stage 1 only, margin `choice_fit.STAGE1_MARGIN` "
+             f"= {STAGE1_MARGIN}: the package's choice before stage 2 entered it, `split_model_fit_h200.md`). 'best of "
+             "two' = the better of the rule and the "
              "balanced schedule, what a perfect choice reaches. Families: the family bench's 8 at h_q 16-128 and "
              f"B 16-256; '{UNIFORM}' = its uniform rows (cut by its deadline); '{GRID}' = the earlier schedule "
              "bench's uniform grid (h_q 16 and 128, B 1-128, L 1K-16K).", "",

@@ -120,8 +120,8 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     return rule, balanced
 
 
-def stage1_makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
-                     max_pages: int | None = None, half_block_cost: float = HALF_BLOCK_PAGE_COST) -> tuple[float, float]:
+def stage1_makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int, max_pages: int | None = None,
+                     half_block_cost: float = HALF_BLOCK_PAGE_COST) -> tuple[float, float]:
     """``makespans``' stage 1 (each program or segment also pays ``FIXED_OVERHEAD_PAGES``). The rule: its programs
     (``ceil(n_b / S)`` pages, per head block, ``pages_per_program``) handed to the GPU's program slots in launch order
     (``simulate``), so that a long request's programs launched last run alone at the end. The schedule: one part's
