@@ -147,24 +147,26 @@ def best_option(row: dict) -> str:
 
 def rule_splits_now(row: dict, sm_count: int) -> int:
     """The split rule's count for this batch with the package as it is (``workspace.triton_num_kv_splits`` of the
-    table's width), not the ``rule_splits`` stored at run time: a run times every split count of ``SPLITS`` up to the
-    width, so it scores any later rule. ValueError where the row did not time that count."""
+    table's width), not the ``rule_splits`` stored at run time: a run times every count of ``SPLITS`` up to the width,
+    so it scores a later rule too."""
     from mla_edu.kernels.workspace import triton_num_kv_splits
 
-    s = triton_num_kv_splits(PAGE * math.ceil(max(row["lens"]) / PAGE), row["batch"], row["heads"], PAGE, sm_count)
-    if f"split_{s}" not in row["us"]:
-        raise ValueError(f"the split rule now takes {s} splits at h_q={row['heads']}, B={row['batch']}, but the run "
-                         f"timed only {sorted(k for k in row['us'] if k.startswith('split_'))}")
-    return s
+    return triton_num_kv_splits(PAGE * math.ceil(max(row["lens"]) / PAGE), row["batch"], row["heads"], PAGE, sm_count)
 
 
 def backend_choice(row: dict, sm_count: int) -> str:
     """What the triton serving backend runs for this batch today: the balanced schedule where
-    ``schedule.prefers_balanced`` models it faster, else the rule's split count (``rule_splits_now``)."""
+    ``schedule.prefers_balanced`` models it faster, else the rule's split count (``rule_splits_now``). ValueError
+    where that is a count the run did not time."""
     from mla_edu.kernels.schedule import prefers_balanced
 
     s = rule_splits_now(row, sm_count)
-    return "balanced" if prefers_balanced(row["lens"], PAGE, row["heads"], sm_count, s) else f"split_{s}"
+    if prefers_balanced(row["lens"], PAGE, row["heads"], sm_count, s):
+        return "balanced"
+    if f"split_{s}" not in row["us"]:
+        raise ValueError(f"the split rule now takes {s} splits at h_q={row['heads']}, B={row['batch']}, but the run "
+                         f"timed only {sorted(k for k in row['us'] if k.startswith('split_'))}")
+    return f"split_{s}"
 
 
 def x_flashmla(row: dict, option: str) -> tuple[float, float, float]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from kernel_lab.tools import family_bench as fb
 from kernel_lab.tools import markdown_main, rel
 from mla_edu.files import read_json
 from mla_edu.kernels import schedule as sc
@@ -34,7 +35,8 @@ WITHIN = 1.05
 @dataclass(frozen=True)
 class Problem:
     """One measured batch: its run (``ours`` or ``fm``, from the file's name), family (or uniform length), lengths,
-    the split rule's count and the median time (us) of each option (``split_S``, ``balanced``)."""
+    the split rule's count today (``family_bench.rule_splits_now``) and the median time (us) of each option
+    (``split_S``, ``balanced``)."""
 
     run: str
     family: str
@@ -59,7 +61,8 @@ def problems(runs=RUNS) -> tuple[list[Problem], int]:
             if r["heads"] == HEADS and r["batch"] <= HALF_BLOCK_BATCH:
                 us = {k: statistics.median(v) for k, v in r["us"].items() if k == "balanced" or k.startswith("split_")}
                 run = path.stem.removeprefix("family_bench_h200_").split("_")[0]
-                out.append(Problem(run, r["family"], tuple(r["lens"]), r["rule_splits"], us))
+                out.append(Problem(run, r["family"], tuple(r["lens"]), fb.rule_splits_now(r, data["info"]["sm_count"]),
+                                   us))
     if len(sms) != 1:
         raise ValueError(f"the runs were made on GPUs of different SM counts: {sorted(sms)}")
     return out, sms.pop()

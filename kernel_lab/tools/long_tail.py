@@ -5,8 +5,8 @@ run (``kernel_lab.tools.family_bench``; its families and its uniform grid) and t
 
 Per batch: the balanced schedule's modelled makespan (one part's chunk and one overhead, in page-times) as the family
 bench ran it ('capped': the piece cap ``schedule.MAX_PIECES`` at every batch) and as the package runs it now ('now':
-``schedule.makespans``, the cap only where ``schedule.max_pieces`` keeps it, and at 32 heads in batches of at most
-``workspace.HALF_BLOCK_BATCH`` requests two 16-head programs a part, in the split rule's page-times), FlashMLA's
+``schedule.stage1_makespans``, the cap only where ``schedule.max_pieces`` keeps it, and at 32 heads in batches of at
+most ``workspace.HALF_BLOCK_BATCH`` requests two 16-head programs a part, in the split rule's page-times), FlashMLA's
 (``flashmla_schedule.flashmla_makespan``: its ``get_mla_metadata`` walk replayed at its ``num_sm_parts``), the pieces
 the longest request is cut into by each, and the measured speed of the balanced schedule against FlashMLA
 (``family_bench.x_flashmla``: FlashMLA's time / ours, above 1 ours faster; the capped partition's). Where FlashMLA's
@@ -68,7 +68,7 @@ class Row:
     fm_parts: int
     capped: int
     fm: int
-    now: float  # schedule.makespans: in the split rule's page-times (HALF_BLOCK_PAGE_COST where it applies)
+    now: float  # schedule.stage1_makespans: in the split rule's page-times (HALF_BLOCK_PAGE_COST where it applies)
     pieces: int
     fm_pieces: int
     now_pieces: int
@@ -186,7 +186,7 @@ def rows(family_bench=FAMILY_BENCH) -> list[Row]:
             continue
         lens, h = r["lens"], r["heads"]
         capped = capped_makespan(lens, r["parts"])
-        now = sc.makespans(lens, PAGE, h, sms, r["rule_splits"])[1]
+        now = sc.stage1_makespans(lens, PAGE, h, sms, r["rule_splits"])[1]  # the balanced term: no rule count in it
         n_pages = max(cdiv(x, PAGE) for x in lens)
         parts = sc.num_parts(h, sms, len(lens), n_pages)
         w = [cdiv(x, PAGE) + sc.FIXED_OVERHEAD_PAGES for x in lens if x > 0]
@@ -331,8 +331,8 @@ def to_markdown(table: list[Row], command: str, source: str, ab: dict) -> str:
         f"of {sc.FIXED_OVERHEAD_PAGES}): 'capped' = the balanced schedule as the family bench ran it, the piece cap "
         f"at every batch (`schedule.balanced_chunk` at `MAX_PIECES` = {sc.MAX_PIECES}, and one overhead), "
         "'FM' = `flashmla_schedule.flashmla_makespan` (FlashMLA's `get_mla_metadata` walk at its "
-        "`num_sm_parts`), 'FM/capped' their ratio, 'now' = `schedule.makespans` of the package (the cap only where "
-        f"`schedule.max_pieces` keeps it; at h_q=32 in batches of at most {HALF_BLOCK_BATCH} requests, "
+        "`num_sm_parts`), 'FM/capped' their ratio, 'now' = `schedule.stage1_makespans` of the package (the cap only "
+        f"where `schedule.max_pieces` keeps it; at h_q=32 in batches of at most {HALF_BLOCK_BATCH} requests, "
         "`workspace.HALF_BLOCK_BATCH`, the balanced schedule runs two 16-head programs a part on half the parts, "
         f"and 'now' is `schedule.HALF_BLOCK_PAGE_COST` = {sc.HALF_BLOCK_PAGE_COST:g} times their makespan, in the "
         "split rule's page-times). 'pieces' = parts the longest request is cut across (capped / FM / now). "
