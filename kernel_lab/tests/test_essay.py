@@ -67,20 +67,20 @@ def profile_b64_l1024() -> tuple[float, float]:
 
 def choice_fit_numbers() -> dict:
     """The section on the choice fitted on families: the family bench's batches, the lower bound's score at the
-    package's margin, the launch-order model's held out, the three left, and the best option against FlashMLA."""
+    package's margin then (stage 1 only), the launch-order model's held out, the three left, and the best option
+    against FlashMLA."""
     from kernel_lab.tools import choice_fit as cf
-    from mla_edu.kernels import schedule as sc
 
     fit = cf.run()
     problems = fit["problems"]
-    old = fit["grid"]["lower bound"][sc.BALANCED_MARGIN]
+    old = fit["grid"]["lower bound"][cf.STAGE1_MARGIN]
     held = cf.score([p.regret(c) for p, c in zip(problems, fit["held_out"]["launch order"])])
     margins = {m for m, _ in fit["lofo"]["launch order"].values()}
-    assert margins == {sc.BALANCED_MARGIN}  # "every family gets the margin ..., the package's"
+    assert margins == {cf.STAGE1_MARGIN}  # "every family gets the margin ..., the package's then"
     spans = cf.modelled(problems, fit["sms"])
     # "at large batches of long ragged requests ... it kept the rule where the balanced schedule was faster"
     for p, s in zip(problems, spans["lower bound"]):
-        c = cf.choose(p, s, sc.BALANCED_MARGIN)
+        c = cf.choose(p, s, cf.STAGE1_MARGIN)
         if len(p.lens) >= 64 and p.regret(c) > cf.WITHIN:
             assert c == p.rule and p.best_of_two() == "balanced"
     left = [p for p, c in zip(problems, fit["held_out"]["launch order"]) if p.regret(c) > cf.WITHIN]
@@ -92,7 +92,7 @@ def choice_fit_numbers() -> dict:
         assert p.us["balanced"] > twin.us["balanced"] and twin.best == "balanced"
     fm = cf.best_x_flashmla(problems)
     return dict(batches=sum(bool(p.x_flashmla) for p in problems), problems=len(problems), old=old, held=held,
-                margin=sc.BALANCED_MARGIN, fm=fm)
+                margin=cf.STAGE1_MARGIN, fm=fm)
 
 
 def long_tail_numbers() -> dict:
@@ -192,17 +192,17 @@ def half_block_numbers() -> dict:
             for r in rows}
     big, b16 = [c for (_, b), c in cost.items() if b >= 64], [c for (_, b), c in cost.items() if b == 16]
     probs, sms = hb.problems()
-    score = {c: hb.score(probs, c, sms) for c in (0.65, sc.HALF_BLOCK_PAGE_COST, 0.82)}
+    score = {c: hb.score(probs, c, sms) for c in (0.65, 0.78, sc.HALF_BLOCK_PAGE_COST, 0.84)}
     worst65 = max(probs, key=lambda p: p.regret(0.65, sms))
     assert (len(worst65.lens), max(worst65.lens)) == (1, 4096)  # "one request, L=4096"
-    held = [p for p in probs if p.family == "normal_4k"]
-    fitted = hb.fit([p for p in probs if p.family != "normal_4k"], sms)
-    assert len(held) == 2 and all(p.regret(fitted, sms) > hb.WITHIN for p in held)  # "misses that batch in both runs"
-    assert len({p.lens for p in held}) == 1  # one batch, timed in each run
+    fits = {f: hb.fit([p for p in probs if p.family != f], sms) for f in {p.family for p in probs}}
+    missed = [p for p in probs if p.regret(fits[p.family], sms) > hb.WITHIN]  # each family held out
+    assert [(p.family, p.lens) for p in missed] == [("L16384", (16384,))]  # "leaves its one request"
     return dict(big=[min(big), max(big)], b16=statistics.median(b16),
                 n=len(probs), batches=len({(p.family, p.lens) for p in probs}),
                 cost=sc.HALF_BLOCK_PAGE_COST, at=score[sc.HALF_BLOCK_PAGE_COST], at65=score[0.65],
-                lost=score[sc.HALF_BLOCK_PAGE_COST][0] - score[0.82][0])
+                lost=[score[sc.HALF_BLOCK_PAGE_COST][0] - score[c][0] for c in (0.78, 0.84)],
+                held=[fits["L16384"], missed[0].regret(fits["L16384"], sms)])
 
 
 def rerun_numbers() -> dict:
@@ -217,19 +217,29 @@ def rerun_numbers() -> dict:
     now = fb.summary(new)
     then = fb.summary({"info": old["info"], "uniform": [],
                        "family": [r for r in old["family"] if (r["family"], r["heads"], r["batch"]) in keys]})
+    from kernel_lab.tools import choice_fit as cf
+    from kernel_lab.tools import split_model_fit as smf
+
     ours = result("family_bench_h200_ours_a2e9367.json")
     sms = ours["info"]["sm_count"]
-    regret = {(r["family"], r["heads"], r["batch"]): fb.median_us(r, fb.backend_choice(r, sms))
-              / fb.median_us(r, fb.best_option(r)) for r in ours["family"] + ours["uniform"]}
+    today = [fb.median_us(r, fb.backend_choice(r, sms)) / fb.median_us(r, fb.best_option(r))
+             for r in ours["family"] + ours["uniform"]]
+    # before stage 2 entered the choice: the scale fitted (0.8), stage 1 only
+    before = [p for p in smf.load(smf.FIT_SETS) if p.set == "family ours a2e9367"]
+    assert [p.lens for p in before] == [tuple(r["lens"]) for r in ours["family"] + ours["uniform"]]
+    regret = {(r["family"], r["heads"], r["batch"]): p.regret(smf.choice(p, smf.BEFORE))
+              for r, p in zip(ours["family"] + ours["uniform"], before, strict=True)}
     out = sorted(k for k, x in regret.items() if x > 1.05)
 
-    def as_run(r):  # the choice as the run made it: the scale at 0.65
-        balanced = sc.prefers_balanced(r["lens"], fb.PAGE, r["heads"], sms, r["rule_splits"], half_block_cost=0.65)
-        option = "balanced" if balanced else f"split_{r['rule_splits']}"
+    def as_run(r):  # the choice as the run made it: stage 1 only, the scale at 0.65
+        rule, balanced = sc.stage1_makespans(r["lens"], fb.PAGE, r["heads"], sms, r["rule_splits"],
+                                             half_block_cost=0.65)
+        option = "balanced" if balanced < (1 - cf.STAGE1_MARGIN) * rule else f"split_{r['rule_splits']}"
         return fb.median_us(r, option) / fb.median_us(r, fb.best_option(r)) <= 1.05
 
     assert len(ours["family"]) == 128 and "deadline" in ours["cut"]  # "every family batch ... before its deadline"
     assert out == [("L1024", 64, 4), ("L1024", 64, 16), ("L16384", 32, 1)]  # "two of them ... at h_q=64"
+    assert all(x <= 1.05 for x in today)  # "at all ..."
     h = (32, 64, 128)
     return dict(now=[now[f"family_h{x}"]["choice_geomean"] for x in h],
                 low=[now[f"family_h{x}"]["choice_min"] for x in h],
@@ -238,6 +248,7 @@ def rerun_numbers() -> dict:
                 then=[then[f"family_h{x}"]["best_geomean"] for x in h],
                 ours=[len(regret) - len(out), len(regret)], uniform=len(ours["uniform"]),
                 as_run=sum(as_run(r) for r in ours["family"] + ours["uniform"]),
+                today=sum(x <= 1.05 for x in today),
                 split=[regret["L1024", 64, 4], regret["L1024", 64, 16]])
 
 
@@ -358,8 +369,8 @@ def split_model_numbers() -> dict:
     from kernel_lab.tools import split_model_fit as smf
 
     problems = smf.load(smf.FIT_SETS)  # the paragraph's ten files; the runs after it: new_sets_numbers
-    package, count_only, rule_side, _, _, fixed = smf.MODELS
-    assert (fixed.split_cost, fixed.merge_weight, fixed.in_makespans) == (2.0, 1.5, "both")
+    package, count_only, rule_side, _, _, fixed = smf.MODELS  # the package before and now
+    assert package == smf.BEFORE and fixed == smf.PACKAGE and fixed.in_makespans == "both"
     within = {m.name: sum(map(smf.right, smf.regrets(problems, m))) for m in smf.MODELS}
 
     def regret(label: str, model) -> float:
@@ -374,6 +385,25 @@ def split_model_numbers() -> dict:
                 rule_lost=within[package.name] - within[rule_side.name], launch=fixed.split_cost,
                 merge=fixed.merge_weight, margin=fixed.margin, fixed=within[fixed.name],
                 kernel=regret(kb, fixed), fastest=[int(f.removeprefix("split_")) for f in fastest])
+
+
+def held_out_numbers() -> dict:
+    """The paragraph on the runs timed after the split models were written (``split_model_fit.NEW_SETS``): the
+    package before and now on them."""
+    from kernel_lab.tools import split_model_fit as smf
+
+    new = smf.load(smf.NEW_SETS)
+    base, now = smf.regrets(new, smf.BEFORE), smf.regrets(new, smf.PACKAGE)
+    gained, lost = smf.against(new, smf.PACKAGE, base)
+    (p,) = lost
+    assert (p.set, p.label) == ("family ours df92c31 small", "L2048 h32 B4")  # "h_q=32, B=4, L=2048"
+    runs = {n: [r for q, r in zip(new, now) if q.set == n] for n, _, _ in smf.NEW_SETS[:3]}
+    assert all(q.set in runs or q.set == "family ours df92c31 small" for q in new)
+    (per_run,), (within,) = {len(rs) for rs in runs.values()}, {sum(map(smf.right, rs)) for rs in runs.values()}
+    splits = [int(smf.choice(p, m).removeprefix("split_")) for m in (smf.PACKAGE, smf.BEFORE)]
+    return dict(n=len(new), missed=sum(not smf.right(r) for r in base), gained=len(gained), splits=splits,
+                x=p.regret(smf.choice(p, smf.PACKAGE)), within=[within, per_run],
+                constants=[smf.PACKAGE.split_cost, smf.PACKAGE.merge_weight, smf.PACKAGE.margin])
 
 
 def claims() -> list[tuple[str, list[float]]]:
@@ -407,7 +437,7 @@ def claims() -> list[tuple[str, list[float]]]:
     hb, rr = half_block_numbers(), rerun_numbers()
     cm = cost_fit_numbers()
     nr, sa = new_runs_numbers(), segment_ahead_numbers()
-    sm = split_model_numbers()
+    sm, ho = split_model_numbers(), held_out_numbers()
     return [
         ("the seesaw stage 1 takes {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA kernel; "
          "FlashMLA takes {} us, so the kernel runs at {}x its speed",
@@ -445,7 +475,7 @@ def claims() -> list[tuple[str, list[float]]]:
         ("the headline bench's uniform grid, {} problems, the backend's choice between the split rule and the "
          "balanced schedule was within {}% of the best option at {} of them, the worst {}x",
          [cf["problems"], 5, cf["old"]["within"], cf["old"]["max"]]),
-        ("every family gets the margin {}, the package's, and the choice is within that {}% at {} of {} problems "
+        ("every family gets the margin {}, the package's then, and the choice is within that {}% at {} of {} problems "
          "held out, the worst {}x", [cf["margin"], 5, cf["held"]["within"], cf["held"]["problems"], cf["held"]["max"]]),
         ("it runs at {}x FlashMLA's speed in geomean at h_q=16, {}x at h_q=32, {}x at h_q=64 and {}x at h_q=128",
          [cf["fm"][16], cf["fm"][32], cf["fm"][64], cf["fm"][128]]),
@@ -482,7 +512,8 @@ def claims() -> list[tuple[str, list[float]]]:
         ("Fitted there on {} problems of two runs, {} batches", [hb["n"], hb["batches"]]),
         ("{} puts the choice within {}% of the best option at {} of them, the worst {}x; {} puts it there at {}, the "
          "worst {}x", [hb["cost"], 5, hb["at"][0], hb["at"][1], 0.65, hb["at65"][0], hb["at65"][1]]),
-        ("The fit is narrow: {} already loses {}", [0.82, hb["lost"]]),
+        ("The fit is narrow: {} and {} already lose {} and {}", [0.78, 0.84, *hb["lost"]]),
+        ("held out the cost fitted on the others, {}, leaves its one request at {}x", hb["held"]),
         ("choice runs at {}x FlashMLA's speed in geomean at h_q=32, {}x at h_q=64 and {}x at h_q=128, the lowest "
          "batches at {}x, {}x and {}x; it is within {}% of the best option at {} of the {} batches",
          [*rr["now"], *rr["low"], 5, rr["within"], rr["n"]]),
@@ -491,6 +522,7 @@ def claims() -> list[tuple[str, list[float]]]:
          "{}), its choice is within {}% of the best option at {} of them; with the scale fitted on these same "
          "timings, at {} (in sample)", [rr["uniform"], rr["ours"][1], 0.65, 5, rr["as_run"], rr["ours"][0]]),
         ("h_q=64, L=1024 (B=4 and B=16, {}x and {}x)", rr["split"]),
+        ("With stage 2 in the split count and the choice (below), at all {}", [rr["today"]]),
         ("the model predicts every batch at h_q=64 and h_q=128 within {}% for ours and {}% for FlashMLA, and each "
          "family left out of the fit within {}% and {}%", [*cm["max_rel"], *cm["lofo"]]),
         ("over the {} batches of B=128 and B=256, ours is {} us slower than FlashMLA in mean, and the partition "
@@ -517,6 +549,13 @@ def claims() -> list[tuple[str, list[float]]]:
                                                                 sm["fixed"]]),
         ("h_q=128, B=1, L=2048 falls out, {}x", [sm["kernel"]]),
         ("yet one runs fastest at {} splits and the other at {}", sm["fastest"]),
+        ("(B=1 to B=16, L=1024 and 2048, h_q=32 to h_q=128; {} timings in all). There the model of stage 1 alone "
+         "misses {} problems; the model with stage 2 brings {} of them within {}% and loses one (h_q=32, B=4, "
+         "L=2048: {} splits where {} run {}x faster)",
+         [ho["n"], ho["missed"], ho["gained"], 5, *ho["splits"], ho["x"]]),
+        ("It is now the package's: a launch of {} page-times, the merge at {} and a margin of {}", ho["constants"]),
+        ("on each of the three family benches its choice is within {}% of the best option at {} of {} problems",
+         [5, *ho["within"]]),
         ("At h_q=16 the backend's choice runs at {}x FlashMLA's speed in geomean over the families, the lowest batch "
          "at {}x, and at {}x over the uniform shapes, the lowest at {}x", [*nr["h16"], *nr["uni"]]),
         ("With B=128 and B=256 it runs at {}x at h_q=32, {}x at h_q=64 and {}x at h_q=128, the lowest batches at {}x, "
