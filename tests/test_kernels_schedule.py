@@ -17,7 +17,7 @@ from mla_edu.kernels import split_kv_triton as skt
 from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kernels import stage1
 from mla_edu.kernels.contract import STAGE1_KINDS
-from mla_edu.kernels.workspace import HALF_BLOCK_BATCH, gpu_block_h
+from mla_edu.kernels.workspace import HALF_BLOCK_BATCH, SPLIT_COST_PAGES, gpu_block_h, stage2_pages
 from mla_edu.util import cdiv
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,8 +53,34 @@ def test_the_piece_cap_holds_where_stage_2_merges_one_partial_at_a_time(heads, b
     w = [8 + sc.FIXED_OVERHEAD_PAGES] * (batch - 1) + [1024 + sc.FIXED_OVERHEAD_PAGES]
     share = sc.balanced_chunk(w, parts, 0)
     expect = sc.balanced_chunk(w, parts, sc.MAX_PIECES) if capped else share
-    assert sc.makespans(lens, 64, heads, 132, 1)[1] == expect + sc.FIXED_OVERHEAD_PAGES
+    assert sc.stage1_makespans(lens, 64, heads, 132, 1)[1] == expect + sc.FIXED_OVERHEAD_PAGES
     assert (expect > share) == capped
+
+
+@pytest.mark.parametrize("page,max_pages,lens", LENGTH_SETS)
+@pytest.mark.parametrize("heads,sms", [(16, 132), (32, 132), (64, 132), (128, 132), (16, 4), (128, 2)])
+def test_balanced_partials_are_the_partitions_partial_rows(page, max_pages, lens, heads, sms):
+    parts = sc.num_parts(heads, sms, len(lens), max_pages)
+    rows = sc.host_segments(lens, page, max_pages, parts, heads)
+    assert sc.balanced_partials(lens, page, heads, sms, max_pages) == sum(r.flag == sc.PARTIAL for r in rows)
+
+
+def test_makespans_add_stage_2_on_both_sides():
+    # four one-page requests at 16 heads: no request is cut (no partial), yet the balanced schedule's stage 2 runs,
+    # its launch alone (SPLIT_COST_PAGES); the rule at one split has no stage 2. Stage 1: the rule's four programs
+    # of 5 + 1 page-times; a part's chunk of 2 and one overhead.
+    assert sc.balanced_partials([64] * 4, 64, 16, 132) == 0
+    assert sc.stage1_makespans([64] * 4, 64, 16, 132, 1) == (6, 7)
+    assert sc.makespans([64] * 4, 64, 16, 132, 1) == (6, 7 + SPLIT_COST_PAGES)
+    # one request of 40 pages: chunk 2 (45 page-times over 132 parts, at least MIN_PART_PAGES), its pages at
+    # x = 5..44 span parts 2..22: 21 partial rows; the rule at 8 splits merges B * 8 = 8 rows
+    assert sc.balanced_partials([64 * 40], 64, 16, 132) == 21
+    for lens, heads, splits in (([64 * 40], 16, 8), ([64 * 40], 16, 1), ([205, 2043, 28562, 1, 64, 4096], 32, 4),
+                                ([4096] * 64, 128, 2), ([7702, 102] + [627] * 14, 128, 16)):
+        rule, balanced = sc.stage1_makespans(lens, 64, heads, 132, splits)
+        got = sc.makespans(lens, 64, heads, 132, splits)
+        assert got[0] == rule + (stage2_pages(len(lens) * splits, heads, 132, 64) if splits > 1 else 0)
+        assert got[1] == balanced + stage2_pages(sc.balanced_partials(lens, 64, heads, 132), heads, 132, 64)
 
 
 def test_the_balanced_schedule_takes_16_heads_a_program_at_32_heads_in_small_batches():

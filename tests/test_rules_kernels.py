@@ -14,8 +14,9 @@ import torch
 
 from mla_edu.kernels import contract, mla_decode
 from mla_edu.kernels.cases import random_decode_case
-from mla_edu.kernels.workspace import (BYTES_PER_BATCH_SPLIT, MAX_PAGES_PER_PROGRAM, PROGRAMS_PER_SM, SPLIT_CHOICES,
-                                       gpu_block_h, stage2_pages, triton_num_kv_splits)
+from mla_edu.kernels.workspace import (BYTES_PER_BATCH_SPLIT, MAX_PAGES_PER_PROGRAM, MERGE_WEIGHT, PROGRAMS_PER_SM,
+                                       SPLIT_CHOICES, SPLIT_COST_PAGES, gpu_block_h, stage2_pages,
+                                       triton_num_kv_splits)
 
 # ---- the triton split rule ------------------------------------------------------------------------------------
 # gpu_block_h(heads, batch, n_pages): the power of two >= heads, clamped to [16, 64]; 16 when the grid
@@ -46,44 +47,46 @@ def test_triton_split_rule_head_block(heads, batch, n_pages, block):
 # split; for each S in SPLIT_CHOICES (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32) with S <= n_pages and
 # ceil(n_pages / S) <= 256 (unless S = 32):
 #   cost(S) = ceil(P * S / sm_count) * ceil(n_pages / S)
-#             + [S > 1] * (1 + B * H * S * 512 * 8 / (sm_count * page * 1152))
-# the cheapest S, the smaller on a tie. m = the merge term at S = 1 (B * H * 4096 / (sm_count * page * 1152)).
+#             + [S > 1] * (2 + 1.5 * B * H * S * 512 * 8 / (sm_count * page * 1152))
+# (the launch SPLIT_COST_PAGES = 2, the merge's bytes weighed MERGE_WEIGHT = 1.5), the cheapest S, the smaller on a
+# tie. m = the weighed merge term at S = 1 (1.5 * B * H * 4096 / (sm_count * page * 1152) = 16 B H / (3 sm_count page)).
 SPLIT_TABLE = [  # L, B, H, page, sm_count -> S, and the hand computation
     # one page: S = 1 is the only choice
     (64, 1, 128, 64, 132, 1),
-    # L = 65: 2 pages; block 16 (1 * 8 * 2 <= 32), P = 8, m = 0.054: S=1 2; S=2 1 + 1 + 0.108 = 2.108
+    # L = 65: 2 pages; block 16 (1 * 8 * 2 <= 32), P = 8, m = 0.081: S=1 2; S=2 1 + 2 + 0.162 = 3.162
     (65, 1, 128, 64, 132, 1),
-    # H = 16, B = 1: P = 1, m = 16 * 4096 / (132 * 73728) = 0.00673
-    #   L = 128, 2 pages: S=1 2; S=2 1 + 1 + 0.013 = 2.013 -> 1
+    # H = 16, B = 1: P = 1, m = 16 * 16 / (3 * 132 * 64) = 0.0101
+    #   L = 128, 2 pages: S=1 2; S=2 1 + 2 + 0.020 = 3.020 -> 1
     (128, 1, 16, 64, 132, 1),
-    #   L = 192, 3 pages: S=1 3; S=2 2 + 1.013 = 3.013; S=3 1 + 1.020 = 2.020 -> 3 (= n_pages)
-    (192, 1, 16, 64, 132, 3),
-    #   L = 256, 4 pages: S=1 4; S=2 3.013; S=3 2 + 1.020 = 3.020; S=4 1 + 1.027 = 2.027 -> 4 (= n_pages)
+    #   L = 192, 3 pages: S=1 3; S=2 2 + 2.020 = 4.020; S=3 1 + 2.030 = 3.030 -> 1 (the launch outweighs a page)
+    (192, 1, 16, 64, 132, 1),
+    #   L = 256, 4 pages: S=1 4; S=2 2 + 2.020 = 4.020; S=3 2 + 2.030; S=4 1 + 2.040 = 3.040 -> 4 (= n_pages)
     (256, 1, 16, 64, 132, 4),
-    #   L = 257, 5 pages: S=4 2 + 1.027 = 3.027; S=5 1 + 1.034 = 2.034 -> 5 (= n_pages)
+    #   L = 257, 5 pages: S=3 2 + 2.030 = 4.030; S=4 2 + 2.040; S=5 1 + 2.051 = 3.051 -> 5 (= n_pages)
     (257, 1, 16, 64, 132, 5),
-    # H = 128, B = 1, L = 1024: 16 pages, block 16 (1 * 8 * 16 = 32), P = 8, m = 0.0539
-    #   132 SMs: S=8 1 * 2 + 1 + 0.431 = 3.431; S=10 2 + 1.539; S=12 2 + 1.647; S=16 ceil(128/132) * 1 + 1
-    #   + 0.862 = 2.862 -> 16 (S = 20 > 16 pages: not a choice)
+    # H = 128, B = 1, L = 1024: 16 pages, block 16 (1 * 8 * 16 = 32), P = 8, m = 0.0808
+    #   132 SMs: S=8 1 * 2 + 2 + 0.646 = 4.646; S=10 2 + 2.808; S=12 2 + 2.970; S=16 ceil(128/132) * 1 + 2
+    #   + 1.293 = 4.293 -> 16 (S = 20 > 16 pages: not a choice)
     (1024, 1, 128, 64, 132, 16),
-    #   4 SMs (m = 1.778): S=1 ceil(8/4) * 16 = 32; S=2 4 * 8 + 1 + 3.56 = 36.6; S=4 8 * 4 + 1 + 7.1 = 40.1;
+    #   4 SMs (m = 2.667): S=1 ceil(8/4) * 16 = 32; S=2 4 * 8 + 2 + 5.33 = 39.3; S=4 8 * 4 + 2 + 10.7 = 44.7;
     #   every S > 1 keeps ceil(8 S / 4) * ceil(16 / S) >= 32 and adds the merge -> 1
     (1024, 1, 128, 64, 4, 1),
-    # H = 16, B = 64, L = 4096: 64 pages, block 16, P = 64, m = 0.431
-    #   S=1 1 * 64 = 64; S=2 ceil(128/132) * 32 + 1 + 0.862 = 33.86; S=4 2 * 16 + 1 + 1.72 = 34.72;
-    #   S=8 4 * 8 + 1 + 3.45 = 36.45; S=16 8 * 4 + 1 + 6.9 = 39.9 -> 2
+    # H = 16, B = 64, L = 4096: 64 pages, block 16, P = 64, m = 0.646
+    #   S=1 1 * 64 = 64; S=2 ceil(128/132) * 32 + 2 + 1.29 = 35.29; S=4 2 * 16 + 2 + 2.59 = 36.59;
+    #   S=6 3 * 11 + 2 + 3.88 = 38.88; S=8 4 * 8 + 2 + 5.17 = 39.17 -> 2
     (4096, 64, 16, 64, 132, 2),
-    #   the same on 64 SMs (m = 0.889): S=1 64; S=2 2 * 32 + 1 + 1.78 = 66.8; S=4 4 * 16 + 1 + 3.6 = 68.6 -> 1
+    #   the same on 64 SMs (m = 1.333): S=1 64; S=2 2 * 32 + 2 + 2.67 = 68.7; S=4 4 * 16 + 2 + 5.3 = 71.3 -> 1
     (4096, 64, 16, 64, 64, 1),
-    # H = 128, B = 128, L = 32768: 512 pages, block 64, P = 256, m = 6.896
+    # H = 128, B = 128, L = 32768: 512 pages, block 64, P = 256, m = 10.34
     #   S=1 walks 512 > 256 pages a program: skipped (it would cost 2 * 512 = 1024, the cheapest);
-    #   S=2 256 pages, allowed: 4 * 256 + 1 + 13.8 = 1038.8; S=3 6 * 171 + 1 + 20.7 = 1047.7;
-    #   S=4 8 * 128 + 1 + 27.6 = 1052.6; S=8 16 * 64 + 1 + 55.2 = 1080.2 -> 2
+    #   S=2 256 pages, allowed: 4 * 256 + 2 + 20.7 = 1046.7; S=3 6 * 171 + 2 + 31.0 = 1059.0;
+    #   S=4 8 * 128 + 2 + 41.4 = 1067.4; S=8 16 * 64 + 2 + 82.7 = 1108.7 -> 2
     (32768, 128, 128, 64, 132, 2),
-    # a tie: H = 36, B = 1, L = 384 on 2 SMs: 6 pages, block 16 (1 * 3 * 6 <= 32), P = 3, m = 36 * 4096 /
-    #   (2 * 73728) = 1 exactly: S=1 ceil(3/2) * 6 = 12; S=2 ceil(6/2) * 3 + 1 + 2 = 12 (a tie: the smaller, 1);
-    #   S=3 5 * 2 + 1 + 3 = 14; S=6 9 * 1 + 1 + 6 = 16 -> 1. Half the merge's bytes would make S=2 11 -> 2
-    (384, 1, 36, 64, 2, 1),
+    # a tie: H = 36, B = 1, L = 640 on 2 SMs: 10 pages, block 16 (1 * 3 * 10 <= 32), P = 3, m = 16 * 36 / (3 * 2 *
+    #   64) = 1.5 exactly: S=1 ceil(3/2) * 10 = 20; S=2 ceil(6/2) * 5 + 2 + 3 = 20 (a tie: the smaller, 1);
+    #   S=3 5 * 4 + 2 + 4.5 = 26.5; S=4 6 * 3 + 2 + 6 = 26; S=5 8 * 2 + 2 + 7.5 = 25.5; S=6 9 * 2 + 2 + 9 = 29;
+    #   S=8 12 * 2 + 2 + 12 = 38; S=10 15 * 1 + 2 + 15 = 32 -> 1. Half the merge's bytes would make S=2 18.5 -> 2
+    (640, 1, 36, 64, 2, 1),
 ]
 
 
@@ -92,10 +95,10 @@ def test_triton_split_rule_choices(L, B, H, page, sms, splits):
     """The rule's choice on shapes computed by hand (the table's comments), at its boundaries: S = n_pages
     chosen (n_pages 3, 4, 5), the small grid at exactly 32 programs-pages, the 256-page cap, the caller's SMs.
 
-    Bent in a copy, fails here: ``if s > n_pages: break`` -> ``s >= n_pages`` (192, 256, 257 tokens, and
+    Bent in a copy, fails here: ``if s > n_pages: break`` -> ``s >= n_pages`` (256 and 257 tokens, and
     16 pages at L = 1024); ``sms = sm_count if sm_count > 0 else device_sm_count()`` -> ``sms =
     device_sm_count()`` (4 and 64 SMs); the cap's ``>`` -> ``>=`` (S=3 at L = 32768) or dropped (S=1);
-    ``SPLIT_COST_PAGES = 0.0`` (L = 128 splits); ``cost < best_cost`` -> ``<=`` (the tie at L = 384); the
+    ``SPLIT_COST_PAGES = 0.0`` (L = 128 splits); ``cost < best_cost`` -> ``<=`` (the tie at L = 640); the
     merge's ``* 8`` bytes -> ``* 4`` (the same row).
     """
     assert triton_num_kv_splits(L, B, H, page, sm_count=sms) == splits
@@ -105,12 +108,12 @@ def test_triton_split_rule_honours_the_callers_sm_count():
     """``sm_count`` given is used, whatever the device has (0: the device's count, on CPU 132)."""
     assert triton_num_kv_splits(1024, 1, 128, 64, sm_count=0) == triton_num_kv_splits(1024, 1, 128, 64, 132) == 16
     assert [triton_num_kv_splits(4096, 64, 16, 64, sm_count=s) for s in (64, 132, 264)] == [1, 2, 4]
-    # 264 SMs (m = 0.215): S=2 1 * 32 + 1.43 = 33.43; S=4 ceil(256/264) * 16 + 1 + 0.86 = 17.86;
-    # S=8 2 * 8 + 1 + 1.72 = 18.72; S=5 2 * 13 + ...; S=6 2 * 11 + ... -> 4
+    # 264 SMs (m = 0.323): S=2 1 * 32 + 2.65 = 34.65; S=4 ceil(256/264) * 16 + 2 + 1.29 = 19.29;
+    # S=8 2 * 8 + 2 + 2.59 = 20.59; S=5 2 * 13 + ...; S=6 2 * 11 + ... -> 4
 
 
 
-def _rule_restated(L, B, H, page, sms, split_cost=1.0, merge_weight=1):
+def _rule_restated(L, B, H, page, sms, split_cost=2.0, merge_weight=1.5):
     """The split rule whole, stage 2 inline (the formula above the table, with its launch cost and merge weight)."""
     n_pages = -(-L // page)
     block_h = gpu_block_h(H, B, n_pages)
@@ -160,9 +163,11 @@ def test_triton_split_rule_takes_the_labs_stage_2_constants(split_cost, merge_we
 
 
 def test_stage2_pages_by_hand_and_its_bad_inputs():
-    """The tie row's merge: 1 row of 36 heads on 2 SMs, page 64, is 36 * 4096 / (2 * 73728) = 1 page-time, plus the
-    launch; ``merge_weight`` scales the bytes, not the launch. Sizes that are not ints or too small are refused."""
-    assert stage2_pages(1, 36, 2, 64) == 2.0 and stage2_pages(0, 36, 2, 64) == 1.0
+    """The tie row's merge: 1 row of 36 heads on 2 SMs, page 64, is 36 * 4096 / (2 * 73728) = 1 page-time of bytes,
+    weighed 1.5, plus the launch of 2; ``merge_weight`` scales the bytes, not the launch. Sizes that are not ints or
+    too small are refused."""
+    assert stage2_pages(1, 36, 2, 64) == 3.5 and stage2_pages(0, 36, 2, 64) == 2.0
+    assert (SPLIT_COST_PAGES, MERGE_WEIGHT) == (2.0, 1.5)
     assert stage2_pages(3, 36, 2, 64, split_cost=0.5, merge_weight=1.5) == 0.5 + 4.5
     for args, exc in (((-1, 36, 2, 64), ValueError), ((1, 0, 2, 64), ValueError), ((1, 36, 0, 64), ValueError),
                       ((1, 36, 2, 0), ValueError), ((1.0, 36, 2, 64), TypeError), ((1, 36, True, 64), TypeError)):
