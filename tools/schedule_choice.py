@@ -3,9 +3,10 @@
 
 The triton serving backend chooses per batch with ``schedule.prefers_balanced``: a model of each path's
 makespan in page-times (``schedule.makespans``), from the lengths an engine has on the host at every step
-(``seq_lens_cpu``), the schedule only ``schedule.BALANCED_MARGIN`` below the rule. Until v7 (``docs/kernel_essay.md``)
-it chose from the page table's width (``by_table``), the same for every batch a graph replays. For every problem
-of the run this script takes both choices, and compares the bench's measured time of what each picked with the
+(``seq_lens_cpu``), stage 2 included, the schedule only ``schedule.BALANCED_MARGIN`` below the rule. Until v7
+(``docs/kernel_essay.md``) it chose from the page table's width (``by_table``), the same for every batch a graph
+replays. For every problem of the run this script takes both choices, with the split rule's count as the package
+computes it now (the run timed every count), and compares the bench's measured time of what each picked with the
 best fixed split (uniform lengths: the acceptance of issue 25) or with the best of rule, balanced and fixed
 splits (ragged); and it models the mini engine's batches (``engine_batches``). Its output for the committed run:
 ``results/schedule_choice_h200.md`` (``tests/test_schedule_choice.py`` regenerates and compares it).
@@ -50,13 +51,20 @@ def problems(data: dict):
 
 def score(data: dict) -> dict:
     """Per problem the model's choice and its measured time against the best; and the counts within 5%."""
+    from mla_edu.kernels.workspace import triton_num_kv_splits
+
     rows, within = [], {"table": 0, "lengths": 0}
     for kind, lens, r in problems(data):
-        rule, bal = sc.makespans(lens, PAGE, r["heads"], SM_COUNT, r["rule_splits"])
+        # the split rule as the package has it now; the run timed every split count
+        splits = triton_num_kv_splits(PAGE * cdiv(max(lens), PAGE), len(lens), r["heads"], PAGE, SM_COUNT)
+        if str(splits) not in r["split_us"]:
+            raise ValueError(f"the split rule now takes {splits} splits at h_q={r['heads']}, B={r['batch']}, but the "
+                             f"run timed only {sorted(r['split_us'], key=int)}")
+        r = r | {"rule_us": r["split_us"][str(splits)]}
+        rule, bal = sc.makespans(lens, PAGE, r["heads"], SM_COUNT, splits)
         best = r["best_us"] if kind == "uniform" else min(r["best_us"], r["rule_us"], r["balanced_us"])
         picks = {"table": "balanced" if by_table(lens) else "rule",
-                 "lengths": "balanced" if sc.prefers_balanced(lens, PAGE, r["heads"], SM_COUNT, r["rule_splits"])
-                 else "rule"}
+                 "lengths": "balanced" if sc.prefers_balanced(lens, PAGE, r["heads"], SM_COUNT, splits) else "rule"}
         ratios = {k: r[f"{v}_us"] / best for k, v in picks.items()}
         for k, x in ratios.items():
             within[k] += x <= 1.05
@@ -104,7 +112,8 @@ def to_markdown(result: dict, source: str) -> str:
     lines = ["# The split rule or the balanced schedule, chosen from the batch's lengths", "",
              f"Command: `python -m tools.schedule_choice --bench {source}` (no GPU: the measured times are that "
              "run's). Model in page-times (`schedule.makespans`; balanced picked where its model is "
-             f"{sc.BALANCED_MARGIN:.0%} below the rule's: `schedule.prefers_balanced`); 'best' = the best fixed "
+             f"{100 * sc.BALANCED_MARGIN:g}% below the rule's, stage 2 included: `schedule.prefers_balanced`; the "
+             "rule's count as the package computes it now); 'best' = the best fixed "
              "split (uniform) or "
              "the best of rule, balanced and fixed splits (ragged). 'by table' = the triton backend's choice until v7 "
              f"(the schedule for tables over {V6_BALANCED_ABOVE_TOKENS} tokens).", "",
