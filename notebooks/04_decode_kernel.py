@@ -604,7 +604,7 @@ assert big["triton_us"] > big["flashmla_us"]  # ... and FlashMLA is still ahead
 from collections import Counter  # noqa: E402
 from mla_edu.kernels import schedule  # noqa: E402
 from mla_edu.kernels.plots import schedule_gantt  # noqa: E402
-from mla_edu.kernels.workspace import gpu_block_h, triton_num_kv_splits  # noqa: E402
+from mla_edu.kernels.workspace import gpu_block_h, stage2_pages, triton_num_kv_splits  # noqa: E402
 from statistics import geometric_mean  # noqa: E402
 
 # stored output: schedule-spans
@@ -773,10 +773,11 @@ assert uniform["rule_us"] < big["triton_us"]  # the seesaw's later versions, sin
 # host at every step: the schedule for ragged batches, the rule for uniform ones.
 #
 # How does it choose? From the lengths alone it models each path's makespan in page-times
-# (`schedule.makespans`): the schedule's slowest part is its share of the line plus one overhead; the rule's
-# programs go to the GPU's program slots in launch order, each to the first slot that is free
-# (`schedule.simulate`, the block scheduler's rule, as in the Gantt chart above). It takes the schedule when
-# that makespan is `schedule.BALANCED_MARGIN` below the rule's. The order matters: the programs that launch
+# (`schedule.makespans`): in stage 1 the schedule's slowest part is its share of the line plus one overhead; the
+# rule's programs go to the GPU's program slots in launch order, each to the first slot that is free
+# (`schedule.simulate`, the block scheduler's rule, as in the Gantt chart above). Each side then adds its stage 2
+# (`workspace.stage2_pages`: the merge's launch and its partials' bytes; the rule's only when it splits). It takes
+# the schedule when that makespan is `schedule.BALANCED_MARGIN` below the rule's. The order matters: the programs that launch
 # last may run alone at the end. A model that spreads the rule's total evenly over the slots cannot see that
 # tail, and the backend's first version of the choice used one. On 128 requests of log-normal lengths around
 # 8K tokens at 128 heads:
@@ -786,7 +787,8 @@ batch = schedule.lognormal_lengths(128, 8192, seed=0, sigma=0.5)  # 128 requests
 splits = triton_num_kv_splits(64 * math.ceil(max(batch) / 64), 128, 128, 64, 132)
 rule_span, balanced_span = schedule.makespans(batch, 64, 128, 132, splits)
 costs = [pages + schedule.FIXED_OVERHEAD_PAGES for _, pages in schedule.pages_per_program(batch, 64, 128, 132, splits)]
-even = max(max(costs), sum(costs) / 132)  # spread evenly over 132 slots (one 64-head program per SM)
+merge = stage2_pages(128 * splits, 128, 132, 64) if splits > 1 else 0  # the rule's stage 2, as makespans adds it
+even = max(max(costs), sum(costs) / 132) + merge  # stage 1 spread evenly over 132 slots (one 64-head program an SM)
 print(f"rule at {splits} splits: {rule_span:.0f} page-times in launch order, {even:.0f} spread evenly; "
       f"balanced {balanced_span:.0f}")
 print("the backend's choice:", "balanced" if schedule.prefers_balanced(batch, 64, 128, 132, splits) else "rule")
@@ -796,7 +798,10 @@ assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had th
 # %% [markdown]
 # The lab measured both models against the H200 over families of batches (log-normal, normal, bimodal, one
 # giant request among short ones, uniform random) at 16, 32, 64 and 128 heads, FlashMLA in the same run, and
-# fitted the margin on some families and scored it on the others (`kernel_lab/results/choice_fit_h200.md`).
+# fitted the margin on some families and scored it on the others (`kernel_lab/results/choice_fit_h200.md`). Stage 2
+# entered the model later: its constants and the margin fitted on every H200 timing of the split counts, then checked
+# on runs timed after them, where the choice is within 5% of the best option at every family batch
+# (`kernel_lab/results/split_model_fit_h200.md`).
 # Where the kernel stands against FlashMLA at each head count, with the best option for every batch, and so
 # how much is left to the kernel rather than the choice: [the essay](../docs/kernel_essay.md).
 #
