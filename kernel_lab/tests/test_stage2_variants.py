@@ -1,6 +1,6 @@
-"""The stage-2 patch the next H200 A/B times (``kernel_lab/results/stage2_variants/few_wide_pipelined.patch``: the
-merge loop's loads pipelined in ``STAGE2_FEW_WIDE`` only) applies to the package and, in Triton's interpreter, merges
-every stage-2 config against float64 as the package does (the interpreter ignores the pipelining; the H200 times it)."""
+"""A stage-2 patch kept for an H200 A/B (``kernel_lab/results/stage2_variants/few_wide_pipelined.patch``: the merge
+loop's loads pipelined in ``STAGE2_FEW_WIDE`` only) applies to the package and, in Triton's interpreter, merges every
+stage-2 config against float64 as the package does (the interpreter ignores the pipelining; a GPU times it)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from mla_edu.paths import REPO_ROOT
 
 PATCH = REPO_ROOT / "kernel_lab" / "results" / "stage2_variants" / "few_wide_pipelined.patch"
 CHECK = """
+import inspect
 import mla_edu.kernels.split_kv_triton as skt
-assert skt.__file__.startswith({copy!r}) and hasattr(skt, "_merge_block"), skt.__file__
+assert skt.__file__.startswith({copy!r}), skt.__file__
+assert "PIPELINED" in inspect.signature(skt.stage2_scheduled_kernel.fn).parameters
 import tests.test_kernels_schedule as t
 for config in t.STAGE2_CONFIGS:
     t.test_each_stage2_config_matches_float64(config)
