@@ -290,6 +290,99 @@ def new_runs_numbers() -> dict:
                 gap=[sum(p in low for p in gap), len(gap)], rest=len(rest))
 
 
+def latest_runs_numbers() -> dict:
+    """The paragraph on the three whole runs at 4d46283: issue 52's acceptance as scored on every run."""
+    from kernel_lab.tools import acceptance as acc
+    from kernel_lab.tools import family_bench as fb
+
+    board = acc.scoreboard(acc.load())
+    got = board["picks"]
+    assert all(len(p.pooled) >= acc.MIN_RUNS for p in got.values())  # "each ratio ... the median of at least"
+    fam = [p for k, p in got.items() if k[0] == "family"]
+    low = [p for p in fam if not acc.passes(p.x, acc.FLOOR)]
+    lowest = min(fam, key=lambda p: p.x)
+    assert lowest.key == ("family", "giant", 64, 256)
+    uni = {u["heads"]: u for u in board["uniform"]}
+    deciding = []  # the headline bench's deciding shape, h_q=128, B=128, L=1024, in each run at 4d46283
+    for name in (f"family_bench_h200_fm_4d46283_run{i}.json" for i in (1, 2, 3)):
+        r = next(r for r in result(name)["uniform"] if (r["family"], r["heads"], r["batch"]) == ("L1024", 128, 128))
+        deciding.append(fb.x_flashmla(r, fb.backend_choice(r, 132))[0])
+    assert all(uni[h]["big"]["low"].key[1::2] == ("L1024", 128) for h in (32, 64, 128))  # "each at B=128, L=1024"
+    return dict(runs=acc.MIN_RUNS, met=sum(r["met"] for r in board["ragged"]), pairs=len(board["ragged"]),
+                below=len(low), fam=len(fam), floor=acc.FLOOR, lowest=lowest.x,
+                uni=[uni[h]["big"]["low"].x for h in (32, 64, 128)], h16=uni[16]["all"]["low"].x,
+                deciding=deciding)
+
+
+def ncu_kernels(name: str) -> dict:
+    """``{kernel: {field: value}}`` of an Nsight Compute report of one launch per kernel: its duration, DRAM
+    throughput (% of peak), warp cycles per issued instruction, elapsed cycles, grid and block sizes, theoretical
+    occupancy (%)."""
+    out, kernel = {}, None
+    fields = {"us": r"Duration\s+us", "dram": r"DRAM Throughput\s+%",
+              "cycles": r"Warp Cycles Per Issued Instruction\s+cycle", "elapsed": r"Elapsed Cycles\s+cycle",
+              "grid": r"Grid Size", "block": r"Block Size", "occupancy": r"Theoretical Occupancy\s+%"}
+    for line in path(name).read_text(encoding="utf-8").splitlines():
+        head = re.match(r"  (?:void )?(\w+)[<( ].*Context \d+", line)
+        if head:
+            assert head[1] not in out, f"{name}: {head[1]} profiled twice"
+            kernel = head[1]
+            out[kernel] = {}
+        for key, pattern in fields.items():
+            m = re.match(rf"\s+{pattern}\s+([\d.,]+)$", line)
+            if m:
+                out[kernel][key] = float(m[1].replace(",", ""))
+    return out
+
+
+def profile_numbers() -> dict:
+    """The bullet on the Nsight Compute profiles of bimodal h_q=128, B=256 and giant h_q=64, B=256."""
+    bi = ncu_kernels("family_profile_h200_bimodal_h128_b256_ncu.txt")
+    gi = ncu_kernels("family_profile_h200_giant_h64_b256_ncu.txt")
+    ours, fm, s2, comb = ("stage1_seesaw_kernel", "flash_fwd_splitkv_mla_kernel", "stage2_scheduled_kernel",
+                          "flash_fwd_mla_combine_kernel")
+    for k in (ours, fm):  # "at the same occupancy (one CTA of eight warps an SM)": 132 CTAs of 256 threads, 1 an SM
+        assert (bi[k]["grid"], bi[k]["block"], bi[k]["occupancy"]) == (132, 256, 12.5), (k, bi[k])
+    from kernel_lab.tools import family_bench as fb
+    from mla_edu.kernels import schedule as sc
+
+    lens = fb.family_lengths("giant", 256)
+    width = max(-(-x // fb.PAGE) for x in lens)
+    segs = sc.host_segments(lens, fb.PAGE, width, sc.num_parts(64, 132, 256, width), 64)
+    pieces = max(sum(s.request == b for s in segs) for b in range(256))
+    assert pieces == sum(s.request == lens.index(max(lens)) for s in segs)  # the giant request's, the most
+    return dict(cycles=100 * (bi[ours]["elapsed"] / bi[fm]["elapsed"] - 1), pieces=pieces,
+                bi=[bi[ours]["us"], bi[fm]["us"], bi[ours]["dram"], bi[fm]["dram"], bi[ours]["cycles"],
+                    bi[fm]["cycles"]], bi2=[bi[s2]["us"], bi[comb]["us"]],
+                gi=[gi[s2]["us"], gi[comb]["us"], gi[ours]["us"], gi[fm]["us"]])
+
+
+def stage2_variant_numbers() -> dict:
+    """The paragraph on the two stage-2 patches: base / patched over all their batches, and the pipelined loop where
+    stage 2 merges one partial at a time (64 heads or more with ``schedule.few_partials``: ``STAGE2_FEW_WIDE``)."""
+    from statistics import geometric_mean
+
+    from kernel_lab.tools import partition_ab as ab
+    from mla_edu.kernels import schedule as sc
+    from mla_edu.kernels.split_kv_triton import STAGE2_FEW_WIDE, stage2_config
+
+    out = {}
+    for name in ("pipelined", "few_wide_two"):
+        rows = ab.table(result(f"partition_ab_h200_stage2_{name}.json"),
+                        REPO_ROOT / f"kernel_lab/results/stage2_variants/{name}.patch")
+        xs = [r["x"] for r in rows]
+        hb = {(r["heads"], r["batch"]) for r in rows}
+        wide_at = {(h, b) for h, b in hb if stage2_config(b, h, sc.num_parts(h, 132, b, 1024)) == STAGE2_FEW_WIDE}
+        wide = [r for r in rows if (r["heads"], r["batch"]) in wide_at]
+        giant = next(r["x"] for r in rows if (r["family"], r["heads"], r["batch"]) == ("giant", 64, 256))
+        rest = [r["x"] for r in rows if r not in wide]
+        out[name] = dict(geomean=geometric_mean(xs), lo=min(xs), hi=max(xs), n=len(rows), giant=giant,
+                         wide=geometric_mean([r["x"] for r in wide]), n_wide=len(wide), rest=rest,
+                         won=sum(r["x"] > 1 for r in wide), wide_lo=min(r["x"] for r in wide),
+                         wide_hi=max(r["x"] for r in wide), wide_top=max(wide, key=lambda r: r["x"]))
+    return out
+
+
 def segment_ahead_numbers() -> dict:
     """The sentence on segment_ahead.patch (``partition_ab.table`` of its committed run): base / patched over its
     batches, and its output against float64 no further off than the kept kernel's, batch by batch."""
@@ -368,7 +461,7 @@ def split_model_numbers() -> dict:
     """The paragraph on stage 2's cost in the split count and the choice (``kernel_lab.tools.split_model_fit``)."""
     from kernel_lab.tools import split_model_fit as smf
 
-    problems = smf.load(smf.FIT_SETS)  # the paragraph's ten files; the runs after it: new_sets_numbers
+    problems = smf.load(smf.FIT_SETS)  # the paragraph's ten files; the runs after it: held_out_numbers
     package, count_only, rule_side, _, _, fixed = smf.MODELS  # the package before and now
     assert package == smf.BEFORE and fixed == smf.PACKAGE and fixed.in_makespans == "both"
     within = {m.name: sum(map(smf.right, smf.regrets(problems, m))) for m in smf.MODELS}
@@ -438,7 +531,31 @@ def claims() -> list[tuple[str, list[float]]]:
     cm = cost_fit_numbers()
     nr, sa = new_runs_numbers(), segment_ahead_numbers()
     sm, ho = split_model_numbers(), held_out_numbers()
+    lr, pf, s2 = latest_runs_numbers(), profile_numbers(), stage2_variant_numbers()
+    pipe, two = s2["pipelined"], s2["few_wide_two"]
+    assert all(x < 1 for x in pipe["rest"])  # "It lost at every batch where stage 2 loads several partials"
+    top = two["wide_top"]
+    assert (top["family"], top["heads"], top["batch"]) == ("giant", 64, 256)  # "the most on giant"
     return [
+        ("put that shape at {}x, {}x and {}x", lr["deciding"]),
+        ("({}% more cycles, the two clocks differing)", [pf["cycles"]]),
+        ("its longest merge walks the giant request's {} partials", [pf["pieces"]]),
+        ("so that each ratio is now the median of at least {} runs. Scored so, {} of the {} pairs of family and head "
+         "count reach the ragged bar, and {} of the {} family batches run below {}x, the lowest at {}x",
+         [lr["runs"], lr["met"], lr["pairs"], lr["below"], lr["fam"], lr["floor"], lr["lowest"]]),
+        ("the lowest shape runs at {}x at h_q=32, {}x at h_q=64 and {}x at h_q=128", lr["uni"]),
+        ("h_q=16 the lowest runs at {}x", [lr["h16"]]),
+        ("takes {} us against FlashMLA's attention kernel's {}", pf["bi"][:2]),
+        ("same occupancy (one CTA of eight warps an SM) and {}% of the DRAM bandwidth against {}%; its warps issue an "
+         "instruction every {} cycles against {}", pf["bi"][2:]),
+        ("Stage 2 takes {} us against FlashMLA's combine kernel's {}", pf["bi2"]),
+        ("holds most of the gap, {} us against {}, the attention kernels {} against {}", pf["gi"]),
+        ("ran at {}x the kept kernel's speed over {} batches, from {}x to {}x",
+         [pipe["geomean"], pipe["n"], pipe["lo"], pipe["hi"]]),
+        ("it won at {} of the {} batches, {}x in geomean, {}x on giant",
+         [pipe["won"], pipe["n_wide"], pipe["wide"], pipe["giant"]]),
+        ("ran at {}x over the {} batches it changes ({}-{}x", [two["wide"], two["n_wide"], two["wide_lo"],
+                                                               two["wide_hi"]]),
         ("the seesaw stage 1 takes {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA kernel; "
          "FlashMLA takes {} us, so the kernel runs at {}x its speed",
          [row["triton_us"], 100 * row["frac_matmul"], row["kernels"]["tma, 64 heads"]["best_us"], row["flashmla_us"],

@@ -117,3 +117,14 @@ def test_bad_sizes_are_refused_as_the_kernels_are(sizes, message):
     for segments in (sc.host_segments, sc.segments):
         with pytest.raises(ValueError, match=message):
             segments([5, 40], *sizes)
+
+
+def test_the_giant_batch_the_cost_fit_reads_where_the_cap_holds_at_b256():
+    """Giant, h_q=64, B=256: few partials a request, so the piece cap holds (``schedule.max_pieces``) and the giant
+    request is cut into its most pieces; the 255 short ones around it fill the parts."""
+    lens = fb.family_lengths("giant", 256)
+    max_pages = max(cdiv(x, PAGE) for x in lens)
+    parts = sc.num_parts(64, SMS, 256, max_pages)
+    assert sc.max_pieces(256, 64, parts) == sc.MAX_PIECES
+    segs = check(lens, PAGE, max_pages, parts, 64)
+    assert sum(s.request == lens.index(max(lens)) for s in segs) == 31

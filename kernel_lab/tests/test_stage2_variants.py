@@ -1,0 +1,33 @@
+"""A stage-2 patch kept for an H200 A/B (``kernel_lab/results/stage2_variants/few_wide_pipelined.patch``: the merge
+loop's loads pipelined in ``STAGE2_FEW_WIDE`` only) applies to the package and, in Triton's interpreter, merges every
+stage-2 config against float64 as the package does (the interpreter ignores the pipelining; a GPU times it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from kernel_lab.tools import long_tail as lt
+from mla_edu.paths import REPO_ROOT
+
+PATCH = REPO_ROOT / "kernel_lab" / "results" / "stage2_variants" / "few_wide_pipelined.patch"
+CHECK = """
+import inspect
+import mla_edu.kernels.split_kv_triton as skt
+assert skt.__file__.startswith({copy!r}), skt.__file__
+assert "PIPELINED" in inspect.signature(skt.stage2_scheduled_kernel.fn).parameters
+import tests.test_kernels_schedule as t
+for config in t.STAGE2_CONFIGS:
+    t.test_each_stage2_config_matches_float64(config)
+print("merged", len(t.STAGE2_CONFIGS), "configs")
+"""
+
+
+def test_the_few_wide_pipelined_patch_applies_and_matches_float64(tmp_path):
+    copy = lt.patched_copy(tmp_path, PATCH, package=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # tests/ from the repository, mla_edu from the copy (cwd)
+    run = subprocess.run([sys.executable, "-c", CHECK.format(copy=str(copy))], cwd=copy, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "merged 3 configs" in run.stdout
