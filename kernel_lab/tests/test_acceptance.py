@@ -359,3 +359,13 @@ def test_a_new_run_is_one_line_of_runs(tmp_path, monkeypatch, commit, capsys):
     h16 = [p for k, p in got.items() if k[0] == "family" and k[2] == 16]
     before = acc.scoreboard(acc.load(acc.RUNS[:-1]))["picks"]
     assert len(h16) == 32 and all(p.pooled == (*before[p.key].pooled, new.name) for p in h16)
+
+
+def test_the_choice_takes_todays_split_rule_and_refuses_a_count_the_run_did_not_time():
+    # h_q=128, B=1, 2048 tokens: today's rule takes 16 splits (its merge at 32 costs more), whatever the row stored
+    r = {"family": "L2048", "heads": 128, "batch": 1, "lens": [2048], "rule_splits": 32,
+         "us": {"split_16": [1.0], "split_32": [0.9], "balanced": [2.0]}}
+    assert fb.rule_splits_now(r, SMS) == 16 and fb.backend_choice(r, SMS) == "split_16"
+    del r["us"]["split_16"]
+    with pytest.raises(ValueError, match=r"takes 16 splits at h_q=128, B=1, but the run timed only \['split_32'\]"):
+        fb.backend_choice(r, SMS)
