@@ -253,3 +253,14 @@ def test_workspace_contract_keeps_sgl_kernels_size_where_the_lse_cannot_tell():
     assert contract.workspace_bytes_needed(plan) == BYTES_PER_BATCH_SPLIT * 2 * 2 > ours
     with pytest.raises(ValueError, match="workspace too small for 2 KV splits"):
         _plan(16, 512, 2, 2, torch.empty(ours, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("name, value", [("split_cost", -1.0), ("split_cost", float("nan")), ("merge_weight", -0.5),
+                                         ("merge_weight", float("inf")), ("merge_weight", "1.5"), ("split_cost", True)])
+def test_a_bad_stage2_cost_is_refused_by_the_rule_and_the_merge_model(name, value):
+    from mla_edu.kernels import workspace as ws
+
+    with pytest.raises(ValueError, match=f"{name} must be a finite number >= 0, got"):
+        ws.triton_num_kv_splits(1, 1, 16, 64, 132, **{name: value})  # one page: a count of 1 without stage 2
+    with pytest.raises(ValueError, match=f"{name} must be a finite number >= 0, got"):
+        ws.stage2_pages(4, 16, 132, 64, **{name: value})

@@ -307,11 +307,15 @@ def latest_runs_numbers() -> dict:
     for name in (f"family_bench_h200_fm_4d46283_run{i}.json" for i in (1, 2, 3)):
         r = next(r for r in result(name)["uniform"] if (r["family"], r["heads"], r["batch"]) == ("L1024", 128, 128))
         deciding.append(fb.x_flashmla(r, fb.backend_choice(r, 132))[0])
+    small = next(r for r in result("family_bench_h200_ours_df92c31_small.json")["uniform"]
+                 if (r["family"], r["heads"], r["batch"]) == ("L2048", 128, 1))
+    assert fb.backend_choice(small, 132) == "split_16"  # the package's count there now
+    s16, s32 = fb.median_us(small, "split_16"), fb.median_us(small, "split_32")
     assert all(uni[h]["big"]["low"].key[1::2] == ("L1024", 128) for h in (32, 64, 128))  # "each at B=128, L=1024"
     return dict(runs=acc.MIN_RUNS, met=sum(r["met"] for r in board["ragged"]), pairs=len(board["ragged"]),
                 below=len(low), fam=len(fam), floor=acc.FLOOR, lowest=lowest.x,
                 uni=[uni[h]["big"]["low"].x for h in (32, 64, 128)], h16=uni[16]["all"]["low"].x,
-                deciding=deciding)
+                deciding=deciding, l2048=[s16, 16, s32, 32, s16 / s32])
 
 
 def ncu_kernels(name: str) -> dict:
@@ -538,6 +542,7 @@ def claims() -> list[tuple[str, list[float]]]:
     assert (top["family"], top["heads"], top["batch"]) == ("giant", 64, 256)  # "the most on giant"
     return [
         ("put that shape at {}x, {}x and {}x", lr["deciding"]),
+        ("takes {} us with {} splits against {} with {}, {}x", lr["l2048"]),
         ("({}% more cycles, the two clocks differing)", [pf["cycles"]]),
         ("its longest merge walks the giant request's {} partials", [pf["pieces"]]),
         ("so that each ratio is now the median of at least {} runs. Scored so, {} of the {} pairs of family and head "

@@ -9,6 +9,8 @@ split count is a launch parameter, so under a CUDA graph it is frozen at capture
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from mla_edu.util import cdiv, check_int, is_int
@@ -106,6 +108,13 @@ def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0, balanced: bool = F
     return block
 
 
+def _check_cost(**costs) -> None:
+    """Each cost a finite real number >= 0 (a negative or NaN cost would choose a count silently)."""
+    for name, v in costs.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+
+
 def stage2_pages(rows: int, heads: int, sm_count: int, page_size: int, split_cost: float = SPLIT_COST_PAGES,
                  merge_weight: float = MERGE_WEIGHT, d_latent: int = D_LATENT, d_rope: int = D_ROPE) -> float:
     """Stage 2 (the merge) in page-times of one program: ``split_cost`` for its launch, plus its float32 partials
@@ -114,6 +123,7 @@ def stage2_pages(rows: int, heads: int, sm_count: int, page_size: int, split_cos
     check_int("rows", rows, 0)
     for name, v in (("heads", heads), ("sm_count", sm_count), ("page_size", page_size)):
         check_int(name, v, 1)
+    _check_cost(split_cost=split_cost, merge_weight=merge_weight)
     page_bytes = page_size * (d_latent + d_rope) * 2  # bf16 rows [page_size, d_latent + d_rope] of one page
     return split_cost + merge_weight * rows * heads * d_latent * 8 / (sm_count * page_bytes)
 
@@ -135,6 +145,7 @@ def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, pag
     _pos_int("num_batches", num_batches)
     _pos_int("num_heads", num_heads)
     _pos_int("page_size", page_size)
+    _check_cost(split_cost=split_cost, merge_weight=merge_weight)
     sms = sm_count if sm_count > 0 else device_sm_count()
     n_pages = cdiv(max_seq_len, page_size)
     block_h = gpu_block_h(num_heads, num_batches, n_pages)
