@@ -55,3 +55,15 @@ def test_a_bench_of_other_problems_is_refused(bench):
     other["ragged"][0]["lens_max"] += 1
     with pytest.raises(ValueError, match="does not match the bench's lengths"):
         choice.score(other)
+
+
+def test_the_backend_path_refuses_a_row_timed_at_another_split_count(bench):
+    from tools.schedule_bench import backend_path
+
+    sms = bench["info"]["sm_count"]
+    rows = bench["uniform"]
+    assert {backend_path(r, sms) for r in rows} <= {"balanced", "rule"}  # every committed row at today's count
+    stale = {**rows[0], "rule_splits": rows[0]["rule_splits"] * 2}
+    with pytest.raises(ValueError, match=r"expected the split rule's count of the run \(\d+\) .* got \d+ from the "
+                                         r"package now: rerun the bench"):
+        backend_path(stale, sms)

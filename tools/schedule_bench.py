@@ -179,9 +179,16 @@ def render(json_path: str, out_dir: str) -> None:
 
 def backend_path(row: dict, sm_count: int) -> str:
     """"balanced" or "rule": what the triton backend runs for a uniform row (auto splits: its choice per batch from
-    the lengths, ``schedule.prefers_balanced``)."""
+    the lengths, ``schedule.prefers_balanced``). ValueError where the package's split count is not the one the run
+    stored (its "rule" time would be of another count)."""
+    from mla_edu.kernels.workspace import triton_num_kv_splits
+
+    now = triton_num_kv_splits(PAGE * math.ceil(row["lens_max"] / PAGE), row["batch"], row["heads"], PAGE, sm_count)
+    if now != row["rule_splits"]:  # the row's "rule" time is of the count it stored
+        raise ValueError(f"expected the split rule's count of the run ({row['rule_splits']}) for h_q={row['heads']}, "
+                         f"B={row['batch']}, L={row['lens_max']}, got {now} from the package now: rerun the bench")
     lens = [row["lens_max"]] * row["batch"]
-    return "balanced" if prefers_balanced(lens, PAGE, row["heads"], sm_count, row["rule_splits"]) else "rule"
+    return "balanced" if prefers_balanced(lens, PAGE, row["heads"], sm_count, now) else "rule"
 
 
 def summary(data: dict) -> dict:
