@@ -182,7 +182,7 @@ def balanced_partials(p: Problem) -> int:
     n = [min(cdiv(max(x, 0), PAGE), p.width) for x in p.lens]
     w = [k + sc.FIXED_OVERHEAD_PAGES for k in n if k > 0]
     chunk = sc.balanced_chunk(w, lt.parts_as_benched(p.heads, p.sms, len(n), p.width), sc.MAX_PIECES)
-    return sum(k for k in lt.pieces_per_request(n, chunk) if k > 1)
+    return sc.partial_rows(n, chunk)
 
 
 _STAGE1: dict = {}

@@ -112,11 +112,13 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     (``stage1_makespans``) plus stage 2 (``workspace.stage2_pages``) where it runs. The rule's stage 2 runs at
     ``num_splits`` > 1 and merges ``B * num_splits`` partial rows; the balanced schedule's always runs and merges
     its ``balanced_partials`` rows."""
-    rule, balanced = stage1_makespans(lens, page_size, heads, sm_count, num_splits, max_pages, half_block_cost)
+    _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
+                 **({} if max_pages is None else {"max_pages": max_pages}))
+    line = _balanced_line(lens, page_size, heads, sm_count, max_pages)
+    rule, balanced = _stage1(lens, page_size, heads, sm_count, num_splits, half_block_cost, line)
     if num_splits > 1:
         rule += stage2_pages(len(lens) * num_splits, heads, sm_count, page_size)
-    balanced += stage2_pages(balanced_partials(lens, page_size, heads, sm_count, max_pages), heads, sm_count,
-                             page_size)
+    balanced += stage2_pages(partial_rows(line[0], line[3]), heads, sm_count, page_size)
     return rule, balanced
 
 
@@ -131,7 +133,14 @@ def stage1_makespans(lens, page_size: int, heads: int, sm_count: int, num_splits
     ``kernel_lab/results/choice_fit_h200.md`` scores both on the H200's measured times."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
                  **({} if max_pages is None else {"max_pages": max_pages}))
-    n, max_pages, parts, chunk = _balanced_line(lens, page_size, heads, sm_count, max_pages)
+    return _stage1(lens, page_size, heads, sm_count, num_splits, half_block_cost,
+                   _balanced_line(lens, page_size, heads, sm_count, max_pages))
+
+
+def _stage1(lens, page_size: int, heads: int, sm_count: int, num_splits: int, half_block_cost: float,
+            line: tuple) -> tuple[float, float]:
+    """``stage1_makespans`` on the balanced schedule's ``line`` (``_balanced_line``), its sizes checked."""
+    n, max_pages, _, chunk = line
     slots = PROGRAMS_PER_SM[gpu_block_h(heads, len(n), max_pages)] * sm_count
     rule = simulate(pages_per_program(lens, page_size, heads, sm_count, num_splits, max_pages), slots)[1]
     balanced = chunk + FIXED_OVERHEAD_PAGES
@@ -145,17 +154,29 @@ def _balanced_line(lens, page_size: int, heads: int, sm_count: int, max_pages: i
     max_pages = max(n + [1]) if max_pages is None else max_pages
     n = [min(k, max_pages) for k in n]
     parts = num_parts(heads, sm_count, len(n), max_pages)
-    chunk = balanced_chunk([k + FIXED_OVERHEAD_PAGES for k in n if k > 0], parts, max_pieces(len(n), heads, parts))
-    return n, max_pages, parts, chunk
+    return n, max_pages, parts, line_chunk(n, parts, heads)
+
+
+def line_chunk(n_pages: list[int], parts: int, heads: int) -> int:
+    """``batch_plan``'s chunk on the host for requests of ``n_pages`` pages (clamped) over ``parts`` parts: each
+    request costs its pages plus ``FIXED_OVERHEAD_PAGES`` (empty ones nothing), with ``max_pieces``' cap."""
+    return balanced_chunk([k + FIXED_OVERHEAD_PAGES for k in n_pages if k > 0], parts,
+                          max_pieces(len(n_pages), heads, parts))
+
+
+def partial_rows(n_pages: list[int], chunk: int) -> int:
+    """Workspace rows written as partials on the line at ``chunk`` (``line_parts``): a request cut across parts
+    leaves one row a part it spans, a request in one part none."""
+    return sum(last - first + 1 for _, first, last in line_parts(n_pages, chunk) if last > first)
 
 
 def balanced_partials(lens, page_size: int, heads: int, sm_count: int, max_pages: int | None = None) -> int:
-    """Workspace rows the balanced schedule writes as partials for requests of ``lens`` tokens (host ints): a request
-    cut across parts leaves one row a part it spans (``line_parts``), a request in one part none."""
+    """Workspace rows the balanced schedule writes as partials for requests of ``lens`` tokens (host ints):
+    ``partial_rows`` of its line."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count,
                  **({} if max_pages is None else {"max_pages": max_pages}))
     n, _, _, chunk = _balanced_line(lens, page_size, heads, sm_count, max_pages)
-    return sum(last - first + 1 for _, first, last in line_parts(n, chunk) if last > first)
+    return partial_rows(n, chunk)
 
 
 def half_block(heads: int, batch: int, n_pages: int) -> bool:
@@ -284,7 +305,7 @@ def host_segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: i
     _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts, heads=heads)
     lens = [min(max(int(x), 0), max_pages * page_size) for x in seq_lens]  # [B] tokens each part may read
     n = [cdiv(x, page_size) for x in lens]  # [B] pages
-    chunk = balanced_chunk([k + FIXED_OVERHEAD_PAGES for k in n if k], parts, max_pieces(len(n), heads, parts))
+    chunk = line_chunk(n, parts, heads)
     out = []
     for b, (x, k, (start, first, last)) in enumerate(zip(lens, n, line_parts(n, chunk))):
         for p in range(first, last + 1):  # part p takes the pages k with x_k in [p * chunk, (p + 1) * chunk)
