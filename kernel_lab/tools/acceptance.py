@@ -34,6 +34,7 @@ from kernel_lab.tools import choice_fit as cf
 from kernel_lab.tools import family_bench as fb
 from kernel_lab.tools import half_block_fit as hb
 from kernel_lab.tools import print_and_write, rel
+from kernel_lab.tools import split_model_fit as smf
 from mla_edu.files import read_json
 from mla_edu.paths import REPO_ROOT
 
@@ -72,8 +73,10 @@ RULES_FROM = "a2e9367"
 GEOMEAN_BAR, FLOOR, H16_FLOOR, WITHIN, MIN_RUNS = 1.05, 0.95, 1.0, 1.05, 3
 UNIFORM_FROM = 4  # the uniform bar's smallest batch
 DIGITS = 9
-#: The family-bench runs a fit of the choice read (``choice_fit``'s margin, ``half_block_fit``'s scale).
-FITTED = (cf.FAMILY_BENCH, *hb.RUNS)
+#: The family-bench runs a fit of the choice read (``choice_fit``'s margin, ``half_block_fit``'s scale, the split
+#: count's and the choice's stage 2 model: ``split_model_fit.FIT_SETS``).
+FITTED = tuple(dict.fromkeys([cf.FAMILY_BENCH, *hb.RUNS,
+                              *(path for _, path, kind in smf.FIT_SETS if kind.startswith("family"))]))
 
 
 @dataclass(frozen=True)
@@ -397,7 +400,7 @@ def to_markdown(board: dict, command: str) -> str:
               "choice's time over that run's best option's (the median of two runs is their mean); 'the best "
               f"option' where that median is 1, 'within' where it is at most {WITHIN:.2f}. The best option named "
               "under 'worst' is the latest run's. 'held out' = the problems none of whose pooled runs a fit of the "
-              "choice read (`choice_fit`'s margin and `half_block_fit`'s scale read "
+              "choice read (`choice_fit`'s margin, `half_block_fit`'s scale and `split_model_fit`'s stage 2 model read "
               + ", ".join(f"`{n}`" for n in board["fitted"]) + ").", "",
               "| h_q | measured | the best option | within | worst | held out: within |", "|---|---|---|---|---|---|"]
     for c in board["choice"]:
