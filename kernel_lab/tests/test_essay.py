@@ -44,16 +44,32 @@ def tile_costs(name: str, sms: int = 132) -> dict:
     return dict(ours=ours, fm=fm, x=ours / fm, fixed=a["rule_us"] - 16 * ours, fm_fixed=a["flashmla_us"] - 16 * fm)
 
 
-def ncu_clocks(name: str) -> dict:
-    """``{kernel: [SM frequency in GHz]}`` of an Nsight Compute report, per profiled launch."""
-    out, kernel = {}, None
+#: The metrics ``ncu_launches`` reads: key -> the metric's name and unit as Nsight Compute prints them.
+NCU_FIELDS = {"ghz": r"SM Frequency\s+Ghz", "us": r"Duration\s+us", "dram": r"DRAM Throughput\s+%",
+              "cycles": r"Warp Cycles Per Issued Instruction\s+cycle", "elapsed": r"Elapsed Cycles\s+cycle",
+              "grid": r"Grid Size", "block": r"Block Size", "occupancy": r"Theoretical Occupancy\s+%"}
+
+
+def ncu_launches(name: str) -> list[tuple[str, dict]]:
+    """``(kernel, {key: value})`` per profiled launch of an Nsight Compute report, in its order (``NCU_FIELDS``)."""
+    out = []
     for line in path(name).read_text(encoding="utf-8").splitlines():
         head = re.match(r"  (?:void )?(\w+)[<( ].*Context \d+", line)
         if head:
-            kernel = head[1]
-        freq = re.match(r"\s+SM Frequency\s+Ghz\s+([\d.]+)", line)
-        if freq:
-            out.setdefault(kernel, []).append(float(freq[1]))
+            out.append((head[1], {}))
+        for key, pattern in NCU_FIELDS.items():
+            m = re.match(rf"\s+{pattern}\s+([\d.,]+)$", line)
+            if m:
+                out[-1][1][key] = float(m[1].replace(",", ""))
+    return out
+
+
+def ncu_clocks(name: str) -> dict:
+    """``{kernel: [SM frequency in GHz]}`` of an Nsight Compute report, per profiled launch that reports one."""
+    out = {}
+    for kernel, metrics in ncu_launches(name):
+        if "ghz" in metrics:
+            out.setdefault(kernel, []).append(metrics["ghz"])
     return out
 
 
@@ -319,24 +335,11 @@ def latest_runs_numbers() -> dict:
 
 
 def ncu_kernels(name: str) -> dict:
-    """``{kernel: {field: value}}`` of an Nsight Compute report of one launch per kernel: its duration, DRAM
-    throughput (% of peak), warp cycles per issued instruction, elapsed cycles, grid and block sizes, theoretical
-    occupancy (%)."""
-    out, kernel = {}, None
-    fields = {"us": r"Duration\s+us", "dram": r"DRAM Throughput\s+%",
-              "cycles": r"Warp Cycles Per Issued Instruction\s+cycle", "elapsed": r"Elapsed Cycles\s+cycle",
-              "grid": r"Grid Size", "block": r"Block Size", "occupancy": r"Theoretical Occupancy\s+%"}
-    for line in path(name).read_text(encoding="utf-8").splitlines():
-        head = re.match(r"  (?:void )?(\w+)[<( ].*Context \d+", line)
-        if head:
-            assert head[1] not in out, f"{name}: {head[1]} profiled twice"
-            kernel = head[1]
-            out[kernel] = {}
-        for key, pattern in fields.items():
-            m = re.match(rf"\s+{pattern}\s+([\d.,]+)$", line)
-            if m:
-                out[kernel][key] = float(m[1].replace(",", ""))
-    return out
+    """``{kernel: {key: value}}`` of an Nsight Compute report of one launch per kernel (``ncu_launches``)."""
+    launches = ncu_launches(name)
+    kernels = [k for k, _ in launches]
+    assert len(set(kernels)) == len(kernels), f"{name}: a kernel profiled twice: {kernels}"
+    return dict(launches)
 
 
 def profile_numbers() -> dict:
