@@ -161,6 +161,7 @@ def _balanced(case, sm_count, **kw):
 
 INTERP_CASES = [  # lengths, sm_count (few SMs: long requests cut into many units, short ones alone)
     ([1, 200, 33, 0, 64], 8), ([300, 2, 2, 2], 4), ([17], 1), ([5, 90, 161, 48, 16, 1], 16),
+    ([1500, 3, 5, 0], 16),  # one request in 15 partials: stage 2's merge loops over blocks of them
 ]
 
 
