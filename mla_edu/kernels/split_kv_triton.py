@@ -55,10 +55,27 @@ def stage2_kernel(o_acc_ptr, lse_ptr, out_ptr, stride_o_b, stride_o_h, H, num_sp
 
 
 @triton.jit
+def _merge_block(o_acc_ptr, lse_ptr, s0, u1, offs_s, offs_h, offs_d, mask_h, mask_d, H, DL, m, den, acc):
+    """One block of partials (workspace rows ``s0 + offs_s`` below ``u1``) into the running max ``m``, sum ``den``
+    [BH] and output ``acc`` [BH, BD]."""
+    rows = (s0 + offs_s)[None, :] * H + offs_h[:, None]  # [BH, BS] rows of lse [rows, H]
+    ok = ((s0 + offs_s) < u1)[None, :] & mask_h[:, None]
+    lse = tl.load(lse_ptr + rows, mask=ok, other=float("-inf"))
+    o = tl.load(o_acc_ptr + rows[:, :, None] * DL + offs_d[None, None, :],
+                mask=ok[:, :, None] & mask_d[None, None, :], other=0.0)  # [BH, BS, BD]
+    m_new = tl.maximum(m, tl.max(lse, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m - m_safe)
+    w_s = tl.exp(lse - m_safe[:, None])  # [BH, BS]
+    return m_new, den * alpha + tl.sum(w_s, 1), acc * alpha[:, None] + tl.sum(w_s[:, :, None] * o, 1)
+
+
+@triton.jit
 def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_b, stride_o_h, H, B, max_pages,
                             num_parts, PAGE: tl.constexpr, OVERHEAD: tl.constexpr, MIN_PAGES: tl.constexpr,
                             MAX_PIECES: tl.constexpr, BLOCK_B: tl.constexpr, DL: tl.constexpr,
-                            BLOCK_DL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
+                            BLOCK_DL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr,
+                            PIPELINED: tl.constexpr):
     """Grid ``(B, ceil(H / BLOCK_H), ceil(DL / BLOCK_DL))``: merges request b's partials, workspace rows ``p + b``
     for its parts ``p`` in ``[p_first, p_last]`` (the balanced schedule, computed again from the lengths: a
     variable number, as FlashMLA's combine kernel merges), by log-sum-exp, ``BLOCK_S`` partials at a time
@@ -83,19 +100,15 @@ def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_
         m = tl.full([BLOCK_H], float("-inf"), tl.float32)
         den = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, BLOCK_DL], tl.float32)
-        for s0 in range(u0, u1, BLOCK_S):  # online over blocks of partials: running max, rescaled sums
-            rows = (s0 + offs_s)[None, :] * H + offs_h[:, None]  # [BH, BS] rows of lse [rows, H]
-            ok = ((s0 + offs_s) < u1)[None, :] & mask_h[:, None]
-            lse = tl.load(lse_ptr + rows, mask=ok, other=float("-inf"))
-            o = tl.load(o_acc_ptr + rows[:, :, None] * DL + offs_d[None, None, :],
-                        mask=ok[:, :, None] & mask_d[None, None, :], other=0.0)  # [BH, BS, BD]
-            m_new = tl.maximum(m, tl.max(lse, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m - m_safe)
-            w_s = tl.exp(lse - m_safe[:, None])  # [BH, BS]
-            acc = acc * alpha[:, None] + tl.sum(w_s[:, :, None] * o, 1)
-            den = den * alpha + tl.sum(w_s, 1)
-            m = m_new
+        # online over blocks of partials: running max, rescaled sums; PIPELINED: the next blocks' loads in flight
+        if PIPELINED:
+            for s0 in tl.range(u0, u1, BLOCK_S, num_stages=3):
+                m, den, acc = _merge_block(o_acc_ptr, lse_ptr, s0, u1, offs_s, offs_h, offs_d, mask_h, mask_d, H, DL,
+                                           m, den, acc)
+        else:
+            for s0 in range(u0, u1, BLOCK_S):
+                m, den, acc = _merge_block(o_acc_ptr, lse_ptr, s0, u1, offs_s, offs_h, offs_d, mask_h, mask_d, H, DL,
+                                           m, den, acc)
         res = acc / tl.where(den > 0, den, 1.0)[:, None]
         tl.store(dst, res.to(out_ptr.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
@@ -237,7 +250,7 @@ def launch_stage2_scheduled(o_acc: torch.Tensor, lse_acc: torch.Tensor, seq_lens
                                              max_pages, num_parts, PAGE=page_size,
                                              **schedule.plan_constexprs(b, schedule.max_pieces(b, h, num_parts)),
                                              DL=dl, BLOCK_DL=block_d, BLOCK_H=block_h, BLOCK_S=cfg.block_s,
-                                             num_warps=cfg.num_warps)
+                                             PIPELINED=cfg == STAGE2_FEW_WIDE, num_warps=cfg.num_warps)
 
 
 @torch.library.custom_op("mla_edu::mla_decode_stage2_scheduled", mutates_args=("out",))
