@@ -18,11 +18,25 @@ from kernel_lab.tests.results import result
 
 SMS = 132
 OLD, RULES, NEW = acc.COMMITS[:3]  # 29d1c24, a2e9367, 8acf73a: the commits the generated tables name
-#: The committed runs up to 8acf73a, read alone by the tests that know their problems.
-UP_TO_8ACF73A = [p for p in acc.RUNS if "4d46283" not in p.name]
+#: The committed runs up to 8acf73a, read alone (at the rules they ran under) by the tests that know their problems.
+UP_TO_8ACF73A = acc.RUNS[:acc.RUNS.index(acc.LAB / "family_bench_h200_fm_8acf73a_h16_uniform.json") + 1]
 
 
-def test_the_committed_markdown_is_the_tools_output():
+@pytest.fixture(autouse=True)
+def rules_from_a2e9367(request, monkeypatch):
+    """Every test but those asking for ``rules_of_today`` judges at the rules of ``RULES`` (a2e9367): the synthetic
+    runs name OLD, RULES and NEW, and the runs up to 8acf73a were pooled under them."""
+    if "rules_of_today" not in request.fixturenames:
+        monkeypatch.setattr(acc, "RULES_FROM", RULES)
+
+
+@pytest.fixture
+def rules_of_today():
+    """The package's ``RULES_FROM``, as the committed scoreboard is judged."""
+    assert acc.RULES_FROM == acc.COMMITS[-1] == "261e2bd"
+
+
+def test_the_committed_markdown_is_the_tools_output(rules_of_today):
     assert acc.OUT.read_text(encoding="utf-8") == acc.render(out=acc.OUT), (
         "kernel_lab/results/acceptance_h200.md is stale: python -m kernel_lab.tools.acceptance "
         "--out kernel_lab/results/acceptance_h200.md")
@@ -35,7 +49,7 @@ def stale(committed: str, regenerated: str) -> list[str]:
 
 
 @pytest.mark.parametrize("wrong", ["a ratio", "a verdict", "a row dropped", "a run named", "two rows swapped"])
-def test_a_wrong_table_fails(wrong):
+def test_a_wrong_table_fails(wrong, rules_of_today):
     text = acc.OUT.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     i = next(i for i, x in enumerate(lines) if x.startswith("| 64 | giant |"))
@@ -93,15 +107,19 @@ def test_the_committed_runs_are_read_as_they_ran():
     assert set(board["runs"]) <= set(board["fitted"]) and board["choice"][-1]["held"] == 0
 
 
-def test_held_out_are_the_problems_only_the_runs_after_the_fits_timed():
-    """On every committed run: a problem is held out where all its pooled runs are ones no fit read (the 4d46283
-    runs): the uniform grid at h_q 32-128, which no run before them timed at current rules."""
+def test_held_out_are_the_problems_only_the_runs_after_the_fits_timed(rules_of_today):
+    """On every committed run: only the 261e2bd runs are at today's rules (stage 2 changed), so the problems measured
+    are the 32 they timed (families at h_q 64 and 128, B 128 and 256), each pooled from those three runs, which no fit
+    read: all held out. Every other problem takes its latest run alone, flagged older."""
     board = acc.scoreboard(acc.load())
     unfitted = {n for n in board["runs"] if n not in board["fitted"]}
-    assert unfitted == {f"family_bench_h200_fm_4d46283_run{i}.json" for i in (1, 2, 3)}
-    held = {k for k, p in board["picks"].items() if set(p.pooled) <= unfitted}
-    assert held == {k for k in board["keys"] if k[0] == "uniform" and k[2] > 16}
-    assert board["choice"][-1]["held"] == len(held) == 45
+    today = {f"family_bench_h200_fm_261e2bd_run{i}.json" for i in (1, 2, 3)}
+    assert unfitted == today | {f"family_bench_h200_fm_4d46283_run{i}.json" for i in (1, 2, 3)}
+    current = {k for k, p in board["picks"].items() if not p.older}
+    assert current == {k for k in board["keys"] if k[0] == "family" and k[2] >= 64 and k[3] >= 128}
+    assert all(set(board["picks"][k].pooled) == today for k in current)
+    assert all(board["picks"][k].runs == 1 for k in board["keys"] if k not in current)
+    assert board["choice"][-1]["held"] == len(current) == 32
 
 
 def row(family: str, batch: int, x: float, regret: float = 1.0, heads: int = 16, flashmla: bool = True) -> dict:

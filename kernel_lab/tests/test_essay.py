@@ -9,6 +9,8 @@ a number that no claim recomputes fails the test.
 
 from __future__ import annotations
 
+import contextlib
+
 import re
 import statistics
 from statistics import median
@@ -268,6 +270,18 @@ def rerun_numbers() -> dict:
                 split=[regret["L1024", 64, 4], regret["L1024", 64, 16]])
 
 
+@contextlib.contextmanager
+def rules_at(commit: str):
+    """Issue 52's acceptance scored as when ``commit`` was its ``RULES_FROM`` (the paragraphs on earlier runs)."""
+    from kernel_lab.tools import acceptance as acc
+
+    before, acc.RULES_FROM = acc.RULES_FROM, commit
+    try:
+        yield acc
+    finally:
+        acc.RULES_FROM = before
+
+
 def new_runs_numbers() -> dict:
     """The paragraph on the family bench at 8acf73a (its four runs with FlashMLA) and on issue 52's acceptance as
     scored on every run (``kernel_lab.tools.acceptance``)."""
@@ -280,7 +294,9 @@ def new_runs_numbers() -> dict:
     rows = [(r, result(n)["info"]["sm_count"]) for n in names for k in ("family", "uniform") for r in result(n)[k]]
     assert all("flashmla" in r["us"] for r, _ in rows)  # "timed FlashMLA in the same run"
     assert all(fb.backend_choice(r, sms) == fb.best_option(r) for r, sms in rows)  # "the best option at each"
-    board = acc.scoreboard(acc.load([p for p in acc.RUNS if "4d46283" not in p.name]))  # the runs up to 8acf73a
+    with rules_at("a2e9367"):  # the rules then
+        board = acc.scoreboard(acc.load(  # the runs up to 8acf73a
+            acc.RUNS[:acc.RUNS.index(acc.LAB / "family_bench_h200_fm_8acf73a_h16_uniform.json") + 1]))
     got = board["picks"]
     new = {k: p for k, p in got.items() if p.run in names}
     assert len({(r["family"], r["heads"], r["batch"]) for r, _ in rows}) == len(new)  # each problem of theirs taken
@@ -306,12 +322,20 @@ def new_runs_numbers() -> dict:
                 gap=[sum(p in low for p in gap), len(gap)], rest=len(rest))
 
 
+def before_stage2_board() -> dict:
+    """Issue 52's scoreboard on every run before stage 2 changed (up to the 4d46283 runs), at the rules then."""
+    with rules_at("a2e9367") as acc:
+        last = acc.RUNS.index(acc.LAB / "family_bench_h200_fm_4d46283_run3.json")
+        return acc.scoreboard(acc.load(acc.RUNS[:last + 1]))
+
+
 def latest_runs_numbers() -> dict:
-    """The paragraph on the three whole runs at 4d46283: issue 52's acceptance as scored on every run."""
+    """The paragraph on the three whole runs at 4d46283: issue 52's acceptance as scored on every run up to them, at
+    the rules then."""
     from kernel_lab.tools import acceptance as acc
     from kernel_lab.tools import family_bench as fb
 
-    board = acc.scoreboard(acc.load())
+    board = before_stage2_board()
     got = board["picks"]
     assert all(len(p.pooled) >= acc.MIN_RUNS for p in got.values())  # "each ratio ... the median of at least"
     fam = [p for k, p in got.items() if k[0] == "family"]
@@ -388,6 +412,43 @@ def stage2_variant_numbers() -> dict:
                          won=sum(r["x"] > 1 for r in wide), wide_lo=min(r["x"] for r in wide),
                          wide_hi=max(r["x"] for r in wide), wide_top=max(wide, key=lambda r: r["x"]))
     return out
+
+
+def pipelined_landed_numbers() -> dict:
+    """The paragraph on stage 2's pipelined loop at 261e2bd: its A/B and the rejected one's (``stage2_pick``'s
+    reading), and the acceptance on the 261e2bd runs against the runs before (``before_stage2_board``)."""
+    from statistics import geometric_mean
+
+    from kernel_lab.tools import acceptance as acc
+    from kernel_lab.tools import partition_ab as ab
+    from kernel_lab.tools import stage2_pick as sp
+
+    out = {}
+    for name in ("few_wide_pipelined", "long_pipelined"):
+        rows = ab.table(result(f"partition_ab_h200_stage2_{name}.json"),
+                        REPO_ROOT / f"kernel_lab/results/stage2_variants/{name}.patch")
+        few = [r for r in rows if sp.few_wide(r["heads"], r["batch"])]
+        ctl = [r for r in rows if r not in few]
+        assert {(r["heads"], r["batch"]) for r in few} == {(64, 256), (128, 128), (128, 256)}  # "h_q=64 with B=256"
+        assert {(r["heads"], r["batch"]) for r in ctl} == {(64, 128)} and len({r["family"] for r in rows}) == 4
+        top = max(few, key=lambda r: r["x"])
+        assert (top["family"], top["heads"], top["batch"]) == ("giant", 64, 256)  # "the most on giant"
+        out[name] = dict(n=len(few), geomean=geometric_mean([r["x"] for r in few]), lo=min(r["x"] for r in few),
+                         hi=top["x"], ctl_n=len(ctl), ctl=geometric_mean([r["x"] for r in ctl]),
+                         ctl_giant=next(r["x"] for r in ctl if r["family"] == "giant"))
+    assert (sp.GEOMEAN, sp.FLOOR) == (1.01, 0.98)
+    board = acc.scoreboard(acc.load())
+    now = {k: p for k, p in board["picks"].items() if not p.older}
+    then = before_stage2_board()["picks"]
+    assert acc.RULES_FROM == "261e2bd" and all(set(p.pooled) <= {f"family_bench_h200_fm_261e2bd_run{i}.json"
+                                                                   for i in (1, 2, 3)} for p in now.values())
+    lowest = min(now.values(), key=lambda p: p.x)
+    assert lowest.key == ("family", "lognormal_0.5", 64, 128)
+    below = [sum(not acc.passes(b[k].x, acc.FLOOR) for k in now) for b in (then, now)]
+    return dict(**out, giant=[then["family", "giant", 64, 256].x, now["family", "giant", 64, 256].x],
+                giant128=[then["family", "giant", 128, 128].x, now["family", "giant", 128, 128].x],
+                n=len(now), below=below[::-1], lowest=lowest.x, rest=len(board["keys"]) - len(now),
+                gates=[sp.GEOMEAN, sp.FLOOR])
 
 
 def segment_ahead_numbers() -> dict:
@@ -539,11 +600,25 @@ def claims() -> list[tuple[str, list[float]]]:
     nr, sa = new_runs_numbers(), segment_ahead_numbers()
     sm, ho = split_model_numbers(), held_out_numbers()
     lr, pf, s2 = latest_runs_numbers(), profile_numbers(), stage2_variant_numbers()
+    pl = pipelined_landed_numbers()
+    fw, lp = pl["few_wide_pipelined"], pl["long_pipelined"]
     pipe, two = s2["pipelined"], s2["few_wide_two"]
     assert all(x < 1 for x in pipe["rest"])  # "It lost at every batch where stage 2 loads several partials"
     top = two["wide_top"]
     assert (top["family"], top["heads"], top["batch"]) == ("giant", 64, 256)  # "the most on giant"
     return [
+        ("it ran {}x faster in geomean over the {} batches whose stage 2 takes that config", [fw["geomean"], fw["n"]]),
+        ("four families), from {}x to {}x, the most on giant", [fw["lo"], fw["hi"]]),
+        ("(geomean at least {}, no batch below {}: `python", pl["gates"]),
+        ("ran at {}x, its lowest batch {}x, and was", [lp["geomean"], lp["lo"]]),
+        ("The {} batches at h_q=64, B=128", [fw["ctl_n"]]),
+        ("source, ran {}x faster too (giant {}x)", [fw["ctl"], fw["ctl_giant"]]),
+        ("giant h_q=64, B=256 went from {}x FlashMLA's speed to {}x and giant h_q=128, B=128 from {}x to {}x; of those "
+         "{} batches, {} run below {}x where {} did, the lowest {}x", [*pl["giant"], *pl["giant128"], pl["n"],
+                                                                      pl["below"][0], 0.95, pl["below"][1],
+                                                                      pl["lowest"]]),
+        ("The other {} problems of the bench", [pl["rest"]]),
+        ("({} of its {} problems have no run there)", [pl["rest"], pl["rest"] + pl["n"]]),
         ("put that shape at {}x, {}x and {}x", lr["deciding"]),
         ("takes {} us with {} splits against {} with {}, {}x", lr["l2048"]),
         ("({}% more cycles, the two clocks differing)", [pf["cycles"]]),

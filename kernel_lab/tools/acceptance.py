@@ -1,14 +1,15 @@
-"""Issue 52's acceptance on the H200, read from the committed family-bench runs: ``python -m
-kernel_lab.tools.acceptance --out FILE``. No GPU.
+"""Issue 52's acceptance on the H200, read from the committed family-bench runs: ``python -m kernel_lab.tools.acceptance
+--out FILE``. No GPU.
 
 Every problem of the family bench (``family_bench.problems``: a set, a family or uniform length, h_q and B) takes its
-ratio from the runs of ``RUNS`` that timed FlashMLA on it at or after ``RULES_FROM``, their median; where none did, the
-latest before alone, flagged 'older rules' (its balanced schedule was not the package's,
-``choice_fit.benched_balanced``); where no run did, the problem is missing. A run without FlashMLA is skipped. The ratio
-is the backend's choice against FlashMLA (``family_bench.backend_choice``; ``family_bench.x_flashmla``: the median over
-that run's rounds of FlashMLA's time over the choice's, above 1 ours faster), and the choice over the best option
-(``family_bench.best_option``), pooled alike: the median over the runs of the choice's time over that run's best
-option's. A problem is held out where no fit of the choice read any run pooled into it (``FITTED``).
+ratio from the runs of ``RUNS`` that timed FlashMLA on it at or after ``RULES_FROM``, their median; where none did,
+the latest before alone, flagged 'older rules' (its balanced schedule was not the package's: another partition,
+``choice_fit.benched_balanced``, or another stage 2); where no run did, the problem is missing. A run without FlashMLA
+is skipped. The ratio is the backend's choice against FlashMLA (``family_bench.backend_choice``;
+``family_bench.x_flashmla``: the median over that run's rounds of FlashMLA's time over the choice's, above 1 ours
+faster), and the choice over the best option (``family_bench.best_option``), pooled alike: the median over the runs of
+the choice's time over that run's best option's. A problem is held out where no fit of the choice read any run pooled
+into it (``FITTED``).
 
 ``RUNS`` lists the runs in the order they ran, one file a line; each run's commit (its setup line) is one of
 ``COMMITS``, oldest first. Every family-bench json in the results folder is in ``RUNS`` or ``SKIPPED``
@@ -52,6 +53,9 @@ RUNS = tuple(LAB / name for name in (
     "family_bench_h200_fm_4d46283_run1.json",
     "family_bench_h200_fm_4d46283_run2.json",
     "family_bench_h200_fm_4d46283_run3.json",
+    "family_bench_h200_fm_261e2bd_run1.json",  # h_q 64/128, B 128/256 families: stage 2 pipelined
+    "family_bench_h200_fm_261e2bd_run2.json",
+    "family_bench_h200_fm_261e2bd_run3.json",
 ))
 #: The family-bench jsons of the results folder left out of ``RUNS`` on purpose (a comment each says why).
 SKIPPED: tuple[str, ...] = (
@@ -65,11 +69,14 @@ COMMITS = (
     "a2e9367",
     "8acf73a",
     "4d46283",
+    "261e2bd",
 )
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
-#: is taken as the package makes it now); before it, the balanced schedule ran another partition. Runs from it on are
-#: pooled (their median), so it moves to the first commit after a change of a timed kernel or partition.
-RULES_FROM = "a2e9367"
+#: is taken as the package makes it now); before it, the balanced schedule ran another partition (before a2e9367) or
+#: another stage 2 (before 261e2bd: its merge loop not pipelined, `partition_ab_h200_stage2_few_wide_pipelined.md`).
+#: Runs from it on are pooled (their median), so it moves to the first commit after a change of a timed kernel or
+#: partition.
+RULES_FROM = "261e2bd"
 GEOMEAN_BAR, FLOOR, H16_FLOOR, WITHIN, MIN_RUNS = 1.05, 0.95, 1.0, 1.05, 3
 UNIFORM_FROM = 4  # the uniform bar's smallest batch
 DIGITS = 9
@@ -374,9 +381,9 @@ def to_markdown(board: dict, command: str) -> str:
     lines += ["", "x FM = FlashMLA's time over the backend's choice's (`family_bench.x_flashmla`: the median over one "
               "run's rounds; above 1, ours faster). Each problem's ratio is the median over the runs that timed "
               f"FlashMLA on it at or after {RULES_FROM}; '(older)' = only a run before it did, whose balanced "
-              "schedule ran another partition: shown, counted as unmeasured; '-' = no run did. A value at its bar "
-              f"meets it. The issue asks each ratio to be the median of at least {MIN_RUNS} runs: the section "
-              "'Where each ratio comes from' gives the runs behind each."]
+              "schedule ran another partition or stage 2: shown, counted as unmeasured; '-' = no run did. A "
+              f"value at its bar meets it. The issue asks each ratio to be the median of at least {MIN_RUNS} runs: "
+              "the section 'Where each ratio comes from' gives the runs behind each."]
     if board["ragged"]:
         lines += ["", f"## Ragged families: x FM of the choice (bars: geomean >= {GEOMEAN_BAR:.2f}, every batch >= "
                   f"{FLOOR:.2f})", "",

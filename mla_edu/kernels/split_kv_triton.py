@@ -79,8 +79,9 @@ def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_
     """Grid ``(B, ceil(H / BLOCK_H), ceil(DL / BLOCK_DL))``: merges request b's partials, workspace rows ``p + b``
     for its parts ``p`` in ``[p_first, p_last]`` (the balanced schedule, computed again from the lengths: a
     variable number, as FlashMLA's combine kernel merges), by log-sum-exp, ``BLOCK_S`` partials at a time
-    (loaded together: a long request's merge is not a chain of dependent loads). A request of one part was
-    written by stage 1; an empty request's output is zeros, as with one split."""
+    (loaded together: a long request's merge is not a chain of dependent loads); with ``PIPELINED`` (the config
+    ``STAGE2_FEW_WIDE``, one partial at a time) the next blocks' loads are issued before the current one is merged.
+    A request of one part was written by stage 1; an empty request's output is zeros, as with one split."""
     b = tl.program_id(0)
     offs = tl.arange(0, BLOCK_B)
     n_b, p_first, p_last = schedule.request_parts(seq_lens_ptr, offs, b, B, max_pages, num_parts, PAGE, OVERHEAD,
@@ -217,7 +218,8 @@ class Stage2Config(NamedTuple):
 #: Requests in many pieces: a [16, 4, 128] float32 tile, 4 partials loaded together.
 STAGE2_MANY = Stage2Config(16, 4, 128, 4)
 #: Few pieces a request, 64 heads or more: a program merges 8 heads' 512 columns one partial at a time (96 registers
-#: a thread where STAGE2_MANY holds 158, so more programs fit an SM).
+#: a thread where STAGE2_MANY holds 158, so more programs fit an SM), its loop pipelined (``PIPELINED``, timed
+#: against the loop without: ``kernel_lab/results/partition_ab_h200_stage2_few_wide_pipelined.md``).
 STAGE2_FEW_WIDE = Stage2Config(8, 1, 512, 4)
 #: Few pieces, fewer heads: [16, 2, 128] at 8 warps (64 registers); its columns in 4 programs, for enough of them.
 STAGE2_FEW_NARROW = Stage2Config(16, 2, 128, 8)
