@@ -1,8 +1,10 @@
-"""Three small things used everywhere: the page size, ceiling division and the int check."""
+"""Small things used everywhere: the page size, ceiling division and the checks of an int and of a finite number."""
 
 from __future__ import annotations
 
-__all__ = ["PAGE_SIZE", "cdiv", "check_int", "is_int"]
+import math
+
+__all__ = ["PAGE_SIZE", "cdiv", "check_finite", "check_int", "is_int"]
 
 # Tokens per KV-cache page: cutlass_mla's fixed page size (SGLang's cutlass_mla_backend.py,
 # PAGE_SIZE = 128), used by both backends here and by the task's prompt lengths (1..4 pages).
@@ -25,4 +27,12 @@ def check_int(name: str, value, minimum: int) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_finite(name: str, value, why: str = "") -> float:
+    """``value`` if it is a real number (not a bool), finite and >= 0; else ValueError naming ``name``, what came and,
+    with ``why``, what a bad one would do."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0{f' ({why})' if why else ''}, got {value!r}")
     return value

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import math
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -25,6 +24,7 @@ from torch.utils._pytree import tree_flatten
 from mla_edu.graphs.capture import Graph, graph, warm_up
 from mla_edu.graphs.emulator import FreedMemoryError, GraphCaptureError
 from mla_edu.graphs.poison import poison_
+from mla_edu.util import check_finite
 
 __all__ = ["check", "CheckReport", "HINTS"]
 
@@ -170,9 +170,7 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ValueError(f"n_trials must be an int >= 1, got {n_trials!r}")
     for name, tol in (("atol", atol), ("rtol", rtol)):
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0 (a tolerance of inf accepts any output), "
-                             f"got {tol!r}")
+        check_finite(name, tol, "a tolerance of inf accepts any output")
     persistent, model_state = list(persistent), list(model_state)
     if device is None and static_inputs:
         device = next(iter(static_inputs.values())).device

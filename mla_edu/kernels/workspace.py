@@ -9,11 +9,10 @@ split count is a launch parameter, so under a CUDA graph it is frozen at capture
 
 from __future__ import annotations
 
-import math
 
 import torch
 
-from mla_edu.util import cdiv, check_int, is_int
+from mla_edu.util import cdiv, check_finite, check_int, is_int
 
 #: H100 / H200 SXM have 132 SMs; used where no GPU can be asked (CPU runs).
 DEFAULT_SM_COUNT = 132
@@ -111,8 +110,7 @@ def gpu_block_h(heads: int, batch: int = 0, n_pages: int = 0, balanced: bool = F
 def _check_cost(**costs) -> None:
     """Each cost a finite real number >= 0 (a negative or NaN cost would choose a count silently)."""
     for name, v in costs.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        check_finite(name, v)
 
 
 def stage2_pages(rows: int, heads: int, sm_count: int, page_size: int, split_cost: float = SPLIT_COST_PAGES,
