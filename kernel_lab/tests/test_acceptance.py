@@ -397,3 +397,12 @@ def test_the_choice_takes_todays_split_rule_and_refuses_a_count_the_run_did_not_
     del r["us"]["split_16"]
     with pytest.raises(ValueError, match=r"takes 16 splits at h_q=128, B=1, but the run timed only \['split_32'\]"):
         fb.backend_choice(r, SMS)
+
+
+@pytest.mark.parametrize("x, bar, text", [
+    (0.948, 0.95, "0.948"), (0.9496, 0.95, "0.9496"), (0.95, 0.95, "0.95"), (0.951, 0.95, "0.95"), (0.9, 0.95, "0.90"),
+    (0.99999, 1.0, "0.99999"), (1.004, 1.0, "1.00"), (0.996, 1.0, "0.996"), (1.0, 1.0, "1.00"),
+])
+def test_a_ratio_below_its_bar_never_prints_at_it(x, bar, text):
+    assert acc.ratio(x, bar) == text
+    assert acc.passes(float(text), bar) == acc.passes(x, bar)

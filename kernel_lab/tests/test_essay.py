@@ -10,7 +10,6 @@ a number that no claim recomputes fails the test.
 from __future__ import annotations
 
 import contextlib
-
 import re
 import statistics
 from statistics import median
@@ -609,10 +608,10 @@ def claims() -> list[tuple[str, list[float]]]:
     return [
         ("it ran {}x faster in geomean over the {} batches whose stage 2 takes that config", [fw["geomean"], fw["n"]]),
         ("four families), from {}x to {}x, the most on giant", [fw["lo"], fw["hi"]]),
-        ("(geomean at least {}, no batch below {}: `python", pl["gates"]),
-        ("ran at {}x, its lowest batch {}x, and was", [lp["geomean"], lp["lo"]]),
+        ("(geomean at least {}, no batch below {}; the device ran it", pl["gates"]),
+        ("ran at {}x on the {} batches, its lowest {}x,", [lp["geomean"], lp["n"], lp["lo"]]),
         ("The {} batches at h_q=64, B=128", [fw["ctl_n"]]),
-        ("source, ran {}x faster too (giant {}x)", [fw["ctl"], fw["ctl_giant"]]),
+        ("four partials together, ran {}x faster too (giant {}x)", [fw["ctl"], fw["ctl_giant"]]),
         ("giant h_q=64, B=256 went from {}x FlashMLA's speed to {}x and giant h_q=128, B=128 from {}x to {}x; of those "
          "{} batches, {} run below {}x where {} did, the lowest {}x", [*pl["giant"], *pl["giant128"], pl["n"],
                                                                       pl["below"][0], 0.95, pl["below"][1],
@@ -623,7 +622,7 @@ def claims() -> list[tuple[str, list[float]]]:
         ("takes {} us with {} splits against {} with {}, {}x", lr["l2048"]),
         ("({}% more cycles, the two clocks differing)", [pf["cycles"]]),
         ("its longest merge walks the giant request's {} partials", [pf["pieces"]]),
-        ("so that each ratio is now the median of at least {} runs. Scored so, {} of the {} pairs of family and head "
+        ("so that each ratio was then the median of at least {} runs. Scored so, {} of the {} pairs of family and head "
          "count reach the ragged bar, and {} of the {} family batches run below {}x, the lowest at {}x",
          [lr["runs"], lr["met"], lr["pairs"], lr["below"], lr["fam"], lr["floor"], lr["lowest"]]),
         ("the lowest shape runs at {}x at h_q=32, {}x at h_q=64 and {}x at h_q=128", lr["uni"]),

@@ -74,8 +74,9 @@ COMMITS = (
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition (before a2e9367) or
 #: another stage 2 (before 261e2bd: its merge loop not pipelined, `partition_ab_h200_stage2_few_wide_pipelined.md`).
-#: Runs from it on are pooled (their median), so it moves to the first commit after a change of a timed kernel or
-#: partition.
+#: Runs from it on are pooled (their median), so it moves to the first commit with a change of a timed kernel or
+#: partition; it holds for a problem whose choice is a split count too, since its best option is judged against the
+#: balanced schedule's time.
 RULES_FROM = "261e2bd"
 GEOMEAN_BAR, FLOOR, H16_FLOOR, WITHIN, MIN_RUNS = 1.05, 0.95, 1.0, 1.05, 3
 UNIFORM_FROM = 4  # the uniform bar's smallest batch
@@ -293,8 +294,18 @@ def _has_flashmla(run: Run) -> bool:
     return any("flashmla" in r["us"] for kind in ("family", "uniform") for r in run.data[kind])
 
 
-def _x(p: Pick | None) -> str:
-    return "-" if p is None else f"{p.x:.2f}" + (" (older)" if p.older else "")
+def ratio(x: float, bar: float) -> str:
+    """``x`` at 2 decimals, or at as many more as it takes for the printed value to fall on the side of ``bar`` that
+    ``x`` does (0.948 against 0.95, 0.9496 too: not 0.95, nor 0.950)."""
+    for digits in range(2, DIGITS + 1):
+        text = f"{x:.{digits}f}"
+        if passes(float(text), bar) == passes(x, bar):
+            return text
+    return repr(x)
+
+
+def _x(p: Pick | None, bar: float = FLOOR) -> str:
+    return "-" if p is None else ratio(p.x, bar) + (" (older)" if p.older else "")
 
 
 def _where(p: Pick) -> str:
@@ -324,13 +335,13 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
                          f"or above {GEOMEAN_BAR:.2f}" if geo else "")
                       + f"; {len(fam_now)} of {len(fam_keys)} batches measured, "
                       f"{sum(not passes(p.x, FLOOR) for p in fam_now)} below {FLOOR:.2f}"
-                      + (f", the lowest {low.x:.2f}x ({_where(low)})" if low else ""),
+                      + (f", the lowest {ratio(low.x, FLOOR)}x ({_where(low)})" if low else ""),
                       _verdict(all(r["met"] for r in rg), 0 if fails else len(fam_keys) - len(fam_now))))
     if un:
         big = [u["big"] for u in un]
         lines.append((f"uniform, every head count, B >= {UNIFORM_FROM}: no shape below {FLOOR:.2f}x",
                       "; ".join(f"h_q={u['heads']}: {u['big']['current']} of {u['big']['n']} measured"
-                                + (f", the lowest {u['big']['low'].x:.2f}x ({u['big']['low'].key[1]}, "
+                                + (f", the lowest {ratio(u['big']['low'].x, FLOOR)}x ({u['big']['low'].key[1]}, "
                                    f"B={u['big']['low'].key[3]})" if u["big"]["low"] else "")
                                 + (f" ({u['big']['older']} with older rules)" if u["big"]["older"] else "")
                                 for u in un),
@@ -342,7 +353,7 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
             low = h16["low"]
             lines.append((f"uniform h_q=16: every shape, B=1 too, >= {H16_FLOOR:.2f}x",
                           f"{h16['current']} of {h16['n']} measured"
-                          + (f", the lowest {low.x:.2f}x ({low.key[1]}, B={low.key[3]})" if low else ""),
+                          + (f", the lowest {ratio(low.x, H16_FLOOR)}x ({low.key[1]}, B={low.key[3]})" if low else ""),
                           _verdict(h16["met"], 0 if low and not passes(low.x, H16_FLOOR)
                                    else h16["n"] - h16["current"])))
     worst = ch["worst"]
@@ -380,10 +391,11 @@ def to_markdown(board: dict, command: str) -> str:
     lines += [f"| {c} | {s} | {v} |" for c, s, v in verdicts(board)]
     lines += ["", "x FM = FlashMLA's time over the backend's choice's (`family_bench.x_flashmla`: the median over one "
               "run's rounds; above 1, ours faster). Each problem's ratio is the median over the runs that timed "
-              f"FlashMLA on it at or after {RULES_FROM}; '(older)' = only a run before it did, whose balanced "
-              "schedule ran another partition or stage 2: shown, counted as unmeasured; '-' = no run did. A "
-              f"value at its bar meets it. The issue asks each ratio to be the median of at least {MIN_RUNS} runs: "
-              "the section 'Where each ratio comes from' gives the runs behind each."]
+              f"FlashMLA on it at or after {RULES_FROM}; '(older)' = only runs before it did, and the latest of them "
+              "alone is shown (one run's ratio, not a median; its balanced schedule ran another partition or stage 2), "
+              "counted as unmeasured; '-' = no run did. A value at its bar meets it; one below it that would print at "
+              "its bar prints with more decimals. The issue asks each ratio to be the median of at least "
+              f"{MIN_RUNS} runs: the section 'Where each ratio comes from' gives the runs behind each."]
     if board["ragged"]:
         lines += ["", f"## Ragged families: x FM of the choice (bars: geomean >= {GEOMEAN_BAR:.2f}, every batch >= "
                   f"{FLOOR:.2f})", "",
@@ -391,7 +403,7 @@ def to_markdown(board: dict, command: str) -> str:
                   "|---" * (5 + len(batches)) + "|"]
         for r in board["ragged"]:
             lines.append(f"| {r['heads']} | {r['family']} | " + " | ".join(_x(r["picks"].get(b)) for b in batches)
-                         + (f" | {r['geomean']:.3f} | {r['low'].x:.2f} (B={r['low'].key[3]})" if r["low"] else
+                         + (f" | {r['geomean']:.3f} | {ratio(r['low'].x, FLOOR)} (B={r['low'].key[3]})" if r["low"] else
                             " | - | -") + f" | {'yes' if r['met'] else 'no'} |")
     if board["uniform"]:
         lines += ["", f"## Uniform lengths: x FM of the choice (bars: from B={UNIFORM_FROM} >= {FLOOR:.2f}; at "
@@ -400,8 +412,9 @@ def to_markdown(board: dict, command: str) -> str:
         ukeys = [k for k in board["keys"] if k[0] == "uniform"]
         for h in sorted({k[2] for k in ukeys}):
             for b in sorted({k[3] for k in ukeys if k[2] == h}):
-                lines.append(f"| {h} | {b} | " + " | ".join(_x(board["picks"].get(("uniform", x, h, b)))
-                                                            for x in lengths) + " |")
+                lines.append(f"| {h} | {b} | " + " | ".join(_x(board["picks"].get(("uniform", x, h, b)),
+                                                               H16_FLOOR if h == 16 else FLOOR) for x in lengths)
+                             + " |")
     lines += ["", f"## The choice against the best option (within {WITHIN:.2f}x)", "",
               "A problem's choice is judged as its ratio is pooled: on the median over its pooled runs of the "
               "choice's time over that run's best option's (the median of two runs is their mean); 'the best "

@@ -1,10 +1,11 @@
-"""The rule that decides whether a stage-2 patch lands, written before its H200 A/B ran: ``python -m
+"""The rule that decides whether a stage-2 patch lands, fixed before its H200 A/B ran (the device ran it as a script
+between the A/Bs and the suite; committed here after, it regenerates that output): ``python -m
 kernel_lab.tools.stage2_pick DIR/partition_ab.json ...`` (each A/B's folder named for its patch in
 ``kernel_lab/results/stage2_variants/``; no GPU). A patch is taken where, over the A/B's batches whose stage 2 runs
-``STAGE2_FEW_WIDE`` (the config the pipelined patches change: 64 heads or more, few partials a request,
+``STAGE2_FEW_WIDE`` (the config whose loop the pipelined patches change: 64 heads or more, few partials a request,
 ``schedule.few_partials``), base / patched is at least 1.01 in geomean and no batch is below 0.98; of several, the
-highest geomean. The last line printed is the patch taken, or ``none``. The device ran it between the A/Bs and the
-suite (``kernel_lab/results/stage2_pick_h200.txt``), and applied the patch it named."""
+highest geomean. The last line printed is the patch taken, or ``none``. The device applied the patch it named
+(``kernel_lab/results/stage2_pick_h200.txt``)."""
 
 from __future__ import annotations
 

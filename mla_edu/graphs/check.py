@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-
 import torch
 from torch.utils._pytree import tree_flatten
 

@@ -9,7 +9,6 @@ split count is a launch parameter, so under a CUDA graph it is frozen at capture
 
 from __future__ import annotations
 
-
 import torch
 
 from mla_edu.util import cdiv, check_finite, check_int, is_int
