@@ -47,7 +47,7 @@ ANSWERS = {
     "07_the_fix": {
         "ex1_frozen_splits": 1,
         "ex2_loud_rows": set(),
-        "ex3_read_from_memory": "b",
+        "ex3_instead_of_width": "b",
         "ex4_graph_bs": 128,
         "ex4_padded_rows": 112,
     },

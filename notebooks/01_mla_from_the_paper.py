@@ -167,7 +167,7 @@ print(f"NaiveMLA vs by hand: relative error < 1e-6: {err < 1e-6}")
 assert err < 1e-6
 
 # %% [markdown]
-# ## Checking against `transformers` (optional)
+# ## Checking against `transformers` (core)
 #
 # Matching our own hand-written version proves little. The test that matters (as minGPT's single
 # test does for GPT-2) is to load the weights of the reference implementation and get the same

@@ -179,6 +179,7 @@ assert rel_err(wrong, right) > 0.05
 # are left out). At DeepSeek-V3 dims, batch 64, 4,096 tokens each:
 
 # %%
+v3 = MLAConfig.deepseek_v3()  # DeepSeek-V3's shapes (the optional section above made it too)
 lens = [cost.QUOTED_LEN] * cost.QUOTED_BATCH  # 64 requests of 4096 tokens: the shape notebook 04 quotes too
 for order in ("naive", "absorbed"):
     c = cost.decode_cost(v3, lens, order)

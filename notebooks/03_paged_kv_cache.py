@@ -182,7 +182,8 @@ for b in range(4):
     print(f"row {b}: {buf[b].tolist()}")
 
 # %% [markdown]
-# The scenario first served four long requests in rows 0-3, then four shorter ones reused the
+# The scenario's pages hold 64 tokens (section 3's toy allocator had 4; the cutlass backend's have 128).
+# It first served four long requests in rows 0-3, then four shorter ones reused the
 # rows. Only the first `ceil(len / 64)` entries of each row were rewritten: the rest are
 # *stale* ids of freed pages (some already handed to other requests) or the initial 1.
 # Harmless, as long as the kernel reads exactly `ceil(len / PAGE)` entries of the right row.
@@ -267,8 +268,8 @@ r1 = checks.check_number("exercise 1", ex1_wasted_fraction, 1 - used_slots / all
 
 # %% [markdown]
 # **2.** `pages_read(..., clamp=False)` (`mla_edu.kernels.contract`) gives `None` for a read outside the
-# buffer's storage. Take section 5's buffer (6 rows of `W = 10`) and a batch of 6 requests of 8 pages each
-# (the most a 512-token context holds). Read with row stride 1: how many reads fall outside the buffer?
+# buffer's storage. Take section 5's buffer (`buf`: 6 rows of `W = 10`, of which section 5 printed 4) and a batch of
+# 6 requests of 8 pages each (the most a 512-token context holds at section 5's 64 tokens a page). Read with row stride 1: how many reads fall outside the buffer?
 # Read with row stride 11 (one more than the width, as a kernel handed another buffer's stride would):
 # which request (its row `b`) is the first to read outside?
 

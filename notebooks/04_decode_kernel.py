@@ -97,7 +97,7 @@ for heads in (16, 128):
 assert (round(intensity[128]), round(intensity[16])) == (228, 30)  # as quoted here and in notebook 02
 
 # %% [markdown]
-# ## 2. A test problem, built like FlashMLA's tests (optional)
+# ## 2. A test problem, built like FlashMLA's tests (core)
 #
 # Pages are handed out in a random permutation; every page no request owns, and every slot past
 # a request's length, holds NaN; every page-table entry past a request's pages holds an
@@ -907,7 +907,9 @@ r2 = checks.check_items("exercise 2", ex2_right_requests, right_rows, mistakes={
 
 # %% [markdown]
 # **3.** In section 4, cut request 2 into three splits, `(0, 32)`, `(32, 32)` (empty) and `(32, 50)`. What
-# are the empty split's `lse` and `o`? And does the merge still equal the full softmax?
+# are the empty split's `lse` and `o`, computed as section 4's cell computes a split (`torch.logsumexp` and
+# `torch.softmax` over its scores, in float64)? And does the merge still equal the full softmax? (A kernel that
+# divides its accumulator by its row sum would get 0/0 there: what it must guard is the point.)
 
 # %%
 ex3_empty_lse = ...  # "-inf", "0" or "nan"

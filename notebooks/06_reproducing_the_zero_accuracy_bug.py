@@ -97,7 +97,8 @@ print(f"{N} questions, {'real CUDA graphs' if DEVICE.type == 'cuda' else 'CPU gr
 
 # %% [markdown]
 # Same shape as the seed: eager right, the pre-fix graph near zero, the fix and the Triton backend
-# back at the eager accuracy. The bug-era kernel's scale costs the eager run more here than on V3
+# back at the eager accuracy. That the pre-fix number lands next to the seed's 0.060 is chance: a tiny model on 64
+# questions, and the 256 below give another; the mechanism carries over, not the number (section 7). The bug-era kernel's scale costs the eager run more here than on V3
 # (there it lacked only YaRN's `mscale^2` = 1.87; the tiny model's query width is 80, not 192, so
 # here it is off by `sqrt(192/80)` = 1.55): the cause carries over, not the size. The whole eval
 # set, as `python -m mla_edu.case_study.repro` measured it on CPU and on an H200 with real CUDA

@@ -180,6 +180,8 @@ for label in ("width", "width+workspace (pre-fix)"):  # silent: wrong answers, n
 assert res["width + poison fill", 1]["accuracy"] < 0.25 * e and res["width + poison fill", 1]["errors"] > 0
 for s in (1, -1):
     assert abs(res["none (merged fix)", s]["accuracy"] - e) <= 0.03
+w1 = res["width + poison fill", 1]
+print(f"over {N} questions, width alone with the poison fill: {w1['errors']} requests failed loudly")
 assert abs(res["workspace", 1]["accuracy"] - e) <= 0.03
 ws_auto = res["workspace", -1]
 if DEVICE.type == "cuda":  # harmless, or a crash of the whole CUDA context, depending on the allocator
@@ -281,8 +283,6 @@ for name, d in (("stale rows (pre-fix)", d_silent), ("poison fill", d_loud)):
 print("which rows read a poison entry:", [dg.POISON_PAGE in r for r in d_loud.read[: len(d_loud.seq_lens)]])
 assert sum(d_silent.nan_rows) == 0 and sum(e > TOL for e in d_silent.row_err) == len(d_silent.seq_lens) - 1
 assert d_loud.nan_rows == [dg.POISON_PAGE in r for r in d_loud.read[: len(d_loud.seq_lens)]] and any(d_loud.nan_rows)
-w1 = res["width + poison fill", 1]
-print(f"over {N} questions, width alone with the poison fill: {w1['errors']} requests failed loudly")
 
 # %% [markdown]
 # As SGLang leaves the buffer, every wrong row is silently wrong. With the poison fill, a row that
@@ -428,10 +428,11 @@ r2 = checks.check_items("exercise 2", ex2_loud_rows, loud, mistakes={
 
 # %% [markdown]
 # **3.** A backend could keep the pre-fix 1-wide view and still pass section 6's differential test, if the
-# kernel read one more thing from device memory instead of deriving it from the view's shape. Which?
+# kernel took its row stride from one more argument instead of the view's width (`size(1)`). A launch argument is
+# frozen at capture, like the width: which one stays right at every replay?
 
 # %%
-ex3_read_from_memory = ...  # "a", "b" or "c" (the options printed below)
+ex3_instead_of_width = ...  # "a", "b" or "c" (the options printed below)
 
 # %%
 from mla_edu.kernels import pages_read  # noqa: E402
@@ -446,8 +447,8 @@ pages1 = [cdiv(n, PAGE_SIZE) for n in d_silent.seq_lens]
 own_pages = [list(p) for p in d_silent.intended[: len(pages1)]]
 by_stride = pages_read(view1, pages1, view1.stride(0)) == own_pages  # reads through the real row stride
 by_size = pages_read(view1, pages1, view1.size(1)) == own_pages  # what the cutlass wrapper does
-r3 = checks.check_choice("exercise 3", ex3_read_from_memory, OPTIONS3,
-                         "b" if by_stride and not by_size else "a")
+assert by_stride and not by_size  # through the real row stride each row reads its own pages; through the width not
+r3 = checks.check_choice("exercise 3", ex3_instead_of_width, OPTIONS3, "b")
 
 # %% [markdown]
 # **4.** The seed captured graphs for 64 and 128 and ran 8 DP-attention ranks of 16 requests each. When
