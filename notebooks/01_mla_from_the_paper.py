@@ -20,7 +20,8 @@
 # under 2% of multi-head attention's, and how to check an implementation against the reference one
 # in Hugging Face `transformers`, number for number.
 #
-# **You need** a CPU. Nothing here uses a GPU. Run All takes about 10 seconds on a 2-core CPU.
+# **You need** a CPU. Nothing here uses a GPU. Run All takes seconds on a 2-core CPU
+# (its measured time is in README's table of notebooks; notebook 00 predicts it for your machine).
 #
 # The source is section 2.1 of the DeepSeek-V2 paper ([arXiv 2405.04434](https://arxiv.org/abs/2405.04434)).
 # DeepSeek-V3's attention has exactly DeepSeek-V2's shapes (128 heads, $d_c = 512$, $d_c' = 1536$,

@@ -20,7 +20,8 @@
 # why that forces RoPE into a separate part of each head, why the softmax scale stays
 # $1/\sqrt{192}$, and what the two computation orders cost in FLOPs and bytes.
 #
-# **You need** a CPU (Run All: about 10 seconds on a 2-core CPU). Notebook 01 first.
+# **You need** a CPU (Run All takes seconds on a 2-core CPU: its measured time is in README's table of
+# notebooks). Notebook 01 first.
 
 # %%
 import math

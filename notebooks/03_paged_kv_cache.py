@@ -22,7 +22,8 @@
 # request, what "[stale](../docs/glossary.md#stale-entry)" entries in a reused page table are, and how a page table read with the
 # wrong [row stride](../docs/glossary.md#row-stride) hands a request somebody else's pages: the mechanism of SGLang PR #6998.
 #
-# **You need** a CPU (Run All: about 5 seconds on a 2-core CPU). Triton runs in its CPU interpreter here.
+# **You need** a CPU (Run All takes seconds on a 2-core CPU: its measured time is in README's table of
+# notebooks). Triton runs in its CPU interpreter here.
 #
 # Vocabulary follows SGLang (`python/sglang/srt/mem_cache/memory_pool.py`,
 # `python/sglang/srt/layers/attention/utils.py`), so you can read this next to its code.

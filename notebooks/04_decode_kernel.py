@@ -23,8 +23,8 @@
 # SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
 # hinges on: the page table's row stride and the split count.
 #
-# **You need** a CPU; Run All takes about 15 seconds on a 2-core CPU (Triton runs in its CPU
-# interpreter; section 11 compiles for the H200). GPU numbers are read from a committed H200 run.
+# **You need** a CPU; Run All takes seconds on a 2-core CPU (its measured time is in README's table of
+# notebooks; Triton runs in its CPU interpreter; section 11 compiles for the H200). GPU numbers are read from a committed H200 run.
 
 # %%
 import math

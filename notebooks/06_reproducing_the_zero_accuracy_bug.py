@@ -66,7 +66,7 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 # Our stand-in: a 2-layer DeepSeek-style model with a real 576-wide MLA latent, trained on a recall
 # task (a key's two-digit value, stated pages earlier in the prompt), decoded greedily by the mini
 # engine and scored like `benchmark/gsm8k/bench_sglang.py` (last integer in the answer), with the
-# seed's flags (`seed.SEED_CONFIG`): a page table [`W = 33`](../docs/glossary.md#w) wide, 8 [DP-attention](../docs/glossary.md#dp-attention) ranks of at most
+# [seed's](../docs/glossary.md#seed) flags (`seed.SEED_CONFIG`): a page table [`W = 33`](../docs/glossary.md#w) wide, 8 [DP-attention](../docs/glossary.md#dp-attention) ranks of at most
 # 16 requests each (run in lockstep in one process), each rank's rows padded to the graph that
 # fits the ranks' sum (64 or 128). SGLang then pinned sgl-kernel 0.1.7, whose softmax scale was
 # hard-coded to `1/sqrt(192)` (the "bug-era" kernel): the pre-fix row runs it, and a fifth row

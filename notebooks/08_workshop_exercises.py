@@ -24,8 +24,8 @@
 # PASS or gives a precise hint.
 #
 # **You need** a CPU (a GPU is used when present: real CUDA graphs instead of the emulator), and
-# notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). Run All takes
-# about 20 seconds on a 2-core CPU.
+# notebooks 03 (paged KV cache), 05 (CUDA graphs) and 06 (the bug). Run All takes seconds on a 2-core CPU
+# (its measured time is in README's table of notebooks).
 # The instructor hands out the solutions after each exercise.
 #
 # Facts about SGLang are from its code (the buggy parent `7059ae16f`, the fix `e58423b2b` of
