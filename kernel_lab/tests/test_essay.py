@@ -393,8 +393,7 @@ def stage2_variant_numbers() -> dict:
     from statistics import geometric_mean
 
     from kernel_lab.tools import partition_ab as ab
-    from mla_edu.kernels import schedule as sc
-    from mla_edu.kernels.split_kv_triton import STAGE2_FEW_WIDE, stage2_config
+    from kernel_lab.tools import stage2_pick as sp
 
     out = {}
     for name in ("pipelined", "few_wide_two"):
@@ -402,7 +401,7 @@ def stage2_variant_numbers() -> dict:
                         REPO_ROOT / f"kernel_lab/results/stage2_variants/{name}.patch")
         xs = [r["x"] for r in rows]
         hb = {(r["heads"], r["batch"]) for r in rows}
-        wide_at = {(h, b) for h, b in hb if stage2_config(b, h, sc.num_parts(h, 132, b, 1024)) == STAGE2_FEW_WIDE}
+        wide_at = {(h, b) for h, b in hb if sp.few_wide(h, b)}
         wide = [r for r in rows if (r["heads"], r["batch"]) in wide_at]
         giant = next(r["x"] for r in rows if (r["family"], r["heads"], r["batch"]) == ("giant", 64, 256))
         rest = [r["x"] for r in rows if r not in wide]

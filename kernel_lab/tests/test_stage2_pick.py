@@ -23,15 +23,6 @@ def test_the_committed_verdict_is_the_tools_output(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "few_wide_pipelined"
 
 
-def test_few_wide_is_stage2_configs_choice():
-    from mla_edu.kernels import schedule as sc
-    from mla_edu.kernels.split_kv_triton import STAGE2_FEW_WIDE, stage2_config
-    for heads in (16, 32, 64, 128):
-        for batch in (1, 16, 64, 65, 128, 130, 131, 256):
-            want = stage2_config(batch, heads, sc.num_parts(heads, sp.SMS, batch, 1024)) == STAGE2_FEW_WIDE
-            assert sp.few_wide(heads, batch) is want, (heads, batch)
-
-
 def ab(folder, xs, control=2.0):
     """An A/B json in ``folder`` (one pair): at h_q=64 and 128 with B=256 (``STAGE2_FEW_WIDE``) base / patched is
     ``xs``, at h_q=64, B=128 (a control) ``control``."""

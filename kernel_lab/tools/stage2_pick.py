@@ -17,15 +17,18 @@ from pathlib import Path
 from kernel_lab.tools import partition_ab as pab
 from mla_edu.files import read_json
 from mla_edu.kernels import schedule as sc
+from mla_edu.kernels.split_kv_triton import STAGE2_FEW_WIDE, stage2_config
 
 GEOMEAN, FLOOR = 1.01, 0.98
 SMS = 132  # the H200's
+BENCH_PAGES = 1024  # pages of a bench batch's longest request, for ``num_parts`` (any count past SMALL_GRID)
 VARIANTS = Path("kernel_lab/results/stage2_variants")
 
 
 def few_wide(heads: int, batch: int) -> bool:
-    """Whether stage 2 runs ``STAGE2_FEW_WIDE`` for a balanced batch on the H200."""
-    return heads >= 64 and sc.few_partials(batch, SMS // -(-heads // 64), heads)
+    """Whether stage 2 runs ``STAGE2_FEW_WIDE`` for a balanced batch on the H200: ``stage2_config`` on the parts
+    ``schedule.num_parts`` gives the batch (its longest request ``BENCH_PAGES`` pages: far past ``SMALL_GRID``)."""
+    return stage2_config(batch, heads, sc.num_parts(heads, SMS, batch, BENCH_PAGES)) == STAGE2_FEW_WIDE
 
 
 def pick(paths: list[Path]) -> list[str]:
