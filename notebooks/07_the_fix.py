@@ -445,10 +445,11 @@ for key, text in OPTIONS3.items():
 view1 = d_silent.captured_table  # the 1-wide view the pre-fix graph captured
 pages1 = [cdiv(n, PAGE_SIZE) for n in d_silent.seq_lens]
 own_pages = [list(p) for p in d_silent.intended[: len(pages1)]]
-by_stride = pages_read(view1, pages1, view1.stride(0)) == own_pages  # reads through the real row stride
 by_size = pages_read(view1, pages1, view1.size(1)) == own_pages  # what the cutlass wrapper does
-assert by_stride and not by_size  # through the real row stride each row reads its own pages; through the width not
-r3 = checks.check_choice("exercise 3", ex3_instead_of_width, OPTIONS3, "b")
+strides = {"b": view1.stride(0), "c": len(pages1)}  # the row stride each option gives ((a) says how many pages, not
+right = [k for k, st in strides.items() if pages_read(view1, pages1, st) == own_pages]  # where a row starts)
+assert not by_size and len(right) == 1  # the width reads other rows' pages; exactly one option reads each row's own
+r3 = checks.check_choice("exercise 3", ex3_instead_of_width, OPTIONS3, right[0])
 
 # %% [markdown]
 # **4.** The seed captured graphs for 64 and 128 and ran 8 DP-attention ranks of 16 requests each. When
