@@ -17,26 +17,15 @@ from kernel_lab.tools import family_bench as fb
 from kernel_lab.tests.results import result
 
 SMS = 132
-OLD, RULES, NEW = acc.COMMITS[:3]  # 29d1c24, a2e9367, 8acf73a: the commits the generated tables name
+#: 29d1c24, a2e9367, 8acf73a: the commits the generated tables name; they are judged at the rules from RULES
+#: (``rules_from``), as the runs up to 8acf73a were pooled then.
+OLD, RULES, NEW = acc.COMMITS[:3]
 #: The committed runs up to 8acf73a, read alone (at the rules they ran under) by the tests that know their problems.
 UP_TO_8ACF73A = acc.RUNS[:acc.RUNS.index(acc.LAB / "family_bench_h200_fm_8acf73a_h16_uniform.json") + 1]
 
 
-@pytest.fixture(autouse=True)
-def rules_from_a2e9367(request, monkeypatch):
-    """Every test but those asking for ``rules_of_today`` judges at the rules of ``RULES`` (a2e9367): the synthetic
-    runs name OLD, RULES and NEW, and the runs up to 8acf73a were pooled under them."""
-    if "rules_of_today" not in request.fixturenames:
-        monkeypatch.setattr(acc, "RULES_FROM", RULES)
-
-
-@pytest.fixture
-def rules_of_today():
-    """The package's ``RULES_FROM``, as the committed scoreboard is judged."""
-    assert acc.RULES_FROM == acc.COMMITS[-1] == "261e2bd"
-
-
-def test_the_committed_markdown_is_the_tools_output(rules_of_today):
+def test_the_committed_markdown_is_the_tools_output():
+    assert acc.RULES_FROM == acc.COMMITS[-1] == "261e2bd"  # the committed scoreboard is judged at today's rules
     assert acc.OUT.read_text(encoding="utf-8") == acc.render(out=acc.OUT), (
         "kernel_lab/results/acceptance_h200.md is stale: python -m kernel_lab.tools.acceptance "
         "--out kernel_lab/results/acceptance_h200.md")
@@ -49,7 +38,7 @@ def stale(committed: str, regenerated: str) -> list[str]:
 
 
 @pytest.mark.parametrize("wrong", ["a ratio", "a verdict", "a row dropped", "a run named", "two rows swapped"])
-def test_a_wrong_table_fails(wrong, rules_of_today):
+def test_a_wrong_table_fails(wrong):
     text = acc.OUT.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     i = next(i for i, x in enumerate(lines) if x.startswith("| 64 | giant |"))
@@ -73,7 +62,7 @@ def test_a_wrong_table_fails(wrong, rules_of_today):
 def test_the_committed_tables_agree_with_family_bench_summary():
     """Each 8acf73a run alone, through ``family_bench.summary``: the scoreboard takes every one of their problems
     (nothing newer), so the geomean and lowest of the choice over a head count agree."""
-    board = acc.scoreboard(acc.load(UP_TO_8ACF73A))
+    board = acc.scoreboard(acc.load(UP_TO_8ACF73A), rules_from=RULES)
     for name, kind, heads in (("h16", "family", 16), ("h16_uniform", "uniform", 16), ("b256", "family", 64),
                               ("b256", "family", 128)):
         data = result(f"family_bench_h200_fm_8acf73a_{name}.json")
@@ -88,7 +77,7 @@ def test_the_committed_tables_agree_with_family_bench_summary():
 
 
 def test_the_committed_runs_are_read_as_they_ran():
-    board = acc.scoreboard(acc.load(UP_TO_8ACF73A))
+    board = acc.scoreboard(acc.load(UP_TO_8ACF73A), rules_from=RULES)
     got = board["picks"]
     assert board["skipped"] == ["family_bench_h200_ours_a2e9367.json"]
     # the one problem of two runs (the b128 run reached it before it stopped) takes the median of both, the later named
@@ -107,7 +96,7 @@ def test_the_committed_runs_are_read_as_they_ran():
     assert set(board["runs"]) <= set(board["fitted"]) and board["choice"][-1]["held"] == 0
 
 
-def test_held_out_are_the_problems_only_the_runs_after_the_fits_timed(rules_of_today):
+def test_held_out_are_the_problems_only_the_runs_after_the_fits_timed():
     """On every committed run: only the 261e2bd runs are at today's rules (stage 2 changed), so the problems measured
     are the 32 they timed (families at h_q 64 and 128, B 128 and 256), each pooled from those three runs, which no fit
     read: all held out. Every other problem takes its latest run alone, flagged older."""
@@ -142,7 +131,7 @@ FAM = [("family", "fam", 16, b) for b in (16, 64)]
 
 
 def board(*runs, keys=FAM, fitted=()):
-    return acc.scoreboard(acc.runs_in_order(list(runs)), keys, fitted)
+    return acc.scoreboard(acc.runs_in_order(list(runs)), keys, fitted, rules_from=RULES)
 
 
 def ragged_row(b: dict) -> dict:
@@ -383,9 +372,9 @@ def test_a_new_run_is_one_line_of_runs(tmp_path, monkeypatch, commit, capsys):
         with pytest.raises(ValueError, match=f"got {commit} \\(add it to COMMITS"):
             acc.load()
         monkeypatch.setattr(acc, "COMMITS", (*acc.COMMITS, commit))
-    got = acc.scoreboard(acc.load())["picks"]
+    got = acc.scoreboard(acc.load(), rules_from=RULES)["picks"]
     h16 = [p for k, p in got.items() if k[0] == "family" and k[2] == 16]
-    before = acc.scoreboard(acc.load(acc.RUNS[:-1]))["picks"]
+    before = acc.scoreboard(acc.load(acc.RUNS[:-1]), rules_from=RULES)["picks"]
     assert len(h16) == 32 and all(p.pooled == (*before[p.key].pooled, new.name) for p in h16)
 
 

@@ -9,7 +9,6 @@ a number that no claim recomputes fails the test.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import statistics
 from statistics import median
@@ -269,18 +268,6 @@ def rerun_numbers() -> dict:
                 split=[regret["L1024", 64, 4], regret["L1024", 64, 16]])
 
 
-@contextlib.contextmanager
-def rules_at(commit: str):
-    """Issue 52's acceptance scored as when ``commit`` was its ``RULES_FROM`` (the paragraphs on earlier runs)."""
-    from kernel_lab.tools import acceptance as acc
-
-    before, acc.RULES_FROM = acc.RULES_FROM, commit
-    try:
-        yield acc
-    finally:
-        acc.RULES_FROM = before
-
-
 def new_runs_numbers() -> dict:
     """The paragraph on the family bench at 8acf73a (its four runs with FlashMLA) and on issue 52's acceptance as
     scored on every run (``kernel_lab.tools.acceptance``)."""
@@ -293,9 +280,8 @@ def new_runs_numbers() -> dict:
     rows = [(r, result(n)["info"]["sm_count"]) for n in names for k in ("family", "uniform") for r in result(n)[k]]
     assert all("flashmla" in r["us"] for r, _ in rows)  # "timed FlashMLA in the same run"
     assert all(fb.backend_choice(r, sms) == fb.best_option(r) for r, sms in rows)  # "the best option at each"
-    with rules_at("a2e9367"):  # the rules then
-        board = acc.scoreboard(acc.load(  # the runs up to 8acf73a
-            acc.RUNS[:acc.RUNS.index(acc.LAB / "family_bench_h200_fm_8acf73a_h16_uniform.json") + 1]))
+    last = acc.RUNS.index(acc.LAB / "family_bench_h200_fm_8acf73a_h16_uniform.json")
+    board = acc.scoreboard(acc.load(acc.RUNS[:last + 1]), rules_from="a2e9367")  # the runs up to 8acf73a, rules then
     got = board["picks"]
     new = {k: p for k, p in got.items() if p.run in names}
     assert len({(r["family"], r["heads"], r["batch"]) for r, _ in rows}) == len(new)  # each problem of theirs taken
@@ -323,9 +309,10 @@ def new_runs_numbers() -> dict:
 
 def before_stage2_board() -> dict:
     """Issue 52's scoreboard on every run before stage 2 changed (up to the 4d46283 runs), at the rules then."""
-    with rules_at("a2e9367") as acc:
-        last = acc.RUNS.index(acc.LAB / "family_bench_h200_fm_4d46283_run3.json")
-        return acc.scoreboard(acc.load(acc.RUNS[:last + 1]))
+    from kernel_lab.tools import acceptance as acc
+
+    last = acc.RUNS.index(acc.LAB / "family_bench_h200_fm_4d46283_run3.json")
+    return acc.scoreboard(acc.load(acc.RUNS[:last + 1]), rules_from="a2e9367")
 
 
 def latest_runs_numbers() -> dict:

@@ -93,10 +93,6 @@ class Run:
     commit: str
     data: dict
 
-    @property
-    def older(self) -> bool:
-        return COMMITS.index(self.commit) < COMMITS.index(RULES_FROM)
-
 
 @dataclass(frozen=True)
 class Pick:
@@ -179,10 +175,10 @@ def bench_keys() -> list[tuple]:
     return [(kind, fam, h, len(lens)) for kind, fam, h, lens in fb.problems()]
 
 
-def picks(runs: list[Run]) -> dict[tuple, Pick]:
+def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
     """``{(set, family, h_q, B): Pick}`` of every problem some run timed FlashMLA on: the median over the runs at
-    current rules that timed it (x FlashMLA and the choice over the best, each run's own; the run named is the latest,
-    whose best option is shown), else the latest such run alone."""
+    current rules (at or after ``rules_from``) that timed it (x FlashMLA and the choice over the best, each run's own;
+    the run named is the latest, whose best option is shown), else the latest such run alone."""
     timed: dict[tuple, list[tuple[Run, dict]]] = {}
     for run in runs:
         for kind in ("family", "uniform"):
@@ -191,13 +187,13 @@ def picks(runs: list[Run]) -> dict[tuple, Pick]:
                     timed.setdefault((kind, r["family"], r["heads"], r["batch"]), []).append((run, r))
     out = {}
     for key, held in timed.items():
-        current = [(run, r) for run, r in held if not run.older]
+        current = [(run, r) for run, r in held if COMMITS.index(run.commit) >= COMMITS.index(rules_from)]
         used = current or held[-1:]
         run, r = used[-1]
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
         x = statistics.median(fb.x_flashmla(r, choice)[0] for _, r in used)
         regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
-        out[key] = Pick(key, run.name, run.commit, run.older, tuple(u.name for u, _ in used), choice, best, x, regret)
+        out[key] = Pick(key, run.name, run.commit, not current, tuple(u.name for u, _ in used), choice, best, x, regret)
     return out
 
 
@@ -278,13 +274,14 @@ def sources(keys: list[tuple], got: dict) -> list[dict]:
     return list(out.values())
 
 
-def scoreboard(runs: list[Run], keys: list[tuple] | None = None, fitted: set[str] | None = None) -> dict:
+def scoreboard(runs: list[Run], keys: list[tuple] | None = None, fitted: set[str] | None = None,
+               rules_from: str = RULES_FROM) -> dict:
     """Everything the markdown shows, on ``keys`` (default the family bench's problems) with ``fitted`` the names of
-    the runs a fit read (default ``FITTED``'s)."""
+    the runs a fit read (default ``FITTED``'s), judged at the rules from ``rules_from`` (a commit of ``COMMITS``)."""
     keys = bench_keys() if keys is None else keys
-    got = {k: p for k, p in picks(runs).items() if k in set(keys)}
+    got = {k: p for k, p in picks(runs, rules_from).items() if k in set(keys)}
     fitted = {p.name for p in FITTED} if fitted is None else set(fitted)
-    return dict(keys=keys, picks=got, ragged=ragged(keys, got), uniform=uniform(keys, got),
+    return dict(keys=keys, rules_from=rules_from, picks=got, ragged=ragged(keys, got), uniform=uniform(keys, got),
                 choice=choice(keys, got, fitted), sources=sources(keys, got),
                 runs=[r.name for r in runs], skipped=[r.name for r in runs if not _has_flashmla(r)],
                 fitted=sorted(fitted & {r.name for r in runs}))
@@ -391,8 +388,9 @@ def to_markdown(board: dict, command: str) -> str:
     lines += [f"| {c} | {s} | {v} |" for c, s, v in verdicts(board)]
     lines += ["", "x FM = FlashMLA's time over the backend's choice's (`family_bench.x_flashmla`: the median over one "
               "run's rounds; above 1, ours faster). Each problem's ratio is the median over the runs that timed "
-              f"FlashMLA on it at or after {RULES_FROM}; '(older)' = only runs before it did, and the latest of them "
-              "alone is shown (one run's ratio, not a median; its balanced schedule ran another partition or stage 2), "
+              f"FlashMLA on it at or after {board['rules_from']}; '(older)' = only runs before it did, and the latest "
+              "of them alone is shown (one run's ratio, not a median; its balanced schedule ran another partition or "
+              "stage 2), "
               "counted as unmeasured; '-' = no run did. A value at its bar meets it; one below it that would print at "
               "its bar prints with more decimals. The issue asks each ratio to be the median of at least "
               f"{MIN_RUNS} runs: the section 'Where each ratio comes from' gives the runs behind each."]
