@@ -299,7 +299,7 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 
 # %% [markdown]
 # Wall-clock times on a shared laptop CPU move around; the arithmetic ratio counted above is the
-# robust fact. On a GPU the gap is what notebook 04's benchmark measures.
+# robust fact. On a GPU the gap is what notebook 09's benchmark measures.
 #
 # %% [markdown]
 # ## Should the products be pre-multiplied? (optional)

@@ -24,7 +24,7 @@ from mla_edu.util import PAGE_SIZE
 #: GSM8K of the five eager runs in PR #6998's description (docs/sources.md); the seed's guess uses their mean
 PR_6998_EAGER_RUNS = (0.917, 0.917, 0.910, 0.920, 0.916)
 NOTEBOOK_06 = REPO_ROOT / "notebooks" / "06_reproducing_the_zero_accuracy_bug.py"
-NOTEBOOK_04 = REPO_ROOT / "notebooks" / "04_decode_kernel.py"
+NOTEBOOK_09 = REPO_ROOT / "notebooks" / "09_the_kernel_on_the_h200.py"
 ROW_LABELS = {  # README's Results table: key in repro's JSON -> (run, kernel) cells
     "eager": ("cutlass_mla, `--disable-cuda-graph`", "model's scale"),
     "prefix": ("cutlass_mla, CUDA graph, before the fix (`7059ae16f`)", "bug-era"),
@@ -289,8 +289,8 @@ def test_readme_quotes_the_committed_results(group):
     assert not lost, "README does not say (update README or the results it quotes):\n" + "\n".join(lost)
 
 
-def notebook_04_claims() -> list[str]:
-    """Notebook 04's prose after its schedule-bench and engine cells, from the results files those cells print;
+def notebook_09_claims() -> list[str]:
+    """Notebook 09's prose after its schedule-bench and engine cells, from the results files those cells print;
     and its batch's makespan on v5-v10's line (``spread_makespan``), which it quotes beside the one it prints."""
     from mla_edu.kernels import schedule as sc
     from mla_edu.util import cdiv
@@ -314,14 +314,14 @@ def notebook_04_claims() -> list[str]:
             f"All three within {100 * apart:.0f}%, the same tokens",
             f"a part cut on both ends pays nearly two: {spread} here",
             f"the rule, the kernel runs at {uniform['flashmla_us'] / uniform['rule_us']:.2f}x FlashMLA's speed",
-            f"(its first was {first['flashmla_us'] / first['triton_us']:.2f}x in section 11",
+            f"(its first was {first['flashmla_us'] / first['triton_us']:.2f}x in section 2",
             f"({first['flashmla_us'] / first['triton_us']:.2f}x FlashMLA; its later versions",
             f"{uniform['flashmla_us'] / uniform['rule_us']:.2f}x at B = 64, L = 4096)"]
 
 
-def test_notebook_04_quotes_the_schedule_bench():
-    lost = missing(notebook_04_claims(), NOTEBOOK_04.read_text(encoding="utf-8"))
-    assert not lost, "notebooks/04_decode_kernel.py does not say:\n" + "\n".join(lost)
+def test_notebook_09_quotes_the_schedule_bench():
+    lost = missing(notebook_09_claims(), NOTEBOOK_09.read_text(encoding="utf-8"))
+    assert not lost, "notebooks/09_the_kernel_on_the_h200.py does not say:\n" + "\n".join(lost)
 
 
 def test_the_seed_numbers_have_one_source():

@@ -1,4 +1,4 @@
-"""Every figure legible on a projector and in the book: each figure of tools.figures (and notebook 04's schedule
+"""Every figure legible on a projector and in the book: each figure of tools.figures (and notebook 09's schedule
 figure, notebook 08's mystery figures) drawn by the library's code, its saved size and every text in it measured
 (mla_edu.plotstyle)."""
 
@@ -20,7 +20,7 @@ from tools import figures  # noqa: E402
 
 COLOUR_WORD = re.compile(r"\b(green|orange|red|blue|grey|gray|purple|yellow|vermillion|pink)\b", re.IGNORECASE)
 DRAWN = {**{name: (lambda name=name: figures.draw(name)) for name in figures.FIGURES},
-         **({"schedule_gantt (notebook 04)": lambda: kernel_plots.schedule_gantt([4096, 512, 512, 128, 64], 64, 16, 132,
+         **({"schedule_gantt (notebook 09)": lambda: kernel_plots.schedule_gantt([4096, 512, 512, 128, 64], 64, 16, 132,
                                                                                    4)}
             if triton_available() else {}),  # its partition runs as a Triton kernel
          **{f"mystery_figure({k}) (notebook 08)": (lambda k=k: exercises.mystery_figure(k))

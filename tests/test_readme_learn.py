@@ -1,4 +1,4 @@
-"""README leads with learning: after the two commands, a "Learn" block lists notebooks 00-08 in order, one line
+"""README leads with learning: after the two commands, a "Learn" block lists notebooks 00-09 in order, one line
 each, within the first ~300 words; and "five exercises" wherever the teaching prose says it is notebook 08's count
 of checkers (``exercises``). "six pitfalls" is the pitfall registry's ``count()``: tests/test_graphs_check.py."""
 

@@ -56,10 +56,9 @@ def test_a_slide_over_its_limits_is_refused(change, match):
         slides.Slide(**{**GOOD, **change})
 
 
-def _deck(tmp_path, section: str):
-    path = tmp_path / "03_paged_kv_cache.yaml"
-    path.write_text(yaml.safe_dump({"notebook": "03_paged_kv_cache", "title": "t",
-                                    "slides": [{**GOOD, "section": section}]}))
+def _deck(tmp_path, section: str, notebook: str = "03_paged_kv_cache"):
+    path = tmp_path / f"{notebook}.yaml"
+    path.write_text(yaml.safe_dump({"notebook": notebook, "title": "t", "slides": [{**GOOD, "section": section}]}))
     return path
 
 
@@ -69,6 +68,16 @@ def test_a_slide_on_an_optional_or_missing_section_is_refused(tmp_path, section,
     with pytest.raises(ValueError, match=match):
         slides.load(_deck(tmp_path, section))
     assert slides.load(_deck(tmp_path, "5. The page table")).slides[0].section == "5. The page table"
+
+
+def test_a_notebook_without_a_core_section_takes_slides_on_any_of_its_sections(tmp_path):
+    """09, the GPU track's deep dive, is optional throughout: its deck teaches its (optional) sections."""
+    name = "09_the_kernel_on_the_h200"
+    secs = nt.sections(json.loads((nt.NOTEBOOKS_DIR / f"{name}.ipynb").read_text()))
+    assert {s["marker"] for s in secs if s["title"] != "introduction"} == {"optional"}
+    assert slides.load(_deck(tmp_path, "2. What the compiler made of it", name)).slides
+    with pytest.raises(ValueError, match="no such section"):
+        slides.load(_deck(tmp_path, "9. Nothing", name))
 
 
 def test_a_heading_partway_down_a_cell_starts_its_section_there():

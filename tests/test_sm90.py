@@ -1,4 +1,4 @@
-"""``mla_edu.kernels.sm90``: stage 1 compiled for sm_90a on this machine, and the facts notebook 04 and
+"""``mla_edu.kernels.sm90``: stage 1 compiled for sm_90a on this machine, and the facts notebook 09 and
 ``docs/kernel_essay.md`` state about it (the same with Triton 3.6.0, 3.7.1 and 3.9.0). The kernel lab's variant
 patches are compiled by ``kernel_lab/tests/test_variants.py``."""
 

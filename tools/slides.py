@@ -5,7 +5,8 @@ for the screen, not taken from the notebook: per slide a title, at most ``MAX_BU
 ``MAX_WORDS`` words, at most one figure (a PNG of figures/, drawn by ``tools.figures``) or ``MAX_CODE_LINES`` lines
 of code, display equations, and speaker notes (``s`` opens the speaker view). Every slide names the notebook
 section it teaches; that section must exist and be marked (core) (``tools.notebook_timings.sections``, which
-splits a notebook at each heading line, so a heading partway down a cell starts its own section).
+splits a notebook at each heading line, so a heading partway down a cell starts its own section), unless the
+notebook has no (core) section below its introduction (09, the GPU track's deep dive): then any of them.
 
 reveal.js (with its notes and math plugins) and MathJax 2 come from the npm registry (``VENDOR``: exact versions
 and their sha512), fetched once by ``npm pack`` into ``build/npm/`` and unpacked beside the decks, so that a deck
@@ -121,10 +122,12 @@ def load(path: Path) -> Deck:
         raise ValueError(f"{path.name}: expected notebook {path.stem!r} (a notebook of notebooks/), "
                          f"got {deck.notebook!r}")
     marker = {s["title"]: s["marker"] for s in notebook_timings.sections(json.loads(nb_path.read_text()))}
+    headed = {t: m for t, m in marker.items() if t != "introduction"}  # the text above the first heading is core
+    wanted = ("core",) if "core" in headed.values() else notebook_timings.MARKERS  # a notebook all optional: any
     for slide in deck.slides:
-        if marker.get(slide.section) != "core":
-            raise ValueError(f"{path.name}, slide {slide.title!r}: expected a (core) section of {deck.notebook}, "
-                             f"got {slide.section!r} ({marker.get(slide.section, 'no such section')})")
+        if marker.get(slide.section) not in wanted:
+            raise ValueError(f"{path.name}, slide {slide.title!r}: expected a ({' or '.join(wanted)}) section of "
+                             f"{deck.notebook}, got {slide.section!r} ({marker.get(slide.section, 'no such section')})")
     return deck
 
 

@@ -15,7 +15,7 @@ is ``(ceil(h_q / 64), h_k, num_sm_parts)`` (``csrc/kernels/splitkv_mla.cu`` line
 block, so a part is one CTA at h_q <= 64 and two at h_q = 128.
 
 ``flashmla_parts`` is that walk; every number this project quotes about FlashMLA's partition comes from it
-(notebook 04 section 12 sets it beside this project's closed form; ``docs/kernel_essay.md``).
+(notebook 09 section 3 sets it beside this project's closed form; ``docs/kernel_essay.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Figures for notebook 04 and figures/: the committed H200 benchmark."""
+"""Figures for notebooks 04 and 09 and figures/: the committed H200 benchmark."""
 
 from __future__ import annotations
 
