@@ -59,7 +59,9 @@ print(f"{N} questions, eager accuracy {eager['accuracy']:.3f}")
 # ## 1. The merged fix, piece by piece (core)
 #
 # The diff of [`e58423b2b`](https://github.com/duihuhu/sglang/commit/e58423b2b9f2b037e208ba4ec346bab5cc1eafe8)
-# (PR [#6998](https://github.com/sgl-project/sglang/pull/6998)) in
+# (PR [#6998](https://github.com/sgl-project/sglang/pull/6998); the link is to the fork `duihuhu/sglang`
+# because it holds the upstream squash merge `e58423b2b` and its parent `7059ae16f`, where this project
+# read them: `docs/sources.md`) in
 # `python/sglang/srt/layers/attention/cutlass_mla_backend.py` is small (+2/-19), in the two graph hooks:
 #
 # ```diff

@@ -13,6 +13,8 @@ from pathlib import Path
 from mla_edu.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
+#: README's Results in full: the seed's flags, the ablation, the defects, what broke, the other measurements
+RESULTS_DOC = REPO_ROOT / "docs" / "results.md"
 SOURCES = REPO_ROOT / "docs" / "sources.md"
 
 

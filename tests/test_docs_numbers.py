@@ -1,10 +1,11 @@
-"""README's measured numbers, checked against the committed results they come from.
+"""The measured numbers of README and docs/results.md (README's Results in full), checked against the committed
+results they come from.
 
-Each claim is README's sentence (or table row) with its numbers rendered from ``results/*.json``, or,
-where a number has no JSON, from the ``results/*.md`` file README points at; whitespace is normalised,
-so prose may wrap anywhere. A number quoted in two places (README and notebook 06) is rendered from the same
-source in both. Each check names the file to update. The kernel lab's prose (``docs/kernel_essay.md``, the A/B
-results) is checked by ``kernel_lab/tests``.
+Each claim is a sentence (or table row) of the file it is checked in (``CLAIMS``: README, docs/results.md or
+both) with its numbers rendered from ``results/*.json``, or, where a number has no JSON, from the ``results/*.md``
+file the text points at; whitespace is normalised, so prose may wrap anywhere. A number quoted in two places
+(docs/results.md and notebook 06) is rendered from the same source in both. Each check names the file to update.
+The kernel lab's prose (``docs/kernel_essay.md``, the A/B results) is checked by ``kernel_lab/tests``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from functools import cache
 
 import pytest
-from docs_text import README, SOURCES, missing, norm, one, span
+from docs_text import README, RESULTS_DOC, SOURCES, missing, norm, one, span
 
 from mla_edu.paths import REPO_ROOT, RESULTS_DIR
 from mla_edu.util import PAGE_SIZE
@@ -25,7 +26,7 @@ from mla_edu.util import PAGE_SIZE
 PR_6998_EAGER_RUNS = (0.917, 0.917, 0.910, 0.920, 0.916)
 NOTEBOOK_06 = REPO_ROOT / "notebooks" / "06_reproducing_the_zero_accuracy_bug.py"
 NOTEBOOK_09 = REPO_ROOT / "notebooks" / "09_the_kernel_on_the_h200.py"
-ROW_LABELS = {  # README's Results table: key in repro's JSON -> (run, kernel) cells
+ROW_LABELS = {  # the seed's table (README's Results and docs/results.md): key in repro's JSON -> (run, kernel) cells
     "eager": ("cutlass_mla, `--disable-cuda-graph`", "model's scale"),
     "prefix": ("cutlass_mla, CUDA graph, before the fix (`7059ae16f`)", "bug-era"),
     "fixed": ("cutlass_mla, CUDA graph, the fix (#6998, `e58423b2b`)", "model's scale"),
@@ -44,7 +45,8 @@ def md(name: str) -> str:
 
 
 def seed_table_rows() -> list[str]:
-    """README's Results table, rendered from repro.SEED and the CPU and H200 runs' JSON."""
+    """The seed's table (README's Results and docs/results.md), rendered from repro.SEED and the CPU and H200 runs'
+    JSON."""
     from mla_edu.case_study.repro import SEED
 
     cpu, gpu = result("repro_cpu.json")["table"], result("repro_h200_bfloat16.json")["table"]
@@ -59,8 +61,19 @@ def seed_table_rows() -> list[str]:
     return rows
 
 
+def readme_claims() -> list[str]:
+    """README's own numbers of the seed's run outside the table (its opening and its Results' first line), from
+    repro.SEED and results/repro_cpu.json."""
+    from mla_edu.case_study.repro import SEED
+
+    table = result("repro_cpu.json")["table"]
+    return [f"answered GSM8K at **{SEED['prefix']}** with CUDA graphs on and **{SEED['eager'].replace('-', ' to ')}** "
+            f"with them off",
+            f"{table['prefix']['num_questions']} questions, greedy, in the seed's server flags"]
+
+
 def repro_claims() -> list[str]:
-    """README's prose about the seed's configuration, from results/repro_cpu.json."""
+    """docs/results.md's prose about the seed's configuration, from results/repro_cpu.json."""
     from mla_edu.case_study.repro import SEED
 
     r = result("repro_cpu.json")
@@ -80,8 +93,6 @@ def repro_claims() -> list[str]:
         f"the same guess for the seed gives {mean:.3f} / {rows} = {mean / rows:.3f} against its {SEED['prefix']}",
         f"the same DP run scores {model_scale['accuracy']:.3f}",
         f"W = {width}: pre-fix {model_scale['accuracy']:.3f}, with the scale too {table['prefix']['accuracy']:.3f}",
-        f"answered GSM8K at **{SEED['prefix']}** with CUDA graphs on and **{SEED['eager'].replace('-', ' to ')}** "
-        f"with them off",
         f"and {model_scale['eager_step']} requests had such a step, "
         f"{model_scale['accuracy_eager_step']:.3f} of them right",
         f"has none ({one_engine[16]:.3f} and {one_engine[128]:.3f} on CPU)",
@@ -97,8 +108,8 @@ def r_pages() -> int:
 
 
 def kernel_claims() -> list[str]:
-    """README's kernel row: uniform lengths, what the triton backend runs, from results/kernel_bench_h200_schedule.json
-    (its latest kernel, in one run with FlashMLA and SGLang)."""
+    """docs/results.md's kernel row: uniform lengths, what the triton backend runs, from
+    results/kernel_bench_h200_schedule.json (its latest kernel, in one run with FlashMLA and SGLang)."""
     from tools.schedule_bench import backend_path
 
     k = result("kernel_bench_h200_schedule.json")
@@ -142,7 +153,7 @@ def worst_h128_backend(run: dict) -> dict:
 
 
 def schedule_claims() -> list[str]:
-    """README's ragged-batch row, from results/kernel_bench_h200_schedule.json."""
+    """docs/results.md's ragged-batch row, from results/kernel_bench_h200_schedule.json."""
     ragged, x, s = schedule_numbers()
     own = [r["sglang_own_us"] / r["balanced_us"] for r in ragged]
     choice = s["uniform_backend_over_best_split"]
@@ -161,7 +172,7 @@ def schedule_claims() -> list[str]:
 
 
 def stage1_claims() -> list[str]:
-    """README's stage-1 sentence, from results/kernel_bench_h200_stage1.json."""
+    """docs/results.md's stage-1 sentence, from results/kernel_bench_h200_stage1.json."""
     row = kernel_row(128, 64, 4096)
     return [f"at h_q=128, B=64, L=4096 it took {row['triton_us']:.1f} us against "
             f"{row['kernels']['tma, 64 heads']['best_us']:.1f} us for the first TMA kernel and "
@@ -203,7 +214,8 @@ def graph_claims() -> list[str]:
 
 
 def family_claims() -> list[str]:
-    """README's sentence on the kernel lab's family bench (``kernel_lab.tools.choice_fit``; the essay quotes it too)."""
+    """docs/results.md's sentence on the kernel lab's family bench (``kernel_lab.tools.choice_fit``; the essay quotes
+    it too)."""
     from kernel_lab.tools import choice_fit
 
     x = choice_fit.best_x_flashmla(choice_fit.load()[0])
@@ -224,20 +236,41 @@ def family_claims() -> list[str]:
 
 
 def md_claims() -> list[str]:
-    """Numbers README takes from results/*.md (no JSON behind them)."""
+    """Numbers docs/results.md takes from results/*.md (no JSON behind them)."""
     reuse = md("workspace_reuse_h200.md")
     changed, owned = (int(x) for x in one(r"overwrote (\d+) of (\d+) of the new owner's bytes", reuse).groups())
     seed = md("seed_config_cpu.md")
     tiny = one(r"\| `tiny` \(shipped\) \|[^|]*\|[^|]*\| ([\d.]+) \| ([\d.]+) \|", seed).groups()
     yarn = one(r"\| `tiny-yarn` \(YaRN factor 40\) \|[^|]*\|[^|]*\| ([\d.]+) \| ([\d.]+) \|", seed).groups()
     rss = float(one(r"\| RSS after building the engine \| [\d.]+ GB \| ([\d.]+) GB \|", seed).group(1))
-    cpu_wall = float(one(r"([\d.]+) s wall, [\d.]+ s user", md("repro_cpu.md")).group(1))
     gpu_wall = float(one(r"; (\d+) s wall for the whole run", md("repro_h200_bfloat16.md")).group(1))
     gpu = md("gpu_suite_h200.md")
     unit_gpu = one(r"\| unit \| `[^`]*` \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", gpu).groups()
     nbval_gpu = one(r"\| nbval \| `[^`]*` \| (\d+) \| 0 \| 0 \| 0 \|", gpu).group(1)
     commit = one(r"from the repository root at `(\w+)`", gpu).group(1)
     earlier = one(r"(\d+) failed, \d+ skipped; nbval", gpu.split("## Earlier runs")[1]).group(1)
+    return [
+        f"one replay overwrote {100 * changed / owned:.1f}% of its bytes",
+        f"eager cutlass_mla with sgl-kernel 0.1.7's hard-coded `1/sqrt(192)`: {tiny[1]} (tiny) and {yarn[1]} "
+        f"(`tiny-yarn`, YaRN factor 40) vs {tiny[0]} / {yarn[0]} without",
+        f"one DP rank's engine at W = 33 holds {rss:.1f} GB",
+        f"(`make repro`: {cpu_wall():.0f} s on the 2-core CPU machine)",
+        f"on the H200: {gpu_wall:.0f} s;",
+        f"`make test-gpu` at `{commit}`, one pytest process per part, one after the other: {unit_gpu[0]} unit tests",
+        f"passed, {unit_gpu[1]} failed, {unit_gpu[2]} errors, {unit_gpu[3]} skipped",
+        f"all {nbval_gpu} notebook cells passed under `--nbval-lax`",
+        f"Earlier runs had {earlier} failures, tests that assumed a CPU machine",
+    ]
+
+
+def cpu_wall() -> float:
+    """``make repro``'s wall time on the CPU machine, from results/repro_cpu.md."""
+    return float(one(r"([\d.]+) s wall, [\d.]+ s user", md("repro_cpu.md")).group(1))
+
+
+def ci_claims() -> list[str]:
+    """README's "Environment and CI": the fresh clone's times and counts, from results/ci_fresh_clone.md, and
+    ``make repro``'s, from results/repro_cpu.md."""
     ci = md("ci_fresh_clone.md")
     total = one(r"\| `bash \.ci/run`, in all \| \| ([\d:]+) \|", ci).group(1)
     unit = one(r"\| unit tests \| (\d+) \| (\d+) s \|", ci).groups()
@@ -247,17 +280,7 @@ def md_claims() -> list[str]:
     no_triton_unit = one(r"\| `make test-no-triton`: unit tests without Triton \| (\d+) \| (\d+) s \|", ci).groups()
     no_triton_nb = one(r"\| `make test-no-triton`: notebook cells, strict nbval \| (\d+) \| ([\d:]+) \|", ci).groups()
     return [
-        f"one replay overwrote {100 * changed / owned:.1f}% of its bytes",
-        f"eager cutlass_mla with sgl-kernel 0.1.7's hard-coded `1/sqrt(192)`: {tiny[1]} (tiny) and {yarn[1]} "
-        f"(`tiny-yarn`, YaRN factor 40) vs {tiny[0]} / {yarn[0]} without",
-        f"one DP rank's engine at W = 33 holds {rss:.1f} GB",
-        f"with `.venv` made, {cpu_wall:.0f} s (`results/repro_cpu.md`)",
-        f"(`make repro`: {cpu_wall:.0f} s on the 2-core CPU machine)",
-        f"on the H200: {gpu_wall:.0f} s;",
-        f"`make test-gpu` at `{commit}`, one pytest process per part, one after the other: {unit_gpu[0]} unit tests",
-        f"passed, {unit_gpu[1]} failed, {unit_gpu[2]} errors, {unit_gpu[3]} skipped",
-        f"all {nbval_gpu} notebook cells passed under `--nbval-lax`",
-        f"Earlier runs had {earlier} failures, tests that assumed a CPU machine",
+        f"with `.venv` made, {cpu_wall():.0f} s (`results/repro_cpu.md`)",
         f"`bash .ci/run` {total} in all (creating `.venv` from the lock, ruff, {unit[0]} unit tests in {unit[1]} s, "
         f"{nb[0]} notebook cells under strict nbval in {nb[1]}, then `make test-lab`: the book and {lab[0]} browser "
         f"tests in {lab[1]}; then without Triton {no_triton_unit[0]} unit",
@@ -267,7 +290,8 @@ def md_claims() -> list[str]:
 
 
 def scale_claims() -> list[str]:
-    """The scale factors README quotes, from the presets and the shipped model's manifest."""
+    """The scale factors README's footnote and docs/results.md quote, from the presets and the shipped model's
+    manifest."""
     from mla_edu.config import MLAConfig
 
     v3 = MLAConfig.deepseek_v3()
@@ -278,15 +302,21 @@ def scale_claims() -> list[str]:
             f"`sqrt({v3.qk_head_dim}/{tiny_q})` = {math.sqrt(v3.qk_head_dim / tiny_q):.2f}"]
 
 
-CLAIMS = {"seed table": seed_table_rows, "repro": repro_claims, "kernel bench": kernel_claims,
-          "schedule bench": schedule_claims, "stage-1 kernels": stage1_claims,
-          "graph bench": graph_claims, "results/*.md": md_claims, "scales": scale_claims, "families": family_claims}
+#: each group of claims -> the files that must say every claim of it (README's Results keeps the seed's table and
+#: its footnote; docs/results.md has the table again and everything README's Results moved there)
+CLAIMS = {"seed table": (seed_table_rows, (README, RESULTS_DOC)), "readme": (readme_claims, (README,)),
+          "ci": (ci_claims, (README,)), "repro": (repro_claims, (RESULTS_DOC,)),
+          "kernel bench": (kernel_claims, (RESULTS_DOC,)), "schedule bench": (schedule_claims, (RESULTS_DOC,)),
+          "stage-1 kernels": (stage1_claims, (RESULTS_DOC,)), "graph bench": (graph_claims, (RESULTS_DOC,)),
+          "results/*.md": (md_claims, (RESULTS_DOC,)), "scales": (scale_claims, (README, RESULTS_DOC)),
+          "families": (family_claims, (RESULTS_DOC,))}
+CHECKED = [(group, path) for group, (_, paths) in CLAIMS.items() for path in paths]
 
 
-@pytest.mark.parametrize("group", CLAIMS)
-def test_readme_quotes_the_committed_results(group):
-    lost = missing(CLAIMS[group](), README.read_text(encoding="utf-8"))
-    assert not lost, "README does not say (update README or the results it quotes):\n" + "\n".join(lost)
+@pytest.mark.parametrize("group, path", CHECKED, ids=[f"{g}-{p.name}" for g, p in CHECKED])
+def test_docs_quote_the_committed_results(group, path):
+    lost = missing(CLAIMS[group][0](), path.read_text(encoding="utf-8"))
+    assert not lost, f"{path.name} does not say (update it or the results it quotes):\n" + "\n".join(lost)
 
 
 def notebook_09_claims() -> list[str]:
@@ -333,21 +363,22 @@ def test_the_seed_numbers_have_one_source():
     assert "without CUDA graphs " + ", ".join(f"{x:.3f}" for x in runs) in sources
     mean = sum(runs) / len(runs)
     guess = f"{mean:.3f} / 16 = {mean / 16:.3f}"
-    for path in (README, NOTEBOOK_06):
+    for path in (README, RESULTS_DOC, NOTEBOOK_06):
         text = norm(path.read_text(encoding="utf-8"))
-        assert guess in text, f"{path.name}: the seed's guess should read {guess!r}"
+        assert path == README or guess in text, f"{path.name}: the seed's guess should read {guess!r}"
         others = {m for m in re.findall(r"0\.9\d\d / 16", text)} - {f"{mean:.3f} / 16"}
         assert not others, f"{path.name} quotes another mean: {others}"
 
 
 def test_a_drifted_number_is_caught():
-    # each claim, with one digit of it changed in README, is reported
-    body = norm(README.read_text(encoding="utf-8"))
-    for make in CLAIMS.values():
-        for claim in map(norm, make()):
-            d = re.search(r"\d", claim).start()
-            drifted = body.replace(claim, f"{claim[:d]}{(int(claim[d]) + 1) % 10}{claim[d + 1:]}")
-            assert missing([claim], drifted) == [claim], claim
+    # each claim, with one digit of it changed in the file it is checked in, is reported
+    for make, paths in CLAIMS.values():
+        for path in paths:
+            body = norm(path.read_text(encoding="utf-8"))
+            for claim in map(norm, make()):
+                d = re.search(r"\d", claim).start()
+                drifted = body.replace(claim, f"{claim[:d]}{(int(claim[d]) + 1) % 10}{claim[d + 1:]}")
+                assert missing([claim], drifted) == [claim], (path.name, claim)
 
 
 def test_readme_run_all_column_is_the_timings_file():

@@ -8,7 +8,7 @@ alter its outputs under nbval; these tests make such a change fail here instead.
 Reduction, stated: none in size (the file holds aggregates over all 256 questions, which a subset cannot be
 compared with), but in which results run by default: the 11 that notebook 06 reads (``table``,
 ``open_question_this``, ``open_question``: 10 engine runs, ~30 s on one CPU thread, the prefill of the 256
-prompts shared). The 10 ablation rows (read by ``results/repro_cpu.md`` and the README, not by a notebook;
+prompts shared). The 10 ablation rows (read by ``results/repro_cpu.md`` and ``docs/results.md``, not by a notebook;
 ~25 s more) run only with ``MLA_EDU_SLOW_TESTS=1``. Timings (``latency``, ``output_throughput``) are not
 compared; every other field of a committed result must be equal (NaN to NaN), new fields are not looked at.
 """

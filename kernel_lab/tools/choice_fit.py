@@ -202,7 +202,7 @@ def run(family_bench=FAMILY_BENCH, uniform_grid=UNIFORM_GRID) -> dict:
 
 def best_x_flashmla(problems: list[Problem], heads=(16, 32, 64, 128)) -> dict:
     """{h_q: geomean over the family batches of FlashMLA's time / the best option's}: where the kernel stands
-    against FlashMLA whatever the choice (the essay and README quote it)."""
+    against FlashMLA whatever the choice (the essay and docs/results.md quote it)."""
     return {h: statistics.geometric_mean([p.x_flashmla[p.best] for p in problems if p.heads == h and p.x_flashmla])
             for h in heads}
 

@@ -202,6 +202,7 @@ return {title: document.title, n: imgs.length, broken};
     ("notebooks/08_workshop_exercises.html", "control panel", 2),
     ("instructor.html", "The 3-hour track", 0),
     ("glossary.html", "max_seqlen_pad", 0),
+    ("results.html", "Other measurements", 0),
     ("slides.html", "reveal.js deck per notebook", 0),
 ])
 def test_book_page_loads_with_figures(browser, book_url, page, text, min_images):
