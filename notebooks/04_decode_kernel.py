@@ -24,8 +24,9 @@
 # hinges on: the page table's row stride and the split count.
 #
 # **You need** a CPU; Run All takes seconds on a 2-core CPU (its measured time is in README's table of
-# notebooks; Triton runs in its CPU interpreter). GPU numbers are read from a committed H200 run. Notebook 09
-# takes this kernel onto the H200: its speed against FlashMLA, its compiled code, ragged batches.
+# notebooks; Triton runs in its CPU interpreter). Section 1's two ceilings are read from a committed H200 run.
+# Notebook 09, after the story, takes this kernel onto the H200: its speed against FlashMLA, its compiled code,
+# ragged batches.
 
 # %%
 import math
@@ -76,7 +77,8 @@ IMPL = "triton" if TRITON else "torch"  # the kernel of sections 6-8's demos: bo
 # How much work is one call? Bytes: the cache rows read (576 x 2 bytes per token in bf16).
 # FLOPs: `2 * L * H * (576 + 512)` per request. Intensity: `mla_edu.attention.cost.decode_intensity`,
 # the function notebook 02 prints too (the cache, q in and o out all counted), 228 FLOP per byte at
-# 128 heads and 30 at 16 for 64 requests of 4096 tokens: about $1.89\, H$.
+# 128 heads and 30 at 16 for 64 requests of 4096 tokens: about $1.89\, H$. The floors below are what no
+# kernel can beat; notebook 09 times this one against them on the H200.
 
 # %%
 bench = load_bench()
@@ -373,7 +375,7 @@ except RuntimeError as e:
 # - `cutlass_mla_decode` is Blackwell-only; its argument contract is checked everywhere.
 #
 # The same kernel on the H200, against FlashMLA, read off its compiled code, and on ragged batches:
-# [notebook 09](09_the_kernel_on_the_h200.ipynb), for the GPU track or for reading at home.
+# notebook 09, after the story (00-08), for the GPU track or for reading at home.
 #
 # ## Exercises (optional)
 #

@@ -22,11 +22,13 @@
 # do not); and how a persistent, balanced schedule computed from the lengths inside the kernels serves ragged
 # batches under a CUDA graph, and how the serving backend chooses it.
 #
-# **You need** notebook 04 (the contract, split-KV, the workspace) and a CPU: the GPU numbers are read from
-# committed H200 runs, and section 2 compiles for the H200 here (Triton compiles for sm_90a on any Linux
-# machine). Without Triton (macOS, Windows) its cells show the committed run's output. This notebook is for
-# the GPU track and for reading at home; no workshop track includes it. Where the kernel stands today, and what
-# was tried: [the kernel lab's essay](../docs/kernel_essay.md).
+# **You need** notebook 04: the contract, and split-KV (sections 4-5), whose stage 1 writes each split's partial
+# output and its LSE into the [workspace](../docs/glossary.md#workspace) and whose stage 2 merges them; and a CPU:
+# the GPU numbers are read from committed H200 runs, and section 2 compiles for the H200 here (Triton compiles for
+# sm_90a on any Linux machine). Without Triton (macOS, Windows) the cells of sections 2 and 3 that need it show
+# the committed run's output. This notebook is for the GPU track and for reading at home: no workshop track
+# includes it, so every section is marked (optional). Where the kernel stands today, and what was tried:
+# [the kernel lab's essay](../docs/kernel_essay.md).
 
 # %%
 import math
@@ -39,13 +41,18 @@ from mla_edu.workshop.stored import show_stored
 NB = "09_the_kernel_on_the_h200"
 TRITON = triton_available()  # Triton has Linux wheels only: elsewhere its cells show the committed run's output
 bench = load_bench()  # results/kernel_bench_h200.json: the H200 run of tools.kernel_bench
+ceil = bench["ceilings"]  # measured in the same run, as notebook 04 section 1 printed them
+ridge = ceil["matmul_bf16_TFLOPs"] / ceil["copy_TBps"]  # FLOP per byte where the two ceilings meet
+print(f"the two ceilings: copy {ceil['copy_TBps']:.2f} TB/s, bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s; "
+      f"ridge {ridge:.0f} FLOP/byte")
+assert round(ridge) == 165  # as notebook 02 quotes it
 
 # %% [markdown]
 # ## 1. On the H200 (optional)
 #
 # `python -m tools.kernel_bench --pages 64` ran the Triton kernel on one H200 (through this
 # project's device tool) in bf16 over h_q {16, 128}, B {1, 8, 64, 128}, L {512 ... 32768}, page 64,
-# measuring the two ceilings in the same run, and two peers on the same cache bytes in the same
+# measuring the two ceilings (above) in the same run, and two peers on the same cache bytes in the same
 # process: SGLang's own Triton MLA decode kernel (`decode_attention_fwd` from the sglang 0.4.7 wheel,
 # the kernel behind its `triton` backend) and FlashMLA (DeepSeek's Hopper kernel, built from source
 # on that machine). Times are CUDA-graph [replays](../docs/glossary.md#replay). Every split count the rule below can pick was
@@ -53,15 +60,17 @@ bench = load_bench()  # results/kernel_bench_h200.json: the H200 run of tools.ke
 # `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
 #
 # **The split rule.** sgl-kernel's heuristic (notebook 04, section 5) looks at B and the SM count only. The Triton
-# kernel has its own, `triton_num_kv_splits`: a program is one (request, head block, split); on the
+# kernel has its own, `triton_num_kv_splits`: a program is one (request, head block, split), a head block being
+# the heads one program serves (64 at h_q = 128, 16 at h_q = 16); on the
 # H200 one program fits on an SM (two 72 KB page tiles in shared memory); the rule counts whole waves
 # of programs times the pages each walks, plus the cost of the merge, and takes the cheapest split.
 # The triton serving backend uses it for `num_kv_splits=-1`; the cutlass backend keeps sgl-kernel's
 # heuristic, whose choice is also in the table ("cutlass auto").
 #
 # **Which kernel.** On a Hopper GPU stage 1 is not the plain-Triton kernel of notebook 04's section 6 but a Gluon
-# kernel, `mla_edu/kernels/split_kv_wgmma.py` (section 2 says why and what it does differently);
-# `--kernels` timed the plain-Triton one ("tl") on the same problems too.
+# kernel: in this run the TMA kind of `mla_edu/kernels/split_kv_wgmma.py`, at 64-head programs today the seesaw
+# kernel of section 2 (which says why, and what each does differently); `--kernels` timed the plain-Triton one
+# ("tl") on the same problems too.
 
 # %%
 from mla_edu.kernels.plots import summary  # noqa: E402
@@ -93,7 +102,7 @@ assert slow == [(128, 1, 2048)] and sm["rule_within_10pct"] == sm["shapes"] - 1
 figs = kernel_bench_figure()  # three figures: h_q = 16 (memory-bound), h_q = 128 (compute-bound), the roofline
 
 # %% [markdown]
-# Reading the plot. **h_q = 16** is memory-bound (30 FLOP per byte, far under the ridge). At
+# Reading the plot. **h_q = 16** is memory-bound (30 FLOP per byte, far under the ridge of 165). At
 # B = 64 and 128 with L >= 4096 the kernel streams at 90-107% of the copy ceiling (a stream that
 # only reads can pass a copy's read + write rate), 1.00-1.03x FlashMLA's speed; FlashMLA leads at
 # large batch and short context (0.83x at B = 128, L = 512). **h_q = 128** is compute-bound (228 FLOP
@@ -168,9 +177,9 @@ else:
 # that differ only in how a page tile reaches shared memory: `cp.async` (each thread copies 16-byte
 # pieces, any page size) and TMA (the bulk copy engine: a few instructions move a whole tile, no
 # per-thread addresses; one page per tile). On the H200 the TMA kind is the faster (169 against
-# 196 us at h_q = 128, B = 64, L = 4096; the tl kernel 321 us): 1.53x less tensor work, 1.9x less
+# 196 us at h_q = 128, B = 64, L = 4096; the tl kernel 321 us; `results/kernel_bench_h200.md`): 1.53x less tensor work, 1.9x less
 # time. It is what a Hopper GPU runs at 16 and 32 heads a program; at 64, the two-warpgroup
-# kernel below replaced it (`stage1.DEFAULT_GLUON = "seesaw"`, the stage 1 the plan carries unless
+# kernel below replaced it (`stage1.DEFAULT_GLUON = "seesaw"`, the default stage 1 of 64-head programs unless
 # a call names another).
 #
 # At h_q = 16 the problem is the other way round. A wgmma's M is 64 rows; 16 heads as M would leave
@@ -196,7 +205,7 @@ else:
 # The plain-Triton kernel falls back to the Ampere-style `mma.sync` (16 x 8 tiles, per warp) at 16
 # heads. The swapped kernel issues 36 score and 32 output wgmma per tile, none of them padded, and
 # with the same TMA ring it keeps the pages coming: 79 us at B = 64, L = 4096, 90% of the copy
-# ceiling (the tl kernel 87 us).
+# ceiling (the tl kernel 87 us, `results/kernel_bench_h200.md`).
 #
 # FlashMLA's answer at 128 heads (section 1: two warpgroups taking turns on pairs of tiles) is written in
 # Gluon too, as the stage-1 kind `"seesaw"` (`mla_edu/kernels/split_kv_seesaw.py`): each warpgroup is its
@@ -245,9 +254,9 @@ else:
 # 1.2 KB: q_pe (8 KB) had to move into each warpgroup's registers, as FlashMLA keeps one of its nine q
 # pieces in registers.
 #
-# Do the hand-offs hide the softmax? The prediction, written before any run,
-# was 120-145 us at B = 64, L = 4096, where the TMA kernel took 174. The H200's answer, every stage-1
-# kernel timed on the same bytes in one run (`python -m tools.kernel_bench --quick --kernels --pages 64`,
+# Do the hand-offs hide the softmax? The prediction, written before any run, was 120-145 us at B = 64,
+# L = 4096, where the TMA kernel had taken 174 in an earlier run (168 in the run below). The H200's answer, every
+# stage-1 kernel timed on the same bytes in one run (`python -m tools.kernel_bench --quick --kernels --pages 64`,
 # `results/kernel_bench_h200_stage1.md`; us):
 
 # %%
@@ -279,7 +288,8 @@ assert big["triton_us"] > big["flashmla_us"]  # ... and FlashMLA is still ahead
 # Every grid above gives each request the same split count, sized from the page table's width: the
 # longest request a graph can see. A serving engine's decode batch is ragged: most requests short, a
 # few long. Here is one such batch (seeded log-normal lengths, as `tools/schedule_bench.py` draws
-# them), B = 64, 16 heads, page 64, on the H200's 132 SMs:
+# them), B = 64, 16 heads, page 64, on the H200's 132 SMs. Time is counted in page-times: what a program takes to
+# read one page of 64 tokens.
 
 # %%
 from collections import Counter  # noqa: E402
@@ -304,8 +314,8 @@ else:
 
 # %% [markdown]
 # The rule sees a 32768-token row and 64 requests: two splits each fill the GPU once. But request 53 is
-# the only one that long, so its two programs read 256 pages each while the rest of the GPU sat idle
-# long before.
+# the only one that long, so its two programs read 256 pages each while the rest of the GPU, long
+# finished, sits idle.
 #
 # The balanced schedule (`mla_edu.kernels.schedule`) shares the batch's work out instead, the way FlashMLA
 # does (below). Request b has $n_b$ pages and costs $w_b = n_b + 5$ page-times (the 5: its q load, the first
@@ -354,9 +364,11 @@ else:
 # Every part holds 29 page-times of the line, yet the last part finishes after 34: a part whose first
 # request began in an earlier part pays that request's fixed cost of 5 again, off its own stretch of the
 # line. Every other cost it pays lies on its stretch, so no part runs past chunk + 5. (Spread the overhead
-# over a request's pages instead, and a part cut on both ends pays nearly two: 38 here.) Below, which SM runs what when. Above, the rule's 128 programs, placed as the block scheduler places
-# them (simulated: the next program to the first free SM); below, each SM's persistent program walking its
-# part's segments (`schedule.part_timeline`). Request 53 is hatched:
+# over a request's pages instead, and a part cut on both ends pays nearly two: 38 here.)
+#
+# The figure below shows which SM runs what when. Its top panel: the rule's 128 programs, placed as the block
+# scheduler places them (simulated: the next program to the first free SM); its bottom panel: each SM's
+# persistent program walking its part's segments (`schedule.part_timeline`). Request 53 is hatched:
 
 # %%
 # stored output: schedule-gantt
@@ -414,6 +426,15 @@ fm_parts = flashmla_schedule.num_sm_parts(128, 132)
 one_request = {n: flashmla_schedule.pieces_per_request([n], fm_parts)[0] for n in (1024, 4096, 16384)}
 print(f"h_q=128: {fm_parts} parts; one request cut into", ", ".join(f"{k} pieces at L={n}"
                                                               for n, k in one_request.items()))
+assert fm_parts == 132 // math.ceil(128 / 64)  # FlashMLA's num_sm_parts: SMs / head blocks of 64 (h_k = 1)
+overhead = flashmla_schedule.FIXED_OVERHEAD_NUM_BLOCKS  # 5 page-times a piece
+assert one_request == {n: math.ceil(n // 64 / overhead) for n in one_request}  # 5 pages a piece, the floor's
+
+# %% [markdown]
+# At 128 heads FlashMLA runs 66 parts (132 SMs over two 64-head blocks). One request alone is far below 66
+# shares, so the floor of two overheads sets each part's payload: 10 page-times, of which a piece pays 5 for its
+# own overhead and reads 5 pages. So 16, 64 and 256 pages become 4, 13 and 52 pieces, each a partial for the
+# combine kernel to merge.
 
 # %% [markdown]
 # On the H200 (`results/kernel_bench_h200_schedule.md`, one run with FlashMLA and SGLang's Triton kernel
@@ -456,7 +477,7 @@ assert uniform["rule_us"] < big["triton_us"]  # the seesaw's later versions, sin
 # How does it choose? From the lengths alone it models each path's makespan in page-times
 # (`schedule.makespans`): in stage 1 the schedule's slowest part is its share of the line plus one overhead; the
 # rule's programs go to the GPU's program slots in launch order, each to the first slot that is free
-# (`schedule.simulate`, the block scheduler's rule, as in the Gantt chart above). Each side then adds its stage 2
+# (`schedule.simulate`, the block scheduler's rule, as in the top panel of this section's figure). Each side then adds its stage 2
 # (`workspace.stage2_pages`: the merge's launch and its partials' bytes; the rule's only when it splits). It takes
 # the schedule when that makespan is `schedule.BALANCED_MARGIN` below the rule's. The order matters: the programs that launch
 # last may run alone at the end. A model that spreads the rule's total evenly over the slots cannot see that
@@ -488,8 +509,9 @@ assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had th
 #
 # The same A/Bs set the schedule's constants per head count (`kernel_lab/results/partition_ab_h200*.md`). Where
 # a request has few partials on average (`schedule.few_partials`: at most 4 a request below 64 heads, 2 from 64
-# up), stage 2 merges them one or two at a time; elsewhere it loads four at a time. The piece cap stays below 16
-# requests, and at 64 heads or more where partials are few; elsewhere a request is cut as FlashMLA cuts it. And at
+# up), stage 2 merges them one or two at a time; elsewhere it loads four at a time. A request's pieces are capped
+# (`schedule.max_pieces`) in batches of fewer than 16 requests, and at 64 heads or more where partials are few;
+# elsewhere a request is cut as FlashMLA cuts it. And at
 # 32 heads, in batches of at most 16 requests, the schedule runs two 16-head programs a part, on half as many
 # parts (`HALF_BLOCK_BATCH`), faster there in the A/B; the choice then
 # scales those programs' page-times (`schedule.HALF_BLOCK_PAGE_COST`), since its model counts the rule's

@@ -26,6 +26,7 @@ from mla_edu.util import PAGE_SIZE
 PR_6998_EAGER_RUNS = (0.917, 0.917, 0.910, 0.920, 0.916)
 NOTEBOOK_06 = REPO_ROOT / "notebooks" / "06_reproducing_the_zero_accuracy_bug.py"
 NOTEBOOK_09 = REPO_ROOT / "notebooks" / "09_the_kernel_on_the_h200.py"
+DECK_09 = REPO_ROOT / "docs" / "slides" / "09_the_kernel_on_the_h200.yaml"
 ROW_LABELS = {  # the seed's table (README's Results and docs/results.md): key in repro's JSON -> (run, kernel) cells
     "eager": ("cutlass_mla, `--disable-cuda-graph`", "model's scale"),
     "prefix": ("cutlass_mla, CUDA graph, before the fix (`7059ae16f`)", "bug-era"),
@@ -347,6 +348,35 @@ def notebook_09_claims() -> list[str]:
             f"(its first was {first['flashmla_us'] / first['triton_us']:.2f}x in section 2",
             f"({first['flashmla_us'] / first['triton_us']:.2f}x FlashMLA; its later versions",
             f"{uniform['flashmla_us'] / uniform['rule_us']:.2f}x at B = 64, L = 4096)"]
+
+
+def deck_09_claims() -> list[str]:
+    """The numbers of notebook 09's slide deck: the schedule bench, the kernel bench and the stage-1 bench at
+    h_q=128, B=64, L=4096 (the Gluon kernel, its seesaw, its later versions), and the tensor-work ratio that
+    notebook 09's compile cell printed."""
+    _, _, s = schedule_numbers()
+    shape = (128, 64, 4096)
+    gluon = next(r for r in result("kernel_bench_h200.json")["results"]
+                 if (r["heads"], r["batch"], r["seq_len"]) == shape)
+    first = next(r for r in result("kernel_bench_h200_stage1.json")["results"]
+                 if (r["heads"], r["batch"], r["seq_len"]) == shape)
+    later = next(r for r in result("kernel_bench_h200_schedule.json")["uniform"]
+                 if (r["heads"], r["batch"], r["lens_max"]) == shape)
+    tl = gluon["kernels"]["tl"]["best_us"] / gluon["triton_us"]
+    cells = json.loads(NOTEBOOK_09.with_suffix(".ipynb").read_text())["cells"]
+    printed = "".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code" for o in c["outputs"])
+    less = one(r"Gluon [\d.]+ M \(([\d.]+)x less\)", printed).group(1)
+    return [f"{s['ragged_rule_x_flashmla']['geomean']:.2f}x FlashMLA with the rule, "
+            f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x with the schedule",
+            f"from {gluon['flashmla_us'] / gluon['triton_us']:.2f}x to "
+            f"{first['flashmla_us'] / first['triton_us']:.2f}x FlashMLA's speed, "
+            f"{later['flashmla_us'] / later['rule_us']:.2f}x in its later versions",
+            f"{less}x the tensor work, {tl:.1f}x the time"]
+
+
+def test_notebook_09s_deck_quotes_the_results():
+    lost = missing(deck_09_claims(), DECK_09.read_text(encoding="utf-8"))
+    assert not lost, "docs/slides/09_the_kernel_on_the_h200.yaml does not say:\n" + "\n".join(lost)
 
 
 def test_notebook_09_quotes_the_schedule_bench():
