@@ -23,7 +23,7 @@
 # batches under a CUDA graph, and how the serving backend chooses it.
 #
 # **You need** notebook 04: the contract, and split-KV (sections 4-5), whose stage 1 writes each split's partial
-# output and its LSE into the [workspace](../docs/glossary.md#workspace) and whose stage 2 merges them; and a CPU:
+# output and its LSE into the workspace and whose stage 2 merges them; and a CPU:
 # the GPU numbers are read from committed H200 runs, and section 2 compiles for the H200 here (Triton compiles for
 # sm_90a on any Linux machine). Without Triton (macOS, Windows) the cells of sections 2 and 3 that need it show
 # the committed run's output. This notebook is for the GPU track and for reading at home: no workshop track
