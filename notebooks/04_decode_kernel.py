@@ -77,8 +77,8 @@ IMPL = "triton" if TRITON else "torch"  # the kernel of sections 6-8's demos: bo
 # How much work is one call? Bytes: the cache rows read (576 x 2 bytes per token in bf16).
 # FLOPs: `2 * L * H * (576 + 512)` per request. Intensity: `mla_edu.attention.cost.decode_intensity`,
 # the function notebook 02 prints too (the cache, q in and o out all counted), 228 FLOP per byte at
-# 128 heads and 30 at 16 for 64 requests of 4096 tokens: about $1.89\, H$. The floors below are what no
-# kernel can beat; notebook 09 times this one against them on the H200.
+# 128 heads and 30 at 16 for 64 requests of 4096 tokens: about $1.89\, H$. The floors below are what a
+# kernel running at the two measured ceilings would take; notebook 09 times this one against them on the H200.
 
 # %%
 bench = load_bench()

@@ -61,7 +61,7 @@ assert round(ridge) == 165  # as notebook 02 quotes it
 #
 # **The split rule.** sgl-kernel's heuristic (notebook 04, section 5) looks at B and the SM count only. The Triton
 # kernel has its own, `triton_num_kv_splits`: a program is one (request, head block, split), a head block being
-# the heads one program serves (64 at h_q = 128, 16 at h_q = 16); on the
+# the heads one program serves (64 at h_q = 128 except in the smallest grids, 16 at h_q = 16); on the
 # H200 one program fits on an SM (two 72 KB page tiles in shared memory); the rule counts whole waves
 # of programs times the pages each walks, plus the cost of the merge, and takes the cheapest split.
 # The triton serving backend uses it for `num_kv_splits=-1`; the cutlass backend keeps sgl-kernel's
@@ -255,7 +255,7 @@ else:
 # pieces in registers.
 #
 # Do the hand-offs hide the softmax? The prediction, written before any run, was 120-145 us at B = 64,
-# L = 4096, where the TMA kernel had taken 174 in an earlier run (168 in the run below). The H200's answer, every
+# L = 4096, where the TMA kernel took 169 in section 1's run (168 in the run below). The H200's answer, every
 # stage-1 kernel timed on the same bytes in one run (`python -m tools.kernel_bench --quick --kernels --pages 64`,
 # `results/kernel_bench_h200_stage1.md`; us):
 
