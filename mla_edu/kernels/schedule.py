@@ -205,7 +205,7 @@ def max_pieces(batch: int, heads: int, parts: int) -> int:
     share falls, as FlashMLA cuts it). The cap ``MAX_PIECES`` stays in batches of fewer than ``PIECE_CAP_BATCH``
     requests (more pieces ran slower at B=1) and where stage 2 merges a request's partials one at a time (64 heads
     or more with ``few_partials``: ``split_kv_triton.STAGE2_FEW_WIDE``). Measured on the H200 on one 64K-token
-    request among 512-token ones, without the cap: 1.17-1.55x faster at h_q 16 and 32 (B=16-128) and at h_q 64 and
+    request among 512-token ones, without the cap: 1.17-1.54x faster at h_q 16 and 32 (B=16-128) and at h_q 64 and
     128 (B=16, where stage 2 loads 4 partials at a time), but 0.89x at h_q=64, B=64, where the 512-column merge
     walks ~74 partials one by one (``kernel_lab/results/partition_ab_h200.md``). With 64 heads or more, where a
     request has more than 2 partials on average, stage 2 loads 4 at a time and the cap goes
