@@ -49,7 +49,7 @@ _ = torch.manual_seed(0)
 #
 # A decode step of a large model launches hundreds of small kernels per token, each doing little
 # work. Launched one by one from Python, the GPU waits for the CPU. A CUDA graph records the
-# launches once and replays them with one call. `python -m tools.launch_bench` times a toy
+# launches once and [replays](../docs/glossary.md#replay) them with one call. `python -m tools.launch_bench` times a toy
 # decoder step (per layer: RMSNorm, a matmul, SiLU, the residual add: 9 kernels) eagerly and as
 # a graph. The H200 numbers below are read from the committed run.
 

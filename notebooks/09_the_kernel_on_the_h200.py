@@ -55,7 +55,7 @@ assert round(ridge) == 165  # as notebook 02 quotes it
 # measuring the two ceilings (above) in the same run, and two peers on the same cache bytes in the same
 # process: SGLang's own Triton MLA decode kernel (`decode_attention_fwd` from the sglang 0.4.7 wheel,
 # the kernel behind its `triton` backend) and FlashMLA (DeepSeek's Hopper kernel, built from source
-# on that machine). Times are CUDA-graph [replays](../docs/glossary.md#replay). Every split count the rule below can pick was
+# on that machine). Times are CUDA-graph replays. Every split count the rule below can pick was
 # timed, so the table shows the rule's split next to the best one. The results:
 # `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
 #
