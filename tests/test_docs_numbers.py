@@ -207,6 +207,12 @@ def kernel_row(heads: int, batch: int, length: int, which: str = "stage1") -> di
                 if (r["page"], r["heads"], r["batch"], r["seq_len"]) == (64, heads, batch, length))
 
 
+def schedule_uniform_row(heads: int, batch: int, length: int) -> dict:
+    """One uniform row of results/kernel_bench_h200_schedule.json."""
+    return next(r for r in result("kernel_bench_h200_schedule.json")["uniform"]
+                if (r["heads"], r["batch"], r["lens_max"]) == (heads, batch, length))
+
+
 def graph_claims() -> list[str]:
     launch = {r["kernels"]: r["speedup"] for r in result("graph_launch_h200.json")["rows"]}
     emulated = [r["replay_over_eager"] for r in result("graph_bench_cpu.json")["rows"]]
@@ -332,10 +338,7 @@ def notebook_09_claims() -> list[str]:
     small = [r["balanced_us"] / r["best_us"] for r in result("kernel_bench_h200_schedule.json")["uniform"]
              if r["batch"] <= 4]
     engine = result("engine_decode_h200.json")
-    uniform = next(r for r in result("kernel_bench_h200_schedule.json")["uniform"]
-                   if (r["heads"], r["batch"], r["lens_max"]) == (128, 64, 4096))
-    first = next(r for r in result("kernel_bench_h200_stage1.json")["results"]
-                 if (r["heads"], r["batch"], r["seq_len"]) == (128, 64, 4096))
+    uniform, first = schedule_uniform_row(128, 64, 4096), kernel_row(128, 64, 4096)
     apart = max(abs(engine[k] - 1) for k in ("auto_over_rule", "balanced_over_rule"))
     return [f"The schedule takes the rule's {s['ragged_rule_x_flashmla']['geomean']:.2f}x of FlashMLA on ragged "
             f"batches to {s['ragged_balanced_x_flashmla']['geomean']:.2f}x",
@@ -355,16 +358,13 @@ def deck_09_claims() -> list[str]:
     h_q=128, B=64, L=4096 (the Gluon kernel, its seesaw, its later versions), and the tensor-work ratio that
     notebook 09's compile cell printed."""
     _, _, s = schedule_numbers()
-    shape = (128, 64, 4096)
+    from mla_edu.workshop.stored import stored_outputs
+
     gluon = next(r for r in result("kernel_bench_h200.json")["results"]
-                 if (r["heads"], r["batch"], r["seq_len"]) == shape)
-    first = next(r for r in result("kernel_bench_h200_stage1.json")["results"]
-                 if (r["heads"], r["batch"], r["seq_len"]) == shape)
-    later = next(r for r in result("kernel_bench_h200_schedule.json")["uniform"]
-                 if (r["heads"], r["batch"], r["lens_max"]) == shape)
+                 if (r["heads"], r["batch"], r["seq_len"]) == (128, 64, 4096))
+    first, later = kernel_row(128, 64, 4096), schedule_uniform_row(128, 64, 4096)
     tl = gluon["kernels"]["tl"]["best_us"] / gluon["triton_us"]
-    cells = json.loads(NOTEBOOK_09.with_suffix(".ipynb").read_text())["cells"]
-    printed = "".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code" for o in c["outputs"])
+    printed = "".join("".join(o.get("text", "")) for o in stored_outputs(NOTEBOOK_09.stem, "sm90-compile"))
     less = one(r"Gluon [\d.]+ M \(([\d.]+)x less\)", printed).group(1)
     return [f"{s['ragged_rule_x_flashmla']['geomean']:.2f}x FlashMLA with the rule, "
             f"{s['ragged_balanced_x_flashmla']['geomean']:.2f}x with the schedule",
