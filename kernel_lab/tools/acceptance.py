@@ -185,9 +185,9 @@ def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
             for r in run.data[kind]:
                 if "flashmla" in r["us"]:
                     timed.setdefault((kind, r["family"], r["heads"], r["batch"]), []).append((run, r))
-    out = {}
+    start, out = COMMITS.index(rules_from), {}
     for key, held in timed.items():
-        current = [(run, r) for run, r in held if COMMITS.index(run.commit) >= COMMITS.index(rules_from)]
+        current = [(run, r) for run, r in held if COMMITS.index(run.commit) >= start]
         used = current or held[-1:]
         run, r = used[-1]
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
