@@ -1,6 +1,8 @@
 """Notebook 00's setup check never lies: each broken environment gives its red with its one remedy, none a green;
 the environments that are fine (no dev or book tools, no Triton on macOS or Windows) give a green."""
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -77,6 +79,38 @@ def test_2_wrong_kernel_of_another_checkout_or_python(tmp_path):
     assert remedy.startswith("wrong kernel: Python 3.12; the locks are for Python 3.11")
     assert "make PYTHON=python3.11" in remedy
     assert _report("kernel", sc.check_kernel, REPO_ROOT / "notebooks", python=(3, 11)).red == []
+
+
+def test_the_kernel_line_shows_this_checkouts_paths_relative_and_anothers_absolute(tmp_path):
+    """Run in its own checkout, the kernel line names no machine's folders (the committed notebook 00 once showed
+    a developer's worktree); for another checkout's notebooks it shows where mla_edu really came from."""
+    line = sc.check_kernel(REPO_ROOT / "notebooks").lines[0]
+    assert line.endswith("mla_edu from mla_edu") and str(REPO_ROOT) not in line, line
+    other = tmp_path / "other-checkout"
+    (other / "mla_edu").mkdir(parents=True)
+    (other / "pyproject.toml").write_text("")
+    assert sc.check_kernel(other / "notebooks").lines[0].endswith(f"mla_edu from {REPO_ROOT / 'mla_edu'}")
+    assert sc.shown_path("/elsewhere/bin/python", REPO_ROOT) == "/elsewhere/bin/python"
+    assert sc.shown_path(REPO_ROOT / ".venv" / "bin" / "python", REPO_ROOT) == ".venv/bin/python"
+    assert sc.shown_path(REPO_ROOT / "mla_edu", None) == str(REPO_ROOT / "mla_edu")
+
+
+def test_notebook_00_quotes_the_committed_run_all_times():
+    """The stored output of 00's timings cell (NBVAL_IGNORE_OUTPUT: the times scaled to this machine vary) quotes
+    every notebook's reference Run All time exactly as results/notebook_timings.json has it, so it cannot go stale
+    when the table is rewritten: re-execute notebook 00 after python -m tools.notebook_timings."""
+    nb = json.loads(NOTEBOOK.with_suffix(".ipynb").read_text())
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code" and 'report.run("timings"' in "".join(c["source"])]
+    assert len(cells) == 1, "expected one timings cell in notebook 00"
+    printed = "".join("".join(o.get("text", "")) for o in cells[0]["outputs"])
+    quoted = dict(re.findall(r"^  (\S+) +Run All +([\d.]+) s on the reference machine", printed, re.M))
+    want = {name[:-6]: f"{nb_['run_all_s']:.1f}" for name, nb_ in sc.load_timings()["notebooks"].items()}
+    assert quoted == want, ("notebook 00's timings cell (quoted) against results/notebook_timings.json: re-execute "
+                            f"notebooks/00_setup_check.ipynb: {quoted} != {want}")
+    kernel = ["".join("".join(o.get("text", "")) for o in c["outputs"]) for c in nb["cells"]
+              if c["cell_type"] == "code" and 'report.run("kernel"' in "".join(c["source"])]
+    assert len(kernel) == 1 and kernel[0].rstrip().endswith("mla_edu from mla_edu"), (
+        f"notebook 00 was executed with another checkout's mla_edu: {kernel}")
 
 
 @pytest.mark.parametrize("name, version", [("numpy", "2.0.0"), ("transformers", None), ("torch", "2.12.0")])

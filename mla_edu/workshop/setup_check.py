@@ -275,13 +275,26 @@ def notebook_checkout(notebook_dir: str | Path) -> Path | None:
     return None
 
 
+def shown_path(path: str | Path, checkout: Path | None) -> str:
+    """``path`` relative to ``checkout`` when it lies inside it (``mla_edu``, ``.venv/bin/python``: the same on
+    every machine), else absolute: an import from another checkout then shows where it came from."""
+    path = Path(path)
+    if checkout is not None:
+        try:
+            return path.relative_to(checkout).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
 def check_kernel(notebook_dir: str | Path | None = None, python: tuple[int, int] | None = None) -> Verdict:
     """This kernel runs the project's environment: its mla_edu is the notebook's checkout, its Python the
     locks' (the cell before it has already stopped a kernel that cannot import mla_edu at all)."""
     notebook_dir = Path.cwd() if notebook_dir is None else Path(notebook_dir)
     python = tuple(sys.version_info[:2]) if python is None else tuple(python)
-    lines = (f"kernel: Python {'.'.join(map(str, python))} ({sys.executable}), mla_edu from {REPO_ROOT}",)
     checkout = notebook_checkout(notebook_dir)
+    lines = (f"kernel: Python {'.'.join(map(str, python))} ({shown_path(sys.executable, checkout)}), mla_edu from "
+             f"{shown_path(REPO_ROOT / 'mla_edu', checkout)}",)
     if checkout is not None and checkout != REPO_ROOT.resolve():
         return Verdict(False, lines, remedy=f"wrong kernel: it imports mla_edu from {REPO_ROOT}, not from this "
                        f"notebook's checkout {checkout}. Start JupyterLab from {checkout} with .venv/bin/jupyter lab "
@@ -443,13 +456,20 @@ def check_smoke(result: dict, num_questions: int = SMOKE_QUESTIONS) -> Verdict:
     return Verdict(True, lines)
 
 
+def timings_line(name: str, reference_s: float, here_s: float) -> str:
+    """One notebook's line of the timings check (``tests/test_setup_check.py`` reads it back from notebook 00)."""
+    return f"  {name[:-6]:40s} Run All {reference_s:5.1f} s on the reference machine, about {here_s:4.0f} s here"
+
+
 def check_timings(smoke_seconds: float, timings: dict | None = None) -> Verdict:
-    """Each notebook's expected Run All time here, for every notebook of the repository."""
+    """Each notebook's expected Run All time here, for every notebook of the repository: the reference machine's
+    (``run_all_s``, quoted as the table has it) and that scaled by the smoke runs."""
     timings = load_timings() if timings is None else timings
     expected = expected_run_times(smoke_seconds, timings)
     lines = (f"this machine ran the smoke run in {smoke_seconds:.1f} s, the reference machine in "
              f"{timings['reference_smoke_s']:.1f} s",
-             *(f"  {name[:-6]:40s} Run All about {seconds:5.0f} s" for name, seconds in expected.items()))
+             *(timings_line(name, timings["notebooks"][name]["run_all_s"], seconds)
+               for name, seconds in expected.items()))
     missing = sorted({p.name for p in REPO_ROOT.glob("notebooks/[0-9][0-9]_*.ipynb")} - set(expected))
     if missing:
         return Verdict(False, lines, remedy=f"results/notebook_timings.json lacks {missing}: "
