@@ -277,6 +277,18 @@ def test_bad_inputs_raise_clear_errors():
         mla_decode(*a[:6], -1.0)
 
 
+def test_a_forgotten_absorption_blames_q_nope_not_the_cache():
+    """The per-head q_nope (qk_nope_head_dim 128, before W_UK) handed to the kernel: the error names q_nope, the
+    width it should have (the cache's 576 minus q_pe's 64) and the likely cause, not the cache."""
+    c = _cutlass_case()
+    c[0] = torch.zeros(2, 16, 128, dtype=torch.bfloat16)  # q^C = q_nope, not absorbed
+    for call in (lambda: mla_decode(*c, 0.1, 1, impl="torch"), lambda: check_cutlass_args(*c)):
+        with pytest.raises(ValueError, match=r"q_nope.*512.*got 128: is q_nope absorbed \(multiplied by W_UK"):
+            call()
+    with pytest.raises(ValueError, match=r"^q_nope: expected last dim kv_lora_rank = 576 - 64 = 512 \(kv_c_and"):
+        mla_decode(*c, 0.1, 1, impl="torch")
+
+
 # ---- cutlass: the contract runs everywhere; the kernel only on SM100 --------------------------
 def _cutlass_case(heads=16, page=64, width=4, dtype=torch.bfloat16, b=2):
     q_nope = torch.zeros(b, heads, 512, dtype=dtype)

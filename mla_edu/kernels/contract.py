@@ -136,6 +136,9 @@ def check_lengths_and_table(seq_lens, page_table, b: int) -> None:
         raise ValueError(f"seq_lens must be [B={b}], got {tuple(seq_lens.shape)}")
 
 
+NOT_ABSORBED = "is q_nope absorbed (multiplied by W_UK, notebook 02)?"
+
+
 def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
     """Shape/dtype checks every impl applies (ValueError/TypeError naming expected vs got)."""
     check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace)
@@ -151,6 +154,9 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
     if cache.size(0) < 1 or cache.size(1) < 1:
         raise ValueError("kv_c_and_k_pe_cache must hold at least one page of at least one token, "
                          f"got shape {tuple(cache.shape)} ({cache.size(0)} pages of {cache.size(1)} tokens)")
+    if dl < cache.size(2) - dr:  # narrower than the cache's latent: the per-head q of the paper, not absorbed
+        raise ValueError(f"q_nope: expected last dim kv_lora_rank = {cache.size(2)} - {dr} = {cache.size(2) - dr} "
+                         f"(kv_c_and_k_pe_cache's last dim minus q_pe's), got {dl}: {NOT_ABSORBED}")
     if cache.size(2) != dl + dr:
         raise ValueError(f"kv_c_and_k_pe_cache last dim must be D_latent + D_rope = {dl} + {dr} = {dl + dr}, "
                          f"got {cache.size(2)}")

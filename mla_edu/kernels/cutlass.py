@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.kernels.contract import DecodePlan, check_lengths_and_table, check_page_table_layout, check_tensors
+from mla_edu.kernels.contract import (NOT_ABSORBED, DecodePlan, check_lengths_and_table, check_page_table_layout,
+                                      check_tensors)
 from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT, D_ROPE, get_workspace_size
 from mla_edu.util import is_int
 
@@ -29,7 +30,8 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
         raise ValueError(f"q_pe must be [B={b}, H={h}, 64], got {tuple(q_pe.shape)}")
     page = cache.size(1)
     if d_nope != D_LATENT:
-        raise ValueError(f"q_nope last dim must be {D_LATENT} (kv_lora_rank), got {d_nope}")
+        raise ValueError(f"q_nope last dim must be {D_LATENT} (kv_lora_rank), got {d_nope}"
+                         + (f": {NOT_ABSORBED}" if d_nope < D_LATENT else ""))
     if q_pe.size(2) != D_ROPE:
         raise ValueError(f"q_pe last dim must be {D_ROPE} (qk_rope_head_dim), got {q_pe.size(2)}")
     if cache.size(2) != D_LATENT + D_ROPE:
