@@ -110,6 +110,10 @@ assert not torch.allclose(rope_on_content[1:], absorbed_once[1:])
 # out = o_proj(W_UV o_latent)                                        # output
 # ```
 #
+# From here on `q_nope` means the absorbed query, $r$ wide (512 in DeepSeek-V3), as in the decode kernels'
+# signatures (`mla_decode(q_nope, q_pe, ...)`, sgl-kernel's `cutlass_mla_decode`); before
+# absorption it was the per-head $q^C$, $d_n$ wide (128).
+#
 # Decode is now **multi-query attention**: all H heads read the same 576-number key per token,
 # and the value is the first 512 numbers of that key. That is the shape of every MLA decode
 # kernel (FlashMLA, SGLang's Triton and cutlass backends, notebook 04).
@@ -188,7 +192,7 @@ for order in ("naive", "absorbed"):
 core = cost.attention_core_cost(v3, lens)
 print(f"absorbed attention core alone: {core.flops / 1e9:.1f} GFLOP "
       f"over {1152 * sum(lens) / 1e6:.0f} MB of latent cache")
-assert round(core.flops / 1e9) == 73
+assert round(core.flops / 1e9) == 73 and round(cost.decode_cost(v3, lens, "absorbed").intensity, 1) == 220.6
 ratio = cost.decode_cost(v3, lens, "naive").flops / cost.decode_cost(v3, lens, "absorbed").flops
 print(f"naive / absorbed arithmetic: {ratio:.0f}x")
 assert ratio > 100
@@ -213,7 +217,10 @@ assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
 # rebuilding keys and values that absorption never builds.
 #
 # **Is absorbed decode memory- or compute-bound?** Its [intensity](../docs/glossary.md#intensity) (`cost.decode_intensity`, the one
-# function notebook 04 prints too) is 228 FLOP per byte at 128 heads and 30 at 16: each cached
+# function notebook 04 prints too) is 228 FLOP per byte at 128 heads and 30 at 16. That is the
+# attention core alone (`cost.attention_core_cost`: the 73.0 GFLOP above over the cache, q and o); the
+# 220.6 printed above is the whole absorbed order, which also counts `kv_b_proj`: its weights and its
+# two small products, q times $W^{UK}$ and the output times $W^{UV}$. Each cached
 # row of 576 numbers is used by every head, for a score over 576 and a value over 512, so a cached
 # byte carries $n_h (576 + 512) / 576 \approx 1.89\, n_h$ FLOPs (242 and 30.2, `cost.cached_byte_intensity`,
 # the limit of a long context); reading q and writing o cost bytes too, which brings 242 down to
