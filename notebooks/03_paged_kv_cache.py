@@ -143,7 +143,8 @@ except PoolExhausted as e:
 # %% [markdown]
 # ## 4. Writing a step's latents (optional)
 #
-# Each layer writes the new tokens' `c_kv` and `k_pe` into their slots with one `index_copy_`.
+# Each layer writes the new tokens' `c_kv` and `k_pe` into their slots `loc` (SGLang's
+# [`out_cache_loc`](../docs/glossary.md#out_cache_loc)) with one `index_copy_`.
 # No host sync, so this runs inside a [captured](../docs/glossary.md#capture) CUDA graph.
 
 # %%
@@ -167,18 +168,19 @@ print("rows written:", int((rows_l1.abs().sum(-1) > 0).sum()), "of", rows_l1.siz
 #
 # and **leaves every other entry of the row untouched**. That is the kernel at SGLang commit
 # `7059ae16f` (the parent of the #6998 fix): its store mask is `paged_offset_out < num_paged`, so
-# exactly $\lceil \text{len}_b / \text{PAGE} \rceil$ entries are written. Versions before PR #6109
-# (May 2025) masked with `<= num_paged` and wrote one entry more: the page of whatever
-# `req_to_token` holds at position `num_paged * PAGE`, past the request's end. Under CUDA graphs
-# the table is a persistent buffer allocated once (`cuda_graph_kv_indices`, filled with 1, width
-# `(max_context_len + 128) // 128` in the cutlass backend), and its rows are reused step after step.
-# `fill_page_table` implements the `7059ae16f` kernel twice: in vectorized torch ops, and in Triton,
-# registered as the custom op `mla_edu::fill_page_table`.
+# exactly $\lceil \text{len}_b / \text{PAGE} \rceil$ entries are written (before PR #6109 it was
+# `<=`, one entry more). Under CUDA graphs the rows live in a persistent buffer allocated once,
+# SGLang's `cuda_graph_kv_indices` `[max_bs, W]` (filled with 1, `W = (max_context_len + 128) // 128`
+# in the cutlass backend): the **page-table buffer**, whose rows are reused step after step. The view
+# of it handed to the kernel ([`block_kv_indices`](../docs/glossary.md#block_kv_indices) in the backend's metadata) is the kernel's
+# `page_table` argument. `fill_page_table` implements the `7059ae16f` kernel twice: in vectorized
+# torch ops, and in Triton, registered as the custom op `mla_edu::fill_page_table`.
 
 # %%
 sc = page_table_scenario()
 buf = sc["buf"]
-print("page size", sc["page_size"], "| seq_lens", sc["seq_lens"].tolist(), "| pages each", sc["n_pages"])
+print("page-table buffer", tuple(buf.shape), "| page size", sc["page_size"], "| seq_lens", sc["seq_lens"].tolist(),
+      "| pages each", sc["n_pages"])
 for b in range(4):
     print(f"row {b}: {buf[b].tolist()}")
 

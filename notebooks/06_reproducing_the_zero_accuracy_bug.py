@@ -131,7 +131,7 @@ for k, res in full.items():
 # First make the failure small: six requests of different lengths, one decode step, replayed by
 # the graph captured for batch size 8 (the batch is padded to 8, as SGLang pads), then the same
 # step computed eagerly. Before it, eight longer requests ran a step and finished, so their page ids
-# stay behind in the rows of the persistent index buffer, as on a busy server.
+# stay behind in the rows of the persistent page-table buffer, as on a busy server.
 # `diagnose_step` also records the kernel's launch parameters while the graphs are captured.
 # The engine runs with the seed's `--context-length 4096`, which sets the width of that buffer.
 
@@ -193,7 +193,8 @@ print(f"max |replay - reference on the predicted pages| {max(d.check_err):.1e}; 
 #
 # ## 5. The page-table buffer: whose entries the wrong rows read (core)
 #
-# SGLang allocates `cuda_graph_kv_indices` once, `(max_bs, W)` with `W = (context + 128) // 128`,
+# SGLang allocates the page-table buffer `cuda_graph_kv_indices` once (notebook 03, section 5),
+# `(max_bs, W)` with `W = (context + 128) // 128`,
 # filled with 1 (`cutlass_mla_backend.py`, `init_cuda_graph_state`). Before each replay a small
 # Triton kernel writes `ceil(len / 128)` entries per row and leaves the rest alone: whatever an
 # earlier, longer request left there stays (stale), and columns no request ever reached still hold
@@ -373,16 +374,8 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # batch does. So the accuracy under the bug is not `eager / max running`: it depends on the row order
 # and on how many of a request's steps decide its answer.
 #
-# For the seed, GSM8K answers take hundreds of decode steps, many of which decide the final number,
-# under SGLang's `append` order; how many requests got those steps right depends on finish times we
-# do not have. Also, `bench_sglang.py` puts the same five examples in front of every question
-# (`get_few_shot_examples` takes the first `k` of the set), and SGLang's radix cache keeps that
-# shared prefix once: every request's first pages are the same physical pages. A wrong read that
-# lands on one of them reads text of the request's own prompt, though not the page that slot should
-# hold; one that lands on another request's own pages reads another request's text. The 0.057
-# guess is close to 0.060, and the miniature's DP run in the seed's configuration lands as close to
-# its own guess; but its requests live 3 decode steps, not hundreds, so it cannot
-# say why the seed's did: treat it as an open question, not an explanation.
+# The miniature's requests live 3 decode steps; GSM8K's live hundreds, so this explains the
+# mechanism, not the seed's 0.060.
 #
 # ## What we saw (core)
 #
@@ -392,7 +385,7 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 #   the rows that read wrong pages.
 # - The pages read were computed from the captured view and the `size(1)` row stride, then checked:
 #   the reference kernel on those pages gives the replay's logits to rounding.
-# - The index buffer keeps stale page ids. At the seed's `W = 33` the mis-strided rows read row 0's
+# - The page-table buffer keeps stale page ids. At the seed's `W = 33` the mis-strided rows read row 0's
 #   entries: its later pages, then its stale or initial tail; at `W = 5` they also read other rows'.
 # - The graph froze width 1, row stride 1 and `max_seq_len` 128 at capture; the replay hook's
 #   recomputation changed nothing the graph reads.

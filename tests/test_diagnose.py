@@ -128,6 +128,22 @@ def test_figures(prefix):
     assert rows[1] == ("row stride the kernel used", 1, prefix.needed.row_stride)
 
 
+def test_the_page_table_figure_names_poison_only_where_it_shows_some(prefix):
+    """Its title is a legend: P = poison only where the drawn buffer holds the poison page (06's pre-fix figure
+    has none); the buffer is called what 03 and 06 call it, the page-table buffer."""
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    assert not (prefix.buffer == POISON_PAGE).any()
+    poisoned = dataclasses.replace(prefix, buffer=prefix.buffer.clone().fill_(POISON_PAGE))
+    for d, shown in ((prefix, False), (poisoned, True)):
+        fig = plots.page_table_figure(d)
+        title = fig.axes[0].get_title()
+        plt.close(fig)
+        assert title.startswith("page-table buffer at replay") and ("P = poison" in title) == shown, title
+
+
 def test_example_batch():
     from mla_edu.model import task
 

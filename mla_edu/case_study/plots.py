@@ -20,11 +20,17 @@ from mla_edu.util import is_int
 
 
 def draw_buffer(ax, buffer: torch.Tensor, fresh: torch.Tensor, frames=()):
-    """The persistent index buffer ``[padded bs, W]``: entries written for this step (green), stale ones
-    (orange, x: old ids or the initial 1), poison (grey, P); ``frames``: flat indices framed in red."""
+    """The persistent page-table buffer ``[padded bs, W]`` (SGLang's ``cuda_graph_kv_indices``): entries written
+    for this step (green), stale ones (orange, x: old ids or the initial 1), poison (grey, P); ``frames``: flat
+    indices framed in red."""
     draw_index_buffer(ax, buffer, fresh, poison=POISON_PAGE, reads=frames)
-    ax.set_xlabel("column of the index buffer")
+    ax.set_xlabel("column of the page-table buffer")
     ax.set_ylabel("row (request slot)")
+
+
+def shows_poison(buffer: torch.Tensor) -> bool:
+    """Whether ``buffer`` holds the poison page: a legend names P only where its figure shows one."""
+    return bool((buffer == POISON_PAGE).any())
 
 
 def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
@@ -32,8 +38,9 @@ def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool
     hatched)."""
     if ax_buf is not None:
         draw_buffer(ax_buf, reads.buffer, reads.live)
-        ax_buf.set_title(f"index buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
-                         "(plain: written now, x: stale, P: poison)", fontsize=plotstyle.MIN_FONT_PT)
+        poison = ", P: poison" if shows_poison(reads.buffer) else ""
+        ax_buf.set_title(f"page-table buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
+                         f"(plain: written now, x: stale{poison})", fontsize=plotstyle.MIN_FONT_PT)
     draw_intended_and_read(ax_int, ax_read, reads.intended, reads.read, unused=UNUSED,
                            labels={POISON: "P", OUTSIDE: "X"})
     stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"
@@ -58,7 +65,7 @@ def page_reads_figure(d: StepDiagnosis):
 
 
 def page_table_figure(d: StepDiagnosis, columns: int | None = None):
-    """The persistent index buffer at replay: entries written for this step, stale ones (x), and
+    """The persistent page-table buffer at replay: entries written for this step, stale ones (x), and
     the entries the mis-strided rows b > 0 actually read (red frame). ``columns``: draw only the first
     ones (default: those up to the last entry written or read, plus one; all when W is small)."""
 
@@ -74,8 +81,9 @@ def page_table_figure(d: StepDiagnosis, columns: int | None = None):
     fig, ax = plotstyle.subplots(figsize=(0.7 * columns + 2.5, 0.42 * buf.shape[0] + 1.4))
     draw_buffer(ax, buf[:, :columns], d.fresh[:, :columns], frames)
     shown = "" if columns == w else f" (columns 0..{columns - 1} of W = {w})"
-    ax.set_title(f"index buffer at replay{shown}: plain = written for this step, x = stale (old ids\n"
-                 "or the initial 1), P = poison; framed = read by rows 1.. with the frozen row stride",
+    poison = ", P = poison" if shows_poison(buf[:, :columns]) else ""
+    ax.set_title(f"page-table buffer at replay{shown}: plain = written for this step, x = stale (old ids\n"
+                 f"or the initial 1){poison}; framed = read by rows 1.. with the frozen row stride",
                  fontsize=plotstyle.MIN_FONT_PT)
     fig.tight_layout()
     return fig
