@@ -74,11 +74,10 @@ IMPL = "triton" if TRITON else "torch"  # the kernel of sections 6-8's demos: bo
 # `mla_edu.kernels.mla_decode` has the same signature, plus `impl=` (reference, torch, triton,
 # cutlass), `stride_policy=`, `checked=`.
 #
-# How much work is one call? Bytes: the cache rows read (576 x 2 bytes per token in bf16).
-# FLOPs: `2 * L * H * (576 + 512)` per request. Intensity: `mla_edu.attention.cost.decode_intensity`,
-# the function notebook 02 prints too (the cache, q in and o out all counted), 228 FLOP per byte at
-# 128 heads and 30 at 16 for 64 requests of 4096 tokens: about $1.89\, H$. The floors below are what a
-# kernel running at the two measured ceilings would take; notebook 09 times this one against them on the H200.
+# How much work is one call? Notebook 02 counted it (`cost.attention_core_cost`, "What each order
+# costs"): 228 FLOP per byte at 128 heads and 30 at 16 for 64 requests of 4096 tokens. The floors
+# below are what a kernel running at the two measured ceilings would take; notebook 09 times this one
+# against them on the H200.
 
 # %%
 bench = load_bench()
@@ -104,7 +103,9 @@ assert (round(intensity[128]), round(intensity[16])) == (228, 30)  # as quoted h
 #
 # Pages are handed out in a random permutation; every page no request owns, and every slot past
 # a request's length, holds NaN; every page-table entry past a request's pages holds an
-# out-of-range id. A kernel that reads anything it should not returns NaN.
+# out-of-range id, one of three kinds (-1, a large negative, a large positive: 1073741824 = 2^30), so
+# that a kernel guarding against one kind still trips on the others. A kernel that reads anything it
+# should not returns NaN.
 
 # %%
 DEVICE = mla_edu.default_device()  # the GPU when there is one: Triton then runs natively
@@ -191,7 +192,7 @@ print("merge of 2 splits equals the full softmax:", torch.allclose(merged, truth
 # with `max_seq_len = PAGE * page_table.size(1)`,
 # `max_splits = ceil(max_seq_len / 128)`, `heur = min(max_splits, max(1, sm_count // B))`,
 # `split = ceil(max_splits / ceil(max_splits / heur))`. The workspace holds fp32
-# `o_acc [B, 128, split, 512]` and then `lse [B, split, 128]`
+# `o_acc [B, 128, split, 512]` and then `lse_acc [B, split, 128]`
 # (`kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `to_underlying_arguments`): 262,656 bytes per
 # (batch, split). `mla_edu`'s kernels keep their [LSE](../docs/glossary.md#lse) as `[B, H, split]`; the byte count is the same.
 
@@ -209,7 +210,7 @@ assert [b for b in range(1, 129) if num_kv_splits_for(4224, b, 132, -1) > 1] == 
 # cutlass backend captured before PR #6998: dummy lengths of 1 at capture gave
 # [`max_seqlen_pad = 1`](../docs/glossary.md#max_seqlen_pad), a table view `[:bs, :1]`, one split and a workspace sized for it. A CUDA
 # graph freezes all of that. With 4224 (33 pages, the full buffer width at context 4096) a batch
-# of up to 66 requests gets more splits on 132 SMs (from 67 on, `sm_count // B` is 1 and so is the
+# of up to 66 requests gets more splits on 132 [SMs](../docs/glossary.md#sm) (from 67 on, `sm_count // B` is 1 and so is the
 # split) and needs a bigger workspace: a workspace sized at capture for one split is too small for
 # them. `mla_decode` raises instead of writing past its end:
 
@@ -255,7 +256,7 @@ if not TRITON:
 # %% [markdown]
 # With more than one split the partials really travel through the workspace, as in the real
 # kernel. This package's kernels write the real heads only: `o_acc [B, H, S, 512]` then
-# `lse [B, H, S]`, float32, at the front of the workspace (sgl-kernel's kernel reserves 128 heads,
+# `lse_acc [B, H, S]`, float32, at the front of the workspace (sgl-kernel's kernel reserves 128 heads,
 # which is why `get_workspace_size` asks for more). To count what a launch writes, fill every
 # float32 word with a sentinel no result can equal, a quiet NaN with payload `0xFFEE` (arithmetic
 # only ever makes the canonical NaN), then count the words that changed:
@@ -384,7 +385,7 @@ except RuntimeError as e:
 # instructor hands out the answers, with the why, after the exercise.
 #
 # **1.** Using the formula of section 5 (automatic splits, 132 SMs), what is the smallest batch size at
-# which a 4096-token table gets only one split?
+# which a table of `max_seq_len = 4096` (32 pages of 128, not section 5's 4224) gets only one split?
 
 # %%
 ex1_first_single_split_batch = ...  # an int
