@@ -93,6 +93,17 @@ assert all(getattr(MLAConfig.deepseek_v3(), k) == getattr(MLAConfig.deepseek_v2(
 #
 # **Only $c^{KV}_t$ and $k^R_t$ need caching**: $d_c + d_h^R = 512 + 64 = 576$ numbers per token
 # per layer. Every head's keys and values can be rebuilt from them.
+#
+# The code names the vectors as sgl-kernel's decode kernel does ([`q_nope`, `q_pe`](../docs/glossary.md#q_nope-q_pe), and a cache of
+# `[c_kv; k_pe]` rows, notebook 04):
+#
+# | symbol | in the code | size |
+# |---|---|---|
+# | $c^{KV}_t$ | `c_kv` | $d_c$ |
+# | $k^R_t$ | `k_pe` | $d_h^R$ |
+# | $q^C_{t,i}$ | `q_nope` | $d_h$ per head ($d_c$ once absorbed, notebook 02) |
+# | $q^R_{t,i}$ | `q_pe` | $d_h^R$ per head |
+# | $k^C_{t,i}$, $v^C_{t,i}$ | `k_nope`, `v` | $d_h$, $d_v$ per head |
 
 # %% [markdown]
 # ## Building it by hand, one equation at a time (core)

@@ -152,7 +152,7 @@ with torch.no_grad():
 # ## The softmax scale does not change (optional)
 #
 # Absorption computes *the same number* $q_i^\top k_{j,i}$ in another order, so the scale stays
-# $1/\sqrt{d_h + d_h^R} = 1/\sqrt{192}$, times YaRN's temperature $m^2$ with
+# $1/\sqrt{d_h + d_h^R} = 1/\sqrt{192}$, times [YaRN](../docs/glossary.md#yarn)'s temperature $m^2$ with
 # $m = 0.1 \cdot \text{mscale\_all\_dim} \cdot \ln(\text{factor}) + 1$. It is **not**
 # $1/\sqrt{576}$, although 576 is the key width the kernel sees. A kernel that derives its scale
 # from the key width gets it wrong silently (FlashMLA's default is $1/\sqrt{576}$, and sgl-kernel's
