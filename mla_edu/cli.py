@@ -85,19 +85,11 @@ def kv_splits(text: str) -> int:
 
 
 def device(text: str) -> str:
-    """A torch device string that exists here: ``cpu``, or ``cuda[:N]`` with CUDA present."""
-    import torch
+    """A torch device string that exists here: ``cpu``, or ``cuda[:N]`` with CUDA present (``check_device``)."""
+    from mla_edu.device import check_device
 
     try:
-        dev = torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"expected a device such as cpu, cuda or cuda:0, got {text!r}") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise argparse.ArgumentTypeError(f"expected cpu or cuda[:N], got {text!r}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError(f"{text!r} asked for, but CUDA is not available here "
-                                             f"(torch {torch.__version__}); use cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise argparse.ArgumentTypeError(f"{text!r} asked for, but there are {torch.cuda.device_count()} GPUs")
+        check_device("device", text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("device: ")) from None
     return text

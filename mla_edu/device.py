@@ -38,6 +38,26 @@ def default_device() -> torch.device:
     return torch.device("cuda" if HAS_CUDA else "cpu")
 
 
+def check_device(name: str, device) -> torch.device:
+    """``device`` as a ``torch.device`` that exists here (``cpu``, or ``cuda[:N]`` with that GPU present); else
+    ValueError naming ``name``, what was expected and what came (torch's own error for ``cuda`` without CUDA is an
+    AssertionError from its lazy init, at the first allocation)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name}: expected a device such as cpu, cuda or cuda:0, got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: expected cpu or cuda[:N], got {device!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}: expected cpu (CUDA is not available here, torch {torch.__version__}), "
+                             f"got {device!r}")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{name}: expected cuda:0..cuda:{torch.cuda.device_count() - 1} (the GPUs here), "
+                             f"got {device!r}")
+    return dev
+
+
 #: What each system is called in ``TritonStatus.reason`` (``platform.system()``'s names).
 _SYSTEMS = {"Darwin": "macOS", "Windows": "Windows", "Linux": "Linux"}
 

@@ -130,7 +130,7 @@ def _compare(outs, refs, atol, rtol) -> tuple[str, str]:
         view = o[tuple(slice(0, s) for s in r.shape)]
         label = rows_label(view, r, atol, rtol)
         if label != "matches eager":
-            err = (view.float() - r.float()).abs().nan_to_num(float("inf")).max().item()
+            err = (view.float() - r.float()).abs().max().item()  # nan where the output is NaN
             return label, f"output {i}, max abs err {err:.3g}"
     return "matches eager", ""
 
@@ -155,6 +155,9 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
         model_state: buffers eager and graph both update (e.g. a KV cache): restored after the
             eager reference so that both start from the same state.
         poison: poison ``persistent`` before each replay.
+
+    ``static_inputs``, ``persistent`` and ``model_state`` are put back as they came when check() returns or
+    raises (an interrupt too): the poison of a replay does not outlive it.
 
     The checker compares something or says it cannot (ValueError/TypeError): a tensor input under a name no
     static input has and neither ``prepare`` nor ``reference`` reads (a misspelled key), a step or reference that
@@ -201,45 +204,50 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
             for t, s in zip(state, saved):
                 t.copy_(s)
 
-    # warm up eagerly (compiles kernels), then capture on the capture inputs
-    cap = _Inputs(make_inputs(gen, -1))
-    feed(cap)
-    g = Graph(device=device, mode=mode, track=(mode != "emulated"))
-    saved = [t.clone() for t in state]
+    entry = [t.clone() for t in state]  # the caller's buffers as they came: put back however check() ends
     try:
-        warm_up(step, 1, g.device, real_cuda=g.backend == "cuda")
-    except GraphCaptureError:
-        pass
-    for t, s in zip(state, saved):
-        t.copy_(s)
-    backend = g.backend
-    try:
-        with graph(g):
-            outs = _flat_tensors(step())
-        if not outs:
-            raise ValueError("the step returned no tensor (None?): the checker has nothing to compare; expected the "
-                             "step to return its output tensor(s)")
-    except (GraphCaptureError, RuntimeError) as e:
-        if not (isinstance(e, GraphCaptureError) or "captur" in str(e)):
-            raise
-        root = e  # CUDA: the refused call's error is the context of capture_end's error
-        while root.__context__ is not None and isinstance(root.__context__, RuntimeError):
-            root = root.__context__
-        msg = str(root).strip().splitlines()[0][:200]
-        return CheckReport(False, backend, 0, f"capture: {msg}", HINTS["capture"].format(what=msg))
+        # warm up eagerly (compiles kernels), then capture on the capture inputs
+        cap = _Inputs(make_inputs(gen, -1))
+        feed(cap)
+        g = Graph(device=device, mode=mode, track=(mode != "emulated"))
+        saved = [t.clone() for t in state]
+        try:
+            warm_up(step, 1, g.device, real_cuda=g.backend == "cuda")
+        except GraphCaptureError:
+            pass
+        for t, s in zip(state, saved):
+            t.copy_(s)
+        backend = g.backend
+        try:
+            with graph(g):
+                outs = _flat_tensors(step())
+            if not outs:
+                raise ValueError("the step returned no tensor (None?): the checker has nothing to compare; expected "
+                                 "the step to return its output tensor(s)")
+        except (GraphCaptureError, RuntimeError) as e:
+            if not (isinstance(e, GraphCaptureError) or "captur" in str(e)):
+                raise
+            root = e  # CUDA: the refused call's error is the context of capture_end's error
+            while root.__context__ is not None and isinstance(root.__context__, RuntimeError):
+                root = root.__context__
+            msg = str(root).strip().splitlines()[0][:200]
+            return CheckReport(False, backend, 0, f"capture: {msg}", HINTS["capture"].format(what=msg))
 
-    vague = None  # a "some rows" divergence: keep looking for a more telling one
-    for trial in range(n_trials):
-        inputs = _Inputs(make_inputs(gen, trial))
-        report = _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol)
-        if trial == 0:
-            unread(inputs)
-        if report is None:
-            continue
-        if report.details.get("label") != "wrong: some rows":
-            return report
-        vague = vague or report
-    return vague or CheckReport(True, backend, n_trials)
+        vague = None  # a "some rows" divergence: keep looking for a more telling one
+        for trial in range(n_trials):
+            inputs = _Inputs(make_inputs(gen, trial))
+            report = _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol)
+            if trial == 0:
+                unread(inputs)
+            if report is None:
+                continue
+            if report.details.get("label") != "wrong: some rows":
+                return report
+            vague = vague or report
+        return vague or CheckReport(True, backend, n_trials)
+    finally:  # replays poison persistent buffers and feed overwrites the inputs: none of it outlives check()
+        for t, s in zip(state, entry):
+            t.copy_(s)
 
 
 def _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol):

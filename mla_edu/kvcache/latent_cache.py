@@ -8,6 +8,7 @@ followed by ``k_pe`` (the shared RoPE key, 64 numbers): 576 numbers, SGLang's
 from __future__ import annotations
 
 import torch
+from mla_edu.device import check_device
 from mla_edu.util import is_int
 
 
@@ -37,7 +38,7 @@ class LatentKVCache:
         self.qk_rope_head_dim = qk_rope_head_dim
         self.head_dim = kv_lora_rank + qk_rope_head_dim
         self.dtype = dtype
-        self.device = torch.device(device)
+        self.device = check_device("device", device)
         # one tensor per layer: [num_pages, page_size, kv_lora_rank + rope]
         self.kv_buffer = [
             torch.zeros((num_pages, page_size, self.head_dim), dtype=dtype, device=self.device)

@@ -10,7 +10,8 @@ and leaves every other entry of the row untouched (stale ids stay). ``page_table
 row-slice of a larger persistent buffer; both versions write through its real strides, and read
 every input through its strides (a strided ``seq_lens`` view, a transposed ``req_to_token``).
 Differences from SGLang, whose kernel trusts its inputs: writes stop at ``page_table.size(1)``
-(SGLang's kernel writes past the end of a too-narrow row); a page past the context
+(SGLang's kernel writes past the end of a too-narrow row), and a request needing more pages than
+the table has columns is refused where its length is read on the host; a page past the context
 (``p * PAGE >= max_context_len``), a row of a pool index outside the pool, and a page id the
 table's dtype cannot hold get the id -1, which no page has (a checked decode flags it), never a
 live page's id. Where the values can be read without waiting for a device (CPU tensors, no graph
@@ -60,14 +61,19 @@ def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
 
 
 def _check_values(req_to_token, req_pool_indices, seq_lens, page_table, page_size) -> None:
-    """ValueError for a pool index outside the pool, a length outside ``[0, max_context_len]`` or a page id the
-    table's dtype cannot hold (host tensors only: reading device values would wait for the device)."""
+    """ValueError for a pool index outside the pool, a length outside ``[0, max_context_len]``, a length needing
+    more pages than ``page_table`` has columns (its row would be cut short) or a page id the table's dtype cannot
+    hold (host tensors only: reading device values would wait for the device)."""
     pool, ctx = req_to_token.shape
+    width = page_table.size(1)
     for b, (r, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
         if not 0 <= r < pool:
             raise ValueError(f"req_pool_indices[{b}] must be a row of req_to_token, in [0, {pool}), got {r}")
         if not 0 <= n <= ctx:
             raise ValueError(f"seq_lens[{b}] must be in [0, max_context_len={ctx}], got {n}")
+        if (n + page_size - 1) // page_size > width:
+            raise ValueError(f"seq_lens[{b}]: expected at most {width * page_size} tokens (page_table's {width} "
+                             f"columns of page_size {page_size}), got {n} ({(n + page_size - 1) // page_size} pages)")
     if req_to_token.numel() and page_table.numel():
         biggest = int(req_to_token.max()) // page_size
         if biggest > torch.iinfo(page_table.dtype).max:

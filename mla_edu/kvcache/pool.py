@@ -9,6 +9,7 @@ a slot is ``page * page_size + offset``. Both classes are host-side bookkeeping
 from __future__ import annotations
 
 import torch
+from mla_edu.device import check_device
 from mla_edu.util import check_int, is_int
 
 INT32_MAX = 2**31 - 1
@@ -48,7 +49,7 @@ class ReqToTokenPool:
         check_int("max_context_len", max_context_len, 1)
         self.size = size
         self.max_context_len = max_context_len
-        self.device = torch.device(device)
+        self.device = check_device("device", device)
         self.req_to_token = torch.zeros((size, max_context_len), dtype=torch.int32, device=self.device)
         self._free = list(range(size))
 
@@ -101,7 +102,7 @@ class PagedAllocator:
                              f"got {num_pages} * {page_size} = {num_pages * page_size}")
         self.num_pages = num_pages
         self.page_size = page_size
-        self.device = torch.device(device)
+        self.device = check_device("device", device)
         free = list(range(1, num_pages))
         if seed is not None:
             g = torch.Generator().manual_seed(seed)
@@ -153,20 +154,38 @@ class PagedAllocator:
 
     def pages_of(self, req_to_token_row: torch.Tensor, length: int) -> torch.Tensor:
         """The pages holding positions ``[0, length)`` of a request (int64), e.g. to free them."""
+        _check_row(req_to_token_row, writable=False)
         check_int("length", length, 0)
+        if length > req_to_token_row.numel():
+            raise ValueError(f"length: expected at most the row's {req_to_token_row.numel()} positions "
+                             f"(max_context_len), got {length}")
         if length == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         first_slots = req_to_token_row[: length : self.page_size].to(torch.int64)
         return first_slots // self.page_size
 
 
+def _check_row(row, writable: bool = True) -> None:
+    """TypeError/ValueError unless ``row`` is one row of ``req_to_token``: a 1-D int32 or int64 tensor (a narrower
+    dtype would wrap slot ids) that, for ``writable``, can be written in place (no expanded, zero-stride view,
+    no inference tensor outside inference mode)."""
+    if not isinstance(row, torch.Tensor) or row.dim() != 1:
+        got = type(row).__name__ + (f" of shape {tuple(row.shape)}" if isinstance(row, torch.Tensor) else "")
+        raise TypeError(f"req_to_token_row: expected a 1-D tensor (one row of req_to_token), got {got}")
+    if row.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"req_to_token_row: expected an int32 or int64 tensor (slot ids), got {row.dtype}")
+    if writable and row.numel() > 1 and row.stride(0) == 0:
+        raise ValueError("req_to_token_row: expected a writable row, got an expanded view (stride 0: every "
+                         "position is one element)")
+    if writable and row.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError("req_to_token_row: expected a writable row, got an inference tensor outside "
+                         "torch.inference_mode()")
+
+
 def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, allocator: PagedAllocator) -> torch.Tensor:
-    """See ``PagedAllocator.slots_for``."""
-    if not isinstance(req_to_token_row, torch.Tensor) or req_to_token_row.dim() != 1:
-        got = type(req_to_token_row).__name__
-        if isinstance(req_to_token_row, torch.Tensor):
-            got += f" of shape {tuple(req_to_token_row.shape)}"
-        raise TypeError(f"req_to_token_row must be a 1-D tensor (one row of req_to_token), got {got}")
+    """See ``PagedAllocator.slots_for``. Everything is checked before a page is taken; fresh pages go back to the
+    allocator if anything after fails (an exception or an interrupt)."""
+    _check_row(req_to_token_row)
     check_int("old_len", old_len, 0)
     check_int("new_len", new_len, old_len)
     if new_len > req_to_token_row.numel():
@@ -179,16 +198,29 @@ def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, alloca
     first_new_page = (old_len + page - 1) // page  # page index (within the request) of the first fresh page
     last_page = (new_len - 1) // page
     n_fresh = max(0, last_page - first_new_page + 1)
-    fresh = allocator.alloc_pages(n_fresh).cpu()
-    page_ids = torch.empty(n, dtype=torch.int64)
-    logical = pos // page  # [n] page index within the request
-    if old_len % page != 0:
+    current = None
+    if old_len % page != 0:  # the request's last page, partly filled: it must be one the allocator handed out
         current = int(req_to_token_row[old_len - 1]) // page
-        page_ids[logical < first_new_page] = current
-    if n_fresh:
-        sel = logical >= first_new_page
-        page_ids[sel] = fresh[logical[sel] - first_new_page]
-    slots = page_ids * page + pos % page  # [n]
-    slots = slots.to(req_to_token_row.device)
-    req_to_token_row[old_len:new_len] = slots.to(torch.int32)
+        if current not in allocator._used:
+            raise ValueError(f"req_to_token_row[{old_len - 1}]: expected a slot on a page allocated to the request "
+                             f"(old_len={old_len} continues its last page), got slot "
+                             f"{int(req_to_token_row[old_len - 1])} on page {current}"
+                             + (", the reserved padding page (a row never filled?)" if current == 0 else
+                                ", which is not allocated"))
+    fresh = allocator.alloc_pages(n_fresh)
+    try:
+        fresh = fresh.cpu()
+        page_ids = torch.empty(n, dtype=torch.int64)
+        logical = pos // page  # [n] page index within the request
+        if current is not None:
+            page_ids[logical < first_new_page] = current
+        if n_fresh:
+            sel = logical >= first_new_page
+            page_ids[sel] = fresh[logical[sel] - first_new_page]
+        slots = page_ids * page + pos % page  # [n]
+        slots = slots.to(req_to_token_row.device)
+        req_to_token_row[old_len:new_len] = slots.to(req_to_token_row.dtype)
+    except BaseException:  # an exception or an interrupt after the pages were taken: give them back
+        allocator.free_pages(fresh.tolist()[::-1])  # reversed: the free list is back as it was
+        raise
     return slots

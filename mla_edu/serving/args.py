@@ -47,7 +47,7 @@ def parse_defects(spec) -> frozenset:
     return frozenset(names)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerArgs:
     """What the engine is launched with (``python -m sglang.launch_server`` style).
 
@@ -73,6 +73,9 @@ class ServerArgs:
     ``row_order``: where joining requests go in the running batch: ``append`` is SGLang's
     ``merge_batch`` (finished rows are filtered out in order, new requests go last);
     ``prepend`` puts them first.
+
+    Frozen: the fields are checked once, in ``__post_init__``; change one with
+    ``dataclasses.replace(args, field=value)``, which checks the new value.
     """
 
     # types and bounds checked by pydantic (``mla_edu.settings``); ``Any``: checked below by the field's own rule
@@ -118,7 +121,7 @@ class ServerArgs:
 
     def __post_init__(self):
         if isinstance(self.device, torch.device):
-            self.device = str(self.device)
+            object.__setattr__(self, "device", str(self.device))  # frozen: __post_init__ sets its normal forms
         check_fields(self)
         if self.device is not None:
             try:
@@ -127,7 +130,7 @@ class ServerArgs:
                 raise ValueError(f"device: expected None or a device such as cpu, cuda or cuda:0, got "
                                  f"{self.device!r}") from None
         backend = backend_class(self.attention_backend)
-        self.defects = parse_defects(self.defects)
+        object.__setattr__(self, "defects", parse_defects(self.defects))
         splits = self.num_kv_splits
         if not is_int(splits) or not (splits == -1 or 1 <= splits <= MAX_SPLITS):
             raise ValueError(f"num_kv_splits: expected -1 (auto) or an int in [1, {MAX_SPLITS}] (the kernel "
@@ -140,7 +143,7 @@ class ServerArgs:
             raise TypeError(f"cuda_graph_bs: expected a list or tuple of int batch sizes, got {bs!r}")
         if not bs or any(b < 1 for b in bs):
             raise ValueError(f"cuda_graph_bs: expected positive batch sizes, got {self.cuda_graph_bs!r}")
-        self.cuda_graph_bs = tuple(sorted(set(bs)))
+        object.__setattr__(self, "cuda_graph_bs", tuple(sorted(set(bs))))
         if self.row_order not in ROW_ORDERS:
             raise ValueError(f"row_order: expected one of {ROW_ORDERS}, got {self.row_order!r}")
         if self.dtype not in ("float32", "bfloat16", "float16"):

@@ -23,3 +23,13 @@ class ForwardBatch:
     seq_lens: torch.Tensor  # [B] int32
     out_cache_loc: torch.Tensor  # [B] int64
     seq_lens_cpu: torch.Tensor | None = None  # [B] int32, host copy
+
+    def __post_init__(self):
+        for name in ("input_ids", "positions", "req_pool_indices", "seq_lens", "out_cache_loc", "seq_lens_cpu"):
+            t = getattr(self, name)
+            if t is None and name == "seq_lens_cpu":
+                continue
+            if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype.is_complex \
+                    or t.dtype == torch.bool:
+                got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+                raise TypeError(f"ForwardBatch.{name}: expected an integer tensor, got {got}")

@@ -30,6 +30,7 @@ over ``torch.distributed`` (gloo on CPU, NCCL on GPUs), gathering with ``all_gat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -40,7 +41,7 @@ import torch
 
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.batch import ForwardBatch
-from mla_edu.serving.engine import Engine, server_args_for
+from mla_edu.serving.engine import Engine, server_args_for, stop_set
 
 EXTEND, DECODE, IDLE = "extend", "decode", "idle"
 
@@ -150,11 +151,12 @@ class DPEngine:
         self.global_steps = 0
 
     def generate(self, prompts, max_new_tokens: int = 3, stop_token_ids=(2,), progress=None) -> list:
+        stop = stop_set(stop_token_ids)
         reqs, good = self.ranks[0].engine.new_requests(prompts, max_new_tokens, progress)
         for i, req in enumerate(good):  # round robin
             self.ranks[i % len(self.ranks)].waiting.append(req)
         for rank in self.ranks:
-            rank.stop, rank.progress = set(stop_token_ids or ()), progress
+            rank.stop, rank.progress = set(stop), progress
         try:
             while any(r.busy for r in self.ranks):
                 info = [r.schedule() for r in self.ranks]  # the all-gather
@@ -180,7 +182,7 @@ def _worker(rank: int, world: int, model, args: ServerArgs, prompts, max_new_tok
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
-            args = ServerArgs(**{**args.__dict__, "device": f"cuda:{rank}"})
+            args = dataclasses.replace(args, device=f"cuda:{rank}")
         dp = DPRank(Engine(model, args, {}), rank)
         reqs, good = dp.engine.new_requests(prompts, max_new_tokens)
         mine = [r for i, r in enumerate(good) if i % world == rank]  # round robin
@@ -209,18 +211,19 @@ def run_dp_multiprocess(model, prompts, *, max_new_tokens: int = 3, stop_token_i
     CUDA and there are enough GPUs). Returns ``(reqs, steps)``: one ``Req`` per prompt, in order
     (rid = index), and each rank's step counts."""
     args = _dp_args(model, None, dict(server_args))
+    stop = stop_set(stop_token_ids)
     world = args.dp_size
     use_nccl = (args.device or "").startswith("cuda") and torch.cuda.device_count() >= world
     backend = "nccl" if use_nccl else "gloo"
     if (args.device or "cpu").startswith("cuda") and not use_nccl:
         raise ValueError(f"run_dp_multiprocess: dp_size={world} on CUDA needs {world} GPUs, "
                          f"found {torch.cuda.device_count()}")
-    small = ServerArgs(**{**args.__dict__, "disable_cuda_graph": True, "max_running_requests": world, "device": "cpu"})
+    small = dataclasses.replace(args, disable_cuda_graph=True, max_running_requests=world, device="cpu")
     reqs, _ = Engine(model, small).new_requests(prompts, max_new_tokens)  # the same checks as the ranks'
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         torch.multiprocessing.spawn(
-            _worker, args=(world, model, args, list(prompts), max_new_tokens, tuple(stop_token_ids or ()),
+            _worker, args=(world, model, args, list(prompts), max_new_tokens, tuple(stop),
                            init_file, tmp, backend), nprocs=world, join=True)
         results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
     for res in results:

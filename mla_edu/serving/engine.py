@@ -30,6 +30,13 @@ from mla_edu.util import cdiv, is_int
 STOP_TOKEN_IDS = list[int] | tuple[int, ...] | set[int] | frozenset[int] | None
 
 
+def stop_set(stop_token_ids) -> set:
+    """``stop_token_ids`` checked against ``STOP_TOKEN_IDS`` (TypeError naming it) -> the set of stop tokens:
+    the one check of every ``generate`` (``Engine``, ``DPEngine``, ``run_dp_multiprocess``)."""
+    check_value("stop_token_ids", stop_token_ids, STOP_TOKEN_IDS)
+    return set(stop_token_ids or ())
+
+
 @dataclass
 class Req:
     """One request and what happened to it."""
@@ -146,7 +153,11 @@ class Engine:
     def prefill_requests(self, prompts) -> list:
         """New requests for ``prompts``, each prefilled with no stop token (so all stay running):
         the batch that a diagnosis or a checker then decodes by hand."""
-        reqs = [self.new_req(list(p)) for p in prompts]
+        reqs = [self.new_req(p) for p in prompts]
+        for i, req in enumerate(reqs):  # the requests' own check (generate's), before any row or page is taken
+            err = self.check(req)
+            if err:
+                raise ValueError(f"prefill_requests: prompts[{i}]: {err}")
         rows = self.runner.req_to_token_pool.available()
         if len(reqs) > rows:
             raise PoolExhausted(f"prefill_requests: expected at most {rows} prompts (free request rows of "
@@ -164,7 +175,10 @@ class Engine:
         """Refuse a decode batch holding a finished request or one this engine did not prefill, before
         any page or ``req_to_token`` entry is touched (a freed row index is None: the slot write would
         hit a whole pool row)."""
+        if len(running) == 0:
+            raise ValueError("running: expected at least one request, got an empty batch")
         seen = set()
+        ctx = self.args.context_length
         for row, req in enumerate(running):
             if not isinstance(req, Req):
                 raise TypeError(f"running[{row}]: expected a Req, got {type(req).__name__}")
@@ -175,6 +189,9 @@ class Engine:
             if idx is None or not req.pages or idx in seen or not self.runner.req_to_token_pool.is_allocated(idx):
                 raise ValueError(f"running[{row}]: expected a request prefilled by this engine, each once, got "
                                  f"request {req.rid} with req_pool_idx={idx!r}")
+            if req.seq_len >= ctx:  # the fed-back token would sit at position seq_len, past the context
+                raise ValueError(f"running[{row}]: expected a request with room for one more token, got request "
+                                 f"{req.rid} with seq_len={req.seq_len} = context_length {ctx}")
             seen.add(idx)
 
     def make_batch(self, running: list) -> ForwardBatch:
@@ -188,7 +205,6 @@ class Engine:
             locs.append(rn.assign_slots(req.req_pool_idx, req.pages, p, p + 1))
             pos.append(p)
             rpi.append(req.req_pool_idx)
-            req.rows.append(row)
         dev = rn.device
         positions = torch.tensor(pos, dtype=torch.int64)
         return ForwardBatch(
@@ -203,19 +219,25 @@ class Engine:
 
     def decode_step(self, running: list, stop: set, graph_bs: int | None = None, eager: bool = False):
         """Decode one token for each request of ``running`` (row = list order); finished ones free
-        their row and pages. ``graph_bs`` / ``eager``: as ``ModelRunner.decode`` (DP attention)."""
+        their row and pages. ``graph_bs`` / ``eager``: as ``ModelRunner.decode`` (DP attention).
+
+        The arguments are checked before any slot is assigned; each request's ``rows`` and ``replayed`` and
+        the engine's ``stats`` record the step only once the decode returned (a failed or interrupted step
+        records nothing)."""
+        self.check_running(running)
+        self.runner.check_decode(len(running), graph_bs, eager)
         batch = self.make_batch(running)
         gr = self.runner.graph_runner
         replay = graph_bs is not None or (not eager and gr is not None and gr.can_run(batch.batch_size))
+        next_ids, bad, _ = self.runner.decode(batch, graph_bs, eager)
+        next_ids, bad = next_ids.tolist(), bad.tolist()
         if replay:
             self.stats["graph_steps"] += 1
             self.stats["padded_rows"] += (graph_bs or gr.padded_size(batch.batch_size)) - batch.batch_size
-        for req in running:
-            req.replayed.append(replay)
-        next_ids, bad, _ = self.runner.decode(batch, graph_bs, eager)
-        next_ids, bad = next_ids.tolist(), bad.tolist()
         self.stats["decode_steps"] += 1
-        for req, tok, is_bad in zip(running, next_ids, bad):
+        for row, (req, tok, is_bad) in enumerate(zip(running, next_ids, bad)):
+            req.rows.append(row)
+            req.replayed.append(replay)
             req.seq_len += 1
             if is_bad:
                 self._finish(req, "error", "decode: non-finite logits (the kernel read the poison page id)")
@@ -285,8 +307,7 @@ class Engine:
         requests end with ``error="interrupted: ..."`` and free their rows and pages, then the
         exception propagates: the engine stays usable.
         """
-        check_value("stop_token_ids", stop_token_ids, STOP_TOKEN_IDS)
-        stop = set(stop_token_ids or ())
+        stop = stop_set(stop_token_ids)
         reqs, good = self.new_requests(prompts, max_new_tokens, progress)
         waiting = deque(good)
         try:

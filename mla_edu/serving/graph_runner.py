@@ -75,6 +75,15 @@ class GraphRunner:
     def padded_size(self, raw_bs: int) -> int:
         return self.capture_bs[bisect.bisect_left(self.capture_bs, raw_bs)]
 
+    def check_size(self, raw_bs: int, bs: int | None = None) -> None:
+        """ValueError unless a batch of ``raw_bs`` rows can replay (padded to ``bs``, or to the smallest size that
+        fits when None): the real rows must fit the largest captured graph."""
+        if bs is None and not self.can_run(raw_bs):
+            raise ValueError(f"replay: expected a batch of at most max_bs={self.max_bs} rows (cuda_graph_bs "
+                             f"{tuple(self.capture_bs)}), got {raw_bs}; run it eagerly")
+        if bs is not None and (bs not in self.capture_bs or bs < raw_bs):
+            raise ValueError(f"replay: expected a captured size >= {raw_bs} from {self.capture_bs}, got {bs}")
+
     @torch.no_grad()
     def replay(self, batch: ForwardBatch, bs: int | None = None):
         """Replay for ``batch``; ``bs``: the captured size to pad to (default: the smallest that fits).
@@ -85,10 +94,9 @@ class GraphRunner:
         with no request replays with every row padded (SGLang's idle batch).
         """
         raw_bs = batch.batch_size
+        self.check_size(raw_bs, bs)
         if bs is None:
             bs = self.padded_size(raw_bs)
-        elif bs not in self.capture_bs or bs < raw_bs:
-            raise ValueError(f"replay: expected a captured size >= {raw_bs} from {self.capture_bs}, got {bs}")
         if bs != raw_bs:
             self.seq_lens.fill_(self.seq_len_fill_value)
             self.seq_lens_cpu.fill_(self.seq_len_fill_value)

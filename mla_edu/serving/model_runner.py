@@ -76,6 +76,9 @@ class ModelRunner:
         self.prefill_cache = prefill_cache
         self.device = torch.device(args.device) if args.device else default_device()
         self.dtype = DTYPES[args.dtype]
+        # what a prefill's logits and latents depend on besides the prompt: the weights (the caller's model object,
+        # held by the key so its id is never reused), the dtype and the device
+        self.prefill_key = (model, self.dtype, self.device)
         # a copy: the caller's model keeps its device, dtype and mode (``.to`` would convert it in place)
         self.model = copy.deepcopy(model).to(self.device, self.dtype).eval()
         mla = model.config.mla
@@ -164,9 +167,12 @@ class ModelRunner:
 
         With a ``prefill_cache`` (a dict shared by engines over the same model, as the repro
         does), a prompt seen before reuses its logits and latents: prefill is eager and
-        contiguous in every configuration, so it is the same computation each time.
+        contiguous in every configuration, so it is the same computation each time. The key is
+        ``(model, dtype, device, prompt)`` (``prefill_key``): engines of another model, dtype or
+        device sharing the dict compute their own (the model by identity: change its weights in
+        place and a shared cache keeps the old logits).
         """
-        key = tuple(prompt_ids)
+        key = (*self.prefill_key, tuple(prompt_ids))
         hit = self.prefill_cache.get(key) if self.prefill_cache is not None else None
         if hit is None:
             tokens = torch.tensor(prompt_ids, dtype=torch.int64, device=self.device)  # [T]
@@ -198,6 +204,18 @@ class ModelRunner:
         bad = ~torch.isfinite(logits).all(dim=-1)  # [B]
         return logits.argmax(dim=-1), bad, logits
 
+    def check_decode(self, batch_size: int, graph_bs: int | None, eager: bool) -> None:
+        """ValueError for ``decode``'s arguments that cannot run together, before any work: ``graph_bs`` with
+        ``eager=True``, ``graph_bs`` without graphs, or a ``graph_bs`` that was not captured or is too small."""
+        if graph_bs is None:
+            return
+        if eager:
+            raise ValueError("decode: pass graph_bs or eager=True, not both")
+        if self.graph_runner is None:
+            raise ValueError(f"graph_bs: expected None with disable_cuda_graph=True (no graph was captured), "
+                             f"got {graph_bs!r}")
+        self.graph_runner.check_size(batch_size, graph_bs)
+
     @torch.no_grad()
     def decode(self, batch: ForwardBatch, graph_bs: int | None = None, eager: bool = False):
         """One decode step, by graph replay when a captured size fits, else eagerly.
@@ -205,9 +223,8 @@ class ModelRunner:
         ``graph_bs``: replay the graph of that size (DP attention: the size the ranks agreed on);
         ``eager=True``: run eagerly whatever fits (DP attention: some rank is prefilling).
         """
+        self.check_decode(batch.batch_size, graph_bs, eager)
         if graph_bs is not None:
-            if eager:
-                raise ValueError("decode: pass graph_bs or eager=True, not both")
             return self.graph_runner.replay(batch, graph_bs)
         if not eager and self.graph_runner is not None and self.graph_runner.can_run(batch.batch_size):
             return self.graph_runner.replay(batch)
