@@ -45,7 +45,7 @@ def test_dp_generate_checks_stop_token_ids(model, stop):
     ([1.5], "expected int token ids, got float 1.5 at position 0"),
     ([], "expected at least one token, got an empty prompt"),
     ([-1], r"expected token ids in \[0, "),
-    ([5] * 70, "prompt too long: 70 prompt tokens"),
+    ([5] * 64, "prompt too long: 64 prompt tokens \\+ new tokens 1 exceed the context length 64"),
     ("abc", "expected a list of int token ids, got str"),
 ])
 def test_prefill_requests_checks_each_prompt(model, prompt, msg):
@@ -54,6 +54,9 @@ def test_prefill_requests_checks_each_prompt(model, prompt, msg):
     with pytest.raises(ValueError, match=r"prefill_requests: prompts\[1\]: .*" + msg):
         eng.prefill_requests([[3, 4], prompt])
     assert pools(eng) == before
+    reqs = eng.prefill_requests([[5] * 63])  # room for the one decode step a by-hand batch needs
+    eng.decode_step(reqs, set())
+    assert reqs[0].seq_len == 64
 
 
 # 3. the prefill cache: an engine of another model or dtype sharing it computed nothing and read the other's logits
@@ -200,7 +203,7 @@ def test_replay_past_the_largest_graph_names_the_sizes(model):
     b = eng.make_batch(eng.prefill_requests([[5, 6], [7, 8], [9, 10]]))
     big = ForwardBatch(5, *(torch.cat([t, t])[:5] for t in (b.input_ids, b.positions, b.req_pool_indices,
                                                                b.seq_lens, b.out_cache_loc, b.seq_lens_cpu)))
-    with pytest.raises(ValueError, match=r"expected a batch of at most max_bs=4 rows \(cuda_graph_bs \(2, 4\)\), got 5"):
+    with pytest.raises(ValueError, match=r"at most max_bs=4 rows \(cuda_graph_bs \(2, 4\)\), got 5"):
         eng.runner.graph_runner.replay(big)
 
 

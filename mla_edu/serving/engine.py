@@ -82,8 +82,9 @@ class Engine:
         self.stats = {"decode_steps": 0, "max_running": 0, "graph_steps": 0, "padded_rows": 0}
 
     # --- request checks: a bad request fails alone --------------------------------------------
-    def check(self, req: Req) -> str | None:
-        """What is wrong with ``req`` (a message), or None."""
+    def check(self, req: Req, room: int | None = None) -> str | None:
+        """What is wrong with ``req`` (a message), or None. ``room``: the new tokens the context must hold after
+        the prompt (default: its ``max_new_tokens``)."""
         ids = req.prompt_ids
         if not isinstance(ids, (list, tuple)):
             return f"prompt: expected a list of int token ids, got {type(ids).__name__}"
@@ -103,9 +104,9 @@ class Engine:
         if not is_int(req.max_new_tokens) or req.max_new_tokens < 1:
             return f"max_new_tokens: expected an int >= 1, got {req.max_new_tokens!r}"
         ctx = self.args.context_length
-        if len(ids) + req.max_new_tokens > ctx:
-            return (f"prompt too long: {len(ids)} prompt tokens + max_new_tokens {req.max_new_tokens} "
-                    f"exceed the context length {ctx}")
+        room, what = (req.max_new_tokens, "max_new_tokens") if room is None else (room, "new tokens")
+        if len(ids) + room > ctx:
+            return f"prompt too long: {len(ids)} prompt tokens + {what} {room} exceed the context length {ctx}"
         return None
 
     def new_req(self, prompt, max_new_tokens: int = 3) -> Req:
@@ -152,10 +153,11 @@ class Engine:
 
     def prefill_requests(self, prompts) -> list:
         """New requests for ``prompts``, each prefilled with no stop token (so all stay running):
-        the batch that a diagnosis or a checker then decodes by hand."""
+        the batch that a diagnosis or a checker then decodes by hand. Each prompt passes ``check`` (as
+        ``generate``'s) with room for one decode step after it; a step past the context is refused then."""
         reqs = [self.new_req(p) for p in prompts]
-        for i, req in enumerate(reqs):  # the requests' own check (generate's), before any row or page is taken
-            err = self.check(req)
+        for i, req in enumerate(reqs):  # before any row or page is taken
+            err = self.check(req, room=1)
             if err:
                 raise ValueError(f"prefill_requests: prompts[{i}]: {err}")
         rows = self.runner.req_to_token_pool.available()
