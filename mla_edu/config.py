@@ -9,10 +9,33 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from mla_edu.settings import check_fields, check_value
 from mla_edu.util import is_int
 
 ROPE_TYPES = ("default", "yarn")
+_POSITIVE_INT = Annotated[int, Field(ge=1)]
+_POSITIVE_FLOAT = Annotated[float, Field(gt=0)]
+# rope_scaling's keys for each rope_type with their types: the keys transformers' DeepseekV3 reads and accepts
+# (modeling_rope_utils: _compute_yarn_parameters and _validate_yarn_rope_parameters); "type" is the old name of
+# "rope_type" and "rope_theta" sits there in transformers v5's rope_parameters (it must equal MLAConfig.rope_theta).
+ROPE_SCALING_KEYS: dict[str, dict[str, Any]] = {
+    "default": {"rope_theta": _POSITIVE_FLOAT},
+    "yarn": {
+        "factor": Annotated[float, Field(ge=1)],
+        "original_max_position_embeddings": _POSITIVE_INT,
+        "rope_theta": _POSITIVE_FLOAT,
+        "attention_factor": _POSITIVE_FLOAT | None,
+        "beta_fast": _POSITIVE_FLOAT | None,
+        "beta_slow": _POSITIVE_FLOAT | None,
+        "mscale": Annotated[float, Field(ge=0)] | None,
+        "mscale_all_dim": Annotated[float, Field(ge=0)] | None,
+        "truncate": bool,
+    },
+}
 
 
 def yarn_get_mscale(factor: float, mscale: float = 1.0) -> float:
@@ -31,55 +54,60 @@ class MLAConfig:
     ``mscale_all_dim``).
     """
 
-    hidden_size: int = 7168
-    num_attention_heads: int = 128
-    q_lora_rank: int | None = 1536
-    kv_lora_rank: int = 512
-    qk_nope_head_dim: int = 128
-    qk_rope_head_dim: int = 64
-    v_head_dim: int = 128
-    rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] | None = None
+    # types and bounds checked by pydantic, strict (``mla_edu.settings``); rope_scaling by ``_check_rope_scaling``
+    hidden_size: _POSITIVE_INT = 7168
+    num_attention_heads: _POSITIVE_INT = 128
+    q_lora_rank: _POSITIVE_INT | None = 1536
+    kv_lora_rank: _POSITIVE_INT = 512
+    qk_nope_head_dim: _POSITIVE_INT = 128
+    qk_rope_head_dim: _POSITIVE_INT = 64
+    v_head_dim: _POSITIVE_INT = 128
+    rope_theta: _POSITIVE_FLOAT = 10000.0
+    rope_scaling: Any = None  # None or a dict, see ROPE_SCALING_KEYS
     rope_interleave: bool = True
-    max_position_embeddings: int = 4096
-    rms_norm_eps: float = 1e-6
+    max_position_embeddings: _POSITIVE_INT = 4096
+    rms_norm_eps: _POSITIVE_FLOAT = 1e-6
     attention_bias: bool = False
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("hidden_size", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
-                    "qk_rope_head_dim", "v_head_dim", "max_position_embeddings"):
-            value = getattr(self, key)
-            if not is_int(value) or value <= 0:
-                raise ValueError(f"MLAConfig.{key} must be a positive int, got {value!r}")
-        if self.q_lora_rank is not None and (
-            not is_int(self.q_lora_rank) or self.q_lora_rank <= 0
-        ):
-            raise ValueError(f"MLAConfig.q_lora_rank must be None or a positive int, got {self.q_lora_rank!r}")
+        check_fields(self)
         if self.qk_rope_head_dim % 2:
             raise ValueError("MLAConfig.qk_rope_head_dim must be even (RoPE rotates pairs), "
                              f"got {self.qk_rope_head_dim}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"MLAConfig.rope_theta must be > 0, got {self.rope_theta!r}")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"MLAConfig.rms_norm_eps must be > 0, got {self.rms_norm_eps!r}")
-        if self.rope_scaling is not None:
-            self.rope_scaling = dict(self.rope_scaling)
-            rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
-            if rope_type == "default":
-                self.rope_scaling = None
-            elif rope_type != "yarn":
-                raise ValueError(f"MLAConfig.rope_scaling: rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
-            else:
-                self.rope_scaling["rope_type"] = "yarn"
-                self.rope_scaling.pop("type", None)
-                for key in ("factor", "original_max_position_embeddings"):
-                    if key not in self.rope_scaling:
-                        raise ValueError(f"MLAConfig.rope_scaling (yarn) needs {key!r}; "
-                                         f"got keys {sorted(self.rope_scaling)}")
-                if not self.rope_scaling["factor"] >= 1:
-                    raise ValueError("MLAConfig.rope_scaling['factor'] must be >= 1, "
-                                     f"got {self.rope_scaling['factor']!r}")
+        self.rope_scaling = self._check_rope_scaling(self.rope_scaling)
+
+    def _check_rope_scaling(self, rs: Any) -> dict[str, Any] | None:
+        """``rs`` as kept: None for plain RoPE, else a copy with ``rope_type="yarn"`` and no ``type``/``rope_theta``;
+        TypeError or ValueError naming the key for a missing, unknown or ill-typed one."""
+        if rs is None:
+            return None
+        if not isinstance(rs, dict):
+            raise TypeError(f"MLAConfig.rope_scaling: expected None or a dict, got {type(rs).__name__}")
+        rs = dict(rs)
+        rope_type, old_name = rs.pop("rope_type", None), rs.pop("type", None)
+        if rope_type is not None and old_name is not None and rope_type != old_name:
+            raise ValueError(f"MLAConfig.rope_scaling: 'rope_type' and its old name 'type' differ: "
+                             f"{rope_type!r} and {old_name!r}")
+        rope_type = old_name if rope_type is None else rope_type
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"MLAConfig.rope_scaling: rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
+        known = ROPE_SCALING_KEYS[rope_type]
+        unknown = sorted(set(rs) - set(known), key=str)
+        if unknown:
+            raise ValueError(f"MLAConfig.rope_scaling: unknown key(s) {unknown} for rope_type {rope_type!r}; "
+                             f"expected keys among {['rope_type', *known]}")
+        if rope_type == "yarn":
+            for key in ("factor", "original_max_position_embeddings"):
+                if key not in rs:
+                    raise ValueError(f"MLAConfig.rope_scaling (yarn) needs {key!r}; got keys {sorted(rs)}")
+        for key, value in rs.items():
+            check_value(f"MLAConfig.rope_scaling[{key!r}]", value, known[key])
+        theta = rs.pop("rope_theta", self.rope_theta)
+        if theta != self.rope_theta:
+            raise ValueError(f"MLAConfig.rope_scaling['rope_theta'] ({theta!r}) differs from rope_theta "
+                             f"({self.rope_theta!r}): give it once, as rope_theta")
+        return None if rope_type == "default" else {"rope_type": "yarn", **rs}
 
     # ---- derived sizes -------------------------------------------------------------------
     @property
@@ -196,12 +224,12 @@ class MLAConfig:
             qk_nope_head_dim=hf_config.qk_nope_head_dim,
             qk_rope_head_dim=hf_config.qk_rope_head_dim,
             v_head_dim=hf_config.v_head_dim,
-            rope_theta=float(theta),
+            rope_theta=float(theta) if is_int(theta) else theta,  # config.json's 10000; anything else checked
             rope_scaling=scaling,
-            rope_interleave=bool(interleave),
+            rope_interleave=interleave,
             max_position_embeddings=hf_config.max_position_embeddings,
             rms_norm_eps=getattr(hf_config, "rms_norm_eps", 1e-6),
-            attention_bias=bool(getattr(hf_config, "attention_bias", False)),
+            attention_bias=getattr(hf_config, "attention_bias", False),
             name=type(hf_config).__name__,
         )
 

@@ -147,3 +147,84 @@ def test_run_bench_frees_its_engines_at_once(random_model):
         assert runners() == before
     finally:
         gc.enable()
+
+
+def _longest_plus_new(n=None) -> int:
+    qs = task.default_eval_set()[:n]
+    return max(len(q.prompt_ids) for q in qs) + task.MAX_NEW_TOKENS
+
+
+@pytest.mark.parametrize("n", [None, 3])
+def test_repro_refuses_a_context_shorter_than_its_requests(n, capsys, monkeypatch):
+    """Every request longer than the context was rejected, the table printed 0.000 everywhere, and the run exited 0;
+    the minimum comes from the prompts used (fewer questions: maybe a shorter longest prompt)."""
+    from mla_edu.case_study import repro
+    from cli_run import main_exit
+
+    class Ran(Exception):
+        pass
+
+    def runs(*a, **k):
+        raise Ran
+
+    monkeypatch.setattr(repro, "AccuracyRuns", runs)
+    need = _longest_plus_new(n)
+    argv = [] if n is None else ["--num-questions", str(n)]
+    code, err = main_exit("mla_edu.case_study.repro", argv + ["--context-length", str(need - 1)], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"argument --context-length: expected at least {need} (the longest prompt" in err
+    assert f"got {need - 1}" in err
+    with pytest.raises(Ran):  # the minimum itself passes
+        repro.main(argv + ["--context-length", str(need)])
+
+
+def _fake_run_bench(errors_when):
+    """A stand-in for ``run_bench``: no engine; ``errors_when(args)`` errored requests in each result."""
+    from mla_edu.serving import ServerArgs
+
+    def fake(model, questions, *, parallel, progress, prefill_cache, **server_args):
+        server_args["max_running_requests"] = min(parallel, server_args.get("max_running_requests", 128))
+        args = ServerArgs(**server_args)
+        return bench.bench_result(args, len(questions), accuracy=0.5, invalid=0.0, errors=errors_when(args),
+                                  device="cpu", latency=1.0, eager_step=0, max_splits_used=1)
+    return fake
+
+
+@pytest.mark.parametrize("errors_when,code", [
+    (lambda args: 2 if args.row_order == "prepend" else 0, 1),  # errors where none should be: fail
+    (lambda args: 3 if args.poison_fill else 0, 0),  # the poison fill's NaNs are its point
+    (lambda args: 0, 0),
+])
+def test_repro_fails_when_requests_error(errors_when, code, capsys, monkeypatch):
+    """A run whose requests ended in an error printed its table and exited 0; now the count goes to stderr and the
+    exit status is 1, except for the poison fill's runs (``unexpected_errors``)."""
+    from mla_edu.case_study import repro
+
+    monkeypatch.setattr(bench, "run_bench", _fake_run_bench(errors_when))
+    monkeypatch.setattr(repro, "load_pretrained", lambda: None)
+    assert repro.main(["--num-questions", "4"]) == code
+    err = capsys.readouterr().err
+    assert ("error: 4 requests ended in an error" in err) == bool(code)  # 2 prepend runs x 2
+
+
+def test_repro_gives_back_the_thread_count(capsys, monkeypatch):
+    """main(argv) from Python set torch's thread count to --threads and left it there."""
+    from mla_edu.case_study import repro
+
+    monkeypatch.setattr(repro, "load_pretrained", lambda: None)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(bench, "run_bench", _fake_run_bench(lambda args: 0))
+        assert repro.main(["--num-questions", "2", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 2
+
+        def boom(*a, **k):
+            raise RuntimeError("a run failed")
+
+        monkeypatch.setattr(bench, "run_bench", boom)
+        with pytest.raises(RuntimeError, match="a run failed"):
+            repro.main(["--num-questions", "2", "--threads", "1"])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

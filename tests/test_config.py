@@ -75,19 +75,68 @@ def test_the_bench_counts_flops_and_bytes_as_the_cost_model():
         assert (r["flops"], r["bytes"]) == (c.flops, c.bytes), r
 
 
+YARN = {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 64}
+
+
 @pytest.mark.parametrize("bad,match", [
-    (dict(hidden_size=0), "hidden_size must be a positive int, got 0"),
-    (dict(num_attention_heads=2.5), "num_attention_heads must be a positive int, got 2.5"),
-    (dict(q_lora_rank=-1), "q_lora_rank must be None or a positive int, got -1"),
+    (dict(hidden_size=0), "hidden_size: expected an int >= 1, got 0"),
+    (dict(q_lora_rank=-1), "q_lora_rank: expected an int >= 1 or None, got -1"),
     (dict(qk_rope_head_dim=7), "qk_rope_head_dim must be even"),
     (dict(rope_scaling={"rope_type": "ntk"}), "rope_type must be one of"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "needs 'original_max_position_embeddings'"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 8}),
-     "factor'\\] must be >= 1"),
+     "'factor'\\]: expected a float >= 1, got 0.5"),
+    # floats are finite: nan and inf passed the old `> 0` checks (nan made softmax_scale nan)
+    (dict(rope_theta=float("nan")), "rope_theta: expected a float > 0, got nan"),
+    (dict(rope_theta=float("inf")), "rope_theta: expected a float > 0, got inf"),
+    (dict(rms_norm_eps=float("inf")), "rms_norm_eps: expected a float > 0, got inf"),
+    (dict(rope_scaling={**YARN, "factor": float("inf")}), "'factor'\\]: expected a float >= 1, got inf"),
+    (dict(rope_scaling={**YARN, "mscale_all_dim": float("nan")}), "'mscale_all_dim'\\]: expected a float >= 0"),
+    (dict(rope_scaling={**YARN, "original_max_position_embeddings": -5}),
+     "'original_max_position_embeddings'\\]: expected an int >= 1, got -5"),
+    # a misspelt key was dropped without a word (beta_fast stayed 32)
+    (dict(rope_scaling={**YARN, "beta_fsat": 64}), "unknown key\\(s\\) \\['beta_fsat'\\] for rope_type 'yarn'"),
+    (dict(rope_scaling={"rope_type": "default", "factor": 4.0}), "unknown key\\(s\\) \\['factor'\\]"),
+    (dict(rope_scaling={**YARN, "type": "default"}), "'rope_type' and its old name 'type' differ"),
+    (dict(rope_scaling={**YARN, "rope_theta": 5e5}), "differs from rope_theta"),
 ])
 def test_bad_config_values(bad, match):
     with pytest.raises(ValueError, match=match):
         MLAConfig.tiny(**bad)
+
+
+@pytest.mark.parametrize("bad,match", [
+    # each was accepted: "no" is truthy (interleaved RoPE), 1 and True pass as bool and float, "1e4" hit a comparison
+    (dict(rope_interleave="no"), "rope_interleave: expected a bool, got 'no'"),
+    (dict(attention_bias=1), "attention_bias: expected a bool, got 1"),
+    (dict(rope_theta=True), "rope_theta: expected a float > 0, got True"),
+    (dict(rope_theta="1e4"), "rope_theta: expected a float > 0, got '1e4'"),
+    (dict(num_attention_heads=2.5), "num_attention_heads: expected an int >= 1, got 2.5"),
+    (dict(kv_lora_rank=True), "kv_lora_rank: expected an int >= 1, got True"),
+    (dict(rope_scaling={**YARN, "mscale": "1"}), "'mscale'\\]: expected a float >= 0 or None, got '1'"),
+    (dict(rope_scaling={**YARN, "factor": True}), "'factor'\\]: expected a float >= 1, got True"),
+    (dict(rope_scaling={**YARN, "truncate": "no"}), "'truncate'\\]: expected a bool, got 'no'"),
+    (dict(rope_scaling=[("rope_type", "yarn")]), "rope_scaling: expected None or a dict, got list"),
+])
+def test_config_types_are_strict(bad, match):
+    with pytest.raises(TypeError, match=match):
+        MLAConfig.tiny(**bad)
+
+
+def test_yarn_keys_of_real_configs_load():
+    """DeepSeek-V3's config.json (the old "type" key, int factor and theta), transformers v5's rope_parameters
+    (rope_theta inside) and every key transformers' YaRN reads are accepted; "type" and "rope_theta" are not kept."""
+    config_json = {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "original_max_position_embeddings": 4096, "type": "yarn"}
+    v3 = MLAConfig.deepseek_v3()
+    assert v3.replace(rope_scaling=config_json, rope_theta=10000) == v3
+    assert v3.replace(rope_scaling={**config_json, "rope_type": "yarn", "rope_theta": 10000.0}) == v3
+    assert v3.replace(rope_scaling={**config_json, "attention_factor": 1.0, "truncate": False,
+                                    "beta_fast": None}).rope_scaling["truncate"] is False
+    assert v3.replace(rope_scaling={"type": "default", "rope_theta": 10000}).rope_scaling is None
+    hf = v3.to_hf(3)
+    hf.rope_parameters = {**config_json, "rope_theta": 10000}  # as transformers reads DeepSeek-V3's config.json
+    assert MLAConfig.from_hf(hf) == v3 and isinstance(MLAConfig.from_hf(hf).rope_theta, float)
 
 
 def test_from_hf_rejects_other_configs():

@@ -139,3 +139,19 @@ def test_why_0060_groups_empty_sides_are_nan(monkeypatch):
         req.replayed = [True] * len(req.rows)
     r = run_bench(random_tiny_model(), questions, disable_cuda_graph=True, max_running_requests=8, device="cpu")
     assert r["eager_step"] == 0 and math.isnan(r["accuracy_eager_step"]) and r["accuracy_no_eager_step"] == 1.0
+
+
+def test_an_errored_request_is_in_no_row_group(monkeypatch):
+    """A rejected request (no decode step, so ``rows == []``) was counted in "only row 0", as if it had read its own
+    pages, and a NaN one too: both have no answer, so neither is in any group.
+
+    Bent in a copy, fails here: ``ok = [True for r in reqs]`` (the request in the group again)."""
+    questions = task.default_eval_set()[:6]
+    reqs = _hand_built(questions)
+    reqs[4].output_ids, reqs[4].finished_reason, reqs[4].error = [], "error", "prompt too long: ..."
+    reqs[1].finished_reason, reqs[1].error = "error", "decode: non-finite logits (the kernel read the poison page id)"
+    monkeypatch.setattr(Engine, "generate", lambda self, prompts, **kw: reqs)
+    r = run_bench(random_tiny_model(), questions, disable_cuda_graph=True, max_running_requests=8, device="cpu")
+    assert r["errors"] == 2
+    assert (r["only_row0"], r["accuracy_only_row0"]) == (1, 1.0)  # request 0 alone; 4 was rejected
+    assert r["only_row0"] + r["first_row0"] + r["rest"] == 4  # 1 (errored) and 4 in no group

@@ -128,6 +128,14 @@ def main(argv=None) -> int:
             check_out_file(a.json_out, "--json-out")
         except ValueError as e:
             p.error(str(e))
+    questions = task.default_eval_set()
+    if a.num_questions is not None:
+        questions = questions[: a.num_questions]
+    longest = max(len(q.prompt_ids) for q in questions)
+    if a.context_length < longest + task.MAX_NEW_TOKENS:  # else the engine rejects the longest requests
+        p.error(f"argument --context-length: expected at least {longest + task.MAX_NEW_TOKENS} (the longest prompt "
+                f"of the {len(questions)} questions, {longest} tokens, + {task.MAX_NEW_TOKENS} new tokens), "
+                f"got {a.context_length}")
     dp = a.dp
     common = dict(context_length=a.context_length, dp_size=dp, enable_dp_attention=a.enable_dp_attention,
                   cuda_graph_bs=tuple(a.cuda_graph_bs), max_running_requests=a.max_running_requests,
@@ -138,13 +146,19 @@ def main(argv=None) -> int:
         p.error(str(e))
     import torch
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(a.threads)
+    try:  # main(argv) called from Python (a test, a notebook) gets its thread count back
+        return _report(a, config, common, questions)
+    finally:
+        torch.set_num_threads(threads)
 
+
+def _report(a: argparse.Namespace, config: ServerArgs, common: dict, questions: list) -> int:
+    """Run and print the three parts; 1 if a request ended in an error where none should (``unexpected_errors``)."""
+    dp = a.dp
     t_start = time.perf_counter()
     model = load_pretrained()
-    questions = task.default_eval_set()
-    if a.num_questions is not None:
-        questions = questions[: a.num_questions]
     run = AccuracyRuns(model, questions, common, a.progress)
 
     table = seed_table(run)
@@ -215,7 +229,18 @@ def main(argv=None) -> int:
              "table": table, "ablation": ablation,
              # the runs in this configuration, then one engine's: (16, max) running x (append, prepend)
              "open_question_this": open_q[:2], "open_question": open_q[2:], "seconds": elapsed}, indent=1))
+    errors = unexpected_errors(run.results.values())
+    if errors:
+        print(f"error: {errors} requests ended in an error (rejected, or non-finite logits) in runs without the "
+              "poison fill: the accuracies above count them as wrong answers", file=sys.stderr)
+        return 1
     return 0
+
+
+def unexpected_errors(results) -> int:
+    """Requests that ended in an error, summed over ``run_bench`` results, except where errors are the point: a run
+    with the poison fill (its NaNs) and a configuration whose child process crashed (``verdict`` names it)."""
+    return sum(r["errors"] for r in results if not r["poison_fill"] and not r["crashed"])
 
 
 if __name__ == "__main__":

@@ -106,12 +106,15 @@ ROW_GROUPS = ("only_row0", "first_row0", "rest")
 
 def row_groups(reqs, correct) -> dict:
     """Requests sorted by the batch rows their decode steps ran in (``Req.rows``): ``only_row0`` (every step in
-    row 0; a request with no decode step counts here), ``first_row0`` (the first in row 0, a later one
-    elsewhere), ``rest`` (the first elsewhere). Per group: the count, ``right_<group>`` (right answers,
-    ``correct``: one bool per request) and ``acc_<group>`` (their share, NaN for an empty group)."""
-    only0 = [r.decoded_only_in_row0 for r in reqs]
-    first0 = [bool(r.rows) and r.rows[0] == 0 and not o for r, o in zip(reqs, only0)]
-    rest = [not (o or f) for o, f in zip(only0, first0)]
+    row 0; a request that finished at prefill, with no decode step, counts here), ``first_row0`` (the first in
+    row 0, a later one elsewhere), ``rest`` (the first elsewhere). A request that ended in an error (rejected,
+    or non-finite logits) is in no group: it has no answer, and a rejected one never had a row. Per group: the
+    count, ``right_<group>`` (right answers, ``correct``: one bool per request) and ``acc_<group>`` (their share,
+    NaN for an empty group)."""
+    ok = [r.finished_reason != "error" for r in reqs]
+    only0 = [k and r.decoded_only_in_row0 for r, k in zip(reqs, ok)]
+    first0 = [k and bool(r.rows) and r.rows[0] == 0 and not o for r, k, o in zip(reqs, ok, only0)]
+    rest = [k and not (o or f) for k, o, f in zip(ok, only0, first0)]
     out = {}
     for name, mask in zip(ROW_GROUPS, (only0, first0, rest)):
         n, right = sum(mask), sum(c for c, m in zip(correct, mask) if m)
