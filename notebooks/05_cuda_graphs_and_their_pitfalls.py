@@ -327,17 +327,14 @@ fig = narrow_view_reads(DEVICE)
 # %% [markdown]
 # ### Pitfall 3: memory freed after capture, handed to the next capture
 #
-# The pre-fix backend allocated a workspace in its capture hook, on the host just before each
-# capture, and replaced it when the next batch size was captured: the previous graph kept writing
-# memory the allocator considered free. In SGLang this did no harm only because the kernel touched
-# the workspace only when `split_kv > 1`. SGLang's hook runs before `torch.cuda.graph` begins
-# (`cuda_graph_runner.py` at `7059ae16f`: the hook at line 465, the capture at line 504), so its
-# workspace came from the general caching allocator, where any later allocation can take the
-# dropped block. This scenario takes a different path to the same reuse, through the graphs' private
-# pool: graph 1 allocates its workspace while capturing, the host drops it, and graph 2 is captured
-# into the same pool (SGLang captures every batch size into one shared pool, `pool=` at line 504).
-# The allocator hands graph 1's block to graph 2's output, and every replay of graph 1 overwrites it.
-# **Fix:** allocate the workspace once, at maximum size, before any capture (SGLang's merged fix).
+# The pre-fix backend allocated a workspace in its capture hook and replaced it when the next batch
+# size was captured: the graph keeps writing a workspace the host dropped; here the block is handed to
+# graph 2 through the shared pool, and every replay of graph 1 overwrites graph 2's output. In SGLang
+# this did no harm only because the kernel touched the workspace only when `split_kv > 1`. (The
+# allocator paths and line numbers: [`docs/sources.md`](../docs/sources.md#sglang-and-sgl-kernel).)
+# **Fix:** allocate the workspace once, before any capture, large enough for every graph that will
+# use it. SGLang's merged fix sized it for the largest graph; with automatic splits a smaller graph
+# can need more (notebook 07, section 3), and PR #7184 then pinned one split.
 
 # %%
 print(inspect.getsource(sc.freed_pool_reuse))  # the step, as the graph captures it
@@ -364,8 +361,10 @@ show("stale_buffer:fixed")
 # `out_cache_loc`, it writes a stale token into a cache slot that now belongs to a live request.
 # **Fix (SGLang's `replay_prepare` in `cuda_graph_runner.py`, at `7059ae16f` lines 546-548):** padded
 # rows get `seq_lens.fill_(1)` and `out_cache_loc.zero_()`; slot 0 is a dummy no request owns
-# ("The padded slot 0 is used for writing dummy outputs from padded tokens", SGLang's
-# `mem_cache/memory_pool.py`; its allocators hand out pages from 1).
+# ("The padded slot 0 is used for writing dummy outputs from padded tokens", SGLang's allocators:
+# `mem_cache/memory_pool.py` for page size 1 and, for cutlass_mla's 128-token pages,
+# `PagedTokenToKVPoolAllocator.clear` in `mem_cache/paged_allocator.py`; both hand out slots or pages
+# from 1).
 
 # %%
 print(inspect.getsource(sc.padded_slots))  # the step, as the graph captures it
@@ -468,9 +467,9 @@ assert not r.ok
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
 # instructor hands out the answers, with the why, after the exercise.
 #
-# **1.** In `sc.narrow_view`, capture the view 2 pages wide instead of 1 (row stride 2 instead of 8). Which
-# rows of the first replay batch read their own pages now? (A set of rows.) Why does row 0 stay right
-# whatever the width?
+# **1.** In `sc.narrow_view`, capture the view 2 pages wide instead of 1 (the kernel then steps rows by 2
+# instead of 1; the buffer's real stride is 8). Which rows of the first replay batch read their own pages
+# now? (A set of rows.) Why does row 0 stay right whatever the width?
 
 # %%
 ex1_right_rows = ...  # a set of rows in 0..3

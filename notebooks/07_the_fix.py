@@ -106,8 +106,9 @@ assert 'if "width" in self.defects' in capture and 'if "workspace" in self.defec
 #
 # 1. **width**: the capture hook sets `max_seqlen_pad = self.cuda_graph_kv_indices.shape[1]`, so the
 #    captured view is the full width `W` and its `size(1)` equals its real row stride;
-# 2. **workspace**: the capture and replay hooks no longer allocate workspaces; the one allocated
-#    for the maximum in `init_cuda_graph_state` is the only one, and the graph keeps using it;
+# 2. **workspace**: the capture and replay hooks no longer allocate workspaces; the one
+#    `init_cuda_graph_state` allocates, sized for the largest graph (`max_bs`), is the only one, and every
+#    graph keeps using it (big enough for the seed's graphs, not for every size: section 3);
 # 3. it does **not** reset the index rows (stale tails stay). The last row below adds this project's
 #    poison fill on top (`poison_fill=True`, not in SGLang).
 #
@@ -126,7 +127,9 @@ assert all(r["errors"] == 0 for _, r in piece)
 fig = plots.piece_by_piece_figure(run)  # the runs above (memoized), drawn as figures/ draws them
 
 # %% [markdown]
-# The width alone brings accuracy back; the workspace and the reset change nothing *here*. What the
+# The pre-fix row scores 0.125, not notebook 06's 0.062: this row runs the model's softmax scale, 06's the
+# bug-era kernel's hard-coded one. The width alone brings accuracy back; the workspace and the reset change
+# nothing *here*. What the
 # width fix changed in the launch, on the same batch as notebook 06:
 
 # %%
@@ -154,8 +157,9 @@ assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.sta
 # from the pin, not something the PR says: a source build at `7059ae16f` has sgl-kernel's newer
 # Python API, where PR #6929 (`18efb5e8e`, already an ancestor of `7059ae16f`) added `num_kv_splits`
 # with default -1. The pre-fix result holds either way (with the frozen `max_seq_len = 128` the
-# automatic rule gives one split); under the fix a source build would have split, safely, through
-# the one workspace the fix allocates. The `auto` rows model that automatic count, not the pinned
+# automatic rule gives one split); under the fix a source build would have split, through the one
+# workspace the fix allocates (big enough for the seed's graphs, 64 and 128: section 3). The `auto` rows
+# model that automatic count, not the pinned
 # wheel. With `-1` the kernel picks the split count on the host from `max_seq_len`, the batch size
 # and the SM count (sgl-kernel's heuristic), and writes split partials through the workspace.
 
@@ -264,7 +268,38 @@ if DEVICE.type != "cuda":
 # the corruption is someone else's: a tensor of the next request, a buffer of another graph. With
 # one split the kernel never writes the workspace, which is why the seed's runs (one split, by the
 # pinned wheel) did not show it.
-# The fix allocates one workspace, for the maximum, before any capture, and never replaces it.
+#
+# The fix allocates one workspace before any capture, sized in `init_cuda_graph_state` as
+# `cutlass_mla_get_workspace_size(W * PAGE_SIZE, max_bs)`, and never replaces it. A graph for `B` requests
+# at `split` splits needs `(4 * 512 + 4) * 128 * split * B` bytes, and `set_split_kv` gives a smaller batch
+# more splits, so `split * B` at a smaller captured size can exceed `split * B` at `max_bs`. At the
+# seed's `W = 33`, in units of one (request, split) pair:
+
+# %%
+from mla_edu.kernels.workspace import num_kv_splits_for  # noqa: E402
+from mla_edu.util import PAGE_SIZE  # noqa: E402
+
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+for sms, gpu in ((148, "B200"), (132, "H200")):
+    need = {bs: bs * num_kv_splits_for(33 * PAGE_SIZE, bs, sms, -1) for bs in SIZES}  # split * B
+    over = [bs for bs in SIZES if need[bs] > need[128]]
+    print(f"{sms} SMs ({gpu}): split * B = {need}; allocated for max_bs 128: {need[128]}; too small for {over}")
+    assert 64 not in over and 4 in over
+# the engine refuses such a capture: the fix's workspace, automatic splits, graphs for 4 and 8
+try:
+    dg.make_engine(model, frozenset(), num_kv_splits=-1, cuda_graph_bs=(4, 8), context_length=4096, sm_count=132)
+    raise AssertionError("the graph for 4 fit the workspace sized for 8")
+except ValueError as e:
+    print(f"{type(e).__name__}: {e}")
+    assert "need 34670592 bytes (B=4" in str(e) and "got 23113728" in str(e)
+
+# %% [markdown]
+# With 33 splits at `B = 4` the graph for 4 needs 132 units (34,670,592 bytes); the workspace sized for
+# `max_bs = 8` (11 splits) holds 88. The real kernel does not check: it would write past the end. So the
+# fix was right for the seed's sizes (64 and 128 fit) only. PR #7184 (`ab1a4fa5c`, "fix
+# cutlass_mla_backend with cuda_graph") set `num_kv_splits=1` at the backend's three call sites (both
+# workspace sizings and the decode), with the comment "Set to 1 to avoid cuda_graph issue by default"; it
+# does not say that this sizing was the issue, but one split removes it (`docs/sources.md`).
 #
 # ## 4. The poison fill: silent garbage becomes a loud failure (core)
 #
@@ -383,7 +418,9 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 # - The ablation, row by row, follows from the mechanism: width is the trigger; workspace is latent at
 #   one split; stale entries are harmless with a correct stride.
 # - With automatic splits a dropped capture-time workspace is written by every replay: someone else's
-#   data is overwritten while the graph's own answers look fine.
+#   data is overwritten while the graph's own answers look fine. The fix's one workspace, sized for the
+#   largest graph, fits the seed's graphs (64, 128) but not a smaller one under automatic splits; PR #7184
+#   pinned one split.
 # - A poison fill turns stray reads into NaN and errors; reads of live foreign entries stay silent.
 # - The automated summary invented a reset; the review asked for a recompute that a graph cannot use.
 # - A graph-vs-eager differential test with poisoned buffers catches the whole class; the checker
@@ -395,8 +432,9 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
 # instructor hands out the answers, with the why, after the exercise.
 #
-# **1.** Fix only the workspace (`defects={"width"}`) and capture with `num_kv_splits=-1` (automatic). Which
-# split count does the graph freeze for section 3's batch? (Hint: `max_seq_len`.)
+# **1.** Fix only the workspace (`defects={"width"}`) and capture with `num_kv_splits=-1` (automatic), at the
+# seed's `--context-length 4096` (`W = 33`). Which split count does the graph for 8 freeze for the six
+# requests of `prompts` (section 1's batch, decoded as `d_fix` was)? (Hint: `max_seq_len`.)
 
 # %%
 ex1_frozen_splits = ...  # an int
@@ -407,7 +445,8 @@ from mla_edu.workshop import checks  # noqa: E402
 d_width = dg.diagnose_step(model, prompts, earlier=earlier, defects=frozenset({"width"}), num_kv_splits=-1,
                            cuda_graph_bs=(4, 8), dtype=DTYPE, context_length=4096)
 r1 = checks.check_number("exercise 1", ex1_frozen_splits, d_width.captured.num_splits, mistakes={
-    d_width.needed.num_splits: "that is what this batch needs eagerly; the graph keeps capture's count"})
+    d_width.needed.num_splits: "that is what this batch needs eagerly; the graph keeps capture's count",
+    5: "that is section 3's count: full width at the model's context (W = 5); here the width defect is back"})
 
 # %% [markdown]
 # **2.** Make the poison value 1 (the buffer's initial fill, a real page id) instead of `POISON_PAGE`.
@@ -430,8 +469,9 @@ r2 = checks.check_items("exercise 2", ex2_loud_rows, loud, mistakes={
 
 # %% [markdown]
 # **3.** A backend could keep the pre-fix 1-wide view and still pass section 6's differential test, if the
-# kernel took its row stride from one more argument instead of the view's width (`size(1)`). A launch argument is
-# frozen at capture, like the width: which one stays right at every replay?
+# kernel took its row stride from one more argument instead of the view's width (`size(1)`). Whatever the kernel
+# takes as its row stride is frozen at capture, as the width is. Used as the row stride, which option below still
+# gives every row its own pages at every replay?
 
 # %%
 ex3_instead_of_width = ...  # "a", "b" or "c" (the options printed below)

@@ -341,6 +341,26 @@ def test_cutlass_contract_checks_workspace_for_splits():
     check_cutlass_args(*a, num_kv_splits=1)
 
 
+def test_cutlass_contract_refuses_a_narrow_view_unless_told():
+    # buf[:, :1] of a [4, 33] buffer: the kernel steps rows by size(1) = 1, the rows are 33 apart (SGLang #6998)
+    a = _cutlass_case(page=128, width=1, b=4)
+    a[3] = torch.full((4,), 300, dtype=torch.int32)
+    a[4] = torch.zeros(4, 33, dtype=torch.int32)[:, :1]
+    with pytest.raises(ValueError, match=r"rows must be size\(1\) = 1 entries apart .* got stride\(0\) = 33 "
+                                         r"for shape \(4, 1\)"):
+        check_cutlass_args(*a)
+    with pytest.raises(ValueError, match=r"got stride\(0\) = 2 for shape \(4, 1\)"):
+        check_cutlass_args(*a[:4], torch.zeros(8, 1, dtype=torch.int32)[::2], a[5])  # row-strided, as bad
+    check_cutlass_args(*a, allow_row_stride_mismatch=True)  # the code that reproduces the bug on purpose
+    check_cutlass_args(*a[:4], a[4].contiguous(), a[5])
+    with pytest.raises(TypeError, match="allow_row_stride_mismatch must be a bool, got int"):
+        check_cutlass_args(*a, allow_row_stride_mismatch=1)
+    # mla_decode reads every impl's rows size(1) apart (the wrapper's bug, reproduced): it lets the view through
+    if cutlass_unavailable_reason(a[0].device) is not None:
+        with pytest.raises(RuntimeError):
+            mla_decode(*a, 1 / math.sqrt(192), impl="cutlass")
+
+
 def test_cutlass_impl_says_why_it_cannot_run_here():
     a = _cutlass_case()
     reason = cutlass_unavailable_reason(a[0].device)

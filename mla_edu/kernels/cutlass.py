@@ -4,9 +4,11 @@
 ``sgl-kernel/python/sgl_kernel/attention.py`` as of SGLang PR #7184: ``num_kv_splits`` from PR #6929,
 ``q_nope``/``q_pe`` from #7145, ``sm_scale`` and one split by default from #7184; ``docs/sources.md``) plus the C++
 ``can_implement`` page-size rules (``sm100_fmha_mla_tma_warpspecialized.hpp``: power-of-two page
-<= 128 on the cp.async path, exactly 128 on the TMA path) and two checks the real wrapper does not
-do: the workspace size, and a page table whose rows are contiguous (the kernel's column stride is
-the constant 1). It runs on any machine, so the contract is tested on CPU.
+<= 128 on the cp.async path, exactly 128 on the TMA path) and checks the real wrapper does not do: the
+workspace size, each row's entries contiguous (the kernel's column stride is the constant 1), and rows
+``size(1)`` apart (the kernel's row stride is ``page_table.sizes()[1]``, ``cutlass_mla_kernel.cu`` lines 104 and
+129 at ``7059ae16f``: a narrow view ``buf[:, :w]`` of a wider buffer sends rows 1.. into row 0's entries,
+SGLang #6998). It runs on any machine, so the contract is tested on CPU.
 """
 
 from __future__ import annotations
@@ -19,8 +21,15 @@ from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT, D_ROPE, get_works
 from mla_edu.util import is_int
 
 
-def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits=1, sm_count=0) -> None:
-    """Raise ValueError/TypeError where ``cutlass_mla_decode`` would reject (or misbehave on) its arguments."""
+def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits=1, sm_count=0, *,
+                       allow_row_stride_mismatch: bool = False) -> None:
+    """Raise ValueError/TypeError where ``cutlass_mla_decode`` would reject (or misread) its arguments.
+
+    ``allow_row_stride_mismatch=True`` accepts a table whose rows are not ``size(1)`` apart (the kernel then reads
+    rows 1.. at the wrong entries): only for code that reproduces SGLang #6998 on purpose.
+    """
+    if not isinstance(allow_row_stride_mismatch, bool):
+        raise TypeError(f"allow_row_stride_mismatch must be a bool, got {type(allow_row_stride_mismatch).__name__}")
     check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace)
     for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_c_and_k_pe_cache", cache)):
         if t.dim() != 3:
@@ -50,6 +59,11 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
     if block_num % (128 // page) != 0:
         raise ValueError(f"block_num must be a multiple of 128 / PAGE = {128 // page}, got {block_num}")
     check_page_table_layout(page_table)
+    if page_table.size(0) > 1 and page_table.stride(0) != block_num and not allow_row_stride_mismatch:
+        raise ValueError(
+            f"page_table rows must be size(1) = {block_num} entries apart (the kernel's row stride is size(1)), "
+            f"got stride(0) = {page_table.stride(0)} for shape {tuple(page_table.shape)}: a narrow or row-strided "
+            "view, whose rows 1.. the kernel would read at the wrong entries (SGLang #6998); pass .contiguous()")
     if q_nope.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"q_nope dtype must be float16 or bfloat16, got {q_nope.dtype}")
     if not q_nope.dtype == q_pe.dtype == cache.dtype:
@@ -86,8 +100,12 @@ def cutlass_unavailable_reason(device=None) -> str | None:
 
 
 def check_cutlass_call(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
-    """``check_cutlass_args`` in the argument order of ``mla_decode``'s other checks (``IMPLS["cutlass"].check``)."""
-    check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits)
+    """``check_cutlass_args`` in the argument order of ``mla_decode``'s other checks (``IMPLS["cutlass"].check``).
+
+    A narrow view is let through: ``mla_decode`` reads every impl's rows ``size(1)`` apart, as the wrapper does, so
+    that the pre-fix backend reproduces SGLang #6998 with any impl, this one included."""
+    check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits,
+                       allow_row_stride_mismatch=True)
 
 
 def mla_decode_cutlass(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,

@@ -13,7 +13,9 @@ import torch
 
 from mla_edu.util import cdiv, check_finite, check_int, is_int
 
-#: H100 / H200 SXM have 132 SMs; used where no GPU can be asked (CPU runs).
+#: H100 / H200 SXM have 132 SMs; used where no GPU can be asked (CPU runs). cutlass_mla_decode itself runs only on
+#: SM100, and a B200 has 148: the automatic split counts can differ (at W = 33, B = 8: 11 here, 17 there), but for
+#: the seed's graphs (64 and 128 requests, any width up to 33) they are the same.
 DEFAULT_SM_COUNT = 132
 #: cutlass pads heads to its 128-row tile; workspace is sized for 128 heads whatever H is.
 CUTLASS_HEADS = 128
