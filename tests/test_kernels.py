@@ -87,6 +87,9 @@ def test_workspace_formula():
     # capture-time dummy width 1 page: one split, however large the real lengths are later
     assert num_kv_splits_for(128, 8, 132, -1) == 1
     assert get_workspace_size(4224, 8, 132, -1) == 11 * 8 * 262_656
+    # max_splits = ceil(L / 128): one token past a multiple of 128 needs one more split (B=1: heur = max_splits)
+    assert [num_kv_splits_for(n, 1, 132, -1) for n in (1, 127, 128, 129, 256, 257)] == [1, 1, 1, 2, 2, 3]
+    assert get_workspace_size(129, 1, 132, -1) == 2 * 262_656
     with pytest.raises(ValueError, match="num_kv_splits must be -1"):
         num_kv_splits_for(128, 1, 132, 0)
     with pytest.raises(ValueError, match="max_seq_len must be > 0"):
@@ -151,29 +154,72 @@ def test_size_policy_reads_exactly_the_flat_storage_index():
 
 
 # ---- checked mode and poison ------------------------------------------------------------------
+def finite_case(seed, lens, extra_cols=1):
+    """A case with no NaN slot and no poison id (an unused column holds the row's first page): every NaN a
+    checked call returns is the check's, not a read of poison."""
+    case = random_decode_case(seed, heads=4, page_size=16, lens=lens, d_latent=32, d_rope=16, extra_cols=extra_cols)
+    case.cache = case.cache.nan_to_num(0.5)
+    t = case.page_table
+    case.page_table = torch.where((t < 0) | (t >= case.cache.size(0)), t[:, :1], t)  # [B, W]
+    assert torch.isfinite(case.cache).all()
+    assert bool(((case.page_table >= 0) & (case.page_table < case.cache.size(0))).all())
+    return case
+
+
+def checked_and_unchecked(case, lens, table, impl, splits=2, **kw):
+    args = (case.q_nope, case.q_pe, case.cache, lens, table, case.workspace(splits), case.sm_scale, splits)
+    return mla_decode(*args, impl=impl, checked=True, **kw), mla_decode(*args, impl=impl, **kw)
+
+
 @pytest.mark.parametrize("impl", ["reference", "torch"])
-def test_checked_mode_nan_for_out_of_range_page(impl):
-    case = random_decode_case(11, batch=3, heads=4, page_size=16, lens=[20, 5, 33], d_latent=32, d_rope=16)
+@pytest.mark.parametrize("bad_id", [-1, 10_000])
+def test_checked_mode_nan_for_out_of_range_page(impl, bad_id):
+    case = finite_case(11, [20, 5, 33])
     table = case.page_table.clone()
-    table[2, 1] = case.cache.size(0) + 100  # request 2 now points at a page that does not exist
-    ws = case.workspace(2)
-    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl=impl,
-                     checked=True)
+    table[2, 1] = bad_id  # request 2 reads a page that does not exist (its 2nd of 3)
+    out, out_u = checked_and_unchecked(case, case.seq_lens, table, impl)
     assert torch.isnan(out[2]).all() and torch.isfinite(out[:2]).all()
     ref = case.dense_f64()
     assert rel_err(out[:2], ref[:2]) < 1e-5
-    # unchecked: the id is clamped to the last page and the request silently gets a wrong answer
-    out_u = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, table, ws, case.sm_scale, 2, impl=impl)
-    assert not torch.isnan(out_u[:2]).any() and rel_err(out_u[:2], ref[:2]) < 1e-5
+    # unchecked: the id is clamped into [0, num_pages) and the request silently gets a finite, wrong answer
+    assert torch.isfinite(out_u).all() and rel_err(out_u[:2], ref[:2]) < 1e-5 and not rel_err(out_u[2], ref[2]) < 0.1
 
 
 @pytest.mark.parametrize("impl", ["reference", "torch"])
 def test_checked_mode_nan_when_length_needs_more_pages_than_the_row(impl):
-    case = random_decode_case(12, batch=2, heads=2, page_size=16, lens=[30, 10], d_latent=32, d_rope=16, extra_cols=0)
+    case = finite_case(12, [30, 10], extra_cols=0)  # rows of 2 pages, every entry a valid page id
     lens = torch.tensor([30, 40], dtype=torch.int32)  # request 1 now claims 3 pages, its row holds 2
-    out = mla_decode(case.q_nope, case.q_pe, case.cache, lens, case.page_table, case.workspace(1), case.sm_scale,
-                     impl=impl, checked=True)
+    out, out_u = checked_and_unchecked(case, lens, case.page_table, impl)
     assert torch.isnan(out[1]).all() and torch.isfinite(out[0]).all()
+    assert torch.isfinite(out_u).all()  # unchecked: clamped to the row's 2 pages
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_checked_mode_nan_for_a_table_entry_past_the_storage(impl):
+    # a [2, 2] table of row stride 4 whose storage ends with its last row: 6 entries, every one a valid page id
+    case = finite_case(13, [20, 30], extra_cols=0)
+    store = torch.cat([case.page_table[0], case.page_table[0], case.page_table[1]])  # [6]: row 0, 2 spare, row 1
+    table = store.as_strided((2, 2), (4, 1))
+    assert torch.equal(table, case.page_table)
+    # under the "stride" policy request 1 may read 4 entries from flat index 4; with 40 tokens it reads a 3rd,
+    # flat index 6, past the storage (not past the rows' 4 pages: no length check fires)
+    lens = torch.tensor([20, 40], dtype=torch.int32)
+    out, out_u = checked_and_unchecked(case, lens, table, impl, stride_policy="stride")
+    assert torch.isnan(out[1]).all() and torch.isfinite(out[0]).all()
+    assert rel_err(out[0], case.dense_f64()[0]) < 1e-5
+    assert torch.isfinite(out_u).all()  # unchecked: clamped to the storage's last entry
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch", "triton"])  # Triton: the GPU, else its interpreter
+@pytest.mark.parametrize("splits", [1, 2, 4])
+def test_empty_request_gives_zeros_whatever_the_split_count(impl, splits):
+    # seq_len 0: every split of request 0 is empty (lse -inf); stage 2 must merge them to 0, not 0/0 = NaN
+    dev = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
+    case = random_decode_case(14, heads=4, page_size=16, lens=[0, 40, 16], d_latent=32, d_rope=16, device=dev)
+    out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.workspace(splits),
+                     case.sm_scale, splits, impl=impl)
+    assert (out[0] == 0).all() and torch.isfinite(out).all()
+    assert rel_err(out.cpu(), case.dense_f64().cpu()) < 1e-5
 
 
 def test_torch_and_reference_agree_unchecked_on_garbage_tables():

@@ -23,6 +23,17 @@ def test_req_to_token_pool_alloc_free_reuse():
         pool.free(7)
 
 
+def test_paged_allocator_reuses_freed_pages_last_in_first_out():
+    # the docstring's LIFO: freed pages go to the front of the free list, last freed first, while other pages
+    # are still free (an exhausted pool cannot tell front from back)
+    alloc = PagedAllocator(8, 16)
+    p = alloc.alloc_pages(3)
+    assert p.tolist() == [1, 2, 3] and alloc.available_pages() == 4
+    alloc.free_pages(p)
+    assert alloc.alloc_pages(3).tolist() == list(reversed(p.tolist()))
+    assert alloc.alloc_pages(1).tolist() == [4]  # then the pages never handed out, in order
+
+
 def test_paged_allocator_reserves_page0_and_reuses():
     alloc = PagedAllocator(6, 16)
     assert alloc.available_pages() == 5

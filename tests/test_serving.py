@@ -197,3 +197,64 @@ def test_parse_defects():
     assert parse_defects("none") == frozenset()
     assert parse_defects("width, scale") == {"width", "scale"}
     assert parse_defects(None) == {"width", "workspace"}
+
+
+def _record_logits(eng):
+    """Wrap ``eng.runner.decode`` so each step's logits ``[B, vocab]`` are kept."""
+    seen, decode = [], eng.runner.decode
+
+    def record(*args, **kw):
+        out = decode(*args, **kw)
+        seen.append(out[2])
+        return out
+
+    eng.runner.decode = record
+    return seen
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_decode_steps_equal_the_model_on_the_full_prefix(model, graph):
+    # each decode step's logits and greedy token are the model's on the whole prefix (prompt + tokens fed back):
+    # the step attends over seq_len = position + 1 tokens, the fed-back one included. Short prompts, where one
+    # token of the prefix moves the logits (over hundreds of tokens this random model hardly sees one), and one
+    # of 127 tokens, whose 2nd step starts a page
+    kw = dict(cuda_graph_bs=(4,)) if graph else dict(disable_cuda_graph=True)
+    eng = Engine(model, defects="none", max_running_requests=4, **kw)
+    seen = _record_logits(eng)
+    reqs = eng.prefill_requests(prompts(12, 3, 1, 8) + prompts(13, 1, 127, 127))
+    for _ in range(2):
+        prefixes = [r.prompt_ids + r.output_ids for r in reqs]
+        eng.decode_step(reqs, stop=set())
+        for req, prefix, logits in zip(reqs, prefixes, seen[-1]):
+            ref = eng.runner.model.prefill(torch.tensor(prefix, device=eng.runner.device)[None])[0][0, -1]
+            assert torch.allclose(logits, ref, rtol=1e-4, atol=1e-3)
+            assert req.output_ids[-1] == int(ref.argmax())
+    assert eng.stats["graph_steps"] == (2 if graph else 0)
+
+
+def test_padded_rows_write_to_the_pad_slot(model):
+    """A replay with fewer requests than the captured size refills the padded rows: ``seq_lens`` with the backend's
+    fill value, ``out_cache_loc`` with the reserved pad slot. Stale values would write the padded row's latent into
+    the slot of a request that left, whose pages another request may own by now."""
+    eng = Engine(model, defects="none", cuda_graph_bs=(4,), max_running_requests=4)
+    gr, rn = eng.runner.graph_runner, eng.runner
+    fill = rn.backend.get_cuda_graph_seq_len_fill_value()
+    reqs = eng.prefill_requests(prompts(13, 4, 130, 200))  # 2 pages each
+    for r in reqs:
+        r.max_new_tokens = 10
+    eng.decode_step(reqs, stop=set())  # 4 rows: no padding
+    old_loc = int(gr.out_cache_loc[3])  # where request 3 wrote its fed-back token's latent
+    assert old_loc != rn.pad_loc and int(gr.seq_lens[3]) != fill
+    eng.free_req(reqs[3])
+    new = eng.prefill_requests(prompts(14, 1, 250, 250))[0]  # takes request 3's pages (LIFO) and row
+    slots = rn.req_to_token_pool.req_to_token[new.req_pool_idx, :new.seq_len].to(torch.int64)  # [250]
+    assert old_loc in slots.tolist()  # the new request owns the slot the stale row would write
+    before = [rn.kv_cache.kv_buffer[i].view(-1, rn.kv_cache.kv_buffer[i].size(-1))[slots].clone()
+              for i in range(rn.num_layers)]
+    eng.decode_step(reqs[:3], stop=set())  # 3 rows, padded to 4
+    assert eng.stats["padded_rows"] == 1
+    assert int(gr.out_cache_loc[3]) == rn.pad_loc
+    assert int(gr.seq_lens[3]) == int(gr.seq_lens_cpu[3]) == fill
+    for i in range(rn.num_layers):
+        after = rn.kv_cache.kv_buffer[i].view(-1, rn.kv_cache.kv_buffer[i].size(-1))[slots]
+        assert torch.equal(after, before[i]), f"layer {i}: the padded row overwrote the new request's latents"
