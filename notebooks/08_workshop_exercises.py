@@ -161,7 +161,7 @@ panel.show()
 #
 # `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
 # holds every request's current length, the token being decoded included. The checker captures
-# graphs for batch sizes 2 and 4 (context 384, `W = 4`) at every split count the kernel takes here
+# graphs for batch sizes 2 and 4 (context 386, `W = 4`) at every split count the kernel takes here
 # (`ex.REPLAY_SPLITS`), runs an eager step before each replay (as a server does), fills the index
 # buffer with a poison page id, calls your function, checks on the host what it left (the captured
 # buffer and workspace, the engine's inputs, the page ids every row will read), and only then replays

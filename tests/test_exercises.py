@@ -34,9 +34,9 @@ def _rebind(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # a fresh t
     backend.cuda_graph_kv_indices = table
 
 
-def _one_wide(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix view [:bs, :1]
-    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
-                            backend.cuda_graph_kv_indices[:bs, :1], 128)
+def _one_wide(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix view [:bs, :1]: its first ids
+    # (fill_page_table refuses a table narrower than the request: write the one column by hand)
+    backend.cuda_graph_kv_indices[:bs, 0] = backend.req_to_token[req_pool_indices[:bs], 0] // 128
 
 
 def _new_table(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix replay's habit

@@ -85,9 +85,10 @@ def toy_model():
 
 
 # ---- 1. write the replay hook -------------------------------------------------------------------
-#: the engine exercise 1 captures: graphs for 2 and 4 rows, context 384 (W = (384 + 128) // 128 = 4 columns), on
-#: the CPU whatever the machine has (a learner's hook never reaches a GPU kernel)
-REPLAY_SETUP = dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=384)
+#: the engine exercise 1 captures: graphs for 2 and 4 rows, context 386 (W = (386 + 128) // 128 = 4 columns; the
+#: longest row, seq_len 384, is a prompt of 383 tokens, and a request's prompt and 3 new tokens must fit), on the
+#: CPU whatever the machine has (a learner's hook never reaches a GPU kernel)
+REPLAY_SETUP = dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=386)
 #: every split count the fixed kernel takes on this engine: the full-width view gives max_seq_len = 4 * 128, so
 #: 1 to 4 splits (automatic splits give 4 here); at more than one split the kernel uses the workspace
 REPLAY_SPLITS = (1, 2, 3, 4)
