@@ -19,7 +19,7 @@ inputs only: each truth is measured on the mini engine, or computed, inside the 
 on the CPU, with a time limit, and may not call the library's own implementation of its answer
 (``checks.run_learner``); answers are read by ``checks.meaning``, the one rule of every check. Hints name the
 concept that is wrong, never the expected value. The solutions are not in this package: they are in the
-instructor build of the kit (``instructor/``, ``make instructor``).
+repository's ``instructor/`` folder (``make instructor`` builds the notebooks with them).
 """
 
 from __future__ import annotations
@@ -543,10 +543,10 @@ def check_workspace_size(fn) -> ExerciseResult:
     if bad:
         return bad
     cases = WORKSPACE_CASES + _workspace_drawn()
+    want = [get_workspace_size(*case) for case in cases]  # before the learner's function runs
     got, err = _workspace_answers(fn, cases)
     if err:
         return _report(False, err)
-    want = [get_workspace_size(*case) for case in cases]
     if got == want:
         return _report(True, f"all {len(WORKSPACE_CASES)} cases (and {len(cases) - len(WORKSPACE_CASES)} drawn "
                              "now) equal sgl-kernel's cutlass_mla_get_workspace_size (e.g. "
@@ -771,20 +771,20 @@ def check_stale_reads(fn) -> ExerciseResult:
         left = deadline - time.monotonic()
         if left <= 0:
             return None, _report(False, f"your function took more than {STALE_SECONDS:g} s over the steps")
-        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left)
+        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left, items=True)
         if err:
             return None, _report(False, f"{where}: {err}" if err.startswith(("refused", "your function"))
                                  else f"{where}: your function raised {err}")
         got, err = _stale_answer(got)
         return (None, _report(False, f"{where}: {err}")) if err else (got, None)
 
+    truths = [_stale_variant(*step) for step in named]  # every truth before the learner's function runs
     got_named = []
     for k, step in enumerate(named):
         got, result = answer(k, step)
         if result:
             return result
         got_named.append(got)
-    truths = [_stale_variant(*step) for step in named]
     if got_named != truths:
         for name, hint in STALE_MISTAKES.items():
             keyword, values = _STALE_VARIANTS[name]
@@ -795,10 +795,10 @@ def check_stale_reads(fn) -> ExerciseResult:
         return _wrong_step(f"step {k}", named[k], got_named[k], truths[k])
     domain = stale_domain() + _stale_drawn()
     for step in domain:  # the first step that differs ends the check
+        truth = _stale_variant(*step)
         got, result = answer(len(named), step)
         if result:
             return result
-        truth = _stale_variant(*step)
         if got != truth:
             return _wrong_step("a step of the domain", step, got, truth)
     n = sum(len(t) for t in truths)
