@@ -403,6 +403,24 @@ def test_a_function_that_never_returns_is_stopped_with_a_hint(monkeypatch):
     assert not r.passed and "did not finish" in r.message, r.message
 
 
+def test_a_hook_through_the_backend_accessor_passes_and_one_that_skips_padded_rows_does_not():
+    """The replay refuses the backends' replay hooks, not their accessors (``graph_index_buffer()`` was refused with
+    all of mla_edu/serving/); a padded row left holding the poison id reads out of range on a GPU (it passed)."""
+    def via_accessor(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
+                                backend.graph_index_buffer()[:bs], 128)
+
+    def real_rows_only(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        real = int((seq_lens[:bs] > 1).sum())
+        kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:real], seq_lens[:real],
+                                backend.cuda_graph_kv_indices[:real], 128)
+
+    r = ex.check_replay(via_accessor)
+    assert r.passed, r.message
+    r = ex.check_replay(real_rows_only)
+    assert not r.passed and "the padded rows read their first entry too" in r.message, r.message
+
+
 def test_a_generator_that_never_ends_is_stopped_with_a_hint(monkeypatch):
     """A generator's body runs when its items are read: the checker reads them inside the time limit (it hung)."""
     from mla_edu.workshop import checks

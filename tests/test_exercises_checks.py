@@ -225,6 +225,16 @@ def test_a_lazy_answer_is_read_inside_the_time_limit(monkeypatch):
     assert not r.passed and "ZeroDivisionError" in r.message, r.message
 
 
+def test_a_2d_integer_tensor_is_the_set_of_its_rows():
+    """torch.nonzero(mask) and np.argwhere(mask) answer "which (row, page)" (rejected before as unreadable)."""
+    mask = torch.tensor([[True, False], [False, True]])
+    for answer in (torch.nonzero(mask), np.argwhere(mask.numpy()), torch.nonzero(mask).int()):
+        assert checks.check_items("q", answer, {(0, 0), (1, 1)}).passed
+    assert not checks.check_items("q", torch.nonzero(mask).float(), {(0, 0), (1, 1)}).passed
+    assert checks.check_items("q", torch.zeros(0, 2, dtype=torch.long), set()).passed
+    assert not checks.check_items("q", torch.zeros(1, 2, dtype=torch.long, device="meta"), set()).passed
+
+
 def test_a_wrong_answer_without_a_hint_is_told_what_is_compared():
     """No exercise of 01-07 writes a general hint: the message promised one ("see the hint in the exercise")."""
     for r in (checks.check_number("q", 3, 4), checks.check_number("q", 3.0, 4.0, tolerance=0.05),

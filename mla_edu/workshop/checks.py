@@ -175,12 +175,17 @@ def option_key(answer):
 
 def as_items(prediction, limit: int = MAX_ITEMS):
     """``(frozenset of meanings, None)`` or ``(None, what is wrong)``: a set, list, tuple, range or iterator of items
-    (each an int-like, a name, or a tuple of those), at most ``limit`` of them. ``None`` and an empty ``{}`` mean
-    the empty set."""
+    (each an int-like, a name, or a tuple of those), at most ``limit`` of them; a 2-D integer tensor or array is
+    the set of its rows, as tuples. ``None`` and an empty ``{}`` mean the empty set."""
     if prediction is None or (isinstance(prediction, dict) and not prediction):
         return frozenset(), None
     if isinstance(prediction, (str, bytes, dict)) or not hasattr(prediction, "__iter__"):
         return None, f"expected a set or list, got {type(prediction).__name__} {show(prediction)}"
+    if _integer_matrix(prediction):  # torch.nonzero(mask), np.argwhere(mask): one (row, column) tuple per row
+        try:
+            prediction = [tuple(row) for row in prediction.tolist()]
+        except Exception as e:  # a meta tensor has no values
+            return None, f"reading your answer raised {describe(e)}"
     try:
         if hasattr(prediction, "__len__") and len(prediction) > limit:
             return None, f"expected a set of at most {limit:,} items, got more"
@@ -197,6 +202,17 @@ def as_items(prediction, limit: int = MAX_ITEMS):
     if UNREADABLE in got or any(isinstance(i, tuple) and UNREADABLE in i for i in got):
         return None, f"expected ints, tuples of ints or names, got {show(prediction)}"
     return frozenset(got), None
+
+
+def _integer_matrix(x) -> bool:
+    """A 2-D integer torch tensor or numpy array (not bool)."""
+    module = type(x).__module__ or ""
+    if not module.startswith(("numpy", "torch")) or getattr(x, "ndim", None) != 2:
+        return False
+    dtype = x.dtype
+    if hasattr(dtype, "is_floating_point"):  # torch
+        return not (dtype.is_floating_point or dtype.is_complex or str(dtype) == "torch.bool")
+    return getattr(dtype, "kind", "") in "iu"
 
 
 def _item(item):

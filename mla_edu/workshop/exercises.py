@@ -42,6 +42,7 @@ from mla_edu.kvcache import fill_page_table
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
 from mla_edu.serving import PRE_FIX, Engine
+from mla_edu.serving.backends import BACKEND_CLASSES, AttentionBackend
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
@@ -162,7 +163,14 @@ REPLAY_HINTS = {
     "broke": "the replay failed after your function ran ({err}): your function left the backend in a state the "
              "captured step cannot run with; write the page ids, change nothing else",
 }
-_REPLAY_REFUSAL_FILES = _OWN_CODE + ("mla_edu/serving/",)
+
+
+def _replay_refusal() -> Refusal:
+    """The checkers' own code and every backend's replay hook (by its code object and by a copy of it); the
+    backend's accessors (``graph_index_buffer()``) and the library's helpers (``fill_page_table``) are allowed."""
+    hooks = {cls.init_forward_metadata_replay_cuda_graph for cls in (AttentionBackend, *BACKEND_CLASSES.values())}
+    return Refusal(files=_OWN_CODE, functions=sorted(hooks, key=lambda f: f.__qualname__),
+                   why="the backend's own replay hook")
 
 
 class _Verdict(Exception):
@@ -201,7 +209,7 @@ def _replay_on(engine: Engine, fn) -> tuple:
     buf, workspace = backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace
     frozen = {"buffer": _tensor_state(buf), "workspace": _tensor_state(workspace)}
     num_pages = backend.kv_cache.kv_buffer[0].shape[0]
-    refusal = Refusal(files=_REPLAY_REFUSAL_FILES, why="the backend's own code")
+    refusal = _replay_refusal()
     state = {}
 
     def hook(bs, req_pool_indices, seq_lens, seq_lens_cpu):
@@ -249,9 +257,10 @@ def _replay_on(engine: Engine, fn) -> tuple:
             name, _, rows = mistake.partition(":")
             bad = [lens[int(b)] for b in rows.split(", ")] if rows else []
             raise _Verdict(REPLAY_HINTS[name].format(rows=rows, bs=bs, lens=bad), clean=name != "new_table")
+        # every row the graph runs reads its pages, a padded row (seq_len 1) its first entry: each a page of the
+        # cache (the poison id too is none: the real rows' poison was diagnosed above, a padded row's is here)
         read = [buf[b, : cdiv(int(n), PAGE_SIZE)] for b, n in enumerate(seq_lens[:bs].tolist())]
-        outside = [str(b) for b, ids in enumerate(read)
-                   if bool((((ids < 0) | (ids >= num_pages)) & (ids != POISON_PAGE)).any())]
+        outside = [str(b) for b, ids in enumerate(read) if bool(((ids < 0) | (ids >= num_pages)).any())]
         if outside:
             raise _Verdict(REPLAY_HINTS["out_of_range"].format(rows=", ".join(outside)), clean=True)
 
