@@ -70,12 +70,13 @@ assert reads.launch.row_stride == 1 and reads.launch.buffer_row_stride == 5
 assert result.graph["accuracy"] < result.eager["accuracy"] - 0.5
 
 # %% [markdown]
-# Read the figure from left to right. The bars: eager is right, the graph is not. The index buffer
-# (`cuda_graph_kv_indices`, 8 rows of width `W = (512 + 128) // 128 = 5`): green entries were
-# written for this step, orange ones (x) still hold page ids of earlier requests (or the initial
-# 1): stale entries, which SGLang never resets, before or after the fix. The intended page ids,
-# then what the kernel read: row 0 reads its own pages, row `b > 0` reads
-# entries `b, b+1, ...` of the buffer's storage, i.e. row 0's pages shifted by `b`, then stale ids.
+# Read the figure from left to right. The bars: eager is right, the graph is not (hatched: it lost
+# accuracy). The page-table buffer (`cuda_graph_kv_indices`, the exercises' index buffer; 8 rows of
+# width `W = (512 + 128) // 128 = 5`): green entries were written for this step, orange ones (x)
+# still hold page ids of earlier requests (or the initial 1): stale entries, which SGLang never
+# resets, before or after the fix. The intended page ids, then what the kernel read: row 0 reads its
+# own pages, row `b > 0` reads entries `b, b+1, ...` of the buffer's storage: row 0's entries shifted
+# by `b`, and once past row 0's end (`W = 5`), the next rows' entries, fresh or stale.
 # The graph froze `size(1) = 1`, the width of the view sliced at capture with dummy lengths of 1.
 #
 # Who still answers right under the bug? `run_bench` records each request's batch row at every decode
@@ -161,7 +162,7 @@ panel.show()
 #
 # `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
 # holds every request's current length, the token being decoded included. The checker captures
-# graphs for batch sizes 2 and 4 (context 384, `W = 4`) at every split count the kernel takes here
+# graphs for batch sizes 2 and 4 (context 386, `W = 4`) at every split count the kernel takes here
 # (`ex.REPLAY_SPLITS`), runs an eager step before each replay (as a server does), fills the index
 # buffer with a poison page id, calls your function, checks on the host what it left (the captured
 # buffer and workspace, the engine's inputs, the page ids every row will read), and only then replays

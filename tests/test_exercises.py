@@ -3,6 +3,8 @@ would write it, is rejected with its own hint; nothing raises. The solutions com
 (``instructor/ex08.py``), which the package does not ship."""
 
 import re
+import signal
+import sys
 
 import matplotlib
 import pytest
@@ -34,9 +36,9 @@ def _rebind(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # a fresh t
     backend.cuda_graph_kv_indices = table
 
 
-def _one_wide(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix view [:bs, :1]
-    kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
-                            backend.cuda_graph_kv_indices[:bs, :1], 128)
+def _one_wide(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix view [:bs, :1]: its first ids
+    # (fill_page_table refuses a table narrower than the request: write the one column by hand)
+    backend.cuda_graph_kv_indices[:bs, 0] = backend.req_to_token[req_pool_indices[:bs], 0] // 128
 
 
 def _new_table(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the pre-fix replay's habit
@@ -326,9 +328,61 @@ def test_the_library_workspace_formula_is_refused_however_it_is_called():
     copy_ns: dict = {}
     exec(inspect.getsource(get_workspace_size), get_workspace_size.__globals__ | {"__name__": "copy"}, copy_ns)
     for fn in [get_workspace_size, lambda *a: get_workspace_size(*a), functools.partial(get_workspace_size),
-               copy_ns["get_workspace_size"]]:
+               copy_ns["get_workspace_size"], _tracer_off, _tracer_off_and_on, _in_a_thread, _empties_the_refusal,
+               _edits_the_tracer, _patches_the_truth]:
         r = ex.check_workspace_size(fn)
-        assert not r.passed and "refused" in r.message, r.message
+        assert not r.passed and "refused" in r.message, (fn, r.message)
+    assert ex.get_workspace_size is get_workspace_size and sys.gettrace() is None  # put back
+    assert ex.check_workspace_size(ex08.workspace_size).passed
+
+
+# ways round the refusal an audit found (each passed before): what they do is in the function's name
+def _tracer_off(*case):
+    sys.settrace(None)
+    return get_workspace_size(*case)
+
+
+def _tracer_off_and_on(*case):
+    tracer = sys.gettrace()
+    try:
+        sys.settrace(None)
+    except BaseException:
+        pass
+    value = get_workspace_size(*case)
+    sys.settrace(tracer)
+    return value
+
+
+def _in_a_thread(*case):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(get_workspace_size, *case).result()
+
+
+def _empties_the_refusal(*case):  # walks up to the checker's Refusal and empties it
+    frame = sys._getframe(1)
+    while "refuse" not in frame.f_locals:
+        frame = frame.f_back
+    refusal = frame.f_locals["refuse"]
+    for field in ("files", "codes", "copies"):
+        try:
+            setattr(refusal, field, ())
+        except AttributeError:
+            pass
+    return get_workspace_size(*case)
+
+
+def _edits_the_tracer(*case):  # replaces the Refusal the tracer holds
+    for cell in sys.gettrace().__closure__:
+        if isinstance(cell.cell_contents, tuple) and hasattr(cell.cell_contents, "refuses"):
+            cell.cell_contents = None
+    return get_workspace_size(*case)
+
+
+def _patches_the_truth(*case):  # makes the checker's truth agree with it, for every later check too
+    ex.get_workspace_size = lambda *a: 0
+    return 0
 
 
 def test_elements_for_bytes_gets_a_hint_that_names_both_readings():
@@ -346,6 +400,48 @@ def test_a_function_that_never_returns_is_stopped_with_a_hint(monkeypatch):
 
     monkeypatch.setattr(checks, "LEARNER_SECONDS", 0.5)
     r = ex.check_workspace_size(forever)
+    assert not r.passed and "did not finish" in r.message, r.message
+
+
+def test_a_hook_through_the_backend_accessor_passes_and_one_that_skips_padded_rows_does_not():
+    """The replay refuses the backends' replay hooks, not their accessors (``graph_index_buffer()`` was refused with
+    all of mla_edu/serving/); a padded row left holding the poison id reads out of range on a GPU (it passed)."""
+    def via_accessor(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
+                                backend.graph_index_buffer()[:bs], 128)
+
+    def real_rows_only(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        real = int((seq_lens[:bs] > 1).sum())
+        kvcache.fill_page_table(backend.req_to_token, req_pool_indices[:real], seq_lens[:real],
+                                backend.cuda_graph_kv_indices[:real], 128)
+
+    r = ex.check_replay(via_accessor)
+    assert r.passed, r.message
+    r = ex.check_replay(real_rows_only)
+    assert not r.passed and "the padded rows read their first entry too" in r.message, r.message
+
+
+def test_a_generator_that_never_ends_is_stopped_with_a_hint(monkeypatch):
+    """A generator's body runs when its items are read: the checker reads them inside the time limit (it hung)."""
+    from mla_edu.workshop import checks
+
+    def endless(buffer, seq_lens, row_stride):  # a mis-indented j += 1
+        j = 0
+        while j < 1:
+            if j > 5:
+                yield (0, j)
+
+    def too_long(signum, frame):
+        raise TimeoutError("check_stale_reads hung on a generator")
+
+    monkeypatch.setattr(checks, "LEARNER_SECONDS", 0.5)
+    old = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(60)
+    try:
+        r = ex.check_stale_reads(endless)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
     assert not r.passed and "did not finish" in r.message, r.message
 
 

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import re
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,42 @@ def test_run_learner_refuses_the_named_code_even_if_the_function_swallows_the_st
     value, err = checks.run_learner(sneaky, refuse=checks.Refusal(functions=(library,)))
     assert value is None and err.startswith("refused")
     assert checks.run_learner(lambda: 7) == (7, None)
+
+
+def test_a_lazy_answer_is_read_inside_the_time_limit(monkeypatch):
+    def too_long(signum, frame):
+        raise TimeoutError("check_items hung on a generator")
+
+    monkeypatch.setattr(checks, "LEARNER_SECONDS", 0.5)
+    old = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(30)
+    try:
+        r = checks.check_items("q", (x for x in itertools.count() if x < 0), {1})  # never yields: it hung
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert not r.passed and "did not finish" in r.message, r.message
+    assert checks.check_items("q", (x for x in [1]), {1}).passed
+    r = checks.check_items("q", (1 // 0 for _ in [1]), {1})
+    assert not r.passed and "ZeroDivisionError" in r.message, r.message
+
+
+def test_a_2d_integer_tensor_is_the_set_of_its_rows():
+    """torch.nonzero(mask) and np.argwhere(mask) answer "which (row, page)" (rejected before as unreadable)."""
+    mask = torch.tensor([[True, False], [False, True]])
+    for answer in (torch.nonzero(mask), np.argwhere(mask.numpy()), torch.nonzero(mask).int()):
+        assert checks.check_items("q", answer, {(0, 0), (1, 1)}).passed
+    assert not checks.check_items("q", torch.nonzero(mask).float(), {(0, 0), (1, 1)}).passed
+    assert checks.check_items("q", torch.zeros(0, 2, dtype=torch.long), set()).passed
+    assert not checks.check_items("q", torch.zeros(1, 2, dtype=torch.long, device="meta"), set()).passed
+
+
+def test_a_wrong_answer_without_a_hint_is_told_what_is_compared():
+    """No exercise of 01-07 writes a general hint: the message promised one ("see the hint in the exercise")."""
+    for r in (checks.check_number("q", 3, 4), checks.check_number("q", 3.0, 4.0, tolerance=0.05),
+              checks.check_items("q", {1}, {2})):
+        assert not r.passed and "hint" not in r.message and "the check wants" in r.message, r.message
+    assert "within a relative 0.05" in checks.check_number("q", 3.0, 4.0, tolerance=0.05).message
 
 
 # ---- every exercise of notebooks 01-07 is checkable, and no answer sits in the learner's notebook ------

@@ -143,7 +143,9 @@ def replay(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
 """
 REPLAY_EXTRA = [  # the mutants no single-node rule makes
     ("capture batch size", REPLAY_REF.replace("[:bs]", "[:backend.cuda_graph_kv_indices.shape[0]]")),
-    ("one-wide view", REPLAY_REF.replace("cuda_graph_kv_indices[:bs]", "cuda_graph_kv_indices[:bs, :1]")),
+    # the pre-fix 1-wide view: each row's first page id only (fill_page_table refuses so narrow a table)
+    ("one-wide view", REPLAY_REF.split("    fill")[0] + "    backend.cuda_graph_kv_indices[:bs, 0] = "
+                      "backend.req_to_token[req_pool_indices[:bs], 0] // 128\n"),
     ("first row only", REPLAY_REF.replace("[:bs]", "[:1]")),
     ("batch row as pool row", REPLAY_REF.replace("req_pool_indices[:bs]", "torch.arange(bs, dtype=torch.int32)")),
     ("another view: the metadata's table", REPLAY_REF.replace("backend.cuda_graph_kv_indices[:bs]",
@@ -156,8 +158,10 @@ REPLAY_EXTRA = [  # the mutants no single-node rule makes
 
 
 def _replay_domain():
-    """Batches on a fake backend: every decode length 2..384 in some row, 1 to 4 real rows, padded to 2 or 4."""
-    pool, ctx, W, max_bs = 8, 384, 4, 4
+    """Batches on a fake backend: every decode length 2..384 in some row, 1 to 4 real rows, padded to 2 or 4; the
+    checker's context (386: an engine never decodes at seq_len = context, so reading req_to_token one token past
+    the request is no mistake there)."""
+    pool, ctx, W, max_bs = 8, ex.REPLAY_SETUP["context_length"], 4, 4
     slots = torch.arange(pool * ctx, dtype=torch.int32).reshape(pool, ctx) * 3 + 7  # distinct pages per token
     cases = []
     for i, L in enumerate(range(2, 385)):

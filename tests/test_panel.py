@@ -1,6 +1,7 @@
 """The control panel's logic without a browser: settings, the callback, page reads, widgets."""
 
 import matplotlib
+import matplotlib.figure
 import pytest
 
 matplotlib.use("Agg")
@@ -75,6 +76,26 @@ def test_summary_figure_and_memo(panel, capsys):
     fig = panel_figure(res)
     assert len(fig.axes) == 4
     assert (res.reads.intended[:, :1] != UNUSED).all()
+
+
+def test_hatching_means_lost_accuracy_only(panel):
+    """The graph bar that lost accuracy is cross-hatched; invalid answers were hatched too (//), with a legend
+    entry 'invalid' beside a bar of 0.000 invalid: a reader took the lost bar for invalid answers."""
+    import dataclasses
+
+    from mla_edu.workshop.panel import draw_accuracy
+
+    res = panel.run(PanelSettings(**SMALL), draw=False, verbose=False)
+    for invalid in (0.0, 0.25):  # the graph lost accuracy (the seed's 0.060 against eager)
+        fake = dataclasses.replace(res, eager={**res.eager, "accuracy": 0.9, "invalid": 0.0},
+                                   graph={**res.graph, "accuracy": 0.06, "invalid": invalid})
+        fig = matplotlib.figure.Figure()
+        ax = fig.add_subplot()
+        draw_accuracy(ax, fake)
+        hatched = [p for p in ax.patches if p.get_hatch()]
+        assert len(hatched) == 1 and hatched[0].get_label() == "lost accuracy", [p.get_label() for p in hatched]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == (["lost accuracy"] + (["invalid answers"] if invalid else [])), labels
 
 
 def test_widgets_click_runs_the_callback(panel):

@@ -22,8 +22,10 @@ wrong (a hint written for a classic mistake, or the question to ask next); it ne
 value, never says which side of it a number lies on, and never counts the items missing or too many.
 A multiple-choice hint names no other option. PASS messages state the measured truth.
 
-**Learner code** (``run_learner``) runs with a time limit (``LEARNER_SECONDS``) and refuses to call the
-library's own implementation of the answer (the checker names the code it refuses).
+**Learner code** (``run_learner``) runs with a time limit (``LEARNER_SECONDS``; on Windows only a bytecode
+tracer enforces it) and may not call the library's own implementation of the answer (the checker names the code
+it refuses). The refusal stops an accidental or casual call, not a learner determined to read the library, which
+runs in their own process (``run_learner`` says what it stops and what it cannot).
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ import decimal
 import itertools
 import math
 import numbers
+import operator
 import signal
 import sys
 import threading
 import time
+import types
+from collections import namedtuple
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 
 #: the most items a set answer may hold (``range(10**12)`` or ``itertools.count()`` is refused, not iterated)
@@ -169,12 +175,17 @@ def option_key(answer):
 
 def as_items(prediction, limit: int = MAX_ITEMS):
     """``(frozenset of meanings, None)`` or ``(None, what is wrong)``: a set, list, tuple, range or iterator of items
-    (each an int-like, a name, or a tuple of those), at most ``limit`` of them. ``None`` and an empty ``{}`` mean
-    the empty set."""
+    (each an int-like, a name, or a tuple of those), at most ``limit`` of them; a 2-D integer tensor or array is
+    the set of its rows, as tuples. ``None`` and an empty ``{}`` mean the empty set."""
     if prediction is None or (isinstance(prediction, dict) and not prediction):
         return frozenset(), None
     if isinstance(prediction, (str, bytes, dict)) or not hasattr(prediction, "__iter__"):
         return None, f"expected a set or list, got {type(prediction).__name__} {show(prediction)}"
+    if _integer_matrix(prediction):  # torch.nonzero(mask), np.argwhere(mask): one (row, column) tuple per row
+        try:
+            prediction = [tuple(row) for row in prediction.tolist()]
+        except Exception as e:  # a meta tensor has no values
+            return None, f"reading your answer raised {describe(e)}"
     try:
         if hasattr(prediction, "__len__") and len(prediction) > limit:
             return None, f"expected a set of at most {limit:,} items, got more"
@@ -191,6 +202,17 @@ def as_items(prediction, limit: int = MAX_ITEMS):
     if UNREADABLE in got or any(isinstance(i, tuple) and UNREADABLE in i for i in got):
         return None, f"expected ints, tuples of ints or names, got {show(prediction)}"
     return frozenset(got), None
+
+
+def _integer_matrix(x) -> bool:
+    """A 2-D integer torch tensor or numpy array (not bool)."""
+    module = type(x).__module__ or ""
+    if not module.startswith(("numpy", "torch")) or getattr(x, "ndim", None) != 2:
+        return False
+    dtype = x.dtype
+    if hasattr(dtype, "is_floating_point"):  # torch
+        return not (dtype.is_floating_point or dtype.is_complex or str(dtype) == "torch.bool")
+    return getattr(dtype, "kind", "") in "iu"
 
 
 def _item(item):
@@ -222,15 +244,16 @@ class _Stop(BaseException):
     learner's ``except Exception`` does not swallow it)."""
 
 
-class Refusal:
+class Refusal(namedtuple("Refusal", "files codes copies why")):
     """What a checker refuses to see run inside a learner's function: the code of whole files (path suffixes, e.g.
-    ``"mla_edu/workshop/"``) and single functions, by their code object and by an exact copy of it."""
+    ``"mla_edu/workshop/"``) and single functions, by their code object and by an exact copy of it. Immutable (a
+    tuple): a function that walks its frames up to the checker's ``Refusal`` cannot empty it."""
 
-    def __init__(self, files=(), functions=(), why: str = "the library's own implementation of the answer"):
-        self.files = tuple(files)
-        self.codes = {f.__code__ for f in functions}
-        self.copies = {(c.co_code, c.co_consts) for c in self.codes}
-        self.why = why
+    __slots__ = ()
+
+    def __new__(cls, files=(), functions=(), why: str = "the library's own implementation of the answer"):
+        codes = frozenset(f.__code__ for f in functions)
+        return super().__new__(cls, tuple(files), codes, frozenset((c.co_code, c.co_consts) for c in codes), why)
 
     def refuses(self, code) -> bool:
         name = code.co_filename.replace("\\", "/")
@@ -238,14 +261,84 @@ class Refusal:
                 or (code.co_code, code.co_consts) in self.copies)
 
 
-def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None = None):
+#: {thread id: the run's state} while a learner's function runs there under a ``Refusal`` (read by ``_audit``)
+_WATCHED: dict = {}
+_TRACE_OFF = ("refused: your function sets a trace function (sys.settrace or sys.setprofile, as a debugger "
+              "does), which would switch off the check's watch; run it without")
+
+
+def _audit(event, args):
+    """Python's audit hook (it cannot be removed): a learner's function that calls ``sys.settrace`` or
+    ``sys.setprofile`` in its own thread while a check watches it is stopped there, before the call."""
+    if event in ("sys.settrace", "sys.setprofile"):
+        state = _WATCHED.get(threading.get_ident())
+        if state is not None:
+            state["stop"] = state["stop"] or _TRACE_OFF
+            raise _Stop(state["stop"])
+
+
+sys.addaudithook(_audit)
+
+
+def _library_globals() -> list:
+    """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu``: what a checker reads its truths
+    through (``exercises.get_workspace_size`` is looked up there at check time)."""
+    return [(m, dict(vars(m))) for name, m in list(sys.modules.items())
+            if (name == "mla_edu" or name.startswith("mla_edu.")) and m is not None]
+
+
+def _restore_globals(saved: list) -> list:
+    """Put back every global of ``saved`` that was rebound, deleted or added (a submodule imported meanwhile
+    stays); ``["module.name", ...]`` of those changed."""
+    changed = []
+    for module, before in saved:
+        now = vars(module)
+        if now.keys() == before.keys() and all(map(operator.is_, now.values(), before.values())):
+            continue  # by identity: a learner's object's own __eq__ is never asked
+        for name in set(now) | set(before):
+            if name.startswith("__") and name.endswith("__"):  # __warningregistry__ and the like
+                continue
+            if name not in before:
+                if isinstance(now[name], types.ModuleType):
+                    continue
+                del now[name]
+            elif now.get(name, _MISSING) is not before[name]:
+                now[name] = before[name]
+            else:
+                continue
+            changed.append(f"{module.__name__}.{name}")
+    return changed
+
+
+_MISSING = object()
+
+
+def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None = None, items: bool = False,
+                what: str = "your function"):
     """``(value, None)`` or ``(None, a one-line description of what went wrong)``: ``fn(*args)`` with a time limit
     (``seconds``, at most ``LEARNER_SECONDS``), any exception caught (the learner's code: a failure is a hint, not a
-    crash), and any call of code that ``refuse`` names stopped ("refused: ...")."""
+    crash), and any call of code that ``refuse`` names stopped ("refused: ..."). ``items``: the answer is a set of
+    items, so a lazy one (a generator) is read here, inside the time limit and the watch, into a list of at most
+    ``MAX_ITEMS + 1``.
+
+    **The time limit.** A bytecode tracer checks the clock; on Linux and macOS an alarm (``signal.setitimer``,
+    main thread only) also interrupts what the tracer cannot see: a ``time.sleep``, one long C call. Windows has no
+    ``setitimer``: there only the tracer stops a long run, and a sleep or a long C call runs to its end.
+
+    **What the refusal stops, and what it cannot.** It is a guard against an accidental or casual use of the
+    library's answer, not a sandbox. Under ``refuse`` the function is refused when it calls the named code in its
+    own thread (directly, through a wrapper or a copy of the code), calls ``sys.settrace`` / ``sys.setprofile``
+    (which would switch the tracer off), leaves another trace function behind, starts a thread (through
+    ``threading``, whose new threads the tracer would not see), tampers with the tracer's state, or rebinds a
+    global of a loaded ``mla_edu`` module (``exercises.get_workspace_size = ...`` would change the truth of every
+    later check: it is put back, so the session stays usable). It cannot stop a learner determined to get the
+    answer: the library is Python running in the learner's own process (a thread pool started before the check,
+    a subprocess, ``ctypes``, or simply reading the source and copying it out by hand all get through)."""
     seconds = LEARNER_SECONDS if seconds is None else min(seconds, LEARNER_SECONDS)
     state = {"stop": None}
     deadline = time.monotonic() + seconds
     count = [0]
+    late = f"{what} did not finish within {seconds:g} s (an endless loop?)"
 
     def tracer(frame, event, arg):
         if frame.f_code is alarm.__code__:
@@ -255,35 +348,69 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
                 state["stop"] = f"refused: your function runs {frame.f_code.co_name} ({refuse.why}); write it yourself"
             count[0] += 1
             if count[0] % 256 == 0 and time.monotonic() > deadline:
-                state["stop"] = f"your function did not finish within {seconds:g} s (an endless loop?)"
+                state["stop"] = late
         if state["stop"] is not None:
             raise _Stop(state["stop"])
         return tracer
 
     def alarm(signum, frame):
-        state["stop"] = state["stop"] or f"your function did not finish within {seconds:g} s (an endless loop?)"
+        if state.get("done"):  # the function has returned; the finally below is cancelling this alarm
+            return
+        state["stop"] = state["stop"] or late
         raise _Stop(state["stop"])
+
+    def thread_started(frame, event, arg):  # threading's hook, in a thread the function started
+        state["stop"] = state["stop"] or ("refused: your function starts a thread, where the check cannot watch it; "
+                                          "compute the answer in the function itself")
+        sys.settrace(None)
+        return None
 
     # the alarm interrupts what the tracer cannot (a sleep, one long C call): only in the main thread, and only
     # when no one else's alarm is pending
     main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer") \
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
-    old_trace = sys.gettrace()
+    watch = refuse is not None
+    cells = tuple(c.cell_contents for c in tracer.__closure__)
+    saved = _library_globals() if watch else []
+    old_trace, old_thread_trace = sys.gettrace(), threading.gettrace()
     old_handler = signal.signal(signal.SIGALRM, alarm) if main else None
+    ident, error, now_trace = threading.get_ident(), None, None
+    if watch:
+        threading.settrace(thread_started)
     if main:
         signal.setitimer(signal.ITIMER_REAL, seconds + 1.0)
     sys.settrace(tracer)
+    if watch:
+        _WATCHED[ident] = state
+    # until the tracer is off again, this frame calls no function of this file (the tracer would refuse it)
     try:
         value = fn(*args)
+        if items and (isinstance(value, Iterator) or isinstance(value, Iterable) and not isinstance(value, Sized)):
+            value = list(itertools.islice(value, MAX_ITEMS + 1))  # a generator: its items run the learner's code
     except (Exception, SystemExit, _Stop) as e:
-        sys.settrace(old_trace)
-        return None, state["stop"] or describe(e)
+        value, error = None, e
     finally:
-        sys.settrace(old_trace)
+        state["done"] = True
         if main:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        now_trace = sys.gettrace()
+        _WATCHED.pop(ident, None)
+        sys.settrace(old_trace)
+        now_thread_trace = threading.gettrace()
+        threading.settrace(old_thread_trace)
+        if main:
             signal.signal(signal.SIGALRM, old_handler)
-    if state["stop"]:  # raised into the function, which swallowed it
+    if error is not None and not state["stop"]:
+        state["stop"] = describe(error)
+    refused = (state["stop"] or "").startswith("refused")
+    changed = _restore_globals(saved)
+    if changed and not refused:
+        state["stop"] = (f"refused: your function rebound {', '.join(changed[:3])} (put back): a check reads its "
+                         "truth there; compute the answer without changing the library")
+    elif watch and not refused and (now_trace is not tracer or now_thread_trace is not thread_started or any(
+            c.cell_contents is not v for c, v in zip(tracer.__closure__, cells))):
+        state["stop"] = "refused: your function changed the check's trace function or its state; run it without"
+    if state["stop"]:  # raised into the function, or swallowed by it
         return None, state["stop"]
     return value, None
 
@@ -314,7 +441,9 @@ def check_number(question: str, prediction, truth, *, tolerance: float = 0.0, mi
     for wrong, why in (mistakes or {}).items():
         if near(value, wrong):
             return report(False, f"{question}: not {show(prediction)}; {why}")
-    return report(False, f"{question}: not {show(prediction)}; {hint or 'see the hint in the exercise'}")
+    compared = ("the check wants the measured int exactly" if exact else
+                f"the check wants the measured value within a relative {tolerance:.2g}")
+    return report(False, f"{question}: not {show(prediction)}; {hint or compared + ': recheck how you got it'}")
 
 
 def check_choice(question: str, prediction, options: dict, truth) -> ExerciseResult:
@@ -343,13 +472,18 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
     to ask for any other wrong set."""
     if not_answered(prediction):
         return _waiting(question)
-    got, err = as_items(prediction)
+    got, err = run_learner(lambda: prediction, items=True, what="reading your answer")  # a generator runs here
+    if err:
+        return report(False, f"{question}: {err}" if err.startswith("reading") else
+                      f"{question}: iterating over your answer raised {err}")
+    got, err = as_items(got)
     if err:
         return report(False, f"{question}: {err}")
     truth = frozenset(truth)
     if got == truth:
         return report(True, f"{question}: {sorted(truth) if truth else 'none'}")
-    why = (mistakes or {}).get(got) or hint or "see the hint in the exercise"
+    why = (mistakes or {}).get(got) or hint or ("the check wants exactly the measured set (order and repeats do not "
+                                                "matter): recheck which items the question asks for")
     return report(False, f"{question}: not {show(sorted(got, key=repr))}; {why}")
 
 

@@ -19,7 +19,7 @@ inputs only: each truth is measured on the mini engine, or computed, inside the 
 on the CPU, with a time limit, and may not call the library's own implementation of its answer
 (``checks.run_learner``); answers are read by ``checks.meaning``, the one rule of every check. Hints name the
 concept that is wrong, never the expected value. The solutions are not in this package: they are in the
-instructor build of the kit (``instructor/``, ``make instructor``).
+repository's ``instructor/`` folder (``make instructor`` builds the notebooks with them).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from mla_edu.kvcache import fill_page_table
 from mla_edu.model import task
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig
 from mla_edu.serving import PRE_FIX, Engine
+from mla_edu.serving.backends import BACKEND_CLASSES, AttentionBackend
 from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
@@ -85,9 +86,10 @@ def toy_model():
 
 
 # ---- 1. write the replay hook -------------------------------------------------------------------
-#: the engine exercise 1 captures: graphs for 2 and 4 rows, context 384 (W = (384 + 128) // 128 = 4 columns), on
-#: the CPU whatever the machine has (a learner's hook never reaches a GPU kernel)
-REPLAY_SETUP = dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=384)
+#: the engine exercise 1 captures: graphs for 2 and 4 rows, context 386 (W = (386 + 128) // 128 = 4 columns; the
+#: longest row, seq_len 384, is a prompt of 383 tokens, and a request's prompt and 3 new tokens must fit), on the
+#: CPU whatever the machine has (a learner's hook never reaches a GPU kernel)
+REPLAY_SETUP = dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=386)
 #: every split count the fixed kernel takes on this engine: the full-width view gives max_seq_len = 4 * 128, so
 #: 1 to 4 splits (automatic splits give 4 here); at more than one split the kernel uses the workspace
 REPLAY_SPLITS = (1, 2, 3, 4)
@@ -161,7 +163,14 @@ REPLAY_HINTS = {
     "broke": "the replay failed after your function ran ({err}): your function left the backend in a state the "
              "captured step cannot run with; write the page ids, change nothing else",
 }
-_REPLAY_REFUSAL_FILES = _OWN_CODE + ("mla_edu/serving/",)
+
+
+def _replay_refusal() -> Refusal:
+    """The checkers' own code and every backend's replay hook (by its code object and by a copy of it); the
+    backend's accessors (``graph_index_buffer()``) and the library's helpers (``fill_page_table``) are allowed."""
+    hooks = {cls.init_forward_metadata_replay_cuda_graph for cls in (AttentionBackend, *BACKEND_CLASSES.values())}
+    return Refusal(files=_OWN_CODE, functions=sorted(hooks, key=lambda f: f.__qualname__),
+                   why="the backend's own replay hook")
 
 
 class _Verdict(Exception):
@@ -200,7 +209,7 @@ def _replay_on(engine: Engine, fn) -> tuple:
     buf, workspace = backend.cuda_graph_kv_indices, backend.cuda_graph_mla_workspace
     frozen = {"buffer": _tensor_state(buf), "workspace": _tensor_state(workspace)}
     num_pages = backend.kv_cache.kv_buffer[0].shape[0]
-    refusal = Refusal(files=_REPLAY_REFUSAL_FILES, why="the backend's own code")
+    refusal = _replay_refusal()
     state = {}
 
     def hook(bs, req_pool_indices, seq_lens, seq_lens_cpu):
@@ -248,9 +257,10 @@ def _replay_on(engine: Engine, fn) -> tuple:
             name, _, rows = mistake.partition(":")
             bad = [lens[int(b)] for b in rows.split(", ")] if rows else []
             raise _Verdict(REPLAY_HINTS[name].format(rows=rows, bs=bs, lens=bad), clean=name != "new_table")
+        # every row the graph runs reads its pages, a padded row (seq_len 1) its first entry: each a page of the
+        # cache (the poison id too is none: the real rows' poison was diagnosed above, a padded row's is here)
         read = [buf[b, : cdiv(int(n), PAGE_SIZE)] for b, n in enumerate(seq_lens[:bs].tolist())]
-        outside = [str(b) for b, ids in enumerate(read)
-                   if bool((((ids < 0) | (ids >= num_pages)) & (ids != POISON_PAGE)).any())]
+        outside = [str(b) for b, ids in enumerate(read) if bool(((ids < 0) | (ids >= num_pages)).any())]
         if outside:
             raise _Verdict(REPLAY_HINTS["out_of_range"].format(rows=", ".join(outside)), clean=True)
 
@@ -542,10 +552,10 @@ def check_workspace_size(fn) -> ExerciseResult:
     if bad:
         return bad
     cases = WORKSPACE_CASES + _workspace_drawn()
+    want = [get_workspace_size(*case) for case in cases]  # before the learner's function runs
     got, err = _workspace_answers(fn, cases)
     if err:
         return _report(False, err)
-    want = [get_workspace_size(*case) for case in cases]
     if got == want:
         return _report(True, f"all {len(WORKSPACE_CASES)} cases (and {len(cases) - len(WORKSPACE_CASES)} drawn "
                              "now) equal sgl-kernel's cutlass_mla_get_workspace_size (e.g. "
@@ -770,20 +780,20 @@ def check_stale_reads(fn) -> ExerciseResult:
         left = deadline - time.monotonic()
         if left <= 0:
             return None, _report(False, f"your function took more than {STALE_SECONDS:g} s over the steps")
-        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left)
+        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left, items=True)
         if err:
             return None, _report(False, f"{where}: {err}" if err.startswith(("refused", "your function"))
                                  else f"{where}: your function raised {err}")
         got, err = _stale_answer(got)
         return (None, _report(False, f"{where}: {err}")) if err else (got, None)
 
+    truths = [_stale_variant(*step) for step in named]  # every truth before the learner's function runs
     got_named = []
     for k, step in enumerate(named):
         got, result = answer(k, step)
         if result:
             return result
         got_named.append(got)
-    truths = [_stale_variant(*step) for step in named]
     if got_named != truths:
         for name, hint in STALE_MISTAKES.items():
             keyword, values = _STALE_VARIANTS[name]
@@ -794,10 +804,10 @@ def check_stale_reads(fn) -> ExerciseResult:
         return _wrong_step(f"step {k}", named[k], got_named[k], truths[k])
     domain = stale_domain() + _stale_drawn()
     for step in domain:  # the first step that differs ends the check
+        truth = _stale_variant(*step)
         got, result = answer(len(named), step)
         if result:
             return result
-        truth = _stale_variant(*step)
         if got != truth:
             return _wrong_step("a step of the domain", step, got, truth)
     n = sum(len(t) for t in truths)

@@ -191,21 +191,25 @@ class PanelRuns:
 
 # ---- drawing -----------------------------------------------------------------------------------
 def draw_accuracy(ax, result: PanelResult):
-    """Bars: eager and graph accuracy (a graph that lost accuracy red and cross-hatched; invalid answers
-    stacked on top, hatched //) for one setting."""
+    """Bars: eager and graph accuracy (a graph that lost accuracy red and cross-hatched: the only hatching here;
+    invalid answers, where there are any, stacked on top in plain grey) for one setting."""
     e, g = result.eager, result.graph
     names = ["eager", "graph" + ("\n(emulated)" if g["device"] == "cpu" else "")]
     accs = [e["accuracy"], g["accuracy"]]
-    bars = accuracy_bars(ax, names, accs, [False, g["accuracy"] < e["accuracy"] - 0.05], baseline=(0,))
-    ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color="none", edgecolor=palette.HATCH_COLOR,
-           hatch=palette.HATCH["invalid"], label="invalid")
+    lost = g["accuracy"] < e["accuracy"] - 0.05
+    bars = accuracy_bars(ax, names, accs, [False, lost], baseline=(0,))
+    if lost:
+        bars[1].set_label("lost accuracy")
+    if e["invalid"] or g["invalid"]:
+        ax.bar(names, [e["invalid"], g["invalid"]], bottom=accs, color=palette.GREY, label="invalid answers")
     for bar, a in zip(bars, accs):
         ax.annotate(f"{a:.3f}", (bar.get_x() + bar.get_width() / 2, a), ha="center", va="bottom",
                     fontsize=plotstyle.MIN_FONT_PT)
     ax.set_ylim(0, 1.3)
     ax.set_ylabel("accuracy")
     ax.set_title(f"{result.settings.num_questions} questions", fontsize=plotstyle.MIN_FONT_PT)
-    ax.legend(fontsize=plotstyle.MIN_FONT_PT, loc="upper right")
+    if lost or e["invalid"] or g["invalid"]:
+        ax.legend(fontsize=plotstyle.MIN_FONT_PT, loc="upper right")
 
 
 def panel_figure(result: PanelResult):
