@@ -103,7 +103,7 @@ REPLAY_MISTAKES = [
     (_stub, "raised NotImplementedError"),
     (_nothing, ex.REPLAY_HINTS["nothing"]),
     (_rebind, ex.REPLAY_HINTS["rebound"]),
-    (_one_wide, "page_table's 1 columns of page_size 128), got 255 (2 pages)"),  # fill_page_table refuses the cut
+    (_one_wide, ex.REPLAY_HINTS["first_column"]),
     (_new_table, ex.REPLAY_HINTS["new_table"]),
     (_first_row_only, "rows 1, 2, 3 of the 4 the hook was called with still held the poison page id"),
     (_row_as_pool_index, "read wrong (but valid) pages: row b belongs to request req_pool_indices[b]"),

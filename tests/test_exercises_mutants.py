@@ -215,7 +215,7 @@ def test_replay_mutants_are_rejected(mutant_counts):
 def test_replay_classic_mutants_get_their_hint():
     ns = {"fill_page_table": fill_page_table, "torch": torch}
     for src, hint in [(REPLAY_REF.replace("seq_lens[:bs]", "seq_lens[:bs] - 1"), "lack their last page id"),
-                      (REPLAY_EXTRA[1][1], "page_table's 1 columns of page_size 128)"),  # fill_page_table refuses
+                      (REPLAY_EXTRA[1][1], "only the first page id of each row"),
                       (REPLAY_EXTRA[3][1], "read wrong (but valid) pages"),
                       (REPLAY_REF.replace("[:bs]", "[:bs - 1]"), "still held the poison page id")]:
         r = ex.check_replay(_compile(src, "replay", ns))

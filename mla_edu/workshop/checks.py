@@ -246,14 +246,16 @@ class _Stop(BaseException):
 
 class Refusal(namedtuple("Refusal", "files codes copies why")):
     """What a checker refuses to see run inside a learner's function: the code of whole files (path suffixes, e.g.
-    ``"mla_edu/workshop/"``) and single functions, by their code object and by an exact copy of it. Immutable (a
-    tuple): a function that walks its frames up to the checker's ``Refusal`` cannot empty it."""
+    ``"mla_edu/workshop/"``) and single functions, by their code object and (``copies=True``) by an exact copy of
+    it. Immutable (a tuple): a function that walks its frames up to the checker's ``Refusal`` cannot empty it."""
 
     __slots__ = ()
 
-    def __new__(cls, files=(), functions=(), why: str = "the library's own implementation of the answer"):
+    def __new__(cls, files=(), functions=(), why: str = "the library's own implementation of the answer",
+                copies: bool = True):
         codes = frozenset(f.__code__ for f in functions)
-        return super().__new__(cls, tuple(files), codes, frozenset((c.co_code, c.co_consts) for c in codes), why)
+        copied = frozenset((c.co_code, c.co_consts) for c in codes) if copies else frozenset()
+        return super().__new__(cls, tuple(files), codes, copied, why)
 
     def refuses(self, code) -> bool:
         name = code.co_filename.replace("\\", "/")

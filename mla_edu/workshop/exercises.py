@@ -166,11 +166,12 @@ REPLAY_HINTS = {
 
 
 def _replay_refusal() -> Refusal:
-    """The checkers' own code and every backend's replay hook (by its code object and by a copy of it); the
-    backend's accessors (``graph_index_buffer()``) and the library's helpers (``fill_page_table``) are allowed."""
+    """The checkers' own code and every backend's replay hook (by its code object; not by a copy: the right answer
+    is two lines, the same bytecode as the Triton backend's hook, and a learner may write it); the backend's
+    accessors (``graph_index_buffer()``) and the library's helpers (``fill_page_table``) are allowed."""
     hooks = {cls.init_forward_metadata_replay_cuda_graph for cls in (AttentionBackend, *BACKEND_CLASSES.values())}
     return Refusal(files=_OWN_CODE, functions=sorted(hooks, key=lambda f: f.__qualname__),
-                   why="the backend's own replay hook")
+                   why="the backend's own replay hook", copies=False)
 
 
 class _Verdict(Exception):
