@@ -40,7 +40,7 @@ RIGHT = OKABE_ITO["bluish green"]  # read the right page; a setting that keeps i
 WRONG = OKABE_ITO["vermillion"]  # read another page; a setting that loses accuracy (always hatched too)
 HIGHLIGHT = OKABE_ITO["vermillion"]  # the one bar or line a figure is about (MLA, the absorbed order)
 BASELINE = OKABE_ITO["blue"]  # eager, the reference run
-HATCH = {"wrong": "xx", "invalid": "//"}  # the second channel of a wrong cell or bar, and of invalid answers
+HATCH = {"wrong": "xx"}  # the second channel of a wrong cell or bar
 HATCH_COLOR = "#444444"  # hatch lines: dark enough over any fill
 
 

@@ -3,7 +3,7 @@ would write it, is rejected with its own hint; nothing raises. The solutions com
 (``instructor/ex08.py``), which the package does not ship."""
 
 import re
-import signal
+from timeouts import fails_if_hung
 import sys
 
 import matplotlib
@@ -431,17 +431,9 @@ def test_a_generator_that_never_ends_is_stopped_with_a_hint(monkeypatch):
             if j > 5:
                 yield (0, j)
 
-    def too_long(signum, frame):
-        raise TimeoutError("check_stale_reads hung on a generator")
-
     monkeypatch.setattr(checks, "LEARNER_SECONDS", 0.5)
-    old = signal.signal(signal.SIGALRM, too_long)
-    signal.alarm(60)
-    try:
+    with fails_if_hung(60, "check_stale_reads hung on a generator"):
         r = ex.check_stale_reads(endless)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
     assert not r.passed and "did not finish" in r.message, r.message
 
 
