@@ -43,19 +43,78 @@ def test_the_rates_are_the_models(committed):
             committed["min_per_figure"], committed["attendee_factor"], committed["exercise_min"]) == (
         nt.WORDS_PER_MIN, nt.MIN_PER_EQUATION, nt.MIN_PER_CODE_LINE, nt.MIN_PER_FIGURE, nt.ATTENDEE_FACTOR,
         nt.EXERCISE_MIN), RERUN
+    assert committed["prose_factor"] == nt.prose_factor() > 1, RERUN  # from results/timing_readaloud_03.json
+    assert committed["prose_factor_source"] == "results/timing_readaloud_03.json"
+
+
+def test_the_prose_factor_is_the_read_aloud_prose_over_the_model(tmp_path):
+    """The factor is read from python -m tools.timing_readaloud's json, never copied: its prose audio minutes over
+    the prose's words at the model's rate; a json without them, or read aloud at another rate, is refused."""
+    result = json.loads((nt.RESULTS_DIR / "timing_readaloud_03.json").read_text())
+    assert nt.prose_factor() == pytest.approx(result["prose_audio_min"] / result["prose_model_min"])
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"words_per_min": nt.WORDS_PER_MIN, "prose_model_min": 10, "prose_audio_min": 12.5}))
+    assert nt.prose_factor(path) == 1.25
+    for bad, match in [({"words_per_min": nt.WORDS_PER_MIN, "prose_model_min": 10}, r"missing \['prose_audio_min'\]"),
+                       ({"words_per_min": 150, "prose_model_min": 10, "prose_audio_min": 12}, "read aloud at 150"),
+                       ({"words_per_min": nt.WORDS_PER_MIN, "prose_model_min": 0, "prose_audio_min": 12},
+                        "expected positive")]:
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=match):
+            nt.prose_factor(path)
+    with pytest.raises(FileNotFoundError, match="python -m tools.timing_readaloud"):
+        nt.prose_factor(tmp_path / "missing.json")
 
 
 def test_tracks_fit_with_breaks_and_an_exercise_every_20_minutes(committed):
     for track, blocks in nt.TRACKS.items():
         minutes = nt.track_minutes(committed, blocks)
         assert minutes == committed["tracks"][track], RERUN
-        budget = nt.BUDGET_MIN[track]
-        assert 0 < minutes["total_min"] <= budget, f"{track}: {minutes['total_min']} min"
-        breaks = sum(which for prefix, which, what in blocks if prefix is None and what == "break")
-        assert breaks >= nt.breaks_needed(budget) > 0, f"{track}: {breaks} min of break"
+        assert nt.track_problems(committed, track, blocks) == []
+        assert 0 < minutes["total_min"] <= nt.BUDGET_MIN[track], f"{track}: {minutes['total_min']} min"
         assert minutes["max_gap_min"] <= nt.MAX_GAP_MIN, f"{track}: {minutes['max_gap_min']} min without an exercise"
         assert minutes["exercises"] >= (minutes["teaching_min"] // nt.MAX_GAP_MIN), track
+    assert committed["additions"] == {track: [nt.track_minutes(committed, [b])["blocks"][0] for b in blocks]
+                                      for track, blocks in nt.ADD.items()}, RERUN
     assert nt.TABLE_MD.read_text() == nt.to_markdown(committed), RERUN
+
+
+def test_every_exercise_of_a_track_comes_after_the_sections_it_needs(committed):
+    """NEEDS declares, per exercise a track uses, the sections its text builds on; each track teaches them first.
+    The 3-hour track once set 07's exercise 2 (poison with a real page id) before 07 section 4 (the poison fill)."""
+    for track, blocks in nt.TRACKS.items():
+        assert nt.unmet_needs(committed, blocks) == [], track
+    for (prefix, title), needs in nt.NEEDS.items():  # each names an exercise and sections that exist
+        nb = nt.notebook_entry(committed, prefix)[1]
+        assert [s["exercise"] is not None for s in nt.select(nb, [title])] == [True], (prefix, title)
+        for p, w in needs:
+            assert all(s["exercise"] is None for s in nt.select(nt.notebook_entry(committed, p)[1], [w])), (p, w)
+    poison_first = [("07", [1], "demo"), ("07", [nt.EX + "2"], "demo"), ("07", [4], "demo")]
+    assert nt.unmet_needs(committed, poison_first) == [
+        "07 Exercises · exercise 2 needs 07: 4. The poison fill: silent garbage becomes a loud failure, not taught "
+        "before it"]
+    assert nt.unmet_needs(committed, [("07", [1, 4], "demo"), ("07", [nt.EX + "1"], "demo")]) == [
+        "07 Exercises · exercise 1: declares no needs (add it to NEEDS)"]
+
+
+def test_track_problems_name_an_overrun_a_short_break_and_a_long_gap():
+    sec = lambda title, words, ex=None: {"title": title, "marker": "core", "exercise": ex,  # noqa: E731
+                                         "words": words, "equations": 0, "code_lines": 0, "figures": 0, "run_s": 0.0}
+    table = {"prose_factor": 1.0, "notebooks": {"09_x.ipynb": {"sections": [
+        sec("1. A", 1500), sec("2. B", 2500), sec("Exercises", 0), sec("Exercises · exercise 1", 0, 1)]}}}
+    fits = [("09", [1], "demo"), ("09", ["Exercises · exercise 1"], "demo"), (None, 10, "break")]
+    needs = {("09", "Exercises · exercise 1"): [("09", 1)]}
+    undeclared = "90-minute: 09 Exercises · exercise 1: declares no needs (add it to NEEDS)"
+    assert nt.track_problems(table, "90-minute", fits) == [undeclared]  # NEEDS declares 09's exercise nowhere
+    long = [("09", [2], "demo"), ("09", ["Exercises · exercise 1"], "demo"), ("09", [1], "demo"),
+            (None, 5, "break"), (None, 50, "questions")]
+    assert nt.track_problems(table, "90-minute", long) == [
+        "90-minute: 99.0 minutes, over its 90", "90-minute: 5 minutes of break, expected at least 10",
+        "90-minute: 25.0 minutes of teaching without an exercise, expected at most 20", undeclared]
+    assert nt.unmet_needs(table, fits, needs) == []
+    assert nt.unmet_needs(table, long, needs) == ["09 Exercises · exercise 1 needs 09: 1. A, not taught before it"]
+    with pytest.raises(ValueError, match="track: expected one of"):
+        nt.track_problems(table, "2-hour", fits)
 
 
 def test_tracks_use_only_core_sections(committed):
@@ -81,24 +140,31 @@ def test_section_minutes_add_prose_equations_figures_code_and_exercise():
     s = {"words": 250, "equations": 2, "code_lines": 30, "figures": 1, "run_s": 90, "exercise": None}
     code = 30 * nt.MIN_PER_CODE_LINE + 1.5
     demo = 250 / nt.WORDS_PER_MIN + 2 * nt.MIN_PER_EQUATION + nt.MIN_PER_FIGURE + code
-    assert nt.minutes(s) == pytest.approx(demo)
-    assert nt.minutes(s, "attendees run") == pytest.approx(demo + code * (nt.ATTENDEE_FACTOR - 1))
-    assert nt.minutes({**s, "exercise": 1}) == pytest.approx(demo + nt.EXERCISE_MIN)
+    assert nt.minutes(s, prose_factor=1) == pytest.approx(demo)
+    assert nt.minutes(s, prose_factor=1.2) == pytest.approx(demo + 0.2 * 250 / nt.WORDS_PER_MIN)  # prose only
+    assert nt.minutes(s, "attendees run", prose_factor=1) == pytest.approx(demo + code * (nt.ATTENDEE_FACTOR - 1))
+    assert nt.minutes({**s, "exercise": 1}, prose_factor=1) == pytest.approx(demo + nt.EXERCISE_MIN)
     with pytest.raises(ValueError, match="mode: expected one of"):
-        nt.minutes(s, "lecture")
+        nt.minutes(s, "lecture", prose_factor=1)
+    for bad in (0, -1.0, "1.2", True):
+        with pytest.raises(ValueError, match="prose_factor: expected a positive number"):
+            nt.minutes(s, prose_factor=bad)
 
 
 def test_track_minutes_split_teaching_exercises_and_gaps():
     sec = lambda title, ex=None: {"title": title, "marker": "core", "exercise": ex, "words": 100,  # noqa: E731
                                   "equations": 0, "code_lines": 0, "figures": 0, "run_s": 0.0}
-    table = {"notebooks": {"09_x.ipynb": {"sections": [sec("1. A"), sec("2. B"), sec("Exercises"),
-                                                      sec("Exercises · exercise 1", 1)]}}}
-    t = nt.track_minutes(table, [("09", [1], "demo"), ("09", ["Exercises · exercise 1"], "demo"),
-                                 ("09", [2], "demo"), (None, 10, "break"), ("09", [2], "demo")])
+    table = {"prose_factor": 1.0, "notebooks": {"09_x.ipynb": {"sections": [
+        sec("1. A"), sec("2. B"), sec("Exercises"), sec("Exercises · exercise 1", 1)]}}}
+    blocks = [("09", [1], "demo"), ("09", ["Exercises · exercise 1"], "demo"), ("09", [2], "demo"),
+              (None, 10, "break"), ("09", [2], "demo")]
+    t = nt.track_minutes(table, blocks)
     assert [(r["teaching"], r["exercises"], r["other"]) for r in t["blocks"]] == [
         (1.0, 0.0, 0.0), (0.0, 5.0, 0.0), (1.0, 0.0, 0.0), (0.0, 0.0, 10.0), (1.0, 0.0, 0.0)]
     assert (t["teaching_min"], t["exercise_min"], t["exercises"], t["max_gap_min"], t["total_min"]) == (
         3.0, 5.0, 1, 2.0, 18.0)
+    slow = nt.track_minutes({**table, "prose_factor": 1.5}, blocks)  # the read-aloud factor scales the prose
+    assert (slow["teaching_min"], slow["exercise_min"], slow["total_min"]) == (4.5, 5.5, 20.0)
     assert nt.breaks_needed(90) == 10 and nt.breaks_needed(180) == 20 and nt.breaks_needed(60) == 0
 
 

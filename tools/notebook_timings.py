@@ -6,7 +6,11 @@ Per section (a ``## `` heading of a notebook, marked ``(core)`` or ``(optional)`
 section, ``**N.**`` or ``### Exercise N``, is a unit of its own), the minutes of teaching it live:
 - prose: the words of its markdown (tokens holding a letter or digit; display equations and code are not counted
   as words) at ``WORDS_PER_MIN`` = 100 words a minute, the bottom of the 100-150 that VirtualSpeech gives for
-  presentations (docs/sources.md): the prose here is dense and technical;
+  presentations (docs/sources.md), times the measured read-aloud factor ``prose_factor()``: notebook 03's prose
+  synthesised by espeak-ng at that rate took that many times the minutes the words give (the prose's audio minutes
+  over its model minutes in ``results/timing_readaloud_03.json``, written by ``python -m tools.timing_readaloud``;
+  read from there, never copied): a speaker says more words than the model counts (code spans, numbers, symbols)
+  and pauses at punctuation;
 - ``MIN_PER_EQUATION`` = 1 minute per display equation (``$$ ... $$``): written out, each symbol named;
 - ``MIN_PER_CODE_LINE`` = 0.1 minute (6 s) per line of code read aloud and explained (blank lines and nbval's
   markers not counted): a minute per 10 lines;
@@ -19,15 +23,14 @@ section, ``**N.**`` or ``### Exercise N``, is a unit of its own), the minutes of
   (typing or stepping through, waiting for the slowest laptop), a stated allowance;
 - an exercise unit adds ``EXERCISE_MIN`` = 4 minutes for attendees to predict, run the check and hear the answer.
 
-The rates other than the words a minute are stated allowances, not measurements. ``tools/timing_readaloud.py``
-checks the arithmetic and the word counts once against synthesised speech of notebook 03
-(``results/timing_readaloud_03.md``).
+The rates other than the words a minute and its read-aloud factor are stated allowances, not measurements.
 
 A track is a list of blocks (sections and exercises of a notebook, or a stated number of minutes for a break or
-questions); its time is the sum, split into teaching and exercise minutes. ``tests/test_notebook_timings.py``
-checks the committed table against the notebooks' current counts and markers, that each track fits its budget
-with a 10-minute break per 90 minutes, and that no track teaches more than ``MAX_GAP_MIN`` minutes without an
-exercise.
+questions); its time is the sum, split into teaching and exercise minutes. Each exercise a track uses declares in
+``NEEDS`` the sections it builds on; ``unmet_needs`` names those a track teaches after the exercise or not at all.
+``tests/test_notebook_timings.py`` checks the committed table against the notebooks' current counts and markers,
+that each track fits its budget with a 10-minute break per 90 minutes, that no track teaches more than
+``MAX_GAP_MIN`` minutes without an exercise, and that every exercise comes after the sections it needs.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ MARKERS = ("core", "optional")
 TABLE_JSON = RESULTS_DIR / "notebook_timings.json"
 TABLE_MD = REPO_ROOT / "docs" / "timings.md"
 LAB_SECONDS = REPO_ROOT / "build" / "lab_run_all_seconds.json"
+READALOUD_JSON = RESULTS_DIR / "timing_readaloud_03.json"  # python -m tools.timing_readaloud: the prose factor
 SMOKE_CELL = "sc.check_smoke"  # notebook 00's smoke-run cell: the reference speed of this machine
 _HEADING = re.compile(r"^## (.+?)(?: \((core|optional)\))?\s*$")
 _EXERCISE = re.compile(r"^(?:\*\*(\d+)\.\*\*|### Exercise (\d+)\b)")
@@ -71,10 +75,10 @@ TRACKS = {
         ("03", [5, 6], "demo"),
         ("05", [1], "demo"),
         ("03", [EX + "2"], "demo"),
-        ("06", [1, 2, 3, 4, 6], "demo"),
+        ("06", [2, 3, 4, 6], "demo"),
+        ("07", [1], "demo"),
         ("06", [EX + "2"], "demo"),
         (None, 10, "break"),
-        ("07", [1], "demo"),
         ("08", [1], "demo"),
         ("08", [EX08 + "2"], "demo"),
         (None, 5, "questions"),
@@ -84,23 +88,41 @@ TRACKS = {
         ("02", ["The identity", "Why RoPE has to be decoupled"], "demo"),
         ("02", [EX + "1"], "demo"),
         ("02", ["`AbsorbedMLA`", "What we saw"], "demo"),
-        ("03", [3, 5, 6], "demo"),
+        ("03", [5, 6], "demo"),
         ("03", [EX + "2"], "demo"),
         (None, 10, "break"),
         ("05", [1, 3], "demo"),
         ("05", [EX + "1"], "demo"),
-        ("04", [4, 5], "demo"),
         ("06", [1, 2, 3, 4], "demo"),
         ("06", [EX + "2"], "demo"),
         ("06", [5, 6], "demo"),
-        ("07", [1], "demo"),
+        ("08", [EX08 + "3"], "demo"),
+        ("07", [1, 4], "demo"),
         ("07", [EX + "2"], "demo"),
         (None, 10, "break"),
-        ("07", [4, 6], "demo"),
+        ("07", [6], "demo"),
         ("08", [1], "demo"),
-        ("08", [EX08 + "2", EX08 + "3"], "demo"),
+        ("08", [EX08 + "2"], "demo"),
         (None, 5, "questions"),
     ],
+}
+# What each exercise a track uses builds on (read off its text in notebooks/NN_*.py): (notebook prefix, section
+# number or title). A track must teach these before the exercise.
+NEEDS = {
+    ("02", EX + "1"): [("02", "Why RoPE has to be decoupled")],  # the "why decoupled" cell
+    ("03", EX + "2"): [("03", 5), ("03", 6)],  # section 5's buffer, read with a row stride
+    ("05", EX + "1"): [("05", 3)],  # sc.narrow_view, the toy paged decode's pitfall
+    ("06", EX + "2"): [("06", 2), ("06", 4)],  # section 2's batch; row b reads b * row_stride + j
+    ("07", EX + "2"): [("07", 4)],  # section 4's batch and the poison fill
+    ("08", EX08 + "2"): [("08", 1)],  # the control panel's plots, the poison fill
+    ("08", EX08 + "3"): [("06", 4), ("06", 6)],  # the stride from the view's width; seq_lens at capture
+}
+# Where to add, if the class is fast: (core) sections and exercises a track leaves out, timed in docs/timings.md
+# for the guide's "where to add" lists.
+ADD = {
+    "90-minute": [("06", [1], "demo"), ("06", [5], "demo")],
+    "3-hour": [("03", [3], "demo"), ("04", [4, 5], "demo"), ("02", ["What each order costs"], "demo"),
+               ("08", [EX08 + "4", EX08 + "5"], "demo")],
 }
 BUDGET_MIN = {"90-minute": 90, "3-hour": 180}
 
@@ -207,11 +229,35 @@ def section_number(title: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def measure(notebooks_dir: Path = NOTEBOOKS_DIR, lab_seconds: Path = LAB_SECONDS) -> dict:
-    """The table: the model's rates; per notebook its Run All seconds (and their source) and its sections' counts,
-    run seconds and minutes (demo pace); the reference smoke-run seconds; the tracks' minutes."""
+def prose_factor(path: Path = READALOUD_JSON) -> float:
+    """Minutes of speech per minute the words a minute give for the same prose: the audio of notebook 03's prose,
+    synthesised at ``WORDS_PER_MIN``, over its words at that rate (``prose_audio_min / prose_model_min`` of
+    ``python -m tools.timing_readaloud``'s json)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no read-aloud result at {path}: run python -m tools.timing_readaloud")
+    result = json.loads(path.read_text())
+    missing = [k for k in ("words_per_min", "prose_model_min", "prose_audio_min") if k not in result]
+    if missing:
+        raise ValueError(f"{path}: expected the keys words_per_min, prose_model_min and prose_audio_min "
+                         f"(python -m tools.timing_readaloud writes them), missing {missing}")
+    if result["words_per_min"] != WORDS_PER_MIN:
+        raise ValueError(f"{path}: read aloud at {result['words_per_min']} words a minute, expected the model's "
+                         f"{WORDS_PER_MIN}: rerun python -m tools.timing_readaloud")
+    audio, model = result["prose_audio_min"], result["prose_model_min"]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (audio, model)):
+        raise ValueError(f"{path}: expected positive prose_model_min and prose_audio_min, got {model!r} and "
+                         f"{audio!r}")
+    return audio / model
+
+
+def measure(notebooks_dir: Path = NOTEBOOKS_DIR, lab_seconds: Path = LAB_SECONDS,
+            readaloud: Path = READALOUD_JSON) -> dict:
+    """The table: the model's rates and the read-aloud factor; per notebook its Run All seconds (and their
+    source) and its sections' counts, run seconds and minutes (demo pace); the reference smoke-run seconds; the
+    tracks' minutes and the additions'."""
     lab = json.loads(lab_seconds.read_text()) if lab_seconds.is_file() else {}
-    table = {"words_per_min": WORDS_PER_MIN, "min_per_equation": MIN_PER_EQUATION,
+    table = {"words_per_min": WORDS_PER_MIN, "prose_factor": prose_factor(readaloud),
+             "prose_factor_source": readaloud.relative_to(REPO_ROOT).as_posix(), "min_per_equation": MIN_PER_EQUATION,
              "min_per_code_line": MIN_PER_CODE_LINE, "min_per_figure": MIN_PER_FIGURE,
              "attendee_factor": ATTENDEE_FACTOR, "exercise_min": EXERCISE_MIN, "notebooks": {},
              "reference_smoke_s": None}
@@ -223,7 +269,7 @@ def measure(notebooks_dir: Path = NOTEBOOKS_DIR, lab_seconds: Path = LAB_SECONDS
         scale = run_all / total if total > 0 else 0.0
         for s in secs:
             s["run_s"] = round(s.pop("nbclient_s") * scale, 1)
-            s["minutes"] = round(minutes(s), 1)
+            s["minutes"] = round(minutes(s, prose_factor=table["prose_factor"]), 1)
         table["notebooks"][path.name] = {"run_all_s": round(run_all, 1),
                                          "run_all_source": "jupyterlab" if path.name in lab else "nbclient",
                                          "words": sum(s["words"] for s in secs), "sections": secs}
@@ -235,16 +281,21 @@ def measure(notebooks_dir: Path = NOTEBOOKS_DIR, lab_seconds: Path = LAB_SECONDS
 
         table["reference_smoke_s"] = round(smoke_run()["seconds"], 1)
     table["tracks"] = {name: track_minutes(table, blocks) for name, blocks in TRACKS.items()}
+    table["additions"] = {name: [track_minutes(table, [block])["blocks"][0] for block in blocks]
+                          for name, blocks in ADD.items()}
     return table
 
 
-def minutes(section: dict, mode: str = "demo") -> float:
-    """Minutes of a section taught live: prose, equations, figures, the code read aloud and run (twice as long
-    when attendees run it), and the attempt of an exercise."""
+def minutes(section: dict, mode: str = "demo", *, prose_factor: float) -> float:
+    """Minutes of a section taught live: prose (its words at ``WORDS_PER_MIN`` times ``prose_factor``, the
+    read-aloud factor), equations, figures, the code read aloud and run (twice as long when attendees run it), and
+    the attempt of an exercise."""
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    if isinstance(prose_factor, bool) or not isinstance(prose_factor, (int, float)) or prose_factor <= 0:
+        raise ValueError(f"prose_factor: expected a positive number, got {prose_factor!r}")
     code = section["code_lines"] * MIN_PER_CODE_LINE + section["run_s"] / 60
-    return (section["words"] / WORDS_PER_MIN + section["equations"] * MIN_PER_EQUATION
+    return (section["words"] / WORDS_PER_MIN * prose_factor + section["equations"] * MIN_PER_EQUATION
             + section["figures"] * MIN_PER_FIGURE + code * (ATTENDEE_FACTOR if mode == "attendees run" else 1)
             + (EXERCISE_MIN if section["exercise"] is not None else 0))
 
@@ -289,7 +340,7 @@ def track_minutes(table: dict, blocks: list) -> dict:
         chosen = select(nb, which)
         teach = exer = 0.0
         for s in chosen:  # attendees do the exercises, whatever the block's mode
-            m = minutes(s, mode if s["exercise"] is None else "attendees run")
+            m = minutes(s, mode if s["exercise"] is None else "attendees run", prose_factor=table["prose_factor"])
             if s["exercise"] is None:
                 teach += m
                 gap += m
@@ -311,6 +362,48 @@ def track_minutes(table: dict, blocks: list) -> dict:
             "max_gap_min": round(max(gaps), 1), "total_min": round(total, 1)}
 
 
+def unmet_needs(table: dict, blocks: list, needs: dict | None = None) -> list[str]:
+    """Each exercise of the track ``blocks`` (sections as ``table`` has them) whose declared needs (``NEEDS``)
+    the blocks before it do not teach, or that declares none, as a line: ``"07 Exercises · exercise 2 needs 07:
+    4. The poison fill..., not taught before it"``. Empty when every exercise comes after what it needs."""
+    needs = NEEDS if needs is None else needs
+    taught, out = set(), []
+    for prefix, which, _ in blocks:
+        if prefix is None:
+            continue
+        for s in select(notebook_entry(table, prefix)[1], which):
+            if s["exercise"] is None:
+                taught.add((prefix, s["title"]))
+                continue
+            if (prefix, s["title"]) not in needs:
+                out.append(f"{prefix} {s['title']}: declares no needs (add it to NEEDS)")
+                continue
+            for p, w in needs[(prefix, s["title"])]:
+                missing = [t["title"] for t in select(notebook_entry(table, p)[1], [w]) if t["exercise"] is None
+                           and (p, t["title"]) not in taught]
+                out += [f"{prefix} {s['title']} needs {p}: {t}, not taught before it" for t in missing]
+    return out
+
+
+def track_problems(table: dict, track: str, blocks: list) -> list[str]:
+    """What is wrong with the track ``blocks`` timed on ``table``: over its budget (``BUDGET_MIN[track]``), less
+    break than ``breaks_needed``, more than ``MAX_GAP_MIN`` minutes of teaching without an exercise, an exercise
+    before the sections it needs (``unmet_needs``). Empty when none."""
+    if track not in BUDGET_MIN:
+        raise ValueError(f"track: expected one of {sorted(BUDGET_MIN)}, got {track!r}")
+    t, budget = track_minutes(table, blocks), BUDGET_MIN[track]
+    breaks = sum(which for prefix, which, what in blocks if prefix is None and what == "break")
+    out = []
+    if t["total_min"] > budget:
+        out.append(f"{track}: {t['total_min']:.1f} minutes, over its {budget}")
+    if breaks < breaks_needed(budget):
+        out.append(f"{track}: {breaks} minutes of break, expected at least {breaks_needed(budget)}")
+    if t["max_gap_min"] > MAX_GAP_MIN:
+        out.append(f"{track}: {t['max_gap_min']:.1f} minutes of teaching without an exercise, expected at most "
+                   f"{MAX_GAP_MIN:g}")
+    return out + [f"{track}: {u}" for u in unmet_needs(table, blocks)]
+
+
 def breaks_needed(budget_min: int) -> int:
     """Minutes of break a track of ``budget_min`` minutes must hold: 10 per full 90."""
     return BREAK_MIN_PER_90 * (budget_min // 90)
@@ -324,7 +417,11 @@ def unmarked(table: dict) -> list[str]:
 
 def to_markdown(table: dict) -> str:
     lines = ["<!-- written by python -m tools.notebook_timings; do not edit -->", "",
-             f"Minutes of teaching at demo pace: the markdown's words at {table['words_per_min']} words a minute, "
+             f"Minutes of teaching at demo pace: the markdown's words at {table['words_per_min']} words a minute "
+             f"times the read-aloud factor {table['prose_factor']:.2f} (notebook 03's prose, synthesised by espeak-ng "
+             f"at {table['words_per_min']} words a minute, took {table['prose_factor']:.2f} times as long as its "
+             f"words at that rate: `{table['prose_factor_source']}`, written by `python -m tools.timing_readaloud`; "
+             f"about {table['words_per_min'] / table['prose_factor']:.0f} words a minute in effect), "
              f"{table['min_per_equation']:g} minute per display equation, {table['min_per_code_line'] * 60:g} s per "
              f"line of code read aloud, {table['min_per_figure']:g} minute per figure, and the seconds the cells ran "
              "in the last execution (JupyterLab's Run All where `make test-lab` measured it); where attendees run "
@@ -346,6 +443,11 @@ def to_markdown(table: dict) -> str:
                   "| block | teaching, min | exercises, min | other, min |", "|---|---:|---:|---:|"]
         lines += [f"| {r['block']} | {r['teaching']:.0f} | {r['exercises']:.0f} | {r['other']:.0f} |"
                   for r in t["blocks"]]
+        if table["additions"].get(track):
+            lines += ["", f"Where to add to the {track} track, if the class is fast:", "",
+                      "| block | teaching, min | exercises, min |", "|---|---:|---:|"]
+            lines += [f"| {r['block']} | {r['teaching']:.0f} | {r['exercises']:.0f} |"
+                      for r in table["additions"][track]]
     return "\n".join(lines) + "\n"
 
 
@@ -366,10 +468,9 @@ def main(argv: list[str] | None = None) -> None:
     for track, t in table["tracks"].items():
         print(f"{track}: {t['total_min']:.0f} of {BUDGET_MIN[track]} min, longest stretch without an exercise "
               f"{t['max_gap_min']:.0f} min")
-    over = [track for track, t in table["tracks"].items() if t["total_min"] > BUDGET_MIN[track]
-            or t["max_gap_min"] > MAX_GAP_MIN]
-    if over:
-        parser.error(f"tracks over their budget or with too long a stretch without an exercise: {over}")
+    problems = [p for track, blocks in TRACKS.items() for p in track_problems(table, track, blocks)]
+    if problems:
+        parser.error(f"the tracks do not hold (the files are written; fix TRACKS): {problems}")
 
 
 if __name__ == "__main__":

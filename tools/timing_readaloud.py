@@ -11,6 +11,9 @@ What it checks: the words counted against the words spoken (code spans, numbers 
 several words), and the model's arithmetic per section. What it does not: a person's pace, pauses and
 questions; the equation, code and figure allowances are the model's own numbers here, not measured.
 Writes results/timing_readaloud_03.md and .json for notebook 03 (the same names with the prefix for another).
+The "model" here is the words at ``WORDS_PER_MIN`` alone; ``tools.notebook_timings`` reads the prose's audio over
+that (``prose_audio_min / prose_model_min`` of notebook 03's json) as the read-aloud factor it applies to all
+prose, so rerunning this updates the tracks' minutes at the next ``python -m tools.notebook_timings``.
 """
 
 from __future__ import annotations
