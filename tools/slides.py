@@ -310,7 +310,7 @@ def pause_slide(minutes: float, what: str, rest: list, decks: dict[str, Deck]) -
     if what == "break":
         return Slide.model_construct(section="break", title=f"Break ({minutes:g} min)", bullets=(
             [f"Next: {following[0]}"] if following else []), math=[], figure=None, code=None,
-            notes="Stretch, refill. Ask the class: which slide before the break would you like to see again?")
+            notes="Stretch, refill.\nAsk the class: which slide before the break would you like to see again?")
     return Slide.model_construct(section="questions", title=f"Questions ({minutes:g} min)", bullets=[
         "What would you check first in your own CUDA-graph code?"], math=[], figure=None, code=None,
         notes="Ask the class: which host value does your own serving code compute at capture and never again?\n"

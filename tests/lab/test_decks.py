@@ -1,4 +1,4 @@
-"""Every deck of ``make slides`` on a 1280x720 screen in headless Chromium (``make test-lab``; marker ``lab``).
+"""Every deck of ``make slides`` (one per notebook, one per track) on a 1280x720 screen in headless Chromium (``make test-lab``; marker ``lab``).
 
 For every slide of every deck: nothing runs past the slide's canvas (nothing to scroll), no code box overflows,
 every figure loads, fits and is shown at the scale mla_edu.plotstyle sizes its labels for (tests/test_plotstyle.py),
@@ -16,11 +16,13 @@ import pytest
 
 from lab_harness import chromium
 from mla_edu import plotstyle
+from tools.notebook_timings import TRACKS
 
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-DECKS = sorted(p.stem for p in (ROOT / "docs" / "slides").glob("[0-9][0-9]_*.yaml"))
+DECKS = sorted(p.stem for p in (ROOT / "docs" / "slides").glob("[0-9][0-9]_*.yaml")) + [
+    f"track-{name}" for name in TRACKS]  # and a deck per workshop track (tools.slides.track_path)
 SCREEN = dict(zip(("width", "height"), plotstyle.SLIDE_CANVAS))
 
 # Resolves once reveal.js is ready, every image has loaded, the fonts are in, and MathJax has typeset every display
