@@ -159,6 +159,14 @@ def test_a_track_block_on_a_notebook_without_slides_is_refused(monkeypatch):
         slides.track_blocks("90-minute", {k: v for k, v in DECKS.items() if k != "03"}, TABLE)
 
 
+def test_a_track_block_without_a_slide_is_refused(monkeypatch):
+    """04's section 2 has no slide: a track teaching only it would leave a gap in the deck."""
+    monkeypatch.setitem(nt.TRACKS, "90-minute", [("04", [2], "demo"), (None, 5, "questions")])
+    with pytest.raises(ValueError, match=r"expected a slide of docs/slides/04_decode_kernel.yaml on one of "
+                                         r"\[\"2. A test problem.*got none \(a gap"):
+        slides.track_blocks("90-minute", DECKS, TABLE)
+
+
 @pytest.mark.parametrize("track", sorted(nt.TRACKS))
 def test_the_first_slide_of_every_track_block_asks_the_class(track):
     """The instructor poses a question at least at the start of each block (a line "Ask the class: ...?")."""

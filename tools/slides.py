@@ -298,6 +298,9 @@ def track_blocks(name: str, decks: dict[str, Deck], table: dict) -> list[tuple[t
                                                               which)]
         deck = decks[prefix]
         picked = sorted((s for s in deck.slides if s.section in chosen), key=lambda s: chosen.index(s.section))
+        if not picked:
+            raise ValueError(f"track {name}, block {(prefix, which, mode)}: expected a slide of "
+                             f"docs/slides/{deck.notebook}.yaml on one of {chosen}, got none (a gap in the deck)")
         out.append(((prefix, which, mode), [(s, f"{deck.notebook[:2]} · {s.section}") for s in picked]))
     return out
 
