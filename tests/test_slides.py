@@ -123,7 +123,8 @@ def _expected_titles(blocks: list) -> list[str]:
             out.append(f"{mode.capitalize()} ({which:g} min)")
             continue
         chosen = [s["title"] for s in nt.select(nt.notebook_entry(TABLE, prefix)[1], which)]
-        out += [slides.inline(s.title) for title in chosen for s in DECKS[prefix].slides if s.section == title]
+        out += [f"{prefix} · {slides.inline(s.title)}" for title in chosen for s in DECKS[prefix].slides
+                if s.section == title]
     return out
 
 

@@ -280,7 +280,8 @@ def track_blocks(name: str, decks: dict[str, Deck], table: dict) -> list[tuple[t
     """``tools.notebook_timings.TRACKS[name]`` as read now, block by block: (the block, its slides with where each
     comes from). A notebook block: the slides of ``decks`` (by notebook prefix) on the sections it teaches, in the
     order ``tools.notebook_timings.select`` gives them (a section's slides in their deck's order); a break or
-    questions: one slide of its stated minutes."""
+    questions: one slide of its stated minutes. A slide's title opens with its notebook's number ("06 · ..."): the
+    notebook the class has open."""
     from tools import notebook_timings
 
     if name not in notebook_timings.TRACKS:
@@ -301,7 +302,8 @@ def track_blocks(name: str, decks: dict[str, Deck], table: dict) -> list[tuple[t
         if not picked:
             raise ValueError(f"track {name}, block {(prefix, which, mode)}: expected a slide of "
                              f"docs/slides/{deck.notebook}.yaml on one of {chosen}, got none (a gap in the deck)")
-        out.append(((prefix, which, mode), [(s, f"{deck.notebook[:2]} · {s.section}") for s in picked]))
+        out.append(((prefix, which, mode), [(s.model_copy(update={"title": f"{prefix} · {s.title}"}),
+                                             f"{deck.notebook} · {s.section}") for s in picked]))
     return out
 
 
