@@ -4,6 +4,7 @@ limits and on a (core) section of its notebook, a section split at the heading's
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -106,3 +107,161 @@ def test_the_notebooks_have_headings_partway_down_cells():
                                         ("a < b & $x_1$", "a &lt; b &amp; $x_1$")])
 def test_inline_markup(text, html):
     assert slides.inline(text) == html
+
+
+# ---- the track decks, the minutes and numbers the slides quote, the questions to the class ----------------------
+TABLE = slides.timing_table()
+DECKS = {p.stem[:2]: slides.load(p, TABLE) for p in PATHS}
+H2 = re.compile(r"<h2>(.*?)</h2>")
+
+
+def _expected_titles(blocks: list) -> list[str]:
+    """The slide titles a track deck must show, worked out here from the blocks, the table and the slide files."""
+    out = []
+    for prefix, which, mode in blocks:
+        if prefix is None:
+            out.append(f"{mode.capitalize()} ({which:g} min)")
+            continue
+        chosen = [s["title"] for s in nt.select(nt.notebook_entry(TABLE, prefix)[1], which)]
+        out += [f"{prefix} · {slides.inline(s.title)}" for title in chosen for s in DECKS[prefix].slides
+                if s.section == title]
+    return out
+
+
+@pytest.mark.parametrize("track", sorted(nt.TRACKS))
+def test_every_block_of_every_track_has_a_slide(track):
+    blocks = slides.track_blocks(track, DECKS, TABLE)
+    assert [b for b, _ in blocks] == list(nt.TRACKS[track])
+    empty = [b for b, sl in blocks if not sl]
+    assert not empty, f"{track}: blocks with no slide (a gap in the track deck): {empty}"
+
+
+@pytest.mark.parametrize("track", sorted(nt.TRACKS))
+def test_the_track_deck_follows_tracks_in_order(track, tmp_path):
+    path = slides.export_track(track, DECKS, TABLE, tmp_path)
+    assert path == slides.track_path(track, tmp_path)
+    page = path.read_text()
+    assert H2.findall(page) == _expected_titles(nt.TRACKS[track])
+    shown = {s.figure for _, sl in slides.track_blocks(track, DECKS, TABLE) for s, _ in sl if s.figure}
+    assert {p.stem for p in (tmp_path / "figures").glob("*.png")} == shown
+
+
+def test_the_track_deck_reads_tracks_when_built(monkeypatch):
+    """Another order, a block cut: the deck follows TRACKS as it is when the deck is built, not a copy."""
+    blocks = list(reversed(nt.TRACKS["90-minute"]))[1:]
+    monkeypatch.setitem(nt.TRACKS, "90-minute", blocks)
+    titles = H2.findall(slides.track_html("90-minute", DECKS, TABLE))
+    assert titles == _expected_titles(blocks) and titles[0] != "Questions (5 min)"
+
+
+def test_a_track_block_on_a_notebook_without_slides_is_refused(monkeypatch):
+    monkeypatch.setitem(nt.TRACKS, "90-minute", [("03", [5], "demo")])
+    with pytest.raises(ValueError, match=r"expected a slide file docs/slides/03_\*.yaml"):
+        slides.track_blocks("90-minute", {k: v for k, v in DECKS.items() if k != "03"}, TABLE)
+
+
+def test_a_track_block_without_a_slide_is_refused(monkeypatch):
+    """04's section 2 has no slide: a track teaching only it would leave a gap in the deck."""
+    monkeypatch.setitem(nt.TRACKS, "90-minute", [("04", [2], "demo"), (None, 5, "questions")])
+    with pytest.raises(ValueError, match=r"expected a slide of docs/slides/04_decode_kernel.yaml on one of "
+                                         r"\[\"2. A test problem.*got none \(a gap"):
+        slides.track_blocks("90-minute", DECKS, TABLE)
+
+
+@pytest.mark.parametrize("track", sorted(nt.TRACKS))
+def test_the_first_slide_of_every_track_block_asks_the_class(track):
+    """The instructor poses a question at least at the start of each block (a line "Ask the class: ...?")."""
+    silent = [(b, sl[0][0].title) for b, sl in slides.track_blocks(track, DECKS, TABLE)
+              if not slides.ASK.search(sl[0][0].notes)]
+    assert not silent, f"{track}: blocks whose first slide asks the class nothing: {silent}"
+
+
+def test_exercise_minutes_come_from_the_timing_table():
+    seen = 0
+    for deck in DECKS.values():
+        for s in deck.slides:
+            sec = [x for x in TABLE["notebooks"][f"{deck.notebook}.ipynb"]["sections"] if x["title"] == s.section]
+            if sec[0]["exercise"] is not None:
+                assert s.title.startswith(f"Exercise ({round(nt.minutes(sec[0], 'attendees run'))} min): "), s.title
+                seen += 1
+    assert seen >= 7
+    # a table with other counts gives other minutes: the slides read them, nothing typed
+    longer = json.loads(json.dumps(TABLE))
+    unit = next(x for x in longer["notebooks"]["03_paged_kv_cache.ipynb"]["sections"]
+                if x["title"] == "Exercises · exercise 2")
+    unit["words"] += 1000  # ten more minutes at 100 words a minute
+    title = next(s.title for s in slides.load(slides.SLIDES_DIR / "03_paged_kv_cache.yaml", longer).slides
+                 if s.section == "Exercises · exercise 2")
+    assert title.startswith(f"Exercise ({round(nt.minutes(unit, 'attendees run'))} min)")
+
+
+def test_a_table_without_the_exercise_unit_is_refused():
+    short = json.loads(json.dumps(TABLE))
+    nb = short["notebooks"]["03_paged_kv_cache.ipynb"]
+    nb["sections"] = [x for x in nb["sections"] if x["title"] != "Exercises · exercise 2"]
+    with pytest.raises(ValueError, match=r"notebook_timings.json: expected the exercise unit 'Exercises · exercise "
+                                         r"2' of 03_paged_kv_cache.ipynb"):
+        slides.load(slides.SLIDES_DIR / "03_paged_kv_cache.yaml", short)
+    del short["notebooks"]["03_paged_kv_cache.ipynb"]
+    with pytest.raises(ValueError, match="no such notebook"):
+        slides.exercise_minutes(short, "03_paged_kv_cache", "Exercises · exercise 2")
+
+
+@pytest.mark.parametrize("field, text", [("title", "Exercise (5 min): x"), ("bullets", ["about 8 minutes"]),
+                                         ("notes", "give it 3 min")])
+def test_typed_minutes_are_refused(field, text):
+    with pytest.raises(ValidationError, match="expected no typed minutes"):
+        slides.Slide(**{**GOOD, field: text})
+
+
+def test_slide_files_type_no_minutes():
+    typed = [(p.name, line.strip()) for p in PATHS for line in p.read_text().splitlines()
+             if slides.TYPED_MINUTES.search(line)]
+    assert not typed, typed
+
+
+def test_06_quotes_its_numbers_from_the_results_the_notebook_reads():
+    """The headline slide: each number from results/repro_cpu.json (the notebook's second table) or the seed,
+    none typed; the run and the scale named beside them."""
+    repro = json.loads((slides.RESULTS_DIR / "repro_cpu.json").read_text())["table"]
+    raw = (slides.SLIDES_DIR / "06_reproducing_the_zero_accuracy_bug.yaml").read_text()
+    assert "0.035" not in raw and "0.984" not in raw and "0.060" not in raw
+    head = DECKS["06"].slides[0]
+    text = " ".join(head.bullets)
+    assert (f"pre-fix graph {repro['prefix']['accuracy']:.3f}" in text and f"Eager {repro['eager']['accuracy']:.3f}"
+            in text and "256 recall questions" in text and "DeepSeek-V3 on GSM8K" in text)
+    from mla_edu.case_study.seed import SEED
+
+    assert f"{SEED['prefix']} with them" in text
+
+
+@pytest.mark.parametrize("ref, match", [("{{repro_cpu:table.nothing.accuracy}}", "expected a key 'nothing'"),
+                                        ("{{no_such_results:a}}", "expected a file results/no_such_results.json"),
+                                        ("{{repro_cpu:table}}", "expected a number or text"),
+                                        ("{{seed:later}}", "expected a key 'later' in mla_edu.case_study.seed")])
+def test_a_number_that_is_not_there_is_refused(ref, match):
+    with pytest.raises(ValueError, match=match):
+        slides.fill_numbers({"bullets": [ref]})
+    assert slides.fill_numbers(["{{repro_cpu:table.eager.num_questions}}"]) == ["256"]
+
+
+def test_08s_panel_figures_fill_the_slide_unshrunk():
+    """The control panel's 2 x 2 figure is taller than a slide's figure box (shrunk to two thirds): 08's slides show
+    it a row at a time, each at full size."""
+    from PIL import Image
+
+    from mla_edu import plotstyle
+
+    figs = [s.figure for s in DECKS["08"].slides if s.figure]
+    assert len(figs) >= 4 and all(f.startswith("panel_") for f in figs)
+    for f in figs:
+        with Image.open(slides.FIGURES_DIR / f"{f}.png") as im:
+            assert plotstyle.shown_scale(*im.size, "slide") == pytest.approx(1.5 / (1 + plotstyle.SLIDE_MARGIN)), f
+
+
+def test_the_slides_page_links_the_track_decks_first():
+    page = (slides.REPO_ROOT / "docs" / "slides.md").read_text()
+    links = re.findall(r'href="slides/([^"]+)"', page)
+    tracks = [slides.track_path(name, slides.OUT).name for name in nt.TRACKS]
+    notebooks = [f"{p.stem}.slides.html" for p in PATHS]
+    assert links == tracks + notebooks, links

@@ -47,6 +47,8 @@ FIGURES = {
     "graph_narrow_view_reads": graph_plots.narrow_view_reads,
     "panel_default": panel.panel_default,
     "panel_fixed": panel.panel_fixed,
+    **{f"panel_{which}_{half}": functools.partial(panel.panel_slide, which == "fixed", half)  # 08's slides
+       for which in ("default", "fixed") for half in panel.SLIDE_HALVES},
     "bug_page_reads": lambda: case_plots.page_reads_figure(_example_diagnosis()),  # pre-fix, the example batch
     "bug_page_table": lambda: case_plots.page_table_figure(_example_diagnosis()),  # its index buffer at replay
     "fix_piece_by_piece": lambda: case_plots.piece_by_piece_figure(diagnose.accuracy_runs(*_shipped())),  # 64 q

@@ -1,4 +1,5 @@
-"""A reveal.js deck per notebook, made for a projector: ``python -m tools.slides`` (``make slides``).
+"""A reveal.js deck per notebook and per workshop track, made for a projector: ``python -m tools.slides``
+(``make slides``).
 
 Each deck is built from its slide file ``docs/slides/<notebook>.yaml``, kept beside the book's sources and written
 for the screen, not taken from the notebook: per slide a title, at most ``MAX_BULLETS`` bullets and
@@ -8,11 +9,23 @@ section it teaches; that section must exist and be marked (core) (``tools.notebo
 splits a notebook at each heading line, so a heading partway down a cell starts its own section), unless the
 notebook has no (core) section below its introduction (09, the GPU track's deep dive): then any of them.
 
+Nothing on a slide is typed that a table holds: an exercise slide's minutes (its title reads "Exercise (N min):
+...") come from the timing table ``results/notebook_timings.json`` (``exercise_minutes``: the attendees' minutes
+of ``tools.notebook_timings``), and a slide's text may quote a measured number as ``{{repro_cpu:table.prefix.
+accuracy}}`` (a key path into ``results/repro_cpu.json``; ``{{seed:prefix}}``: the seed's numbers,
+``mla_edu.case_study.seed.SEED``). A typed "N min" is refused.
+
+A track deck (``track-<name>.slides.html``) follows ``tools.notebook_timings.TRACKS``, read when the decks are
+built: per block, the per-notebook slides of the sections (and exercise units) it teaches, in the block's order,
+and a slide for each break and for questions. The first slide of every block asks the class a question in its
+speaker notes (a line "Ask the class: ...?"), checked here.
+
 reveal.js (with its notes and math plugins) and MathJax 2 come from the npm registry (``VENDOR``: exact versions
 and their sha512), fetched once by ``npm pack`` into ``build/npm/`` and unpacked beside the decks, so that a deck
 opens without a network:
 
-    build/book/slides/ (a deck per notebook, <notebook>.slides.html), vendor/ (what the decks load), figures/
+    build/book/slides/ (a deck per notebook, <notebook>.slides.html; a deck per track,
+                        track-<name>.slides.html), vendor/ (what the decks load), figures/
 """
 
 from __future__ import annotations
@@ -32,9 +45,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from mla_edu import plotstyle
-from mla_edu.paths import FIGURES_DIR, NOTEBOOKS_DIR, REPO_ROOT
+from mla_edu.paths import FIGURES_DIR, NOTEBOOKS_DIR, REPO_ROOT, RESULTS_DIR
 
 OUT = REPO_ROOT / "build" / "book" / "slides"
+TABLE_NAME = "results/notebook_timings.json"
 SLIDES_DIR = REPO_ROOT / "docs" / "slides"
 NPM_CACHE = REPO_ROOT / "build" / "npm"
 MAX_BULLETS = 5
@@ -51,6 +65,10 @@ VENDOR = {
                  "jax/input/TeX/", "jax/output/CommonHTML/", "jax/element/", "fonts/HTML-CSS/TeX/woff/")),
 }
 NBVAL_MARKER = "# NBVAL_"
+TYPED_MINUTES = re.compile(r"\b\d+(?:\.\d+)?\s*min(?:utes?)?\b", re.IGNORECASE)
+NUMBER = re.compile(r"\{\{(\w+):([\w.]+)\}\}")  # {{source:key.path}}
+ASK = re.compile(r"^Ask the class: .+\?$", re.MULTILINE)
+EXERCISE_UNIT = " · exercise "
 
 
 class Slide(BaseModel):
@@ -70,6 +88,15 @@ class Slide(BaseModel):
     def _not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("expected text, got a blank string")
+        return v
+
+    @field_validator("notes", "title", "bullets")
+    @classmethod
+    def _no_typed_minutes(cls, v):
+        for text in [v] if isinstance(v, str) else v:
+            if TYPED_MINUTES.search(text):
+                raise ValueError(f"expected no typed minutes (an exercise's come from {TABLE_NAME}), got "
+                                 f"{TYPED_MINUTES.search(text).group(0)!r} in {text[:60]!r}")
         return v
 
     @field_validator("bullets", "math")
@@ -112,22 +139,88 @@ class Deck(BaseModel):
     slides: list[Slide]
 
 
-def load(path: Path) -> Deck:
-    """A slide file, checked against the model and against its notebook's sections."""
+def timing_table() -> dict:
+    """The timing table of ``tools.notebook_timings`` (``results/notebook_timings.json``)."""
     from tools import notebook_timings
 
-    deck = Deck.model_validate(yaml.safe_load(path.read_text()))
+    if not notebook_timings.TABLE_JSON.is_file():
+        raise FileNotFoundError(f"expected {TABLE_NAME} (python -m tools.notebook_timings writes it), got no file")
+    return json.loads(notebook_timings.TABLE_JSON.read_text())
+
+
+def exercise_minutes(table: dict, notebook: str, unit: str) -> int:
+    """Minutes of the exercise unit ``unit`` of ``notebook`` (a stem) as the timing table gives them: the
+    attendees' pace, as ``tools.notebook_timings.track_minutes`` counts an exercise."""
+    from tools import notebook_timings
+
+    entry = table.get("notebooks", {}).get(f"{notebook}.ipynb")
+    units = [s for s in (entry or {}).get("sections", []) if s.get("exercise") is not None]
+    found = [s for s in units if s["title"] == unit]
+    if not found:
+        raise ValueError(f"{TABLE_NAME}: expected the exercise unit {unit!r} of {notebook}.ipynb, got "
+                         f"{[s['title'] for s in units] if entry else 'no such notebook'} "
+                         "(python -m tools.notebook_timings rewrites the table)")
+    return round(notebook_timings.minutes(found[0], "attendees run"))
+
+
+def number(source: str, key: str) -> str:
+    """The value ``{{source:key}}`` quotes: a key path into ``results/<source>.json`` (floats as 0.000), or into
+    the seed's numbers (``seed``: ``mla_edu.case_study.seed.SEED``)."""
+    if source == "seed":
+        from mla_edu.case_study.seed import SEED
+
+        value, where = SEED, "mla_edu.case_study.seed.SEED"
+    else:
+        path = RESULTS_DIR / f"{source}.json"
+        if not path.is_file():
+            raise ValueError(f"{{{{{source}:{key}}}}}: expected a file results/{source}.json or 'seed', got no file")
+        value, where = json.loads(path.read_text()), f"results/{source}.json"
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            got = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise ValueError(f"{{{{{source}:{key}}}}}: expected a key {part!r} in {where}, got {got}")
+        value = value[part]
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, (dict, list)):
+        raise ValueError(f"{{{{{source}:{key}}}}}: expected a number or text in {where}, got a {type(value).__name__}")
+    return str(value)
+
+
+def fill_numbers(raw):
+    """The slide file's text with every ``{{source:key}}`` replaced by ``number``'s value."""
+    if isinstance(raw, str):
+        return NUMBER.sub(lambda m: number(m.group(1), m.group(2)), raw)
+    if isinstance(raw, list):
+        return [fill_numbers(x) for x in raw]
+    if isinstance(raw, dict):
+        return {k: fill_numbers(v) for k, v in raw.items()}
+    return raw
+
+
+def load(path: Path, table: dict | None = None) -> Deck:
+    """A slide file, checked against the model and against its notebook's sections; each exercise slide's title
+    gets the unit's minutes from the timing table (``table``, default ``results/notebook_timings.json``)."""
+    from tools import notebook_timings
+
+    deck = Deck.model_validate(fill_numbers(yaml.safe_load(path.read_text())))
     nb_path = NOTEBOOKS_DIR / f"{deck.notebook}.ipynb"
     if deck.notebook != path.stem or not nb_path.is_file():
         raise ValueError(f"{path.name}: expected notebook {path.stem!r} (a notebook of notebooks/), "
                          f"got {deck.notebook!r}")
-    marker = {s["title"]: s["marker"] for s in notebook_timings.sections(json.loads(nb_path.read_text()))}
+    secs = notebook_timings.sections(json.loads(nb_path.read_text()))
+    marker = {s["title"]: s["marker"] for s in secs}
+    units = {s["title"] for s in secs if s["exercise"] is not None}
     headed = {t: m for t, m in marker.items() if t != "introduction"}  # the text above the first heading is core
     wanted = ("core",) if "core" in headed.values() else notebook_timings.MARKERS  # a notebook all optional: any
     for slide in deck.slides:
         if marker.get(slide.section) not in wanted:
             raise ValueError(f"{path.name}, slide {slide.title!r}: expected a ({' or '.join(wanted)}) section of "
                              f"{deck.notebook}, got {slide.section!r} ({marker.get(slide.section, 'no such section')})")
+    table = timing_table() if table is None and any(s.section in units for s in deck.slides) else table
+    deck.slides = [s.model_copy(update={"title": f"Exercise ({exercise_minutes(table, deck.notebook, s.section)} "
+                                                 f"min): {s.title}"}) if s.section in units else s
+                   for s in deck.slides]
     return deck
 
 
@@ -144,7 +237,8 @@ def inline(text: str) -> str:
     return re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?!\w)", r"<em>\1</em>", out)
 
 
-def slide_html(slide: Slide) -> str:
+def slide_html(slide: Slide, where: str | None = None) -> str:
+    """One ``<section>``; ``where`` (a track deck's "notebook · section") opens the speaker notes."""
     parts = [f"<h2>{inline(slide.title)}</h2>"]
     parts += [f'<div class="eq">\\[{html.escape(m, quote=False)}\\]</div>' for m in slide.math]
     if slide.bullets:
@@ -153,7 +247,8 @@ def slide_html(slide: Slide) -> str:
         parts.append(f'<img class="figure" src="figures/{slide.figure}.png" alt="{html.escape(slide.figure)}">')
     if slide.code:
         parts.append(f'<pre><code>{html.escape(slide.code.rstrip())}</code></pre>')
-    parts.append(f'<aside class="notes">{html.escape(slide.notes.strip())}</aside>')
+    notes = slide.notes.strip() if where is None else f"[{where}]\n{slide.notes.strip()}"
+    parts.append(f'<aside class="notes">{html.escape(notes)}</aside>')
     return "<section>\n" + "\n".join(parts) + "\n</section>"
 
 
@@ -170,12 +265,80 @@ STYLE = """
 """ % {"fig_w": plotstyle.SLIDE_FIGURE_BOX[0], "fig_h": plotstyle.SLIDE_FIGURE_BOX[1]}
 
 
+def title_html(title: str, subtitle: str, notes: str) -> str:
+    return (f"<section><h1>{inline(title)}</h1><p>{inline(subtitle)}</p>"
+            f"<aside class=\"notes\">{html.escape(notes)}</aside></section>")
+
+
 def deck_html(deck: Deck) -> str:
-    title = f"<section><h1>{inline(deck.title)}</h1><p>mla-edu</p><aside class=\"notes\">{html.escape(deck.title)}: " \
-            f"{len(deck.slides)} slides; the instructor guide gives the minutes of each section.</aside></section>"
-    slides = "\n".join([title, *map(slide_html, deck.slides)])
+    title = title_html(deck.title, "mla-edu", f"{deck.title}: {len(deck.slides)} slides; the instructor guide gives "
+                                              "the minutes of each section.")
+    return page_html(deck.title, [title, *map(slide_html, deck.slides)])
+
+
+def track_blocks(name: str, decks: dict[str, Deck], table: dict) -> list[tuple[tuple, list[tuple[Slide, str]]]]:
+    """``tools.notebook_timings.TRACKS[name]`` as read now, block by block: (the block, its slides with where each
+    comes from). A notebook block: the slides of ``decks`` (by notebook prefix) on the sections it teaches, in the
+    order ``tools.notebook_timings.select`` gives them (a section's slides in their deck's order); a break or
+    questions: one slide of its stated minutes. A slide's title opens with its notebook's number ("06 · ..."): the
+    notebook the class has open."""
+    from tools import notebook_timings
+
+    if name not in notebook_timings.TRACKS:
+        raise ValueError(f"track: expected one of {sorted(notebook_timings.TRACKS)}, got {name!r}")
+    blocks = notebook_timings.TRACKS[name]
+    out = []
+    for i, (prefix, which, mode) in enumerate(blocks):
+        if prefix is None:
+            out.append(((prefix, which, mode), [(pause_slide(which, mode, blocks[i + 1:], decks), mode)]))
+            continue
+        if prefix not in decks:
+            raise ValueError(f"track {name}: expected a slide file docs/slides/{prefix}_*.yaml, got "
+                             f"{sorted(decks)}")
+        chosen = [s["title"] for s in notebook_timings.select(notebook_timings.notebook_entry(table, prefix)[1],
+                                                              which)]
+        deck = decks[prefix]
+        picked = sorted((s for s in deck.slides if s.section in chosen), key=lambda s: chosen.index(s.section))
+        if not picked:
+            raise ValueError(f"track {name}, block {(prefix, which, mode)}: expected a slide of "
+                             f"docs/slides/{deck.notebook}.yaml on one of {chosen}, got none (a gap in the deck)")
+        out.append(((prefix, which, mode), [(s.model_copy(update={"title": f"{prefix} · {s.title}"}),
+                                             f"{deck.notebook} · {s.section}") for s in picked]))
+    return out
+
+
+def pause_slide(minutes: float, what: str, rest: list, decks: dict[str, Deck]) -> Slide:
+    """A break's or the questions' slide: its minutes, and what comes next."""
+    if what not in ("break", "questions"):
+        raise ValueError(f"track block: expected 'break' or 'questions', got {what!r}")
+    following = [decks[p].title for p, _, _ in rest if p is not None and p in decks]
+    if what == "break":
+        return Slide.model_construct(section="break", title=f"Break ({minutes:g} min)", bullets=(
+            [f"Next: {following[0]}"] if following else []), math=[], figure=None, code=None,
+            notes="Stretch, refill.\nAsk the class: which slide before the break would you like to see again?")
+    return Slide.model_construct(section="questions", title=f"Questions ({minutes:g} min)", bullets=[
+        "What would you check first in your own CUDA-graph code?"], math=[], figure=None, code=None,
+        notes="Ask the class: which host value does your own serving code compute at capture and never again?\n"
+              "The instructor guide lists the questions attendees ask.")
+
+
+def track_html(name: str, decks: dict[str, Deck], table: dict) -> str:
+    from tools import notebook_timings
+
+    blocks = track_blocks(name, decks, table)
+    total = notebook_timings.track_minutes(table, notebook_timings.TRACKS[name])["total_min"]
+    budget = notebook_timings.BUDGET_MIN.get(name)
+    plan = "; ".join(f"{b[0] or b[2]}: {len(sl)} slides" for b, sl in blocks)
+    title = title_html(f"MLA and SGLang's CUDA-graph bug: the {name} track",
+                       f"mla-edu · {total:.0f}{f' of {budget}' if budget else ''} minutes",
+                       f"{len(blocks)} blocks ({TABLE_NAME}): {plan}")
+    return page_html(f"{name} track", [title, *(slide_html(s, where) for _, sl in blocks for s, where in sl)])
+
+
+def page_html(title: str, sections: list[str]) -> str:
+    slides = "\n".join(sections)
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(deck.title)}</title><link rel="icon" href="data:,">
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><link rel="icon" href="data:,">
 <link rel="stylesheet" href="vendor/reveal.js/dist/reveal.css">
 <link rel="stylesheet" href="vendor/reveal.js/dist/theme/white.css">
 <style>{STYLE}</style></head>
@@ -230,21 +393,39 @@ def vendor(out: Path = OUT) -> None:
         stamp.write_text(f"{version} {members}")
 
 
-def export(path: Path, out: Path = OUT) -> Path:
-    """Write ``out/<notebook>.slides.html`` from the slide file ``path``, with the figures it shows."""
-    deck = load(path)
+def _copy_figures(slides: list[Slide], out: Path) -> None:
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    for slide in deck.slides:
+    for slide in slides:
         if slide.figure:
             shutil.copyfile(FIGURES_DIR / f"{slide.figure}.png", out / "figures" / f"{slide.figure}.png")
+
+
+def export(path: Path, out: Path = OUT, table: dict | None = None) -> Path:
+    """Write ``out/<notebook>.slides.html`` from the slide file ``path``, with the figures it shows."""
+    deck = load(path, table)
+    _copy_figures(deck.slides, out)
     target = out / f"{deck.notebook}.slides.html"
     target.write_text(deck_html(deck))
     return target
 
 
+def track_path(name: str, out: Path = OUT) -> Path:
+    return out / f"track-{name}.slides.html"
+
+
+def export_track(name: str, decks: dict[str, Deck], table: dict, out: Path = OUT) -> Path:
+    """Write ``out/track-<name>.slides.html``: the track's blocks as ``track_blocks`` reads them from TRACKS."""
+    _copy_figures([s for _, sl in track_blocks(name, decks, table) for s, _ in sl], out)
+    target = track_path(name, out)
+    target.write_text(track_html(name, decks, table))
+    return target
+
+
 def main(argv: list[str] | None = None) -> None:
+    from tools import notebook_timings
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="notebook stems (default: every notebook)")
+    parser.add_argument("names", nargs="*", help="notebook stems (default: every notebook, and every track's deck)")
     args = parser.parse_args(argv)
     paths = sorted(SLIDES_DIR.glob("[0-9][0-9]_*.yaml"))
     unknown = sorted(set(args.names) - {p.stem for p in paths})
@@ -252,9 +433,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"no slide file for {unknown}; known: {[p.stem for p in paths]}")
     OUT.mkdir(parents=True, exist_ok=True)
     vendor()
+    table = timing_table()
     for path in paths:
         if not args.names or path.stem in args.names:
-            print(export(path).relative_to(REPO_ROOT))
+            print(export(path, table=table).relative_to(REPO_ROOT))
+    if not args.names:
+        decks = {p.stem[:2]: load(p, table) for p in paths}
+        for name in notebook_timings.TRACKS:
+            print(export_track(name, decks, table).relative_to(REPO_ROOT))
 
 
 if __name__ == "__main__":

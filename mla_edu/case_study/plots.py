@@ -33,14 +33,19 @@ def shows_poison(buffer: torch.Tensor) -> bool:
     return bool((buffer == POISON_PAGE).any())
 
 
+def draw_buffer_panel(ax, reads: PageReads):
+    """The index buffer at replay, titled: entries written for the step plain, stale ones x, poison P."""
+    draw_buffer(ax, reads.buffer, reads.live)
+    poison = ", P: poison" if shows_poison(reads.buffer) else ""
+    ax.set_title(f"page-table buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
+                 f"(plain: written now, x: stale{poison})", fontsize=plotstyle.MIN_FONT_PT)
+
+
 def draw_page_reads(ax_buf, ax_int, ax_read, reads: PageReads, show_stride: bool = True):
     """The index buffer (``ax_buf``, may be None), the intended pages, and the pages read (right, or wrong and
     hatched)."""
     if ax_buf is not None:
-        draw_buffer(ax_buf, reads.buffer, reads.live)
-        poison = ", P: poison" if shows_poison(reads.buffer) else ""
-        ax_buf.set_title(f"page-table buffer, rows 0..{reads.buffer.shape[0] - 1}\n"
-                         f"(plain: written now, x: stale{poison})", fontsize=plotstyle.MIN_FONT_PT)
+        draw_buffer_panel(ax_buf, reads)
     draw_intended_and_read(ax_int, ax_read, reads.intended, reads.read, unused=UNUSED,
                            labels={POISON: "P", OUTSIDE: "X"})
     stride = (f"\n(row stride {reads.launch.row_stride}, buffer's {reads.launch.buffer_row_stride})"

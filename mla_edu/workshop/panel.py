@@ -31,7 +31,7 @@ from pydantic import Field
 from mla_edu import palette, plotstyle
 from mla_edu.case_study.accuracy import may_crash_the_gpu, run_bench
 from mla_edu.case_study.diagnose import PageReads, diagnose_step, page_reads
-from mla_edu.case_study.plots import accuracy_bars, draw_page_reads
+from mla_edu.case_study.plots import accuracy_bars, draw_buffer_panel, draw_page_reads
 from mla_edu.model import load_pretrained, task
 from mla_edu.serving import DEFECTS, MERGED_FIX, PRE_FIX, STALE_REMOVED, ServerArgs, backend_class, backend_names
 from mla_edu.settings import check_fields
@@ -234,6 +234,31 @@ def panel_figure(result: PanelResult):
     return fig
 
 
+SLIDE_HALVES = ("outcome", "reads")
+
+
+def panel_slide_figure(result: PanelResult, half: str):
+    """One row of ``panel_figure``, for a slide: "outcome" (the accuracy bars and the index buffer) or "reads" (the
+    pages each row owns and those it read under replay). The 2 x 2 figure is taller than a slide's figure box
+    (``plotstyle.SLIDE_FIGURE_BOX``) and is shrunk to two thirds there; a row fits it at full size."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if half not in SLIDE_HALVES:
+        raise ValueError(f"half: expected one of {SLIDE_HALVES}, got {half!r}")
+    rows = result.reads.buffer.shape[0] if half == "outcome" else result.reads.intended.shape[0]
+    fig = plotstyle.figure(figsize=(6.8, 1.5 + 0.32 * rows))
+    FigureCanvasAgg(fig)
+    ax0, ax1 = fig.subplots(1, 2)
+    if half == "outcome":
+        draw_accuracy(ax0, result)
+        draw_buffer_panel(ax1, result.reads)
+    else:
+        draw_page_reads(None, ax0, ax1, result.reads)
+    fig.suptitle(result.settings.label(), fontsize=plotstyle.MIN_FONT_PT)
+    fig.tight_layout()
+    return fig
+
+
 def figure_png(fig) -> bytes:
     """The figure as PNG bytes, as the panel shows it (a bare Figure has no notebook display of its own)."""
     import io
@@ -251,6 +276,12 @@ def panel_default():
 def panel_fixed():
     """figures/panel_fixed.png: SGLang's merged fix (no defect left) at the same setting."""
     return panel_figure(PanelRuns()(PanelSettings(defects=MERGED_FIX)))
+
+
+def panel_slide(fixed: bool, half: str):
+    """figures/panel_{default,fixed}_{outcome,reads}.png: one row of ``panel_default`` or ``panel_fixed``, for
+    08's slides."""
+    return panel_slide_figure(PanelRuns()(PanelSettings(defects=MERGED_FIX) if fixed else PanelSettings()), half)
 
 
 # ---- the widgets -------------------------------------------------------------------------------

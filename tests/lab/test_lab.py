@@ -203,7 +203,7 @@ return {title: document.title, n: imgs.length, broken};
     ("instructor.html", "The 3-hour track", 0),
     ("glossary.html", "max_seqlen_pad", 0),
     ("results.html", "Other measurements", 0),
-    ("slides.html", "reveal.js deck per notebook", 0),
+    ("slides.html", "reveal.js deck per workshop track", 0),
 ])
 def test_book_page_loads_with_figures(browser, book_url, page, text, min_images):
     """The static book: the index and a notebook page load, show their text and every figure."""
@@ -222,8 +222,11 @@ def test_book_page_loads_with_figures(browser, book_url, page, text, min_images)
         assert "NBVAL" not in browser.find_element("tag name", "body").text
     if page == "index.html":  # every notebook is linked from the index
         assert all(any(f"notebooks/{n[:-6]}.html" in (h or "") for h in links) for n in NOTEBOOKS), links
-    if page == "slides.html":  # and every deck from the slides page
+    if page == "slides.html":  # and every deck from the slides page, each track's deck too
         assert all(f"slides/{n[:-6]}.slides.html" in links for n in NOTEBOOKS), links
+        from tools.notebook_timings import TRACKS
+
+        assert all(f"slides/track-{t}.slides.html" in links for t in TRACKS), links
     if page == "instructor.html":  # the timings table is on the page (included from docs/timings.md)
         assert "minutes of teaching" in browser.find_element("tag name", "body").text.lower()
 
