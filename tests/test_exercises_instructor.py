@@ -131,7 +131,8 @@ def _checkers_hints(source: str) -> list:
     from mla_edu.workshop import exercises as ex
 
     tables = {"check_replay": list(ex.REPLAY_HINTS.values()),
-              "check_workspace_size": [h for _, h in ex.WORKSPACE_MISTAKES.values()] + list(ex.bytes_mistakes().values()),
+              "check_workspace_size": [h for _, h in ex.WORKSPACE_MISTAKES.values()]
+              + list(ex.bytes_mistakes().values()),
               "check_stale_reads": list(ex.STALE_MISTAKES.values())}
     hints = []
     for call in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)):

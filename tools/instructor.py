@@ -6,8 +6,8 @@ inside a block becomes that file's code). This command copies every executed not
 ``build/instructor/notebooks/``, inserting each block as a markdown cell right after the first code cell whose
 source contains its anchor (``<!-- code: PATH:NAME -->`` becomes the source of the top-level ``NAME`` of PATH, its
 comment lines above included). Each inserted block ends with the common wrong answers of the checks that cell runs
-and what the checker says to each, read from the checkers' own data (``common_mistakes``). It then builds the book from those copies into ``build/instructor/book/`` (the same
-Sphinx configuration as ``make book``).
+and what the checker says to each, read from the checkers' own data (``common_mistakes``). It then builds the book
+from those copies into ``build/instructor/book/`` (the same Sphinx configuration as ``make book``).
 
     python -m tools.instructor            # notebooks and book
     python -m tools.instructor --no-book  # the notebooks only
@@ -77,7 +77,8 @@ def checker_mistakes() -> dict:
         "check_workspace_size": [(f"a split count with the `{name}` step wrong", hint)
                                  for name, (_, hint) in ex.WORKSPACE_MISTAKES.items()]
         + [(f"{n:,} bytes per (batch, split)", hint) for n, hint in ex.bytes_mistakes().items()],
-        "check_stale_reads": [(f"reads with the `{name}` step wrong", hint) for name, hint in ex.STALE_MISTAKES.items()],
+        "check_stale_reads": [(f"reads with the `{name}` step wrong", hint)
+                              for name, hint in ex.STALE_MISTAKES.items()],
     }
 
 
@@ -91,9 +92,9 @@ def _text(node: ast.AST, source: str) -> str:
 
 
 def common_mistakes(source: str) -> list:
-    """``[(question or "", wrong answer, what the checker says)]`` for every check the code cell ``source`` runs, in order:
-    the ``mistakes`` and ``hint`` of its ``check_number`` / ``check_items`` calls (a wrong answer as its expression
-    in the cell) and the classic mistakes of a checker of ``checker_mistakes``."""
+    """``[(question or "", wrong answer, what the checker says)]`` for every check the code cell ``source`` runs, in
+    order: the ``mistakes`` and ``hint`` of its ``check_number`` / ``check_items`` calls (a wrong answer as its
+    expression in the cell) and the classic mistakes of a checker of ``checker_mistakes``."""
     by_checker = checker_mistakes()
     calls = sorted((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)),
                    key=lambda n: (n.lineno, n.col_offset))
