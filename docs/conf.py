@@ -22,10 +22,25 @@ nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json
 html_theme = "sphinx_book_theme"
 html_title = "mla-edu: MLA, paged KV caches and a CUDA-graph bug"
 html_theme_options = {"show_toc_level": 2}
-html_static_path: list[str] = []
+# The widget views are not shown (above), so the book loads no widget JavaScript (myst-nb's default: require.js
+# and the widget manager, from CDNs).
+nb_ipywidgets_js: dict = {}
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for tools.slides
-from tools.slides import NBVAL_MARKER, without_nbval_markers  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout, for tools.slides
+from tools.slides import NBVAL_MARKER, vendor, without_nbval_markers  # noqa: E402
+
+# The maths: MathJax 2.7.9 from the slides' vendored copy (tools.slides.VENDOR: npm pack once into build/npm,
+# sha512 checked), unpacked into build/book_static/vendor/mathjax/ and copied into the site's _static/, so that the
+# book works offline. Sphinx writes inline maths as \( \) and display maths as \[ \] (myst's amsmath blocks too).
+BOOK_STATIC = ROOT / "build" / "book_static"
+vendor(BOOK_STATIC, names=("mathjax",))
+html_static_path = [str(BOOK_STATIC)]
+mathjax_path = "vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full"  # relative: under the site's _static/
+mathjax_inline = [r"\(", r"\)"]
+mathjax_display = [r"\[", r"\]"]
+mathjax2_config = {"tex2jax": {"inlineMath": [mathjax_inline], "displayMath": [mathjax_display]}}
+myst_update_mathjax = False  # myst would write a MathJax 3/4 configuration, which MathJax 2 does not read
 
 
 def strip_nbval_markers(app, doctree) -> None:

@@ -2,6 +2,7 @@
 learner's book sources or ``import mla_edu``; no answer reachable from the package passes a checker; the instructor
 build (``make instructor``, ``tools/instructor.py``) holds every solution."""
 
+import ast
 import importlib
 import inspect
 import json
@@ -106,10 +107,60 @@ def test_the_instructor_build_holds_every_solution_after_its_check(built):
         solution_cells = [i for i, c in enumerate(cells) if "solution" in c["metadata"].get("tags", [])]
         assert len(solution_cells) == len(blocks) > 0, path.name
         for i, (anchor, text) in zip(solution_cells, blocks):
-            assert "".join(cells[i]["source"]) == text
+            assert "".join(cells[i]["source"]).startswith(text)  # then its checks' common wrong answers
             assert cells[i - 1]["cell_type"] == "code" and anchor in "".join(cells[i - 1]["source"]), (path, anchor)
         learner = json.loads(path.read_text())["cells"]
         assert len(cells) == len(learner) + len(blocks)  # nothing else changed
+
+
+def test_every_exercise_check_is_followed_by_its_own_solution(built):
+    """One solution block per exercise, right after the cell that checks it (``r1 = ...``, ``m2 = ...``)."""
+    out, _ = built
+    for path in NOTEBOOKS:
+        cells = json.loads((out / "notebooks" / path.name).read_text())["cells"]
+        checks = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+                  and re.search(r"^[rm]\d+ = ", "".join(c["source"]), flags=re.M)]
+        assert checks, path.name
+        for i in checks:
+            assert "solution" in cells[i + 1]["metadata"].get("tags", []), (path.name, "".join(cells[i]["source"]))
+
+
+def _checkers_hints(source: str) -> list:
+    """Every hint the checks of one code cell know for a classic wrong answer, read here on its own: the literal
+    strings of ``mistakes=`` and ``hint=`` in the cell, and the hint tables of notebook 08's checkers."""
+    from mla_edu.workshop import exercises as ex
+
+    tables = {"check_replay": list(ex.REPLAY_HINTS.values()),
+              "check_workspace_size": [h for _, h in ex.WORKSPACE_MISTAKES.values()]
+              + list(ex.bytes_mistakes().values()),
+              "check_stale_reads": list(ex.STALE_MISTAKES.values())}
+    hints = []
+    for call in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)):
+        name = getattr(call.func, "attr", getattr(call.func, "id", None))
+        hints += tables.get(name, [])
+        for kw in call.keywords:
+            if kw.arg == "mistakes":
+                hints += [(ast.get_source_segment(source, k), ast.literal_eval(v))
+                          for k, v in zip(kw.value.keys, kw.value.values)]
+            elif kw.arg == "hint":
+                hints.append(ast.literal_eval(kw.value))
+    return hints
+
+
+def test_each_solution_lists_its_checkers_common_wrong_answers(built):
+    out, _ = built
+    seen = 0
+    for path in NOTEBOOKS:
+        cells = json.loads((out / "notebooks" / path.name).read_text())["cells"]
+        for i, cell in enumerate(cells):
+            if "solution" not in cell["metadata"].get("tags", []):
+                continue
+            shown = "".join(cell["source"])
+            for hint in _checkers_hints("".join(cells[i - 1]["source"])):
+                wrong, hint = hint if isinstance(hint, tuple) else ("", hint)
+                assert hint in shown and wrong in shown, (path.name, wrong, hint)
+                seen += 1
+    assert seen > 60  # every notebook 01-08 has some: 40 of notebook 08's tables alone
 
 
 def test_notebook_08s_instructor_copy_holds_the_solution_code(built):

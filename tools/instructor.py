@@ -4,8 +4,10 @@ The learner's notebooks and book carry no solution; ``instructor/solutions/`` ho
 after the notebook, as blocks ``<!-- after: ANCHOR -->`` followed by markdown (a line ``<!-- code: PATH -->``
 inside a block becomes that file's code). This command copies every executed notebook to
 ``build/instructor/notebooks/``, inserting each block as a markdown cell right after the first code cell whose
-source contains its anchor, then builds the book from those copies into ``build/instructor/book/`` (the same
-Sphinx configuration as ``make book``).
+source contains its anchor (``<!-- code: PATH:NAME -->`` becomes the source of the top-level ``NAME`` of PATH, its
+comment lines above included). Each inserted block ends with the common wrong answers of the checks that cell runs
+and what the checker says to each, read from the checkers' own data (``common_mistakes``). It then builds the book
+from those copies into ``build/instructor/book/`` (the same Sphinx configuration as ``make book``).
 
     python -m tools.instructor            # notebooks and book
     python -m tools.instructor --no-book  # the notebooks only
@@ -14,6 +16,7 @@ Sphinx configuration as ``make book``).
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import shutil
 import subprocess
@@ -29,6 +32,25 @@ _BLOCK = re.compile(r"^<!-- after: (.+?) -->\n", flags=re.M)
 _CODE = re.compile(r"^<!-- code: (\S+) -->$", flags=re.M)
 
 
+def code_of(spec: str) -> str:
+    """The text of ``PATH`` (from the checkout), or with ``PATH:NAME`` the source of its top-level function, class or
+    assignment ``NAME`` with the comment lines right above it."""
+    file, _, name = spec.partition(":")
+    text = (ROOT / file).read_text()
+    if not name:
+        return text.rstrip("\n")
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        names = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
+                 [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)])
+        if name in names:
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+            while start > 0 and lines[start - 1].startswith("#"):
+                start -= 1
+            return "\n".join(lines[start:node.end_lineno])
+    raise ValueError(f"{file}: expected a top-level function, class or assignment named {name!r}, found none")
+
+
 def solution_blocks(notebook_stem: str) -> list:
     """``[(anchor, markdown)]`` of one notebook's solutions, in order (empty when it has none)."""
     path = SOLUTIONS / f"{notebook_stem}.md"
@@ -37,9 +59,74 @@ def solution_blocks(notebook_stem: str) -> list:
     parts = _BLOCK.split(path.read_text())
     blocks = []
     for anchor, text in zip(parts[1::2], parts[2::2]):
-        text = _CODE.sub(lambda m: "```python\n" + (ROOT / m.group(1)).read_text().rstrip("\n") + "\n```", text)
+        text = _CODE.sub(lambda m: "```python\n" + code_of(m.group(1)) + "\n```", text)
         blocks.append((anchor, text.strip("\n")))
     return blocks
+
+
+#: the checks of ``mla_edu.workshop.checks`` whose ``mistakes`` (and ``hint``) keywords hold a question's wrong answers
+_WITH_MISTAKES = ("check_number", "check_items")
+
+
+def checker_mistakes() -> dict:
+    """{a checker of ``mla_edu.workshop.exercises``: [(a wrong answer, what the checker says)]}, from its own data."""
+    from mla_edu.workshop import exercises as ex
+
+    return {
+        "check_replay": [(f"a hook that did `{name}`", hint) for name, hint in ex.REPLAY_HINTS.items()],
+        "check_workspace_size": [(f"a split count with the `{name}` step wrong", hint)
+                                 for name, (_, hint) in ex.WORKSPACE_MISTAKES.items()]
+        + [(f"{n:,} bytes per (batch, split)", hint) for n, hint in ex.bytes_mistakes().items()],
+        "check_stale_reads": [(f"reads with the `{name}` step wrong", hint)
+                              for name, hint in ex.STALE_MISTAKES.items()],
+    }
+
+
+def _text(node: ast.AST, source: str) -> str:
+    """A hint's string (a literal), else its source as written."""
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        value = None
+    return value if isinstance(value, str) else f"`{ast.get_source_segment(source, node)}`"
+
+
+def common_mistakes(source: str) -> list:
+    """``[(question or "", wrong answer, what the checker says)]`` for every check the code cell ``source`` runs, in
+    order: the ``mistakes`` and ``hint`` of its ``check_number`` / ``check_items`` calls (a wrong answer as its
+    expression in the cell) and the classic mistakes of a checker of ``checker_mistakes``."""
+    by_checker = checker_mistakes()
+    calls = sorted((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)),
+                   key=lambda n: (n.lineno, n.col_offset))
+    out = []
+    for call in calls:
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+        if name in by_checker:
+            out += [("", wrong, hint) for wrong, hint in by_checker[name]]
+        if name not in _WITH_MISTAKES:
+            continue
+        question = _text(call.args[0], source) if call.args else name
+        for kw in call.keywords:
+            if kw.arg == "mistakes":
+                if not isinstance(kw.value, ast.Dict):
+                    raise ValueError(f"expected mistakes={{wrong answer: hint}} written out in the cell, got "
+                                     f"{ast.get_source_segment(source, kw.value)!r}")
+                out += [(question, f"`{ast.get_source_segment(source, k)}`", _text(v, source))
+                        for k, v in zip(kw.value.keys, kw.value.values)]
+            elif kw.arg == "hint":
+                out.append((question, "any other wrong answer", _text(kw.value, source)))
+    return out
+
+
+def mistakes_markdown(source: str) -> str:
+    """The instructor's list of ``common_mistakes(source)`` (empty when the cell's checks know none)."""
+    rows = common_mistakes(source)
+    if not rows:
+        return ""
+    lines = [f"- {question + ', ' if question else ''}{wrong}: the checker says \u201c{hint}\u201d"
+             for question, wrong, hint in rows]
+    return ("<details><summary>Common wrong answers and what the checker says</summary>\n\n" + "\n".join(lines)
+            + "\n\n</details>")
 
 
 def with_solutions(notebook: Path):
@@ -50,7 +137,8 @@ def with_solutions(notebook: Path):
         at = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and anchor in c.source]
         if not at:
             raise ValueError(f"{notebook.name}: no code cell contains the solution anchor {anchor!r}")
-        cell = nbformat.v4.new_markdown_cell(text)
+        mistakes = mistakes_markdown(nb.cells[at[0]].source)
+        cell = nbformat.v4.new_markdown_cell(text + "\n\n" + mistakes if mistakes else text)
         cell.metadata["tags"] = ["solution"]
         nb.cells.insert(at[0] + 1, cell)
     for c in nb.cells:  # nbformat >= 4.5 wants an id on every cell

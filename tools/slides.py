@@ -366,7 +366,8 @@ def _tarball(name: str) -> Path:
     if not path.is_file():
         NPM_CACHE.mkdir(parents=True, exist_ok=True)
         if shutil.which("npm") is None:
-            raise RuntimeError("make slides needs npm (Debian: apt-get install npm) to fetch reveal.js once")
+            raise RuntimeError("make slides and make book need npm (Debian: apt-get install npm) to fetch "
+                               "reveal.js and MathJax once")
         subprocess.run(["npm", "pack", "--silent", f"{name}@{version}"], cwd=NPM_CACHE, check=True,
                        stdout=subprocess.DEVNULL)
     got = base64.b64encode(hashlib.sha512(path.read_bytes()).digest()).decode()
@@ -376,9 +377,13 @@ def _tarball(name: str) -> Path:
     return path
 
 
-def vendor(out: Path = OUT) -> None:
-    """Unpack the pinned packages' needed files into ``out/vendor/<name>/``."""
-    for name, (version, _, members) in VENDOR.items():
+def vendor(out: Path = OUT, names=tuple(VENDOR)) -> None:
+    """Unpack the needed files of the pinned packages ``names`` (a subset of ``VENDOR``) into ``out/vendor/<name>/``."""
+    unknown = sorted(set(names) - set(VENDOR))
+    if unknown:
+        raise ValueError(f"expected package names of VENDOR {sorted(VENDOR)}, got {unknown}")
+    for name in names:
+        version, _, members = VENDOR[name]
         dest = out / "vendor" / name
         stamp = dest / ".version"
         if stamp.is_file() and stamp.read_text() == f"{version} {members}":

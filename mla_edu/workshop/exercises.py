@@ -478,7 +478,7 @@ WORKSPACE_MISTAKES = {
 }
 
 
-def _bytes_mistakes() -> dict:
+def bytes_mistakes() -> dict:
     """Bytes per (batch, split) a classic mistake gives instead of the right count, and its hint."""
     H, D = CUTLASS_HEADS, D_LATENT
     fp32 = ("the partials are float32 (4 bytes each) whatever the dtype of q and the cache: the kernel "
@@ -564,7 +564,7 @@ def check_workspace_size(fn) -> ExerciseResult:
     per_split = {g // (num_kv_splits_for(*c) * c[1]) if g % (num_kv_splits_for(*c) * c[1]) == 0 else None
                  for g, c in zip(got, cases)}
     if len(per_split) == 1 and not per_split & {None, 0}:  # the split count is right everywhere, the bytes are not
-        hint = _bytes_mistakes().get(per_split.pop(), "the bytes per (batch, split) are off on every case: count "
+        hint = bytes_mistakes().get(per_split.pop(), "the bytes per (batch, split) are off on every case: count "
                                                       "the elements of o_acc and lse_acc and their size")
         return _report(False, f"every case is off by one mistake: {hint}.")
     if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c) for c in cases]:
