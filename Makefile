@@ -7,7 +7,7 @@
 # Apple-silicon Mac.
 # More: make test-lab (JupyterLab in headless Chromium), make test-gpu (the whole suite on a GPU machine with
 # its own Python, from carried wheels: make gpu-wheels), make book (static HTML site), make slides (a
-# reveal.js deck per notebook), make instructor (the notebooks and book with solutions), make test-kernel-lab (the
+# reveal.js deck per workshop track and per notebook), make instructor (the notebooks and book with solutions), make test-kernel-lab (the
 # kernel lab's tests: kernel_lab/README.md), make test-latest
 # (the tests against the newest release of every dependency), make lock (refresh the locks), make
 # test-no-triton (the tests without Triton, as on a Mac), make check-platforms (the macOS and Windows locks
@@ -114,8 +114,8 @@ book: $(VENV)/.ready
 instructor: $(VENV)/.ready
 	$(PY) -m tools.instructor
 
-# A reveal.js deck per notebook, from its slide file docs/slides/*.yaml, in build/book/slides/ (linked from the book's
-# instructor pages). reveal.js and MathJax: exact versions from the npm registry, checked
+# A reveal.js deck per workshop track and per notebook, from the slide files docs/slides/*.yaml, in build/book/slides/
+# (linked from the book's instructor pages). reveal.js and MathJax: exact versions from the npm registry, checked
 # against their sha512 (tools/slides.py), fetched once into build/npm/; the decks then open offline.
 slides: $(VENV)/.ready
 	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)
