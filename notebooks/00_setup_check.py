@@ -23,7 +23,7 @@
 # Then it says how long each notebook should take here.
 #
 # **You need** the project's environment (`make test` once, or `make .venv/.ready`; per system:
-# `docs/setup.md`) and about half a minute.
+# `docs/setup.md`) and a minute: the cells run in seconds (the table at the end says how long here).
 
 # %%
 import sys
