@@ -160,7 +160,10 @@ def exercise_minutes(table: dict, notebook: str, unit: str) -> int:
         raise ValueError(f"{TABLE_NAME}: expected the exercise unit {unit!r} of {notebook}.ipynb, got "
                          f"{[s['title'] for s in units] if entry else 'no such notebook'} "
                          "(python -m tools.notebook_timings rewrites the table)")
-    return round(notebook_timings.minutes(found[0], "attendees run"))
+    if "prose_factor" not in table:
+        raise ValueError(f"{TABLE_NAME}: expected the key 'prose_factor' (the read-aloud factor the minutes use), "
+                         "got none (python -m tools.notebook_timings rewrites the table)")
+    return round(notebook_timings.minutes(found[0], "attendees run", prose_factor=table["prose_factor"]))
 
 
 def number(source: str, key: str) -> str:
