@@ -22,7 +22,7 @@ from mla_edu.paths import REPO_ROOT
 #: paths a command writes; absent from a fresh checkout, so only these spellings may be written
 GENERATED = {
     "build/book/": "make book writes the static HTML site there",
-    "build/book/slides/": "make slides writes a reveal.js deck per workshop track and per notebook there (tools/slides.py)",
+    "build/book/slides/": "make slides writes a reveal.js deck per track and per notebook there (tools/slides.py)",
     "build/book/slides/vendor/": "make slides unpacks reveal.js and what the decks load there",
     "build/npm/": "make slides keeps the npm packages it fetched there",
     "build/lab_run_all_seconds.json": "make test-lab writes the Run All timings of every notebook there",

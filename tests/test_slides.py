@@ -182,17 +182,22 @@ def test_exercise_minutes_come_from_the_timing_table():
         for s in deck.slides:
             sec = [x for x in TABLE["notebooks"][f"{deck.notebook}.ipynb"]["sections"] if x["title"] == s.section]
             if sec[0]["exercise"] is not None:
-                assert s.title.startswith(f"Exercise ({round(nt.minutes(sec[0], 'attendees run'))} min): "), s.title
+                want = round(nt.minutes(sec[0], 'attendees run', prose_factor=TABLE["prose_factor"]))
+                assert s.title.startswith(f"Exercise ({want} min): "), s.title
                 seen += 1
     assert seen >= 7
     # a table with other counts gives other minutes: the slides read them, nothing typed
     longer = json.loads(json.dumps(TABLE))
     unit = next(x for x in longer["notebooks"]["03_paged_kv_cache.ipynb"]["sections"]
                 if x["title"] == "Exercises · exercise 2")
-    unit["words"] += 1000  # ten more minutes at 100 words a minute
+    unit["words"] += 1000  # ten more minutes at 100 words a minute, times the read-aloud factor
     title = next(s.title for s in slides.load(slides.SLIDES_DIR / "03_paged_kv_cache.yaml", longer).slides
                  if s.section == "Exercises · exercise 2")
-    assert title.startswith(f"Exercise ({round(nt.minutes(unit, 'attendees run'))} min)")
+    want = round(nt.minutes(unit, "attendees run", prose_factor=longer["prose_factor"]))
+    assert title.startswith(f"Exercise ({want} min)")
+    del longer["prose_factor"]
+    with pytest.raises(ValueError, match="prose_factor"):
+        slides.load(slides.SLIDES_DIR / "03_paged_kv_cache.yaml", longer)
 
 
 def test_a_table_without_the_exercise_unit_is_refused():
