@@ -178,6 +178,27 @@ def test_row_stride():
         assert not r.passed and hint in r.message, r.message
 
 
+def test_each_row_stride_mistake_gets_its_hint():
+    """Every classic wrong number of ``ROW_STRIDE_MISTAKES`` (computed here from the setup: 640 tokens are 5 pages
+    of 128; graphs of 4 and 8; row 3, page 2), alone in its part, gets that mistake's hint; another number the
+    part's ``ROW_STRIDE_OTHER`` hint."""
+    used, real, flat = ex08.ROW_STRIDE_ANSWERS
+    wrong = {"used row stride": {"the buffer's own row stride": real, "the longest context's page count": 5,
+                                 "the first graph's batch size": 4, "the second graph's batch size": 8},
+             "buffer row stride": {"the longest context's page count": 5, "the row stride the kernel used": used},
+             "flat index": {"the row's page through the buffer's stride": 3 * real + 2,
+                            "the row's page through the context's page count": 3 * 5 + 2}}
+    assert {p: set(m) for p, m in wrong.items()} == {p: set(m) for p, m in ex.ROW_STRIDE_MISTAKES.items()}
+    parts = list(wrong)
+    for i, part in enumerate(parts):
+        for what, number in [*wrong[part].items(), ("another number", 1000)]:
+            answers = list(ex08.ROW_STRIDE_ANSWERS)
+            answers[i] = number
+            r = ex.check_row_stride(*answers)
+            hint = ex.ROW_STRIDE_MISTAKES[part].get(what, ex.ROW_STRIDE_OTHER[part])
+            assert not r.passed and r.message.startswith(f"{part}: not {number}; {hint}"), (part, what, r.message)
+
+
 # ---- 4. workspace size ----------------------------------------------------------------------------
 def _auto_split(L, B, sms, n, *, last_step=True, round_up=True):
     if n != -1:

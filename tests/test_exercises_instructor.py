@@ -132,8 +132,10 @@ def _checkers_hints(source: str) -> list:
 
     tables = {"check_replay": list(ex.REPLAY_HINTS.values()),
               "check_workspace_size": [h for _, h in ex.WORKSPACE_MISTAKES.values()]
-              + list(ex.bytes_mistakes().values()),
-              "check_stale_reads": list(ex.STALE_MISTAKES.values())}
+              + list(ex.bytes_mistakes().values()) + [ex.WORKSPACE_BATCH_HINT],
+              "check_stale_reads": list(ex.STALE_MISTAKES.values()),
+              "check_row_stride": [h for m in ex.ROW_STRIDE_MISTAKES.values() for h in m.values()]
+              + list(ex.ROW_STRIDE_OTHER.values())}
     hints = []
     for call in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)):
         name = getattr(call.func, "attr", getattr(call.func, "id", None))

@@ -76,9 +76,13 @@ def checker_mistakes() -> dict:
         "check_replay": [(f"a hook that did `{name}`", hint) for name, hint in ex.REPLAY_HINTS.items()],
         "check_workspace_size": [(f"a split count with the `{name}` step wrong", hint)
                                  for name, (_, hint) in ex.WORKSPACE_MISTAKES.items()]
-        + [(f"{n:,} bytes per (batch, split)", hint) for n, hint in ex.bytes_mistakes().items()],
+        + [(f"{n:,} bytes per (batch, split)", hint) for n, hint in ex.bytes_mistakes().items()]
+        + [("the workspace of one request", ex.WORKSPACE_BATCH_HINT)],
         "check_stale_reads": [(f"reads with the `{name}` step wrong", hint)
                               for name, hint in ex.STALE_MISTAKES.items()],
+        "check_row_stride": [(f"{part}: {what}", hint) for part, mistakes in ex.ROW_STRIDE_MISTAKES.items()
+                             for what, hint in mistakes.items()]
+        + [(f"any other {part}", hint) for part, hint in ex.ROW_STRIDE_OTHER.items()],
     }
 
 

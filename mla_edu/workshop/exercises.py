@@ -383,34 +383,63 @@ def check_mystery(k, answer) -> ExerciseResult:
 ROW_STRIDE_SETUP = dict(context_length=640, cuda_graph_bs=(4, 8), max_running_requests=8, row=3, page=2)
 
 
-def _row_stride_hints(used: int, real: int, flat: int, answers: tuple) -> list:
-    """One hint per wrong part of exercise 3's answer, naming the concept (never a value)."""
+#: exercise 3's classic wrong answers, per part: {part: {what the wrong number is: its hint}} (each hint names the
+#: concept, never a value; the numbers are the engine's, ``_row_stride_wrong`` computes them at check time); a wrong
+#: number none of these gives gets ``ROW_STRIDE_OTHER[part]``
+ROW_STRIDE_MISTAKES = {
+    "used row stride": {
+        "the buffer's own row stride": "that is the buffer's own stride; the wrapper takes the stride from the view "
+                                       "it was handed at capture, not from the buffer",
+        "the longest context's page count": "that is the page count of the longest context; capture never saw such "
+                                            "a request",
+        "the first graph's batch size": "that is a batch size, not a row stride",
+        "the second graph's batch size": "that is a batch size, not a row stride",
+    },
+    "buffer row stride": {
+        "the longest context's page count": "that rounds the context to pages; SGLang's width formula for the buffer "
+                                            "(init_cuda_graph_state) is another one",
+        "the row stride the kernel used": "that is the stride the kernel used; the buffer's rows are as wide as "
+                                          "init_cuda_graph_state made them",
+    },
+    "flat index": {
+        "the row's page through the buffer's stride": "that is where the row should read, through the buffer's "
+                                                      "stride; the kernel steps rows by the stride it was given",
+        "the row's page through the context's page count": "that steps rows by the context's page count; the "
+                                                           "kernel steps rows by the stride it was given",
+    },
+}
+ROW_STRIDE_OTHER = {
+    "used row stride": "what were seq_lens when the graph was captured, and how wide a view did that give?",
+    "buffer row stride": "look at how init_cuda_graph_state sizes the buffer's columns",
+    "flat index": "count entries from the buffer's first one, moving from row to row by the stride the kernel was "
+                  "given",
+}
+
+
+def _row_stride_wrong(used: int, real: int) -> dict:
+    """{part: {what the wrong number is: the number}} of ``ROW_STRIDE_MISTAKES``, for the engine's strides."""
     s = ROW_STRIDE_SETUP
-    ctx_pages, (a_used, a_real, a_flat) = cdiv(s["context_length"], PAGE_SIZE), answers
+    ctx_pages = cdiv(s["context_length"], PAGE_SIZE)
+    return {
+        "used row stride": {"the buffer's own row stride": real, "the longest context's page count": ctx_pages,
+                            "the first graph's batch size": s["cuda_graph_bs"][0],
+                            "the second graph's batch size": s["cuda_graph_bs"][1]},
+        "buffer row stride": {"the longest context's page count": ctx_pages, "the row stride the kernel used": used},
+        "flat index": {"the row's page through the buffer's stride": s["row"] * real + s["page"],
+                       "the row's page through the context's page count": s["row"] * ctx_pages + s["page"]},
+    }
+
+
+def _row_stride_hints(used: int, real: int, flat: int, answers: tuple) -> list:
+    """One hint per wrong part of exercise 3's answer, naming the concept (never a value): the hint of the last
+    mistake of ``ROW_STRIDE_MISTAKES`` whose number it is, else ``ROW_STRIDE_OTHER``'s."""
     hints = []
-    if a_used != used:
-        why = {real: "that is the buffer's own stride; the wrapper takes the stride from the view it was "
-                     "handed at capture, not from the buffer",
-               ctx_pages: "that is the page count of the longest context; capture never saw such a request",
-               s["cuda_graph_bs"][0]: "that is a batch size, not a row stride",
-               s["cuda_graph_bs"][1]: "that is a batch size, not a row stride"}
-        hints.append(f"used row stride: not {_show(a_used)}; " + why.get(
-            a_used, "what were seq_lens when the graph was captured, and how wide a view did that give?"))
-    if a_real != real:
-        why = {ctx_pages: "that rounds the context to pages; SGLang's width formula for the buffer "
-                          "(init_cuda_graph_state) is another one",
-               used: "that is the stride the kernel used; the buffer's rows are as wide as init_cuda_graph_state "
-                     "made them"}
-        hints.append(f"buffer row stride: not {_show(a_real)}; " + why.get(
-            a_real, "look at how init_cuda_graph_state sizes the buffer's columns"))
-    if a_flat != flat:
-        why = {s["row"] * real + s["page"]: "that is where the row should read, through the buffer's stride; "
-                                            "the kernel steps rows by the stride it was given",
-               s["row"] * ctx_pages + s["page"]: "that steps rows by the context's page count; the kernel "
-                                                 "steps rows by the stride it was given"}
-        hints.append(f"flat index: not {_show(a_flat)}; " + why.get(
-            a_flat, "count entries from the buffer's first one, moving from row to row by the stride the "
-                    "kernel was given"))
+    wrong = _row_stride_wrong(used, real)
+    for (part, truth), answer in zip({"used row stride": used, "buffer row stride": real, "flat index": flat}.items(),
+                                     answers):
+        if answer != truth:
+            by_number = {n: ROW_STRIDE_MISTAKES[part][what] for what, n in wrong[part].items()}
+            hints.append(f"{part}: not {_show(answer)}; " + by_number.get(answer, ROW_STRIDE_OTHER[part]))
     return hints
 
 
@@ -476,6 +505,10 @@ WORKSPACE_MISTAKES = {
     "fixed": (False, "a num_kv_splits >= 1 is used as is; only -1 asks for the automatic count"),
     "chunks": (False, "max_splits is a count of 128-token chunks, not of tokens"),
 }
+
+
+#: the hint for the workspace of one request (the split count and bytes right, the batch left out)
+WORKSPACE_BATCH_HINT = "every request of the batch has its own partials"
 
 
 def bytes_mistakes() -> dict:
@@ -568,7 +601,7 @@ def check_workspace_size(fn) -> ExerciseResult:
                                                       "the elements of o_acc and lse_acc and their size")
         return _report(False, f"every case is off by one mistake: {hint}.")
     if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c) for c in cases]:
-        return _report(False, "every case is off by one mistake: every request of the batch has its own partials.")
+        return _report(False, f"every case is off by one mistake: {WORKSPACE_BATCH_HINT}.")
     for name, (wrong, hint) in WORKSPACE_MISTAKES.items():
         if got == [BYTES_PER_BATCH_SPLIT * _split_variant(*c, **{name: wrong}) * c[1] for c in cases]:
             return _report(False, f"every case is off by one mistake: {hint}.")
