@@ -282,9 +282,11 @@ def _audit(event, args):
 sys.addaudithook(_audit)
 
 
-def _library_globals() -> list:
+def library_globals() -> list:
     """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu``: what a checker reads its truths
-    through (``exercises.get_workspace_size`` is looked up there at check time)."""
+    through (``exercises.get_workspace_size`` is looked up there at check time). A checker that runs a learner's
+    function on many cases takes it once and gives it to each ``run_learner`` (``saved=``): taking it costs about
+    as much as a short call of the function."""
     return [(m, dict(vars(m))) for name, m in list(sys.modules.items())
             if (name == "mla_edu" or name.startswith("mla_edu.")) and m is not None]
 
@@ -316,7 +318,7 @@ _MISSING = object()
 
 
 def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None = None, items: bool = False,
-                what: str = "your function"):
+                what: str = "your function", saved: list | None = None):
     """``(value, None)`` or ``(None, a one-line description of what went wrong)``: ``fn(*args)`` with a time limit
     (``seconds``, at most ``LEARNER_SECONDS``), any exception caught (the learner's code: a failure is a hint, not a
     crash), and any call of code that ``refuse`` names stopped ("refused: ..."). ``items``: the answer is a set of
@@ -335,7 +337,9 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     global of a loaded ``mla_edu`` module (``exercises.get_workspace_size = ...`` would change the truth of every
     later check: it is put back, so the session stays usable). It cannot stop a learner determined to get the
     answer: the library is Python running in the learner's own process (a thread pool started before the check,
-    a subprocess, ``ctypes``, or simply reading the source and copying it out by hand all get through)."""
+    a subprocess, ``ctypes``, or simply reading the source and copying it out by hand all get through).
+    ``saved``: ``library_globals()`` as the caller took it before its loop of calls (None: taken here); the
+    globals are put back to it after the call."""
     seconds = LEARNER_SECONDS if seconds is None else min(seconds, LEARNER_SECONDS)
     state = {"stop": None}
     deadline = time.monotonic() + seconds
@@ -373,7 +377,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
     watch = refuse is not None
     cells = tuple(c.cell_contents for c in tracer.__closure__)
-    saved = _library_globals() if watch else []
+    saved = ((library_globals() if saved is None else saved) if watch else [])
     old_trace, old_thread_trace = sys.gettrace(), threading.gettrace()
     old_handler = signal.signal(signal.SIGALRM, alarm) if main else None
     ident, error, now_trace = threading.get_ident(), None, None

@@ -48,7 +48,7 @@ from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
 from mla_edu.workshop.checks import Refusal, as_int as _as_int, as_items, describe as _describe, option_key
-from mla_edu.workshop.checks import report as _report, run_learner, show as _show
+from mla_edu.workshop.checks import library_globals, report as _report, run_learner, show as _show
 
 #: the code no learner's function may run while a checker watches it: the checkers themselves (their truths),
 #: the engine and backends (the backend's own replay hook), the kernels' host code (the workspace formula)
@@ -549,12 +549,12 @@ def _workspace_answers(fn, cases) -> tuple:
     refusal = Refusal(files=_OWN_CODE + ("mla_edu/kernels/", "mla_edu/serving/"),
                       functions=(get_workspace_size, num_kv_splits_for), why="the library's own formula")
     deadline = time.monotonic() + WORKSPACE_SECONDS
-    got = []
+    got, saved = [], library_globals()
     for case in cases:
         left = deadline - time.monotonic()
         if left <= 0:
             return None, f"your function took more than {WORKSPACE_SECONDS:g} s over the cases (an endless loop?)"
-        value, err = run_learner(fn, *case, refuse=refusal, seconds=left)
+        value, err = run_learner(fn, *case, refuse=refusal, seconds=left, saved=saved)
         if err:
             if err.startswith(("refused", "your function")):
                 return None, err
@@ -804,7 +804,7 @@ def check_stale_reads(fn) -> ExerciseResult:
         return bad
     named = stale_cases()
     refusal = Refusal(files=_OWN_CODE, why="the checker's own code")
-    deadline = time.monotonic() + STALE_SECONDS
+    deadline, saved = time.monotonic() + STALE_SECONDS, library_globals()
 
     def answer(k, step):
         """``(the learner's set, None)`` or ``(None, the NOT YET result)`` for one step."""
@@ -814,7 +814,8 @@ def check_stale_reads(fn) -> ExerciseResult:
         left = deadline - time.monotonic()
         if left <= 0:
             return None, _report(False, f"your function took more than {STALE_SECONDS:g} s over the steps")
-        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left, items=True)
+        got, err = run_learner(fn, buffer.clone(), list(seq_lens), rs, refuse=refusal, seconds=left, items=True,
+                               saved=saved)
         if err:
             return None, _report(False, f"{where}: {err}" if err.startswith(("refused", "your function"))
                                  else f"{where}: your function raised {err}")
