@@ -42,7 +42,7 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval --nbval-sanitize-with notebooks/wit
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
 .PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab test-kernel-lab book slides instructor test-latest \
-	test-no-triton check-platforms lock figures notebooks clean-venv
+	test-no-triton no-triton-venv check-platforms lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -145,7 +145,17 @@ endif
 # main job (its tables must be results/repro_cpu.md's), the unit tests (those that need Triton skip themselves)
 # and strict nbval over every notebook.
 NO_TRITON := .venv-no-triton
-test-no-triton:
+test-no-triton: $(NO_TRITON)/.ready
+	$(NO_TRITON)/bin/python -c "import mla_edu.kernels, mla_edu.serving"
+	$(NO_TRITON)/bin/python -m mla_edu.case_study.repro > $(NO_TRITON)/repro.md
+	$(NO_TRITON)/bin/python -m tools.same_repro_table results/repro_cpu.md $(NO_TRITON)/repro.md
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope tests
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval --nbval-sanitize-with notebooks/without_triton.cfg notebooks/*.ipynb
+
+# The venv of test-no-triton, made again when the lock or pyproject.toml changes (.ci/run makes it while the
+# browser tests run).
+no-triton-venv: $(NO_TRITON)/.ready
+$(NO_TRITON)/.ready: pyproject.toml requirements/cpu.txt
 	rm -rf $(NO_TRITON)
 	$(PYTHON) -m venv $(NO_TRITON)
 	grep -v -E '^triton==' requirements/cpu.txt > $(NO_TRITON)/lock.txt
@@ -156,11 +166,7 @@ test-no-triton:
 	! $(NO_TRITON)/bin/python -m pip check | grep -v 'mla-edu [0-9.]* requires triton, which is not installed'
 	! $(NO_TRITON)/bin/python -c "import triton" 2>/dev/null
 	$(NO_TRITON)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
-	$(NO_TRITON)/bin/python -c "import mla_edu.kernels, mla_edu.serving"
-	$(NO_TRITON)/bin/python -m mla_edu.case_study.repro > $(NO_TRITON)/repro.md
-	$(NO_TRITON)/bin/python -m tools.same_repro_table results/repro_cpu.md $(NO_TRITON)/repro.md
-	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope tests
-	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval --nbval-sanitize-with notebooks/without_triton.cfg notebooks/*.ipynb
+	touch $@
 
 # Every package of the macOS (Apple silicon) and Windows locks, and this package, has a wheel there (pip
 # install --dry-run --only-binary=:all: --platform), the locks resolve there with that platform's markers
