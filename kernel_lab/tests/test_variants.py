@@ -95,3 +95,51 @@ def compile_variant(path, scheduled: bool, final: bool, kind: str = "seesaw", he
                           str(heads)], env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout)
+
+
+STAGE2_VARIANTS = VARIANTS.parent / "stage2_variants"
+
+#: Compiles stage 2 of the balanced schedule (``stage2_scheduled_kernel`` of the file argv[1]) for sm_90a at h_q=128,
+#: B=128, 66 parts, with the config argv[2] (``STAGE2_FEW_WIDE`` or ``STAGE2_MANY``) and ``PDL`` argv[3]; prints
+#: its PTX.
+COMPILE_STAGE2 = """
+import importlib.util, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+from mla_edu.kernels import schedule
+spec = importlib.util.spec_from_file_location("stage2_variant", sys.argv[1])
+variant = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(variant)
+cfg = getattr(variant, sys.argv[2])
+k = variant.stage2_scheduled_kernel
+consts = dict(PAGE=64, **schedule.plan_constexprs(128, schedule.max_pieces(128, 128, 66)), DL=512,
+              BLOCK_DL=min(cfg.block_d, 512), BLOCK_H=cfg.block_h, BLOCK_S=cfg.block_s,
+              PIPELINED=cfg == variant.STAGE2_FEW_WIDE, PDL=sys.argv[3] == "1")
+types = {"o_acc_ptr": "*fp32", "lse_ptr": "*fp32", "seq_lens_ptr": "*i32", "out_ptr": "*bf16"}
+sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in k.arg_names}
+print(triton.compile(ASTSource(k, sig, consts, {}), target=GPUTarget("cuda", 90, 32)).asm["ptx"])
+"""
+
+
+@pytest.mark.parametrize("config", ["STAGE2_FEW_WIDE", "STAGE2_MANY"])
+def test_stage2_with_pdl_waits_after_the_lengths_and_before_the_partials(tmp_path, config):
+    # pdl_partition_first.patch (kernel_lab/results/stage2_variants/): stage 2 launched with programmatic dependent
+    # launch, as FlashMLA's combine kernel; a program reads seq_lens (written before stage 1 started) and computes its
+    # request's parts, then waits for stage 1 only where there are partials to merge. In the PTX: one
+    # griddepcontrol.wait, after the lengths' load and before every load of the workspace (ld.global or cp.async);
+    # without PDL, none, and the kept kernel's instructions
+    dst = patched_copy(tmp_path, Path(seesaw.__file__).with_name("split_kv_triton.py"),
+                       STAGE2_VARIANTS / "pdl_partition_first.patch")
+
+    def ptx(path, pdl: bool) -> list[str]:
+        run = subprocess.run([sys.executable, "-c", COMPILE_STAGE2, str(path), config, str(int(pdl))],
+                             env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-4000:]
+        return code(run.stdout)
+
+    lines = ptx(dst, True)
+    waits = [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln]
+    loads = [i for i, ln in enumerate(lines) if "ld.global" in ln or "cp.async.ca" in ln or "cp.async.cg" in ln]
+    assert len(waits) == 1 and loads[0] < waits[0] < loads[1], (waits, loads[:3])
+    assert not any("griddepcontrol" in ln for ln in ptx(dst, False))
