@@ -34,7 +34,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP    := -m pip install -q --disable-pip-version-check
 # The notebooks' recorded outputs are the CPU run's (emulated graphs, fp32). On a GPU the same cells
 # print other text in places (backend names, bf16 accuracies), so there nbval runs every cell and
-# every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds the H200's outputs. Without Triton (a Mac,
+# every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds a Hopper GPU's outputs. Without Triton (a Mac,
 # Windows) a Triton cell prints one line saying so before its stored output: the sanitizer drops that line.
 NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval --nbval-sanitize-with notebooks/without_triton.cfg)
 # The tests on every core of a CPU machine (pytest-xdist; a notebook's cells stay together, in order, on one

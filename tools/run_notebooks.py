@@ -1,9 +1,9 @@
-"""Execute every notebook top to bottom and keep the executed copies (used for the H200 run).
+"""Execute every notebook top to bottom and keep the executed copies (used for the GPU runs).
 
     python -m tools.run_notebooks --out DIR [--timeout 600] [names...]
 
 Prints one line per notebook (seconds, ok/error, device) and writes DIR/<name>.ipynb. The
-committed GPU copies in notebooks/gpu/ were made this way on the H200 (see notebooks/gpu/README.md).
+committed GPU copies in notebooks/gpu/ were made this way on a Hopper GPU (see notebooks/gpu/README.md).
 
 The kernel client's channels are polled in 1-second slices (``poll_in_slices``). With one long
 poll, nbclient can miss a reply that has already arrived and see it only when the cell's timeout
