@@ -273,39 +273,38 @@ def pipelined_landed_numbers() -> dict:
                 floor=acc.FLOOR, lowest=lowest.x, rest=len(board["keys"]) - len(now), gates=[sp.GEOMEAN, sp.FLOOR])
 
 
-def segment_ahead_numbers() -> dict:
-    """The sentence on segment_ahead.patch (``partition_ab.table`` of its committed run): base / patched over its
-    batches, and its output against float64 no further off than the kept kernel's, batch by batch."""
+def ab_numbers(name: str, patch: str) -> dict:
+    """A committed ``partition_ab`` run (the json ``name``, the patch at ``patch``): base / patched over its batches
+    (``partition_ab.table``), and its output against float64 no further off than the kept kernel's, batch by batch
+    ("correct against float64"); its ``info`` for the sentence's scope."""
     from statistics import geometric_mean
 
     from kernel_lab.tools import partition_ab as ab
 
-    run = result("partition_ab_h200_segment_ahead.json")
-    rows = ab.table(run, REPO_ROOT / "kernel_lab/results/tma_variants/segment_ahead.patch")
-    assert run["info"]["heads"] == [16, 32]  # "h_q=16 and h_q=32"
+    run = result(name)
+    rows = ab.table(run, REPO_ROOT / patch)
     err = {v: [max(x["err"] for r in run["runs"] if r["variant"] == v for x in r["rows"]
                    if (x["family"], x["heads"], x["batch"]) == (w["family"], w["heads"], w["batch"])) for w in rows]
            for v in ("base", "patched")}
-    assert all(p <= b for p, b in zip(err["patched"], err["base"]))  # "correct against float64"
+    assert all(p <= b for p, b in zip(err["patched"], err["base"]))
     xs = [r["x"] for r in rows]
-    return dict(geomean=geometric_mean(xs), lo=min(xs), hi=max(xs), n=len(rows))
+    return dict(geomean=geometric_mean(xs), lo=min(xs), hi=max(xs), n=len(rows), info=run["info"])
+
+
+def segment_ahead_numbers() -> dict:
+    """The sentence on segment_ahead.patch."""
+    got = ab_numbers("partition_ab_h200_segment_ahead.json", "kernel_lab/results/tma_variants/segment_ahead.patch")
+    assert got["info"]["heads"] == [16, 32]  # "h_q=16 and h_q=32"
+    return got
 
 
 def pdl_stage2_numbers() -> dict:
-    """The sentence on pdl_partition_first.patch (``partition_ab.table`` of its committed run, on an H100): base /
-    patched over its batches, and its output against float64 no further off than the kept kernel's."""
-    from statistics import geometric_mean
-
-    from kernel_lab.tools import partition_ab as ab
-
-    run = result("partition_ab_h100_stage2_pdl_partition_first.json")
-    rows = ab.table(run, REPO_ROOT / "kernel_lab/results/stage2_variants/pdl_partition_first.patch")
-    info = run["info"]
+    """The sentence on pdl_partition_first.patch, timed on an H100."""
+    got = ab_numbers("partition_ab_h100_stage2_pdl_partition_first.json",
+                     "kernel_lab/results/stage2_variants/pdl_partition_first.patch")
+    info = got["info"]
     assert info["gpu"].startswith("NVIDIA H100") and info["heads"] == [32, 64, 128] and info["batches"] == [64, 128]
-    errs = {v: max(x["err"] for r in run["runs"] if r["variant"] == v for x in r["rows"]) for v in ("base", "patched")}
-    assert errs["patched"] <= errs["base"]  # "correct against float64"
-    xs = [r["x"] for r in rows]
-    return dict(geomean=geometric_mean(xs), lo=min(xs), hi=max(xs), n=len(rows))
+    return got
 
 
 def roofline_numbers() -> dict:

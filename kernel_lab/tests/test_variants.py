@@ -107,7 +107,7 @@ import importlib.util, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
-from mla_edu.kernels import schedule
+from mla_edu.kernels import schedule, sm90
 spec = importlib.util.spec_from_file_location("stage2_variant", sys.argv[1])
 variant = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(variant)
@@ -116,9 +116,8 @@ k = variant.stage2_scheduled_kernel
 consts = dict(PAGE=64, **schedule.plan_constexprs(128, schedule.max_pieces(128, 128, 66)), DL=512,
               BLOCK_DL=min(cfg.block_d, 512), BLOCK_H=cfg.block_h, BLOCK_S=cfg.block_s,
               PIPELINED=cfg == variant.STAGE2_FEW_WIDE, PDL=sys.argv[3] == "1")
-types = {"o_acc_ptr": "*fp32", "lse_ptr": "*fp32", "seq_lens_ptr": "*i32", "out_ptr": "*bf16"}
-sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in k.arg_names}
-print(triton.compile(ASTSource(k, sig, consts, {}), target=GPUTarget("cuda", 90, 32)).asm["ptx"])
+sig, attrs = sm90.signature(k, "bf16", consts, {})
+print(triton.compile(ASTSource(k, sig, consts, attrs), target=GPUTarget("cuda", 90, 32)).asm["ptx"])
 """
 
 

@@ -377,7 +377,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
     watch = refuse is not None
     cells = tuple(c.cell_contents for c in tracer.__closure__)
-    saved = ((library_globals() if saved is None else saved) if watch else [])
+    saved = (library_globals() if saved is None else saved) if watch else []
     old_trace, old_thread_trace = sys.gettrace(), threading.gettrace()
     old_handler = signal.signal(signal.SIGALRM, alarm) if main else None
     ident, error, now_trace = threading.get_ident(), None, None

@@ -84,7 +84,7 @@ def spec_for(kind: str, page: int = 64, dtype: str = "bf16", final: bool = False
     return compile_spec(ran, page, dtype, final, heads, scheduled, BATCH, N_PAGES)
 
 
-def _signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, dict]:
+def signature(fn, dtype: str, consts: dict, descriptors: dict) -> tuple[dict, dict]:
     """Triton's signature (name -> type string) and attributes (16-byte divisibility of pointers and strides)."""
     pointers = {"seq_lens_ptr": "*i32", "table_ptr": "*i32", "o_acc_ptr": "*fp32",
                 "lse_ptr": "*fp32"}
@@ -118,7 +118,7 @@ def compile_report(spec: stage1.CompileSpec, dtype: str = "bf16") -> dict:
     from triton.runtime.jit import mangle_type
 
     descriptors = {name: mangle_type(d) for name, d in spec.descriptors.items()}
-    sig, attrs = _signature(spec.kernel, dtype, spec.constexprs, descriptors)
+    sig, attrs = signature(spec.kernel, dtype, spec.constexprs, descriptors)
     src = (GluonASTSource if spec.gluon else ASTSource)(spec.kernel, sig, spec.constexprs, attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=spec.options)
     ptx = kernel.asm["ptx"]
