@@ -2,6 +2,9 @@
 tracks within their budgets, and notebook 00's checks (tools.notebook_timings, mla_edu.workshop.setup_check)."""
 
 import json
+import subprocess
+import sys
+from importlib import metadata
 
 import pytest
 
@@ -248,6 +251,18 @@ def test_this_environment_matches_its_lock():
     # make test-no-triton leaves Triton out on purpose (the packages a Mac gets); everything else is the lock's
     wrong = [m for m in sc.lock_mismatches() if not (m[0] == "triton" and m[2] is None)]
     assert wrong == [], "the environment differs from its lock: make clean-venv && make .venv/.ready"
+
+
+def test_installed_versions_are_the_ones_import_loads(tmp_path):
+    # a later folder on sys.path with an older copy of a package (setuptools appends its _vendor folder on import,
+    # with importlib-metadata 8.7.1 and zipp 3.23.0 in it) is not what is installed: the first copy wins
+    older = tmp_path / "vendor" / "zipp-0.0.1.dist-info"
+    older.mkdir(parents=True)
+    (older / "METADATA").write_text("Metadata-Version: 2.1\nName: zipp\nVersion: 0.0.1\n")
+    code = (f"import sys; sys.path.append({str(tmp_path / 'vendor')!r}); "
+            "from mla_edu.workshop import setup_check as sc; print(sc.installed_versions()['zipp'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == metadata.version("zipp") != "0.0.1"
 
 
 def test_expected_run_times_scale_by_the_smoke_run():

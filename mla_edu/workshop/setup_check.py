@@ -150,6 +150,18 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def installed_versions() -> dict[str, str]:
+    """``{normalized name: version}`` of this environment's distributions, the first of each name on ``sys.path``
+    (the one ``import`` loads): importing setuptools appends its ``_vendor`` folder to ``sys.path``, whose
+    older copies (importlib-metadata, packaging, zipp) must not count as installed."""
+    found = {}
+    for d in metadata.distributions():
+        name = d.metadata["Name"]
+        if name:
+            found.setdefault(_normalize(name), d.version)
+    return found
+
+
 def lock_mismatches(path: str | Path | None = None, installed: dict[str, str] | None = None) -> list[tuple]:
     """``[(name, locked, installed or None)]`` for each locked package not installed at its locked version.
 
@@ -157,7 +169,7 @@ def lock_mismatches(path: str | Path | None = None, installed: dict[str, str] | 
     counts as the same release only where the lock has one too (``torch==2.13.0+cpu``)."""
     pins = read_lock(path or lock_path())
     if installed is None:
-        installed = {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
+        installed = installed_versions()
     have = {_normalize(k): v for k, v in installed.items()}
     return sorted((name, want, have.get(name)) for name, want in pins.items() if have.get(name) != want)
 
@@ -321,7 +333,7 @@ def check_versions(lock: str | Path | None = None, installed: dict[str, str] | N
     learner = learner_packages() if learner is None else {_normalize(n) for n in learner}
     compared = sorted(learner & set(pins))
     if installed is None:
-        installed = {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
+        installed = installed_versions()
     have = {_normalize(k): v for k, v in installed.items()}
     wrong = [(n, pins[n], have.get(n)) for n in compared
              if have.get(n) != pins[n] and not (have.get(n) is None and n in OWN_CHECK)]
