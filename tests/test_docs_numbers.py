@@ -263,7 +263,7 @@ def md_claims() -> list[str]:
         f"one DP rank's engine at W = 33 holds {rss:.1f} GB",
         f"(`make repro`: {cpu_wall():.0f} s on the 2-core CPU machine)",
         f"on the H200: {gpu_wall:.0f} s;",
-        f"`make test-gpu` at `{commit}`, one pytest process per part, one after the other: {unit_gpu[0]} unit tests",
+        f"`make test-gpu` at `{commit}`, one pytest process per part: {unit_gpu[0]} unit tests",
         f"passed, {unit_gpu[1]} failed, {unit_gpu[2]} errors, {unit_gpu[3]} skipped",
         f"all {nbval_gpu} notebook cells passed under `--nbval-lax`",
         f"Earlier runs had {earlier} failures, tests that assumed a CPU machine",

@@ -56,6 +56,7 @@ RUNS = tuple(LAB / name for name in (
     "family_bench_h200_fm_261e2bd_run1.json",  # h_q 64/128, B 128/256 families: stage 2 pipelined
     "family_bench_h200_fm_261e2bd_run2.json",
     "family_bench_h200_fm_261e2bd_run3.json",
+    "family_bench_h200_fm_1699741_run1.json",  # the whole bench: every family and the uniform grid
 ))
 #: The family-bench jsons of the results folder left out of ``RUNS`` on purpose (a comment each says why).
 SKIPPED: tuple[str, ...] = (
@@ -70,6 +71,7 @@ COMMITS = (
     "8acf73a",
     "4d46283",
     "261e2bd",
+    "1699741",
 )
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition (before a2e9367) or
