@@ -59,7 +59,7 @@ def h128():
 
 
 #: Coefficient sets (a, b, c, e, d), enumerated: a page, a segment, a partial, a merge step, the fixed cost.
-COEFS = list(itertools.product((1.5, 2.5), (0.0, 9.0), (0.0, 0.1), (0.0, 0.9), (-3.0, 12.0)))
+COEFS = list(itertools.product((1.5, 2.5), (0.0, 9.0), (0.0, 0.1), (0.0, 0.9), (-1.0, 12.0)))
 
 
 @pytest.mark.parametrize("kernel", cf.KERNELS)

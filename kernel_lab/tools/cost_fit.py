@@ -1,8 +1,9 @@
 """A linear cost model per kernel, fitted to the H200 family bench: what the balanced schedule and FlashMLA pay per
 page, per segment, per partial and per merge step. ``python -m kernel_lab.tools.cost_fit --out FILE``. No GPU: it
-reads the family-bench runs that timed FlashMLA in the same process (``RUNS``, at a2e9367 and 8acf73a, whose partition
-and stage 2 are the package's now at 16, 32, 64 and 128 heads) and checks the fit of ours on the run of ours alone
-(``OURS_ALONE``). The first run (29d1c24, ``family_bench_h200.json``) ran older partition rules and is left out.
+fits the whole family-bench run at 1699741 (``RUNS``: FlashMLA timed in the same process; the kernels, partition and
+stage 2 of 261e2bd, the package's now, at 16, 32, 64 and 128 heads) and checks both fits on the three runs at 261e2bd
+(``CHECK_RUNS``: the same kernels, timed in other processes, on the families at h_q 64 and 128 with B 128 and 256).
+The runs before 261e2bd ran another stage 2 or partition and are left out.
 
 Per batch and kernel, from its partition replayed on the host (ours: ``schedule.host_segments``, the Triton
 partition's arithmetic in plain Python, equal to the kernel's row for row; FlashMLA:
@@ -44,15 +45,15 @@ from mla_edu.paths import REPO_ROOT
 from mla_edu.util import cdiv
 
 RESULTS = REPO_ROOT / "kernel_lab" / "results"
-RUNS = tuple(RESULTS / f"family_bench_h200_fm_{n}.json" for n in (
-    "a2e9367", "8acf73a_b128", "8acf73a_b256", "8acf73a_h16", "8acf73a_h16_uniform"))
-OURS_ALONE = RESULTS / "family_bench_h200_ours_a2e9367.json"
+RUNS = (RESULTS / "family_bench_h200_fm_1699741_run1.json",)
+CHECK_RUNS = tuple(RESULTS / f"family_bench_h200_fm_261e2bd_run{i}.json" for i in (1, 2, 3))
 OUT = RESULTS / "cost_fit_h200.md"
 PAGE = fb.PAGE
 HEADS = fb.HEADS
 KERNELS = ("balanced", "flashmla")
 TERMS = ("pages", "segments", "partials", "merge", "fixed")
-#: The batches whose gap to FlashMLA the report splits by term.
+#: The batches whose gap to FlashMLA the report splits by term: the families' (ragged lengths, where the backend runs
+#: the balanced schedule; at uniform lengths it runs the split rule) from this batch size on.
 BIG_BATCH = 128
 assert sc.FIXED_OVERHEAD_PAGES == fs.FIXED_OVERHEAD_NUM_BLOCKS  # both partitions charge a segment alike
 
@@ -236,25 +237,34 @@ def gap(pts: list[Point], fits: dict, sms: int) -> Gap:
     return Gap(len(pts), statistics.fmean(p.us["balanced"] - p.us["flashmla"] for p in pts), kernel, part)
 
 
-def run(runs=RUNS, ours_alone=OURS_ALONE) -> dict:
-    """Per head count: the batches fitted, both kernels' fits, the gap at B >= ``BIG_BATCH`` (all of those batches
-    and the one of the largest gap), and ours' fit on the run of ours alone, its batches of the fit's sizes (count,
-    max and mean relative error)."""
+def is_family(p: Point) -> bool:
+    """A batch of one of the families (ragged lengths), not of the uniform grid."""
+    return p.family in fb.FAMILIES
+
+
+def run(runs=RUNS, check_runs=CHECK_RUNS) -> dict:
+    """Per head count: the batches fitted, both kernels' fits, the gap over the families' batches of B >=
+    ``BIG_BATCH`` (all of them and the one of the largest gap), and each fit on the batches of ``check_runs`` (every
+    timing of each, not fitted): count, max and mean relative error, or None where they timed none."""
     pts, sms = points(runs)
-    alone, sms_alone = points((ours_alone,))
-    if sms_alone != sms:
-        raise ValueError(f"{rel(ours_alone)} ran on {sms_alone} SMs, the fits' runs on {sms}")
+    checks = []
+    for path in check_runs:
+        got, sms_check = points((path,))
+        if sms_check != sms:
+            raise ValueError(f"{rel(path)} ran on {sms_check} SMs, the fits' runs on {sms}")
+        checks += got
     out = {"sms": sms, "heads": {}}
     for h in HEADS:
         sel = [p for p in pts if in_fit(p, h)]
         fits = {k: fit(sel, k, sms) for k in KERNELS}
-        big = [p for p in sel if p.batch >= BIG_BATCH]
+        big = [p for p in sel if p.batch >= BIG_BATCH and is_family(p)]
         worst = max(big, key=lambda p: p.us["balanced"] - p.us["flashmla"])
-        check = [p for p in alone if in_fit(p, h) and p.batch >= min(q.batch for q in sel)]
-        errs = [abs(predict(fits["balanced"].coefs, p.features("balanced", sms)) / p.us["balanced"] - 1)
-                for p in check]
+        check = [p for p in checks if in_fit(p, h)]
+        errs = {k: [abs(predict(fits[k].coefs, p.features(k, sms)) / p.us[k] - 1) for p in check] for k in KERNELS}
         out["heads"][h] = dict(points=sel, fits=fits, big=gap(big, fits, sms), worst=worst,
-                               worst_gap=gap([worst], fits, sms), alone=(len(check), max(errs), statistics.fmean(errs)))
+                               worst_gap=gap([worst], fits, sms),
+                               check={k: (len(e), max(e), statistics.fmean(e)) if e else None
+                                      for k, e in errs.items()})
     return out
 
 
@@ -263,7 +273,7 @@ def _g(g: Gap, label: str) -> str:
             + f" | {sum(g.partition):+.1f} | {g.residual:+.1f} |")
 
 
-def to_markdown(res: dict, command: str, inputs: list[str]) -> str:
+def to_markdown(res: dict, command: str, inputs: list[str], check_runs=CHECK_RUNS) -> str:
     lines = [
         "# What the balanced schedule and FlashMLA pay per term (H200 family bench, a linear fit)", "",
         f"Command: `{command}` (no GPU). Inputs: " + ", ".join(f"`{x}`" for x in inputs) + ".", "",
@@ -292,12 +302,11 @@ def to_markdown(res: dict, command: str, inputs: list[str]) -> str:
             rng = " | ".join(f"{lo:.3g} to {hi:.3g}" for lo, hi in f.ranges)
             lines.append(f"| {h} | {k} | {f.r2:.4f} | {f.max_rel:.3f} | {f.lofo_max:.3f} / {f.lofo_mean:.3f} | "
                          f"{f.max_corr:.2f} | {rng} |")
-    lines += ["", f"The fit of ours on the run of ours alone (`{rel(OURS_ALONE)}`, the same kernel: the family "
-              "batches again and its uniform shapes of the same head block and the fit's batch sizes), max / mean "
-              "relative error: "
-              + "; ".join(f"h_q={h} {r['alone'][1]:.3f} / {r['alone'][2]:.3f} over {r['alone'][0]}"
-                          for h, r in res["heads"].items()) + ".", "",
-              f"## The gap at B >= {BIG_BATCH}, term by term", "",
+    checked = [(h, k, r["check"][k]) for h, r in res["heads"].items() for k in KERNELS if r["check"][k]]
+    lines += ["", f"Each fit on the batches of {', '.join(f'`{rel(p)}`' for p in check_runs)} (the same kernels, "
+              "timed in other processes; not fitted), max / mean relative error: "
+              + "; ".join(f"h_q={h} {k} {c[1]:.3f} / {c[2]:.3f} over {c[0]}" for h, k, c in checked) + ".", "",
+              f"## The gap over the families at B >= {BIG_BATCH}, term by term", "",
               "Ours minus FlashMLA in us, the mean over the batches: measured; each term's kernel share ((our "
               "coefficient - FlashMLA's) * our feature); the partition's share (FlashMLA's coefficients * (our "
               "features - FlashMLA's), all terms); what the fits leave. Positive: ours slower.", "",
@@ -305,14 +314,14 @@ def to_markdown(res: dict, command: str, inputs: list[str]) -> str:
               "|---|---|---|---|---|---|---|---|---|---|"]
     for h, r in res["heads"].items():
         w = r["worst"]
-        lines += [_g(r["big"], f"h_q={h}, B >= {BIG_BATCH}"),
+        lines += [_g(r["big"], f"h_q={h}, families, B >= {BIG_BATCH}"),
                   _g(r["worst_gap"], f"h_q={h}, largest: {w.family} B={w.batch}")]
     return "\n".join(lines) + "\n"
 
 
-def render(runs=RUNS, ours_alone=OURS_ALONE) -> str:
-    return to_markdown(run(runs, ours_alone), f"python -m kernel_lab.tools.cost_fit --out {rel(OUT)}",
-                       [rel(p) for p in (*runs, ours_alone)])
+def render(runs=RUNS, check_runs=CHECK_RUNS) -> str:
+    return to_markdown(run(runs, check_runs), f"python -m kernel_lab.tools.cost_fit --out {rel(OUT)}",
+                       [rel(p) for p in runs], check_runs)
 
 
 def main(argv=None) -> str:
