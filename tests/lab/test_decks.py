@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DECKS = sorted(p.stem for p in (ROOT / "docs" / "slides").glob("[0-9][0-9]_*.yaml")) + [
     f"track-{name}" for name in TRACKS]  # and a deck per workshop track (tools.slides.track_path)
 SCREEN = dict(zip(("width", "height"), plotstyle.SLIDE_CANVAS))
+#: URL schemes that go over the network; the others are the browser's own (data: URLs, and the chrome:// and
+#: chrome-untrusted://new-tab-page/ pages Chromium 150 loads for its first tab).
+NETWORK = ("http", "https", "ws", "wss")
 
 # Resolves once reveal.js is ready, every image has loaded, the fonts are in, and MathJax has typeset every display
 # equation (each .eq holds MathJax's output, its queue empty).
@@ -119,10 +122,10 @@ def test_every_slide_fits_1280x720_offline_with_notes(deck_browser, book_url, de
         assert s["notes"] > 0, f"{where}: no speaker notes"
     local = urlparse(book_url).netloc
     requests = _requests(deck_browser)
-    # data: URLs and the browser's own chrome:// pages (Chromium 150 loads some for its first tab) are no network
-    page = [url for url, _ in requests if urlparse(url).scheme not in ("data", "chrome")]
+    page = [url for url, _ in requests if urlparse(url).scheme in NETWORK]
     outside = [url for url in page if urlparse(url).netloc != local]
     failed = [(url, st) for url, st in requests if url in page and st not in (200, 304)]
-    assert requests, "the performance log recorded no request at all"
+    own = f"{book_url}/slides/{deck}.slides.html"
+    assert own in page, f"the performance log missed the deck's own load: {requests}"
     assert not outside, f"{deck}: {len(outside)} requests leave the machine: {outside[:5]}"
     assert not failed, f"{deck}: requests that failed: {failed[:5]}"
