@@ -124,7 +124,7 @@ def test_the_report(junit, tmp_path):
     assert "at `abc1234`, 2026-12-04 05:00 UTC. Python 3.12.3, torch 2.11.0+cu130 (CUDA 13.0), triton 3.6.0, " \
            "GPU: NVIDIA H200 (sm90), 1 visible" in md and "carried as 2 wheels" in md
     assert "| unit | `python3 -m pytest -q tests` | 1 | 1 | 1 | 3 | 312 s | 1 |" in md
-    assert "In all: 1 passed, 1 failed, 1 errors, 3 skipped in 5.2 min." in md
+    assert "In all: 1 passed, 1 failed, 1 errors, 3 skipped in 5.2 min (the parts' times added)." in md
     assert "| 2 | needs a CUDA GPU |\n| 1 | Triton on CPU tensors needs TRITON_INTERPRET=1 |" in md
     assert "test_sample::test_fails`: " in md and "## unit: failed and errors" in md
     with pytest.raises(ValueError, match="no part ran"):

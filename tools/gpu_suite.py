@@ -214,7 +214,8 @@ def to_markdown(parts: list[dict], commit: str | None) -> str:
     total = sum(p["seconds"] for p in parts)
     lines += ["", f"In all: {sum(p['counts']['passed'] for p in parts)} passed, "
               f"{sum(p['counts']['failed'] for p in parts)} failed, {sum(p['counts']['errors'] for p in parts)} "
-              f"errors, {sum(p['counts']['skipped'] for p in parts)} skipped in {total / 60:.1f} min."]
+              f"errors, {sum(p['counts']['skipped'] for p in parts)} skipped in {total / 60:.1f} min (the parts' times "
+              "added)."]
     for p in parts:
         c = p["counts"]
         if c["failures"]:

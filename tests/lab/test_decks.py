@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DECKS = sorted(p.stem for p in (ROOT / "docs" / "slides").glob("[0-9][0-9]_*.yaml")) + [
     f"track-{name}" for name in TRACKS]  # and a deck per workshop track (tools.slides.track_path)
 SCREEN = dict(zip(("width", "height"), plotstyle.SLIDE_CANVAS))
-#: URL schemes that go over the network; the others are the browser's own (data: URLs, and the chrome:// and
-#: chrome-untrusted://new-tab-page/ pages Chromium 150 loads for its first tab).
-NETWORK = ("http", "https", "ws", "wss")
+#: URL schemes of the page's requests over the network (the performance log's Network.requestWillBeSent); the others
+#: are the browser's own: data: URLs, and the chrome:// and chrome-untrusted://new-tab-page/ pages Chromium 150 loads
+#: for its first tab.
+NETWORK = ("http", "https")
 
 # Resolves once reveal.js is ready, every image has loaded, the fonts are in, and MathJax has typeset every display
 # equation (each .eq holds MathJax's output, its queue empty).
