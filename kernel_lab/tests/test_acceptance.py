@@ -26,7 +26,7 @@ UP_TO_8ACF73A = acc.RUNS[:acc.RUNS.index(acc.LAB / "family_bench_h200_fm_8acf73a
 
 def test_the_committed_markdown_is_the_tools_output():
     # the committed scoreboard is judged at today's rules: the runs from RULES_FROM on timed the kernels of today
-    # (from 261e2bd to 1699741 the kernels' and the schedule's code changed in docstrings only)
+    # (from 261e2bd to 1699741 the kernels' device code and the schedule did not change)
     assert acc.COMMITS[acc.COMMITS.index(acc.RULES_FROM):] == ("261e2bd", "1699741")
     assert acc.OUT.read_text(encoding="utf-8") == acc.render(out=acc.OUT), (
         "kernel_lab/results/acceptance_h200.md is stale: python -m kernel_lab.tools.acceptance "
