@@ -257,7 +257,7 @@ def run(runs=RUNS, check_runs=CHECK_RUNS) -> dict:
         if sms_check != sms:
             raise ValueError(f"{rel(path)} ran on {sms_check} SMs, the fits' runs on {sms}")
         checks += got
-    out = {"sms": sms, "heads": {}}
+    out = {"sms": sms, "check_runs": tuple(check_runs), "heads": {}}
     for h in HEADS:
         sel = [p for p in pts if in_fit(p, h)]
         fits = {k: fit(sel, k, sms) for k in KERNELS}
@@ -278,7 +278,7 @@ def _g(g: Gap, label: str) -> str:
             + f" | {sum(g.partition):+.1f} | {g.residual:+.1f} |")
 
 
-def to_markdown(res: dict, command: str, inputs: list[str], check_runs=CHECK_RUNS) -> str:
+def to_markdown(res: dict, command: str, inputs: list[str]) -> str:
     lines = [
         "# What the balanced schedule and FlashMLA pay per term (H200 family bench, a linear fit)", "",
         f"Command: `{command}` (no GPU). Inputs: " + ", ".join(f"`{x}`" for x in inputs) + ".", "",
@@ -308,7 +308,7 @@ def to_markdown(res: dict, command: str, inputs: list[str], check_runs=CHECK_RUN
             lines.append(f"| {h} | {k} | {f.r2:.4f} | {f.max_rel:.3f} | {f.lofo_max:.3f} / {f.lofo_mean:.3f} | "
                          f"{f.max_corr:.2f} | {rng} |")
     checked = [(h, k, r["check"][k]) for h, r in res["heads"].items() for k in KERNELS if r["check"][k]]
-    lines += ["", f"Each fit on the batches of {', '.join(f'`{rel(p)}`' for p in check_runs)} (the same kernels "
+    lines += ["", f"Each fit on the batches of {', '.join(f'`{rel(p)}`' for p in res['check_runs'])} (the same kernels "
               "and batches timed again in other processes: not fitted, but not new batches), max / mean relative "
               "error: "
               + "; ".join(f"h_q={h} {k} {c[1]:.3f} / {c[2]:.3f} over {c[0]}" for h, k, c in checked) + ".", "",
@@ -328,7 +328,7 @@ def to_markdown(res: dict, command: str, inputs: list[str], check_runs=CHECK_RUN
 
 def render(runs=RUNS, check_runs=CHECK_RUNS) -> str:
     return to_markdown(run(runs, check_runs), f"python -m kernel_lab.tools.cost_fit --out {rel(OUT)}",
-                       [rel(p) for p in runs], check_runs)
+                       [rel(p) for p in runs])
 
 
 def main(argv=None) -> str:
