@@ -41,7 +41,7 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval --nbval-sanitize-with notebooks/wit
 # worker). On a GPU machine one process, so that the tests do not share the GPU.
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
-.PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab test-kernel-lab book slides instructor test-latest \
+.PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab test-kernel-lab book slides instructor attendee test-latest \
 	test-no-triton no-triton-repro no-triton-tests no-triton-venv check-platforms lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
@@ -113,6 +113,14 @@ book: $(VENV)/.ready
 # book and package carry no solution.
 instructor: $(VENV)/.ready
 	$(PY) -m tools.instructor
+
+# The attendees' copy: the committed repository without instructor/ (the solutions), as build/mla-edu-attendee.tar.gz.
+# Its tests skip the modules that read the solutions (tests/solutions.py); everything else runs as in a clone.
+ATTENDEE ?= build/mla-edu-attendee.tar.gz
+attendee:
+	@mkdir -p $(dir $(ATTENDEE))
+	git archive -o $(ATTENDEE) --prefix=mla-edu/ HEAD ':(exclude)instructor'
+	@echo "$(ATTENDEE): HEAD ($$(git rev-parse --short HEAD)) without instructor/"
 
 # A reveal.js deck per workshop track and per notebook, from the slide files docs/slides/*.yaml, in build/book/slides/
 # (linked from the book's instructor pages). reveal.js and MathJax: exact versions from the npm registry, checked

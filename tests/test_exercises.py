@@ -15,6 +15,9 @@ matplotlib.use("Agg")
 from mla_edu import kvcache  # noqa: E402
 from mla_edu.workshop import exercises as ex  # noqa: E402
 from mla_edu.kernels import get_workspace_size  # noqa: E402
+from solutions import require_solutions  # noqa: E402
+
+require_solutions()
 from instructor import ex08  # noqa: E402
 
 

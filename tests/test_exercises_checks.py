@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from instructor.answers import ANSWERS
 from mla_edu.workshop import checks
+from solutions import require_solutions
+
+require_solutions()
+from instructor.answers import ANSWERS  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 BAD = [Ellipsis, "x", 1.5, float("nan"), float("inf"), [1], {"a": 1}, 10 ** 5000, -(10 ** 5000),

@@ -1,20 +1,29 @@
 """Solutions for the instructor only (issues 46 and 47): no solution is reachable from a learner's notebook, the
 learner's book sources or ``import mla_edu``; no answer reachable from the package passes a checker; the instructor
-build (``make instructor``, ``tools/instructor.py``) holds every solution."""
+build (``make instructor``, ``tools/instructor.py``) holds every solution; the attendees' copy (``make attendee``)
+holds none, and its tests run without them."""
 
 import ast
 import importlib
 import inspect
 import json
+import os
 import pkgutil
 import re
+import shutil
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
 import mla_edu
-from instructor import answers, ex08
+from solutions import require_solutions
 from tools import instructor as build
+
+require_solutions()
+from instructor import answers, ex08  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 NOTEBOOKS = sorted(ROOT.glob("notebooks/0[1-8]_*.ipynb"))
@@ -59,6 +68,28 @@ def test_no_solution_reachable_from_import_mla_edu():
     for name in ("MYSTERY_ANSWERS", "MYSTERY_ENGINES", "ROW_STRIDE_ANSWERS", "option_for", "_row_stride_truth",
                  "_mystery_engine"):
         assert name not in package_text, name
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("make") is None or not (ROOT / ".git").exists(),
+                    reason="make attendee archives the committed tree: needs git, make and the repository's history")
+def test_the_attendees_copy_has_no_solution_and_its_tests_skip_only_the_modules_that_read_them(tmp_path):
+    # docs/instructor.md sends attendees `make attendee`'s archive (HEAD without instructor/): no solution in it, and
+    # its test suite collects everything else, the four modules that import the solutions skipped with the reason
+    tar = tmp_path / "attendee.tar.gz"
+    subprocess.run(["make", "-s", "attendee", f"ATTENDEE={tar}"], cwd=ROOT, check=True, capture_output=True)
+    with tarfile.open(tar) as t:
+        names = t.getnames()
+        t.extractall(tmp_path, filter="data")
+    assert "mla-edu/README.md" in names and "mla-edu/tests/solutions.py" in names
+    assert [n for n in names if n.startswith("mla-edu/instructor")] == []
+    copy = tmp_path / "mla-edu"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--collect-only",
+                          "tests"], cwd=copy, env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    skipped = [ln for ln in run.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert skipped == ["SKIPPED [4] tests/solutions.py:16: the instructor's solutions (instructor/) are not in the "
+                       "attendees' copy"], run.stdout[-3000:]
 
 
 def test_the_package_does_not_ship_the_instructor_folder():
