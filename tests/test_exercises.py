@@ -5,6 +5,7 @@ would write it, is rejected with its own hint; nothing raises. The solutions com
 import re
 from timeouts import fails_if_hung
 import sys
+import time
 
 import matplotlib
 import pytest
@@ -358,6 +359,28 @@ def test_the_library_workspace_formula_is_refused_however_it_is_called():
         assert not r.passed and "refused" in r.message, (fn, r.message)
     assert ex.get_workspace_size is get_workspace_size and sys.gettrace() is None  # put back
     assert ex.check_workspace_size(ex08.workspace_size).passed
+
+
+def test_the_cases_drawn_at_check_time_do_not_follow_a_pinned_clock(monkeypatch):
+    # an audit pinned time.time_ns (the draws' old seed), made a table of every case beforehand, and passed
+    monkeypatch.setattr(time, "time_ns", lambda: 12345)
+    def stale():
+        return [(tuple(buffer.shape), seq_lens, rs) for buffer, seq_lens, rs in ex._stale_drawn()]
+
+    assert ex._workspace_drawn() != ex._workspace_drawn() and stale() != stale()
+
+
+def test_a_copy_of_the_stale_checkers_code_is_refused():
+    # an audit exec'd the source of the checker's own truth elsewhere (a copy, another file name): it passed
+    import inspect
+
+    def copied(buffer, seq_lens, row_stride):
+        ns = dict(vars(ex))  # the copies call each other, not the checker's functions
+        exec(inspect.getsource(ex._padded) + inspect.getsource(ex._stale_variant), ns)
+        return ns["_stale_variant"](buffer, seq_lens, row_stride)
+
+    r = ex.check_stale_reads(copied)
+    assert not r.passed and "refused" in r.message, r.message
 
 
 # ways round the refusal an audit found (each passed before): what they do is in the function's name

@@ -220,6 +220,50 @@ def test_a_lazy_answer_is_read_inside_the_time_limit(monkeypatch):
     assert not r.passed and "ZeroDivisionError" in r.message, r.message
 
 
+class LaterInt(int):
+    """An int whose ``__int__`` would run the learner's code (here: never return) when the check reads it."""
+
+    def __int__(self):
+        while True:
+            pass
+
+
+class LaterSet(set):
+    """A set whose ``__iter__`` and ``__repr__`` would run the learner's code after the watch."""
+
+    def __iter__(self):
+        while True:
+            pass
+
+    def __repr__(self):
+        while True:
+            pass
+
+
+class FakeNumpy:
+    """A class that names numpy as its module, to be read as numpy's."""
+
+    __module__ = "numpy"
+    size, dtype = 1, np.dtype("int64")
+
+    def item(self):
+        while True:
+            pass
+
+
+def test_an_answer_of_its_own_class_is_refused_without_running_its_code():
+    # an audit's way round the watch (issue 48's rule): the answer's value was read after the watch ended, by the
+    # answer's own __int__ / __iter__ / __repr__, unwatched and without a clock
+    with fails_if_hung(30, "a check ran an answer's own method"):
+        r = checks.check_number("q", LaterInt(3), 3)
+        assert not r.passed and "expected an int, got LaterInt a LaterInt" in r.message, r.message
+        r = checks.check_items("q", LaterSet({1}), {1})
+        assert not r.passed and "expected a set or list, got LaterSet a LaterSet" in r.message, r.message
+        assert checks.meaning(FakeNumpy()) is checks.UNREADABLE and checks.show(FakeNumpy()) == "a FakeNumpy"
+        r = checks.check_items("q", [(1, LaterInt(2))], {(1, 2)})
+        assert not r.passed and "expected ints" in r.message, r.message
+
+
 def test_a_2d_integer_tensor_is_the_set_of_its_rows():
     """torch.nonzero(mask) and np.argwhere(mask) answer "which (row, page)" (rejected before as unreadable)."""
     mask = torch.tensor([[True, False], [False, True]])

@@ -31,9 +31,9 @@ runs in their own process (``run_learner`` says what it stops and what it cannot
 from __future__ import annotations
 
 import decimal
+import fractions
 import itertools
 import math
-import numbers
 import operator
 import signal
 import sys
@@ -72,12 +72,27 @@ def report(passed: bool, message: str) -> ExerciseResult:
 def show(x, limit: int = 48) -> str:
     """A short one-line repr of anything a learner gives (a 5000-digit int, a tensor, an object whose repr raises)."""
     try:
-        if isinstance(x, int) and x.bit_length() > 128:  # str() of a 5000-digit int raises
+        if not _plain(x):  # its own __repr__ would run here, unwatched (and might never return)
+            return f"a {type(x).__name__}"
+        if type(x) is int and x.bit_length() > 128:  # str() of a 5000-digit int raises
             return f"an int of about {int(x.bit_length() * math.log10(2)) + 1} digits"
         s = " ".join(repr(x).split())
     except Exception:
         s = f"a {type(x).__name__}"
     return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _plain(x, depth: int = 2) -> bool:
+    """Whether ``repr(x)`` runs only Python's or the library's code: builtin scalars, torch and numpy values, and
+    builtin containers (at most ``MAX_ITEMS`` items, ``depth`` levels) of those."""
+    t = type(x)
+    if t in (type(None), type(Ellipsis), bool, int, float, complex, str, bytes, range) or library_kind(x):
+        return True
+    if t in (list, tuple, set, frozenset) and depth > 0 and len(x) <= MAX_ITEMS:
+        return all(_plain(i, depth - 1) for i in x)
+    if t is dict and depth > 0 and len(x) <= MAX_ITEMS:
+        return all(_plain(k, depth - 1) and _plain(v, depth - 1) for k, v in x.items())
+    return False
 
 
 # ---- what an answer means -------------------------------------------------------------------------
@@ -110,27 +125,44 @@ def meaning(x):
             return x
         if type(x) is str:
             return x.strip()
-        module = type(x).__module__ or ""
-        if module.startswith(("numpy", "torch")):
-            if hasattr(x, "numel"):  # a torch tensor
-                if x.numel() != 1 or x.is_complex() or x.device.type == "meta":
-                    return UNREADABLE
-                import torch
-
-                return bool(x.item()) if x.dtype == torch.bool else meaning(x.item())
-            if getattr(x, "size", None) != 1 or getattr(x, "dtype", None) is None or x.dtype.kind not in "biufU":
+        kind = library_kind(x)
+        if kind == "torch":
+            if x.numel() != 1 or x.is_complex() or x.device.type == "meta":
                 return UNREADABLE
-            item = x.item() if hasattr(x, "item") else UNREADABLE
-            return bool(item) if x.dtype.kind == "b" else meaning(item)
-        if isinstance(x, decimal.Decimal):  # a Decimal or a Fraction means its value
+            return bool(x.item()) if x.dtype == sys.modules["torch"].bool else meaning(x.item())
+        if kind == "numpy":
+            if x.size != 1 or x.dtype.kind not in "biufU":
+                return UNREADABLE
+            return bool(x.item()) if x.dtype.kind == "b" else meaning(x.item())
+        if type(x) is decimal.Decimal:  # a Decimal or a Fraction means its value
             return int(x) if x.is_finite() and x == x.to_integral_value() else float(x)
-        if isinstance(x, numbers.Integral):
-            return int(x)
-        if isinstance(x, numbers.Real):
-            return float(x)
-        return UNREADABLE
+        if type(x) is fractions.Fraction:
+            return int(x) if x.denominator == 1 else float(x)
+        return UNREADABLE  # a subclass of int or float, or any other class, whatever its __int__ says
     except Exception:
         return UNREADABLE
+
+
+def library_kind(x) -> str | None:
+    """``"torch"`` for a torch tensor, ``"numpy"`` for a numpy array or scalar, else None: by the exact type (a
+    subclass, or a class that names numpy in its ``__module__``, is neither), so that reading its value runs the
+    library's code, never a learner's."""
+    t = type(x)
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    if torch is not None and t is torch.Tensor:
+        return "torch"
+    if np is not None and (t is np.ndarray or t in _numpy_scalars(np)):
+        return "numpy"
+    return None
+
+
+def _numpy_scalars(np) -> frozenset:
+    if not _NUMPY_SCALARS:
+        _NUMPY_SCALARS.append(frozenset(t for t in np.sctypeDict.values() if issubclass(t, np.generic)))
+    return _NUMPY_SCALARS[0]
+
+
+_NUMPY_SCALARS: list = []
 
 
 def as_int(x):
@@ -177,9 +209,10 @@ def as_items(prediction, limit: int = MAX_ITEMS):
     """``(frozenset of meanings, None)`` or ``(None, what is wrong)``: a set, list, tuple, range or iterator of items
     (each an int-like, a name, or a tuple of those), at most ``limit`` of them; a 2-D integer tensor or array is
     the set of its rows, as tuples. ``None`` and an empty ``{}`` mean the empty set."""
-    if prediction is None or (isinstance(prediction, dict) and not prediction):
+    if prediction is None or (type(prediction) is dict and not prediction):
         return frozenset(), None
-    if isinstance(prediction, (str, bytes, dict)) or not hasattr(prediction, "__iter__"):
+    if type(prediction) not in (set, frozenset, list, tuple, range) and library_kind(prediction) is None:
+        # a class of one's own (a subclass of set included) would run its own __iter__ here, unwatched
         return None, f"expected a set or list, got {type(prediction).__name__} {show(prediction)}"
     if _integer_matrix(prediction):  # torch.nonzero(mask), np.argwhere(mask): one (row, column) tuple per row
         try:
@@ -206,8 +239,7 @@ def as_items(prediction, limit: int = MAX_ITEMS):
 
 def _integer_matrix(x) -> bool:
     """A 2-D integer torch tensor or numpy array (not bool)."""
-    module = type(x).__module__ or ""
-    if not module.startswith(("numpy", "torch")) or getattr(x, "ndim", None) != 2:
+    if library_kind(x) is None or x.ndim != 2:
         return False
     dtype = x.dtype
     if hasattr(dtype, "is_floating_point"):  # torch
@@ -223,7 +255,7 @@ def _item(item):
     if type(m) in (int, float):
         i = as_int(m)
         return UNREADABLE if i is None else i
-    if isinstance(item, (tuple, list)) and len(item) <= 8:
+    if type(item) in (tuple, list) and len(item) <= 8:
         parts = tuple(as_int(p) if type(meaning(p)) is not str else meaning(p) for p in item)
         return UNREADABLE if None in parts else parts
     return UNREADABLE

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+from os import urandom as _urandom
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -64,8 +65,10 @@ def _not_callable(fn, signature: str):
 
 
 def _drawn_rng() -> random.Random:
-    """The generator of the cases drawn at check time (seeded from the clock: a table made beforehand misses them)."""
-    return random.Random(time.time_ns())
+    """The generator of the cases drawn at check time, seeded from the operating system's entropy (``os.urandom``,
+    bound here at import: a table made beforehand misses them, and pinning ``time.time_ns`` or ``os.urandom`` in
+    the notebook does not reseed it)."""
+    return random.Random(int.from_bytes(_urandom(16), "little"))
 
 
 @lru_cache(maxsize=1)
@@ -803,7 +806,9 @@ def check_stale_reads(fn) -> ExerciseResult:
     if bad:
         return bad
     named = stale_cases()
-    refusal = Refusal(files=_OWN_CODE, why="the checker's own code")
+    # the checker's files, and its truth by an exact copy of its code too (exec of its source elsewhere)
+    refusal = Refusal(files=_OWN_CODE, functions=(_stale_variant, _padded, _live, _stale_answer),
+                      why="the checker's own code")
     deadline, saved = time.monotonic() + STALE_SECONDS, library_globals()
 
     def answer(k, step):
