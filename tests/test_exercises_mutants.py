@@ -477,6 +477,17 @@ def test_workspace_cases_cover_every_edge():
         assert {(L, B) for L, B, s, n in cases if (s, n) == (sms, ns)} == \
             set(itertools.product(ex.WORKSPACE_LENGTHS, ex.WORKSPACE_BATCHES))
     assert any(s // B == 0 for _, B, s, n in cases if n == -1) and any(n > 1 for *_, n in cases)
+    # a split count capped anywhere (an audit's 33-, 64- and 128-chunk caps passed every enumerated case) is caught
+    # by the enumerated cases alone, not by the draws' luck
+    def capped(L, B, sms, ns, cap):
+        ms = min(-(-L // 128), cap)
+        heur = min(ms, max(1, sms // B))
+        return B * (4 * 512 + 4) * 128 * (ns if ns >= 1 else -(-ms // -(-ms // heur)))
+
+    want = [get_workspace_size(*c) for c in ex.WORKSPACE_CASES]
+    for cap in (33, 64, 128, 132, 200, 263):
+        assert [capped(*c, cap) for c in ex.WORKSPACE_CASES] != want, cap
+    assert [capped(*c, 10 ** 9) for c in ex.WORKSPACE_CASES] == want  # uncapped: the formula itself
 
 
 def test_stale_cases_cover_strides_paddings_and_edges():

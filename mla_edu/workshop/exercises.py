@@ -477,12 +477,15 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
 
 
 # ---- 4. size the workspace ------------------------------------------------------------------------
-#: exercise 4's cases: every (max_seq_len, num_batches) of these edges, for each (sm_count, num_kv_splits)
-WORKSPACE_LENGTHS = (1, 127, 128, 129, 255, 256, 257, 640, 896, 897, 4096, 4097, 4224)
+#: exercise 4's cases: every (max_seq_len, num_batches) of these edges, for each (sm_count, num_kv_splits); past
+#: 132 and 264 chunks of 128 tokens (16896, 33792) too, where sm_count // B, not max_splits, caps the split count
+WORKSPACE_LENGTHS = (1, 127, 128, 129, 255, 256, 257, 640, 896, 897, 4096, 4097, 4224, 16384, 16896, 16897, 33793,
+                     200_000)
 #: around sm_count (sm_count // B is 0 past it), divisors of 132 (4, 66) and of 133 = 132 + 1 (7, 19): where
 #: sm_count // B steps
 WORKSPACE_BATCHES = (1, 2, 3, 4, 7, 8, 16, 19, 64, 66, 131, 132, 133, 200)
-WORKSPACE_SPLITS = ((132, 1), (132, 2), (132, 3), (132, -1), (148, -1))
+#: (sm_count, num_kv_splits): the H100 / H200's 132 SMs, the B200's 148, one SM and twice 132
+WORKSPACE_SPLITS = ((132, 1), (132, 2), (132, 3), (132, -1), (148, -1), (1, -1), (264, -1))
 WORKSPACE_CASES = tuple((L, B, sms, ns) for sms, ns in WORKSPACE_SPLITS
                         for L in WORKSPACE_LENGTHS for B in WORKSPACE_BATCHES)
 
