@@ -455,7 +455,8 @@ assert not r.ok
 #   eager for a 117-kernel step on an H200, because launches, not math, dominate small decode steps.
 # - What ran on the host during capture (Python ints, `.item()`, slices, launch parameters derived
 #   from shapes) is frozen; only the contents of captured buffers can change between replays.
-# - The six pitfalls behave identically on the emulator and on real CUDA graphs; the SGLang #6998
+# - The six pitfalls end the same on the emulator and on real CUDA graphs (the emulator differs elsewhere: it
+#   re-runs a custom op's host code at replay, exercise 4); the SGLang #6998
 #   trigger is pitfall 2: only request 0 reads its own pages.
 # - Poisoned buffers and a replay-vs-eager differential test catch all of them; none of the fixed
 #   versions raises a false alarm (tested over more than 100 random schedules in
@@ -513,7 +514,7 @@ ex3_report = ...  # "a", "b", "c" or "d" (the options printed below)
 
 # %%
 OPTIONS3 = {"a": "OK: the graph reads the new tensor", "b": "wrong rows: the graph reads capture's lengths",
-            "c": "freed capture-time memory used at replay", "d": "capture refused"}
+            "c": "memory the host freed, used at replay", "d": "capture refused"}
 for key, text in OPTIONS3.items():
     print(f"({key}) {text}")
 problem3 = sc.static_buffers(DEVICE)

@@ -116,9 +116,9 @@ for k, res in full.items():
     cfg = res.get("configuration", {})
     print(f"{heads[k]}: context {cfg.get('context_length', 'model')}, DP {cfg.get('dp_size', 1)}, "
           f"graphs {cfg.get('cuda_graph_bs')}, {len(res['table'])} rows")
-print(f"\n{'256 questions':42s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
+print(f"\n{'256 questions':42s} {'kernel':>8s}" + "".join(f"{heads[k]:>19s}" for k in full) + "   seed")
 for name, key, kernel, seed in rows:
-    print(f"{name:42s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" if key in full[k]["table"]
+    print(f"{name:42s} {kernel:>8s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" if key in full[k]["table"]
                                   else f"{'-':>19s}" for k in full) + f"   {seed}")
 for k, res in full.items():
     assert res["table"]["prefix"]["accuracy"] < 0.25 * res["table"]["eager"]["accuracy"]

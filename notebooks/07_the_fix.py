@@ -128,8 +128,8 @@ fig = plots.piece_by_piece_figure(run)  # the runs above (memoized), drawn as fi
 
 # %% [markdown]
 # The pre-fix row scores 0.125, not notebook 06's 0.062: this row runs the model's softmax scale, 06's the
-# bug-era kernel's hard-coded one. The width alone brings accuracy back; the workspace and the reset change
-# nothing *here*. What the
+# bug-era kernel's hard-coded one. The width alone brings accuracy back; the workspace fix and the poison fill
+# change nothing *here*. What the
 # width fix changed in the launch, on the same batch as notebook 06:
 
 # %%

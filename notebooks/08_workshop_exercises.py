@@ -206,7 +206,7 @@ r2 = [ex.check_mystery(k, a) for k, a in mystery_answers.items()]
 # index buffer's real row stride, and (3) the flat index (counted from the buffer's first entry)
 # where request row 3 reads its page `j = 2`. The checker captures that engine and reads the
 # answers off the launch it recorded. (Hint: how does sgl-kernel's wrapper get the stride, and
-# what were `seq_lens` during capture?) Give ints (numpy ints, one-element arrays and tensors, `5.0` count too).
+# what were `seq_lens` during capture?) Give ints (numpy ints, one-element arrays and tensors, and a float such as `7.0`, count too).
 
 # %%
 used_row_stride, buffer_row_stride, flat_index = ..., ..., ...  # exercise 3: three ints
@@ -244,8 +244,10 @@ r4 = ex.check_workspace_size(workspace_size)
 # %%
 from mla_edu.kernels import get_workspace_size, num_kv_splits_for  # noqa: E402
 
+if not r4.passed:  # the bytes would answer exercise 4
+    print("NOT YET: exercise 4 not answered yet (the bytes at capture and at full width print here once it passes)")
 for name, max_seq_len in [("at capture (dummy lengths)", 128), ("full width, 33 pages", 33 * 128)]:
-    if r4.passed:  # the bytes would answer exercise 4
+    if r4.passed:
         print(f"{name:28s} split {num_kv_splits_for(max_seq_len, 64, 132, -1)}: "
               f"{get_workspace_size(max_seq_len, 64, 132, -1):,} bytes")
 assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 64, 132, -1)

@@ -19,6 +19,8 @@ import pytest
 from docs_text import README, RESULTS_DOC, SOURCES, missing, norm, one, span
 
 from mla_edu.paths import REPO_ROOT, RESULTS_DIR
+
+INSTRUCTOR_DOC = REPO_ROOT / "docs" / "instructor.md"
 from mla_edu.util import PAGE_SIZE
 
 
@@ -309,6 +311,17 @@ def scale_claims() -> list[str]:
             f"`sqrt({v3.qk_head_dim}/{tiny_q})` = {math.sqrt(v3.qk_head_dim / tiny_q):.2f}"]
 
 
+def instructor_claims() -> list[str]:
+    """The seed's numbers the instructor guide tells the 90-minute track to say, from the seed and
+    results/repro_cpu.json."""
+    from mla_edu.case_study.repro import SEED
+
+    t = result("repro_cpu.json")["table"]
+    return [f"SGLang {SEED['eager']} without graphs and {SEED['prefix']} with them, here {t['eager']['accuracy']:.3f} "
+            f"and {t['prefix']['accuracy']:.3f}; the {t['prefix']['accuracy']:.3f} carries the bug-era kernel's "
+            f"softmax scale too, which alone, without graphs, scores {t['scale']['accuracy']:.3f}"]
+
+
 #: each group of claims -> the files that must say every claim of it (README's Results keeps the seed's table and
 #: its footnote; docs/results.md has the table again and everything README's Results moved there)
 CLAIMS = {"seed table": (seed_table_rows, (README, RESULTS_DOC)), "readme": (readme_claims, (README,)),
@@ -316,7 +329,7 @@ CLAIMS = {"seed table": (seed_table_rows, (README, RESULTS_DOC)), "readme": (rea
           "kernel bench": (kernel_claims, (RESULTS_DOC,)), "schedule bench": (schedule_claims, (RESULTS_DOC,)),
           "stage-1 kernels": (stage1_claims, (RESULTS_DOC,)), "graph bench": (graph_claims, (RESULTS_DOC,)),
           "results/*.md": (md_claims, (RESULTS_DOC,)), "scales": (scale_claims, (README, RESULTS_DOC)),
-          "families": (family_claims, (RESULTS_DOC,))}
+          "families": (family_claims, (RESULTS_DOC,)), "instructor": (instructor_claims, (INSTRUCTOR_DOC,))}
 CHECKED = [(group, path) for group, (_, paths) in CLAIMS.items() for path in paths]
 
 

@@ -30,6 +30,7 @@ GENERATED = {
     "build/instructor/notebooks/": "make instructor writes every notebook with its solutions there",
     "build/instructor/book/": "make instructor builds the book from those notebooks there",
     "build/gpu_suite/": "make test-gpu leaves each part's junit xml, log and json there (tools/gpu_suite.py)",
+    "build/mla-edu-attendee.tar.gz": "make attendee writes the attendees' copy there (no instructor/)",
     ".venv/": "make creates the environment (make .venv/.ready)",
     ".venv/.ready": "the Makefile's stamp that .venv is complete",
     ".venv/bin/jupyter": "installed into .venv by make",

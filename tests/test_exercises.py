@@ -256,7 +256,7 @@ def test_workspace_other_failures():
         heur = min(ms, s // B)
         return B * (4 * 512 + 4) * 128 * -(-ms // -(-ms // heur))
 
-    for fn, hint in [(lambda *a: 0, "not 0"), (lambda *a: None, "returned None"),
+    for fn, hint in [(lambda *a: 0, "returned 0, which is wrong"), (lambda *a: None, "returned None"),
                      (lambda *a: 1 / 0, "ZeroDivisionError"), (no_floor, "heur has a floor"),
                      (lambda L, B, s, n: ex08.workspace_size(L, B, s, n) + 1, "which factor is wrong"),
                      (3, "expected a function"), (None, "not answered yet"), (..., "not answered yet")]:

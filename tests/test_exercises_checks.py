@@ -380,6 +380,18 @@ def test_a_numeric_checks_tolerance_is_the_stated_one(stem, name):
     assert not checks.check_number("q", truth * (1 + 1.5 * stated), truth, tolerance=used).passed
 
 
+def test_02_ex2s_long_context_limit_is_rejected():
+    # an audit passed the old 5% with the limit the notebook's prose calls wrong (the cache's bytes only): 2.95% off
+    from mla_edu.attention import cost
+    from mla_edu.config import MLAConfig
+
+    used = float(re.search(r"\bex2_intensity\b, [^\n]*?tolerance=([0-9.]+)", _exercise_section("02_weight_absorption"))
+                 .group(1))
+    long_limit = cost.cached_byte_intensity(MLAConfig.deepseek_v3().replace(num_attention_heads=64))
+    truth = ANSWERS["02_weight_absorption"]["ex2_intensity"]
+    assert abs(long_limit / truth - 1) > used and not checks.check_number("q", long_limit, truth, tolerance=used).passed
+
+
 def test_03_ex1s_off_by_one_page_count_is_rejected():
     n = np.arange(1, 513)
     truth = 1 - n.sum() / (np.ceil(n / 128) * 128).sum()

@@ -199,6 +199,25 @@ def whole_run_numbers() -> dict:
                 uni=[uni[h]["big"]["low"].x for h in (32, 64, 128)], once=len(once), runs=acc.MIN_RUNS)
 
 
+def h100_numbers() -> dict:
+    """The sentences on the two runs on an H100 at 84453eb: their scoreboard (``acceptance_h100.md``)."""
+    from kernel_lab.tools import acceptance as acc
+
+    runs = acc.load([acc.LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2)])
+    assert {(r.data["info"]["gpu"], r.data["info"]["sm_count"]) for r in runs} == {("NVIDIA H100 80GB HBM3", 132)}
+    board = acc.scoreboard(runs)
+    (overall,) = [c for c in board["choice"] if c["heads"] is None]
+    missed = sorted(p.key for p in board["picks"].values() if p.regret > acc.WITHIN)
+    assert missed == [("uniform", "L1024", h, 64) for h in (16, 32, 64)] and overall["worst"].key[2] == 64
+    assert {(p.choice, p.best) for p in board["picks"].values() if p.regret > acc.WITHIN} == {("split_2", "split_1")}
+    fam = [p for k, p in board["picks"].items() if k[0] == "family"]
+    low = min(fam, key=lambda p: p.x)
+    assert low.key[1:] == ("normal_4k", 128, 16)
+    return dict(pct=round(100 * (acc.WITHIN - 1)), within=overall["within"], n=overall["n"],
+                worst=overall["worst"].regret, met=sum(r["met"] for r in board["ragged"]), pairs=len(board["ragged"]),
+                below=sum(not acc.passes(p.x, acc.FLOOR) for p in fam), fam=len(fam), floor=acc.FLOOR, lowest=low.x)
+
+
 def latest_runs_numbers() -> dict:
     """The sentences on the three whole runs at 4d46283: issue 52's acceptance as scored on every run up to them, at
     the rules then, and the headline bench's deciding shape in each of them."""
@@ -475,7 +494,7 @@ def claims() -> list[tuple[str, list[float]]]:
     roof, hb = roofline_numbers(), half_block_numbers()
     cm, sa, ho, pdl = cost_fit_numbers(), segment_ahead_numbers(), held_out_numbers(), pdl_stage2_numbers()
     lr, pf, s2 = latest_runs_numbers(), profile_numbers(), stage2_variant_numbers()
-    pl, wr = pipelined_landed_numbers(), whole_run_numbers()
+    pl, wr, h1 = pipelined_landed_numbers(), whole_run_numbers(), h100_numbers()
     fw, lp, pct = pl["few_wide_pipelined"], pl["long_pipelined"], cf["pct"]
     pipe, two = s2["pipelined"], s2["few_wide_two"]
     assert all(x < 1 for x in pipe["rest"])  # "It lost at every batch where stage 2 loads several partials"
@@ -505,6 +524,11 @@ def claims() -> list[tuple[str, list[float]]]:
         ("The other {} of the bench's {} problems had no run at the current rules",
          [pl["rest"], pl["rest"] + pl["n"]]),
         ("timed all {}, so that each problem now has a ratio", [wr["n"]]),
+        ("The choice, its constants fitted on the H200, is within {}% of the best option at {} of {} problems",
+         [h1["pct"], h1["within"], h1["n"]]),
+        ("the worst {}x (h_q=64). The constants belong", [h1["worst"]]),
+        ("The speed bars are missed there as on the H200: {} of the {} pairs, {} of the {} family batches below {}x, "
+         "the lowest {}x", [h1["met"], h1["pairs"], h1["below"], h1["fam"], h1["floor"], h1["lowest"]]),
         ("The choice is within {}% of the best option at {} of {} problems, the worst {}x",
          [wr["pct"], wr["within"], wr["n"], wr["worst"]]),
         ("(every shape, B=1 too, at {}x or more)", [wr["h16"]]),

@@ -72,6 +72,7 @@ COMMITS = (
     "4d46283",
     "261e2bd",
     "1699741",
+    "84453eb",  # the two runs on an H100 (family_bench_h100_*: not the H200's RUNS; acceptance --runs reads them)
 )
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition (before a2e9367) or
@@ -378,10 +379,10 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
     return lines
 
 
-def to_markdown(board: dict, command: str) -> str:
+def to_markdown(board: dict, command: str, gpu: str = "the H200") -> str:
     batches = sorted({k[3] for k in board["keys"] if k[0] == "family"})
     lengths = list(dict.fromkeys(k[1] for k in board["keys"] if k[0] == "uniform"))
-    lines = ["# Issue 52's acceptance on the H200: where the project stands", "",
+    lines = [f"# Issue 52's acceptance on {gpu}: where the project stands", "",
              f"Command: `{command}` (no GPU). Runs read, in the order they ran: "
              + ", ".join(f"`{n}`" for n in board["runs"])
              + ("; skipped, no FlashMLA: " + ", ".join(f"`{n}`" for n in board["skipped"]) if board["skipped"]
@@ -448,7 +449,9 @@ def render(paths=None, out=None) -> str:
     command = "python -m kernel_lab.tools.acceptance" + (
         " --runs " + " ".join(rel(p) for p in paths) if [rel(p) for p in paths] != [rel(p) for p in RUNS] else "") + (
         f" --out {rel(out)}" if out else "")
-    return to_markdown(scoreboard(load(paths)), command)
+    runs = load(paths)
+    gpus = sorted({r.data["info"]["gpu"] for r in runs})  # the heading names another GPU's runs
+    return to_markdown(scoreboard(runs), command, "the H200" if gpus == ["NVIDIA H200"] else " and ".join(gpus))
 
 
 def main(argv=None) -> str:

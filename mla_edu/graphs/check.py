@@ -39,7 +39,7 @@ HINTS = {
     "NaN": "NaN after poisoning {buffers}: the step reads entries it never writes this step (stale state)",
     "stale": "the second replay on the same inputs differs from the first: state leaks between replays "
              "(a buffer accumulates and is never reset inside the graph)",
-    "freed": "freed capture-time allocation used at replay: {what}. Allocate it once, before capture, "
+    "freed": "freed memory used at replay: {what}. Allocate it once, before capture, "
              "and keep it alive as long as the graph",
     "capture": "capture refused: {what}",
     "replay error": "replay raised {what}",

@@ -526,5 +526,5 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
 
 
 __all__ = ["LEARNER_SECONDS", "MAX_ITEMS", "UNREADABLE", "ExerciseResult", "Refusal", "as_float", "as_int",
-           "as_items", "check_choice", "check_items", "check_number", "describe", "meaning",
+           "as_items", "check_choice", "check_items", "check_number", "describe", "library_kind", "meaning",
            "not_answered", "option_key", "report", "run_learner", "show"]

@@ -49,7 +49,7 @@ from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
 from mla_edu.workshop.checks import Refusal, as_int as _as_int, as_items, describe as _describe, option_key
-from mla_edu.workshop.checks import library_globals, report as _report, run_learner, show as _show
+from mla_edu.workshop.checks import library_globals, library_kind, report as _report, run_learner, show as _show
 
 #: the code no learner's function may run while a checker watches it: the checkers themselves (their truths),
 #: the engine and backends (the backend's own replay hook), the kernels' host code (the workspace formula)
@@ -618,7 +618,7 @@ def check_workspace_size(fn) -> ExerciseResult:
                 else "it is not 0 at one split: sgl-kernel sizes it for one split anyway")
     else:
         hint = "find which factor is wrong there: the bytes per (batch, split), the split count, or the batch"
-    return _report(False, f"workspace_size{cases[i]} is not {_show(got[i])}; {hint}.")
+    return _report(False, f"workspace_size{cases[i]}: your function returned {_show(got[i])}, which is wrong; {hint}.")
 
 
 # ---- 5. find the stale entries a captured kernel read -------------------------------------------
@@ -775,6 +775,10 @@ def _stale_answer(got) -> tuple:
     if got is None:
         return None, "it returned None: return a set of (row, j) pairs"
     items, err = as_items(got)
+    if err and err.startswith("expected ints"):  # the set's items are not pairs
+        mask = library_kind(got) is not None and str(got.dtype) in ("torch.bool", "bool")  # torch's or numpy's
+        return None, (f"expected a set of (row, j) pairs of ints, got {_show(got)}"
+                      + ("; a boolean mask? torch.nonzero(mask) lists its (row, j) pairs" if mask else ""))
     if err:
         return None, err
     if not all(isinstance(p, tuple) and len(p) == 2 and all(type(i) is int for i in p) for p in items):

@@ -25,7 +25,7 @@ NARROW_VIEW_TRITON = register(Pitfall(
 FREED_POOL_REUSE = register(Pitfall(  # the checker's step: a workspace re-allocated at every replay
     "freed_pool_reuse", 3, builders.freed_workspace, partial(builders.freed_workspace, fixed=True),
     outcome_cpu="wrong: freed memory reused", outcome_cuda="wrong: freed memory reused",
-    hint="freed capture-time allocation", run=builders.freed_pool_reuse))
+    hint="freed memory used at replay", run=builders.freed_pool_reuse))
 STALE_BUFFER = register(Pitfall(
     "stale_buffer", 4, builders.stale_buffer, partial(builders.stale_buffer, fixed=True),
     outcome_cpu="wrong: stale state (2nd replay)", outcome_cuda="wrong: stale state (2nd replay)",
