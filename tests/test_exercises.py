@@ -14,7 +14,7 @@ import torch
 matplotlib.use("Agg")
 
 from mla_edu import kvcache  # noqa: E402
-from mla_edu.workshop import exercises as ex  # noqa: E402
+from mla_edu.workshop import checks, exercises as ex  # noqa: E402
 from mla_edu.kernels import get_workspace_size  # noqa: E402
 from solutions import require_solutions  # noqa: E402
 
@@ -430,6 +430,33 @@ def _edits_the_tracer(*case):  # replaces the Refusal the tracer holds
 def _patches_the_truth(*case):  # makes the checker's truth agree with it, for every later check too
     ex.get_workspace_size = lambda *a: 0
     return 0
+
+
+def _swaps_the_verdicts_code(*case):  # the same function object, another code: every later report a PASS
+    checks.report.__code__ = (lambda passed, message: checks.ExerciseResult(True, message)).__code__
+    return 0
+
+
+def _swaps_the_truths_code(*case):  # the truth itself answers 7 from now on
+    get_workspace_size.__code__ = (lambda *a: 7).__code__
+    return 7
+
+
+def _patches_a_class(*case):  # the refusal refuses nothing from now on
+    checks.Refusal.refuses = lambda self, code: False
+    return get_workspace_size(*case)
+
+
+def test_a_changed_code_or_class_attribute_is_put_back_and_refused():
+    # an audit swapped a library function's __code__ (the same object, so the globals' identity check missed it)
+    # or patched a class: every checker then passed for the rest of the session
+    saved = {f: f.__code__ for f in (checks.report, get_workspace_size)}
+    refuses = checks.Refusal.refuses
+    for fn in (_swaps_the_verdicts_code, _swaps_the_truths_code, _patches_a_class):
+        r = ex.check_workspace_size(fn)
+        assert not r.passed and "refused" in r.message, (fn.__name__, r.message)
+        assert all(f.__code__ is c for f, c in saved.items()) and checks.Refusal.refuses is refuses
+    assert ex.check_workspace_size(ex08.workspace_size).passed
 
 
 def test_elements_for_bytes_gets_a_hint_that_names_both_readings():

@@ -315,19 +315,59 @@ sys.addaudithook(_audit)
 
 
 def library_globals() -> list:
-    """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu``: what a checker reads its truths
-    through (``exercises.get_workspace_size`` is looked up there at check time). A checker that runs a learner's
-    function on many cases takes it once and gives it to each ``run_learner`` (``saved=``): taking it costs about
-    as much as a short call of the function."""
-    return [(m, dict(vars(m))) for name, m in list(sys.modules.items())
-            if (name == "mla_edu" or name.startswith("mla_edu.")) and m is not None]
+    """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu``, then ``("code", (function,
+    (its __code__, __defaults__, __kwdefaults__)))`` for every function and ``("class", (class, a copy of its
+    attributes))`` for every class those modules define: what a checker reads its truths through
+    (``exercises.get_workspace_size`` is looked up there at check time, ``report`` builds the verdict). A checker
+    that runs a learner's function on many cases takes it once and gives it to each ``run_learner`` (``saved=``):
+    taking it costs about as much as a short call of the function."""
+    modules = [(m, dict(vars(m))) for name, m in list(sys.modules.items())
+               if (name == "mla_edu" or name.startswith("mla_edu.")) and m is not None]
+    names = {m.__name__ for m, _ in modules}
+    seen, parts = set(), []
+    for _, space in modules:
+        for v in space.values():
+            if id(v) in seen or getattr(v, "__module__", None) not in names:
+                continue
+            seen.add(id(v))
+            if isinstance(v, types.FunctionType):
+                parts.append(("code", (v, (v.__code__, v.__defaults__, v.__kwdefaults__))))
+            elif isinstance(v, type):
+                attrs = dict(vars(v))
+                parts.append(("class", (v, attrs, tuple(attrs), tuple(attrs.values()))))
+    return modules + parts
 
 
 def _restore_globals(saved: list) -> list:
     """Put back every global of ``saved`` that was rebound, deleted or added (a submodule imported meanwhile
-    stays); ``["module.name", ...]`` of those changed."""
+    stays), every function's code and defaults and every class attribute that changed; ``["module.name", ...]``
+    of those changed."""
     changed = []
     for module, before in saved:
+        if module == "code":
+            fn, (code, defaults, kwdefaults) = before
+            if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
+                fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
+                changed.append(f"{fn.__module__}.{fn.__qualname__}.__code__")
+            continue
+        if module == "class":
+            cls, attrs, keys, values = before
+            now = vars(cls)
+            if len(now) == len(keys) and all(map(operator.is_, now, keys)) and all(
+                    map(operator.is_, now.values(), values)):  # by identity, in order: a change shows
+                continue
+            for name in set(now) | set(attrs):
+                if now.get(name, _MISSING) is attrs.get(name, _MISSING):
+                    continue
+                try:
+                    if name in attrs:
+                        setattr(cls, name, attrs[name])
+                    else:
+                        delattr(cls, name)
+                except (AttributeError, TypeError):  # __dict__ and the like cannot be set
+                    continue
+                changed.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+            continue
         now = vars(module)
         if now.keys() == before.keys() and all(map(operator.is_, now.values(), before.values())):
             continue  # by identity: a learner's object's own __eq__ is never asked
@@ -367,7 +407,9 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     (which would switch the tracer off), leaves another trace function behind, starts a thread (through
     ``threading``, whose new threads the tracer would not see), tampers with the tracer's state, or rebinds a
     global of a loaded ``mla_edu`` module (``exercises.get_workspace_size = ...`` would change the truth of every
-    later check: it is put back, so the session stays usable). It cannot stop a learner determined to get the
+    later check), or changes the code or defaults of one of their functions or an attribute of one of their classes
+    (``checks.report.__code__ = ...``): each is put back, so the session stays usable. What the notebook changed
+    before the check ran is not seen. It cannot stop a learner determined to get the
     answer: the library is Python running in the learner's own process (a thread pool started before the check,
     a subprocess, ``ctypes``, or simply reading the source and copying it out by hand all get through).
     ``saved``: ``library_globals()`` as the caller took it before its loop of calls (None: taken here); the
