@@ -218,9 +218,9 @@ figures: $(VENV)/.ready
 # Re-execute every notebook in place (after editing the paired .py files), then rewrite the timings table.
 notebooks: $(VENV)/.ready
 	$(VENV)/bin/jupytext --sync notebooks/*.py
-	for nb in notebooks/*.ipynb; do $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace $$nb || exit 1; done
+	$(PY) -m tools.run_notebooks --out notebooks  # nbclient with sliced polls: nbconvert can hang on 08's widgets
 	$(PY) -m tools.notebook_timings  # the instructor guide's table, from the notebooks just executed
-	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace notebooks/00_setup_check.ipynb  # prints that table
+	$(PY) -m tools.run_notebooks --out notebooks 00_setup_check.ipynb  # prints that table
 
 clean-venv:
 	rm -rf $(VENV) $(LATEST) .venv-uv

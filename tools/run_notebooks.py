@@ -1,4 +1,4 @@
-"""Execute every notebook top to bottom and keep the executed copies (used for the GPU runs).
+"""Execute every notebook top to bottom and keep the executed copies (``make notebooks``, in place; the GPU runs).
 
     python -m tools.run_notebooks --out DIR [--timeout 600] [names...]
 
