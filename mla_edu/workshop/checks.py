@@ -411,7 +411,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     (``checks.report.__code__ = ...``): each is put back, so the session stays usable. What the notebook changed
     before the check ran is not seen. It cannot stop a learner determined to get the
     answer: the library is Python running in the learner's own process (a thread pool started before the check,
-    a subprocess, ``ctypes``, or simply reading the source and copying it out by hand all get through).
+    a thread started through ``_thread`` itself, which Python 3.11 does not audit, a subprocess, ``ctypes``, or
+    simply reading the source and copying it out by hand all get through).
     ``saved``: ``library_globals()`` as the caller took it before its loop of calls (None: taken here); the
     globals are put back to it after the call."""
     seconds = LEARNER_SECONDS if seconds is None else min(seconds, LEARNER_SECONDS)
