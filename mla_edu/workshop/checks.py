@@ -317,10 +317,10 @@ sys.addaudithook(_audit)
 def library_globals() -> list:
     """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu``, then ``("code", (function,
     (its __code__, __defaults__, __kwdefaults__)))`` for every function and ``("class", (class, a copy of its
-    attributes))`` for every class those modules define: what a checker reads its truths through
-    (``exercises.get_workspace_size`` is looked up there at check time, ``report`` builds the verdict). A checker
-    that runs a learner's function on many cases takes it once and gives it to each ``run_learner`` (``saved=``):
-    taking it costs about as much as a short call of the function."""
+    attributes, their names, their values))`` for every class those modules define: what a checker reads its
+    truths through (``exercises.get_workspace_size`` is looked up there at check time, ``report`` builds the
+    verdict). A checker that runs a learner's function on many cases takes it once and gives it to each
+    ``run_learner`` (``saved=``): taking it costs about as much as a short call of the function."""
     modules = [(m, dict(vars(m))) for name, m in list(sys.modules.items())
                if (name == "mla_edu" or name.startswith("mla_edu.")) and m is not None]
     names = {m.__name__ for m, _ in modules}
