@@ -25,7 +25,7 @@ ANSWERS = {
         "ex3_reads_of_poison": 5,
     },
     "04_decode_kernel": {
-        "ex1_first_single_split_batch": 67,
+        "ex1_first_single_split_batch": 75,
         "ex2_right_requests": {0},
         "ex3_empty_lse": "-inf",
         "ex3_empty_o": "zeros",

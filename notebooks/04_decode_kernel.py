@@ -384,8 +384,9 @@ except RuntimeError as e:
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
 # instructor hands out the answers, with the why, after the exercise.
 #
-# **1.** Using the formula of section 5 (automatic splits, 132 SMs), what is the smallest batch size at
-# which a table of `max_seq_len = 4096` (32 pages of 128, not section 5's 4224) gets only one split?
+# **1.** Using the formula of section 5 (automatic splits) on a GPU with 148 SMs (a B200, where sgl-kernel's
+# cutlass decode runs; section 5 used 132), what is the smallest batch size at which a table of
+# `max_seq_len = 4096` (32 pages of 128) gets only one split?
 
 # %%
 ex1_first_single_split_batch = ...  # an int
@@ -394,10 +395,11 @@ ex1_first_single_split_batch = ...  # an int
 from mla_edu.kernels.contract import pages_read  # noqa: E402
 from mla_edu.workshop import checks  # noqa: E402
 
-first_single = next(bsz for bsz in range(1, 1000) if num_kv_splits_for(4096, bsz, 132, -1) == 1)
+first_single = next(bsz for bsz in range(1, 1000) if num_kv_splits_for(4096, bsz, 148, -1) == 1)
 r1 = checks.check_number("exercise 1", ex1_first_single_split_batch, first_single, mistakes={
     first_single - 1: "compute the formula at that batch size, step by step: heur, then split",
-    133: "heur has a floor of 1: find the batch size where heur first equals 1, not where sm_count // B is 0"})
+    67: "that is 132 SMs' answer (section 5): redo it with sm_count = 148",
+    149: "heur has a floor of 1: find the batch size where heur first equals 1, not where sm_count // B is 0"})
 
 # %% [markdown]
 # **2.** Make `naive_decode` read the page table through a `row_stride`: request `b`'s page `j` at flat
