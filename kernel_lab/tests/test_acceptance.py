@@ -35,7 +35,7 @@ def test_the_committed_markdown_is_the_tools_output():
 
 def test_the_h100_scoreboard_is_the_tools_output_on_the_h100_runs():
     # the same bench twice on an H100 at 84453eb (the H200's choice constants, another GPU): its own scoreboard
-    runs = [acc.LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2)]
+    runs = acc.H100_RUNS
     out = acc.LAB / "acceptance_h100.md"
     assert out.read_text(encoding="utf-8") == acc.render(runs, out), (
         "kernel_lab/results/acceptance_h100.md is stale: python -m kernel_lab.tools.acceptance --runs "

@@ -203,7 +203,7 @@ def h100_numbers() -> dict:
     """The sentences on the two runs on an H100 at 84453eb: their scoreboard (``acceptance_h100.md``)."""
     from kernel_lab.tools import acceptance as acc
 
-    runs = acc.load([acc.LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2)])
+    runs = acc.load(acc.H100_RUNS)
     assert {(r.data["info"]["gpu"], r.data["info"]["sm_count"]) for r in runs} == {("NVIDIA H100 80GB HBM3", 132)}
     board = acc.scoreboard(runs)
     (overall,) = [c for c in board["choice"] if c["heads"] is None]

@@ -63,6 +63,8 @@ SKIPPED: tuple[str, ...] = (
     "family_bench_h200_ours_df92c31_small.json",  # split counts at small uniform batches, no FlashMLA (split_model_fit)
 )
 PATTERN = "family_bench_h200*.json"  # the family-bench runs on the H200 in the results folder
+#: The whole bench twice on an H100 at 84453eb: not the H200's RUNS; their own scoreboard is acceptance_h100.md
+H100_RUNS = tuple(LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2))
 OUT = LAB / "acceptance_h200.md"
 #: The runs' commits, oldest first, one a line.
 COMMITS = (
