@@ -33,8 +33,8 @@ import torch
 
 import mla_edu  # noqa: F401  (sets TRITON_INTERPRET=1 when there is no GPU)
 from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
-from mla_edu.kernels import triton_available
-from mla_edu.kvcache.plots import page_table_figure, page_table_scenario, pages_read
+from mla_edu.kernels import pages_read, triton_available
+from mla_edu.kvcache.plots import page_table_figure, page_table_scenario
 from mla_edu.workshop.stored import show_stored
 
 _ = torch.manual_seed(0)
@@ -259,7 +259,6 @@ fig = page_table_figure()
 ex1_wasted_fraction = ...  # a number in [0, 1], three significant digits (within 0.5%)
 
 # %%
-from mla_edu.kernels.contract import pages_read as pages_read_unclamped  # noqa: E402
 from mla_edu.workshop import checks  # noqa: E402
 
 every_len = torch.arange(1, 513)
@@ -270,7 +269,7 @@ r1 = checks.check_number("exercise 1", ex1_wasted_fraction, 1 - used_slots / all
                                    "that is the waste over the slots used; the question is over the slots allocated"})
 
 # %% [markdown]
-# **2.** `pages_read(..., clamp=False)` (`mla_edu.kernels.contract`) gives `None` for a read outside the
+# **2.** `pages_read(..., clamp=False)` (`mla_edu.kernels`) gives `None` for a read outside the
 # buffer's storage. Take section 5's buffer (`buf`: 6 rows of `W = 10`, of which section 5 printed 4) and a batch of
 # 6 requests of 8 pages each (the most a 512-token context holds at section 5's 64 tokens a page). Read with row stride 1: how many reads fall outside the buffer?
 # Read with row stride 11 (one more than the width, as a kernel handed another buffer's stride would):
@@ -282,8 +281,8 @@ ex2_first_outside_at_stride_11 = ...  # a row index
 
 # %%
 six = [8] * 6
-outside_1 = sum(page is None for row in pages_read_unclamped(buf, six, 1, clamp=False) for page in row)
-first_11 = next(b for b, row in enumerate(pages_read_unclamped(buf, six, 11, clamp=False)) if None in row)
+outside_1 = sum(page is None for row in pages_read(buf, six, 1, clamp=False) for page in row)
+first_11 = next(b for b, row in enumerate(pages_read(buf, six, 11, clamp=False)) if None in row)
 r2 = [checks.check_number("exercise 2, stride 1", ex2_outside_at_stride_1, outside_1),
       checks.check_number("exercise 2, stride 11", ex2_first_outside_at_stride_11, first_11,
                           mistakes={4: "compute the last flat index that row reads and compare it with the buffer's size"})]
@@ -301,7 +300,7 @@ ex3_reads_of_poison = ...  # an int
 poisoned = torch.full_like(buf, -1)
 fill_page_table(sc["req_to_token"], sc["req_pool_indices"], sc["seq_lens"], poisoned[:4], sc["page_size"])
 left = int((poisoned == -1).sum())
-loud = sum(page == -1 for row in pages_read_unclamped(poisoned, sc["n_pages"], 1) for page in row)
+loud = sum(page == -1 for row in pages_read(poisoned, sc["n_pages"], 1) for page in row)
 r3 = [checks.check_number("exercise 3, entries still -1", ex3_still_poisoned, left,
                           mistakes={buf.numel() - 4 * buf.size(1): "the fill does not write whole rows: only "
                                                                    "each request's own pages"}),

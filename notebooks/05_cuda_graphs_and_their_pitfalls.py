@@ -148,12 +148,14 @@ assert out.item() == 110.0  # still x[:2]: the slice was frozen at capture
 #   as long as the graph. Dropped after capture, the block goes back to that pool, not to the
 #   general cache: ordinary allocations never get it, but a later capture that shares the pool
 #   (`pool=`) can, and then two graphs write the same bytes (pitfall 3);
-# - *before capture* (SGLang's workspace, allocated by the host): dropped, the block goes back to
-#   the general cache, where any later allocation can take it; and entering the next
+# - *before capture* (SGLang's workspace: the backend's capture hook allocates it on the host, and
+#   the runner enters `torch.cuda.graph` only after the hook returns): dropped, the block goes back
+#   to the general cache, where any later allocation can take it; and entering the next
 #   `torch.cuda.graph` calls `torch.cuda.empty_cache()`, which can hand it back to the driver.
 #
 # Either way the graph still writes there at every replay. The emulator poisons memory its graph
-# used and the host dropped before every replay, or, with `strict=True`, refuses to replay.
+# used and the host dropped before every replay, or, with `strict=True`, refuses to replay. The
+# cell below takes the first path, the shorter one to show: its step allocates while capturing.
 
 # %%
 holder = {}
@@ -327,9 +329,12 @@ fig = narrow_view_reads(DEVICE)
 # %% [markdown]
 # ### Pitfall 3: memory freed after capture, handed to the next capture
 #
-# The pre-fix backend allocated a workspace in its capture hook and replaced it when the next batch
-# size was captured: the graph keeps writing a workspace the host dropped; here the block is handed to
-# graph 2 through the shared pool, and every replay of graph 1 overwrites graph 2's output. In SGLang
+# The pre-fix backend allocated a workspace in its capture hook, on the host just before each
+# capture, and replaced it when the next batch size was captured: the graph keeps writing a
+# workspace the host dropped. In SGLang that block went back to the general cache (rule 3's second
+# path), and what took it next depended on the run. The scenario below takes the path that can be
+# shown every time: its step allocates the workspace while capturing, the block is handed to graph 2
+# through the shared pool, and every replay of graph 1 overwrites graph 2's output. In SGLang
 # this did no harm only because the kernel touched the workspace only when `split_kv > 1`. (The
 # allocator paths and line numbers: [`docs/sources.md`](../docs/sources.md#sglang-and-sgl-kernel).)
 # **Fix:** allocate the workspace once, before any capture, large enough for every graph that will
@@ -483,8 +488,8 @@ toy = sc.ToyServer(DEVICE)
 reqs1, lens1 = sc.REPLAY_BATCHES[0]
 toy.set_batch(reqs1, lens1)
 toy.fill_page_table(toy.kv_indices, len(reqs1))
-own = sc.pages_read(toy.kv_indices[:, :sc.W], toy.seq_lens)  # [4, W] through the full width
-two_wide = sc.pages_read(toy.kv_indices[:, :2], toy.seq_lens)  # through a 2-wide view: row stride 2
+own = sc.pages_through_view(toy.kv_indices[:, :sc.W], toy.seq_lens)  # [4, W] through the full width
+two_wide = sc.pages_through_view(toy.kv_indices[:, :2], toy.seq_lens)  # through a 2-wide view: row stride 2
 r1 = checks.check_items("exercise 1", ex1_right_rows, {b for b in range(4) if bool((own[b] == two_wide[b]).all())},
                         mistakes={frozenset({0, 1}): "follow row 1's reads: at row stride 2, which flat entries does it read, and whose are they?"})
 
@@ -493,13 +498,14 @@ r1 = checks.check_items("exercise 1", ex1_right_rows, {b for b in range(4) if bo
 # Is the stale buffer still caught, and by which of the checker's tests?
 
 # %%
-ex2_caught_by = ...  # "a", "b", "c" or "d" (the options printed below)
-
-# %%
 OPTIONS2 = {"a": "NaN from a poisoned buffer", "b": "the second replay on the same inputs differs from the first",
             "c": "row 0 right, rows 1.. wrong (a frozen row stride)", "d": "not caught: the report is OK"}
-for key, text in OPTIONS2.items():
-    print(f"({key}) {text}")
+checks.print_options(OPTIONS2)
+
+# %%
+ex2_caught_by = ...  # "a", "b", "c" or "d" (the options printed above)
+
+# %%
 rep2 = sc.check_problem(sc.scenario("stale_buffer").build(DEVICE), n_trials=4, seed=1, poison=False)
 found = "d" if rep2.ok else "b" if rep2.hint == HINTS["stale"] else "a" if "NaN" in rep2.failure else "c"
 r2 = checks.check_choice("exercise 2", ex2_caught_by, OPTIONS2, found)
@@ -510,13 +516,14 @@ r2 = checks.check_choice("exercise 2", ex2_caught_by, OPTIONS2, found)
 # pattern `sc.static_buffers`. What does `check` report?
 
 # %%
-ex3_report = ...  # "a", "b", "c" or "d" (the options printed below)
-
-# %%
 OPTIONS3 = {"a": "OK: the graph reads the new tensor", "b": "wrong rows: the graph reads capture's lengths",
             "c": "memory the host freed, used at replay", "d": "capture refused"}
-for key, text in OPTIONS3.items():
-    print(f"({key}) {text}")
+checks.print_options(OPTIONS3)
+
+# %%
+ex3_report = ...  # "a", "b", "c" or "d" (the options printed above)
+
+# %%
 problem3 = sc.static_buffers(DEVICE)
 server3 = problem3.server
 

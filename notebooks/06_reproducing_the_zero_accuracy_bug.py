@@ -447,16 +447,17 @@ if r2.passed:  # the entries would answer the exercise
 # dp_size=1, enable_dp_attention=False)` (the seed's 8 DP ranks would leave 7 of them no request).
 
 # %%
-ex3_accuracy = ...  # "a", "b" or "c" (the options printed below)
+OPTIONS3 = {"a": "near 0: the frozen width breaks every request",
+            "b": "about eager / 16: section 7's first guess, one of a rank's 16 rows reads its own pages",
+            "c": "the eager accuracy"}
+checks.print_options(OPTIONS3)
+
+# %%
+ex3_accuracy = ...  # "a", "b" or "c" (the options printed above)
 
 # %%
 from mla_edu.case_study.repro import CUTLASS  # noqa: E402
 
-OPTIONS3 = {"a": "near 0: the frozen width breaks every request",
-            "b": "about eager / 16: section 7's first guess, one of a rank's 16 rows reads its own pages",
-            "c": "the eager accuracy"}
-for key, text in OPTIONS3.items():
-    print(f"({key}) {text}")
 one = run(**CUTLASS, defects=PRE_FIX, max_running_requests=1, dp_size=1, enable_dp_attention=False)
 eager_model = run(**CUTLASS, disable_cuda_graph=True, defects=PRE_FIX)
 r3 = checks.check_choice("exercise 3", ex3_accuracy, OPTIONS3,

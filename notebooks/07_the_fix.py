@@ -474,16 +474,17 @@ r2 = checks.check_items("exercise 2", ex2_loud_rows, loud, mistakes={
 # gives every row its own pages at every replay?
 
 # %%
-ex3_instead_of_width = ...  # "a", "b" or "c" (the options printed below)
+OPTIONS3 = {"a": "the sequence lengths (seq_lens)", "b": "the table's real row stride (stride(0))",
+            "c": "the batch size"}
+checks.print_options(OPTIONS3)
+
+# %%
+ex3_instead_of_width = ...  # "a", "b" or "c" (the options printed above)
 
 # %%
 from mla_edu.kernels import pages_read  # noqa: E402
 from mla_edu.util import PAGE_SIZE, cdiv  # noqa: E402
 
-OPTIONS3 = {"a": "the sequence lengths (seq_lens)", "b": "the table's real row stride (stride(0))",
-            "c": "the batch size"}
-for key, text in OPTIONS3.items():
-    print(f"({key}) {text}")
 view1 = d_silent.captured_table  # the 1-wide view the pre-fix graph captured
 pages1 = [cdiv(n, PAGE_SIZE) for n in d_silent.seq_lens]
 own_pages = [list(p) for p in d_silent.intended[: len(pages1)]]

@@ -36,7 +36,7 @@ import torch
 
 import mla_edu
 from mla_edu.serving import MERGED_FIX
-from mla_edu.workshop import exercises as ex
+from mla_edu.workshop import checks, exercises as ex
 from mla_edu.workshop.panel import ControlPanel, PanelSettings
 
 DEVICE = mla_edu.default_device()
@@ -133,8 +133,8 @@ assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 #   silently wrong ones.
 # - The **merged fix** leaves the stale entries in the buffer, and they are harmless: with the full
 #   width the kernel reads only the entries written for this step.
-# - **Workspace** alone, with automatic splits: the partials go through a workspace that capture
-#   allocated and the host has since dropped. On the emulator the kernel writes every partial it
+# - **Workspace** alone, with automatic splits: the partials go through a workspace that the
+#   capture hook allocated (on the host, just before the capture) and the host has since dropped. On the emulator the kernel writes every partial it
 #   reads within the same replay, so this one step shows no harm (notebook 07 makes it real).
 # - The triton backend is graph-safe by construction: full width, real stride, fixed split count.
 #
@@ -187,8 +187,7 @@ r1 = ex.check_replay(replay)
 # For each plot pick the option that produced it (`ex.OPTIONS`):
 
 # %%
-for key, text in ex.OPTIONS.items():
-    print(f"({key}) {text}")
+checks.print_options(ex.OPTIONS)
 for k in ex.MYSTERY_NUMBERS:
     fig = ex.mystery_figure(k)
 
@@ -317,7 +316,6 @@ more1_guess_holds = ...  # True or False
 
 # %%
 from mla_edu.serving import backend_class  # noqa: E402
-from mla_edu.workshop import checks  # noqa: E402
 
 at_4 = panel.run(PanelSettings(max_running_requests=4), draw=False, verbose=False)
 m1 = checks.check_choice("more 1", more1_guess_holds, {True: "it holds", False: "it does not"},
@@ -329,13 +327,14 @@ m1 = checks.check_choice("more 1", more1_guess_holds, {True: "it holds", False: 
 # `backend_class("cutlass_mla").may_drop_a_live_workspace(defects, num_kv_splits)`.
 
 # %%
-more2_when = ...  # "a", "b" or "c" (the options printed below)
-
-# %%
 OPTIONS_M2 = {"a": "only with split partials (num_kv_splits != 1, e.g. automatic)", "b": "at one split too",
               "c": "never: the graph keeps the workspace alive"}
-for key, text in OPTIONS_M2.items():
-    print(f"({key}) {text}")
+checks.print_options(OPTIONS_M2)
+
+# %%
+more2_when = ...  # "a", "b" or "c" (the options printed above)
+
+# %%
 drops = {n: backend_class("cutlass_mla").may_drop_a_live_workspace(frozenset({"workspace"}), n) for n in (1, -1)}
 m2 = checks.check_choice("more 2", more2_when, OPTIONS_M2,
                          "a" if drops[-1] and not drops[1] else "b" if drops[1] else "c")

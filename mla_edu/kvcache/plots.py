@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from mla_edu import palette, plotstyle
-from mla_edu.kernels import pages_read  # noqa: F401  (re-exported for notebook 03)
+from mla_edu.kernels import pages_read
 from mla_edu.kvcache.page_table import fill_page_table
 from mla_edu.kvcache.pool import PagedAllocator, ReqToTokenPool
 from mla_edu.util import cdiv

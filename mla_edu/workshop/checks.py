@@ -527,6 +527,13 @@ def check_number(question: str, prediction, truth, *, tolerance: float = 0.0, mi
     return report(False, f"{question}: not {show(prediction)}; {hint or compared + ': recheck how you got it'}")
 
 
+def print_options(options: dict) -> None:
+    """Print a multiple-choice question's ``options`` ({"a": text, ...}) as "(a) text", one a line, before the
+    learner answers."""
+    for key, text in options.items():
+        print(f"({key}) {text}")
+
+
 def check_choice(question: str, prediction, options: dict, truth) -> ExerciseResult:
     """``prediction``: a key of ``options`` ("a", "b", ... or True / False) against the measured ``truth``. A wrong
     option is told only that the run contradicts it (never which other option the run supports)."""

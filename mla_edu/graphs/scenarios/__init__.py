@@ -24,12 +24,12 @@ from mla_edu.graphs.scenarios.report import checker_row, format_checks, format_t
 from mla_edu.graphs.scenarios.runner import (check_problem, classify, run_all, run_problem, run_scenario,
                                              scenario_outcome)
 from mla_edu.graphs.scenarios.toy_decode import (D, HAS_TRITON, MAX_BS, NUM_PAGES, NUM_REQS, PAGE, W, ToyServer,
-                                                 pages_read, paged_sum_torch, paged_sum_triton)
+                                                 pages_through_view, paged_sum_torch, paged_sum_triton)
 
 __all__ = ["CAPTURE_BATCH", "CAPTURE_REFUSED", "D", "HAS_TRITON", "MATCHES", "MAX_BS", "NUM_PAGES", "NUM_REQS",
            "PAGE", "PITFALLS", "Pitfall", "Problem", "REPLAY_BATCHES", "Scenario", "ToyServer", "W", "check_problem",
            "checker_row", "classify", "count", "format_checks", "format_table", "freed_pool_reuse",
-           "freed_workspace", "frozen_scalar", "narrow_view", "narrow_view_pages", "padded_slots", "pages_read",
+           "freed_workspace", "frozen_scalar", "narrow_view", "narrow_view_pages", "padded_slots", "pages_through_view",
            "paged_sum_torch", "paged_sum_triton", "pitfalls", "random_batch", "register", "run_all", "run_problem",
            "run_scenario", "scenario", "scenario_outcome", "scenarios", "static_buffers", "stale_buffer",
            "sync_in_capture"]

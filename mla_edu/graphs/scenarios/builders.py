@@ -12,7 +12,7 @@ import torch
 
 from mla_edu.graphs.capture import Graph, graph
 from mla_edu.graphs.scenarios.problem import REPLAY_BATCHES, Problem, default_prepare
-from mla_edu.graphs.scenarios.toy_decode import (D, MAX_BS, NUM_REQS, PAGE, W, ToyServer, pages_read,
+from mla_edu.graphs.scenarios.toy_decode import (D, MAX_BS, NUM_REQS, PAGE, W, ToyServer, pages_through_view,
                                                  paged_sum_torch, paged_sum_triton)
 
 
@@ -50,7 +50,7 @@ def narrow_view_pages(device="cpu") -> tuple:
     reqs, lens = REPLAY_BATCHES[0]
     s.set_batch(reqs, lens)
     s.fill_page_table(s.kv_indices, len(reqs))
-    return pages_read(s.kv_indices[:, :W], s.seq_lens), pages_read(s.kv_indices[:, :1], s.seq_lens)
+    return pages_through_view(s.kv_indices[:, :W], s.seq_lens), pages_through_view(s.kv_indices[:, :1], s.seq_lens)
 
 
 def stale_buffer(device="cpu", fixed: bool = False) -> Problem:

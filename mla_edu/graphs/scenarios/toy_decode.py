@@ -87,8 +87,9 @@ def _(page_table, seq_lens, kv_cache):
     return kv_cache.new_empty(page_table.shape[0], kv_cache.shape[-1])
 
 
-def pages_read(page_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
-    """The page id each (request b, page slot j) reads with the size-derived stride; -1 if unused. [B, W]"""
+def pages_through_view(page_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+    """The page id each (request b, page slot j) reads through the view ``page_table``, its row stride
+    taken from its size(1) as sgl-kernel's host code does; -1 if unused. [B, W]"""
     n_pages = ((seq_lens.long() + PAGE - 1) // PAGE).clamp(max=W).tolist()
     out = torch.full((page_table.size(0), W), -1, dtype=torch.int64)
     for b, row in enumerate(kernels.pages_read(page_table, n_pages, row_stride=page_table.size(1))):
