@@ -148,10 +148,11 @@ assert out.item() == 110.0  # still x[:2]: the slice was frozen at capture
 #   as long as the graph. Dropped after capture, the block goes back to that pool, not to the
 #   general cache: ordinary allocations never get it, but a later capture that shares the pool
 #   (`pool=`) can, and then two graphs write the same bytes (pitfall 3);
-# - *before capture* (SGLang's workspace: the backend's capture hook allocates it on the host, and
-#   the runner enters `torch.cuda.graph` only after the hook returns): dropped, the block goes back
-#   to the general cache, where any later allocation can take it; and entering the next
-#   `torch.cuda.graph` calls `torch.cuda.empty_cache()`, which can hand it back to the driver.
+# - *before capture* (SGLang's workspace: the backend's capture hook, host code, allocates it in GPU
+#   memory, and the runner enters `torch.cuda.graph` only after the hook and two warm-up runs):
+#   dropped, the block goes back to the general cache, where any later allocation can take it; and
+#   entering the next `torch.cuda.graph` calls `torch.cuda.empty_cache()`, which can hand it back to
+#   the driver (if nothing else lives in its segment).
 #
 # Either way the graph still writes there at every replay. The emulator poisons memory its graph
 # used and the host dropped before every replay, or, with `strict=True`, refuses to replay. The
@@ -329,8 +330,9 @@ fig = narrow_view_reads(DEVICE)
 # %% [markdown]
 # ### Pitfall 3: memory freed after capture, handed to the next capture
 #
-# The pre-fix backend allocated a workspace in its capture hook, on the host just before each
-# capture, and replaced it when the next batch size was captured: the graph keeps writing a
+# The pre-fix backend allocated a workspace in its capture hook, before each capture, and replaced
+# it when the next batch size was captured (SGLang captures the largest size first; the last graph's
+# workspace went at the first replay, whose hook allocates yet another): the graph keeps writing a
 # workspace the host dropped. In SGLang that block went back to the general cache (rule 3's second
 # path), and what took it next depended on the run. The scenario below takes the path that can be
 # shown every time: its step allocates the workspace while capturing, the block is handed to graph 2

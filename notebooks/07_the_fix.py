@@ -127,8 +127,9 @@ assert all(r["errors"] == 0 for _, r in piece)
 fig = plots.piece_by_piece_figure(run)  # the runs above (memoized), drawn as figures/ draws them
 
 # %% [markdown]
-# The pre-fix row scores 0.125, not notebook 06's 0.062: this row runs the model's softmax scale, 06's the
-# bug-era kernel's hard-coded one. The width alone brings accuracy back; the workspace fix and the poison fill
+# The pre-fix row is not notebook 06's pre-fix number: this row runs the model's softmax scale, 06's the
+# bug-era kernel's hard-coded one (every pre-fix number of the project and what ran it:
+# [`docs/results.md`](../docs/results.md#every-pre-fix-number)). The width alone brings accuracy back; the workspace fix and the poison fill
 # change nothing *here*. What the
 # width fix changed in the launch, on the same batch as notebook 06:
 

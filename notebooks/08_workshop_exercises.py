@@ -134,7 +134,7 @@ assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 # - The **merged fix** leaves the stale entries in the buffer, and they are harmless: with the full
 #   width the kernel reads only the entries written for this step.
 # - **Workspace** alone, with automatic splits: the partials go through a workspace that the
-#   capture hook allocated (on the host, just before the capture) and the host has since dropped. On the emulator the kernel writes every partial it
+#   capture hook allocated (host code, run before the capture) and the host has since dropped. On the emulator the kernel writes every partial it
 #   reads within the same replay, so this one step shows no harm (notebook 07 makes it real).
 # - The triton backend is graph-safe by construction: full width, real stride, fixed split count.
 #

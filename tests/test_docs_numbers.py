@@ -104,6 +104,55 @@ def repro_claims() -> list[str]:
     ]
 
 
+def notebook_output(stem: str, source: str = "") -> str:
+    """The text the code cells of the committed ``notebooks/<stem>.ipynb`` printed (what nbval compares), of those
+    whose source holds ``source``."""
+    cells = json.loads((REPO_ROOT / "notebooks" / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code"
+                     and source in "".join(c["source"]) for o in c["outputs"])
+
+
+def prefix_number_claims() -> list[str]:
+    """docs/results.md's table of every pre-fix accuracy: the seed's, ``make repro``'s (results/repro_cpu.json) and
+    the notebooks' (their committed outputs, which nbval compares with a rerun; the question counts from their
+    sources)."""
+    from mla_edu.case_study.repro import SEED
+
+    r = result("repro_cpu.json")
+    conf, table = r["configuration"], r["table"]
+    bs, width = conf["cuda_graph_bs"], table["prefix"]["page_table_width"]
+    rows = conf["max_running_requests"] // conf["dp_size"]
+    dp = f"DP {conf['dp_size']} x {rows} rows, graphs {bs[0]} and {bs[1]}, W = {width}"
+    model_scale = next(x for x in r["open_question_this"] if "scale" not in x["defects"])
+    one16 = next(x for x in r["open_question"] if (x["dp_size"], x["max_running_requests"], x["row_order"])
+                 == (1, 16, "append"))
+    assert one16["eager_step"] == 0  # the table says so
+    n = table["prefix"]["num_questions"]
+    out06 = notebook_output("06_reproducing_the_zero_accuracy_bug", "t = seed_table(run)")  # section 1's table
+    out07 = notebook_output("07_the_fix")
+    out08 = notebook_output("08_workshop_exercises")
+    q06 = one(r"(?m)^N = (\d+)$", NOTEBOOK_06.read_text()).group(1)
+    q07 = one(r"(?m)^N = (\d+)$", (REPO_ROOT / "notebooks" / "07_the_fix.py").read_text()).group(1)
+    a06 = one(r"cutlass_mla, graph, pre-fix \(7059ae16f\) +bug-era +(\d\.\d{3})", out06).group(1)
+    a07 = one(r"both graph defects, model's scale +(\d\.\d{3})", out07).group(1)
+    a08 = one(r"accuracy: eager \d\.\d{3} \| graph (\d\.\d{3})", out08).group(1)
+    m08 = one(r"settings: cutlass_mla, defects=width,workspace, splits=1, max running (\d+) \(graphs for (\d+), "
+              r"(\d+)\), (\d+) questions", out08).groups()
+    return [
+        f"| {SEED['prefix']} | SGLang PR #6998 (DeepSeek-V3-0324, GSM8K) | bug-era |",
+        f"| {table['prefix']['accuracy']:.3f} | `make repro`, the seed's table | bug-era | {dp} | {n} |",
+        f"| {model_scale['accuracy']:.3f} | `make repro`, the ablation (width and workspace, one split) | model's "
+        f"| {dp} | {model_scale['num_questions']} |",
+        f"| {one16['accuracy']:.3f} | `make repro`, the open question (one engine, 16 running, append) | model's "
+        f"| one engine, graphs 8 and 16, no eager step | {one16['num_questions']} |",
+        f"| {a06} | notebook 06, section 1 (the seed's table) | bug-era | {dp} | {q06} |",
+        f"| {a07} | notebook 07, section 1 (both graph defects) | model's | {dp} | {q07} |",
+        f"| {a08} | notebook 08, the panel's default | model's | one engine, {m08[0]} running, graphs {m08[1]} and "
+        f"{m08[2]} | {m08[3]} |",
+        f"(at {q06} questions one answer is {1 / int(q06):.3f} of accuracy)",
+    ]
+
+
 def r_pages() -> int:
     from mla_edu.model.task import CONTEXT_LEN
 
@@ -329,7 +378,8 @@ CLAIMS = {"seed table": (seed_table_rows, (README, RESULTS_DOC)), "readme": (rea
           "kernel bench": (kernel_claims, (RESULTS_DOC,)), "schedule bench": (schedule_claims, (RESULTS_DOC,)),
           "stage-1 kernels": (stage1_claims, (RESULTS_DOC,)), "graph bench": (graph_claims, (RESULTS_DOC,)),
           "results/*.md": (md_claims, (RESULTS_DOC,)), "scales": (scale_claims, (README, RESULTS_DOC)),
-          "families": (family_claims, (RESULTS_DOC,)), "instructor": (instructor_claims, (INSTRUCTOR_DOC,))}
+          "families": (family_claims, (RESULTS_DOC,)), "instructor": (instructor_claims, (INSTRUCTOR_DOC,)),
+          "pre-fix numbers": (prefix_number_claims, (RESULTS_DOC,))}
 CHECKED = [(group, path) for group, (_, paths) in CLAIMS.items() for path in paths]
 
 

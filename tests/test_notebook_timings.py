@@ -293,3 +293,19 @@ def test_readme_quotes_the_tracks_the_table_times():
         assert f"(within {budget} minutes" in readme, track
     assert "docs/instructor.md" in readme
     assert "{include} timings.md" in (REPO_ROOT / "docs" / "instructor.md").read_text()
+
+
+def test_every_notebook_has_its_kernels_peak_memory_and_setup_names_the_heavy_ones(committed):
+    """The memory line (docs/timings.md) rests on a measured peak for every notebook, taken from the notebook itself
+    (``tools.run_notebooks`` writes it into its metadata), and setup.md names exactly the notebooks whose kernel
+    takes more than 2 GB."""
+    import re
+
+    peaks = {name[:2]: nb["kernel_peak_mb"] for name, nb in committed["notebooks"].items()}
+    assert all(isinstance(v, int) and v > 0 for v in peaks.values()), peaks
+    for p in sorted(nt.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        assert json.loads(p.read_text())["metadata"]["mla_edu"]["kernel_peak_rss_mb"] == peaks[p.name[:2]], RERUN
+    assert nt.memory_line(committed) in nt.TABLE_MD.read_text()
+    setup = " ".join((nt.REPO_ROOT / "docs" / "setup.md").read_text().split())
+    named = re.search(r"notebooks ([\d, and]+) each take a few GB", setup).group(1)
+    assert set(re.findall(r"\d\d", named)) == {k for k, v in peaks.items() if v > 2048}

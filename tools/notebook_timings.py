@@ -274,7 +274,9 @@ def measure(notebooks_dir: Path = NOTEBOOKS_DIR, lab_seconds: Path = LAB_SECONDS
             s["minutes"] = round(minutes(s, prose_factor=table["prose_factor"]), 1)
         table["notebooks"][path.name] = {"run_all_s": round(run_all, 1),
                                          "run_all_source": "jupyterlab" if path.name in lab else "nbclient",
-                                         "words": sum(s["words"] for s in secs), "sections": secs}
+                                         "words": sum(s["words"] for s in secs), "sections": secs,
+                                         # tools.run_notebooks' reading of the kernel's peak (None: not measured)
+                                         "kernel_peak_mb": nb["metadata"].get("mla_edu", {}).get("kernel_peak_rss_mb")}
         for cell in nb["cells"]:
             if cell["cell_type"] == "code" and SMOKE_CELL in cell_source(cell) and _duration(cell) > 0:
                 table["reference_smoke_s"] = round(_duration(cell), 1)
@@ -417,6 +419,20 @@ def unmarked(table: dict) -> list[str]:
             if s["marker"] is None]
 
 
+def memory_line(table: dict) -> str:
+    """What the instructor guide's memory advice rests on: the largest peak of one notebook's kernel (the resident
+    memory ``tools.run_notebooks`` read from the kernel after its last cell), and the sum of all of them, what
+    JupyterLab holds if no kernel is shut down."""
+    peaks = {name[:2]: nb["kernel_peak_mb"] for name, nb in table["notebooks"].items()}
+    unmeasured = sorted(k for k, v in peaks.items() if v is None)
+    if unmeasured:
+        return f"Memory: not measured for notebooks {', '.join(unmeasured)} (run `make notebooks`)."
+    top = max(peaks, key=peaks.get)
+    return (f"Memory: one notebook's kernel peaks at {peaks[top] / 1024:.1f} GB (notebook {top}; the last execution, "
+            f"`tools.run_notebooks`); all {len(peaks)} kernels left running hold up to "
+            f"{sum(peaks.values()) / 1024:.1f} GB together.")
+
+
 def to_markdown(table: dict) -> str:
     lines = ["<!-- written by python -m tools.notebook_timings; do not edit -->", "",
              f"Minutes of teaching at demo pace: the markdown's words at {table['words_per_min']} words a minute "
@@ -438,6 +454,7 @@ def to_markdown(table: dict) -> str:
         lines.append(f"| {name[:2]} | {nb['words']} | {count['equations']} | {count['code_lines']} "
                      f"| {count['figures']} | {sum(s['exercise'] is not None for s in secs)} | {nb['run_all_s']:.0f} "
                      f"| {mins['core']:.0f} | {mins['optional']:.0f} |")
+    lines += ["", memory_line(table)]
     for track, t in table["tracks"].items():
         lines += ["", f"**{track} track: {t['total_min']:.0f} of {BUDGET_MIN[track]} minutes** "
                   f"({t['teaching_min']:.0f} teaching, {t['exercises']} exercises in {t['exercise_min']:.0f}, "

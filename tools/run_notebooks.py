@@ -2,8 +2,12 @@
 
     python -m tools.run_notebooks --out DIR [--timeout 600] [names...]
 
-Prints one line per notebook (seconds, ok/error, device) and writes DIR/<name>.ipynb. The
-committed GPU copies in notebooks/gpu/ were made this way on a Hopper GPU (see notebooks/gpu/README.md).
+Prints one line per notebook (seconds, ok/error, device, the kernel's peak memory) and writes DIR/<name>.ipynb.
+The committed GPU copies in notebooks/gpu/ were made this way on a Hopper GPU (see notebooks/gpu/README.md).
+
+After the last cell, one more cell (``PEAK_CELL``, removed again before the notebook is written) asks the kernel
+for its peak resident memory (``resource.getrusage``: Linux and macOS); it goes in the notebook's metadata (key
+``kernel_peak_rss_mb`` of its ``mla_edu`` entry), where ``tools.notebook_timings`` reads it for the memory line.
 
 The kernel client's channels are polled in 1-second slices (``poll_in_slices``). With one long
 poll, nbclient can miss a reply that has already arrived and see it only when the cell's timeout
@@ -43,6 +47,18 @@ def poll_in_slices(channel, slice_s: float = 1.0) -> None:
     channel.get_msg = sliced
 
 
+#: The kernel's peak resident memory in MiB, printed by the cell appended after the notebook's last one
+#: (ru_maxrss: KiB on Linux, bytes on macOS).
+PEAK_CELL = ("import resource as _r, sys as _s\n"
+             "print(_r.getrusage(_r.RUSAGE_SELF).ru_maxrss // (2**20 if _s.platform == 'darwin' else 2**10))")
+
+
+def peak_mb(cell) -> int | None:
+    """The MiB ``PEAK_CELL`` printed, or None (it did not run: a cell before it failed)."""
+    text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout").strip()
+    return int(text) if text.isdigit() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="folder for the executed copies")
@@ -75,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             poll_in_slices(client.kc.iopub_channel)
 
         client.on_notebook_start = sliced_polls
+        nb.cells.append(nbformat.v4.new_code_cell(PEAK_CELL))
+        nb.metadata.get("mla_edu", {}).pop("kernel_peak_rss_mb", None)  # an earlier run's, never kept by mistake
         t0 = time.perf_counter()
         status = "ok"
         try:
@@ -87,12 +105,18 @@ def main(argv: list[str] | None = None) -> int:
             last = max((i for i, n in enumerate(ran) if n is not None), default=-1)
             status = f"error: {type(err).__name__} after code cell {last + 1} of {len(ran)} ran (kernel died?)"
             failures += 1
+        peak = peak_mb(nb.cells.pop())
+        if peak is not None:
+            nb.metadata.setdefault("mla_edu", {})["kernel_peak_rss_mb"] = peak
+        if not nb.metadata.get("mla_edu", True):
+            del nb.metadata["mla_edu"]
         try:  # a failed write is this notebook's status; the others still run
             write_atomic(args.out / path.name, nbformat.writes(nb))
         except OSError as err:
             status += f"; not written: {err}"
             failures += 1
-        print(f"{path.name:45s} {time.perf_counter() - t0:7.1f} s  {status}  ({device})", flush=True)
+        memory = f", kernel peak {peak} MiB" if peak is not None else ""
+        print(f"{path.name:45s} {time.perf_counter() - t0:7.1f} s  {status}  ({device}{memory})", flush=True)
     return 1 if failures else 0
 
 

@@ -8,7 +8,7 @@ Defects (``defects`` is any subset):
 - ``width``: capture computes ``max_seqlen_pad`` from the dummy lengths (1 page) and hands
   the kernel the narrow view ``cuda_graph_kv_indices[:bs, :1]``; the graph freezes that shape.
   Fixed: ``max_seqlen_pad = W``, the full width, so size(1) equals the real row stride.
-- ``workspace``: the capture hook (on the host, before the capture begins) allocates a workspace
+- ``workspace``: the capture hook (host code, run before the capture begins) allocates a workspace
   sized for the capture-time shapes and stores it on ``self`` (the next capture replaces it,
   dropping the one the previous graph uses);
   replay allocates a new one and assigns it to metadata the graph never reads.
