@@ -422,3 +422,20 @@ def test_no_hint_in_a_notebooks_checks_states_an_answer(stem):
             continue  # an option's key (the options are the question), or a digit (counts, labels)
         leaked = [s for s in strings if _disclosed(s, answer)]
         assert not leaked, (name, leaked)
+
+
+@pytest.mark.parametrize("stem", STEMS, ids=[s[:2] for s in STEMS])
+def test_no_exercise_slide_states_an_answer(stem):
+    """The decks (and their speaker notes) ship in the attendees' book: no exercise slide of a notebook's deck, in
+    its bullets, code or notes, states one of the notebook's answers (the same answers as the notebooks' test skips:
+    an option's key, a digit). Bend: write "50 entries stay poisoned" into the notes of 03's exercise slide; this
+    test fails."""
+    from tools import slides
+
+    deck = slides.load(ROOT / "docs" / "slides" / f"{stem}.yaml")
+    shown = [" ".join([s.title, *s.bullets, s.code or "", s.notes]) for s in deck.slides if "xercise" in s.section]
+    for name, answer in ANSWERS[stem].items():
+        if isinstance(answer, str) or isinstance(answer, int) and not isinstance(answer, bool) and answer < 10:
+            continue
+        leaked = [t for t in shown if _disclosed(t, answer)]
+        assert not leaked, (name, leaked)
