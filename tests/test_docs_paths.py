@@ -156,3 +156,17 @@ def test_every_generated_path_is_under_a_generated_folder():
 def test_an_awaited_result_is_not_there_yet():
     there = [p for p in AWAITED if (REPO_ROOT / p).exists()]
     assert not there, f"{there} committed: remove them from AWAITED"
+
+
+def test_the_offline_kits_platform_tags_are_the_platform_checks():
+    """The instructor's offline kit downloads each laptop lock's wheels by the platform tag that
+    ``make check-platforms`` checks that lock against (``tools.check_platforms.PLATFORMS``), into a folder named for
+    the lock; setup.md names the same folders."""
+    from tools.check_platforms import PLATFORMS
+
+    guide = " ".join((REPO_ROOT / "docs" / "instructor.md").read_text().replace("\\\n", " ").split())
+    kit = re.findall(r"pip download -d wheels-([\w-]+) --only-binary=:all: --no-deps --platform (\S+) "
+                     r"--python-version 3\.11 -r requirements/([\w-]+)\.txt", guide)
+    assert sorted(kit) == sorted((lock, tags[0], lock) for lock, tags in PLATFORMS.items())
+    setup = (REPO_ROOT / "docs" / "setup.md").read_text()
+    assert all(f"wheels-{lock}" in setup for lock in PLATFORMS)
