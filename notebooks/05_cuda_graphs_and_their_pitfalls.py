@@ -419,9 +419,9 @@ for s in sc.scenarios():
     assert r.ok == s.safe
 
 # %% [markdown]
-# The poisoning matters: without it, the stale-buffer bug is found only because the checker
-# replays twice, and a stale page-table tail would go unnoticed whenever it happens to hold a
-# valid page id. FlashMLA's tests use the same idea (NaN pages, out-of-range ids).
+# The poisoning matters: without it, a stale page-table tail goes unnoticed whenever it happens to
+# hold a valid page id (exercise 2 asks what is left to catch the stale buffer then). FlashMLA's
+# tests use the same idea (NaN pages, out-of-range ids).
 
 # %% [markdown]
 # ## 5. Syncs are refused during capture (optional)
@@ -462,8 +462,8 @@ assert not r.ok
 #   eager for a 117-kernel step on an H200, because launches, not math, dominate small decode steps.
 # - What ran on the host during capture (Python ints, `.item()`, slices, launch parameters derived
 #   from shapes) is frozen; only the contents of captured buffers can change between replays.
-# - The six pitfalls end the same on the emulator and on real CUDA graphs (the emulator differs elsewhere: it
-#   re-runs a custom op's host code at replay, exercise 4); the SGLang #6998
+# - The six pitfalls end the same on the emulator and on real CUDA graphs (the emulator differs
+#   elsewhere: exercise 4 finds where); the SGLang #6998
 #   trigger is pitfall 2: only request 0 reads its own pages.
 # - Poisoned buffers and a replay-vs-eager differential test catch all of them; none of the fixed
 #   versions raises a false alarm (tested over more than 100 random schedules in

@@ -70,8 +70,9 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 # 16 requests each (run in lockstep in one process), each rank's rows padded to the graph that
 # fits the ranks' sum (64 or 128). SGLang then pinned sgl-kernel 0.1.7, whose softmax scale was
 # hard-coded to `1/sqrt(192)` (the "bug-era" kernel): the pre-fix row runs it, and a fifth row
-# shows what it does alone, eagerly. 64 questions here; the whole eval set is
-# `python -m mla_edu.case_study.repro`.
+# shows what it does alone, eagerly. The kernel column is ours; the seed's eager and fixed runs ran the
+# bug-era kernel too (SGLang still pinned 0.1.7 at the fix: `docs/results.md`). 64 questions here; the
+# whole eval set is `python -m mla_edu.case_study.repro`.
 
 # %%
 N = 64
@@ -274,7 +275,7 @@ print(f"\nkernel plans made on the host during the replay: {d.launches_during_re
 print(f"the replay hook recomputed max_seqlen_pad and stored a view of width "
       f"{d.extra['metadata_width_after_replay']} in the metadata; the graph never read it")
 assert (d.captured.width, d.captured.row_stride, d.captured.max_seq_len) == (1, 1, 128)
-assert d.captured.buffer_row_stride == W != d.captured.row_stride
+assert d.captured.buffer_row_stride == d.buffer.shape[1] != d.captured.row_stride  # W apart, read 1 apart
 assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] == d.needed.width
 
 # %% [markdown]
@@ -374,7 +375,8 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # batch does. So the accuracy under the bug is not `eager / max running`: it depends on the row order
 # and on how many of a request's steps decide its answer.
 #
-# The miniature's requests live 3 decode steps; GSM8K's live hundreds, so this explains the
+# The miniature's requests live 2 decode steps (the first of their 3 new tokens comes from the
+# prefill); GSM8K's live hundreds, so this explains the
 # mechanism, not the seed's 0.060.
 #
 # ## What we saw (core)
@@ -424,8 +426,7 @@ assert all(d_fix.rows_reading_own_pages)
 
 # %% [markdown]
 # **2.** Had the pre-fix capture frozen a width of 2 instead of 1, which flat entries of the buffer (from
-# its first entry) would row 3 of section 2's batch read? (A list of flat indices.) Check with
-# `mla_edu.kernels.pages_read(view, n_pages, 2)`.
+# its first entry) would row 3 of section 2's batch read? (A list of flat indices.)
 
 # %%
 ex2_flat_entries = ...  # a list of flat indices

@@ -128,8 +128,8 @@ fig = plots.piece_by_piece_figure(run)  # the runs above (memoized), drawn as fi
 
 # %% [markdown]
 # The pre-fix row is not notebook 06's pre-fix number: this row runs the model's softmax scale, 06's the
-# bug-era kernel's hard-coded one (every pre-fix number of the project and what ran it:
-# [`docs/results.md`](../docs/results.md#every-pre-fix-number)). The width alone brings accuracy back; the workspace fix and the poison fill
+# bug-era kernel's hard-coded one (the pre-fix numbers the project quotes, and what ran each:
+# [`docs/results.md`](../docs/results.md#the-pre-fix-numbers-side-by-side)). The width alone brings accuracy back; the workspace fix and the poison fill
 # change nothing *here*. What the
 # width fix changed in the launch, on the same batch as notebook 06:
 
@@ -225,8 +225,8 @@ assert pre_auto["max_splits_used"] == 1 or pre_auto["eager_step"] > 0  # replays
 # previous (larger) graph writes. `workspace_hazard` captures graphs for 4 and 8, then decodes six
 # requests with the graph for 8.
 #
-# On a GPU this is not a thought experiment. The caching allocator hands the dropped block to the
-# next allocation that fits, and every replay writes into it: on the H200,
+# On a GPU this is not a thought experiment. The caching allocator can hand the dropped block to a
+# later allocation that fits, and every replay writes into it: on the H200,
 # `python -m tools.workspace_reuse` (`results/workspace_reuse_h200.md`) got the very address of the
 # graph's dropped workspace for a new 10.5 MB tensor, and one replay overwrote 3.1% of its bytes
 # while the graph's own logits matched eager. Once, in a process that had run other configurations
@@ -235,7 +235,8 @@ assert pre_auto["max_splits_used"] == 1 or pre_auto["eager_step"] > 0  # replays
 # as each capture starts), which poisons
 # the whole CUDA context (`results/workspace_hazard_h200.md`); so `run_bench` runs such a setting in
 # a child process. Here the CPU emulator takes the hazard apart, handing the block to a new owner
-# explicitly so that it happens every time:
+# explicitly so that it happens every time. (These engines run the model's own context, 512 tokens:
+# a table `W = 5` pages wide, not the seed's 33, so the split count differs from the table below.)
 
 # %%
 if DEVICE.type == "cuda":

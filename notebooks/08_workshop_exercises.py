@@ -128,9 +128,10 @@ assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 
 # %% [markdown]
 # - The **width** defect alone is enough to break accuracy: it is the trigger.
-# - With the **poison fill** (`poison_fill=True`, a teaching instrument SGLang never had), the same
-#   wrong reads hit out-of-range page ids and give NaN: errors and invalid answers instead of
-#   silently wrong ones.
+# - With the **poison fill** (`poison_fill=True`, a teaching instrument SGLang never had), most of
+#   the same wrong reads hit out-of-range page ids and give NaN: invalid answers instead of silently
+#   wrong ones. A wrong read of another request's live entries still looks right to the kernel, so
+#   some answers stay silently wrong (notebook 07, section 4).
 # - The **merged fix** leaves the stale entries in the buffer, and they are harmless: with the full
 #   width the kernel reads only the entries written for this step.
 # - **Workspace** alone, with automatic splits: the partials go through a workspace that the
@@ -160,8 +161,10 @@ panel.show()
 # [`mla_edu.kvcache.fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, 128)`](../docs/glossary.md#req_pool_indices).
 # Remember what a replay can and cannot see.
 #
-# `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1); `seq_lens`
-# holds every request's current length, the token being decoded included. The checker captures
+# `bs` is the captured size being replayed (padded rows included: they have `seq_len` 1).
+# `req_pool_indices`, `seq_lens` and `seq_lens_cpu` are the runner's persistent buffers, `max_bs` rows
+# long, as SGLang passes them: the first `bs` rows are this batch's. `seq_lens` holds every request's
+# current length, the token being decoded included. The checker captures
 # graphs for batch sizes 2 and 4 (context 386, `W = 4`) at every split count the kernel takes here
 # (`ex.REPLAY_SPLITS`), runs an eager step before each replay (as a server does), fills the index
 # buffer with a poison page id, calls your function, checks on the host what it left (the captured
@@ -252,9 +255,13 @@ for name, max_seq_len in [("at capture (dummy lengths)", 128), ("full width, 33 
 assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 64, 132, -1)
 
 # %% [markdown]
-# Two splits need twice the bytes capture allocated. That is why the workspace was harmless at
-# one split (the kernel never touches it) and becomes real corruption once splits and the width
-# are right, unless it is allocated once, at maximum size, before any capture (the fix).
+# Two splits need twice the bytes the pre-fix capture allocated. In the pre-fix graph that never
+# mattered: the frozen `max_seq_len` of 128 gave one split at every replay, and at one split the
+# kernel never touches the workspace. Fix the width alone and the capture hook sizes the workspace
+# for `W` pages, the right bytes, but still drops it when the next batch size is captured: then the
+# graph writes its split partials into memory the host gave up (notebook 07, section 3). SGLang's
+# fix allocates one workspace before any capture, sized for the largest graph: enough for the
+# seed's graphs, not for every smaller one under automatic splits (notebook 07, section 3).
 
 # %% [markdown]
 # ### Exercise 5: find the stale entries a captured kernel read
@@ -308,7 +315,7 @@ print(f"solved {sum(solved)} of {len(solved)} exercises")
 # runs the experiment and checks your prediction (`mla_edu.workshop.checks`); the instructor hands out the answers.
 #
 # **1.** With the pre-fix code and 4 running requests, the first guess for the graph accuracy is
-# `eager / 4`. Does it hold, within one question of the 32? (`True` or `False`; then: which requests still
+# `eager / 4`. Does it hold, closer than one question of the 32? (`True` or `False`; then: which requests still
 # answer right? Hint: `Req.rows`, and which token comes from prefill.)
 
 # %%

@@ -78,6 +78,7 @@ def readme_claims() -> list[str]:
 def repro_claims() -> list[str]:
     """docs/results.md's prose about the seed's configuration, from results/repro_cpu.json."""
     from mla_edu.case_study.repro import SEED
+    from mla_edu.model import task
 
     r = result("repro_cpu.json")
     conf, table = r["configuration"], r["table"]
@@ -99,6 +100,7 @@ def repro_claims() -> list[str]:
         f"and {model_scale['eager_step']} requests had such a step, "
         f"{model_scale['accuracy_eager_step']:.3f} of them right",
         f"has none ({one_engine[16]:.3f} and {one_engine[128]:.3f} on CPU)",
+        f"requests live {task.MAX_NEW_TOKENS - 1} decode steps, GSM8K's hundreds",  # the first new token: prefill
         f"With W = {width} and at most {rows} rows per DP rank",
         f"(here `b < {rows}` and `n <= {r_pages()}`)",
     ]

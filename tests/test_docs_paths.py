@@ -170,3 +170,8 @@ def test_the_offline_kits_platform_tags_are_the_platform_checks():
     assert sorted(kit) == sorted((lock, tags[0], lock) for lock, tags in PLATFORMS.items())
     setup = (REPO_ROOT / "docs" / "setup.md").read_text()
     assert all(f"wheels-{lock}" in setup for lock in PLATFORMS)
+    from tools.check_platforms import MACOS_TARGET  # the macOS the torch wheel is built for, as setup.md says
+
+    major = MACOS_TARGET.split(".")[0]
+    assert f"macOS {major} or later" in setup and f"macosx_{major}_0_arm64" in setup
+    assert PLATFORMS["macos-arm64"][0] == f"macosx_{major}_0_arm64"
