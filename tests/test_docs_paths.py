@@ -162,7 +162,7 @@ def test_the_offline_kits_platform_tags_are_the_platform_checks():
     """The instructor's offline kit downloads each laptop lock's wheels by the platform tag that
     ``make check-platforms`` checks that lock against (``tools.check_platforms.PLATFORMS``), into a folder named for
     the lock; setup.md names the same folders."""
-    from tools.check_platforms import PLATFORMS
+    from tools.check_platforms import MACOS_TARGET, PLATFORMS
 
     guide = " ".join((REPO_ROOT / "docs" / "instructor.md").read_text().replace("\\\n", " ").split())
     kit = re.findall(r"pip download -d wheels-([\w-]+) --only-binary=:all: --no-deps --platform (\S+) "
@@ -170,8 +170,6 @@ def test_the_offline_kits_platform_tags_are_the_platform_checks():
     assert sorted(kit) == sorted((lock, tags[0], lock) for lock, tags in PLATFORMS.items())
     setup = (REPO_ROOT / "docs" / "setup.md").read_text()
     assert all(f"wheels-{lock}" in setup for lock in PLATFORMS)
-    from tools.check_platforms import MACOS_TARGET  # the macOS the torch wheel is built for, as setup.md says
-
-    major = MACOS_TARGET.split(".")[0]
+    major = MACOS_TARGET.split(".")[0]  # the macOS the torch wheel is built for, as setup.md says
     assert f"macOS {major} or later" in setup and f"macosx_{major}_0_arm64" in setup
     assert PLATFORMS["macos-arm64"][0] == f"macosx_{major}_0_arm64"

@@ -406,6 +406,12 @@ def test_03_ex1s_off_by_one_page_count_is_rejected():
 STEMS = sorted(ANSWERS)
 
 
+def _quotable(answer) -> bool:
+    """Whether text that states ``answer`` gives it away: not an option's key (the options are the question), nor a
+    digit (counts and labels say those everywhere)."""
+    return not (isinstance(answer, str) or isinstance(answer, int) and not isinstance(answer, bool) and answer < 10)
+
+
 @pytest.mark.parametrize("stem", STEMS, ids=[s[:2] for s in STEMS])
 def test_no_hint_in_a_notebooks_checks_states_an_answer(stem):
     """Issue 47: hints stated the answer's key number after the first natural wrong guess (04 ex1, 06 ex1, 07 ex4,
@@ -418,8 +424,8 @@ def test_no_hint_in_a_notebooks_checks_states_an_answer(stem):
                      if not c.startswith(" [markdown]"))
     strings = [n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
     for name, answer in ANSWERS[stem].items():
-        if isinstance(answer, str) or isinstance(answer, int) and not isinstance(answer, bool) and answer < 10:
-            continue  # an option's key (the options are the question), or a digit (counts, labels)
+        if not _quotable(answer):
+            continue
         leaked = [s for s in strings if _disclosed(s, answer)]
         assert not leaked, (name, leaked)
 
@@ -427,15 +433,14 @@ def test_no_hint_in_a_notebooks_checks_states_an_answer(stem):
 @pytest.mark.parametrize("stem", STEMS, ids=[s[:2] for s in STEMS])
 def test_no_exercise_slide_states_an_answer(stem):
     """The decks (and their speaker notes) ship in the attendees' book: no exercise slide of a notebook's deck, in
-    its bullets, code or notes, states one of the notebook's answers (the same answers as the notebooks' test skips:
-    an option's key, a digit). Bend: write "50 entries stay poisoned" into the notes of 03's exercise slide; this
-    test fails."""
+    its bullets, code or notes, states one of the notebook's answers (``_quotable``, as for the notebooks' checks).
+    Bend: write "50 entries stay poisoned" into the notes of 03's exercise slide; this test fails."""
     from tools import slides
 
     deck = slides.load(ROOT / "docs" / "slides" / f"{stem}.yaml")
     shown = [" ".join([s.title, *s.bullets, s.code or "", s.notes]) for s in deck.slides if "xercise" in s.section]
     for name, answer in ANSWERS[stem].items():
-        if isinstance(answer, str) or isinstance(answer, int) and not isinstance(answer, bool) and answer < 10:
+        if not _quotable(answer):
             continue
         leaked = [t for t in shown if _disclosed(t, answer)]
         assert not leaked, (name, leaked)

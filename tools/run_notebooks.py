@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
         client.on_notebook_start = sliced_polls
         nb.cells.append(nbformat.v4.new_code_cell(PEAK_CELL))
-        nb.metadata.get("mla_edu", {}).pop("kernel_peak_rss_mb", None)  # an earlier run's, never kept by mistake
+        meta = nb.metadata.setdefault("mla_edu", {})
+        meta.pop("kernel_peak_rss_mb", None)  # an earlier run's, never kept by mistake
         t0 = time.perf_counter()
         status = "ok"
         try:
@@ -107,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             failures += 1
         peak = peak_mb(nb.cells.pop())
         if peak is not None:
-            nb.metadata.setdefault("mla_edu", {})["kernel_peak_rss_mb"] = peak
-        if not nb.metadata.get("mla_edu", True):
+            meta["kernel_peak_rss_mb"] = peak
+        if not meta:
             del nb.metadata["mla_edu"]
         try:  # a failed write is this notebook's status; the others still run
             write_atomic(args.out / path.name, nbformat.writes(nb))

@@ -92,9 +92,9 @@ def numbers() -> dict:
     for m in (PACKAGE, best):
         rs = smf.regrets(h200, m)
         on_h200[m.name] = (sum(map(smf.right, rs)), max(r for r in rs if r is not None))
+    best_regrets = smf.regrets(h100, best)
     return dict(problems=len(h100), package=score(h100, PACKAGE), best=best, best_score=score(h100, best),
-                missed=[(p.label, smf.choice(p, best), smf.regrets([p], best)[0]) for p in h100
-                        if not smf.right(smf.regrets([p], best)[0])],
+                missed=[(p.label, smf.choice(p, best), r) for p, r in zip(h100, best_regrets) if not smf.right(r)],
                 held=held, held_within=sum(h["score"][0] for h in held),
                 held_worst=max(h["score"][1] for h in held), h200_problems=len(h200), on_h200=on_h200)
 
