@@ -77,20 +77,20 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 # %%
 N = 64
 run = dg.accuracy_runs(model, questions, N, DTYPE)  # memoized runs in the seed's configuration
-t = seed_table(run)  # eager, prefix (with the bug-era kernel), fixed, triton, scale (eager, bug-era kernel)
+t = seed_table(run)  # eager, pre_fix (with the bug-era kernel), fixed, triton, scale (eager, bug-era kernel)
 rows = [("cutlass_mla --disable-cuda-graph", "eager", "model's", SEED["eager"]),
-        ("cutlass_mla, graph, pre-fix (7059ae16f)", "prefix", "bug-era", SEED["prefix"]),
+        ("cutlass_mla, graph, pre-fix (7059ae16f)", "pre_fix", "bug-era", SEED["pre_fix"]),
         ("cutlass_mla, graph, fixed (e58423b2b)", "fixed", "model's", SEED["fixed"]),
         ("triton, graph", "triton", "model's", SEED["triton"]),
         ("cutlass_mla --disable-cuda-graph", "scale", "bug-era", "")]
 print(f"{'run':42s} {'kernel':>8s} {'accuracy':>8s} {'invalid':>8s}   seed (V3, GSM8K)")
 for name, key, kernel, seed in rows:
     print(f"{name:42s} {kernel:>8s} {t[key]['accuracy']:8.3f} {t[key]['invalid']:8.3f}   {seed}")
-eager, prefix, fixed, triton = (t[k] for k in ("eager", "prefix", "fixed", "triton"))
-assert eager["accuracy"] > 0.5 and prefix["accuracy"] < 0.25 * eager["accuracy"]  # the collapse
+eager, pre_fix, fixed, triton = (t[k] for k in ("eager", "pre_fix", "fixed", "triton"))
+assert eager["accuracy"] > 0.5 and pre_fix["accuracy"] < 0.25 * eager["accuracy"]  # the collapse
 assert abs(fixed["accuracy"] - eager["accuracy"]) <= 0.03 and abs(triton["accuracy"] - eager["accuracy"]) <= 0.03
 assert t["scale"]["accuracy"] < eager["accuracy"] - 0.2  # the bug-era scale hurts even without graphs
-assert eager["graph_steps"] == 0 and prefix["graph_steps"] > 0 and eager["page_table_width"] == 33
+assert eager["graph_steps"] == 0 and pre_fix["graph_steps"] > 0 and eager["page_table_width"] == 33
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -122,7 +122,7 @@ for name, key, kernel, seed in rows:
     print(f"{name:42s} {kernel:>8s}" + "".join(f"{full[k]['table'][key]['accuracy']:19.3f}" if key in full[k]["table"]
                                   else f"{'-':>19s}" for k in full) + f"   {seed}")
 for k, res in full.items():
-    assert res["table"]["prefix"]["accuracy"] < 0.25 * res["table"]["eager"]["accuracy"]
+    assert res["table"]["pre_fix"]["accuracy"] < 0.25 * res["table"]["eager"]["accuracy"]
 
 # %% [markdown]
 # Now the diagnosis, one step at a time.

@@ -103,10 +103,10 @@ def test_repro_seed_configuration_small(capsys, tmp_path):
     text = capsys.readouterr().out
     res = json.loads(out.read_text())
     assert rc == 0 and "(W = 9) --dp 2 --enable-dp-attention" in text
-    assert set(res["table"]) == {"eager", "prefix", "fixed", "triton", "scale"}
-    assert res["table"]["prefix"]["defects"] == sorted(SEED_PRE_FIX) and not res["table"]["prefix"]["errors"]
+    assert set(res["table"]) == {"eager", "pre_fix", "fixed", "triton", "scale"}
+    assert res["table"]["pre_fix"]["defects"] == sorted(SEED_PRE_FIX) and not res["table"]["pre_fix"]["errors"]
     assert all(r["dp_size"] == 2 and r["page_table_width"] == 9 for r in res["table"].values())
-    assert res["table"]["eager"]["accuracy"] > res["table"]["prefix"]["accuracy"]
+    assert res["table"]["eager"]["accuracy"] > res["table"]["pre_fix"]["accuracy"]
     assert {label for label, _, _ in repro.ABLATION} == set(repro.MECHANISM)
     assert len(res["ablation"]) == 2 * len(repro.ABLATION)
     assert [r["num_kv_splits"] for r in res["ablation"][:2]] == [1, -1]

@@ -31,7 +31,7 @@ NOTEBOOK_09 = REPO_ROOT / "notebooks" / "09_the_kernel_on_the_h200.py"
 DECK_09 = REPO_ROOT / "docs" / "slides" / "09_the_kernel_on_the_h200.yaml"
 ROW_LABELS = {  # the seed's table (README's Results and docs/results.md): key in repro's JSON -> (run, kernel) cells
     "eager": ("cutlass_mla, `--disable-cuda-graph`", "model's scale"),
-    "prefix": ("cutlass_mla, CUDA graph, before the fix (`7059ae16f`)", "bug-era"),
+    "pre_fix": ("cutlass_mla, CUDA graph, before the fix (`7059ae16f`)", "bug-era"),
     "fixed": ("cutlass_mla, CUDA graph, the fix (#6998, `e58423b2b`)", "model's scale"),
     "triton": ("triton backend, CUDA graph", "model's scale"),
     "scale": ("cutlass_mla, `--disable-cuda-graph`", "bug-era"),
@@ -58,7 +58,7 @@ def seed_table_rows() -> list[str]:
         seed = {"eager": f"{SEED['eager']} *", "fixed": f"{SEED['fixed']} *", "scale": "(* ran this kernel)"}.get(
             key, SEED.get(key))
         cells = [seed, f"{cpu[key]['accuracy']:.3f}", f"{gpu[key]['accuracy']:.3f}"]
-        if key == "prefix":
+        if key == "pre_fix":
             cells = [f"**{c}**" for c in cells]
         rows.append(f"| {run} | {kernel} | " + " | ".join(cells) + " |")
     return rows
@@ -70,9 +70,9 @@ def readme_claims() -> list[str]:
     from mla_edu.case_study.repro import SEED
 
     table = result("repro_cpu.json")["table"]
-    return [f"answered GSM8K at **{SEED['prefix']}** with CUDA graphs on and **{SEED['eager'].replace('-', ' to ')}** "
+    return [f"answered GSM8K at **{SEED['pre_fix']}** with CUDA graphs on and **{SEED['eager'].replace('-', ' to ')}** "
             f"with them off",
-            f"{table['prefix']['num_questions']} questions, greedy, in the seed's server flags"]
+            f"{table['pre_fix']['num_questions']} questions, greedy, in the seed's server flags"]
 
 
 def repro_claims() -> list[str]:
@@ -83,7 +83,7 @@ def repro_claims() -> list[str]:
     r = result("repro_cpu.json")
     conf, table = r["configuration"], r["table"]
     rows = conf["max_running_requests"] // conf["dp_size"]
-    width = table["prefix"]["page_table_width"]
+    width = table["pre_fix"]["page_table_width"]
     model_scale = next(x for x in r["open_question_this"] if "scale" not in x["defects"])
     one_engine = {x["max_running_requests"]: x["accuracy"] for x in r["open_question"]
                   if x["dp_size"] == 1 and x["row_order"] == "append"}
@@ -91,12 +91,12 @@ def repro_claims() -> list[str]:
     return [
         f"`--context-length {conf['context_length']}` (a page table of W = {width} columns)",
         f"`--dp {conf['dp_size']} --enable-dp-attention` ({conf['dp_size']} attention ranks of at most {rows} requests",
-        f"{table['prefix']['num_questions']} questions, greedy",
-        f"the pre-fix graph's {table['prefix']['accuracy']:.3f} is close to eager's {table['scale']['accuracy']:.3f} "
+        f"{table['pre_fix']['num_questions']} questions, greedy",
+        f"the pre-fix graph's {table['pre_fix']['accuracy']:.3f} is close to eager's {table['scale']['accuracy']:.3f} "
         f"divided by the {rows} rows of a rank ({table['scale']['accuracy'] / rows:.3f})",
-        f"the same guess for the seed gives {mean:.3f} / {rows} = {mean / rows:.3f} against its {SEED['prefix']}",
+        f"the same guess for the seed gives {mean:.3f} / {rows} = {mean / rows:.3f} against its {SEED['pre_fix']}",
         f"the same DP run scores {model_scale['accuracy']:.3f}",
-        f"W = {width}: pre-fix {model_scale['accuracy']:.3f}, with the scale too {table['prefix']['accuracy']:.3f}",
+        f"W = {width}: pre-fix {model_scale['accuracy']:.3f}, with the scale too {table['pre_fix']['accuracy']:.3f}",
         f"and {model_scale['eager_step']} requests had such a step, "
         f"{model_scale['accuracy_eager_step']:.3f} of them right",
         f"has none ({one_engine[16]:.3f} and {one_engine[128]:.3f} on CPU)",
@@ -122,14 +122,14 @@ def prefix_number_claims() -> list[str]:
 
     r = result("repro_cpu.json")
     conf, table = r["configuration"], r["table"]
-    bs, width = conf["cuda_graph_bs"], table["prefix"]["page_table_width"]
+    bs, width = conf["cuda_graph_bs"], table["pre_fix"]["page_table_width"]
     rows = conf["max_running_requests"] // conf["dp_size"]
     dp = f"DP {conf['dp_size']} x {rows} rows, graphs {bs[0]} and {bs[1]}, W = {width}"
     model_scale = next(x for x in r["open_question_this"] if "scale" not in x["defects"])
     one16 = next(x for x in r["open_question"] if (x["dp_size"], x["max_running_requests"], x["row_order"])
                  == (1, 16, "append"))
     assert one16["eager_step"] == 0  # the table says so
-    n = table["prefix"]["num_questions"]
+    n = table["pre_fix"]["num_questions"]
     out06 = notebook_output("06_reproducing_the_zero_accuracy_bug", "t = seed_table(run)")  # section 1's table
     out07 = notebook_output("07_the_fix")
     out08 = notebook_output("08_workshop_exercises")
@@ -141,8 +141,8 @@ def prefix_number_claims() -> list[str]:
     m08 = one(r"settings: cutlass_mla, defects=width,workspace, splits=1, max running (\d+) \(graphs for (\d+), "
               r"(\d+)\), (\d+) questions", out08).groups()
     return [
-        f"| {SEED['prefix']} | SGLang PR #6998 (DeepSeek-V3-0324, GSM8K) | bug-era |",
-        f"| {table['prefix']['accuracy']:.3f} | `make repro`, the seed's table | bug-era | {dp} | {n} |",
+        f"| {SEED['pre_fix']} | SGLang PR #6998 (DeepSeek-V3-0324, GSM8K) | bug-era |",
+        f"| {table['pre_fix']['accuracy']:.3f} | `make repro`, the seed's table | bug-era | {dp} | {n} |",
         f"| {model_scale['accuracy']:.3f} | `make repro`, the ablation (width and workspace, one split) | model's "
         f"| {dp} | {model_scale['num_questions']} |",
         f"| {one16['accuracy']:.3f} | `make repro`, the open question (one engine, 16 running, append) | model's "
@@ -368,8 +368,8 @@ def instructor_claims() -> list[str]:
     from mla_edu.case_study.repro import SEED
 
     t = result("repro_cpu.json")["table"]
-    return [f"SGLang {SEED['eager']} without graphs and {SEED['prefix']} with them, here {t['eager']['accuracy']:.3f} "
-            f"and {t['prefix']['accuracy']:.3f}; the {t['prefix']['accuracy']:.3f} carries the bug-era kernel's "
+    return [f"SGLang {SEED['eager']} without graphs and {SEED['pre_fix']} with them, here {t['eager']['accuracy']:.3f} "
+            f"and {t['pre_fix']['accuracy']:.3f}; the {t['pre_fix']['accuracy']:.3f} carries the bug-era kernel's "
             f"softmax scale too, which alone, without graphs, scores {t['scale']['accuracy']:.3f}"]
 
 

@@ -233,11 +233,11 @@ def test_06_quotes_its_numbers_from_the_results_the_notebook_reads():
     assert "0.035" not in raw and "0.984" not in raw and "0.060" not in raw
     head = DECKS["06"].slides[0]
     text = " ".join(head.bullets)
-    assert (f"pre-fix graph {repro['prefix']['accuracy']:.3f}" in text and f"Eager {repro['eager']['accuracy']:.3f}"
+    assert (f"pre-fix graph {repro['pre_fix']['accuracy']:.3f}" in text and f"Eager {repro['eager']['accuracy']:.3f}"
             in text and "256 recall questions" in text and "DeepSeek-V3 on GSM8K" in text)
     from mla_edu.case_study.seed import SEED
 
-    assert f"{SEED['prefix']} with them" in text
+    assert f"{SEED['pre_fix']} with them" in text
 
 
 @pytest.mark.parametrize("ref, match", [("{{repro_cpu:table.nothing.accuracy}}", "expected a key 'nothing'"),

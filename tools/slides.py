@@ -11,8 +11,8 @@ notebook has no (core) section below its introduction (09, the GPU track's deep 
 
 Nothing on a slide is typed that a table holds: an exercise slide's minutes (its title reads "Exercise (N min):
 ...") come from the timing table ``results/notebook_timings.json`` (``exercise_minutes``: the attendees' minutes
-of ``tools.notebook_timings``), and a slide's text may quote a measured number as ``{{repro_cpu:table.prefix.
-accuracy}}`` (a key path into ``results/repro_cpu.json``; ``{{seed:prefix}}``: the seed's numbers,
+of ``tools.notebook_timings``), and a slide's text may quote a measured number as ``{{repro_cpu:table.pre_fix.
+accuracy}}`` (a key path into ``results/repro_cpu.json``; ``{{seed:pre_fix}}``: the seed's numbers,
 ``mla_edu.case_study.seed.SEED``). A typed "N min" is refused.
 
 A track deck (``track-<name>.slides.html``) follows ``tools.notebook_timings.TRACKS``, read when the decks are

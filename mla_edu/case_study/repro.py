@@ -77,10 +77,10 @@ def verdict(prediction: str, r: dict, eager: float) -> str:
 
 def seed_table(run: AccuracyRuns) -> dict:
     """The seed's four rows and the eager scale row, each a ``run_bench`` result (in ``run``'s configuration):
-    ``eager``, ``prefix`` (``SEED_PRE_FIX``: the graph defects and the bug-era kernel), ``fixed``
+    ``eager``, ``pre_fix`` (``SEED_PRE_FIX``: the graph defects and the bug-era kernel), ``fixed``
     (``MERGED_FIX``), ``triton``, ``scale`` (eager with the bug-era kernel)."""
     return {"eager": run(**CUTLASS, disable_cuda_graph=True, defects=PRE_FIX),
-            "prefix": run(**CUTLASS, defects=SEED_PRE_FIX),
+            "pre_fix": run(**CUTLASS, defects=SEED_PRE_FIX),
             "fixed": run(**CUTLASS, defects=MERGED_FIX),
             "triton": run(attention_backend="triton"),
             "scale": run(**CUTLASS, disable_cuda_graph=True, defects=SEED_PRE_FIX)}
@@ -174,7 +174,7 @@ def _report(a: argparse.Namespace, config: ServerArgs, common: dict, questions: 
     print(f"|{'-' * 46}|{'-' * 26}|-------|-------|--------------|--------|")
     bug_era, later = "bug-era (scale, split 1)", "model's scale"
     print(_row("cutlass_mla --disable-cuda-graph", later, eager, SEED["eager"] + "*"))
-    print(_row("cutlass_mla, graph, pre-fix (7059ae16f)", bug_era, table["prefix"], SEED["prefix"]))
+    print(_row("cutlass_mla, graph, pre-fix (7059ae16f)", bug_era, table["pre_fix"], SEED["pre_fix"]))
     print(_row("cutlass_mla, graph, fixed (#6998, e58423b2b)", later, table["fixed"], SEED["fixed"] + "*"))
     print(_row("triton, graph", later, table["triton"], SEED["triton"]))
     print(_row("cutlass_mla --disable-cuda-graph", bug_era, table["scale"]))
