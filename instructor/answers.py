@@ -21,12 +21,11 @@ ANSWERS = {
         "ex1_wasted_fraction": 1 - 131_328 / 163_840,
         "ex2_outside_at_stride_1": 0,
         "ex2_first_outside_at_stride_11": 5,
-        "ex3_still_poisoned": 50,
         "ex3_reads_of_poison": 5,
     },
     "04_decode_kernel": {
         "ex1_first_single_split_batch": 75,
-        "ex2_right_requests": {0},
+        "ex2_nan_requests": {1, 2, 3},
         "ex3_empty_lse": "-inf",
         "ex3_empty_o": "zeros",
         "ex3_merge_right": True,

@@ -89,7 +89,7 @@ assert all(getattr(MLAConfig.deepseek_v3(), k) == getattr(MLAConfig.deepseek_v2(
 #
 # In DeepSeek's checkpoints an RMSNorm sits on each latent (`q_a_layernorm`, `kv_a_layernorm`),
 # and $W^{DKV}$ and $W^{KR}$ are one matrix, `kv_a_proj_with_mqa`. $W^{UK}$ and $W^{UV}$ are one
-# matrix too, `kv_b_proj`.
+# matrix too, `kv_b_proj`. `q_a_proj` is $W^{DQ}$; `q_b_proj` stacks each head's $W^{UQ}_i$ and $W^{QR}_i$.
 #
 # **Only $c^{KV}_t$ and $k^R_t$ need caching**: $d_c + d_h^R = 512 + 64 = 576$ numbers per token
 # per layer. Every head's keys and values can be rebuilt from them.
@@ -158,9 +158,11 @@ k_nope = einsum(c_kv, w_uk, "b t r, h d r -> b t h d")                # [B, T, H
 v = einsum(c_kv, w_uv, "b t r, h d r -> b t h d")                     # [B, T, H, dv]
 
 # %% [markdown]
-# **Attend.** The score is the sum of the two parts; the scale is $1/\sqrt{d_h + d_h^R}$.
+# **Attend.** The score is the sum of the two parts; the scale is $1/\sqrt{d_h + d_h^R}$ (no YaRN
+# here, so `config.softmax_scale` is exactly that).
 
 # %%
+assert config.softmax_scale == (dn + dr) ** -0.5  # no YaRN here: m = 1
 scores = (einsum(q_nope, k_nope, "b t h d, b s h d -> b h t s")
           + einsum(q_pe, k_pe, "b t h d, b s d -> b h t s")) / (dn + dr) ** 0.5
 causal = torch.ones(T, T, dtype=torch.bool).tril()
@@ -184,6 +186,8 @@ assert err < 1e-6
 # Matching our own hand-written version proves little. The test that matters (as minGPT's single
 # test does for GPT-2) is to load the weights of the reference implementation and get the same
 # numbers: here `transformers`' `DeepseekV3Attention`, with rope interleaving and YaRN scaling on.
+# (DeepSeek-V2 and V3 use YaRN, which also multiplies the softmax scale by a
+# temperature $m^2$, notebook 02; `NaiveMLA` takes its scale from `config.softmax_scale`, which includes it.)
 
 # %%
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
@@ -317,7 +321,7 @@ r1 = checks.check_choice("exercise 1", ex1_still_agrees, {True: "they still agre
 # %% [markdown]
 # **2.** DeepSeek-V2-Lite has `q_lora_rank=None`. Which parameters of `NaiveMLA` disappear, and which
 # appear, against `MLAConfig.tiny()` (which compresses the query)? Give two sets of names as
-# `named_parameters()` spells them (e.g. `"o_proj.weight"`).
+# `named_parameters()` spells them (e.g. `"o_proj.weight"`; the uncompressed $W^Q$ is `q_proj`).
 
 # %%
 ex2_disappear = ...  # a set of parameter names

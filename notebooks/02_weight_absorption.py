@@ -24,6 +24,7 @@
 # notebooks). Notebook 01 first.
 
 # %%
+import copy
 import math
 import time
 
@@ -135,19 +136,23 @@ with torch.no_grad():
     exact = NaiveMLA(config).double()
     exact.load_state_dict(naive.state_dict())
     reference = exact(h.double(), positions)
-    for dtype in (torch.float32, torch.bfloat16):
-        out_n = naive.to(dtype)(h.to(dtype), positions)
-        out_a = absorbed.to(dtype)(h.to(dtype), positions)
+    for dtype in (torch.float32, torch.bfloat16):  # copies: .to() casts a module's weights in place
+        out_n = copy.deepcopy(naive).to(dtype)(h.to(dtype), positions)
+        out_a = copy.deepcopy(absorbed).to(dtype)(h.to(dtype), positions)
         tol = 1e-5 if dtype == torch.float32 else 2e-2
         print(f"{str(dtype):15s} absorbed vs naive < {tol:.0e}: {rel_err(out_a, out_n) < tol}   "
               f"both vs float64 < {tol:.0e}: {max(rel_err(out_n, reference), rel_err(out_a, reference)) < tol}")
         assert rel_err(out_a, out_n) < tol and rel_err(out_a, reference) < tol
+        if dtype == torch.float32:
+            assert rel_err(out_a, reference) < 1e-6  # fp32: under 10^-6
+        else:
+            assert 1e-3 < rel_err(out_a, reference) < 1e-2  # bf16: between 10^-3 and 10^-2
 
 # %% [markdown]
 # bf16 stores 7 mantissa bits (an 8-bit significand, counting the implicit leading 1), so each
-# rounding is off by up to $2^{-8} \approx 4 \cdot 10^{-3}$ and $10^{-3}$ to $10^{-2}$ is what bf16
-# operands give. fp32 has a 24-bit significand ($2^{-24} \approx 6 \cdot 10^{-8}$ per rounding); over
-# this layer's sums its error comes out at a few times $10^{-7}$, well inside the $10^{-5}$ checked.
+# rounding is off by up to $2^{-8} \approx 4 \cdot 10^{-3}$, and the layer's error against float64 comes
+# out between $10^{-3}$ and $10^{-2}$. fp32 has a 24-bit significand ($2^{-24} \approx 6 \cdot 10^{-8}$ per
+# rounding); over this layer's sums its error stays under $10^{-6}$, well inside the $10^{-5}$ checked.
 #
 # ## The softmax scale does not change (optional)
 #
@@ -218,15 +223,15 @@ assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
 # Even at its idealized minimum of bytes, the naive order spends over 100 times the arithmetic
 # rebuilding keys and values that absorption never builds.
 #
-# **Is absorbed decode memory- or compute-bound?** Its [intensity](../docs/glossary.md#intensity) (`cost.decode_intensity`, the one
-# function notebook 04 prints too) is 228 FLOP per byte at 128 heads and 30 at 16. That is the
-# attention core alone (`cost.attention_core_cost`: the 73.0 GFLOP above over the cache, q and o); the
-# 220.6 printed above is the whole absorbed order, which also counts `kv_b_proj`: its weights and its
-# two small products, q times $W^{UK}$ and the output times $W^{UV}$. Each cached
-# row of 576 numbers is used by every head, for a score over 576 and a value over 512, so a cached
-# byte carries $n_h (576 + 512) / 576 \approx 1.89\, n_h$ FLOPs (242 and 30.2, `cost.cached_byte_intensity`,
-# the limit of a long context); reading q and writing o cost bytes too, which brings 242 down to
-# 228 at this shape. "About $2 n_h$" (256 and 32) rounds 1088/576 up to 2. The ceilings come from the project's committed H200
+# **Is absorbed decode memory- or compute-bound?** Each cached row (576 bf16 numbers, 1,152 bytes) is
+# used by every head: 576 multiply-adds for its score and 512 for its value, 2 FLOPs each. So a cached
+# byte carries $2 n_h (576 + 512) / 1152 \approx 1.89\, n_h$ FLOPs: 242 at 128 heads and 30.2 at 16
+# (`cost.cached_byte_intensity`, the limit of a long context). Reading q and writing o cost bytes
+# too: at this shape they bring the [intensity](../docs/glossary.md#intensity) of the attention core
+# (`cost.decode_intensity`, the one function notebook 04 prints too) down to 228 FLOP per byte and 30.
+# The 220.6 printed above is lower still: it is the whole absorbed order, which also counts
+# `kv_b_proj`'s weights and its two small products (q times $W^{UK}$, the output times $W^{UV}$).
+# "About $2 n_h$" (256 and 32) rounds 1088/576 up to 2. The ceilings come from the project's committed H200
 # benchmark (`results/kernel_bench_h200.json`, notebook 04): dense bf16 matmul and a
 # device-to-device copy, measured in the same run. Their ratio is the [ridge](../docs/glossary.md#ridge). 128 heads (one GPU
 # holding all heads) are compute-bound and 16 heads (a tensor-parallel shard of 8) are memory-bound:
@@ -315,8 +320,7 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 #
 # One can go further and store $W^{UQ\top} W^{UK}$ (query side) and $W^{O} W^{UV}$ (output side)
 # as single matrices. It is a real trade-off, not a free win: the products are bigger than the
-# factors (for DeepSeek-V2, $1536 \times 512$ per head instead of $1536 \times 128 + 128 \times 512$),
-# so they cost more memory traffic. One public study (madsys-dev/deepseekv2-profile) measured
+# factors (exercise 3 counts by how much), so they cost more memory traffic. One public study (madsys-dev/deepseekv2-profile) measured
 # materialised products to be slower than applying the low-rank factors in sequence; FlashInfer
 # PR #551 chose the other way. `AbsorbedMLA` applies the factors in sequence.
 #

@@ -51,7 +51,7 @@ IMPL = "triton" if TRITON else "torch"  # the kernel of sections 6-8's demos: bo
 # ## 1. The contract (core)
 #
 # After weight absorption (notebook 02) decode is multi-query attention over the latent cache:
-# every head's query has a 512-wide part `q_nope` (already multiplied by $W_{UK}$) and a 64-wide
+# every head's query has a 512-wide part `q_nope` (already multiplied by $W^{UK}$) and a 64-wide
 # RoPE part `q_pe`; every cached token is one 576-wide row `[c_kv; k_pe]`; the value is `c_kv`.
 #
 # $$o_{b,h} = \sum_t \operatorname{softmax}_t\big(s \cdot [q^{nope}_{b,h}; q^{pe}_{b,h}] \cdot [c_t; k^{pe}_t]\big)\, c_t,
@@ -105,7 +105,10 @@ assert (round(intensity[128]), round(intensity[16])) == (228, 30)  # as quoted h
 # a request's length, holds NaN; every page-table entry past a request's pages holds an
 # out-of-range id, one of three kinds (-1, a large negative, a large positive: 1073741824 = 2^30), so
 # that a kernel guarding against one kind still trips on the others. A kernel that reads anything it
-# should not returns NaN.
+# should not returns NaN. The case has pages of 16 tokens and a table 6 wide, which the cutlass contract
+# above refuses (`block_num` a multiple of 8 at page 16): the torch and Triton kernels take any page size
+# and width, and only `impl="cutlass"` checks that contract. Unlike notebook 03's allocator, this one
+# hands out page 0 too.
 
 # %%
 DEVICE = mla_edu.default_device()  # the GPU when there is one: Triton then runs natively
@@ -155,6 +158,7 @@ def naive_decode(q_nope, q_pe, cache, seq_lens, page_table, sm_scale):
 naive = naive_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, case.sm_scale)
 print("naive gather matches float64 (rel. err < 1e-6):", rel_err(naive) < 1e-6)
 print("no NaN, so no stray read:", bool(torch.isfinite(naive).all()))
+assert rel_err(naive) < 1e-6 and torch.isfinite(naive).all()
 
 # %% [markdown]
 # On a GPU this is one program per request: with few, long requests most of the chip idles.
@@ -162,7 +166,8 @@ print("no NaN, so no stray read:", bool(torch.isfinite(naive).all()))
 # ## 4. Split-KV (core)
 #
 # Cut request `b`'s pages into `S` splits. Each split `s` computes its own normalized partial
-# output $o_s$ and log-sum-exp $\ell_s = \log \sum_{t \in s} e^{x_t}$; since
+# output $o_s$ and log-sum-exp $\ell_s = \log \sum_{t \in s} e^{x_t}$, where $x_t$ is token $t$'s score
+# $s \cdot [q^{nope}; q^{pe}] \cdot [c_t; k^{pe}_t]$; since
 # $\operatorname{softmax}$ over all tokens weights split `s` by $e^{\ell_s} / \sum_{s'} e^{\ell_{s'}}$,
 #
 # $$o = \sum_s w_s\, o_s, \qquad w_s = e^{\ell_s - \max \ell} \big/ \textstyle\sum_{s'} e^{\ell_{s'} - \max \ell}.$$
@@ -183,6 +188,7 @@ lses = torch.stack([p[1] for p in parts])  # [S, H]
 w = torch.softmax(lses, 0)  # [S, H]
 merged = sum(w[s][:, None] * parts[s][0] for s in range(2))
 print("merge of 2 splits equals the full softmax:", torch.allclose(merged, truth[b], atol=1e-12))
+assert torch.allclose(merged, truth[b], atol=1e-12)
 
 # %% [markdown]
 # ## 5. How many splits, and how big a workspace (core)
@@ -221,6 +227,8 @@ try:
                impl="torch")
 except ValueError as e:
     print("ValueError:", str(e).split(";")[0])
+else:
+    raise AssertionError("expected a ValueError: the workspace is sized for one split")
 
 # %% [markdown]
 # ## 6. Four implementations, one answer (optional)
@@ -258,8 +266,9 @@ if not TRITON:
 # kernel. This package's kernels write the real heads only: `o_acc [B, H, S, 512]` then
 # `lse_acc [B, H, S]`, float32, at the front of the workspace (sgl-kernel's kernel reserves 128 heads,
 # which is why `get_workspace_size` asks for more). To count what a launch writes, fill every
-# float32 word with a sentinel no result can equal, a quiet NaN with payload `0xFFEE` (arithmetic
-# only ever makes the canonical NaN), then count the words that changed:
+# float32 word with a sentinel no result can equal, a quiet NaN with payload `0xFFEE` (a NaN that
+# arithmetic makes has payload 0, and one it passes on keeps its input's payload, so no result carries
+# `0xFFEE`), then count the words that changed:
 
 # %%
 SENTINEL = 0x7FC0FFEE  # float32 bit pattern: a NaN that no computation produces
@@ -294,10 +303,11 @@ for name, table, policy in (("narrow view [:B, :1]", buf[:4, :1], "size"),
                      impl=IMPL, stride_policy=policy)
     ok = [bool(((out[i].double() - truth[i]).norm() / truth[i].norm()) < 1e-5) for i in range(4)]
     print(f"{name} policy={policy!r:9s} per-request correct: {ok}")
+    assert ok == ([True, False, False, False] if policy == "size" and table.size(1) == 1 else [True] * 4)
 
 # %% [markdown]
 # Only request 0 survives the `"size"` policy on the narrow view; `"stride"` or a full-width view
-# is right. That is SGLang #6998's trigger in one cell; notebook 06 shows it inside a CUDA graph.
+# is right. That is the trigger of the bug SGLang PR #6998 fixes, in one cell; notebook 06 shows it inside a CUDA graph.
 #
 # ## 8. Checked mode (optional)
 #
@@ -354,6 +364,8 @@ for label, changes in (("block_num 3 with page 64", {4: torch.zeros(2, 3, dtype=
         check_cutlass_args(*bad_args)
     except (ValueError, TypeError) as e:
         print(f"{label}: {type(e).__name__}: {e}")
+    else:
+        raise AssertionError(f"{label}: expected check_cutlass_args to refuse it")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -404,10 +416,13 @@ r1 = checks.check_number("exercise 1", ex1_first_single_split_batch, first_singl
 # %% [markdown]
 # **2.** Make `naive_decode` read the page table through a `row_stride`: request `b`'s page `j` at flat
 # index `b * row_stride + j` (what `pages_read` computes). Feed it section 7's narrow view `[:4, :1]` with
-# `row_stride = size(1)`. Which requests come out right? (A set of request rows.)
+# `row_stride = size(1)`. Section 7 showed that only request 0 comes out right. Which of the others come
+# out NaN, a loud failure, rather than finite and silently wrong? The cell clamps an id outside the cache
+# to the nearest page, 0 or the last, as an unchecked kernel reads whatever lies there. (Section 2
+# printed the table; a set of request rows.)
 
 # %%
-ex2_right_requests = ...  # a set of request rows
+ex2_nan_requests = ...  # a set of request rows
 
 # %%
 buf7 = torch.full((6, case.page_table.size(1) + 4), 1, dtype=torch.int32, device=DEVICE)  # section 7's buffer
@@ -419,9 +434,12 @@ strided_table = torch.tensor([row + [0] * (max(n_pages) - len(row)) for row in r
                              device=DEVICE).clamp(0, case.cache.size(0) - 1)  # out-of-range ids clamped into the cache
 strided = naive_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, strided_table, case.sm_scale)
 right_rows = {i for i in range(4) if ((strided[i].double() - truth[i]).norm() / truth[i].norm()) < 1e-5}
-r2 = checks.check_items("exercise 2", ex2_right_requests, right_rows, mistakes={
-    frozenset(range(4)): "that is the full-width view's result; a 1-wide view steps rows by 1",
-    frozenset(): "where does request 0 start reading, whatever the stride?"})
+assert right_rows == {0}  # section 7's result, from the reference gather
+nan_rows = {i for i in range(4) if strided[i].isnan().any()}
+r2 = checks.check_items("exercise 2", ex2_nan_requests, nan_rows, mistakes={
+    frozenset(): "list the flat indices each request reads, then what the clamp makes of the ids there; which "
+                 "pages does section 2 fill with NaN?",
+    frozenset(range(4)): "request 0 reads its own page: it is right, so finite"})
 
 # %% [markdown]
 # **3.** In section 4, cut request 2 into three splits, `(0, 32)`, `(32, 32)` (empty) and `(32, 50)`. What

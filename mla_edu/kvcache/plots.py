@@ -18,8 +18,9 @@ CONTEXT = 512
 def page_table_scenario():
     """A small deterministic serving state: 4 live requests whose rows held longer requests before.
 
-    Returns a dict with ``buf`` (the persistent int32 page-table buffer, width
-    ``(CONTEXT + 128) // PAGE`` like SGLang's, initialised to 1), ``seq_lens``,
+    Returns a dict with ``buf`` (the persistent int32 page-table buffer, initialised to 1 as SGLang's; width
+    ``(CONTEXT + 128) // PAGE``, SGLang's cutlass ``(max_context_len + 128) // 128`` with this toy's 64-token
+    pages in the divisor, so some columns are slack), ``seq_lens``,
     ``req_pool_indices``, ``req_to_token`` and ``n_pages`` (pages each live request owns).
     """
     pool = ReqToTokenPool(6, CONTEXT)
