@@ -385,7 +385,7 @@ else:
 # (`csrc/kernels/get_mla_metadata.cu` lines 8-75) sums the batch's 64-token blocks plus a fixed
 # overhead of 5 per request (`csrc/kernels/config.h` line 11), gives each of `num_sm_parts` parts an
 # equal payload (line 34: the share plus one overhead, since every piece of a cut request pays its own,
-# lines 44-62, and never less than two overheads; `num_sm_parts = sm_count / h_k / ceil(h_q / 64)`,
+# lines 44-62, and never less than two overheads; `num_sm_parts = sm_count / h_k / ceil(h_q / h_k / 64)`, h_k = 1 in MLA,
 # `csrc/flash_api.cpp` line 39) and writes where each part begins and ends. Its attention kernel is
 # persistent, one CTA per part and 64-head block (`splitkv_mla.cu` line 1339),
 # so the grid says nothing about the work: each CTA reads its begin and end from that tensor and walks

@@ -53,6 +53,7 @@ def test_every_block_once_in_order_and_no_part_past_its_payload(lens, parts):
 def test_at_128_heads_on_the_h200_a_part_takes_whole_requests_at_b64_and_b128():
     parts = fs.num_sm_parts(128, 132)
     assert (parts, fs.num_sm_parts(16, 132), fs.num_sm_parts(64, 132, h_k=2)) == (66, 132, 66)
+    assert fs.num_sm_parts(256, 132, h_k=2) == 33  # ceil(128 heads a key head / 64) = 2 blocks: 132 // 2 // 2
     for batch, length, each in ((64, 1024, 1), (64, 4096, 1), (128, 1024, 2)):
         walk = fs.flashmla_parts([length] * batch, parts)
         assert [len(m) for m in walk] == [each] * (batch // each) + [0] * (parts - batch // each)
@@ -71,5 +72,7 @@ def test_bad_arguments_are_refused():
         fs.flashmla_parts([10], 0)
     with pytest.raises(ValueError, match="h_q must be an int >= 1, got 0"):
         fs.num_sm_parts(0, 132)
-    with pytest.raises(ValueError, match="132 SMs give no part at h_q=128, h_k=200"):
-        fs.num_sm_parts(128, 132, h_k=200)
+    with pytest.raises(ValueError, match="132 SMs give no part at h_q=200, h_k=200"):
+        fs.num_sm_parts(200, 132, h_k=200)
+    with pytest.raises(ValueError, match="h_q must be a multiple of h_k.*h_q=128, h_k=3"):
+        fs.num_sm_parts(128, 132, h_k=3)

@@ -10,8 +10,8 @@ overhead of ``FIXED_OVERHEAD_NUM_BLOCKS`` = 5 per request (``csrc/kernels/config
 Then it walks the requests in order (lines 38-67): a part takes the rest of the next request whole while
 ``rest + 5`` fits what is left of its payload; otherwise it takes a piece of ``left - 5`` blocks if that is more
 than nothing, and the next part goes on from there. Every piece pays the overhead, so no part exceeds the payload.
-``num_sm_parts = sm_count / h_k / ceil(h_q / 64)`` (``csrc/flash_api.cpp`` line 39), and the attention kernel's grid
-is ``(ceil(h_q / 64), h_k, num_sm_parts)`` (``csrc/kernels/splitkv_mla.cu`` line 1339): one CTA per part and head
+``num_sm_parts = sm_count / h_k / ceil(h_q / h_k / 64)`` (``csrc/flash_api.cpp`` line 39; h_k = 1 in MLA), and the attention kernel's grid
+is ``(ceil(h_q / h_k / 64), h_k, num_sm_parts)`` (``csrc/kernels/splitkv_mla.cu`` line 1339): one CTA per part and head
 block, so a part is one CTA at h_q <= 64 and two at h_q = 128.
 
 ``flashmla_parts`` is that walk; every number this project quotes about FlashMLA's partition comes from it
@@ -43,12 +43,16 @@ class Piece:
 
 
 def num_sm_parts(h_q: int, sm_count: int, h_k: int = 1) -> int:
-    """FlashMLA's part count: ``sm_count / h_k / ceil(h_q / 64)`` (``csrc/flash_api.cpp`` line 39), e.g. 66 at
-    h_q=128 and 132 at h_q=16 on a 132-SM H200."""
+    """FlashMLA's part count at decode (one query token): ``sm_count / h_k / ceil((h_q / h_k) / 64)``
+    (``csrc/flash_api.cpp`` line 39, whose ``num_heads_per_head_k`` is ``s_q * h_q / h_k``), e.g. 66 at h_q=128 and
+    132 at h_q=16 on a 132-SM H200."""
     for name, value in (("h_q", h_q), ("sm_count", sm_count), ("h_k", h_k)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    parts = sm_count // h_k // cdiv(h_q, BLOCK_SIZE_M)
+    if h_q % h_k:
+        raise ValueError(f"h_q must be a multiple of h_k (each key head serves h_q / h_k query heads), got "
+                         f"h_q={h_q}, h_k={h_k}")
+    parts = sm_count // h_k // cdiv(h_q // h_k, BLOCK_SIZE_M)
     if parts < 1:
         raise ValueError(f"{sm_count} SMs give no part at h_q={h_q}, h_k={h_k}")
     return parts
