@@ -10,9 +10,9 @@ overhead of ``FIXED_OVERHEAD_NUM_BLOCKS`` = 5 per request (``csrc/kernels/config
 Then it walks the requests in order (lines 38-67): a part takes the rest of the next request whole while
 ``rest + 5`` fits what is left of its payload; otherwise it takes a piece of ``left - 5`` blocks if that is more
 than nothing, and the next part goes on from there. Every piece pays the overhead, so no part exceeds the payload.
-``num_sm_parts = sm_count / h_k / ceil(h_q / h_k / 64)`` (``csrc/flash_api.cpp`` line 39; h_k = 1 in MLA), and the attention kernel's grid
-is ``(ceil(h_q / h_k / 64), h_k, num_sm_parts)`` (``csrc/kernels/splitkv_mla.cu`` line 1339): one CTA per part and head
-block, so a part is one CTA at h_q <= 64 and two at h_q = 128.
+``num_sm_parts = sm_count / h_k / ceil(h_q / h_k / 64)`` (``csrc/flash_api.cpp`` line 39; h_k = 1 in MLA), and
+the attention kernel's grid is ``(ceil(h_q / h_k / 64), h_k, num_sm_parts)`` (``csrc/kernels/splitkv_mla.cu`` line
+1339): one CTA per part and head block, so a part is one CTA at h_q <= 64 and two at h_q = 128.
 
 ``flashmla_parts`` is that walk; every number this project quotes about FlashMLA's partition comes from it
 (notebook 09 section 3 sets it beside this project's closed form; ``docs/kernel_essay.md``).
