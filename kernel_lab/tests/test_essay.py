@@ -230,6 +230,24 @@ def per_gpu_numbers() -> dict:
                 h100_on_h200=x["on_h200"][best.name][1], package_on_h200=x["on_h200"][pg.PACKAGE.name][1])
 
 
+def glance_numbers() -> dict:
+    """The paragraph that opens 'Where it stands', from the table 'At a glance' of ``acceptance_h200.md``
+    (``acceptance.glance``): the largest batch size up to which every cell is ahead, and from the next one on, every
+    cell within 5% at 32 heads and more (some on each side) and level (1.00 at two decimals) or ahead at 16."""
+    from kernel_lab.tools import acceptance as acc
+
+    rows = acc.scoreboard(acc.load())["glance"]
+    every = [(r["heads"], b, c) for r in rows for kind in ("family", "uniform") for b, c in r[kind].items()]
+    sizes = sorted({b for _, b, _ in every})
+    up_to = max(b for b in sizes if all(c["geomean"] >= 1 for _, bb, c in every if bb <= b))
+    b_from = min(b for b in sizes if b > up_to)
+    near = [c["geomean"] for h, b, c in every if b >= b_from and h >= 32]
+    assert all(abs(x - 1) <= 0.05 for x in near) and min(near) < 1 < max(near)  # "within 5%, on either side"
+    assert all(round(c["geomean"], 2) >= 1 for h, b, c in every if b >= b_from and h == 16)  # "level or ahead"
+    assert min(c["low"] for _, b, c in every if b >= b_from) < 1  # "at its worst batches it is behind"
+    return dict(up_to=up_to, b_from=b_from, pct=5, h_from=32, h16=16)
+
+
 def latest_runs_numbers() -> dict:
     """The sentences on the three whole runs at 4d46283: issue 52's acceptance as scored on every run up to them, at
     the rules then, and the headline bench's deciding shape in each of them."""
@@ -507,12 +525,17 @@ def claims() -> list[tuple[str, list[float]]]:
     cm, sa, ho, pdl = cost_fit_numbers(), segment_ahead_numbers(), held_out_numbers(), pdl_stage2_numbers()
     lr, pf, s2 = latest_runs_numbers(), profile_numbers(), stage2_variant_numbers()
     pl, wr, h1, pg = pipelined_landed_numbers(), whole_run_numbers(), h100_numbers(), per_gpu_numbers()
+    gl = glance_numbers()
     fw, lp, pct = pl["few_wide_pipelined"], pl["long_pipelined"], cf["pct"]
     pipe, two = s2["pipelined"], s2["few_wide_two"]
     assert all(x < 1 for x in pipe["rest"])  # "It lost at every batch where stage 2 loads several partials"
     top = two["wide_top"]
     assert (top["family"], top["heads"], top["batch"]) == ("giant", 64, 256)  # "the most on giant"
     return [
+        # Where it stands
+        ("on batches of up to {} requests, ragged or uniform. From {} requests on it is within {}% of FlashMLA, on "
+         "either side, at {} heads and more, and level or ahead at {} heads",
+         [gl["up_to"], gl["b_from"], gl["pct"], gl["h_from"], gl["h16"]]),
         # The choice, fitted on families
         ("a launch of {} page-times, the merge at {} times the byte model), the balanced schedule taken only where its "
          "makespan is shorter than the rule's by more than {} of it", ho["constants"]),
@@ -601,8 +624,8 @@ def claims() -> list[tuple[str, list[float]]]:
          [pipe["won"], pipe["n_wide"], pipe["wide"], pipe["giant"]]),
         ("ran at {}x over the {} batches it changes ({}-{}x", [two["wide"], two["n_wide"], two["wide_lo"],
                                                                two["wide_hi"]]),
-        ("the seesaw stage 1 takes {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA kernel; "
-         "FlashMLA takes {} us, so the kernel runs at {}x its speed",
+        ("before the changes below) took {} us, {}% of the measured bf16 matmul rate, against {} us for the TMA "
+         "kernel; FlashMLA took {} us, so the kernel ran at {}x its speed",
          [row["triton_us"], 100 * row["frac_matmul"], row["kernels"]["tma, 64 heads"]["best_us"], row["flashmla_us"],
           row["flashmla_us"] / row["triton_us"]]),
         ("memory-bound: {} us, {}% of the measured copy rate, {}x FlashMLA",

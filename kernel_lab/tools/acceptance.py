@@ -279,6 +279,27 @@ def sources(keys: list[tuple], got: dict) -> list[dict]:
     return list(out.values())
 
 
+def glance(keys: list[tuple], got: dict) -> list[dict]:
+    """Per h_q, the answer to 'is it faster than FlashMLA at my head count and batch size': for each family batch
+    size, the geomean of x FlashMLA over the families and the lowest and highest family; for the uniform lengths,
+    the same over the lengths at each batch size. Problems measured at current rules only, with the fewest and most
+    runs behind them."""
+    out = []
+    for h in sorted({k[2] for k in keys}):
+        row = {"heads": h}
+        for kind in ("family", "uniform"):
+            cells = {}
+            for b in sorted({k[3] for k in keys if k[0] == kind}):
+                now = _current([k for k in keys if k[0] == kind and k[2] == h and k[3] == b], got)
+                if now:
+                    xs = [p.x for p in now]
+                    cells[b] = dict(geomean=statistics.geometric_mean(xs), low=min(xs), high=max(xs), n=len(now),
+                                    runs=(min(p.runs for p in now), max(p.runs for p in now)))
+            row[kind] = cells
+        out.append(row)
+    return out
+
+
 def scoreboard(runs: list[Run], keys: list[tuple] | None = None, fitted: set[str] | None = None,
                rules_from: str = RULES_FROM) -> dict:
     """Everything the markdown shows, on ``keys`` (default the family bench's problems) with ``fitted`` the names of
@@ -286,7 +307,8 @@ def scoreboard(runs: list[Run], keys: list[tuple] | None = None, fitted: set[str
     keys = bench_keys() if keys is None else keys
     got = {k: p for k, p in picks(runs, rules_from).items() if k in set(keys)}
     fitted = {p.name for p in FITTED} if fitted is None else set(fitted)
-    return dict(keys=keys, rules_from=rules_from, picks=got, ragged=ragged(keys, got), uniform=uniform(keys, got),
+    return dict(keys=keys, rules_from=rules_from, picks=got, glance=glance(keys, got), ragged=ragged(keys, got),
+                uniform=uniform(keys, got),
                 choice=choice(keys, got, fitted), sources=sources(keys, got),
                 runs=[r.name for r in runs], skipped=[r.name for r in runs if not _has_flashmla(r)],
                 fitted=sorted(fitted & {r.name for r in runs}))
@@ -399,6 +421,26 @@ def to_markdown(board: dict, command: str, gpu: str = "the H200") -> str:
               "counted as unmeasured; '-' = no run did. A value at its bar meets it; one below it that would print at "
               "its bar prints with more decimals. The issue asks each ratio to be the median of at least "
               f"{MIN_RUNS} runs: the section 'Where each ratio comes from' gives the runs behind each."]
+    if board["glance"]:
+        fam_b = sorted({b for r in board["glance"] for b in r["family"]})
+        uni_b = sorted({b for r in board["glance"] for b in r["uniform"]})
+        runs = [c["runs"] for r in board["glance"] for kind in ("family", "uniform") for c in r[kind].values()]
+        lines += ["", "## At a glance: per head count and batch size", "",
+                  "For a server: h_q is the heads a GPU holds (DeepSeek-V3's 128 at tensor parallel 1, 64, 32 "
+                  "and 16 at 2, 4 and 8). Each cell is the geomean of x FM [lowest-highest] over the families of "
+                  "ragged lengths at that batch size, or over the uniform lengths (1K, 4K, 16K); above 1, ours "
+                  f"faster. Runs behind each ratio: {min(r[0] for r in runs)} to {max(r[1] for r in runs)} (the "
+                  f"issue asks {MIN_RUNS}); within one run, a problem's rounds spread by a few percent (the "
+                  "family-bench files give each round's range). Calls are CUDA-graph replays back to back, L2 not "
+                  "flushed: where a batch's whole cache (B x L x 1,152 bytes) fits in L2, as at uniform B=1, B=4 "
+                  "below L=16K and B=16 at L=1K, both "
+                  "kernels read it from there (`back_to_back_h200.md`).", "",
+                  "| h_q | " + " | ".join(f"ragged B={b}" for b in fam_b) + " | "
+                  + " | ".join(f"uniform B={b}" for b in uni_b) + " |", "|---" * (1 + len(fam_b) + len(uni_b)) + "|"]
+        for r in board["glance"]:
+            cells = [r[kind].get(b) for kind, bs in (("family", fam_b), ("uniform", uni_b)) for b in bs]
+            lines.append(f"| {r['heads']} | " + " | ".join(
+                f"{c['geomean']:.2f} [{c['low']:.2f}-{c['high']:.2f}]" if c else "-" for c in cells) + " |")
     if board["ragged"]:
         lines += ["", f"## Ragged families: x FM of the choice (bars: geomean >= {GEOMEAN_BAR:.2f}, every batch >= "
                   f"{FLOOR:.2f})", "",
