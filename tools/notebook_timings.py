@@ -459,9 +459,12 @@ def to_markdown(table: dict) -> str:
         lines += ["", f"**{track} track: {t['total_min']:.0f} of {BUDGET_MIN[track]} minutes** "
                   f"({t['teaching_min']:.0f} teaching, {t['exercises']} exercises in {t['exercise_min']:.0f}, "
                   f"at most {t['max_gap_min']:.0f} minutes of teaching between two exercises)", "",
-                  "| block | teaching, min | exercises, min | other, min |", "|---|---:|---:|---:|"]
-        lines += [f"| {r['block']} | {r['teaching']:.0f} | {r['exercises']:.0f} | {r['other']:.0f} |"
-                  for r in t["blocks"]]
+                  "| block | teaching, min | exercises, min | other, min | ends at, min |", "|---|---:|---:|---:|---:|"]
+        clock = 0.0  # minutes from the start, the blocks' unrounded times added
+        for r in t["blocks"]:
+            clock += r["teaching"] + r["exercises"] + r["other"]
+            lines.append(f"| {r['block']} | {r['teaching']:.0f} | {r['exercises']:.0f} | {r['other']:.0f} | "
+                         f"{clock:.0f} |")
         if table["additions"].get(track):
             lines += ["", f"Where to add to the {track} track, if the class is fast:", "",
                       "| block | teaching, min | exercises, min |", "|---|---:|---:|"]
