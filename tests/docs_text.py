@@ -16,6 +16,9 @@ README = REPO_ROOT / "README.md"
 #: README's Results in full: the seed's flags, the ablation, the defects, what broke, the other measurements
 RESULTS_DOC = REPO_ROOT / "docs" / "results.md"
 SOURCES = REPO_ROOT / "docs" / "sources.md"
+#: the counts prose spells out, by value
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve")
 
 
 def rel(path: Path) -> str:

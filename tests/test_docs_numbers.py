@@ -16,7 +16,7 @@ import re
 from functools import cache
 
 import pytest
-from docs_text import README, RESULTS_DOC, SOURCES, missing, norm, one, span
+from docs_text import NUMBER_WORDS, README, RESULTS_DOC, SOURCES, missing, norm, one, span
 
 from mla_edu.paths import REPO_ROOT, RESULTS_DIR
 
@@ -391,9 +391,6 @@ def test_docs_quote_the_committed_results(group, path):
     assert not lost, f"{path.name} does not say (update it or the results it quotes):\n" + "\n".join(lost)
 
 
-WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-
-
 def notebook_09_claims() -> list[str]:
     """Notebook 09's prose after its schedule-bench and engine cells, from the results files those cells print;
     and its batch's makespan on v5-v10's line (``spread_makespan``), which it quotes beside the one it prints."""
@@ -412,8 +409,8 @@ def notebook_09_claims() -> list[str]:
     ahead16 = sum(v > 1 for v in x[16])
     return [f"the schedule takes the rule's {s['ragged_rule_x_flashmla']['geomean']:.2f}x of FlashMLA on ragged "
             f"batches to {s['ragged_balanced_x_flashmla']['geomean']:.2f}x",
-            f"it runs at {floor16:.2f}x FlashMLA or faster at every batch, ahead at {WORDS[ahead16]} of "
-            f"{WORDS[len(x[16])]}",
+            f"it runs at {floor16:.2f}x FlashMLA or faster at every batch, ahead at {NUMBER_WORDS[ahead16]} "
+            f"of {NUMBER_WORDS[len(x[16])]}",
             f"At 128 heads it reaches {span(x[128])}x of FlashMLA",
             f"small uniform batches ({span(small, 1)}x the best split at B = 1 and 4)",
             f"All three within {100 * apart:.0f}%, the same tokens",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from docs_text import NUMBER_WORDS
 
 import mla_edu  # noqa: F401
 from mla_edu.device import HAS_CUDA, TRITON_INTERPRET, triton_available
@@ -202,8 +203,6 @@ def test_a_record_is_checked_when_built_and_when_registered(toy):
     assert list(PITFALLS)[-1] == "toy"  # the refused records left the registry as it was
 
 
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-                "twelve")
 QUOTES = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r") (?:pitfalls\b|ways those rules break)", re.IGNORECASE)
 
 

@@ -4,11 +4,10 @@ of checkers (``exercises``). "six pitfalls" is the pitfall registry's ``count()`
 
 import re
 
-from docs_text import README, notebook_sources
+from docs_text import NUMBER_WORDS, README, notebook_sources
 
 from mla_edu.paths import REPO_ROOT
 
-WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 TEACHING = (README, REPO_ROOT / "docs" / "instructor.md")
 
 
@@ -36,9 +35,9 @@ def test_the_quoted_exercise_count_is_notebook_08s():
     want = {"exercises": exercises()}
     found = []
     for path in TEACHING:
-        for word, noun in re.findall(rf"\b({'|'.join(WORDS)}) (?:checked )?(exercises)\b",
+        for word, noun in re.findall(rf"\b({'|'.join(NUMBER_WORDS)}) (?:checked )?(exercises)\b",
                                      path.read_text(encoding="utf-8")):
             found.append((path.name, noun, word))
     assert {noun for _, noun, _ in found} == set(want), found
-    wrong = [f for f in found if f[2] != WORDS[want[f[1]]]]
+    wrong = [f for f in found if f[2] != NUMBER_WORDS[want[f[1]]]]
     assert not wrong, f"counts that are not the registries' ({want}): {wrong}"

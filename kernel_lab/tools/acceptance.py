@@ -293,7 +293,7 @@ def glance(keys: list[tuple], got: dict) -> list[dict]:
                 now = _current([k for k in keys if k[0] == kind and k[2] == h and k[3] == b], got)
                 if now:
                     xs = [p.x for p in now]
-                    cells[b] = dict(geomean=statistics.geometric_mean(xs), low=min(xs), high=max(xs), n=len(now),
+                    cells[b] = dict(geomean=statistics.geometric_mean(xs), low=min(xs), high=max(xs),
                                     runs=(min(p.runs for p in now), max(p.runs for p in now)))
             row[kind] = cells
         out.append(row)
