@@ -1,6 +1,6 @@
 """The kernel lab's measuring tools, on any machine: ``kernel_lab.tools.stall_summary`` (Nsight Compute's
 source-level stall samples, per kernel), ``kernel_lab.tools.stage1_ab``'s argument check and its reading of its own
-output, and ``kernel_lab.tools.back_to_back``'s (both time on a GPU)."""
+output, ``kernel_lab.tools.back_to_back``'s (both time on a GPU), and ``family_bench``'s clock log."""
 
 import gzip
 import math
@@ -74,3 +74,24 @@ def test_back_to_back_reads_its_own_output_back_and_needs_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         back_to_back.run()
+
+
+def test_family_bench_reads_the_clocks_and_names_every_slowed_problem():
+    """``family_bench``'s clock log: nvidia-smi's line parsed, a malformed one refused by name, and the summary names
+    the problems measured under a slowdown reason (not idle 0x1 or an application clock 0x4) and no others."""
+    from kernel_lab.tools import family_bench as fb
+
+    assert fb.parse_gpu_state("1980, 3201, 41, 312.55, 0x0000000000000004\n") == {
+        "sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 41, "power_w": 312.6, "reasons": 4}
+    for bad in ("", "1980, 3201, 41", "1980, 3201, 41, [N/A], 0x0", "1980, 3201, 41, 300, 0x0, 7"):
+        with pytest.raises(ValueError, match=r"nvidia-smi: expected 5 values \(clocks.sm, .*\), got"):
+            fb.parse_gpu_state(bad)
+    rows = [{"family": f, "heads": 64, "batch": 128, "gpu_after": {"sm_mhz": sm, "mem_mhz": 3201, "temp_c": t,
+                                                                    "power_w": 500.0, "reasons": why}}
+            for f, sm, t, why in (("a", 1980, 40, 0x0), ("b", 1755, 70, 0x20), ("c", 1980, 45, 0x5),
+                                  ("d", 1830, 66, 0x40))]
+    out = fb.clock_summary(rows + [{"family": "e", "heads": 16, "batch": 4, "gpu_after": {"error": "no nvidia-smi"}}])
+    assert out == ("Clocks after each of 4 problems (nvidia-smi): SM 1755-1980 MHz, memory 3201-3201 MHz, at most 70 C "
+                   "and 500 W; a slowdown reason at 2: b h64 B128 (0x20), d h64 B128 (0x40).")
+    assert fb.clock_summary(rows[:1]).endswith("a slowdown reason at none.")
+    assert fb.clock_summary([{"family": "x", "heads": 16, "batch": 1}]) == "Clocks: not recorded in this run."

@@ -12,7 +12,8 @@ and at the split rule's count (``triton_num_kv_splits``, the table as wide as th
 schedule (``schedule="balanced"``), FlashMLA (``get_mla_metadata`` outside the timed call) and SGLang's Triton
 kernel with its own per-request split counts (outside the timed call). bf16, page 64, ``kernel_bench.graph_us``
 (median CUDA-graph replay), the same cache bytes for every kernel. In round 0, each path's output against float64
-on the first, last and longest request. Writes ``family_bench.json`` after every problem (a crash or the
+on the first, last and longest request. After each problem, the GPU's clocks, temperature, power and throttle
+reasons from ``nvidia-smi`` (``gpu_state``): a ratio measured while the clock sagged says so. Writes ``family_bench.json`` after every problem (a crash or the
 ``--deadline`` keeps what was measured); ``--render`` writes its markdown, no GPU.
 """
 
@@ -24,6 +25,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -132,6 +134,60 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     return row
 
 
+#: nvidia-smi's query fields for ``gpu_state`` (the last one: a bit mask of why the clock is held below its maximum;
+#: 0x1, the GPU idle, and 0x4, an application clock setting, are no slowdown). Older drivers call it
+#: clocks_throttle_reasons.active.
+SMI_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_event_reasons.active")
+NOT_SLOWDOWN = 0x1 | 0x4
+
+
+def parse_gpu_state(text: str) -> dict:
+    """nvidia-smi's ``--format=csv,noheader,nounits`` line for ``SMI_FIELDS``: {sm_mhz, mem_mhz, temp_c, power_w,
+    reasons}; ValueError naming what came where it is not five numbers."""
+    parts = [p.strip() for p in text.strip().splitlines()[0].split(",")] if text.strip() else []
+    try:
+        sm, mem, temp, power, reasons = parts
+        return {"sm_mhz": int(sm), "mem_mhz": int(mem), "temp_c": int(temp), "power_w": round(float(power), 1),
+                "reasons": int(reasons, 16)}
+    except ValueError:
+        raise ValueError(f"nvidia-smi: expected {len(SMI_FIELDS)} values ({', '.join(SMI_FIELDS)}), got "
+                         f"{text.strip()!r}") from None
+
+
+def gpu_state() -> dict:
+    """GPU 0's clocks now (``parse_gpu_state``), or {"error": why} where nvidia-smi is missing or answers otherwise."""
+    fields = list(SMI_FIELDS)
+    for _ in range(2):
+        try:
+            out = subprocess.run(["nvidia-smi", "-i", "0", f"--query-gpu={','.join(fields)}",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return {"error": f"nvidia-smi: {e}"}
+        if out.returncode == 0:
+            try:
+                return parse_gpu_state(out.stdout)
+            except ValueError as e:
+                return {"error": str(e)}
+        fields[-1] = "clocks_throttle_reasons.active"
+    return {"error": f"nvidia-smi exited {out.returncode}: {(out.stderr or out.stdout).strip()[:200]}"}
+
+
+def clock_summary(rows: list[dict]) -> str:
+    """One sentence on the clocks after each problem: the SM clock's range, the hottest, and the problems where a
+    throttle reason other than idle or an application clock was set."""
+    states = [r["gpu_after"] for r in rows if "sm_mhz" in r.get("gpu_after", {})]
+    if not states:
+        return "Clocks: not recorded in this run."
+    slowed = [f"{r['family']} h{r['heads']} B{r['batch']} (0x{r['gpu_after']['reasons']:x})" for r in rows
+              if r.get("gpu_after", {}).get("reasons", 0) & ~NOT_SLOWDOWN]
+    sm = [s["sm_mhz"] for s in states]
+    return (f"Clocks after each of {len(states)} problems (nvidia-smi): SM {min(sm)}-{max(sm)} MHz, memory "
+            f"{min(s['mem_mhz'] for s in states)}-{max(s['mem_mhz'] for s in states)} MHz, at most "
+            f"{max(s['temp_c'] for s in states)} C and {max(s['power_w'] for s in states):.0f} W; a slowdown reason "
+            + (f"at {len(slowed)}: {', '.join(slowed[:8])}{' ...' if len(slowed) > 8 else ''}." if slowed
+               else "at none."))
+
+
 def median_us(row: dict, option: str) -> float:
     return statistics.median(row["us"][option])
 
@@ -234,7 +290,7 @@ def to_markdown(data: dict) -> str:
                 + (f"{median_us(r, 'sglang_own'):.1f} | " if "sglang_own" in r["us"] else "- | ")
                 + f"{max(r['err'].values()):.1e} |")
         lines.append("")
-    lines.append("Summary: " + json.dumps(summary(data)))
+    lines += [clock_summary(data["family"] + data["uniform"]), "", "Summary: " + json.dumps(summary(data))]
     return "\n".join(lines) + "\n"
 
 
@@ -268,7 +324,7 @@ def run(out_dir: str, rounds: int, deadline_s: float, heads=HEADS, batches=BATCH
         if time.time() - t0 > deadline_s:
             data["cut"] = f"--deadline {deadline_s:.0f} s passed before {kind} {fam} h{h} B{len(lens)}"
             break
-        row = {"family": fam, **measure(lens, h, sms, flash_mla, sglang, rule, rounds)}
+        row = {"family": fam, **measure(lens, h, sms, flash_mla, sglang, rule, rounds), "gpu_after": gpu_state()}
         torch.cuda.empty_cache()
         data[kind].append(row)
         data["seconds"] = time.time() - t0
