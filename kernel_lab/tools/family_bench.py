@@ -13,8 +13,9 @@ schedule (``schedule="balanced"``), FlashMLA (``get_mla_metadata`` outside the t
 kernel with its own per-request split counts (outside the timed call). bf16, page 64, ``kernel_bench.graph_us``
 (median CUDA-graph replay), the same cache bytes for every kernel. In round 0, each path's output against float64
 on the first, last and longest request. After each problem, the GPU's clocks, temperature, power and throttle
-reasons from ``nvidia-smi`` (``gpu_state``): a ratio measured while the clock sagged says so. Writes ``family_bench.json`` after every problem (a crash or the
-``--deadline`` keeps what was measured); ``--render`` writes its markdown, no GPU.
+reasons from ``nvidia-smi`` (``gpu_state``): a ratio measured while the clock sagged says so. Writes
+``family_bench.json`` after every problem (a crash or the ``--deadline`` keeps what was measured); ``--render``
+writes its markdown, no GPU.
 """
 
 from __future__ import annotations
