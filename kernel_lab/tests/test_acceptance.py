@@ -169,6 +169,20 @@ def test_three_runs_give_the_middle_one():
     assert (p.run, p.runs) == ("c", 3) and (p.x, p.regret) == pytest.approx((1.0, 1.1))
 
 
+@pytest.mark.parametrize("xs, always", [((0.90, 0.94, 0.93), True), ((0.90, 0.96, 0.93), False),
+                                        ((0.94, 0.95, 0.90), False)])
+def test_a_batch_below_the_floor_in_every_run_is_told_from_one_a_slow_run_pulled_down(xs, always):
+    """The spread between runs against the bar: a median below 0.95 is 'below in every run' only where no run timed
+    it at 0.95 or above (a value at the bar passes)."""
+    runs = [run(n, NEW, [row("fam", 16, x), row("fam", 64, 1.2)]) for n, x in zip("abc", xs)]
+    b = board(*runs)
+    p = b["picks"]["family", "fam", 16, 16]
+    assert p.xs == pytest.approx(xs) and p.always_below is always
+    assert not b["picks"]["family", "fam", 16, 64].always_below
+    assert f"1 below 0.95 ({int(always)} of the 1 timed in 2 or more runs below in every run)" in acc.verdicts(b)[0][1]
+    assert "timed in 2 or more" not in acc.verdicts(board(runs[0]))[0][1]  # one run: no spread to judge
+
+
 def test_a_run_before_the_rules_is_taken_only_alone_and_flagged():
     old = run("old", OLD, [row("fam", 16, 1.2), row("fam", 64, 1.2)])
     new = run("new", RULES, [row("fam", 16, 1.1)])

@@ -114,6 +114,12 @@ class Pick:
     best: str
     x: float
     regret: float
+    xs: tuple[float, ...] = ()  # x FlashMLA of each pooled run, oldest first
+
+    @property
+    def always_below(self) -> bool:
+        """Below ``FLOOR`` in every pooled run, so not a median pulled down by one slow run."""
+        return bool(self.xs) and not any(passes(x, FLOOR) for x in self.xs)
 
     @property
     def runs(self) -> int:
@@ -196,9 +202,10 @@ def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
         used = current or held[-1:]
         run, r = used[-1]
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
-        x = statistics.median(fb.x_flashmla(r, choice)[0] for _, r in used)
+        xs = tuple(fb.x_flashmla(r, choice)[0] for _, r in used)
         regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
-        out[key] = Pick(key, run.name, run.commit, not current, tuple(u.name for u, _ in used), choice, best, x, regret)
+        out[key] = Pick(key, run.name, run.commit, not current, tuple(u.name for u, _ in used), choice, best,
+                        statistics.median(xs), regret, xs)
     return out
 
 
@@ -238,6 +245,7 @@ def uniform(keys: list[tuple], got: dict) -> list[dict]:
             ks = [k for k in keys if k[0] == "uniform" and k[2] == h and k[3] >= smallest]
             now = _current(ks, got)
             row[name] = dict(n=len(ks), current=len(now), older=sum(k in got and got[k].older for k in ks),
+                             below=[p for p in now if not passes(p.x, bar)],
                              low=min(now, key=lambda p: p.x, default=None),
                              met=len(now) == len(ks) and all(passes(p.x, bar) for p in now))
         out.append(row)
@@ -336,6 +344,15 @@ def _where(p: Pick) -> str:
     return f"{p.key[1]} h_q={p.key[2]} B={p.key[3]}"
 
 
+def _always_below(now: list[Pick]) -> str:
+    """Of the problems below ``FLOOR`` and timed in more than one run, how many were below it in every run: the
+    spread between runs judged against the bar."""
+    below = [p for p in now if not passes(p.x, FLOOR) and p.runs > 1]
+    if not below:
+        return ""
+    return f" ({sum(p.always_below for p in below)} of the {len(below)} timed in 2 or more runs below in every run)"
+
+
 def _verdict(met: bool, missing: int) -> str:
     """'met', or 'not met' and, where nothing measured fails but problems are missing, why."""
     return "met" if met else f"not met ({missing} unmeasured)" if missing else "not met"
@@ -359,12 +376,14 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
                          f"or above {GEOMEAN_BAR:.2f}" if geo else "")
                       + f"; {len(fam_now)} of {len(fam_keys)} batches measured, "
                       f"{sum(not passes(p.x, FLOOR) for p in fam_now)} below {FLOOR:.2f}"
+                      + _always_below(fam_now)
                       + (f", the lowest {ratio(low.x, FLOOR)}x ({_where(low)})" if low else ""),
                       _verdict(all(r["met"] for r in rg), 0 if fails else len(fam_keys) - len(fam_now))))
     if un:
         big = [u["big"] for u in un]
         lines.append((f"uniform, every head count, B >= {UNIFORM_FROM}: no shape below {FLOOR:.2f}x",
                       "; ".join(f"h_q={u['heads']}: {u['big']['current']} of {u['big']['n']} measured"
+                                + f", {len(u['big']['below'])} below {FLOOR:.2f}{_always_below(u['big']['below'])}"
                                 + (f", the lowest {ratio(u['big']['low'].x, FLOOR)}x ({u['big']['low'].key[1]}, "
                                    f"B={u['big']['low'].key[3]})" if u["big"]["low"] else "")
                                 + (f" ({u['big']['older']} with older rules)" if u["big"]["older"] else "")
