@@ -141,7 +141,7 @@ def test_the_track_deck_follows_tracks_in_order(track, tmp_path):
     path = slides.export_track(track, DECKS, TABLE, tmp_path)
     assert path == slides.track_path(track, tmp_path)
     page = path.read_text()
-    assert H2.findall(page) == _expected_titles(nt.TRACKS[track])
+    assert H2.findall(page) == [slides.HEADLINE["title"], *_expected_titles(nt.TRACKS[track])]
     shown = {s.figure for _, sl in slides.track_blocks(track, DECKS, TABLE) for s, _ in sl if s.figure}
     assert {p.stem for p in (tmp_path / "figures").glob("*.png")} == shown
 
@@ -150,8 +150,22 @@ def test_the_track_deck_reads_tracks_when_built(monkeypatch):
     """Another order, a block cut: the deck follows TRACKS as it is when the deck is built, not a copy."""
     blocks = list(reversed(nt.TRACKS["90-minute"]))[1:]
     monkeypatch.setitem(nt.TRACKS, "90-minute", blocks)
-    titles = H2.findall(slides.track_html("90-minute", DECKS, TABLE))
+    titles = H2.findall(slides.track_html("90-minute", DECKS, TABLE))[1:]
     assert titles == _expected_titles(blocks) and titles[0] != "Questions (5 min)"
+
+
+def test_every_track_opens_with_the_headline_numbers_from_their_files():
+    """The seed's accuracies and the main job's, filled in from ``SEED`` and results/repro_cpu.json, never typed."""
+    from mla_edu.case_study.seed import SEED
+
+    table = json.loads((slides.RESULTS_DIR / "repro_cpu.json").read_text())["table"]
+    text = " ".join(slides.headline_slide().bullets)
+    for value in (SEED["eager"], SEED["pre_fix"], *(f"{table[k]['accuracy']:.3f}" for k in ("eager", "pre_fix",
+                                                                                        "fixed"))):
+        assert value in text
+    assert "{{" not in text and slides.ASK.search(slides.headline_slide().notes)
+    for track in nt.TRACKS:
+        assert H2.findall(slides.track_html(track, DECKS, TABLE))[0] == slides.HEADLINE["title"]
 
 
 def test_a_track_block_on_a_notebook_without_slides_is_refused(monkeypatch):

@@ -325,6 +325,25 @@ def pause_slide(minutes: float, what: str, rest: list, decks: dict[str, Deck]) -
               "The instructor guide lists the questions attendees ask.")
 
 
+#: The opening of every track deck, after its title: what the day reproduces, the seed's numbers and this project's
+#: (``{{source:key}}``, filled when the deck is built).
+HEADLINE = dict(
+    section="headline", title="What we will reproduce",
+    bullets=["SGLang's cutlass MLA backend, DeepSeek-V3 on GSM8K: {{seed:eager}} eager, {{seed:pre_fix}} with CUDA "
+             "graphs (PR #6998)",
+             "Here, a small model on a laptop: eager {{repro_cpu:table.eager.accuracy}}, pre-fix graph "
+             "{{repro_cpu:table.pre_fix.accuracy}}, merged fix {{repro_cpu:table.fixed.accuracy}}",
+             "Today: build MLA, page its cache, capture a graph, watch the replay fail, fix it"],
+    notes="The day's one result, before any mechanism. The first number pair is SGLang's (the PR's author); the "
+          "second is measured by this project's main job (make repro, results/repro_cpu.json).\n"
+          "Ask the class: what could make a model answer right without graphs and almost never with them?")
+
+
+def headline_slide() -> Slide:
+    """``HEADLINE`` with its numbers filled in."""
+    return Slide(**fill_numbers(HEADLINE))
+
+
 def track_html(name: str, decks: dict[str, Deck], table: dict) -> str:
     from tools import notebook_timings
 
@@ -335,7 +354,8 @@ def track_html(name: str, decks: dict[str, Deck], table: dict) -> str:
     title = title_html(f"MLA and SGLang's CUDA-graph bug: the {name} track",
                        f"mla-edu · {total:.0f}{f' of {budget}' if budget else ''} minutes",
                        f"{len(blocks)} blocks ({TABLE_NAME}): {plan}")
-    return page_html(f"{name} track", [title, *(slide_html(s, where) for _, sl in blocks for s, where in sl)])
+    return page_html(f"{name} track", [title, slide_html(headline_slide()),
+                                        *(slide_html(s, where) for _, sl in blocks for s, where in sl)])
 
 
 def page_html(title: str, sections: list[str]) -> str:
