@@ -200,7 +200,8 @@ def whole_run_numbers() -> dict:
 
 
 def h100_numbers() -> dict:
-    """The sentences on the two runs on an H100 at 84453eb: their scoreboard (``acceptance_h100.md``)."""
+    """The sentences on the three runs on an H100: their scoreboard (``acceptance_h100.md``), and the clocks the third
+    logged (``family_bench.gpu_state``)."""
     from kernel_lab.tools import acceptance as acc
 
     runs = acc.load(acc.H100_RUNS)
@@ -216,7 +217,19 @@ def h100_numbers() -> dict:
     return dict(pct=round(100 * (acc.WITHIN - 1)), within=overall["within"], n=overall["n"],
                 worst=overall["worst"].regret, met=sum(r["met"] for r in board["ragged"]), pairs=len(board["ragged"]),
                 below=sum(not acc.passes(p.x, acc.FLOOR) for p in fam), fam=len(fam), floor=acc.FLOOR, lowest=low.x,
-                always=sum(p.always_below for p in fam), runs=len(runs))
+                always=sum(p.always_below for p in fam), runs=len(runs), **h100_clocks(runs[-1].data))
+
+
+def h100_clocks(data: dict) -> dict:
+    """Of a family-bench run's problems, those after which a slowdown reason was set: every one the power cap (0x4)
+    alone; how many, how many of them at h_q=128, and the most power drawn after any problem."""
+    from kernel_lab.tools import family_bench as fb
+
+    rows = data["family"] + data["uniform"]
+    capped = [r for r in rows if r["gpu_after"]["reasons"] & ~fb.NOT_SLOWDOWN]
+    assert {r["gpu_after"]["reasons"] & ~fb.NOT_SLOWDOWN for r in capped} == {0x4}
+    return dict(capped=len(capped), problems=len(rows), capped_h128=sum(r["heads"] == 128 for r in capped),
+                watts=max(r["gpu_after"]["power_w"] for r in rows))
 
 
 def per_gpu_numbers() -> dict:
@@ -571,6 +584,8 @@ def claims() -> list[tuple[str, list[float]]]:
          "the lowest {}x", [h1["met"], h1["pairs"], h1["below"], h1["fam"], h1["floor"], h1["lowest"]]),
         ("Every problem ran there {} times, and {} of those {} batches ran below {}x in each run",
          [h1["runs"], h1["always"], h1["below"], h1["floor"]]),
+        ("after {} of its {} problems the H100 was holding its clock down at its power cap ({} of them at h_q=128), "
+         "drawing up to {} W", [h1["capped"], h1["problems"], h1["capped_h128"], h1["watts"]]),
         ("The choice is within {}% of the best option at {} of {} problems, the worst {}x",
          [wr["pct"], wr["within"], wr["n"], wr["worst"]]),
         ("(every shape, B=1 too, at {}x or more)", [wr["h16"]]),

@@ -63,8 +63,10 @@ SKIPPED: tuple[str, ...] = (
     "family_bench_h200_ours_df92c31_small.json",  # split counts at small uniform batches, no FlashMLA (split_model_fit)
 )
 PATTERN = "family_bench_h200*.json"  # the family-bench runs on the H200 in the results folder
-#: The whole bench twice on an H100 at 84453eb: not the H200's RUNS; their own scoreboard is acceptance_h100.md
-H100_RUNS = tuple(LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2))
+#: The whole bench on an H100, twice at 84453eb and once at 69707eb (the same kernels): not the H200's RUNS; their own
+#: scoreboard is acceptance_h100.md
+H100_RUNS = (*(LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2)),
+             LAB / "family_bench_h100_fm_69707eb_run1.json")
 OUT = LAB / "acceptance_h200.md"
 #: The runs' commits, oldest first, one a line.
 COMMITS = (
@@ -75,6 +77,7 @@ COMMITS = (
     "261e2bd",
     "1699741",
     "84453eb",  # the two runs on an H100 (family_bench_h100_*: not the H200's RUNS; acceptance --runs reads them)
+    "69707eb",  # the third run on an H100
 )
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition (before a2e9367) or

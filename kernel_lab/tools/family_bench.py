@@ -135,11 +135,12 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
     return row
 
 
-#: nvidia-smi's query fields for ``gpu_state`` (the last one: a bit mask of why the clock is held below its maximum;
-#: 0x1, the GPU idle, and 0x4, an application clock setting, are no slowdown). Older drivers call it
+#: nvidia-smi's query fields for ``gpu_state``. The last is a bit mask of why the clock is below its maximum (NVML's
+#: nvmlClocksEventReasons): 0x1 the GPU idle and 0x2 an application clock setting are no slowdown; 0x4 the software
+#: power cap, 0x8 a hardware slowdown, 0x20/0x40 thermal, 0x80 the power brake are. Older drivers call the field
 #: clocks_throttle_reasons.active.
 SMI_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_event_reasons.active")
-NOT_SLOWDOWN = 0x1 | 0x4
+NOT_SLOWDOWN = 0x1 | 0x2
 
 
 def parse_gpu_state(text: str) -> dict:
@@ -175,7 +176,7 @@ def gpu_state() -> dict:
 
 def clock_summary(rows: list[dict]) -> str:
     """One sentence on the clocks after each problem: the SM clock's range, the hottest, and the problems where a
-    throttle reason other than idle or an application clock was set."""
+    slowdown reason was set (any but idle and an application clock setting, ``NOT_SLOWDOWN``)."""
     states = [r["gpu_after"] for r in rows if "sm_mhz" in r.get("gpu_after", {})]
     if not states:
         return "Clocks: not recorded in this run."
