@@ -334,8 +334,8 @@ HEADLINE = dict(
              "Here, a small model on a laptop: eager {{repro_cpu:table.eager.accuracy}}, pre-fix graph "
              "{{repro_cpu:table.pre_fix.accuracy}}, merged fix {{repro_cpu:table.fixed.accuracy}}",
              "Today: build MLA, page its cache, capture a graph, watch the replay fail, fix it"],
-    notes="The day's one result, before any mechanism. The first number pair is SGLang's (the PR's author); the "
-          "second is measured by this project's main job (make repro, results/repro_cpu.json).\n"
+    notes="The day's one result, before any mechanism. The first line's numbers are SGLang's (the PR's author); the "
+          "second line's are measured by this project's main job (make repro, results/repro_cpu.json).\n"
           "Ask the class: what could make a model answer right without graphs and almost never with them?")
 
 
