@@ -78,8 +78,8 @@ def test_back_to_back_reads_its_own_output_back_and_needs_a_gpu(monkeypatch):
 
 def test_family_bench_reads_the_clocks_and_names_every_slowed_problem():
     """``family_bench``'s clock log: nvidia-smi's line parsed, a malformed one refused by name, and the summary names
-    the problems measured under a slowdown reason (the power cap 0x4 too; not idle 0x1 or an application clock 0x2)
-    and no others."""
+    the problems measured under a slowdown reason (the power cap 0x4 too; not idle 0x1, an application clock 0x2, sync
+    boost 0x10 or the display clock 0x100) and no others."""
     from kernel_lab.tools import family_bench as fb
 
     assert fb.parse_gpu_state("1980, 3201, 41, 312.55, 0x0000000000000004\n") == {
@@ -89,7 +89,7 @@ def test_family_bench_reads_the_clocks_and_names_every_slowed_problem():
             fb.parse_gpu_state(bad)
     rows = [{"family": f, "heads": 64, "batch": 128, "gpu_after": {"sm_mhz": sm, "mem_mhz": 3201, "temp_c": t,
                                                                     "power_w": 500.0, "reasons": why}}
-            for f, sm, t, why in (("a", 1980, 40, 0x0), ("b", 1755, 70, 0x20), ("c", 1980, 45, 0x3),
+            for f, sm, t, why in (("a", 1980, 40, 0x0), ("b", 1755, 70, 0x20), ("c", 1980, 45, 0x113),
                                   ("d", 1830, 66, 0x4))]
     out = fb.clock_summary(rows + [{"family": "e", "heads": 16, "batch": 4, "gpu_after": {"error": "no nvidia-smi"}}])
     assert out == ("Clocks after each of 4 problems (nvidia-smi): SM 1755-1980 MHz, memory 3201-3201 MHz, at most 70 C "

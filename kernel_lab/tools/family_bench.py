@@ -12,8 +12,9 @@ and at the split rule's count (``triton_num_kv_splits``, the table as wide as th
 schedule (``schedule="balanced"``), FlashMLA (``get_mla_metadata`` outside the timed call) and SGLang's Triton
 kernel with its own per-request split counts (outside the timed call). bf16, page 64, ``kernel_bench.graph_us``
 (median CUDA-graph replay), the same cache bytes for every kernel. In round 0, each path's output against float64
-on the first, last and longest request. After each problem, the GPU's clocks, temperature, power and throttle
-reasons from ``nvidia-smi`` (``gpu_state``): a ratio measured while the clock sagged says so. Writes
+on the first, last and longest request. After each problem, the GPU's clocks, temperature, power and slowdown
+reasons from ``nvidia-smi`` (``gpu_state``): the GPU's state once, just after the problem's last timed call, not
+the clock during the timed rounds. Writes
 ``family_bench.json`` after every problem (a crash or the ``--deadline`` keeps what was measured); ``--render``
 writes its markdown, no GPU.
 """
@@ -136,11 +137,12 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
 
 
 #: nvidia-smi's query fields for ``gpu_state``. The last is a bit mask of why the clock is below its maximum (NVML's
-#: nvmlClocksEventReasons): 0x1 the GPU idle and 0x2 an application clock setting are no slowdown; 0x4 the software
-#: power cap, 0x8 a hardware slowdown, 0x20/0x40 thermal, 0x80 the power brake are. Older drivers call the field
-#: clocks_throttle_reasons.active.
+#: nvmlClocksEventReasons); ``SLOWDOWN`` holds the bits that slow a kernel: 0x4 the software power cap, 0x8 a
+#: hardware slowdown, 0x20 and 0x40 software and hardware thermal slowdown, 0x80 the hardware power brake (0x1, the GPU
+#: idle, 0x2, an application clock setting, 0x10 sync boost and 0x100 the display clock are not counted). Older
+#: drivers call the field clocks_throttle_reasons.active. ``power.draw`` is nvidia-smi's average over about a second.
 SMI_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_event_reasons.active")
-NOT_SLOWDOWN = 0x1 | 0x2
+SLOWDOWN = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
 def parse_gpu_state(text: str) -> dict:
@@ -176,12 +178,12 @@ def gpu_state() -> dict:
 
 def clock_summary(rows: list[dict]) -> str:
     """One sentence on the clocks after each problem: the SM clock's range, the hottest, and the problems where a
-    slowdown reason was set (any but idle and an application clock setting, ``NOT_SLOWDOWN``)."""
+    slowdown reason (``SLOWDOWN``) was set."""
     states = [r["gpu_after"] for r in rows if "sm_mhz" in r.get("gpu_after", {})]
     if not states:
         return "Clocks: not recorded in this run."
     slowed = [f"{r['family']} h{r['heads']} B{r['batch']} (0x{r['gpu_after']['reasons']:x})" for r in rows
-              if r.get("gpu_after", {}).get("reasons", 0) & ~NOT_SLOWDOWN]
+              if r.get("gpu_after", {}).get("reasons", 0) & SLOWDOWN]
     sm = [s["sm_mhz"] for s in states]
     return (f"Clocks after each of {len(states)} problems (nvidia-smi): SM {min(sm)}-{max(sm)} MHz, memory "
             f"{min(s['mem_mhz'] for s in states)}-{max(s['mem_mhz'] for s in states)} MHz, at most "
