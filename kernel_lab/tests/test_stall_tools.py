@@ -82,10 +82,10 @@ def test_family_bench_reads_the_clocks_and_names_every_slowed_problem():
     boost 0x10 or the display clock 0x100) and no others."""
     from kernel_lab.tools import family_bench as fb
 
-    assert fb.parse_gpu_state("1980, 3201, 41, 312.55, 0x0000000000000004\n") == {
-        "sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 41, "power_w": 312.6, "reasons": 4}
-    for bad in ("", "1980, 3201, 41", "1980, 3201, 41, [N/A], 0x0", "1980, 3201, 41, 300, 0x0, 7"):
-        with pytest.raises(ValueError, match=r"nvidia-smi: expected 5 values \(clocks.sm, .*\), got"):
+    assert fb.parse_gpu_state("1980, 3201, 41, 312.55, 700.00, 0x0000000000000004\n") == {
+        "sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 41, "power_w": 312.6, "power_limit_w": 700.0, "reasons": 4}
+    for bad in ("", "1980, 3201, 41", "1980, 3201, 41, [N/A], 700, 0x0", "1980, 3201, 41, 300, 700, 0x0, 7"):
+        with pytest.raises(ValueError, match=r"nvidia-smi: expected 6 values \(clocks.sm, .*\), got"):
             fb.parse_gpu_state(bad)
     rows = [{"family": f, "heads": 64, "batch": 128, "gpu_after": {"sm_mhz": sm, "mem_mhz": 3201, "temp_c": t,
                                                                     "power_w": 500.0, "reasons": why}}
@@ -95,4 +95,11 @@ def test_family_bench_reads_the_clocks_and_names_every_slowed_problem():
     assert out == ("Clocks after each of 4 problems (nvidia-smi): SM 1755-1980 MHz, memory 3201-3201 MHz, at most 70 C "
                    "and 500 W; a slowdown reason at 2: b h64 B128 (0x20), d h64 B128 (0x4).")
     assert fb.clock_summary(rows[:1]).endswith("a slowdown reason at none.")
+    rows[0]["gpu_after"]["power_limit_w"] = 700.0
+    assert "at most 40 C and 500 W (limit 700 W); a slowdown reason at none." in fb.clock_summary(rows[:1])
+    # each round starts at another option: in three rounds of six, every option's predecessor changes
+    names = list("abcdef")
+    orders = [fb.round_order(names, i, 3) for i in range(3)]
+    assert orders == [list("abcdef"), list("cdefab"), list("efabcd")]
+    assert all(sorted(o) == names for o in orders) and fb.round_order(names, 0, 1) == names
     assert fb.clock_summary([{"family": "x", "heads": 16, "batch": 1}]) == "Clocks: not recorded in this run."

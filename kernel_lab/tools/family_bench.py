@@ -7,16 +7,16 @@ h_q 16, 32, 64 and 128. The batches (``family_lengths``, seeded, B in ``BATCHES`
 in eight), one giant request among short ones, and uniform random lengths; then the uniform grid (``UNIFORM``).
 
 Per problem, every option is timed once per round and the rounds repeat (``--rounds``, A B A B order, so a slow
-stretch of the GPU touches every option alike): mla_edu at each split count of ``SPLITS`` up to the table's width
-and at the split rule's count (``triton_num_kv_splits``, the table as wide as the longest request), the balanced
-schedule (``schedule="balanced"``), FlashMLA (``get_mla_metadata`` outside the timed call) and SGLang's Triton
-kernel with its own per-request split counts (outside the timed call). bf16, page 64, ``kernel_bench.graph_us``
-(median CUDA-graph replay), the same cache bytes for every kernel. In round 0, each path's output against float64
-on the first, last and longest request. After each problem, the GPU's clocks, temperature, power and slowdown
-reasons from ``nvidia-smi`` (``gpu_state``): the GPU's state once, just after the problem's last timed call, not
-the clock during the timed rounds. Writes
-``family_bench.json`` after every problem (a crash or the ``--deadline`` keeps what was measured); ``--render``
-writes its markdown, no GPU.
+stretch of the GPU touches every option alike; in runs after ``69707eb`` each round starts at another option,
+``round_order``, so that no option always follows the same one, and the json's info says so): mla_edu at each split
+count of ``SPLITS`` up to the table's width and at the split rule's count (``triton_num_kv_splits``, the table as
+wide as the longest request), the balanced schedule (``schedule="balanced"``), FlashMLA (``get_mla_metadata``
+outside the timed call) and SGLang's Triton kernel with its own per-request split counts (outside the timed call).
+bf16, page 64, ``kernel_bench.graph_us`` (median CUDA-graph replay), the same cache bytes for every kernel. In round
+0, each path's output against float64 on the first, last and longest request. After each problem, the GPU's clocks,
+temperature, power and slowdown reasons from ``nvidia-smi`` (``gpu_state``): the GPU's state once, just after the
+problem's last timed call, not the clock during the timed rounds. Writes ``family_bench.json`` after every problem
+(a crash or the ``--deadline`` keeps what was measured); ``--render`` writes its markdown, no GPU.
 """
 
 from __future__ import annotations
@@ -130,10 +130,17 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
            "err": {k: rel_err(fn()[check], ref) for k, fn in options.items()}, "us": {k: [] for k in options}}
     if own is not None:
         row["sglang_own_splits"] = sorted(set(own.tolist()))
-    for _ in range(rounds):
-        for k, fn in options.items():
-            row["us"][k].append(graph_us(fn))
+    for i in range(rounds):
+        for k in round_order(list(options), i, rounds):
+            row["us"][k].append(graph_us(options[k]))
     return row
+
+
+def round_order(names: list[str], i: int, rounds: int) -> list[str]:
+    """The options' order in round ``i`` of ``rounds``: the list rotated by ``i`` of ``rounds`` equal steps, so that no
+    option always follows the same one (a kernel's clock and power depend on what ran just before it)."""
+    shift = i * len(names) // rounds
+    return names[shift:] + names[:shift]
 
 
 #: nvidia-smi's query fields for ``gpu_state``. The last is a bit mask of why the clock is below its maximum (NVML's
@@ -141,18 +148,18 @@ def measure(lens: list[int], heads: int, sms: int, flash_mla, sglang, sglang_rul
 #: hardware slowdown, 0x20 and 0x40 software and hardware thermal slowdown, 0x80 the hardware power brake (0x1, the GPU
 #: idle, 0x2, an application clock setting, 0x10 sync boost and 0x100 the display clock are not counted). Older
 #: drivers call the field clocks_throttle_reasons.active. ``power.draw`` is nvidia-smi's average over about a second.
-SMI_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_event_reasons.active")
+SMI_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "power.limit", "clocks_event_reasons.active")
 SLOWDOWN = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
 def parse_gpu_state(text: str) -> dict:
     """nvidia-smi's ``--format=csv,noheader,nounits`` line for ``SMI_FIELDS``: {sm_mhz, mem_mhz, temp_c, power_w,
-    reasons}; ValueError naming what came where it is not five numbers."""
+    power_limit_w, reasons}; ValueError naming what came where it is not six numbers."""
     parts = [p.strip() for p in text.strip().splitlines()[0].split(",")] if text.strip() else []
     try:
-        sm, mem, temp, power, reasons = parts
+        sm, mem, temp, power, limit, reasons = parts
         return {"sm_mhz": int(sm), "mem_mhz": int(mem), "temp_c": int(temp), "power_w": round(float(power), 1),
-                "reasons": int(reasons, 16)}
+                "power_limit_w": round(float(limit), 1), "reasons": int(reasons, 16)}
     except ValueError:
         raise ValueError(f"nvidia-smi: expected {len(SMI_FIELDS)} values ({', '.join(SMI_FIELDS)}), got "
                          f"{text.strip()!r}") from None
@@ -187,7 +194,9 @@ def clock_summary(rows: list[dict]) -> str:
     sm = [s["sm_mhz"] for s in states]
     return (f"Clocks after each of {len(states)} problems (nvidia-smi): SM {min(sm)}-{max(sm)} MHz, memory "
             f"{min(s['mem_mhz'] for s in states)}-{max(s['mem_mhz'] for s in states)} MHz, at most "
-            f"{max(s['temp_c'] for s in states)} C and {max(s['power_w'] for s in states):.0f} W; a slowdown reason "
+            f"{max(s['temp_c'] for s in states)} C and {max(s['power_w'] for s in states):.0f} W"
+            + (f" (limit {min(s['power_limit_w'] for s in states if 'power_limit_w' in s):.0f} W)"
+               if any("power_limit_w" in s for s in states) else "") + "; a slowdown reason "
             + (f"at {len(slowed)}: {', '.join(slowed[:8])}{' ...' if len(slowed) > 8 else ''}." if slowed
                else "at none."))
 
@@ -268,7 +277,8 @@ def to_markdown(data: dict) -> str:
              f"Wall time: {data.get('seconds', 0):.0f} s.", "",
              *([f"Setup: {info['setup']}", ""] if info.get("setup") else []),
              "bf16, page 64, median CUDA-graph replay (`kernel_bench.graph_us`), the same cache bytes for every "
-             "kernel; each option timed once per round, A B A B. 'choice' = what the triton backend runs today "
+             f"kernel; each option timed once per round, A B A B{', ' + info['order'] if info.get('order') else ''}. "
+             "'choice' = what the triton backend runs today "
              "(`schedule.prefers_balanced`: the balanced schedule or the split rule's count); 'best' = the fastest of "
              "mla_edu's split counts and the balanced schedule; 'x FM' = FlashMLA's time / mla_edu's, the median over "
              "rounds of the round-by-round ratio [min-max]; above 1, mla_edu is faster. err = max |out - float64| / "
@@ -319,6 +329,7 @@ def run(out_dir: str, rounds: int, deadline_s: float, heads=HEADS, batches=BATCH
     flash_mla, flash_why = peers.load_flash_mla()
     info = {"gpu": props.name, "sm_count": sms, "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "rounds": rounds, "setup": setup,
+            "order": "the order rotated each round (round_order)",
             "command": "python -m kernel_lab.tools.family_bench " + " ".join(sys.argv[1:]),
             "sglang": sglang_why or rule_why or f"sglang {dist_version('sglang')}, its own split counts",
             "flash_mla": flash_why or "flash_mla importable (FlashMLA built from source on this machine)"}
