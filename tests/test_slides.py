@@ -141,7 +141,7 @@ def test_the_track_deck_follows_tracks_in_order(track, tmp_path):
     path = slides.export_track(track, DECKS, TABLE, tmp_path)
     assert path == slides.track_path(track, tmp_path)
     page = path.read_text()
-    assert H2.findall(page) == [slides.HEADLINE["title"], *_expected_titles(nt.TRACKS[track])]
+    assert H2.findall(page) == _opening(nt.TRACKS[track]) + _expected_titles(nt.TRACKS[track])
     shown = {s.figure for _, sl in slides.track_blocks(track, DECKS, TABLE) for s, _ in sl if s.figure}
     assert {p.stem for p in (tmp_path / "figures").glob("*.png")} == shown
 
@@ -150,12 +150,22 @@ def test_the_track_deck_reads_tracks_when_built(monkeypatch):
     """Another order, a block cut: the deck follows TRACKS as it is when the deck is built, not a copy."""
     blocks = list(reversed(nt.TRACKS["90-minute"]))[1:]
     monkeypatch.setitem(nt.TRACKS, "90-minute", blocks)
-    titles = H2.findall(slides.track_html("90-minute", DECKS, TABLE))[1:]
-    assert titles == _expected_titles(blocks) and titles[0] != "Questions (5 min)"
+    titles = H2.findall(slides.track_html("90-minute", DECKS, TABLE))
+    assert titles == _opening(blocks) + _expected_titles(blocks) and titles[-1] != "Questions (5 min)"
 
 
-def test_every_track_opens_with_the_headline_numbers_from_their_files():
-    """The seed's accuracies and the main job's, filled in from ``SEED`` and results/repro_cpu.json, never typed."""
+def _opening(blocks: list) -> list[str]:
+    """The headline slide's title where the blocks do not teach the seed's table (06, section 1), else nothing."""
+    prefix, section = slides.SEED_TABLE
+    entry = nt.notebook_entry(TABLE, prefix)[1]
+    chosen = [s["title"] for b in blocks if b[0] == prefix for s in nt.select(entry, b[1])]
+    return [] if section in chosen else [slides.HEADLINE["title"]]
+
+
+def test_every_track_shows_the_headline_numbers_from_their_files():
+    """The seed's accuracies and the main job's, filled in from ``SEED`` and results/repro_cpu.json, never typed: a
+    track that does not teach the seed's table (06, section 1, whose slide shows them) opens with them; the 3-hour
+    track teaches it, in its minutes, the 90-minute track does not."""
     from mla_edu.case_study.seed import SEED
 
     table = json.loads((slides.RESULTS_DIR / "repro_cpu.json").read_text())["table"]
@@ -164,8 +174,13 @@ def test_every_track_opens_with_the_headline_numbers_from_their_files():
                                                                                         "fixed"))):
         assert value in text
     assert "{{" not in text and slides.ASK.search(slides.headline_slide().notes)
+    assert any(s.section == slides.SEED_TABLE[1] for s in DECKS[slides.SEED_TABLE[0]].slides)
+    raw = yaml.safe_load((slides.SLIDES_DIR / f"{DECKS['06'].notebook}.yaml").read_text())["slides"]
+    assert "{{seed:eager}}" in " ".join(next(s["bullets"] for s in raw if s["section"] == slides.SEED_TABLE[1]))
+    assert [_opening(nt.TRACKS[t]) for t in ("90-minute", "3-hour")] == [[slides.HEADLINE["title"]], []]
     for track in nt.TRACKS:
-        assert H2.findall(slides.track_html(track, DECKS, TABLE))[0] == slides.HEADLINE["title"]
+        titles = H2.findall(slides.track_html(track, DECKS, TABLE))
+        assert (titles[0] == slides.HEADLINE["title"]) == bool(_opening(nt.TRACKS[track]))
 
 
 def test_a_track_block_on_a_notebook_without_slides_is_refused(monkeypatch):

@@ -325,8 +325,10 @@ def pause_slide(minutes: float, what: str, rest: list, decks: dict[str, Deck]) -
               "The instructor guide lists the questions attendees ask.")
 
 
-#: The opening of every track deck, after its title: what the day reproduces, the seed's numbers and this project's
+#: The opening of a track deck, after its title, where the track does not teach ``SEED_TABLE`` (whose slide shows the
+#: same numbers, in the track's minutes): what the day reproduces, the seed's numbers and this project's
 #: (``{{source:key}}``, filled when the deck is built).
+SEED_TABLE = ("06", "1. The seed's table, in miniature")  # (notebook prefix, section)
 HEADLINE = dict(
     section="headline", title="What we will reproduce",
     bullets=["SGLang's cutlass MLA backend, DeepSeek-V3 on GSM8K: {{seed:eager}} eager, {{seed:pre_fix}} with CUDA "
@@ -354,7 +356,9 @@ def track_html(name: str, decks: dict[str, Deck], table: dict) -> str:
     title = title_html(f"MLA and SGLang's CUDA-graph bug: the {name} track",
                        f"mla-edu · {total:.0f}{f' of {budget}' if budget else ''} minutes",
                        f"{len(blocks)} blocks ({TABLE_NAME}): {plan}")
-    return page_html(f"{name} track", [title, slide_html(headline_slide()),
+    teaches_seed = any(b[0] == SEED_TABLE[0] and s.section == SEED_TABLE[1] for b, sl in blocks for s, _ in sl)
+    opening = [] if teaches_seed else [slide_html(headline_slide())]
+    return page_html(f"{name} track", [title, *opening,
                                         *(slide_html(s, where) for _, sl in blocks for s, where in sl)])
 
 
