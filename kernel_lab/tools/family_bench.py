@@ -183,21 +183,25 @@ def gpu_state() -> dict:
     return {"error": f"nvidia-smi exited {out.returncode}: {(out.stderr or out.stdout).strip()[:200]}"}
 
 
+def slowed(rows: list[dict]) -> list[dict]:
+    """The rows after whose problem a slowdown reason (``SLOWDOWN``) was set."""
+    return [r for r in rows if r.get("gpu_after", {}).get("reasons", 0) & SLOWDOWN]
+
+
 def clock_summary(rows: list[dict]) -> str:
     """One sentence on the clocks after each problem: the SM clock's range, the hottest, and the problems where a
     slowdown reason (``SLOWDOWN``) was set."""
     states = [r["gpu_after"] for r in rows if "sm_mhz" in r.get("gpu_after", {})]
     if not states:
         return "Clocks: not recorded in this run."
-    slowed = [f"{r['family']} h{r['heads']} B{r['batch']} (0x{r['gpu_after']['reasons']:x})" for r in rows
-              if r.get("gpu_after", {}).get("reasons", 0) & SLOWDOWN]
+    named = [f"{r['family']} h{r['heads']} B{r['batch']} (0x{r['gpu_after']['reasons']:x})" for r in slowed(rows)]
     sm = [s["sm_mhz"] for s in states]
     return (f"Clocks after each of {len(states)} problems (nvidia-smi): SM {min(sm)}-{max(sm)} MHz, memory "
             f"{min(s['mem_mhz'] for s in states)}-{max(s['mem_mhz'] for s in states)} MHz, at most "
             f"{max(s['temp_c'] for s in states)} C and {max(s['power_w'] for s in states):.0f} W"
             + (f" (limit {min(s['power_limit_w'] for s in states if 'power_limit_w' in s):.0f} W)"
                if any("power_limit_w" in s for s in states) else "") + "; a slowdown reason "
-            + (f"at {len(slowed)}: {', '.join(slowed[:8])}{' ...' if len(slowed) > 8 else ''}." if slowed
+            + (f"at {len(named)}: {', '.join(named[:8])}{' ...' if len(named) > 8 else ''}." if named
                else "at none."))
 
 
