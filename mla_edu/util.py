@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
-__all__ = ["PAGE_SIZE", "cdiv", "check_finite", "check_int", "is_int"]
+__all__ = ["PAGE_SIZE", "cdiv", "check_finite", "check_int", "is_int", "torch_threads"]
 
 # Tokens per KV-cache page: cutlass_mla's fixed page size (SGLang's cutlass_mla_backend.py,
 # PAGE_SIZE = 128), used by both backends here and by the task's prompt lengths (1..4 pages).
@@ -36,3 +37,20 @@ def check_finite(name: str, value, why: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0{f' ({why})' if why else ''}, got {value!r}")
     return value
+
+
+@contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op thread count set to ``n`` inside the block (``None`` or 0: left as it is), and put back after
+    it, an exception or an interrupt too: a command's ``main(argv)`` called from a notebook or a test leaves the
+    process as it found it."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        check_int("threads", n, 1)
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -151,3 +151,41 @@ def test_mismatched_weights_and_configs():
         NaiveMLA({"hidden_size": 64})
     with pytest.raises(ValueError, match=r"o_latent: expected \[..., 4, 32\]"):
         AbsorbedMLA(MLAConfig.tiny()).output(torch.randn(2, 4, 16))
+
+
+def test_latent_attention_refuses_shapes_einsum_would_broadcast():
+    """An audit's find: a cache of batch 1 against queries of batch 4 was broadcast, a NaN scale gave NaN."""
+    from mla_edu.attention import latent_attention
+
+    q_nope, q_pe = torch.randn(4, 1, 2, 8), torch.randn(4, 1, 2, 3)
+    c_kv, k_pe = torch.randn(4, 5, 8), torch.randn(4, 5, 3)
+    assert latent_attention(q_nope, q_pe, c_kv, k_pe, 0.5).shape == (4, 1, 2, 8)
+    for args, what in [((q_nope, q_pe, c_kv[:1], k_pe[:1], 0.5), "expected c_kv \\[4, 5, 8\\]"),
+                       ((q_nope, q_pe[..., :2], c_kv, k_pe, 0.5), "expected q_pe \\[4, 1, 2, 3\\]"),
+                       ((q_nope, q_pe, c_kv, k_pe[:, :4], 0.5), "expected k_pe \\[4, 5, 3\\]"),
+                       ((q_nope[0], q_pe, c_kv, k_pe, 0.5), "expected q_nope \\[B, T, H, r\\]"),
+                       ((q_nope, q_pe, c_kv, k_pe, float("nan")), "positive finite number, got nan"),
+                       ((q_nope, q_pe, c_kv, k_pe, 0.0), "positive finite number, got 0.0")]:
+        with pytest.raises(ValueError, match=what):
+            latent_attention(*args)
+    with pytest.raises(ValueError, match="expected mask a bool tensor \\[1, 5\\]"):
+        latent_attention(q_nope, q_pe, c_kv, k_pe, 0.5, torch.ones(1, 4, dtype=torch.bool))
+
+
+def test_a_refused_cache_update_leaves_the_cache_as_it_was():
+    """An audit's find: c_kv was appended before k_pe's cat failed, and k_pe's shape was never checked."""
+    from mla_edu import ContiguousLatentCache
+
+    cache = ContiguousLatentCache()
+    with pytest.raises(ValueError, match="expected k_pe \\[1, 2, dr\\]"):
+        cache.update(torch.zeros(1, 2, 8), torch.zeros(1, 3, 4))
+    assert cache.c_kv is None and cache.k_pe is None
+    cache.update(torch.zeros(1, 2, 8), torch.zeros(1, 2, 4))
+    for c_kv, k_pe, what in [(torch.zeros(1, 1, 8), torch.zeros(1, 1, 5), "expected k_pe \\[1, T, 4\\]"),
+                             (torch.zeros(2, 1, 8), torch.zeros(2, 1, 4), "expected c_kv \\[1, T, 8\\]"),
+                             (torch.zeros(1, 1, 8, dtype=torch.float64), torch.zeros(1, 1, 4), "torch.float32")]:
+        with pytest.raises(ValueError, match=what):
+            cache.update(c_kv, k_pe)
+        assert cache.c_kv.shape == (1, 2, 8) and cache.k_pe.shape == (1, 2, 4)
+    cache.update(torch.ones(1, 1, 8), torch.ones(1, 1, 4))
+    assert cache.seq_len == 3 and cache.k_pe.shape == (1, 3, 4)

@@ -98,8 +98,13 @@ def _writes_seq_lens(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):
     seq_lens[:bs] += 1
 
 
+def _backends_capture_hook(backend, bs, req_pool_indices, seq_lens, seq_lens_cpu):  # the capture hook fills it too
+    backend.init_forward_metadata_capture_cuda_graph(bs, req_pool_indices[:bs], seq_lens[:bs])
+
+
 REPLAY_MISTAKES = [
     (_other_view, ex.REPLAY_HINTS["other_view"]),
+    (_backends_capture_hook, "refused: your function runs init_forward_metadata_capture_cuda_graph"),
     (_fresh_workspace, ex.REPLAY_HINTS["workspace"]),
     (_backends_own, "refused: your function runs init_forward_metadata_replay_cuda_graph"),
     (_moved_storage, ex.REPLAY_HINTS["reshaped"]),
@@ -201,6 +206,18 @@ def test_each_row_stride_mistake_gets_its_hint():
             r = ex.check_row_stride(*answers)
             hint = ex.ROW_STRIDE_MISTAKES[part].get(what, ex.ROW_STRIDE_OTHER[part])
             assert not r.passed and r.message.startswith(f"{part}: not {number}; {hint}"), (part, what, r.message)
+
+
+def test_a_row_stride_hint_never_tells_another_parts_answer():
+    """An audit's find: 'used row stride 6' got "that is the buffer's own stride", part 2's answer in one try. A hint
+    built from another part's truth is given only where that part is right; else the part's general question."""
+    used, real, flat = ex08.ROW_STRIDE_ANSWERS
+    for answers, part in [((real, 1000, flat), "used row stride"), ((1000, used, flat), "buffer row stride"),
+                          ((used, 1000, 3 * real + 2), "flat index")]:
+        r = ex.check_row_stride(*answers)
+        assert not r.passed and f"{part}: not {answers[list(ex.ROW_STRIDE_OTHER).index(part)]}; " \
+            f"{ex.ROW_STRIDE_OTHER[part]}" in r.message, r.message
+        assert not any(h in r.message for m in ex.ROW_STRIDE_MISTAKES.values() for h in m.values()), r.message
 
 
 # ---- 4. workspace size ----------------------------------------------------------------------------
@@ -456,6 +473,99 @@ def test_a_changed_code_or_class_attribute_is_put_back_and_refused():
         r = ex.check_workspace_size(fn)
         assert not r.passed and "refused" in r.message, (fn.__name__, r.message)
         assert all(f.__code__ is c for f, c in saved.items()) and checks.Refusal.refuses is refuses
+    assert ex.check_workspace_size(ex08.workspace_size).passed
+
+
+def _reads_the_checkers_frames(names):
+    """A learner's function that walks up the stack to the checker's locals and answers from whichever of ``names``
+    it finds there (an audit read exercise 4's ``want`` and exercise 5's ``truths`` so: both passed)."""
+    def find(name):
+        frame = sys._getframe(2)
+        while frame is not None and name not in frame.f_locals:
+            frame = frame.f_back
+        return None if frame is None else frame.f_locals[name]
+
+    return find
+
+
+def test_no_truth_sits_in_a_frame_while_the_learners_function_runs():
+    find = _reads_the_checkers_frames(("want", "truths", "truth"))
+    seen = []
+
+    def workspace(*case):
+        seen.append([find(n) for n in ("want", "truth", "truths")])
+        return 0
+
+    def stale(buffer, seq_lens, row_stride):
+        seen.append([find(n) for n in ("want", "truth", "truths")])
+        return set()
+
+    assert not ex.check_workspace_size(workspace).passed
+    assert not ex.check_stale_reads(stale).passed
+    assert len(seen) > 2 and all(v is None for row in seen for v in row), seen[:3]
+    # nor among the objects gc tracks: the sealed truths are a digest, not a list of them
+    import gc
+
+    def hunts_the_heap(*case):
+        lists = [o for o in gc.get_objects() if type(o) is list and len(o) > 20
+                 and all(type(x) is int and x > 10_000 for x in o)]
+        return lists[0][0] if lists else 0
+
+    assert not ex.check_workspace_size(hunts_the_heap).passed
+
+
+def test_a_patched_module_outside_the_library_is_caught_by_the_seal():
+    # run_learner puts back mla_edu's globals, not Python's: a function that patches what the truth is computed with
+    # (here builtins.min, so that the automatic split is always max_splits) makes the truths computed after it agree
+    # with its wrong answer; the seal taken before it ran catches that
+    import builtins
+
+    from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT
+    from mla_edu.util import cdiv
+
+    original = builtins.min
+
+    def first_of_two_ints(*a, **k):
+        return a[0] if len(a) == 2 and not k and all(type(x) is int for x in a) else original(*a, **k)
+
+    def patches_min(max_seq_len, num_batches, sm_count, num_kv_splits):
+        builtins.min = first_of_two_ints
+        split = num_kv_splits if num_kv_splits >= 1 else cdiv(max_seq_len, 128)
+        return BYTES_PER_BATCH_SPLIT * split * num_batches
+
+    try:
+        r = ex.check_workspace_size(patches_min)
+        wrong_truth = ex.get_workspace_size(4224, 8, 132, -1)
+    finally:
+        builtins.min = original
+    # with min patched the library's truth was the wrong answer's; put back, it is not
+    assert wrong_truth == BYTES_PER_BATCH_SPLIT * cdiv(4224, 128) * 8 != ex.get_workspace_size(4224, 8, 132, -1)
+    assert not r.passed and r.message == ex.SEAL_BROKEN, r.message
+    assert ex.check_workspace_size(ex08.workspace_size).passed
+
+
+def test_an_interrupt_inside_the_learners_function_puts_the_library_back():
+    """The stop button (KeyboardInterrupt) in a learner's function that rebound a library global: the check stops,
+    and the global is put back (it stayed rebound, and every later check answered 'refused')."""
+    class Boom(BaseException):
+        pass
+
+    original = ex.get_workspace_size
+
+    def rebinds_then_interrupted(*case):
+        ex.get_workspace_size = lambda *a: 0
+        raise KeyboardInterrupt
+
+    def rebinds_then_raises_its_own(*case):
+        ex.get_workspace_size = lambda *a: 0
+        raise Boom()
+
+    with pytest.raises(KeyboardInterrupt):
+        ex.check_workspace_size(rebinds_then_interrupted)
+    assert ex.get_workspace_size is original
+    r = ex.check_workspace_size(rebinds_then_raises_its_own)  # a BaseException of its own: a NOT YET, not a raise
+    assert not r.passed and "refused" in r.message, r.message
+    assert ex.get_workspace_size is original
     assert ex.check_workspace_size(ex08.workspace_size).passed
 
 

@@ -495,3 +495,18 @@ def test_every_impl_matches_float64_or_says_why_it_cannot_run_here(impl):
             mla_decode(*args, impl=impl)
         return
     assert rel_err(mla_decode(*args, impl=impl), case.dense_f64()) < 2e-3
+
+
+@pytest.mark.parametrize("kw, msg", [(dict(d_rope=-575), "d_rope must be > 0, got -575"),
+                                     (dict(d_latent=0), "d_latent must be > 0, got 0"),
+                                     (dict(sm_count=-3), "sm_count must be >= 0, got -3")])
+def test_the_split_rule_refuses_dims_that_would_choose_silently(kw, msg):
+    """An audit's find: d_rope=-575 made the rule pick 32 splits where it picks 1 (a negative page size in bytes)."""
+    from mla_edu.kernels.workspace import stage2_pages, triton_num_kv_splits
+
+    assert triton_num_kv_splits(4096, 64, 128, 64, 132) == 1
+    with pytest.raises(ValueError, match=msg):
+        triton_num_kv_splits(4096, 64, 128, 64, **{"sm_count": 132, **kw})
+    if "sm_count" not in kw:
+        with pytest.raises(ValueError, match=msg.replace("> 0", ">= 1")):
+            stage2_pages(4, 16, 132, 64, **kw)

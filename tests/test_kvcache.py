@@ -258,3 +258,12 @@ def test_page_grid_colours_labels_and_frames():
         draw_page_grid(ax_buf, buffer, [["owned"] * 2] * 2, cells=[(2, 0)])
     with pytest.raises(ValueError, match=r"written: expected the buffer's shape \(2, 2\), got \(2,\)"):
         draw_index_buffer(ax_buf, buffer, torch.tensor([True, False]))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.complex64, torch.bool])
+def test_fill_page_table_refuses_a_table_that_cannot_hold_its_ids(dtype):
+    """A uint8 table turned the no-page id -1 into 255, a live page's id (an audit's find); floats are not ids."""
+    table = torch.zeros(1, 4, dtype=dtype)
+    with pytest.raises(TypeError, match=f"page_table must be an? (signed )?integer tensor.*got {dtype}"):
+        fill_page_table(torch.arange(10).view(1, 10), torch.tensor([0]), torch.tensor([3]), table, 2)
+    assert not table.any()  # nothing written

@@ -30,3 +30,22 @@ def test_check_int_refuses_a_non_int_and_a_small_one(value, minimum, error):
     with pytest.raises(error, match="^x must be "):
         check_int("x", value, minimum)
     assert check_int("x", minimum, minimum) == minimum
+
+
+def test_torch_threads_puts_the_count_back_after_an_exception_too():
+    import torch
+
+    from mla_edu.util import torch_threads
+
+    before = torch.get_num_threads()
+    with pytest.raises(KeyboardInterrupt):
+        with torch_threads(1):
+            assert torch.get_num_threads() == 1
+            raise KeyboardInterrupt
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be >= 1, got -2"):
+        with torch_threads(-2):
+            pass
+    assert torch.get_num_threads() == before

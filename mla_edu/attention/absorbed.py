@@ -9,6 +9,8 @@ Decode becomes multi-query attention over the latent cache: key dim r + dr (576)
 
 from __future__ import annotations
 
+import math
+
 import torch
 from einops import einsum, rearrange
 
@@ -18,13 +20,39 @@ from mla_edu.attention.common import ContiguousLatentCache, MLAWeights, causal_m
 def latent_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch.Tensor, k_pe: torch.Tensor,
                      scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
     """MQA over the latent cache: ``q_nope [B,T,H,r]``, ``q_pe [B,T,H,dr]``, ``c_kv [B,L,r]``, ``k_pe [B,L,dr]``
-    -> ``o_latent [B,T,H,r]``. ``mask [T, L]`` (True = attend) or None."""
+    -> ``o_latent [B,T,H,r]``. ``mask [T, L]`` (True = attend) or None. Shapes that disagree (which einsum would
+    broadcast: a cache of batch 1 against queries of batch 4) and a scale that is not a positive finite number are
+    refused with a ValueError."""
+    _check_shapes(q_nope, q_pe, c_kv, k_pe, scale, mask)
     scores = (einsum(q_nope, c_kv, "b t h r, b l r -> b h t l")
               + einsum(q_pe, k_pe, "b t h d, b l d -> b h t l")) * scale
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     p = torch.softmax(scores.float(), dim=-1).to(c_kv.dtype)
     return einsum(p, c_kv, "b h t l, b l r -> b t h r")
+
+
+def _check_shapes(q_nope, q_pe, c_kv, k_pe, scale, mask) -> None:
+    got = {n: t for n, t in (("q_nope", q_nope), ("q_pe", q_pe), ("c_kv", c_kv), ("k_pe", k_pe))}
+    for name, t in got.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"latent_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if q_nope.dim() != 4 or q_pe.dim() != 4 or c_kv.dim() != 3 or k_pe.dim() != 3:
+        raise ValueError("latent_attention: expected q_nope [B, T, H, r], q_pe [B, T, H, dr], c_kv [B, L, r], "
+                         f"k_pe [B, L, dr], got {', '.join(f'{n} {list(t.shape)}' for n, t in got.items())}")
+    B, T, H, r = q_nope.shape
+    L, dr = c_kv.shape[1], k_pe.shape[2]
+    want = {"q_pe": (B, T, H, dr), "c_kv": (B, L, r), "k_pe": (B, L, dr)}
+    for name, shape in want.items():
+        if tuple(got[name].shape) != shape:
+            raise ValueError(f"latent_attention: expected {name} {list(shape)} (from q_nope {list(q_nope.shape)}, "
+                             f"c_kv's L and k_pe's dr), got {list(got[name].shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"latent_attention: scale must be a positive finite number, got {scale!r}")
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool
+                             or tuple(mask.shape) != (T, L)):
+        raise ValueError(f"latent_attention: expected mask a bool tensor [{T}, {L}] or None, got "
+                         f"{f'{list(mask.shape)} {mask.dtype}' if isinstance(mask, torch.Tensor) else repr(mask)}")
 
 
 class AbsorbedMLA(MLAWeights):

@@ -46,15 +46,26 @@ class ContiguousLatentCache:
         return 0 if self.c_kv is None else self.c_kv.shape[1]
 
     def update(self, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``[B, T, r]`` / ``[B, T, dr]``; return everything cached so far."""
+        """Append ``[B, T, r]`` / ``[B, T, dr]``; return everything cached so far. Both are checked before either
+        is stored: a refused update leaves the cache as it was."""
+        for name, t in (("c_kv", c_kv), ("k_pe", k_pe)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3:
+                raise ValueError(f"ContiguousLatentCache.update: expected {name} a 3-D tensor [B, T, "
+                                 f"{'r' if name == 'c_kv' else 'dr'}], got "
+                                 f"{list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if k_pe.shape[:2] != c_kv.shape[:2]:
+            raise ValueError(f"ContiguousLatentCache.update: expected k_pe [{c_kv.shape[0]}, {c_kv.shape[1]}, dr] "
+                             f"(c_kv's B and T), got {list(k_pe.shape)}")
         if self.c_kv is None:
             self.c_kv, self.k_pe = c_kv, k_pe
-        else:
-            if c_kv.shape[0] != self.c_kv.shape[0] or c_kv.shape[2:] != self.c_kv.shape[2:]:
-                raise ValueError("ContiguousLatentCache.update: expected c_kv "
-                                 f"[{self.c_kv.shape[0]}, T, {self.c_kv.shape[2]}], got {list(c_kv.shape)}")
-            self.c_kv = torch.cat((self.c_kv, c_kv), dim=1)
-            self.k_pe = torch.cat((self.k_pe, k_pe), dim=1)
+            return self.c_kv, self.k_pe
+        for name, t, held in (("c_kv", c_kv, self.c_kv), ("k_pe", k_pe, self.k_pe)):
+            if t.shape[0] != held.shape[0] or t.shape[2] != held.shape[2] or t.dtype != held.dtype \
+                    or t.device != held.device:
+                raise ValueError(f"ContiguousLatentCache.update: expected {name} [{held.shape[0]}, T, "
+                                 f"{held.shape[2]}] {held.dtype} on {held.device} (what the cache holds), got "
+                                 f"{list(t.shape)} {t.dtype} on {t.device}")
+        self.c_kv, self.k_pe = torch.cat((self.c_kv, c_kv), dim=1), torch.cat((self.k_pe, k_pe), dim=1)
         return self.c_kv, self.k_pe
 
 

@@ -120,7 +120,8 @@ def stage2_pages(rows: int, heads: int, sm_count: int, page_size: int, split_cos
     ``[rows, heads, d_latent]``, written and read (``merge_weight`` times those bytes), over one page read on each
     of ``sm_count`` SMs."""
     check_int("rows", rows, 0)
-    for name, v in (("heads", heads), ("sm_count", sm_count), ("page_size", page_size)):
+    for name, v in (("heads", heads), ("sm_count", sm_count), ("page_size", page_size), ("d_latent", d_latent),
+                    ("d_rope", d_rope)):
         check_int(name, v, 1)
     _check_cost(split_cost=split_cost, merge_weight=merge_weight)
     page_bytes = page_size * (d_latent + d_rope) * 2  # bf16 rows [page_size, d_latent + d_rope] of one page
@@ -144,6 +145,9 @@ def triton_num_kv_splits(max_seq_len: int, num_batches: int, num_heads: int, pag
     _pos_int("num_batches", num_batches)
     _pos_int("num_heads", num_heads)
     _pos_int("page_size", page_size)
+    _pos_int("d_latent", d_latent)
+    _pos_int("d_rope", d_rope)
+    check_int("sm_count", sm_count, 0)  # 0: the device's
     _check_cost(split_cost=split_cost, merge_weight=merge_weight)
     sms = sm_count if sm_count > 0 else device_sm_count()
     n_pages = cdiv(max_seq_len, page_size)

@@ -1,7 +1,7 @@
 """Paged latent KV cache: request rows, pages, the 576-wide latent cache, page-table fill."""
 
 from mla_edu.kvcache.latent_cache import LatentKVCache
-from mla_edu.kvcache.page_table import fill_page_table, fill_page_table_torch
+from mla_edu.kvcache.page_table import fill_page_table
 from mla_edu.kvcache.pool import PagedAllocator, PoolExhausted, ReqToTokenPool, slots_for
 
 __all__ = [
@@ -10,6 +10,5 @@ __all__ = [
     "PoolExhausted",
     "ReqToTokenPool",
     "fill_page_table",
-    "fill_page_table_torch",
     "slots_for",
 ]

@@ -36,8 +36,11 @@ def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
                     ("seq_lens", seq_lens), ("page_table", page_table)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype.is_floating_point or t.dtype == torch.bool:
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor, got {t.dtype}")
+    if not page_table.dtype.is_signed:  # -1 in a uint8 table is 255, a live page's id
+        raise TypeError(f"page_table must be a signed integer tensor (its no-page id is {NO_PAGE}), "
+                        f"got {page_table.dtype}")
     if req_to_token.dim() != 2:
         raise ValueError("req_to_token must be 2-D [pool_size, max_context_len], "
                          f"got shape {tuple(req_to_token.shape)}")
@@ -81,7 +84,7 @@ def _check_values(req_to_token, req_pool_indices, seq_lens, page_table, page_siz
                              f"holds ({torch.iinfo(page_table.dtype).max}); expected slots that fit its dtype")
 
 
-def fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size: int) -> None:
+def _fill_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size: int) -> None:
     """Vectorized torch version: no Python loop over rows, no host sync (graph-capturable)."""
     width = page_table.size(1)
     pool, ctx = req_to_token.shape
@@ -122,7 +125,7 @@ def fill_page_table(req_to_token, req_pool_indices, seq_lens, page_table, page_s
     """
     _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
     if impl == "torch":
-        fill_page_table_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
+        _fill_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size)
     elif impl == "triton":
         require_triton('fill_page_table(impl="triton")')
         if not page_table.is_cuda and not TRITON_INTERPRET:

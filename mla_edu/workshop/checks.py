@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import decimal
 import fractions
+import hashlib
+import hmac
 import itertools
 import math
 import operator
+import secrets
 import signal
 import sys
 import threading
@@ -468,7 +471,9 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         value = fn(*args)
         if items and (isinstance(value, Iterator) or isinstance(value, Iterable) and not isinstance(value, Sized)):
             value = list(itertools.islice(value, MAX_ITEMS + 1))  # a generator: its items run the learner's code
-    except (Exception, SystemExit, _Stop) as e:
+    except KeyboardInterrupt:  # the learner's stop button: the check stops too, once the finally put all back
+        raise
+    except BaseException as e:  # anything else, a BaseException of the learner's own too, is the function's failure
         value, error = None, e
     finally:
         state["done"] = True
@@ -481,10 +486,10 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         threading.settrace(old_thread_trace)
         if main:
             signal.signal(signal.SIGALRM, old_handler)
+        changed = _restore_globals(saved)  # here, so that an interrupt too leaves the library as it was
     if error is not None and not state["stop"]:
         state["stop"] = describe(error)
     refused = (state["stop"] or "").startswith("refused")
-    changed = _restore_globals(saved)
     if changed and not refused:
         state["stop"] = (f"refused: your function rebound {', '.join(changed[:3])} (put back): a check reads its "
                          "truth there; compute the answer without changing the library")
@@ -494,6 +499,35 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     if state["stop"]:  # raised into the function, or swallowed by it
         return None, state["stop"]
     return value, None
+
+
+class Seal:
+    """A checker's truths, sealed before a learner's function runs: a salted digest of them, nothing more.
+
+    While the learner's code runs, no truth sits in a frame or an object it can reach (``sys._getframe``,
+    ``gc.get_objects``): the checker holds only the seal, and computes each truth again once the learner's answers
+    are in. ``matches`` then says whether the truths computed again are the sealed ones; a learner's code that
+    changed what a truth is computed with (a module outside ``mla_edu``, which ``run_learner`` does not put back)
+    makes them differ. The digest covers all the truths together, so it cannot be searched one small truth at a
+    time."""
+
+    def __init__(self, truths: Iterable):
+        self._salt = secrets.token_bytes(16)
+        self._digest = self._of(truths)
+
+    def _of(self, truths: Iterable) -> bytes:
+        h = hashlib.sha256(self._salt)
+        for t in truths:
+            h.update(repr(sorted(t) if isinstance(t, (set, frozenset)) else t).encode() + b"\0")
+        return h.digest()
+
+    def matches(self, truths: Iterable) -> bool:
+        return hmac.compare_digest(self._of(truths), self._digest)
+
+
+#: what a checker says when ``Seal.matches`` is false
+SEAL_BROKEN = ("refused: the check's truths came out different after your function ran: it changed code the check "
+               "computes them with; compute the answer without changing Python's or the library's modules")
 
 
 # ---- the checks ---------------------------------------------------------------------------------

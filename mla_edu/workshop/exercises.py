@@ -48,7 +48,8 @@ from mla_edu.serving.backends.cutlass_mla import POISON_PAGE
 from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
-from mla_edu.workshop.checks import Refusal, as_int as _as_int, as_items, describe as _describe, option_key
+from mla_edu.workshop.checks import SEAL_BROKEN, Refusal, Seal, as_int as _as_int, as_items, describe as _describe
+from mla_edu.workshop.checks import option_key
 from mla_edu.workshop.checks import library_globals, library_kind, report as _report, run_learner, show as _show
 
 #: the code no learner's function may run while a checker watches it: the checkers themselves (their truths),
@@ -168,13 +169,19 @@ REPLAY_HINTS = {
 }
 
 
+#: the backend methods that fill a page table themselves: a learner's replay hook may call none of them
+_HOOKS = ("init_forward_metadata_replay_cuda_graph", "init_forward_metadata_capture_cuda_graph",
+          "init_forward_metadata")
+
+
 def _replay_refusal() -> Refusal:
-    """The checkers' own code and every backend's replay hook (by its code object; not by a copy: the right answer
-    is two lines, the same bytecode as the Triton backend's hook, and a learner may write it); the backend's
-    accessors (``graph_index_buffer()``) and the library's helpers (``fill_page_table``) are allowed."""
-    hooks = {cls.init_forward_metadata_replay_cuda_graph for cls in (AttentionBackend, *BACKEND_CLASSES.values())}
+    """The checkers' own code and every backend's metadata hooks, replay, capture and eager (``_HOOKS``, by their
+    code objects; not by a copy: the right answer is two lines, the same bytecode as the Triton backend's replay
+    hook, and a learner may write it); the backend's accessors (``graph_index_buffer()``) and the library's helpers
+    (``fill_page_table``) are allowed."""
+    hooks = {getattr(cls, name) for cls in (AttentionBackend, *BACKEND_CLASSES.values()) for name in _HOOKS}
     return Refusal(files=_OWN_CODE, functions=sorted(hooks, key=lambda f: f.__qualname__),
-                   why="the backend's own replay hook", copies=False)
+                   why="one of the backend's own metadata hooks", copies=False)
 
 
 class _Verdict(Exception):
@@ -433,15 +440,26 @@ def _row_stride_wrong(used: int, real: int) -> dict:
     }
 
 
+#: the mistakes of ``ROW_STRIDE_MISTAKES`` whose number is built from another part's truth, and that part: their hint
+#: would tell that part's answer ("that is the buffer's own stride" for a 6 says the buffer's stride is 6), so it is
+#: given only where that part is answered right
+ROW_STRIDE_DISCLOSES = {"the buffer's own row stride": "buffer row stride",
+                        "the row stride the kernel used": "used row stride",
+                        "the row's page through the buffer's stride": "buffer row stride"}
+
+
 def _row_stride_hints(used: int, real: int, flat: int, answers: tuple) -> list:
     """One hint per wrong part of exercise 3's answer, naming the concept (never a value): the hint of the last
-    mistake of ``ROW_STRIDE_MISTAKES`` whose number it is, else ``ROW_STRIDE_OTHER``'s."""
+    mistake of ``ROW_STRIDE_MISTAKES`` whose number it is, unless it would tell a part answered wrong
+    (``ROW_STRIDE_DISCLOSES``), else ``ROW_STRIDE_OTHER``'s."""
     hints = []
     wrong = _row_stride_wrong(used, real)
-    for (part, truth), answer in zip({"used row stride": used, "buffer row stride": real, "flat index": flat}.items(),
-                                     answers):
+    truths = {"used row stride": used, "buffer row stride": real, "flat index": flat}
+    right = {part for (part, truth), answer in zip(truths.items(), answers) if answer == truth}
+    for (part, truth), answer in zip(truths.items(), answers):
         if answer != truth:
-            by_number = {n: ROW_STRIDE_MISTAKES[part][what] for what, n in wrong[part].items()}
+            by_number = {n: ROW_STRIDE_MISTAKES[part][what] for what, n in wrong[part].items()
+                         if ROW_STRIDE_DISCLOSES.get(what, part) in right | {part}}
             hints.append(f"{part}: not {_show(answer)}; " + by_number.get(answer, ROW_STRIDE_OTHER[part]))
     return hints
 
@@ -592,10 +610,13 @@ def check_workspace_size(fn) -> ExerciseResult:
     if bad:
         return bad
     cases = WORKSPACE_CASES + _workspace_drawn()
-    want = [get_workspace_size(*case) for case in cases]  # before the learner's function runs
+    seal = Seal(get_workspace_size(*case) for case in cases)  # the truths, sealed before the learner's function runs
     got, err = _workspace_answers(fn, cases)
     if err:
         return _report(False, err)
+    want = [get_workspace_size(*case) for case in cases]  # again, now that the learner's function is done
+    if not seal.matches(want):
+        return _report(False, SEAL_BROKEN)
     if got == want:
         return _report(True, f"all {len(WORKSPACE_CASES)} cases (and {len(cases) - len(WORKSPACE_CASES)} drawn "
                              "now) equal sgl-kernel's cutlass_mla_get_workspace_size (e.g. "
@@ -834,13 +855,16 @@ def check_stale_reads(fn) -> ExerciseResult:
         got, err = _stale_answer(got)
         return (None, _report(False, f"{where}: {err}")) if err else (got, None)
 
-    truths = [_stale_variant(*step) for step in named]  # every truth before the learner's function runs
+    domain = stale_domain() + _stale_drawn()
+    # every truth sealed before the learner's function runs; each computed again once the learner has answered it
+    seal = Seal(_stale_variant(*step) for step in named + domain)
     got_named = []
     for k, step in enumerate(named):
         got, result = answer(k, step)
         if result:
             return result
         got_named.append(got)
+    truths = [_stale_variant(*step) for step in named]
     if got_named != truths:
         for name, hint in STALE_MISTAKES.items():
             keyword, values = _STALE_VARIANTS[name]
@@ -849,14 +873,16 @@ def check_stale_reads(fn) -> ExerciseResult:
                     return _report(False, f"the named steps are off by one mistake: {hint}.")
         k = next(k for k, (g, t) in enumerate(zip(got_named, truths)) if g != t)
         return _wrong_step(f"step {k}", named[k], got_named[k], truths[k])
-    domain = stale_domain() + _stale_drawn()
+    done = list(truths)
     for step in domain:  # the first step that differs ends the check
-        truth = _stale_variant(*step)
         got, result = answer(len(named), step)
         if result:
             return result
-        if got != truth:
-            return _wrong_step("a step of the domain", step, got, truth)
+        done.append(_stale_variant(*step))
+        if got != done[-1]:
+            return _wrong_step("a step of the domain", step, got, done[-1])
+    if not seal.matches(done):
+        return _report(False, SEAL_BROKEN)
     n = sum(len(t) for t in truths)
     return _report(True, f"all {len(named)} named steps right ({n} stale reads in all), and all {len(domain)} steps "
                          "of the domain: these entries are what the captured kernel attended over instead of the "

@@ -7,11 +7,11 @@ import argparse
 import json
 import sys
 
-import torch
 
 from mla_edu import cli
 from mla_edu.case_study import accuracy
 from mla_edu.serving import ROW_ORDERS, backend_names, known_defects, parse_defects
+from mla_edu.util import torch_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,17 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
     try:
         defects = parse_defects(a.defects)
-        res = accuracy.run_bench(num_questions=a.num_questions, parallel=a.parallel, progress=not a.json,
-                        attention_backend=a.attention_backend, disable_cuda_graph=a.disable_cuda_graph,
-                        defects=defects, poison_fill=a.poison_fill, num_kv_splits=a.num_kv_splits,
-                        cuda_graph_bs=tuple(a.cuda_graph_bs), max_running_requests=a.max_running_requests,
-                        row_order=a.row_order, dtype=a.dtype, device=a.device, dp_size=a.dp,
-                        enable_dp_attention=a.enable_dp_attention,
-                        **({"context_length": a.context_length} if a.context_length else {}))
+        with torch_threads(a.threads):
+            res = accuracy.run_bench(num_questions=a.num_questions, parallel=a.parallel, progress=not a.json,
+                                     attention_backend=a.attention_backend, disable_cuda_graph=a.disable_cuda_graph,
+                                     defects=defects, poison_fill=a.poison_fill, num_kv_splits=a.num_kv_splits,
+                                     cuda_graph_bs=tuple(a.cuda_graph_bs), max_running_requests=a.max_running_requests,
+                                     row_order=a.row_order, dtype=a.dtype, device=a.device, dp_size=a.dp,
+                                     enable_dp_attention=a.enable_dp_attention,
+                                     **({"context_length": a.context_length} if a.context_length else {}))
     except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

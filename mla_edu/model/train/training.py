@@ -45,6 +45,7 @@ from tqdm import tqdm
 
 from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.model import task
+from mla_edu.util import torch_threads
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
 
 from mla_edu.model import MANIFEST_FILE, WEIGHTS_FILE, config_sha256, load_manifest, load_pretrained, sha256_file
@@ -225,15 +226,18 @@ def _without_rope_scaling(config: dict) -> dict:
 
 def run(args, command: str) -> dict:
     """Train, evaluate and save as ``args`` says (the namespace ``python -m mla_edu.model.train`` parses:
-    ``__main__.py``); ``command``: the command line, recorded in the manifest. Returns the manifest."""
+    ``__main__.py``); ``command``: the command line, recorded in the manifest. Returns the manifest. torch's thread
+    count is ``args.threads`` inside, and put back after."""
+    with torch_threads(args.threads):
+        return _run(args, command)
+
+
+def _run(args, command: str) -> dict:
     curriculum = args.curriculum if isinstance(args.curriculum, tuple) else parse_curriculum(args.curriculum)
     facts = args.facts if isinstance(args.facts, tuple) else parse_facts(args.facts)
     for name in ("lr", "weight_decay", "grad_clip") + (("yarn_factor",) if args.yarn_factor is not None else ()):
         if not math.isfinite(getattr(args, name)):
             raise ValueError(f"--{name.replace('_', '-')}: expected a finite number, got {getattr(args, name)}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     mla = default_mla_config().replace(hidden_size=args.hidden, num_attention_heads=args.heads,
