@@ -12,7 +12,7 @@ ANSWERS = {
     },
     "02_weight_absorption": {
         "ex1_right_positions": {3},
-        "ex2_intensity": 117.0,
+        "ex2_intensity": 117.4,
         "ex2_bound": "memory",
         "ex3_product_bytes": 201_326_592,
         "ex3_factor_bytes": 67_108_864,
@@ -41,7 +41,7 @@ ANSWERS = {
         "ex1_stale_entries_remain": True,
         "ex2_flat_entries": [6],
         "ex3_accuracy": "c",
-        "ex4_first_step_in_row0": 2,
+        "ex4_first_step_in_row0": "b",
     },
     "07_the_fix": {
         "ex1_frozen_splits": 1,
@@ -53,6 +53,6 @@ ANSWERS = {
     "08_workshop_exercises": {
         "more1_guess_holds": False,
         "more2_when": "a",
-        "more3_rows_right": True,
+        "more3_old_ids_remain": True,
     },
 }

@@ -77,7 +77,8 @@ for page in (1, 16, 64, 128):
 
 # %% [markdown]
 # Small pages waste less but make the table longer and the kernel's gathers smaller. Kernels
-# pick a page size they can read efficiently: FlashMLA uses 64, the cutlass MLA kernel 128.
+# pick a page size they can read efficiently: FlashMLA uses 64; SGLang's cutlass_mla backend uses 128 (sgl-kernel's
+# kernel takes any power of two up to 128, notebook 04's `check_cutlass_args`).
 #
 # ## 3. The request pool and the page allocator (core)
 #

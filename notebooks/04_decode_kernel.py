@@ -20,8 +20,8 @@
 # gather through the page table, then *[split-KV](../docs/glossary.md#split)* (flash-decoding), where each request's pages
 # are cut into splits processed in parallel and merged by log-sum-exp through a *[workspace](../docs/glossary.md#workspace)*.
 # You will meet the exact contract of sgl-kernel's `cutlass_mla_decode`, the function behind
-# SGLang's `cutlass_mla` backend, including the two host-side details the bug of notebook 06
-# hinges on: the page table's row stride and the split count.
+# SGLang's `cutlass_mla` backend, including the two host-side details notebooks 06 and 07 turn on: the page
+# table's row stride (the bug) and the split count (the workspace defect that notebook 07 makes harmful).
 #
 # **You need** a CPU; Run All takes seconds on a 2-core CPU (its measured time is in README's table of
 # notebooks; Triton runs in its CPU interpreter). Section 1's two ceilings are read from a committed H200 run.
@@ -200,7 +200,8 @@ assert torch.allclose(merged, truth[b], atol=1e-12)
 # `split = ceil(max_splits / ceil(max_splits / heur))`. The workspace holds fp32
 # `o_acc [B, 128, split, 512]` and then `lse_acc [B, split, 128]`
 # (`kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `to_underlying_arguments`): 262,656 bytes per
-# (batch, split). `mla_edu`'s kernels keep their [LSE](../docs/glossary.md#lse) as `[B, H, split]`; the byte count is the same.
+# (batch, split). `mla_edu`'s kernels keep their [LSE](../docs/glossary.md#lse) as `[B, H, split]` and write only the real
+# heads: the same layout up to the head count (sgl-kernel's holds 128 heads whatever H is).
 
 # %%
 print(" B | max_seq_len | auto split | workspace MiB")

@@ -156,7 +156,7 @@ assert out.item() == 110.0  # still x[:2]: the slice was frozen at capture
 #
 # Either way the graph still writes there at every replay. The emulator poisons memory its graph
 # used and the host dropped before every replay, or, with `strict=True`, refuses to replay. The
-# cell below takes the first path, the shorter one to show: its step allocates while capturing.
+# cell below shows the first case above, the shorter one: its step allocates while capturing.
 
 # %%
 holder = {}

@@ -471,13 +471,19 @@ r3 = checks.check_choice("exercise 3", ex3_accuracy, OPTIONS3,
 # `first_row0` groups together)? Predict it from the schedule: where does a joining request go?
 
 # %%
-ex4_first_step_in_row0 = ...  # an int
+OPTIONS4 = {"a": f"about {N} // 12 = {N // 12} or more: each request gets its turn in row 0 as the rows before it "
+                 "finish",
+            "b": "a few, fewer than that: only a request that joins an empty batch",
+            "c": "none: row 0 always holds a request that is already decoding"}
+checks.print_options(OPTIONS4)
+
+# %%
+ex4_first_step_in_row0 = ...  # "a", "b" or "c" (the options printed above)
 
 # %%
 run12 = dg.row0_study(model, questions[:N], max_running_requests=12, row_order="append", prefill_cache=cache,
                       dtype=DTYPE)
-r4 = checks.check_number("exercise 4", ex4_first_step_in_row0, run12["only_row0"] + run12["first_row0"],
-                         mistakes={N // 12: "that gives every request a turn in row 0; with append a request "
-                                            "joins at the end of the batch"},
-                         hint="follow the schedule: which requests can be in row 0 when they decode first?")
+first12 = run12["only_row0"] + run12["first_row0"]
+r4 = checks.check_choice("exercise 4", ex4_first_step_in_row0, OPTIONS4,
+                         "a" if first12 >= N // 12 else "b" if first12 > 0 else "c")
 

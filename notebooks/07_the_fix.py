@@ -400,7 +400,7 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 
 # %% [markdown]
 # Poisoned buffers make such a test stronger: a stray read that happens to hit a plausible page id is
-# silent, one that hits the poison id is NaN. SGLang's own CI ran GSM8K, which caught the bug only
+# silent, one that hits the poison id is NaN. The PR's author ran GSM8K, which caught the bug only
 # as an accuracy number; a row-by-row comparison names the rows (row 0 right, the rest wrong) and
 # so points at the stride.
 #
@@ -476,7 +476,7 @@ r2 = checks.check_items("exercise 2", ex2_loud_rows, loud, mistakes={
 # gives every row its own pages at every replay?
 
 # %%
-OPTIONS3 = {"a": "the sequence lengths (seq_lens)", "b": "the table's real row stride (stride(0))",
+OPTIONS3 = {"a": "the longest request's page count (from seq_lens)", "b": "the table's stride(0)",
             "c": "the batch size"}
 checks.print_options(OPTIONS3)
 
@@ -491,8 +491,8 @@ view1 = d_silent.captured_table  # the 1-wide view the pre-fix graph captured
 pages1 = [cdiv(n, PAGE_SIZE) for n in d_silent.seq_lens]
 own_pages = [list(p) for p in d_silent.intended[: len(pages1)]]
 by_size = pages_read(view1, pages1, view1.size(1)) == own_pages  # what the cutlass wrapper does
-strides = {"b": view1.stride(0), "c": len(pages1)}  # the row stride each option gives ((a) says how many pages, not
-right = [k for k, st in strides.items() if pages_read(view1, pages1, st) == own_pages]  # where a row starts)
+strides = {"a": max(pages1), "b": view1.stride(0), "c": len(pages1)}  # the row stride each option gives
+right = [k for k, st in strides.items() if pages_read(view1, pages1, st) == own_pages]
 assert not by_size and len(right) == 1  # the width reads other rows' pages; exactly one option reads each row's own
 r3 = checks.check_choice("exercise 3", ex3_instead_of_width, OPTIONS3, right[0])
 

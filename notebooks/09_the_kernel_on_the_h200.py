@@ -59,7 +59,8 @@ assert round(ridge) == 165  # as notebook 02 quotes it
 # timed, so the table shows the rule's split next to the best one. The results:
 # `results/kernel_bench_h200.md` (table) and `.json` (all numbers).
 #
-# **The split rule.** sgl-kernel's heuristic (notebook 04, section 5) looks at B and the SM count only. The Triton
+# **The split rule.** sgl-kernel's heuristic (notebook 04, section 5) looks at shapes only (`max_seq_len`, B and the
+# SM count), not at costs. The Triton
 # kernel has its own, `triton_num_kv_splits`: a program is one (request, head block, split), a head block being
 # the heads one program serves (64 at h_q = 128 except in the smallest grids, 16 at h_q = 16); on the
 # H200 one program fits on an SM (two 72 KB page tiles in shared memory); the rule counts whole waves
@@ -518,7 +519,7 @@ assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had th
 # (`schedule.max_pieces`) in batches of fewer than 16 requests, and at 64 heads or more where partials are few;
 # elsewhere a request is cut as FlashMLA cuts it. And at
 # 32 heads, in batches of at most 16 requests, the schedule runs two 16-head programs a part, on half as many
-# parts (`HALF_BLOCK_BATCH`), faster there in the A/B; the choice then
+# parts (`workspace.HALF_BLOCK_BATCH`), faster there in the A/B; the choice then
 # scales those programs' page-times (`schedule.HALF_BLOCK_PAGE_COST`), since its model counts the rule's
 # programs of 32 heads. All of it from B, h_q and the SM count: host ints, the same at every replay.
 
@@ -548,8 +549,8 @@ assert engine["same_tokens"] and all(abs(engine[k] - 1) < 0.05 for k in ("auto_o
 assert engine["auto"]["replays_by_path"] == {"splits": engine["auto"]["decode_steps"]}  # the rule, at every step
 
 # %% [markdown]
-# All three within 2%, the same tokens. The engine's batches are small (prompts of 100-508 tokens, 1-5 pages
-# of 128), so the backend keeps the rule at every step, and its step time is the host's, not the kernels'.
+# All three within 2%, the same tokens. The engine's batches are small (prompts of 102-508 tokens, 1-4 pages
+# of 128, up to 5 with the 64 tokens it generates), so the backend keeps the rule at every step, and its step time is the host's, not the kernels'.
 
 # %% [markdown]
 # ## What we saw (optional)
