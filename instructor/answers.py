@@ -44,7 +44,7 @@ ANSWERS = {
         "ex4_first_step_in_row0": "b",
     },
     "07_the_fix": {
-        "ex1_frozen_splits": 1,
+        "ex1_frozen_splits": 13,
         "ex2_loud_rows": set(),
         "ex3_instead_of_width": "b",
         "ex4_graph_bs": 128,

@@ -544,8 +544,8 @@ r3 = checks.check_choice("exercise 3", ex3_report, OPTIONS3,
                          else "b")
 
 # %% [markdown]
-# **4.** The emulator re-runs each recorded op at replay; a custom op (a Triton kernel wrapped in
-# `torch.library.custom_op`) is ONE recorded op. A real CUDA graph replays the kernel launches it
+# **4.** The emulator records the ops a step runs and replays that record; a custom op (a Triton kernel
+# wrapped in `torch.library.custom_op`) is ONE recorded op. A real CUDA graph replays the kernel launches it
 # recorded, grid and arguments as they were at capture. Predict: when such an op's own host code sizes
 # its grid from the data (here, the longest length), does that host code run again at an emulated
 # replay, with the new data? (`True` or `False`.) Then: which CUDA-graph behaviour can the emulator not

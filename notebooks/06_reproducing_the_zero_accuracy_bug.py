@@ -371,8 +371,7 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # right like eager. Those whose first decode step ran in row 0 are mostly right: the end-marker step,
 # run in another row on wrong pages, sometimes emits a third digit instead. The rest are rarely right.
 # The row order decides how many first steps run in row 0: with `prepend` every joining request takes
-# row 0 for its first step, with SGLang's `append` essentially only a request that joins an empty
-# batch does. So the accuracy under the bug is not `eager / max running`: it depends on the row order
+# row 0 for its first step; with SGLang's `append` far fewer do (exercise 4 asks which). So the accuracy under the bug is not `eager / max running`: it depends on the row order
 # and on how many of a request's steps decide its answer.
 #
 # The miniature's requests live 2 decode steps (the first of their 3 new tokens comes from the
@@ -417,9 +416,9 @@ d_fix = dg.diagnose_step(model, prompts, earlier=earlier, cuda_graph_bs=(4, 8), 
                          defects=MERGED_FIX)
 stale_left = bool(dg.stale_entries(d_fix).any())  # entries not written this step
 r1 = [checks.check_number("exercise 1, row stride", ex1_row_stride, d_fix.captured.row_stride,
-                          mistakes={1: "that is the pre-fix capture's; the fix captures the full width",
-                                    cdiv(CONTEXT, PAGE_SIZE): "the fix captures the buffer's whole width: look at "
-                                                              "how init_cuda_graph_state sizes the buffer"}),
+                          mistakes={1: "that is the pre-fix capture's; what view does PR #6998 hand the kernel?",
+                                    cdiv(CONTEXT, PAGE_SIZE): "look at how init_cuda_graph_state sizes the "
+                                                              "buffer"}),
       checks.check_choice("exercise 1, stale entries", ex1_stale_entries_remain,
                           {True: "they remain", False: "they are gone"}, stale_left)]
 assert all(d_fix.rows_reading_own_pages)

@@ -434,9 +434,10 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 # cell after it, which runs the experiment and checks your prediction (`mla_edu.workshop.checks`). The
 # instructor hands out the answers, with the why, after the exercise.
 #
-# **1.** Fix only the workspace (`defects={"width"}`) and capture with `num_kv_splits=-1` (automatic), at the
-# seed's `--context-length 4096` (`W = 33`). Which split count does the graph for 8 freeze for the six
-# requests of `prompts` (section 1's batch, decoded as `d_fix` was)? (Hint: `max_seq_len`.)
+# **1.** The merged fix, automatic splits (`num_kv_splits=-1`), one graph, for 8 (`cuda_graph_bs=(8,)`), at
+# `--context-length 8192` (`W = 65`). Which split count does that graph freeze for the six requests of `prompts`
+# (section 1's batch, decoded as `d_fix` was), on 132 SMs (an H100 or H200; the CPU run takes 132 too)? (Hint:
+# the `max_seq_len` the full-width view gives, then notebook 04's rule.)
 
 # %%
 ex1_frozen_splits = ...  # an int
@@ -444,11 +445,15 @@ ex1_frozen_splits = ...  # an int
 # %%
 from mla_edu.workshop import checks  # noqa: E402
 
-d_width = dg.diagnose_step(model, prompts, earlier=earlier, defects=frozenset({"width"}), num_kv_splits=-1,
-                           cuda_graph_bs=(4, 8), dtype=DTYPE, context_length=4096)
-r1 = checks.check_number("exercise 1", ex1_frozen_splits, d_width.captured.num_splits, mistakes={
-    d_width.needed.num_splits: "that is what this batch needs eagerly; the graph keeps capture's count",
-    5: "that is section 3's count: full width at the model's context (W = 5); here the width defect is back"})
+d_8k = dg.diagnose_step(model, prompts, earlier=earlier, defects=MERGED_FIX, num_kv_splits=-1, cuda_graph_bs=(8,),
+                        dtype=DTYPE, context_length=8192)
+assert d_8k.captured.width == 65 and d_8k.captured.max_seq_len == 65 * 128  # the full width, as the fix captures
+r1 = checks.check_number("exercise 1", ex1_frozen_splits, d_8k.captured.num_splits, mistakes={
+    d_8k.needed.num_splits: "that is what this batch needs eagerly; the graph keeps capture's count",
+    1: "that is the 1-wide view's count; the merged fix captures the full width",
+    65: "that is max_splits; the rule then caps it by the SMs per request",
+    16: "that is heur, the SMs per request; the rule then rounds the splits to whole waves",
+    11: "that is the count at the seed's context, 4096 (W = 33); here W = 65"})
 
 # %% [markdown]
 # **2.** Make the poison value 1 (the buffer's initial fill, a real page id) instead of `POISON_PAGE`.
@@ -518,5 +523,7 @@ r4 = [checks.check_number("exercise 4, graph", ex4_graph_bs, graph_bs, mistakes=
           GraphRunner.padded_size(runner, per_rank): "that fits one rank's rows; under DP attention the size is "
                                                      "chosen for the ranks' summed tokens"}),
       checks.check_number("exercise 4, padded rows", ex4_padded_rows, graph_bs - per_rank, mistakes={
-          GraphRunner.padded_size(runner, per_rank) - per_rank: "that pads to the graph fitting one rank's rows"})]
+          GraphRunner.padded_size(runner, per_rank) - per_rank: "that pads to the graph fitting one rank's rows",
+          graph_bs - per_rank * SEED_CONFIG["dp_size"]: "each rank replays the graph with its own rows only, not "
+                                                        "the ranks' summed ones"})]
 

@@ -255,13 +255,11 @@ for name, max_seq_len in [("at capture (dummy lengths)", 128), ("full width, 33 
 assert get_workspace_size(33 * 128, 64, 132, -1) == 2 * get_workspace_size(128, 64, 132, -1)
 
 # %% [markdown]
-# Two splits need twice the bytes the pre-fix capture allocated. In the pre-fix graph that never
-# mattered: the frozen `max_seq_len` of 128 gave one split at every replay, and at one split the
-# kernel never touches the workspace. Fix the width alone and the capture hook sizes the workspace
-# for `W` pages, the right bytes, but still drops it when the next batch size is captured: then the
-# graph writes its split partials into memory the host gave up (notebook 07, section 3). SGLang's
-# fix allocates one workspace before any capture, sized for the largest graph: enough for the
-# seed's graphs, not for every smaller one under automatic splits (notebook 07, section 3).
+# Two splits need twice the bytes the pre-fix capture allocated. Fix the width alone and the capture hook
+# sizes the workspace for `W` pages, the right bytes, but still drops it when the next batch size is
+# captured (when that does harm is more exercise 2 below). SGLang's fix allocates one workspace before any
+# capture, sized for the largest graph: enough for the seed's graphs, not for every smaller one under
+# automatic splits (notebook 07, section 3).
 
 # %% [markdown]
 # ### Exercise 5: find the stale entries a captured kernel read

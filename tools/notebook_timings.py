@@ -85,10 +85,10 @@ TRACKS = {
         (None, 5, "questions"),
     ],
     "3-hour": [
-        ("01", ["The symbols", "The equations", "Building it by hand, one equation at a time", "What we saw"], "demo"),
+        ("01", ["The symbols", "The equations", "Building it by hand, one equation at a time"], "demo"),
         ("02", ["The identity", "Why RoPE has to be decoupled"], "demo"),
         ("02", [EX + "1"], "demo"),
-        ("02", ["`AbsorbedMLA`", "What we saw"], "demo"),
+        ("02", ["`AbsorbedMLA`"], "demo"),
         ("03", [5, 6], "demo"),
         ("03", [EX + "2"], "demo"),
         ("04", ["What we saw"], "demo"),
