@@ -411,8 +411,11 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     ``threading``, whose new threads the tracer would not see), tampers with the tracer's state, or rebinds a
     global of a loaded ``mla_edu`` module (``exercises.get_workspace_size = ...`` would change the truth of every
     later check), or changes the code or defaults of one of their functions or an attribute of one of their classes
-    (``checks.report.__code__ = ...``): each is put back, so the session stays usable. What the notebook changed
-    before the check ran is not seen. It cannot stop a learner determined to get the
+    (``checks.report.__code__ = ...``): each is put back, so the session stays usable, an interrupt (the stop
+    button) included. A checker computes its truths before the call but keeps only their ``Seal`` while the
+    function runs, so none sits in a frame the function can walk up to or an object ``gc`` can list, and it
+    computes them again after (a change to a module outside ``mla_edu`` that would bend them is caught there).
+    What the notebook changed before the check ran is not seen. It cannot stop a learner determined to get the
     answer: the library is Python running in the learner's own process (a thread pool started before the check,
     a thread started through ``_thread`` itself, which Python 3.11 does not audit, a subprocess, ``ctypes``, or
     simply reading the source and copying it out by hand all get through).
