@@ -436,15 +436,18 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 #
 # **1.** The merged fix, automatic splits (`num_kv_splits=-1`), one graph, for 8 (`cuda_graph_bs=(8,)`), at
 # `--context-length 8192` (`W = 65`). Which split count does that graph freeze for the six requests of `prompts`
-# (section 1's batch, decoded as `d_fix` was), on 132 SMs (an H100 or H200; the CPU run takes 132 too)? (Hint:
-# the `max_seq_len` the full-width view gives, then notebook 04's rule.)
+# (section 1's batch, decoded as `d_fix` was), on this machine's SM count (`workspace.device_sm_count()`: 132 on an
+# H100 or H200, and on the CPU, which takes an H200's)? (Hint: the `max_seq_len` the full-width view gives, then
+# notebook 04's rule.)
 
 # %%
 ex1_frozen_splits = ...  # an int
 
 # %%
+from mla_edu.kernels.workspace import device_sm_count  # noqa: E402
 from mla_edu.workshop import checks  # noqa: E402
 
+SMS = device_sm_count()
 d_8k = dg.diagnose_step(model, prompts, earlier=earlier, defects=MERGED_FIX, num_kv_splits=-1, cuda_graph_bs=(8,),
                         dtype=DTYPE, context_length=8192)
 assert d_8k.captured.width == 65 and d_8k.captured.max_seq_len == 65 * 128  # the full width, as the fix captures
@@ -452,8 +455,9 @@ r1 = checks.check_number("exercise 1", ex1_frozen_splits, d_8k.captured.num_spli
     d_8k.needed.num_splits: "that is what this batch needs eagerly; the graph keeps capture's count",
     1: "that is the 1-wide view's count; the merged fix captures the full width",
     65: "that is max_splits; the rule then caps it by the SMs per request",
-    16: "that is heur, the SMs per request; the rule then rounds the splits to whole waves",
-    11: "that is the count at the seed's context, 4096 (W = 33); here W = 65"})
+    min(65, max(1, SMS // 8)): "that is heur, the SMs per request; the rule then rounds the splits to whole waves",
+    num_kv_splits_for(33 * PAGE_SIZE, 8, SMS, -1): "that is the count at the seed's context, 4096 (W = 33); here "
+                                                   "W = 65"})
 
 # %% [markdown]
 # **2.** Make the poison value 1 (the buffer's initial fill, a real page id) instead of `POISON_PAGE`.
