@@ -381,7 +381,7 @@ assert at_64 == core_64.intensity and lens == [4096] * 64  # the shape the prose
 q_pe_bytes = 2 * len(lens) * 64 * v3.qk_rope_head_dim  # the rope part of q
 r2 = [checks.check_number("exercise 2, intensity", ex2_intensity, at_64, tolerance=0.001, unit=" FLOP/byte",
                           mistakes={128.0: "you rounded the FLOP-per-byte ratio of one head up to 2; keep it exact",
-                                    # 119.0 and 119.2, within each other's tolerance: one hint for both
+                                    # 119.0 and 119.2 (0.17% apart): two keys, one hint
                                     core_64.flops / (core_64.bytes - o_bytes): "reading q and writing o cost bytes "
                                                                                "too; your count leaves one out",
                                     core_64.flops / (core_64.bytes - q_bytes): "reading q and writing o cost bytes "

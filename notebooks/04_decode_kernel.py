@@ -21,7 +21,7 @@
 # are cut into splits processed in parallel and merged by log-sum-exp through a *[workspace](../docs/glossary.md#workspace)*.
 # You will meet the exact contract of sgl-kernel's `cutlass_mla_decode`, the function behind
 # SGLang's `cutlass_mla` backend, including the two host-side details notebooks 06 and 07 turn on: the page
-# table's row stride (the bug) and the split count (the workspace defect that notebook 07 makes harmful).
+# table's row stride (the bug) and the split count (which decides whether notebook 07's workspace defect does harm).
 #
 # **You need** a CPU; Run All takes seconds on a 2-core CPU (its measured time is in README's table of
 # notebooks; Triton runs in its CPU interpreter). Section 1's two ceilings are read from a committed H200 run.

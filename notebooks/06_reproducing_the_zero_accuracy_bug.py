@@ -371,7 +371,7 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # right like eager. Those whose first decode step ran in row 0 are mostly right: the end-marker step,
 # run in another row on wrong pages, sometimes emits a third digit instead. The rest are rarely right.
 # The row order decides how many first steps run in row 0: with `prepend` every joining request takes
-# row 0 for its first step; with SGLang's `append` far fewer do (exercise 4 asks which). So the accuracy under the bug is not `eager / max running`: it depends on the row order
+# row 0 for its first step; with SGLang's `append` far fewer do (exercise 4 asks how many). So the accuracy under the bug is not `eager / max running`: it depends on the row order
 # and on how many of a request's steps decide its answer.
 #
 # The miniature's requests live 2 decode steps (the first of their 3 new tokens comes from the

@@ -437,7 +437,7 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 # **1.** The merged fix, automatic splits (`num_kv_splits=-1`), one graph, for 8 (`cuda_graph_bs=(8,)`), at
 # `--context-length 8192` (`W = 65`). Which split count does that graph freeze for the six requests of `prompts`
 # (section 1's batch, decoded as `d_fix` was), on this machine's SM count (`workspace.device_sm_count()`: 132 on an
-# H100 or H200, and on the CPU, which takes an H200's)? (Hint: the `max_seq_len` the full-width view gives, then
+# H100 SXM or an H200, and on the CPU, which takes an H200's)? (Hint: the `max_seq_len` the full-width view gives, then
 # notebook 04's rule.)
 
 # %%
@@ -500,7 +500,8 @@ view1 = d_silent.captured_table  # the 1-wide view the pre-fix graph captured
 pages1 = [cdiv(n, PAGE_SIZE) for n in d_silent.seq_lens]
 own_pages = [list(p) for p in d_silent.intended[: len(pages1)]]
 by_size = pages_read(view1, pages1, view1.size(1)) == own_pages  # what the cutlass wrapper does
-strides = {"a": max(pages1), "b": view1.stride(0), "c": len(pages1)}  # the row stride each option gives
+# the row stride each option freezes at capture: (a) from capture's dummy lengths, one page; (c) the graph's size
+strides = {"a": 1, "b": view1.stride(0), "c": d_silent.captured.bs}
 right = [k for k, st in strides.items() if pages_read(view1, pages1, st) == own_pages]
 assert not by_size and len(right) == 1  # the width reads other rows' pages; exactly one option reads each row's own
 r3 = checks.check_choice("exercise 3", ex3_instead_of_width, OPTIONS3, right[0])

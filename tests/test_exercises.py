@@ -569,6 +569,24 @@ def test_an_interrupt_inside_the_learners_function_puts_the_library_back():
     assert ex.check_workspace_size(ex08.workspace_size).passed
 
 
+def test_an_exceptions_own_str_cannot_rebind_the_library_either():
+    """A review's find: the put-back ran before the error's __str__ (the learner's code), which could rebind a
+    global that then stayed rebound."""
+    original = ex.get_workspace_size
+
+    class Sneaky(Exception):
+        def __str__(self):
+            ex.get_workspace_size = lambda *a: 0
+            return "boom"
+
+    def raises_sneaky(*case):
+        raise Sneaky()
+
+    r = ex.check_workspace_size(raises_sneaky)
+    assert not r.passed and ex.get_workspace_size is original, r.message
+    assert ex.check_workspace_size(ex08.workspace_size).passed
+
+
 def test_elements_for_bytes_gets_a_hint_that_names_both_readings():
     """Issue 47: float32 elements instead of bytes got a hint about 32 heads (the numbers happen to match)."""
     r = ex.check_workspace_size(lambda L, B, s, n: ex08.workspace_size(L, B, s, n) // 4)

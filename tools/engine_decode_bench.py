@@ -1,7 +1,7 @@
 """The mini engine's decode on a GPU, with and without the balanced schedule: ``python -m tools.engine_decode_bench``.
 
 The shipped model, the triton backend with ``num_kv_splits=-1``, CUDA graphs (``cuda_graph_bs`` 64 and 128),
-``dtype`` bf16, the first ``--requests`` questions of the eval set (prompts of 100-508 tokens: a ragged
+``dtype`` bf16, the first ``--requests`` questions of the eval set (prompts of 102-508 tokens: a ragged
 batch), ``--new-tokens`` greedy tokens each. Three settings on the same engine arguments: "rule" (one split
 count for every request, ``triton_num_kv_splits``, for every batch), "balanced" (the balanced schedule,
 ``kernels.schedule``, for every batch) and "auto" (the backend's own choice per batch,

@@ -22,7 +22,7 @@ def latent_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch.Tenso
     """MQA over the latent cache: ``q_nope [B,T,H,r]``, ``q_pe [B,T,H,dr]``, ``c_kv [B,L,r]``, ``k_pe [B,L,dr]``
     -> ``o_latent [B,T,H,r]``. ``mask [T, L]`` (True = attend) or None. Shapes that disagree (which einsum would
     broadcast: a cache of batch 1 against queries of batch 4) and a scale that is not a positive finite number are
-    refused with a ValueError."""
+    refused with a ValueError (a TypeError for an argument that is not a tensor)."""
     _check_shapes(q_nope, q_pe, c_kv, k_pe, scale, mask)
     scores = (einsum(q_nope, c_kv, "b t h r, b l r -> b h t l")
               + einsum(q_pe, k_pe, "b t h d, b l d -> b h t l")) * scale

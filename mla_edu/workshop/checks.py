@@ -412,9 +412,10 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     global of a loaded ``mla_edu`` module (``exercises.get_workspace_size = ...`` would change the truth of every
     later check), or changes the code or defaults of one of their functions or an attribute of one of their classes
     (``checks.report.__code__ = ...``): each is put back, so the session stays usable, an interrupt (the stop
-    button) included. A checker computes its truths before the call but keeps only their ``Seal`` while the
-    function runs, so none sits in a frame the function can walk up to or an object ``gc`` can list, and it
-    computes them again after (a change to a module outside ``mla_edu`` that would bend them is caught there).
+    button) included. The checkers that run a learner's function over cases (exercises 4 and 5) compute their
+    truths before the calls but keep only their ``Seal`` while the function runs, so no truth of a case not yet
+    answered sits in a frame the function can walk up to or an object ``gc`` can list, and they compute them again
+    after (a change to a module outside ``mla_edu`` that would bend them is caught there).
     What the notebook changed before the check ran is not seen. It cannot stop a learner determined to get the
     answer: the library is Python running in the learner's own process (a thread pool started before the check,
     a thread started through ``_thread`` itself, which Python 3.11 does not audit, a subprocess, ``ctypes``, or
@@ -489,9 +490,12 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         threading.settrace(old_thread_trace)
         if main:
             signal.signal(signal.SIGALRM, old_handler)
-        changed = _restore_globals(saved)  # here, so that an interrupt too leaves the library as it was
-    if error is not None and not state["stop"]:
-        state["stop"] = describe(error)
+        # the error's own __str__ (the learner's code) runs in describe: before the put-back, which runs here so that
+        # an interrupt too leaves the library as it was
+        described = describe(error) if error is not None else None
+        changed = _restore_globals(saved)
+    if described is not None and not state["stop"]:
+        state["stop"] = described
     refused = (state["stop"] or "").startswith("refused")
     if changed and not refused:
         state["stop"] = (f"refused: your function rebound {', '.join(changed[:3])} (put back): a check reads its "

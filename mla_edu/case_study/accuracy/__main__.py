@@ -7,7 +7,6 @@ import argparse
 import json
 import sys
 
-
 from mla_edu import cli
 from mla_edu.case_study import accuracy
 from mla_edu.serving import ROW_ORDERS, backend_names, known_defects, parse_defects

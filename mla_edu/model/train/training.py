@@ -45,8 +45,8 @@ from tqdm import tqdm
 
 from mla_edu.files import check_out_dir, write_atomic
 from mla_edu.model import task
-from mla_edu.util import torch_threads
 from mla_edu.model.tiny import TinyDeepseek, TinyDeepseekConfig, default_mla_config
+from mla_edu.util import torch_threads
 
 from mla_edu.model import MANIFEST_FILE, WEIGHTS_FILE, config_sha256, load_manifest, load_pretrained, sha256_file
 
