@@ -476,20 +476,17 @@ def test_a_changed_code_or_class_attribute_is_put_back_and_refused():
     assert ex.check_workspace_size(ex08.workspace_size).passed
 
 
-def _reads_the_checkers_frames(names):
-    """A learner's function that walks up the stack to the checker's locals and answers from whichever of ``names``
-    it finds there (an audit read exercise 4's ``want`` and exercise 5's ``truths`` so: both passed)."""
-    def find(name):
-        frame = sys._getframe(2)
-        while frame is not None and name not in frame.f_locals:
-            frame = frame.f_back
-        return None if frame is None else frame.f_locals[name]
-
-    return find
+def _from_the_checkers_frames(name):
+    """What a learner's function finds under ``name`` walking up the stack from its caller's caller to the checker's
+    locals (an audit read exercise 4's ``want`` and exercise 5's ``truths`` so: both passed), or None."""
+    frame = sys._getframe(2)
+    while frame is not None and name not in frame.f_locals:
+        frame = frame.f_back
+    return None if frame is None else frame.f_locals[name]
 
 
 def test_no_truth_sits_in_a_frame_while_the_learners_function_runs():
-    find = _reads_the_checkers_frames(("want", "truths", "truth"))
+    find = _from_the_checkers_frames
     seen = []
 
     def workspace(*case):
