@@ -2,7 +2,8 @@ import pytest
 import torch
 
 import mla_edu  # noqa: F401
-from mla_edu.kvcache import LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table
+from mla_edu.kvcache import (LatentKVCache, PagedAllocator, PoolExhausted, ReqToTokenPool, fill_page_table,
+                             slots_of)
 from op_log import OpLog
 
 
@@ -82,6 +83,23 @@ def test_slots_for_grows_request_page_by_page(page):
     before = alloc.available_pages()
     alloc.free_pages(owned)
     assert alloc.available_pages() == before + owned.numel()
+
+
+@pytest.mark.parametrize("page", [1, 3, 4])
+def test_slots_of_every_window_of_a_three_page_request(page):
+    """Every ``[start, end)`` inside three pages, each page boundary among them: position p sits on the request's
+    page p // page, at offset p % page; one page short is refused."""
+    pages = [7, 2, 5]
+    for start in range(3 * page + 1):
+        for end in range(start, 3 * page + 1):
+            want = [pages[p // page] * page + p % page for p in range(start, end)]
+            assert slots_of(pages, start, end, page).tolist() == want
+    with pytest.raises(ValueError, match="at least ceil"):
+        slots_of(pages[:2], 0, 2 * page + 1, page)
+    with pytest.raises(ValueError, match="end must be >= 2"):
+        slots_of(pages, 2, 1, page)
+    with pytest.raises(ValueError, match="1-D"):
+        slots_of([pages], 0, 1, page)
 
 
 def test_slots_for_errors():

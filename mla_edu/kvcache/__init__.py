@@ -2,7 +2,7 @@
 
 from mla_edu.kvcache.latent_cache import LatentKVCache
 from mla_edu.kvcache.page_table import fill_page_table
-from mla_edu.kvcache.pool import PagedAllocator, PoolExhausted, ReqToTokenPool, slots_for
+from mla_edu.kvcache.pool import PagedAllocator, PoolExhausted, ReqToTokenPool, slots_for, slots_of
 
 __all__ = [
     "LatentKVCache",
@@ -11,4 +11,5 @@ __all__ = [
     "ReqToTokenPool",
     "fill_page_table",
     "slots_for",
+    "slots_of",
 ]

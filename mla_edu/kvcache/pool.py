@@ -182,6 +182,21 @@ def _check_row(row, writable: bool = True) -> None:
                          "torch.inference_mode()")
 
 
+def slots_of(pages, start: int, end: int, page_size: int) -> torch.Tensor:
+    """The cache slots of positions ``[start, end)`` of a request whose ``i``-th page is ``pages[i]``:
+    ``pages[pos // page_size] * page_size + pos % page_size`` (int64 ``[end - start]``, on the CPU). The one place
+    a slot is made from a page; ``slots_for`` and the serving engine both call it."""
+    check_int("page_size", page_size, 1)
+    check_int("start", start, 0)
+    check_int("end", end, start)
+    pages = torch.as_tensor(pages, dtype=torch.int64).cpu()  # [n_pages]
+    if pages.dim() != 1 or end > pages.numel() * page_size:
+        raise ValueError(f"pages: expected a 1-D list of at least ceil(end / page_size) = "
+                         f"{-(-end // page_size)} pages, got shape {tuple(pages.shape)}")
+    pos = torch.arange(start, end, dtype=torch.int64)  # [n]
+    return pages[pos // page_size] * page_size + pos % page_size
+
+
 def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, allocator: PagedAllocator) -> torch.Tensor:
     """See ``PagedAllocator.slots_for``. Everything is checked before a page is taken; fresh pages go back to the
     allocator if anything after fails (an exception or an interrupt)."""
@@ -191,10 +206,8 @@ def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, alloca
     if new_len > req_to_token_row.numel():
         raise ValueError(f"new_len must be <= max_context_len={req_to_token_row.numel()}, got {new_len}")
     page = allocator.page_size
-    n = new_len - old_len
-    if n == 0:
+    if new_len == old_len:
         return torch.empty(0, dtype=torch.int64, device=req_to_token_row.device)
-    pos = torch.arange(old_len, new_len, dtype=torch.int64)  # [n]
     first_new_page = (old_len + page - 1) // page  # page index (within the request) of the first fresh page
     last_page = (new_len - 1) // page
     n_fresh = max(0, last_page - first_new_page + 1)
@@ -209,15 +222,10 @@ def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, alloca
                                 ", which is not allocated"))
     fresh = allocator.alloc_pages(n_fresh)
     try:
-        fresh = fresh.cpu()
-        page_ids = torch.empty(n, dtype=torch.int64)
-        logical = pos // page  # [n] page index within the request
-        if current is not None:
-            page_ids[logical < first_new_page] = current
-        if n_fresh:
-            sel = logical >= first_new_page
-            page_ids[sel] = fresh[logical[sel] - first_new_page]
-        slots = page_ids * page + pos % page  # [n]
+        base = old_len // page  # the first page the new positions touch: `current` if any, else the first fresh
+        window = torch.cat([torch.tensor([current] if current is not None else [], dtype=torch.int64),
+                            fresh.cpu()])  # [pages] the request's pages from logical page `base` on
+        slots = slots_of(window, old_len - base * page, new_len - base * page, page)  # [n]
         slots = slots.to(req_to_token_row.device)
         req_to_token_row[old_len:new_len] = slots.to(req_to_token_row.dtype)
     except BaseException:  # an exception or an interrupt after the pages were taken: give them back

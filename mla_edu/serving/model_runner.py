@@ -122,9 +122,7 @@ class ModelRunner:
     # --- memory -----------------------------------------------------------------------------
     def assign_slots(self, req_pool_idx: int, pages: list, start: int, end: int) -> torch.Tensor:
         """Write ``req_to_token[req, start:end]`` from the request's pages; returns the slots [end-start]."""
-        pos = torch.arange(start, end)
-        page_ids = torch.as_tensor(pages, dtype=torch.int64)[pos // self.page_size]
-        locs = page_ids * self.page_size + pos % self.page_size  # [n]
+        locs = kvcache.slots_of(pages, start, end, self.page_size)  # [n]
         self.req_to_token_pool.req_to_token[req_pool_idx, start:end] = locs.to(self.device, torch.int32)
         return locs.to(self.device)
 
