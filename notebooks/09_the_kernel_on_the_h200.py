@@ -391,7 +391,7 @@ else:
 # persistent, one CTA per part and 64-head block (`splitkv_mla.cu` line 1339),
 # so the grid says nothing about the work: each CTA reads its begin and end from that tensor and walks
 # the requests between (`csrc/kernels/splitkv_mla.cu` lines 1019-1039), and the combine kernel merges
-# each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-30).
+# each request's own number of partials (`csrc/kernels/mla_combine.cu` lines 25-31).
 #
 # mla_edu keeps the idea and drops the kernel that runs first. FlashMLA's thread fills the parts one
 # after the other (lines 38-67), so its answer has to be written down for the attention kernel to read.
