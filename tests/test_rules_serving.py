@@ -230,3 +230,24 @@ def test_pages_allocated_are_exactly_ceil_tokens_over_page(model, one_thread, pr
         assert len(req.pages) == cdiv(prompt_len + step + 1, PAGE_SIZE) == free0 - alloc.available_pages()
     eng.free_req(req)
     assert alloc.available_pages() == free0
+
+
+@pytest.mark.parametrize("backend", ["triton", "cutlass_mla"])
+def test_an_eager_batch_larger_than_every_graph_leaves_the_graphs_buffers(model, one_thread, backend):
+    """Rule: a step too big for every captured graph runs eagerly on buffers of its own; what a captured graph
+    reads (its page table, its workspace) is never replaced, so the next replays stay right.
+
+    Bent in a copy, fails here: the Triton backend's ``init_forward_metadata`` growing one shared page table and
+    workspace (as it did: the graphs then read the dropped ones, freed memory, and decoded wrong tokens).
+    """
+    kw = dict(CPU, attention_backend=backend, max_running_requests=4)
+    eager = Engine(model, disable_cuda_graph=True, **kw)
+    want = eager.generate([PROMPTS[0]], max_new_tokens=6, stop_token_ids=())[0].output_ids
+    eng = Engine(model, cuda_graph_bs=(1, 2), **kw)
+    buffers = eng.runner.backend.graph_index_buffer()
+    assert eng.generate([PROMPTS[0]], max_new_tokens=6, stop_token_ids=())[0].output_ids == want
+    big = eng.generate(PROMPTS[:3], max_new_tokens=2, stop_token_ids=())  # 3 rows: no graph fits, eager
+    assert not any(any(r.replayed) for r in big)
+    again = eng.generate([PROMPTS[0]], max_new_tokens=6, stop_token_ids=())[0]
+    assert again.output_ids == want and all(again.replayed[1:]) and again.error is None
+    assert eng.runner.backend.graph_index_buffer() is buffers

@@ -32,9 +32,12 @@ class TritonBackend(AttentionBackend):
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.width = page_table_width(self.max_context_len)
-        self.page_table = None
+        # Two sets of buffers, as SGLang's Triton backend keeps (its eager steps allocate their own, its graphs
+        # read the cuda_graph_* ones): an eager step never replaces what a captured graph reads.
+        self.graph_buffers = None  # (page_table [max_bs, W], workspace): allocated once, before any capture
+        self.eager_buffers = None  # the same for eager steps, grown with the batch
+        self.page_table = None  # the pair the next decode step reads: one of the two above
         self.workspace = None
-        self.max_bs = 0
         self.heads = None  # the query heads of the last decode step (known once a step ran)
         self.step_schedule = None  # an eager step's schedule, chosen at its first layer for all of them
 
@@ -68,9 +71,9 @@ class TritonBackend(AttentionBackend):
             raise RuntimeError("choose_graph_variant: no graph captured yet (the head count comes from a capture)")
         return self.choose_schedule(seq_lens_cpu[:bs].tolist(), self.heads)
 
-    def _alloc(self, max_bs: int):
-        self.max_bs = max_bs
-        self.page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
+    def _alloc(self, max_bs: int) -> tuple:
+        """A page table [max_bs, W] and a workspace for any batch of up to ``max_bs`` requests."""
+        page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
         # sized before the head count is known: the most splits any batch size and head count up to 128 gets
         # (get_workspace_size counts 128 heads per split)
         splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
@@ -79,28 +82,34 @@ class TritonBackend(AttentionBackend):
             size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b,
                                                                                                    self.width))
                                  for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128)])
-        self.workspace = torch.empty(size, dtype=torch.uint8, device=self.device)
+        return page_table, torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def graph_index_buffer(self) -> torch.Tensor:
-        return self.page_table
+        return self.graph_buffers[0] if self.graph_buffers is not None else self.page_table
+
+    def _use(self, buffers: tuple):
+        self.page_table, self.workspace = buffers
 
     def init_forward_metadata(self, batch: ForwardBatch):
         bs = batch.batch_size
-        if self.page_table is None or bs > self.max_bs:
-            self._alloc(max(bs, self.max_bs))
+        if self.eager_buffers is None or bs > self.eager_buffers[0].shape[0]:
+            self.eager_buffers = self._alloc(bs)
+        self._use(self.eager_buffers)
         kvcache.fill_page_table(self.req_to_token, batch.req_pool_indices, batch.seq_lens,
                                 self.page_table[:bs], PAGE_SIZE)
         self.forward_metadata = bs
         self.step_schedule = None
 
     def init_cuda_graph_state(self, max_bs: int):
-        self._alloc(max_bs)
+        self.graph_buffers = self._alloc(max_bs)
 
     def init_forward_metadata_capture_cuda_graph(self, bs, req_pool_indices, seq_lens):
+        self._use(self.graph_buffers)
         kvcache.fill_page_table(self.req_to_token, req_pool_indices, seq_lens, self.page_table[:bs], PAGE_SIZE)
         self.forward_metadata = bs
 
     def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_cpu):
+        self._use(self.graph_buffers)
         kvcache.fill_page_table(self.req_to_token, req_pool_indices[:bs], seq_lens[:bs],
                                 self.page_table[:bs], PAGE_SIZE)
 
