@@ -42,6 +42,25 @@ def test_failed_capture_leaves_no_recorded_ops(failure):
     assert g.recorded_ops() == ["aten.add.Tensor"]
 
 
+def test_a_capture_that_fails_at_its_end_keeps_nothing(monkeypatch):
+    """The end of a capture can raise too (its cold-matmul warning under ``-W error``): the capture's writes are
+    undone and its ops dropped, as for a failure inside it; the same Graph then captures from empty."""
+    monkeypatch.setattr(emulator, "_WARMED", set())  # no matmul warmed up yet
+    x, w, count = torch.ones(1, 2), torch.ones(2, 2), torch.zeros(1)
+    g = Graph(device="cpu", mode="emulated")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GraphWarmupWarning)
+        with pytest.raises(GraphWarmupWarning):
+            with graph(g):
+                x @ w
+                count.add_(1)
+    assert count.tolist() == [0.0] and g.recorded_ops() == []
+    with graph(g):
+        count.add_(1)
+    g.replay()
+    assert count.tolist() == [1.0] and g.recorded_ops() == ["aten.add_.Tensor"]
+
+
 def test_nested_capture_refused():
     x = torch.ones(3)
     g1, g2 = Graph(device="cpu", mode="emulated"), Graph(device="cpu", mode="emulated")

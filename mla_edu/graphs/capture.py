@@ -260,8 +260,8 @@ def _capture(g: Graph, pool=None):
                         yield g
                 else:
                     yield g
-        if g._program is not None:
-            g._program.end_capture()
+            if g._program is not None:  # inside the guard: an error here (a warning made an error) aborts
+                g._program.end_capture()
         g._captured = True
         return
     if pool is not None and not isinstance(pool, EmulatedPool):
@@ -273,7 +273,7 @@ def _capture(g: Graph, pool=None):
     with _capturing(g), _no_gc_collection():  # as on CUDA, so both backends behave alike
         with recorder:
             yield g
-    g._program.end_capture()
+        g._program.end_capture()  # inside the guard: if it raises, the capture's writes are undone, nothing kept
     g._pool.add(g._program)
     g._captured = True
 
