@@ -253,3 +253,52 @@ def test_fill_page_table_refuses_a_too_narrow_table(impl):
     with pytest.raises(ValueError, match=r"seq_lens\[1\]: expected at most 4 tokens .*got 5 \(2 pages\)"):
         fill_page_table(req_to_token, torch.tensor([0, 1]), torch.tensor([3, 5]), table, 4, impl=impl)
     assert table.tolist() == [[7], [7]]  # refused before any write
+
+
+def test_prefill_refuses_a_request_it_cannot_take_and_gives_back_what_a_failed_forward_took(model, monkeypatch):
+    """``Engine.prefill`` (public): a request prefilled twice took a second row and lost the first for good, and a
+    bad token id raised from the embedding with the row and page still held, until the engine served no more."""
+    eng = Engine(model, disable_cuda_graph=True, max_running_requests=2, context_length=64)
+    free, want = pools(eng), eng.generate([[5, 6]], 2)[0].output_ids
+    req = eng.new_req([5, 6, 7])
+    eng.prefill(req)
+    held = pools(eng)
+    with pytest.raises(ValueError, match="expected a new request .* req_pool_idx=0, 1 pages, 1 output tokens"):
+        eng.prefill(req)
+    assert pools(eng) == held
+    eng.free_req(req)
+    with pytest.raises(ValueError, match=r"prompt: expected token ids in \[0, "):
+        eng.prefill(eng.new_req([5, 10**6]))
+    with pytest.raises(TypeError, match="expected a Req, got list"):
+        eng.prefill([5, 6])
+    assert pools(eng) == free
+
+    def fail(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(eng.runner, "prefill", fail)
+    again = eng.new_req([5, 6])
+    with pytest.raises(KeyboardInterrupt):
+        eng.prefill(again)
+    assert pools(eng) == free and again.req_pool_idx is None and again.pages == []
+    monkeypatch.undo()
+    eng.prefill(again)  # the same request, prefilled once the forward works
+    assert again.output_ids == want[:1]
+    eng.free_req(again)
+    assert pools(eng) == free and eng.generate([[5, 6]], 2)[0].output_ids == want
+
+
+def test_an_engine_refuses_another_engines_request_even_where_its_row_number_is_in_use(model):
+    """Two engines each hand out row 0 and page 1: engine B decoded A's request into B's own row and page
+    (overwriting B's request's cache), then freed them under B's request, whose row the next prefill took again."""
+    a, b = (Engine(model, disable_cuda_graph=True, max_running_requests=2, context_length=64) for _ in range(2))
+    ra, rb = a.prefill_requests([[5, 6]])[0], b.prefill_requests([[7, 8, 9]])[0]
+    assert (ra.req_pool_idx, ra.pages) == (rb.req_pool_idx, rb.pages)  # the same numbers, two engines
+    before = pools(b), b.runner.req_to_token_pool.req_to_token.clone()
+    with pytest.raises(ValueError, match="expected a request prefilled by this engine"):
+        b.decode_step([ra], set())
+    with pytest.raises(ValueError, match="another engine"):
+        b.free_req(ra)
+    assert pools(b) == before[0] and torch.equal(b.runner.req_to_token_pool.req_to_token, before[1])
+    a.decode_step([ra], set())  # its own engine still decodes it
+    assert len(ra.output_ids) == 2

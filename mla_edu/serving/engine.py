@@ -52,6 +52,7 @@ class Req:
     error: str | None = None
     rows: list = field(default_factory=list)  # the batch row of each decode step
     replayed: list = field(default_factory=list)  # per decode step: True if a graph replayed it
+    engine: object = field(default=None, repr=False, compare=False)  # the Engine whose row and pages it holds
 
     @property
     def finished(self) -> bool:
@@ -122,7 +123,10 @@ class Engine:
             req.pages.extend(int(p) for p in self.runner.allocator.alloc_pages(need))
 
     def free_req(self, req: Req):
-        """Give back ``req``'s ``req_to_token`` row and pages (idempotent)."""
+        """Give back ``req``'s ``req_to_token`` row and pages (idempotent); refuses another engine's request."""
+        if req.engine is not None and req.engine is not self:
+            raise ValueError(f"free_req: request {req.rid} holds a row and pages of another engine, not this one's")
+        req.engine = None
         if req.req_pool_idx is not None:
             self.runner.req_to_token_pool.free([req.req_pool_idx])
             req.req_pool_idx = None
@@ -142,10 +146,27 @@ class Engine:
             self._finish(req, "length")
 
     # --- the two forward kinds ------------------------------------------------------------------
-    def prefill(self, req: Req, stop: set = frozenset()):
-        req.req_pool_idx = int(self.runner.req_to_token_pool.alloc(1)[0])
-        self._alloc(req, len(req.prompt_ids))
-        logits = self.runner.prefill(req.prompt_ids, req.req_pool_idx, req.pages)
+    def prefill(self, req: Req, stop: set = frozenset(), room: int | None = None):
+        """Prefill a new request: a ``req_to_token`` row and pages for its prompt, then its first token. Refuses a
+        request that already holds a row, pages or output, or one ``check`` refuses (``room`` as there), before
+        anything is taken; gives the row and pages back if the forward fails (an exception or an interrupt)."""
+        if not isinstance(req, Req):
+            raise TypeError(f"prefill: expected a Req, got {type(req).__name__}")
+        if req.req_pool_idx is not None or req.pages or req.output_ids or req.finished:
+            raise ValueError(f"prefill: expected a new request (no row, pages or output yet), got request {req.rid} "
+                             f"with req_pool_idx={req.req_pool_idx!r}, {len(req.pages)} pages, "
+                             f"{len(req.output_ids)} output tokens")
+        err = self.check(req, room)
+        if err:
+            raise ValueError(f"prefill: request {req.rid}: {err}")
+        try:
+            req.engine = self
+            req.req_pool_idx = int(self.runner.req_to_token_pool.alloc(1)[0])
+            self._alloc(req, len(req.prompt_ids))
+            logits = self.runner.prefill(req.prompt_ids, req.req_pool_idx, req.pages)
+        except BaseException:
+            self.free_req(req)
+            raise
         req.seq_len = len(req.prompt_ids)
         if not torch.isfinite(logits).all():
             return self._finish(req, "error", "prefill: non-finite logits")
@@ -166,7 +187,7 @@ class Engine:
                                 f"max_running_requests={self.args.max_running_requests}), got {len(reqs)}")
         try:
             for req in reqs:
-                self.prefill(req)
+                self.prefill(req, room=1)
         except BaseException:  # a failure half-way: the requests already prefilled give back rows and pages
             for req in reqs:
                 self.free_req(req)
@@ -188,7 +209,8 @@ class Engine:
                 raise ValueError(f"running[{row}]: expected a running request, got request {req.rid} finished "
                                  f"({req.finished_reason!r}), which holds no row or pages")
             idx = req.req_pool_idx
-            if idx is None or not req.pages or idx in seen or not self.runner.req_to_token_pool.is_allocated(idx):
+            if (idx is None or not req.pages or idx in seen or req.engine is not self
+                    or not self.runner.req_to_token_pool.is_allocated(idx)):
                 raise ValueError(f"running[{row}]: expected a request prefilled by this engine, each once, got "
                                  f"request {req.rid} with req_pool_idx={idx!r}")
             if req.seq_len >= ctx:  # the fed-back token would sit at position seq_len, past the context
