@@ -302,3 +302,19 @@ def test_an_engine_refuses_another_engines_request_even_where_its_row_number_is_
     assert pools(b) == before[0] and torch.equal(b.runner.req_to_token_pool.req_to_token, before[1])
     a.decode_step([ra], set())  # its own engine still decodes it
     assert len(ra.output_ids) == 2
+
+
+def test_assign_slots_refuses_a_row_not_allocated(model):
+    """``ModelRunner.assign_slots`` wrote row -1 (the pool's last row, another request's or none) and took
+    page 2.7 as page 2; it now refuses both, and writes nothing."""
+    eng = Engine(model, disable_cuda_graph=True, max_running_requests=2, context_length=64)
+    table = eng.runner.req_to_token_pool.req_to_token.clone()
+    for row in (-1, 0, True):
+        with pytest.raises(ValueError, match="expected an allocated req_to_token row"):
+            eng.runner.assign_slots(row, [2], 0, 2)
+    row = eng.runner.req_to_token_pool.alloc(1)[0]
+    with pytest.raises(TypeError, match="must hold ints"):
+        eng.runner.assign_slots(row, [2.7], 0, 2)
+    assert torch.equal(eng.runner.req_to_token_pool.req_to_token, table)
+    page = eng.runner.page_size
+    assert eng.runner.assign_slots(row, [2], 0, 2).tolist() == [2 * page, 2 * page + 1]

@@ -99,7 +99,13 @@ def test_slots_of_every_window_of_a_three_page_request(page):
     with pytest.raises(ValueError, match="end must be >= 2"):
         slots_of(pages, 2, 1, page)
     with pytest.raises(ValueError, match="1-D"):
-        slots_of([pages], 0, 1, page)
+        slots_of(torch.tensor([pages]), 0, 1, page)
+    with pytest.raises(TypeError, match="must hold ints"):
+        slots_of([7, 2.9, 5], 0, 1, page)  # would have become page 2
+    with pytest.raises(ValueError, match="page ids >= 1"):
+        slots_of([7, 0, 5], 0, 1, page)  # the padding page
+    with pytest.raises(ValueError, match="page ids >= 1"):
+        slots_of([-1], 0, 1, page)
 
 
 def test_slots_for_errors():

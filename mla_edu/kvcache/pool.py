@@ -189,10 +189,15 @@ def slots_of(pages, start: int, end: int, page_size: int) -> torch.Tensor:
     check_int("page_size", page_size, 1)
     check_int("start", start, 0)
     check_int("end", end, start)
-    pages = torch.as_tensor(pages, dtype=torch.int64).cpu()  # [n_pages]
-    if pages.dim() != 1 or end > pages.numel() * page_size:
-        raise ValueError(f"pages: expected a 1-D list of at least ceil(end / page_size) = "
-                         f"{-(-end // page_size)} pages, got shape {tuple(pages.shape)}")
+    if isinstance(pages, torch.Tensor) and pages.dim() != 1:
+        raise ValueError(f"pages: expected a 1-D list of page ids, got shape {tuple(pages.shape)}")
+    ids = _as_index_list("pages", pages)  # ints only: 1.9 or True refused
+    if ids and min(ids) < 1:
+        raise ValueError(f"pages: expected page ids >= 1 (page 0 is the reserved padding page), got {min(ids)}")
+    if end > len(ids) * page_size:
+        raise ValueError(f"pages: expected at least ceil(end / page_size) = {-(-end // page_size)} pages, "
+                         f"got {len(ids)}")
+    pages = torch.tensor(ids, dtype=torch.int64)  # [n_pages]
     pos = torch.arange(start, end, dtype=torch.int64)  # [n]
     return pages[pos // page_size] * page_size + pos % page_size
 

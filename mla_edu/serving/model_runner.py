@@ -121,7 +121,10 @@ class ModelRunner:
 
     # --- memory -----------------------------------------------------------------------------
     def assign_slots(self, req_pool_idx: int, pages: list, start: int, end: int) -> torch.Tensor:
-        """Write ``req_to_token[req, start:end]`` from the request's pages; returns the slots [end-start]."""
+        """Write ``req_to_token[req, start:end]`` from the request's pages; returns the slots [end-start]. Refuses a
+        row that is not allocated (it would write another request's row, or none)."""
+        if not self.req_to_token_pool.is_allocated(req_pool_idx):
+            raise ValueError(f"req_pool_idx: expected an allocated req_to_token row, got {req_pool_idx!r}")
         locs = kvcache.slots_of(pages, start, end, self.page_size)  # [n]
         self.req_to_token_pool.req_to_token[req_pool_idx, start:end] = locs.to(self.device, torch.int32)
         return locs.to(self.device)
