@@ -318,3 +318,23 @@ def test_assign_slots_refuses_a_row_not_allocated(model):
     assert torch.equal(eng.runner.req_to_token_pool.req_to_token, table)
     page = eng.runner.page_size
     assert eng.runner.assign_slots(row, [2], 0, 2).tolist() == [2 * page, 2 * page + 1]
+
+
+def test_a_request_past_the_models_positions_is_refused_whatever_the_context_length(model):
+    """A context length above the model's ``max_position_embeddings`` is accepted (the seed's 4096 on a
+    512-position model, for the page table's width), but a request that would reach past the model's positions is
+    refused, by ``generate`` and by a hand-driven decode, as ``model.generate`` refuses it."""
+    limit = model.config.mla.max_position_embeddings
+    eng = Engine(model, disable_cuda_graph=True, max_running_requests=2, context_length=4 * limit)
+    free = pools(eng)
+    long = eng.generate([[5] * (limit - 1)], max_new_tokens=2)[0]
+    assert long.finished_reason == "error" and f"max_position_embeddings {limit}" in long.error
+    assert eng.generate([[5] * (limit - 2)], max_new_tokens=2, stop_token_ids=())[0].error is None
+    req = eng.prefill_requests([[5] * (limit - 1)])[0]  # room for one decode step: position limit - 1
+    eng.decode_step([req], set())
+    with pytest.raises(ValueError, match=f"max_position_embeddings {limit}"):
+        eng.decode_step([req], set())
+    eng.free_req(req)
+    assert pools(eng) == free
+    with pytest.raises(ValueError, match="exceeds the context"):
+        model.generate([5] * limit, 1)

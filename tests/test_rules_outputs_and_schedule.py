@@ -52,10 +52,10 @@ def test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph(tr
     """Bend: ``_alloc`` sizes the balanced partials for batch sizes ``range(1, max_bs)`` (an off-by-one at
     ``max_bs``)."""
     be = triton_backend
-    be._alloc(max_bs)
+    page_table, workspace = be._alloc(max_bs)
     need = max(schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, be.sm_count, b, be.width))
                for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
-    assert be.workspace.numel() >= need
+    assert workspace.numel() >= need and page_table.shape == (max_bs, be.width)
 
 
 # ---- output files -------------------------------------------------------------------------------------

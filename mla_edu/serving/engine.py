@@ -108,7 +108,20 @@ class Engine:
         room, what = (req.max_new_tokens, "max_new_tokens") if room is None else (room, "new tokens")
         if len(ids) + room > ctx:
             return f"prompt too long: {len(ids)} prompt tokens + {what} {room} exceed the context length {ctx}"
+        positions = self.max_positions
+        if len(ids) + room > positions:  # --context-length may exceed it (the seed's 4096 sizes the page table)
+            return (f"prompt too long for the model: {len(ids)} prompt tokens + {what} {room} exceed its "
+                    f"max_position_embeddings {positions} (the context length {ctx} sizes the page table only)")
         return None
+
+    @property
+    def max_positions(self) -> int:
+        """The model's own limit, ``max_position_embeddings``: no request goes past it, whatever the context length.
+        A longer ``--context-length`` is accepted, as SGLang accepts it with a warning that it "may lead to
+        incorrect model outputs" (``python/sglang/srt/configs/model_config.py`` lines 136-151 at ``7059ae16f``,
+        ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` true by default): the seed's runs here set 4096 on a
+        512-position model, for the page table's width. Here a request past the model's positions is refused."""
+        return self.runner.model.config.mla.max_position_embeddings
 
     def new_req(self, prompt, max_new_tokens: int = 3) -> Req:
         """A new request with the next rid (not yet checked, holding no row or page)."""
@@ -216,6 +229,10 @@ class Engine:
             if req.seq_len >= ctx:  # the fed-back token would sit at position seq_len, past the context
                 raise ValueError(f"running[{row}]: expected a request with room for one more token, got request "
                                  f"{req.rid} with seq_len={req.seq_len} = context_length {ctx}")
+            if req.seq_len >= self.max_positions:
+                raise ValueError(f"running[{row}]: expected a request with room for one more token, got request "
+                                 f"{req.rid} with seq_len={req.seq_len} = the model's max_position_embeddings "
+                                 f"{self.max_positions}")
             seen.add(idx)
 
     def make_batch(self, running: list) -> ForwardBatch:
