@@ -182,7 +182,7 @@ except FreedMemoryError as e:
 # setup is not allowed while a stream captures: cuBLAS creates its handle at the first matmul.
 # Capturing a step whose first matmul runs inside the capture fails on the H200 with
 # `CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)`, then
-# `cudaErrorStreamCaptureInvalidated` at capture end. PyTorch's rule
+# `cudaErrorStreamCaptureInvalidated` at capture end (measured: `results/graph_capture_errors_h200.md`). PyTorch's rule
 # (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs): run the step a few times on a
 # side stream before capturing it. The emulator cannot fail as cuBLAS does; it warns instead
 # (`GraphWarmupWarning`) when a capture runs a matmul that no warm-up ran on that device.
@@ -477,7 +477,7 @@ assert not r.ok
 #
 # **1.** In `sc.narrow_view`, capture the view 2 pages wide instead of 1 (the kernel then steps rows by 2
 # instead of 1; the buffer's real stride is 8). Which rows of the first replay batch read their own pages
-# now? (A set of rows.) Why does row 0 stay right whatever the width?
+# now? (A set of rows.)
 
 # %%
 ex1_right_rows = ...  # a set of rows in 0..3
@@ -515,7 +515,8 @@ r2 = checks.check_choice("exercise 2", ex2_caught_by, OPTIONS2, found)
 # %% [markdown]
 # **3.** Write a host `prepare` that rebuilds `seq_lens` as a new tensor
 # (`server.seq_lens = torch.tensor(...)`) instead of copying into the captured buffer, on the correct
-# pattern `sc.static_buffers`. What does `check` report?
+# pattern `sc.static_buffers`. The server held the only reference to the tensor the graph captured. What does
+# `check` report?
 
 # %%
 OPTIONS3 = {"a": "OK: the graph reads the new tensor", "b": "wrong rows: the graph reads capture's lengths",

@@ -130,11 +130,10 @@ for k, res in full.items():
 # ## 2. Graph against eager, on one batch (core)
 #
 # First make the failure small: six requests of different lengths, one decode step, replayed by
-# the graph captured for batch size 8 (the batch is padded to 8, as SGLang pads), then the same
-# step computed eagerly. Before it, eight longer requests ran a step and finished, so their page ids
-# stay behind in the rows of the persistent page-table buffer, as on a busy server.
-# `diagnose_step` also records the kernel's launch parameters while the graphs are captured.
-# The engine runs with the seed's `--context-length 4096`, which sets the width of that buffer.
+# the graph captured for batch size 8 (padded to 8, as SGLang pads), then the same step computed eagerly.
+# Before it, eight requests, most of them longer, ran a step and finished: their page ids stay in the
+# persistent page-table buffer wherever the six write fewer, as on a busy server. `diagnose_step` also
+# records the kernel's launch parameters at capture. The seed's `--context-length 4096` sets the buffer's width.
 
 # %%
 CONTEXT = 4096  # the seed's --context-length
@@ -294,7 +293,7 @@ assert d.launches_during_replay == 0 and d.extra["metadata_width_after_replay"] 
 # decode steps that decide its answer read the right pages, so what matters is how often those steps
 # run in row 0, which depends on how the engine orders rows as requests finish and join.
 # SGLang's `ScheduleBatch.filter_batch` keeps survivors in order and `merge_batch` appends joining
-# requests (`schedule_batch.py`): `row_order="append"`. We measure, rather than assume, accuracy
+# requests (`schedule_batch.py`; only a retract, when memory runs short, reorders): `row_order="append"`. We measure, rather than assume, accuracy
 # under the bug against the number of running requests and the row order.
 #
 # `dg.row0_study` sorts the requests of each run into three groups, by the batch rows their decode
@@ -371,8 +370,10 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # right like eager. Those whose first decode step ran in row 0 are mostly right: the end-marker step,
 # run in another row on wrong pages, sometimes emits a third digit instead. The rest are rarely right.
 # The row order decides how many first steps run in row 0: with `prepend` every joining request takes
-# row 0 for its first step; with SGLang's `append` far fewer do (exercise 4 asks how many). So the accuracy under the bug is not `eager / max running`: it depends on the row order
-# and on how many of a request's steps decide its answer.
+# row 0 for its first step; with SGLang's `append` far fewer do (exercise 4 asks how many). So the accuracy under
+# the bug is not `eager / max running`: it depends on the row order and on how many of a request's steps decide its
+# answer. The table's last column shows it: no run lands on its `eager / max running`, and the near-agreements
+# above (0.033 and 0.057) are partly chance.
 #
 # The miniature's requests live 2 decode steps (the first of their 3 new tokens comes from the
 # prefill); GSM8K's live hundreds, so this explains the
@@ -381,7 +382,8 @@ assert model_scale["accuracy_eager_step"] > 4 * model_scale["accuracy_no_eager_s
 # ## What we saw (core)
 #
 # - The miniature reproduces the seed's table: eager right, pre-fix graph near zero, the merged fix
-#   and the Triton backend back at the eager accuracy.
+#   and the Triton backend back at the eager accuracy. The pre-fix run has the bug-era kernel's scale too, as the
+#   seed's had; with the graph defects alone more requests stay right (section 7, and notebook 07's ablation).
 # - On one batch, row 0 matches eager and every other row is wrong; wrong logits appear exactly in
 #   the rows that read wrong pages.
 # - The pages read were computed from the captured view and the `size(1)` row stride, then checked:

@@ -140,8 +140,8 @@ d_fix = dg.diagnose_step(model, prompts, earlier=earlier, defects=MERGED_FIX, cu
 print(f"frozen at capture: width {d_fix.captured.width}, row stride {d_fix.captured.row_stride} "
       f"(the buffer's {d_fix.captured.buffer_row_stride}), max_seq_len {d_fix.captured.max_seq_len}")
 print("rows reading their own pages:", d_fix.rows_reading_own_pages[: len(d_fix.seq_lens)])
-print(f"stale entries still in the buffer: {int(dg.stale_entries(d_fix).sum())}; "
-      f"every row's logits match eager: {max(d_fix.row_err) < TOL}")
+print(f"entries not written for this step (stale ids or the initial 1): "
+      f"{int(dg.stale_entries(d_fix).sum())}; every row's logits match eager: {max(d_fix.row_err) < TOL}")
 assert d_fix.captured.width == d_fix.captured.row_stride == d_fix.captured.buffer_row_stride
 assert all(d_fix.rows_reading_own_pages) and max(d_fix.row_err) < TOL and dg.stale_entries(d_fix).any()
 
@@ -444,7 +444,8 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 ex1_frozen_splits = ...  # an int
 
 # %%
-from mla_edu.kernels.workspace import device_sm_count  # noqa: E402
+from mla_edu.kernels.workspace import device_sm_count, num_kv_splits_for  # noqa: E402
+from mla_edu.util import PAGE_SIZE  # noqa: E402
 from mla_edu.workshop import checks  # noqa: E402
 
 SMS = device_sm_count()
