@@ -4,7 +4,9 @@ H200 run (``kernel_lab.tools.family_bench``) and the ceilings the schedule bench
 (``results/kernel_bench_h200_schedule.json``: a 2 GiB device copy, read + write, and an 8192^3 bf16 matmul).
 
 A batch's floor is the larger of its bytes at the copy rate and its flops at the matmul rate: the cache's bf16 rows
-read once (``sum(lens) * (512 + 64) * 2`` bytes; q and the output are under 1% of it) and the two products of every
+read once (``sum(lens) * (512 + 64) * 2`` bytes; q and the output, ``h_q * (576 + 512) * 2`` bytes a request, are
+left out: under 1% of the cache's bytes at h_q=16 and 4K-token requests, about 12% at h_q=128 and 2K tokens (the
+floor there is that much too low) and the two products of every
 head (``2 * h_q * sum(lens) * (576 + 512)`` flops). A kernel's 'of floor' is the floor over its median time: 1 is a
 kernel as fast as the ceilings allow (a pure read can pass the copy's rate a little: the ceiling is a measured
 copy's, not the HBM's peak). 'needs' is what 1.05x FlashMLA asks of mla_edu: 1.05 times FlashMLA's 'of floor'.
