@@ -228,8 +228,7 @@ def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, alloca
     fresh = allocator.alloc_pages(n_fresh)
     try:
         base = old_len // page  # the first page the new positions touch: `current` if any, else the first fresh
-        window = torch.cat([torch.tensor([current] if current is not None else [], dtype=torch.int64),
-                            fresh.cpu()])  # [pages] the request's pages from logical page `base` on
+        window = ([current] if current is not None else []) + fresh.tolist()  # its pages from logical page `base` on
         slots = slots_of(window, old_len - base * page, new_len - base * page, page)  # [n]
         slots = slots.to(req_to_token_row.device)
         req_to_token_row[old_len:new_len] = slots.to(req_to_token_row.dtype)

@@ -214,7 +214,9 @@ class Engine:
         if len(running) == 0:
             raise ValueError("running: expected at least one request, got an empty batch")
         seen = set()
-        ctx = self.args.context_length
+        # the tighter of the context length and the model's positions (the seed's context exceeds the latter)
+        limit, what = min((self.args.context_length, "context_length"),
+                          (self.max_positions, "the model's max_position_embeddings"))
         for row, req in enumerate(running):
             if not isinstance(req, Req):
                 raise TypeError(f"running[{row}]: expected a Req, got {type(req).__name__}")
@@ -226,13 +228,9 @@ class Engine:
                     or not self.runner.req_to_token_pool.is_allocated(idx)):
                 raise ValueError(f"running[{row}]: expected a request prefilled by this engine, each once, got "
                                  f"request {req.rid} with req_pool_idx={idx!r}")
-            if req.seq_len >= ctx:  # the fed-back token would sit at position seq_len, past the context
+            if req.seq_len >= limit:  # the fed-back token would sit at position seq_len, past the limit
                 raise ValueError(f"running[{row}]: expected a request with room for one more token, got request "
-                                 f"{req.rid} with seq_len={req.seq_len} = context_length {ctx}")
-            if req.seq_len >= self.max_positions:
-                raise ValueError(f"running[{row}]: expected a request with room for one more token, got request "
-                                 f"{req.rid} with seq_len={req.seq_len} = the model's max_position_embeddings "
-                                 f"{self.max_positions}")
+                                 f"{req.rid} with seq_len={req.seq_len} = {what} {limit}")
             seen.add(idx)
 
     def make_batch(self, running: list) -> ForwardBatch:
