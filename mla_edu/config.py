@@ -45,9 +45,11 @@ def yarn_get_mscale(factor: float, mscale: float = 1.0) -> float:
     return 0.1 * mscale * math.log(factor) + 1.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class MLAConfig:
-    """Everything the attention layer needs; names follow ``transformers``' DeepseekV3Config.
+    """Everything the attention layer needs; names follow ``transformers``' DeepseekV3Config. Frozen: a layer reads
+    some values once (``softmax_scale``, ``inv_freq``) and others at each call, so a config edited after a layer is
+    built would leave it half old, half new; ``replace`` makes a new, checked one.
 
     ``rope_scaling`` is ``None`` (plain RoPE) or a dict with ``rope_type="yarn"`` and YaRN's keys
     (``factor``, ``original_max_position_embeddings``, ``beta_fast``, ``beta_slow``, ``mscale``,
@@ -75,7 +77,7 @@ class MLAConfig:
         if self.qk_rope_head_dim % 2:
             raise ValueError("MLAConfig.qk_rope_head_dim must be even (RoPE rotates pairs), "
                              f"got {self.qk_rope_head_dim}")
-        self.rope_scaling = self._check_rope_scaling(self.rope_scaling)
+        object.__setattr__(self, "rope_scaling", self._check_rope_scaling(self.rope_scaling))  # frozen: set once
 
     def _check_rope_scaling(self, rs: Any) -> dict[str, Any] | None:
         """``rs`` as kept: None for plain RoPE, else a copy with ``rope_type="yarn"`` and no ``type``/``rope_theta``;
@@ -107,6 +109,9 @@ class MLAConfig:
         if theta != self.rope_theta:
             raise ValueError(f"MLAConfig.rope_scaling['rope_theta'] ({theta!r}) differs from rope_theta "
                              f"({self.rope_theta!r}): give it once, as rope_theta")
+        if rope_type == "yarn" and self.rope_theta <= 1:
+            raise ValueError(f"MLAConfig.rope_theta: YaRN divides by log(rope_theta), so it must be > 1, got "
+                             f"{self.rope_theta!r}")
         return None if rope_type == "default" else {"rope_type": "yarn", **rs}
 
     # ---- derived sizes -------------------------------------------------------------------

@@ -45,10 +45,12 @@ def check_out_dir(path, what: str) -> Path:
 def check_out_file(path, what: str) -> Path:
     """``path`` as a file that can be written: its folder exists and is writable, and it is not a
     folder itself; ValueError naming ``what`` (e.g. ``"--json-out"``) and the path otherwise."""
+    if str(path) == "":
+        raise ValueError(f"{what}: expected a file name, got an empty one")
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{what}: expected a file name, got {path}, which is a folder")
-    folder = path.parent
+    folder = Path(os.path.realpath(path)).parent  # a link's target's folder: write_atomic writes there
     if not folder.is_dir():
         raise ValueError(f"{what}: expected a file in an existing folder, got {path} (no folder {folder})")
     _check_writable(folder, what, path)
@@ -88,8 +90,14 @@ def write_atomic(path, data: str | bytes) -> None:
     path = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
     try:
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+        f = os.fdopen(fd, "wb" if isinstance(data, bytes) else "w")  # from here f owns fd and closes it
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    try:
+        with f:
+            os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -511,10 +511,10 @@ def test_no_truth_sits_in_a_frame_while_the_learners_function_runs():
     assert not ex.check_workspace_size(hunts_the_heap).passed
 
 
-def test_a_patched_module_outside_the_library_is_caught_by_the_seal():
-    # run_learner puts back mla_edu's globals, not Python's: a function that patches what the truth is computed with
-    # (here builtins.min, so that the automatic split is always max_splits) makes the truths computed after it agree
-    # with its wrong answer; the seal taken before it ran catches that
+def test_a_patched_builtin_is_put_back_and_refused():
+    # what every truth is computed with: a function that rebinds builtins.min (so that the automatic split is always
+    # max_splits) would make the truths computed after it agree with its wrong answer; run_learner puts builtins back
+    # as it puts back mla_edu's globals, and refuses the function
     import builtins
 
     from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT
@@ -532,13 +532,22 @@ def test_a_patched_module_outside_the_library_is_caught_by_the_seal():
 
     try:
         r = ex.check_workspace_size(patches_min)
-        wrong_truth = ex.get_workspace_size(4224, 8, 132, -1)
+        after = builtins.min
     finally:
         builtins.min = original
-    # with min patched the library's truth was the wrong answer's; put back, it is not
-    assert wrong_truth == BYTES_PER_BATCH_SPLIT * cdiv(4224, 128) * 8 != ex.get_workspace_size(4224, 8, 132, -1)
-    assert not r.passed and r.message == ex.SEAL_BROKEN, r.message
+    assert after is original
+    assert not r.passed and r.message.startswith(
+        "refused: your function rebound builtins.min (put back)"), r.message
     assert ex.check_workspace_size(ex08.workspace_size).passed
+
+
+def test_the_seal_cannot_be_switched_off_through_an_instance_attribute():
+    from mla_edu.workshop import checks
+
+    seal = checks.Seal([{1, 2}, 3])
+    with pytest.raises(AttributeError):
+        seal.matches = lambda truths: True
+    assert seal.matches([{2, 1}, 3]) and not seal.matches([{1, 2}, 4])
 
 
 def test_an_interrupt_inside_the_learners_function_puts_the_library_back():

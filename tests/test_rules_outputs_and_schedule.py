@@ -162,7 +162,7 @@ def test_the_checkers_nan_hint_names_the_persistent_buffer_that_causes_it():
     (dict(cache=torch.zeros(0, 16, 48)), ValueError, "kv_c_and_k_pe_cache must hold at least one page"),
 ])
 def test_mla_decode_with_no_requests_still_runs_the_general_argument_checks(bad, error, msg):
-    """Bend: ``mla_decode``'s ``B = 0`` branch returns the empty output without ``check_common``."""
+    """Bend: ``mla_decode``'s ``B = 0`` branch returns the empty output before the impl's argument checks."""
     args = dict(q_nope=torch.zeros(0, 2, 32), q_pe=torch.zeros(0, 2, 16), cache=torch.zeros(4, 16, 48),
                 seq_lens=torch.zeros(0, dtype=torch.int32), page_table=torch.zeros(0, 2, dtype=torch.int32),
                 workspace=torch.zeros(16, dtype=torch.uint8), sm_scale=0.1)

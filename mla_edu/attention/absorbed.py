@@ -85,10 +85,12 @@ class AbsorbedMLA(MLAWeights):
         """``hidden [B, T, D]``, ``positions [B, T]`` -> ``[B, T, D]``; causal over the cache plus the new tokens."""
         if hidden.dim() != 3:
             raise ValueError(f"hidden: expected [B, T, hidden_size], got shape {list(hidden.shape)}")
+        positions = self._check(hidden, positions)
+        self.check_positions(positions)
         q_nope, q_pe = self.absorbed_query(hidden, positions)           # [B, T, H, r], [B, T, H, dr]
         c_kv, k_pe = self.latent_kv(hidden, positions)                  # [B, T, r], [B, T, dr]
         if cache is not None:
-            c_kv, k_pe = cache.update(c_kv, k_pe)
+            c_kv, k_pe = cache.update(c_kv, k_pe, positions)
         mask = causal_mask(hidden.shape[1], c_kv.shape[1], hidden.device)
         o_latent = latent_attention(q_nope, q_pe, c_kv, k_pe, self.softmax_scale, mask)  # [B, T, H, r]
         return self.output(o_latent)

@@ -40,14 +40,20 @@ class ContiguousLatentCache:
     def __init__(self) -> None:
         self.c_kv: torch.Tensor | None = None
         self.k_pe: torch.Tensor | None = None
+        self.next_positions: torch.Tensor | None = None  # [B]: where each row goes on, if updates gave positions
 
     @property
     def seq_len(self) -> int:
         return 0 if self.c_kv is None else self.c_kv.shape[1]
 
-    def update(self, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``[B, T, r]`` / ``[B, T, dr]``; return everything cached so far. Both are checked before either
-        is stored: a refused update leaves the cache as it was."""
+    def update(self, c_kv: torch.Tensor, k_pe: torch.Tensor,
+               positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``[B, T, r]`` / ``[B, T, dr]``; return everything cached so far. With the tokens' ``positions
+        [B, T]``, each row must count up by one and go on where the row's last update ended (the causal mask and
+        RoPE's distances assume it). All is checked before anything is stored: a refused update leaves the cache as
+        it was."""
+        if positions is not None:
+            self._check_positions(positions, c_kv)
         for name, t in (("c_kv", c_kv), ("k_pe", k_pe)):
             if not isinstance(t, torch.Tensor) or t.dim() != 3:
                 raise ValueError(f"ContiguousLatentCache.update: expected {name} a 3-D tensor [B, T, "
@@ -56,8 +62,12 @@ class ContiguousLatentCache:
         if k_pe.shape[:2] != c_kv.shape[:2]:
             raise ValueError(f"ContiguousLatentCache.update: expected k_pe [{c_kv.shape[0]}, {c_kv.shape[1]}, dr] "
                              f"(c_kv's B and T), got {list(k_pe.shape)}")
-        if self.c_kv is None:
-            self.c_kv, self.k_pe = c_kv, k_pe
+        if positions is not None and positions.shape[-1]:
+            self.next_positions = positions[:, -1] + 1
+        elif positions is None:
+            self.next_positions = None  # nothing to check the next update against
+        if self.c_kv is None:  # copies: a caller reusing its buffers (the static-buffer pattern) must not edit us
+            self.c_kv, self.k_pe = c_kv.clone(), k_pe.clone()
             return self.c_kv, self.k_pe
         for name, t, held in (("c_kv", c_kv, self.c_kv), ("k_pe", k_pe, self.k_pe)):
             if t.shape[0] != held.shape[0] or t.shape[2] != held.shape[2] or t.dtype != held.dtype \
@@ -67,6 +77,20 @@ class ContiguousLatentCache:
                                  f"{list(t.shape)} {t.dtype} on {t.device}")
         self.c_kv, self.k_pe = torch.cat((self.c_kv, c_kv), dim=1), torch.cat((self.k_pe, k_pe), dim=1)
         return self.c_kv, self.k_pe
+
+    def _check_positions(self, positions: torch.Tensor, c_kv: torch.Tensor) -> None:
+        if not isinstance(positions, torch.Tensor) or tuple(positions.shape) != tuple(c_kv.shape[:2]):
+            got = list(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+            raise ValueError(f"ContiguousLatentCache.update: expected positions [{c_kv.shape[0]}, {c_kv.shape[1]}] "
+                             f"(c_kv's B and T), got {got}")
+        if positions.shape[1] > 1 and not bool((positions[:, 1:] == positions[:, :-1] + 1).all()):
+            raise ValueError("ContiguousLatentCache.update: expected each row's positions to count up by one (the "
+                             f"cache appends tokens in order), got rows {positions[:4].tolist()}")
+        if self.next_positions is not None and positions.shape[1] \
+                and not bool((positions[:, 0] == self.next_positions).all()):
+            raise ValueError(f"ContiguousLatentCache.update: expected the rows to go on at positions "
+                             f"{self.next_positions.tolist()} (after the {self.seq_len} tokens cached), got "
+                             f"{positions[:, 0].tolist()}")
 
 
 class MLAWeights(nn.Module):
@@ -99,22 +123,34 @@ class MLAWeights(nn.Module):
             raise TypeError("from_hf expects a transformers DeepseekV2/V3 attention module, "
                             f"got {type(module).__name__}")
         config = MLAConfig.from_hf(module.config)
+        # transformers builds q_a_layernorm and kv_a_layernorm with eps 1e-6 whatever config.rms_norm_eps says,
+        # SGLang with config.rms_norm_eps (docs/sources.md); DeepSeek's checkpoints say 1e-6, where both agree. The
+        # layer built here computes what this module computes: its norms' own eps.
+        norms = [m for m in (module.kv_a_layernorm, getattr(module, "q_a_layernorm", None)) if m is not None]
+        eps = {float(m.variance_epsilon) for m in norms}
+        if len(eps) != 1:
+            raise ValueError(f"from_hf: expected one eps in the module's latent norms, got {sorted(eps)}")
+        config = config.replace(rms_norm_eps=eps.pop())
         ref = next(module.parameters())
         layer = cls(config).to(device=ref.device, dtype=ref.dtype)
         layer.load_hf_state_dict(module.state_dict())
         return layer
 
     def load_hf_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Load transformers' attention weights; missing, extra or mis-shaped entries raise ValueError."""
+        """Load transformers' attention weights; missing, extra, mis-shaped or non-finite entries raise ValueError."""
         own = self.state_dict()
         missing = sorted(set(own) - set(state_dict))
         extra = sorted(set(state_dict) - set(own))
         if missing or extra:
             raise ValueError(f"state dict does not fit this MLAConfig: missing {missing}, unexpected {extra}")
         for name, tensor in state_dict.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"state dict entry {name!r}: expected a tensor, got {type(tensor).__name__}")
             if tuple(tensor.shape) != tuple(own[name].shape):
                 raise ValueError(f"state dict entry {name!r}: expected shape {tuple(own[name].shape)}, "
                                  f"got {tuple(tensor.shape)}")
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"state dict entry {name!r}: expected finite weights, got NaN or inf")
         self.load_state_dict(state_dict)
 
     # ---- input checks ---------------------------------------------------------------------
@@ -137,6 +173,16 @@ class MLAWeights(nn.Module):
                 raise ValueError(f"positions: expected shape {list(hidden.shape[:-1])} (or [T]), "
                                  f"got {list(positions.shape)}")
         return positions
+
+    def check_positions(self, positions: torch.Tensor) -> None:
+        """Refuse positions outside ``[0, max_position_embeddings)``. A host sync: for the whole-sequence paths,
+        not for a captured decode step."""
+        if not positions.numel():
+            return
+        limit = self.config.max_position_embeddings
+        lo, hi = (int(v) for v in torch.aminmax(positions))
+        if lo < 0 or hi >= limit:
+            raise ValueError(f"positions: expected each in [0, {limit}) (max_position_embeddings), got [{lo}, {hi}]")
 
     # ---- the shared first steps -------------------------------------------------------------
     def query(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,7 +209,8 @@ class MLAWeights(nn.Module):
         return c_kv, apply_rope(k_pe, cos, sin, c.rope_interleave)
 
     def w_uk_uv(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``kv_b_proj`` split per head: ``W_UK [H, dn, r]`` and ``W_UV [H, dv, r]``."""
+        """``kv_b_proj`` split per head: ``W_UK [H, dn, r]`` and ``W_UV [H, dv, r]``: views of ``kv_b_proj.weight``
+        (an in-place edit of either edits the layer's weights)."""
         c = self.config
         w = rearrange(self.kv_b_proj.weight, "(h d) r -> h d r", h=c.num_attention_heads)
         return w.split([c.qk_nope_head_dim, c.v_head_dim], dim=1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mla_edu.config import MLAConfig
+from mla_edu.util import is_int
 
 ORDERS = ("naive", "absorbed")
 
@@ -37,7 +38,7 @@ class Cost:
 def _check(order: str, lengths: list[int], dtype_bytes: int) -> None:
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    if not lengths or any(int(n) < 1 for n in lengths):
+    if not lengths or any(not is_int(n) or n < 1 for n in lengths):
         raise ValueError(f"context lengths must be a non-empty list of ints >= 1, got {lengths!r}")
     if dtype_bytes not in (1, 2, 4):
         raise ValueError(f"dtype_bytes must be 1, 2 or 4, got {dtype_bytes!r}")
@@ -45,7 +46,7 @@ def _check(order: str, lengths: list[int], dtype_bytes: int) -> None:
 
 def decode_cost(config: MLAConfig, context_lens: list[int] | int, order: str, dtype_bytes: int = 2) -> Cost:
     """One decode step of a batch: one new token per request, ``context_lens[b]`` tokens attended (incl. itself)."""
-    lens = [context_lens] if isinstance(context_lens, int) else list(context_lens)
+    lens = [context_lens] if isinstance(context_lens, (int, str)) else list(context_lens)
     _check(order, lens, dtype_bytes)
     c = config
     H, r, dn, dr, dv = c.num_attention_heads, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
@@ -66,7 +67,7 @@ def attention_core_cost(config: MLAConfig, context_lens: list[int] | int, dtype_
 
     FLOPs ``2 * sum(L) * H * (r + dr + r)``; bytes ``(r + dr) * sum(L)`` of cache plus q in and o out.
     """
-    lens = [context_lens] if isinstance(context_lens, int) else list(context_lens)
+    lens = [context_lens] if isinstance(context_lens, (int, str)) else list(context_lens)
     _check("absorbed", lens, dtype_bytes)
     c = config
     H, r, dr = c.num_attention_heads, c.kv_lora_rank, c.qk_rope_head_dim

@@ -33,7 +33,7 @@ from mla_edu.files import check_out_file, write_atomic
 from mla_edu.case_study.accuracy import AccuracyRuns
 from mla_edu.case_study.seed import SEED, SEED_CONFIG
 from mla_edu.model import load_pretrained, task
-from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, ServerArgs
+from mla_edu.serving import MERGED_FIX, PRE_FIX, SEED_PRE_FIX, ServerArgs, SettingsError
 
 CUTLASS = dict(attention_backend="cutlass_mla", num_kv_splits=1)  # the split given, so AccuracyRuns memoizes
 # (label, defects, poison_fill): each graph defect alone, both (pre-fix), none (merged fix), width with the poison fill
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         a.dp = SEED_CONFIG["dp_size"] if a.enable_dp_attention else 1
     if a.num_questions is not None and a.num_questions > task.EVAL_SIZE:
         p.error(f"argument --num-questions: expected at most {task.EVAL_SIZE} (the eval set), got {a.num_questions}")
-    if a.json_out:
+    if a.json_out is not None:  # "" too: refused as a folder, not skipped
         try:
             check_out_file(a.json_out, "--json-out")
         except ValueError as e:
@@ -150,6 +150,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     try:  # main(argv) called from Python (a test, a notebook) gets its thread count back
         return _report(a, config, common, questions)
+    except SettingsError as e:  # valid settings this machine cannot hold: a usage error, not a crash
+        p.error(str(e))
     finally:
         torch.set_num_threads(threads)
 
@@ -223,7 +225,7 @@ def _report(a: argparse.Namespace, config: ServerArgs, common: dict, questions: 
               f"| {base * r['dp_size'] / r['max_running_requests']:.3f} |")
     elapsed = time.perf_counter() - t_start
     print(f"\n{len(run.results)} engine runs, {elapsed:.0f} s in all (prefill computed once per prompt and shared).")
-    if a.json_out:
+    if a.json_out is not None:
         write_atomic(a.json_out, json.dumps(
             {"configuration": common,  # json writes the tuple (cuda_graph_bs) as a list
              "table": table, "ablation": ablation,

@@ -139,8 +139,21 @@ def check_lengths_and_table(seq_lens, page_table, b: int) -> None:
 NOT_ABSORBED = "is q_nope absorbed (multiplied by W_UK, notebook 02)?"
 
 
-def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
-    """Shape/dtype checks every impl applies (ValueError/TypeError naming expected vs got)."""
+def check_device_and_scale(tensors, sm_scale) -> None:
+    """The decode tensors on one device, and ``sm_scale`` a finite float > 0 (every impl's, cutlass's too)."""
+    devs = {t.device for t in tensors}
+    if len(devs) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devs)}")
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
+        raise TypeError(f"sm_scale must be a float, got {type(sm_scale).__name__}")
+    if not (sm_scale > 0 and math.isfinite(sm_scale)):
+        raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale}")
+
+
+def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits,
+                 sm_count=None) -> None:
+    """Shape/dtype checks every impl applies (ValueError/TypeError naming expected vs got). ``sm_count`` is
+    ``mla_decode``'s (``check_flags`` checks it; only the cutlass check sizes a workspace with it)."""
     check_tensors(q_nope, q_pe, cache, seq_lens, page_table, workspace)
     if q_nope.dim() != 3 or q_pe.dim() != 3:
         raise ValueError(f"q_nope and q_pe must be 3-D [B, H, D], got {tuple(q_nope.shape)} and {tuple(q_pe.shape)}")
@@ -154,6 +167,9 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
     if cache.size(0) < 1 or cache.size(1) < 1:
         raise ValueError("kv_c_and_k_pe_cache must hold at least one page of at least one token, "
                          f"got shape {tuple(cache.shape)} ({cache.size(0)} pages of {cache.size(1)} tokens)")
+    if dl < dr:  # MLA's latent (512) is wider than its rope part (64): the two given the other way round
+        raise ValueError(f"q_nope (the latent, kv_lora_rank wide) must be at least as wide as q_pe (the rope part), "
+                         f"got {dl} and {dr}: are q_nope and q_pe swapped?")
     if dl < cache.size(2) - dr:  # narrower than the cache's latent: the per-head q of the paper, not absorbed
         raise ValueError(f"q_nope: expected last dim kv_lora_rank = {cache.size(2)} - {dr} = {cache.size(2) - dr} "
                          f"(kv_c_and_k_pe_cache's last dim minus q_pe's), got {dl}: {NOT_ABSORBED}")
@@ -172,13 +188,7 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
     if workspace.dtype != torch.uint8 or workspace.dim() != 1:
         raise TypeError("workspace must be a 1-D uint8 tensor, "
                         f"got {workspace.dtype} of shape {tuple(workspace.shape)}")
-    devs = {t.device for t in (q_nope, q_pe, cache, seq_lens, page_table, workspace)}
-    if len(devs) != 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devs)}")
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
-        raise TypeError(f"sm_scale must be a float, got {type(sm_scale).__name__}")
-    if not (sm_scale > 0 and math.isfinite(sm_scale)):
-        raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale}")
+    check_device_and_scale((q_nope, q_pe, cache, seq_lens, page_table, workspace), sm_scale)
     if not is_int(num_kv_splits):
         raise TypeError(f"num_kv_splits must be an int, got {type(num_kv_splits).__name__}")
     if not (num_kv_splits == -1 or 1 <= num_kv_splits <= MAX_SPLITS):
@@ -232,6 +242,9 @@ def pages_read(page_table: torch.Tensor, n_pages: list[int], row_stride: int,
     of the table's storage, counted from the view's first element (so a narrow view reads past its
     own columns). An index past the end of the storage is clamped to its last element, as the
     unchecked kernel does, or with ``clamp=False`` gives ``None`` (a read outside the buffer)."""
+    if not is_int(row_stride) or row_stride < 0:
+        raise ValueError(f"row_stride must be an int >= 0 (entries between rows), got {row_stride!r}")
+    check_page_table_layout(page_table)
     reach = page_table.untyped_storage().nbytes() // page_table.element_size() - page_table.storage_offset()
     flat = torch.as_strided(page_table, (reach,), (1,), page_table.storage_offset()).tolist()
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from mla_edu.kernels.contract import (NOT_ABSORBED, DecodePlan, check_lengths_and_table, check_page_table_layout,
-                                      check_tensors)
+from mla_edu.kernels.contract import (NOT_ABSORBED, DecodePlan, check_device_and_scale, check_lengths_and_table,
+                                      check_page_table_layout, check_tensors)
 from mla_edu.kernels.workspace import CUTLASS_HEADS, D_LATENT, D_ROPE, get_workspace_size
 from mla_edu.util import is_int
 
@@ -74,6 +74,8 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
         raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
     if not is_int(num_kv_splits) or not (num_kv_splits == -1 or num_kv_splits >= 1):
         raise ValueError(f"num_kv_splits must be -1 (auto) or >= 1, got {num_kv_splits!r}")
+    if b == 0:  # no request: nothing to size (get_workspace_size wants num_batches > 0, as sgl-kernel's formula)
+        return
     need = get_workspace_size(page * block_num, b, sm_count or 0, num_kv_splits)
     if workspace.numel() < need:
         raise ValueError(f"workspace must hold >= {need} bytes (get_workspace_size({page * block_num}, {b}, "
@@ -99,13 +101,16 @@ def cutlass_unavailable_reason(device=None) -> str | None:
     return None
 
 
-def check_cutlass_call(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits) -> None:
-    """``check_cutlass_args`` in the argument order of ``mla_decode``'s other checks (``IMPLS["cutlass"].check``).
+def check_cutlass_call(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits,
+                       sm_count=None) -> None:
+    """``check_cutlass_args`` in the argument order of ``mla_decode``'s other checks (``IMPLS["cutlass"].check``),
+    and what every impl checks besides: one device, ``sm_scale`` a finite float > 0.
 
     A narrow view is let through: ``mla_decode`` reads every impl's rows ``size(1)`` apart, as the wrapper does, so
     that the pre-fix backend reproduces SGLang #6998 with any impl, this one included."""
-    check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits,
+    check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, sm_count or 0,
                        allow_row_stride_mismatch=True)
+    check_device_and_scale((q_nope, q_pe, cache, seq_lens, page_table, workspace), sm_scale)
 
 
 def mla_decode_cutlass(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float, plan: DecodePlan,

@@ -34,6 +34,8 @@ class Impl(NamedTuple):
     plan_stage1: Callable[..., DecodePlan] | None = None
     #: ``run`` with the balanced schedule (``schedule="balanced"``), sm_count appended; None: the impl has none
     balanced: Callable[..., torch.Tensor] | None = None
+    #: (stage1, launch) -> None: their checks alone (run at B = 0, where no plan is made); None: no such choice
+    check_stage1: Callable[..., object] | None = None
 
 
 def _reference(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, plan, checked):
@@ -58,7 +60,7 @@ IMPLS: dict[str, Impl] = {
     "reference": Impl(_reference),
     "torch": Impl(mla_decode_torch),
     "triton": Impl(_triton("mla_decode_triton"), plan_stage1=_triton("plan_stage1"),
-                   balanced=_triton("mla_decode_triton_balanced")),
+                   balanced=_triton("mla_decode_triton_balanced"), check_stage1=_triton("check_stage1_args")),
     "cutlass": Impl(mla_decode_cutlass, check_cutlass_call, ("size",)),
 }
 
@@ -137,14 +139,18 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
     if entry.plan_stage1 is None and (stage1, launch) != (None, None):
         raise ValueError(f"impl={impl!r} has no stage-1 kernel to choose: stage1 and launch must be None, "
                          f"got stage1={stage1!r}, launch={launch!r}")
-    if isinstance(q_nope, torch.Tensor) and q_nope.dim() == 3 and q_nope.size(0) == 0:
-        # B = 0: no kernel runs, every impl returns an empty output (after the general checks)
-        check_common(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
-        return q_nope.new_empty((0, q_nope.size(1), q_nope.size(2)))
+    if stride_policy is not None and stride_policy not in STRIDE_POLICIES:  # make_plan's check, before B = 0's return
+        raise ValueError(f"stride_policy must be one of {STRIDE_POLICIES} (or None for the impl's default), got "
+                         f"{stride_policy!r}")
     if stride_policy in STRIDE_POLICIES and stride_policy not in entry.stride_policies:
         raise ValueError(f"impl={impl!r} always uses stride_policy={entry.stride_policies[0]!r} (its wrapper's "
                          f"contract), got {stride_policy!r}")
-    entry.check(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits)
+    entry.check(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits,
+                sm_count)
+    if q_nope.size(0) == 0:  # B = 0: no kernel runs, every impl returns an empty output (after its checks)
+        if entry.check_stage1 is not None:
+            entry.check_stage1(stage1, launch)
+        return q_nope.new_empty((0, q_nope.size(1), q_nope.size(2)))
     seq_lens = seq_lens.contiguous()  # a strided view (buf[::2]): the kernels read lengths one int32 apart
     policy = entry.stride_policies[0] if stride_policy is None else stride_policy  # "size": the cutlass wrapper's
     balanced = schedule == "balanced"  # its splits come from the lengths: the plan's split count is not used

@@ -53,7 +53,7 @@ import torch
 
 from mla_edu.device import TRITON_INTERPRET, require_triton
 from mla_edu.kernels.workspace import PROGRAMS_PER_SM, SPLIT_CHOICES, gpu_block_h, stage2_pages
-from mla_edu.util import cdiv, check_int
+from mla_edu.util import cdiv, check_finite, check_int
 
 #: How ``mla_decode`` splits the KV: "splits", the same count for every request (its ``num_kv_splits``, the
 #: cutlass contract); "balanced", this module's partition (impl "triton").
@@ -114,6 +114,7 @@ def makespans(lens, page_size: int, heads: int, sm_count: int, num_splits: int,
     its ``balanced_partials`` rows."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
                  **({} if max_pages is None else {"max_pages": max_pages}))
+    check_finite("half_block_cost", half_block_cost, "a page-time's cost in the balanced schedule's model")
     line = _balanced_line(lens, page_size, heads, sm_count, max_pages)
     rule, balanced = _stage1(lens, page_size, heads, sm_count, num_splits, half_block_cost, line)
     if num_splits > 1:
@@ -133,6 +134,7 @@ def stage1_makespans(lens, page_size: int, heads: int, sm_count: int, num_splits
     ``kernel_lab/results/choice_fit_h200.md`` scores both on the H200's measured times."""
     _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
                  **({} if max_pages is None else {"max_pages": max_pages}))
+    check_finite("half_block_cost", half_block_cost, "a page-time's cost in the balanced schedule's model")
     return _stage1(lens, page_size, heads, sm_count, num_splits, half_block_cost,
                    _balanced_line(lens, page_size, heads, sm_count, max_pages))
 
@@ -275,7 +277,10 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: int) -
     from mla_edu.kernels.partition import segments_kernel
 
     if not isinstance(seq_lens, torch.Tensor):
-        seq_lens = torch.tensor(seq_lens, dtype=torch.int32)
+        seq_lens = torch.tensor(seq_lens, dtype=torch.int64)
+    if seq_lens.numel() and not -2**31 <= int(seq_lens.min()) <= int(seq_lens.max()) < 2**31:
+        raise ValueError(f"seq_lens: expected int32 values (the kernels' lengths), got [{int(seq_lens.min())}, "
+                         f"{int(seq_lens.max())}]")
     dev = seq_lens.device if seq_lens.is_cuda or TRITON_INTERPRET else torch.device("cuda")
     b = seq_lens.numel()
     table = torch.full((workspace_rows(b, parts), len(SEGMENT_FIELDS)), IDLE, dtype=torch.int32, device=dev)

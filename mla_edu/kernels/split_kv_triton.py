@@ -129,12 +129,9 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
             and wgmma.aligned_16(cache))
 
 
-def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: str | None = None,
-                launch=None) -> DecodePlan:
-    """``plan`` with its stage-1 kernel and launch config. ``stage1``: a kind of ``stage1.STAGE1_KINDS``, or None
-    for the device's default (``stage1.DEFAULT_GLUON`` where ``wgmma_applies``, else "tl"); ``launch``: the tl
-    kernel's (BLOCK_H, BLOCK_N, num_warps, num_stages), or None for its kind's ``launch_config`` (the Gluon
-    kernels' are fixed). Chosen on the host at each call, so a CUDA graph keeps the kernel it captured."""
+def check_stage1_args(stage1: str | None, launch) -> str | None:
+    """``stage1`` and ``launch`` checked (ValueError naming what came); the kind they ask for: "tl" where a
+    ``launch`` is given, else ``stage1``."""
     if stage1 is not None and stage1 not in stage1_kernels.KINDS:
         raise ValueError(f"stage1 must be None or one of {tuple(stage1_kernels.KINDS)}, got {stage1!r}")
     if launch is not None:
@@ -146,6 +143,16 @@ def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: st
             raise ValueError("launch must be (BLOCK_H, BLOCK_N, num_warps, num_stages), ints >= 1, the blocks "
                              f"powers of two, got {launch!r}")
         stage1 = "tl"
+    return stage1
+
+
+def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: str | None = None,
+                launch=None) -> DecodePlan:
+    """``plan`` with its stage-1 kernel and launch config. ``stage1``: a kind of ``stage1.STAGE1_KINDS``, or None
+    for the device's default (``stage1.DEFAULT_GLUON`` where ``wgmma_applies``, else "tl"); ``launch``: the tl
+    kernel's (BLOCK_H, BLOCK_N, num_warps, num_stages), or None for its kind's ``launch_config`` (the Gluon
+    kernels' are fixed). Chosen on the host at each call, so a CUDA graph keeps the kernel it captured."""
+    stage1 = check_stage1_args(stage1, launch)
     gluon = wgmma_applies(q_nope, q_pe, cache, plan.max_pages, checked)
     kind = stage1 if stage1 is not None else (stage1_kernels.DEFAULT_GLUON if gluon else "tl")
     if stage1_kernels.KINDS[kind].gluon and not gluon:

@@ -33,7 +33,7 @@ import random
 import re
 from dataclasses import dataclass
 from typing import Sequence
-from mla_edu.util import PAGE_SIZE
+from mla_edu.util import PAGE_SIZE, is_int
 
 # ----------------------------------------------------------------------------- tokenizer
 
@@ -133,10 +133,12 @@ class Question:
 
 def sample_question(rng: random.Random, length: int, n_facts: int | None = None) -> Question:
     """A question whose prompt is exactly ``length`` tokens (BOS included)."""
-    if not isinstance(length, int):
+    if not is_int(length):
         raise TypeError(f"length must be an int, got {type(length).__name__}")
     if n_facts is None:
         n_facts = rng.randint(MIN_FACTS, MAX_FACTS)
+    if not is_int(n_facts) or not 1 <= n_facts <= 9:
+        raise ValueError(f"n_facts: expected an int in 1..9 (one fact a first digit 1-9), got {n_facts!r}")
     body_len = length - 1 - QUERY_LEN
     n_facts = min(n_facts, body_len // FACT_LEN)
     if n_facts < 1:
@@ -172,6 +174,10 @@ def make_dataset(
     (clipped to [min_len, max_len]). Same (n, seed) -> same questions."""
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
+    if not (isinstance(facts, tuple) and len(facts) == 2 and all(is_int(f) for f in facts)
+            and 1 <= facts[0] <= facts[1] <= 9):
+        raise ValueError(f"facts: expected (min, max) ints with 1 <= min <= max <= 9 (one fact a first digit 1-9), "
+                         f"got {facts!r}")
     if not (FACT_LEN + QUERY_LEN + 1 <= min_len <= max_len <= MAX_PROMPT_LEN):
         raise ValueError(
             f"expected {FACT_LEN + QUERY_LEN + 1} <= min_len <= max_len <= {MAX_PROMPT_LEN}, "

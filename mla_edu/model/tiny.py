@@ -18,6 +18,7 @@ Three ways to run it:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -42,9 +43,10 @@ def default_mla_config() -> MLAConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TinyDeepseekConfig:
-    """The whole model: an ``MLAConfig`` for attention plus vocabulary, depth and MLP width."""
+    """The whole model: an ``MLAConfig`` for attention plus vocabulary, depth and MLP width. Frozen, as
+    ``MLAConfig`` is."""
 
     mla: MLAConfig = field(default_factory=default_mla_config)
     vocab_size: int = task.VOCAB_SIZE
@@ -54,13 +56,16 @@ class TinyDeepseekConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.mla, dict):
-            self.mla = MLAConfig(**self.mla)
+            object.__setattr__(self, "mla", MLAConfig(**self.mla))  # frozen: set once
         if not isinstance(self.mla, MLAConfig):
             raise TypeError(f"TinyDeepseekConfig.mla must be an MLAConfig, got {type(self.mla).__name__}")
         for key in ("vocab_size", "num_hidden_layers", "intermediate_size"):
             value = getattr(self, key)
             if not is_int(value) or value <= 0:
                 raise ValueError(f"TinyDeepseekConfig.{key} must be a positive int, got {value!r}")
+        eps = self.rms_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"TinyDeepseekConfig.rms_norm_eps must be a positive finite number, got {eps!r}")
 
     @property
     def hidden_size(self) -> int:
@@ -183,16 +188,40 @@ class TinyDeepseek(nn.Module):
         """hidden ``[..., D]`` -> logits ``[..., vocab]`` (final norm, then lm_head)."""
         return self.lm_head(self.norm(h))
 
-    def _check(self, tokens: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be [B, T], got shape {tuple(tokens.shape)}")
+    def _check(self, tokens: torch.Tensor, positions: torch.Tensor | None,
+               start: int | torch.Tensor = 0) -> torch.Tensor:
+        """positions ``[B, T]`` (int64), checked; by default each row's go on at ``start`` (an int or ``[B]``)."""
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+            raise ValueError(f"tokens must be [B, T], got "
+                             f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}")
         if positions is None:
-            positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
+            steps = torch.arange(tokens.shape[1], device=tokens.device)
+            positions = (start[:, None] if torch.is_tensor(start) else start) + steps.expand(tokens.shape[0], -1)
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions must be a tensor, got {type(positions).__name__}")
         if positions.shape != tokens.shape:
             raise ValueError(f"positions must match tokens' shape {tuple(tokens.shape)}, got {tuple(positions.shape)}")
         if positions.dtype.is_floating_point or positions.dtype == torch.bool:
             raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+        self.layers[0].attn.check_positions(positions)
         return positions.long()
+
+    def _check_caches(self, caches) -> int | torch.Tensor:
+        """Where the rows of ``caches`` go on (one ``ContiguousLatentCache`` per layer, distinct, equally long):
+        their ``next_positions [B]``, or the tokens they hold where no update gave positions."""
+        if not isinstance(caches, (list, tuple)) or len(caches) != len(self.layers):
+            raise ValueError(f"expected one cache per layer ({len(self.layers)}), got "
+                             f"{len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__}")
+        bad = [type(c).__name__ for c in caches if not isinstance(c, ContiguousLatentCache)]
+        if bad:
+            raise TypeError(f"expected ContiguousLatentCache objects, got {bad}")
+        if len({id(c) for c in caches}) != len(caches):
+            raise ValueError("expected a cache object per layer, got the same object for several layers "
+                             "(each layer caches its own latents)")
+        lens = [c.seq_len for c in caches]
+        if len(set(lens)) != 1:
+            raise ValueError(f"expected every layer's cache to hold the same tokens, got lengths {lens}")
+        return lens[0] if caches[0].next_positions is None else caches[0].next_positions
 
     # ---- whole-sequence paths --------------------------------------------------------------
     def forward(
@@ -203,15 +232,26 @@ class TinyDeepseek(nn.Module):
     ) -> torch.Tensor:
         """tokens ``[B, T]``, positions ``[B, T]`` (default 0..T-1) -> logits ``[B, T, vocab]``.
 
-        Causal. With ``caches`` (one ``ContiguousLatentCache`` per layer) the tokens attend to the cached ones
-        too, and their latents are appended.
+        Causal. With ``caches`` (one ``ContiguousLatentCache`` per layer, each holding the same L tokens) the
+        tokens attend to the cached ones too, and their latents are appended; positions then default to going on
+        where the caches' rows end (L..L+T-1 from 0), and must. An exception or an interrupt leaves every cache as
+        it was.
         """
-        positions = self._check(tokens, positions)
-        if caches is not None and len(caches) != len(self.layers):
-            raise ValueError(f"expected one cache per layer ({len(self.layers)}), got {len(caches)}")
+        start = 0 if caches is None else self._check_caches(caches)
+        positions = self._check(tokens, positions, start)
         h = self.embed(tokens)  # [B, T, D]
-        for i, layer in enumerate(self.layers):
-            h = layer(h, positions, None if caches is None else caches[i])
+        if caches is None:
+            for layer in self.layers:
+                h = layer(h, positions)
+            return self.final_logits(h)  # [B, T, vocab]
+        held = [dict(vars(c)) for c in caches]  # update() concatenates into new tensors: these stay intact
+        try:
+            for layer, cache in zip(self.layers, caches):
+                h = layer(h, positions, cache)
+        except BaseException:
+            for c, state in zip(caches, held):
+                vars(c).update(state)
+            raise
         return self.final_logits(h)  # [B, T, vocab]
 
     @torch.no_grad()
@@ -259,11 +299,13 @@ class TinyDeepseek(nn.Module):
         """
         if self.attn_impl == "naive":
             raise ValueError("decode_step needs the absorbed pieces: attn_impl 'absorbed' or 'sdpa', got 'naive'")
-        if tokens.dim() != 1 or positions.shape != tokens.shape:
-            raise ValueError(
-                "decode_step expects tokens [B] and positions [B], "
-                f"got {tuple(tokens.shape)} and {tuple(positions.shape)}"
-            )
+        if not isinstance(tokens, torch.Tensor) or not isinstance(positions, torch.Tensor) or tokens.dim() != 1 \
+                or positions.shape != tokens.shape:
+            got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in (tokens, positions)]
+            raise ValueError(f"decode_step expects tokens [B] and positions [B], got {got[0]} and {got[1]}")
+        if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+            raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+        self.layers[0].attn.check_positions(positions)  # a host sync: the engine's runner has its own step
         positions = positions.long()
         h = self.embed(tokens)  # [B, D]
         for i, layer in enumerate(self.layers):
@@ -271,6 +313,9 @@ class TinyDeepseek(nn.Module):
             c_kv, k_pe = layer.attn.latent_kv(x, positions)  # [B, 512], [B, 64]
             q_nope, q_pe = layer.attn.absorbed_query(x, positions)  # [B, H, 512], [B, H, 64]
             o_latent = attend(i, q_nope, q_pe, c_kv, k_pe)  # [B, H, 512]
+            if not isinstance(o_latent, torch.Tensor) or o_latent.shape != q_nope.shape:
+                raise ValueError(f"attend (layer {i}): expected o_latent {list(q_nope.shape)} [B, H, kv_lora_rank], "
+                                 f"got {list(o_latent.shape) if isinstance(o_latent, torch.Tensor) else o_latent!r}")
             h = h + layer.attn.output(o_latent)
             h = h + layer.mlp(layer.mlp_norm(h))
         return self.final_logits(h)  # [B, vocab]
@@ -285,11 +330,18 @@ class TinyDeepseek(nn.Module):
         Prefill the prompt, then feed back one token at a time; stops after ``eos_id`` (included
         in the result) or ``max_new_tokens``. Returns the generated ids.
         """
-        ids = torch.as_tensor(list(prompt_ids) if not torch.is_tensor(prompt_ids) else prompt_ids, dtype=torch.long)
+        given = prompt_ids if torch.is_tensor(prompt_ids) else list(prompt_ids)
+        if (given.dtype.is_floating_point or given.dtype == torch.bool) if torch.is_tensor(given) \
+                else not all(is_int(i) for i in given):
+            got = given.dtype if torch.is_tensor(given) else sorted({type(i).__name__ for i in given if not is_int(i)})
+            raise TypeError(f"prompt_ids must be integer token ids, got {got}")
+        ids = torch.as_tensor(given, dtype=torch.long)
         if ids.dim() != 1 or ids.numel() == 0:
             raise ValueError(f"prompt_ids must be a non-empty 1-D sequence of ids, got shape {tuple(ids.shape)}")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        if not is_int(max_new_tokens) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        if eos_id is not None and (not is_int(eos_id) or not 0 <= eos_id < self.config.vocab_size):
+            raise ValueError(f"eos_id must be None or a token id in [0, {self.config.vocab_size}), got {eos_id!r}")
         total = ids.numel() + max_new_tokens
         if total > self.config.mla.max_position_embeddings:
             raise ValueError(

@@ -12,10 +12,12 @@ from mla_edu.serving.backends.cutlass_mla import (ALL_DEFECTS, DEFECTS, KERNEL_D
                                                   SEED_PRE_FIX)
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.serving.engine import Engine, Req
+from mla_edu.serving.model_runner import SettingsError
 
 from mla_edu.serving.dp import DPEngine, DPRank, run_dp_multiprocess
 
 __all__ = ["ALL_DEFECTS", "DEFECTS", "KERNEL_DEFECTS", "MERGED_FIX", "PRE_FIX", "ROW_ORDERS",
            "SEED_PRE_FIX", "STALE_REMOVED", "DPEngine", "DPRank", "Engine", "ForwardBatch", "Req", "ServerArgs",
+           "SettingsError",
            "backend_class", "backend_names", "known_defects", "page_table_width", "parse_defects",
            "run_dp_multiprocess"]

@@ -57,13 +57,19 @@ def memory_needed(args: ServerArgs, config, num_pages: int, dtype: torch.dtype) 
     return need
 
 
+class SettingsError(ValueError):
+    """Settings that are valid but cannot run here (more memory or pages than there are): a command line reports
+    it as a usage error."""
+
+
 def check_memory(args: ServerArgs, config, num_pages: int, dtype: torch.dtype, device: torch.device) -> None:
-    """ValueError, before any allocation, when ``memory_needed`` exceeds the device's free memory."""
+    """SettingsError (a ValueError), before any allocation, when ``memory_needed`` exceeds the device's free
+    memory."""
     need = memory_needed(args, config, num_pages, dtype)
     free = free_bytes(device)
     if free is not None and sum(need.values()) > free:
         parts = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in need.items())
-        raise ValueError(f"these settings need at least {sum(need.values()) / 2**30:.2f} GiB ({parts}; "
+        raise SettingsError(f"these settings need at least {sum(need.values()) / 2**30:.2f} GiB ({parts}; "
                          f"context_length={args.context_length}, max_running_requests={args.max_running_requests}, "
                          f"cuda_graph_bs={args.cuda_graph_bs}), but {device} has {free / 2**30:.2f} GiB free")
 
@@ -93,7 +99,7 @@ class ModelRunner:
         running = args.max_running_requests_per_rank
         num_pages = running * self.pages_per_req + 1
         if args.max_total_pages is not None and num_pages > args.max_total_pages:
-            raise ValueError(
+            raise SettingsError(
                 f"too many running requests: max_running_requests={args.max_running_requests}"
                 + (f" // dp_size {args.dp_size} = {running}" if args.enable_dp_attention else "") + " x "
                 f"{self.pages_per_req} pages (context {self.context_length}) + the padding page need {num_pages} "

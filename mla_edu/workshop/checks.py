@@ -30,6 +30,7 @@ runs in their own process (``run_learner`` says what it stops and what it cannot
 
 from __future__ import annotations
 
+import builtins
 import decimal
 import fractions
 import hashlib
@@ -217,6 +218,8 @@ def as_items(prediction, limit: int = MAX_ITEMS):
     if type(prediction) not in (set, frozenset, list, tuple, range) and library_kind(prediction) is None:
         # a class of one's own (a subclass of set included) would run its own __iter__ here, unwatched
         return None, f"expected a set or list, got {type(prediction).__name__} {show(prediction)}"
+    if library_kind(prediction) is not None and getattr(prediction, "ndim", 1) == 0:
+        return None, f"expected a set or list, got a 0-d {library_kind(prediction)} value {show(prediction)}"
     if _integer_matrix(prediction):  # torch.nonzero(mask), np.argwhere(mask): one (row, column) tuple per row
         try:
             prediction = [tuple(row) for row in prediction.tolist()]
@@ -318,15 +321,16 @@ sys.addaudithook(_audit)
 
 
 def library_globals() -> list:
-    """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu``, then ``("code", (function,
-    (its __code__, __defaults__, __kwdefaults__)))`` for every function and ``("class", (class, a copy of its
-    attributes, their names, their values))`` for every class those modules define: what a checker reads its
-    truths through (``exercises.get_workspace_size`` is looked up there at check time, ``report`` builds the
-    verdict). A checker that runs a learner's function on many cases takes it once and gives it to each
+    """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu`` and for ``builtins``, then
+    ``("code", (function, (its __code__, __defaults__, __kwdefaults__)))`` for every function and ``("class",
+    (class, a copy of its attributes, their names, their values))`` for every class those modules define: what a
+    checker reads its truths through (``exercises.get_workspace_size`` is looked up there at check time, ``report``
+    builds the verdict). A checker that runs a learner's function on many cases takes it once and gives it to each
     ``run_learner`` (``saved=``): taking it costs about as much as a short call of the function."""
     modules = [(m, dict(vars(m))) for name, m in list(sys.modules.items())
                if (name == "mla_edu" or name.startswith("mla_edu.")) and m is not None]
     names = {m.__name__ for m, _ in modules}
+    modules.append((builtins, dict(vars(builtins))))  # min, len, ...: every truth is computed with them
     seen, parts = set(), []
     for _, space in modules:
         for v in space.values():
@@ -499,7 +503,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     refused = (state["stop"] or "").startswith("refused")
     if changed and not refused:
         state["stop"] = (f"refused: your function rebound {', '.join(changed[:3])} (put back): a check reads its "
-                         "truth there; compute the answer without changing the library")
+                         "truth there; compute the answer without changing the library or Python's builtins")
     elif watch and not refused and (now_trace is not tracer or now_thread_trace is not thread_started or any(
             c.cell_contents is not v for c, v in zip(tracer.__closure__, cells))):
         state["stop"] = "refused: your function changed the check's trace function or its state; run it without"
@@ -517,6 +521,8 @@ class Seal:
     changed what a truth is computed with (a module outside ``mla_edu``, which ``run_learner`` does not put back)
     makes them differ. The digest covers all the truths together, so it cannot be searched one small truth at a
     time."""
+
+    __slots__ = ("_salt", "_digest")  # no instance attribute of the learner's (seal.matches = ...) can shadow ours
 
     def __init__(self, truths: Iterable):
         self._salt = secrets.token_bytes(16)
@@ -578,6 +584,10 @@ def print_options(options: dict) -> None:
 def check_choice(question: str, prediction, options: dict, truth) -> ExerciseResult:
     """``prediction``: a key of ``options`` ("a", "b", ... or True / False) against the measured ``truth``. A wrong
     option is told only that the run contradicts it (never which other option the run supports)."""
+    truth = meaning(truth)  # a 0-d bool tensor means its bool
+    if type(truth) not in (str, bool) or not any(type(o) is type(truth) and o == truth for o in options):
+        # the notebook's bug, not the learner's: every answer would be told the run contradicts it
+        raise ValueError(f"{question}: the measured answer {truth!r} is none of the options {list(options)}")
     if not_answered(prediction):
         return _waiting(question)
     bools = all(type(o) is bool for o in options)
@@ -601,7 +611,10 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
     to ask for any other wrong set."""
     if not_answered(prediction):
         return _waiting(question)
-    got, err = run_learner(lambda: prediction, items=True, what="reading your answer")  # a generator runs here
+    if isinstance(prediction, Iterator):  # read inside the check, after the run: it could read the measured answer
+        return report(False, f"{question}: a prediction is a value written before the run: a set or a list, not a "
+                             f"{type(prediction).__name__} (an iterator is read only now, after the measurement)")
+    got, err = run_learner(lambda: prediction, items=True, what="reading your answer")
     if err:
         return report(False, f"{question}: {err}" if err.startswith("reading") else
                       f"{question}: iterating over your answer raised {err}")

@@ -41,10 +41,10 @@ SPLIT_MODES = {"1": 1, "auto": -1}
 
 
 def _split_mode_value(mode) -> int:
-    if mode in SPLIT_MODES:
+    if type(mode) is str and mode in SPLIT_MODES:  # by type first: a list is unhashable, a tensor has no one truth
         return SPLIT_MODES[mode]
-    if mode in (1, -1) and not isinstance(mode, bool):
-        return int(mode)
+    if is_int(mode) and mode in (1, -1):
+        return mode
     raise ValueError(f"split mode: expected '1' or 'auto' (or 1 / -1), got {mode!r}")
 
 
