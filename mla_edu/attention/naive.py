@@ -29,7 +29,7 @@ class NaiveMLA(MLAWeights):
         q_nope, q_pe = self.query(hidden, positions)                    # [B, T, H, dn], [B, T, H, dr]
         c_kv, k_pe = self.latent_kv(hidden, positions)                  # [B, T, r], [B, T, dr]
         if cache is not None:
-            c_kv, k_pe = cache.update(c_kv, k_pe, positions)                       # [B, L, r], [B, L, dr]
+            c_kv, k_pe = cache.update(c_kv, k_pe, positions)            # [B, L, r], [B, L, dr]
         w_uk, w_uv = self.w_uk_uv()                                     # [H, dn, r], [H, dv, r]
         k_nope = einsum(c_kv, w_uk, "b l r, h d r -> b l h d")          # [B, L, H, dn]
         v = einsum(c_kv, w_uv, "b l r, h d r -> b l h d")               # [B, L, H, dv]

@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         a.dp = SEED_CONFIG["dp_size"] if a.enable_dp_attention else 1
     if a.num_questions is not None and a.num_questions > task.EVAL_SIZE:
         p.error(f"argument --num-questions: expected at most {task.EVAL_SIZE} (the eval set), got {a.num_questions}")
-    if a.json_out is not None:  # "" too: refused as a folder, not skipped
+    if a.json_out is not None:  # "" too: refused (an empty file name), not skipped
         try:
             check_out_file(a.json_out, "--json-out")
         except ValueError as e:

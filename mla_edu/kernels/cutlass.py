@@ -74,7 +74,7 @@ def check_cutlass_args(q_nope, q_pe, cache, seq_lens, page_table, workspace, num
         raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
     if not is_int(num_kv_splits) or not (num_kv_splits == -1 or num_kv_splits >= 1):
         raise ValueError(f"num_kv_splits must be -1 (auto) or >= 1, got {num_kv_splits!r}")
-    if b == 0:  # no request: nothing to size (get_workspace_size wants num_batches > 0, as sgl-kernel's formula)
+    if b == 0:  # no request: nothing to size (this package's get_workspace_size wants num_batches > 0)
         return
     need = get_workspace_size(page * block_num, b, sm_count or 0, num_kv_splits)
     if workspace.numel() < need:
