@@ -94,3 +94,14 @@ def test_pages_read_refuses_a_negative_stride_and_a_column_major_table():
     with pytest.raises(ValueError, match="page_table"):
         pages_read(table.t().contiguous().t(), [2, 2, 2], row_stride=2)
     assert pages_read(table, [2, 1, 2], row_stride=2) == [[0, 1], [2], [4, 5]]
+
+
+def test_the_host_models_refuse_sizes_that_would_divide_by_zero_or_wrap():
+    with pytest.raises(ValueError, match="slots must be >= 1, got 0"):
+        sc.simulate([(0, 3)], 0)
+    with pytest.raises(ValueError, match="overhead must be a finite number >= 0"):
+        sc.simulate([(0, 3)], 1, float("nan"))
+    with pytest.raises(ValueError, match="page_size must be >= 1, got 0"):
+        sc.pages_per_program([5], 0, 16, 132, 1)
+    with pytest.raises(ValueError, match=r"sm_count must be >= 0 \(0: the device's\), got -3"):
+        get_workspace_size(4096, 1, -3, -1)  # was read as the device's count

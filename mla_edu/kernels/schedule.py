@@ -336,6 +336,8 @@ def pages_per_program(lens: list[int], page_size: int, heads: int, sm_count: int
     """Host side (``makespans``, the figures): ``(request, pages)`` of each stage-1 program of the split rule's grid
     ``(head blocks, B, splits)``, in launch order (``ceil(n_b / splits)`` pages a split; a request's pages clamped
     to ``max_pages``, the table's width)."""
+    _check_sizes(page_size=page_size, heads=heads, sm_count=sm_count, num_splits=num_splits,
+                 **({} if max_pages is None else {"max_pages": max_pages}))
     n_pages = [cdiv(max(x, 0), page_size) for x in lens]
     max_pages = max(n_pages + [1]) if max_pages is None else max_pages
     n_pages = [min(n, max_pages) for n in n_pages]
@@ -352,6 +354,8 @@ def simulate(programs: list[tuple[int, int]], slots: int, overhead: float = FIXE
     """Which slot runs which program when: the block scheduler's rule (the next program in launch order to
     the first slot free), a program costing ``overhead + pages`` page-times. Returns ``(start, end, slot,
     request)`` per program and the makespan in page-times."""
+    _check_sizes(slots=slots)
+    check_finite("overhead", overhead, "a program's fixed cost in page-times")
     free = [(0.0, s) for s in range(slots)]
     heapq.heapify(free)
     bars = []

@@ -53,6 +53,8 @@ def num_kv_splits_for(max_seq_len: int, num_batches: int, sm_count: int = 0, num
     _pos_int("num_batches", num_batches)
     if not is_int(sm_count):
         raise TypeError(f"sm_count must be an int, got {type(sm_count).__name__}")
+    if sm_count < 0:
+        raise ValueError(f"sm_count must be >= 0 (0: the device's), got {sm_count}")
     if not is_int(num_kv_splits):
         raise TypeError(f"num_kv_splits must be an int, got {type(num_kv_splits).__name__}")
     if num_kv_splits >= 1:
