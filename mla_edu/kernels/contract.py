@@ -202,12 +202,17 @@ def workspace_bytes_needed(plan: DecodePlan) -> int:
     return max(ours, theirs)
 
 
-def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
-              sm_count=None, schedule="splits") -> DecodePlan:
-    """Resolve the launch parameters from shapes/strides; check the workspace when splits > 1."""
+def check_stride_policy(stride_policy) -> None:
+    """ValueError unless ``stride_policy`` is one of ``STRIDE_POLICIES``."""
     if stride_policy not in STRIDE_POLICIES:
         raise ValueError(f"stride_policy must be one of {STRIDE_POLICIES} (or None for the impl's default), "
                          f"got {stride_policy!r}")
+
+
+def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
+              sm_count=None, schedule="splits") -> DecodePlan:
+    """Resolve the launch parameters from shapes/strides; check the workspace when splits > 1."""
+    check_stride_policy(stride_policy)
     b, h, dl = q_nope.shape
     dr = q_pe.size(2)
     num_pages, page = cache.size(0), cache.size(1)

@@ -12,7 +12,8 @@ from typing import Callable, NamedTuple
 import torch
 
 from mla_edu.device import require_triton
-from mla_edu.kernels.contract import STRIDE_POLICIES, DecodePlan, check_common, check_flags, make_plan
+from mla_edu.kernels.contract import (STRIDE_POLICIES, DecodePlan, check_common, check_flags, check_stride_policy,
+                                      make_plan)
 from mla_edu.kernels.cutlass import check_cutlass_call, mla_decode_cutlass
 from mla_edu.kernels.reference import mla_decode_reference
 from mla_edu.kernels.split_kv_torch import mla_decode_torch
@@ -139,9 +140,8 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
     if entry.plan_stage1 is None and (stage1, launch) != (None, None):
         raise ValueError(f"impl={impl!r} has no stage-1 kernel to choose: stage1 and launch must be None, "
                          f"got stage1={stage1!r}, launch={launch!r}")
-    if stride_policy is not None and stride_policy not in STRIDE_POLICIES:  # make_plan's check, before B = 0's return
-        raise ValueError(f"stride_policy must be one of {STRIDE_POLICIES} (or None for the impl's default), got "
-                         f"{stride_policy!r}")
+    if stride_policy is not None:  # make_plan's check, before B = 0's return
+        check_stride_policy(stride_policy)
     if stride_policy in STRIDE_POLICIES and stride_policy not in entry.stride_policies:
         raise ValueError(f"impl={impl!r} always uses stride_policy={entry.stride_policies[0]!r} (its wrapper's "
                          f"contract), got {stride_policy!r}")
