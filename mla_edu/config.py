@@ -13,24 +13,22 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from mla_edu.settings import check_fields, check_value
+from mla_edu.settings import PositiveFloat, PositiveInt, check_fields, check_value
 from mla_edu.util import is_int
 
 ROPE_TYPES = ("default", "yarn")
-_POSITIVE_INT = Annotated[int, Field(ge=1)]
-_POSITIVE_FLOAT = Annotated[float, Field(gt=0)]
 # rope_scaling's keys for each rope_type with their types: the keys transformers' DeepseekV3 reads and accepts
 # (modeling_rope_utils: _compute_yarn_parameters and _validate_yarn_rope_parameters); "type" is the old name of
 # "rope_type" and "rope_theta" sits there in transformers v5's rope_parameters (it must equal MLAConfig.rope_theta).
 ROPE_SCALING_KEYS: dict[str, dict[str, Any]] = {
-    "default": {"rope_theta": _POSITIVE_FLOAT},
+    "default": {"rope_theta": PositiveFloat},
     "yarn": {
         "factor": Annotated[float, Field(ge=1)],
-        "original_max_position_embeddings": _POSITIVE_INT,
-        "rope_theta": _POSITIVE_FLOAT,
-        "attention_factor": _POSITIVE_FLOAT | None,
-        "beta_fast": _POSITIVE_FLOAT | None,
-        "beta_slow": _POSITIVE_FLOAT | None,
+        "original_max_position_embeddings": PositiveInt,
+        "rope_theta": PositiveFloat,
+        "attention_factor": PositiveFloat | None,
+        "beta_fast": PositiveFloat | None,
+        "beta_slow": PositiveFloat | None,
         "mscale": Annotated[float, Field(ge=0)] | None,
         "mscale_all_dim": Annotated[float, Field(ge=0)] | None,
         "truncate": bool,
@@ -57,18 +55,18 @@ class MLAConfig:
     """
 
     # types and bounds checked by pydantic, strict (``mla_edu.settings``); rope_scaling by ``_check_rope_scaling``
-    hidden_size: _POSITIVE_INT = 7168
-    num_attention_heads: _POSITIVE_INT = 128
-    q_lora_rank: _POSITIVE_INT | None = 1536
-    kv_lora_rank: _POSITIVE_INT = 512
-    qk_nope_head_dim: _POSITIVE_INT = 128
-    qk_rope_head_dim: _POSITIVE_INT = 64
-    v_head_dim: _POSITIVE_INT = 128
-    rope_theta: _POSITIVE_FLOAT = 10000.0
+    hidden_size: PositiveInt = 7168
+    num_attention_heads: PositiveInt = 128
+    q_lora_rank: PositiveInt | None = 1536
+    kv_lora_rank: PositiveInt = 512
+    qk_nope_head_dim: PositiveInt = 128
+    qk_rope_head_dim: PositiveInt = 64
+    v_head_dim: PositiveInt = 128
+    rope_theta: PositiveFloat = 10000.0
     rope_scaling: Any = None  # None or a dict, see ROPE_SCALING_KEYS
     rope_interleave: bool = True
-    max_position_embeddings: _POSITIVE_INT = 4096
-    rms_norm_eps: _POSITIVE_FLOAT = 1e-6
+    max_position_embeddings: PositiveInt = 4096
+    rms_norm_eps: PositiveFloat = 1e-6
     attention_bias: bool = False
     name: str = field(default="custom", compare=False)
 

@@ -8,12 +8,18 @@ calls it first in ``__post_init__``, so the parent and a child process built fro
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-__all__ = ["check_fields", "check_value"]
+__all__ = ["PositiveFloat", "PositiveInt", "check_fields", "check_value"]
+
+#: An int >= 1 (a count or a size).
+PositiveInt = typing.Annotated[int, Field(ge=1)]
+#: A float > 0, finite (strict mode refuses NaN and infinity).
+PositiveFloat = typing.Annotated[float, Field(gt=0)]
 
 _WORDS = {bool: "a bool", int: "an int", float: "a float", str: "a str", type(None): "None"}
 
@@ -50,9 +56,9 @@ def _adapter(hint) -> TypeAdapter:
 
 def check_fields(obj) -> None:
     """TypeError (wrong type) or ValueError (out of range) for the first field of the dataclass ``obj`` that its
-    annotation refuses; fields annotated ``typing.Any`` are left to the class's own checks."""
+    annotation refuses; fields annotated ``typing.Any`` or with a dataclass are left to the class's own checks."""
     for name, hint in _hints(type(obj)).items():
-        if hint is typing.Any or name.startswith("_"):
+        if hint is typing.Any or dataclasses.is_dataclass(hint) or name.startswith("_"):
             continue
         check_value(name, getattr(obj, name), hint)
 

@@ -105,3 +105,37 @@ def test_the_host_models_refuse_sizes_that_would_divide_by_zero_or_wrap():
         sc.pages_per_program([5], 0, 16, 132, 1)
     with pytest.raises(ValueError, match=r"sm_count must be >= 0 \(0: the device's\), got -3"):
         get_workspace_size(4096, 1, -3, -1)  # was read as the device's count
+
+
+IMPLS_HERE = ["torch", "cutlass"] + (["triton"] if triton_available() else [])
+
+
+@pytest.mark.parametrize("impl", IMPLS_HERE)
+@pytest.mark.parametrize("which", ["q_nope", "q_pe", "kv_c_and_k_pe_cache"])
+def test_a_kernel_with_no_backward_refuses_inputs_that_require_grad(impl, which):
+    # the custom ops have no backward: the output came back with no grad_fn, and a loss through it left the
+    # input's gradient at zero, silently
+    if impl == "cutlass":
+        q_nope, q_pe, cache, lens, table = bf16_cutlass_case()
+    else:
+        c = case(d_latent=512, d_rope=64)
+        q_nope, q_pe, cache, lens, table = c.q_nope, c.q_pe, c.cache, c.seq_lens, c.page_table
+    args = {"q_nope": q_nope, "q_pe": q_pe, "kv_c_and_k_pe_cache": cache}
+    args[which] = args[which].clone().requires_grad_()
+    call = (args["q_nope"], args["q_pe"], args["kv_c_and_k_pe_cache"], lens, table, ws(1 << 24), 0.1)
+    with pytest.raises(ValueError, match=f"impl='{impl}' is inference only .* got {which} requiring grad"):
+        mla_decode(*call, impl=impl)
+    with torch.no_grad():  # the way a server calls it (and a detached input): refused only by what it lacks
+        if impl == "cutlass":
+            with pytest.raises(RuntimeError, match="cutlass_mla_decode needs"):
+                mla_decode(*call, impl=impl)
+        else:
+            assert not mla_decode(*call, impl=impl).requires_grad
+
+
+def test_the_reference_carries_the_gradient():
+    c = case(d_latent=512, d_rope=64)
+    q_nope = c.q_nope.clone().requires_grad_()
+    out = mla_decode(q_nope, c.q_pe, c.cache, c.seq_lens, c.page_table, ws(), c.sm_scale, impl="reference")
+    out.square().sum().backward()
+    assert q_nope.grad is not None and q_nope.grad.abs().sum() > 0

@@ -130,9 +130,17 @@ def test_configs_are_frozen_and_checked():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.num_attention_heads = 0
     assert cfg.replace(num_attention_heads=2).num_attention_heads == 2
-    for eps in (float("nan"), -1.0, 0.0, "1e-6", True):
-        with pytest.raises(ValueError, match="rms_norm_eps must be a positive finite number"):
+    for eps in (float("nan"), float("inf"), -1.0, 0.0):
+        with pytest.raises(ValueError, match=r"rms_norm_eps: expected a float > 0, got"):
             TinyDeepseekConfig(rms_norm_eps=eps)
+    for eps in ("1e-6", True):
+        with pytest.raises(TypeError, match=r"rms_norm_eps: expected a float > 0, got"):
+            TinyDeepseekConfig(rms_norm_eps=eps)
+    for key in ("vocab_size", "num_hidden_layers", "intermediate_size"):
+        with pytest.raises(ValueError, match=rf"{key}: expected an int >= 1, got 0"):
+            TinyDeepseekConfig(**{key: 0})
+        with pytest.raises(TypeError, match=rf"{key}: expected an int >= 1, got 2.0"):
+            TinyDeepseekConfig(**{key: 2.0})
     with pytest.raises(dataclasses.FrozenInstanceError):
         TinyDeepseekConfig().num_hidden_layers = 3
     with pytest.raises(ValueError, match=r"YaRN divides by log\(rope_theta\), so it must be > 1, got 1.0"):

@@ -37,6 +37,9 @@ class Impl(NamedTuple):
     balanced: Callable[..., torch.Tensor] | None = None
     #: (stage1, launch) -> None: their checks alone (run at B = 0, where no plan is made); None: no such choice
     check_stage1: Callable[..., object] | None = None
+    #: autograd flows through ``run`` (plain torch ops); False: its kernels are custom ops with no backward, so
+    #: ``mla_decode`` refuses inputs that require grad while grad mode is on (their output would carry none)
+    differentiable: bool = False
 
 
 def _reference(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale, plan, checked):
@@ -58,7 +61,7 @@ def _triton(name: str) -> Callable:
 
 #: name -> implementation (see ``mla_decode``'s docstring); tests parametrize over it.
 IMPLS: dict[str, Impl] = {
-    "reference": Impl(_reference),
+    "reference": Impl(_reference, differentiable=True),
     "torch": Impl(mla_decode_torch),
     "triton": Impl(_triton("mla_decode_triton"), plan_stage1=_triton("plan_stage1"),
                    balanced=_triton("mla_decode_triton_balanced"), check_stage1=_triton("check_stage1_args")),
@@ -79,6 +82,18 @@ def observe_plans(observer: Callable[[DecodePlan, torch.Tensor, torch.Tensor], N
         yield
     finally:
         _observers.remove(observer)
+
+
+def check_no_grad(entry: Impl, impl: str, **tensors: torch.Tensor) -> None:
+    """ValueError when a kernel with no backward gets an input that requires grad while grad mode is on: its
+    output would carry no gradient, and a loss through it would silently leave that input's gradient at zero."""
+    if entry.differentiable or not torch.is_grad_enabled():
+        return
+    wanting = [name for name, t in tensors.items() if t.requires_grad]
+    if wanting:
+        raise ValueError(f"impl={impl!r} is inference only (its kernels have no backward), got {', '.join(wanting)} "
+                         f"requiring grad: call it under torch.no_grad() or torch.inference_mode(), pass "
+                         f".detach()ed tensors, or use impl='reference', which autograd flows through")
 
 
 def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits=1, *,
@@ -122,7 +137,8 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
 
     Refused up front (ValueError/TypeError): a non-finite or non-positive ``sm_scale``, a page table
     whose rows are not contiguous (``stride(1) != 1``), a misaligned or strided workspace when
-    splits > 1, a cache of no pages, a table whose rows address more tokens than int32 holds. A strided
+    splits > 1, a cache of no pages, a table whose rows address more tokens than int32 holds, and (every impl but
+    "reference") q_nope, q_pe or the cache requiring grad while grad mode is on (``check_no_grad``). A strided
     ``seq_lens`` view is read through a contiguous copy; lengths up to ``2**31 - 1`` are read without overflow.
     ``B = 0`` returns an empty ``[0, H, D_latent]`` output for every impl.
     """
@@ -147,6 +163,7 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
                          f"contract), got {stride_policy!r}")
     entry.check(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, sm_scale, num_kv_splits,
                 sm_count)
+    check_no_grad(entry, impl, q_nope=q_nope, q_pe=q_pe, kv_c_and_k_pe_cache=kv_c_and_k_pe_cache)
     if q_nope.size(0) == 0:  # B = 0: no kernel runs, every impl returns an empty output (after its checks)
         if entry.check_stage1 is not None:
             entry.check_stage1(stage1, launch)

@@ -18,7 +18,6 @@ Three ways to run it:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -30,6 +29,7 @@ from torch.nn import functional as F
 from mla_edu.attention import AbsorbedMLA, ContiguousLatentCache, NaiveMLA, RMSNorm
 from mla_edu.config import MLAConfig
 from mla_edu.model import task
+from mla_edu.settings import PositiveFloat, PositiveInt, check_fields
 from mla_edu.util import is_int
 
 
@@ -49,23 +49,18 @@ class TinyDeepseekConfig:
     ``MLAConfig`` is."""
 
     mla: MLAConfig = field(default_factory=default_mla_config)
-    vocab_size: int = task.VOCAB_SIZE
-    num_hidden_layers: int = 2
-    intermediate_size: int = 128
-    rms_norm_eps: float = 1e-6
+    # types and bounds checked by pydantic, strict (``mla_edu.settings``), as ``MLAConfig``'s
+    vocab_size: PositiveInt = task.VOCAB_SIZE
+    num_hidden_layers: PositiveInt = 2
+    intermediate_size: PositiveInt = 128
+    rms_norm_eps: PositiveFloat = 1e-6
 
     def __post_init__(self) -> None:
         if isinstance(self.mla, dict):
             object.__setattr__(self, "mla", MLAConfig(**self.mla))  # frozen: set once
         if not isinstance(self.mla, MLAConfig):
             raise TypeError(f"TinyDeepseekConfig.mla must be an MLAConfig, got {type(self.mla).__name__}")
-        for key in ("vocab_size", "num_hidden_layers", "intermediate_size"):
-            value = getattr(self, key)
-            if not is_int(value) or value <= 0:
-                raise ValueError(f"TinyDeepseekConfig.{key} must be a positive int, got {value!r}")
-        eps = self.rms_norm_eps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-            raise ValueError(f"TinyDeepseekConfig.rms_norm_eps must be a positive finite number, got {eps!r}")
+        check_fields(self)
 
     @property
     def hidden_size(self) -> int:
