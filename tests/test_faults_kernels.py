@@ -139,3 +139,26 @@ def test_the_reference_carries_the_gradient():
     out = mla_decode(q_nope, c.q_pe, c.cache, c.seq_lens, c.page_table, ws(), c.sm_scale, impl="reference")
     out.square().sum().backward()
     assert q_nope.grad is not None and q_nope.grad.abs().sum() > 0
+
+
+def test_the_peers_refuse_lengths_and_tables_their_kernels_would_read_past():
+    # SGLang's kv_indptr counted a length past the table row while kv_indices held only the row: its kernel
+    # read past kv_indices; FlashMLA reads the table as given
+    from mla_edu.kernels import peers
+
+    c = random_decode_case(0, batch=2, heads=2, page_size=64, max_len=100, d_latent=512, d_rope=64)
+    table = c.page_table
+    width = table.size(1) * 64
+    for lens, match in ((torch.tensor([width + 1, 1], dtype=torch.int32), rf"\[0, page_table.size\(1\) \* page = "
+                         rf"{width}\], got \(request, length\) \[\(0, {width + 1}\)\]"),
+                        (torch.tensor([1, -1], dtype=torch.int32), r"got \(request, length\) \[\(1, -1\)\]")):
+        with pytest.raises(ValueError, match=match):
+            peers.SGLangTriton(None, c.q_nope, c.q_pe, c.cache, lens, table, c.sm_scale, 4)
+        with pytest.raises(ValueError, match=match):
+            peers.FlashMLA(None, c.q_nope, c.q_pe, c.cache, lens, table, c.sm_scale)
+    outside = table.clone()
+    outside[1, 0] = c.cache.size(0)
+    with pytest.raises(ValueError, match=rf"must lie in \[0, {c.cache.size(0)}\)"):
+        peers.SGLangTriton(None, c.q_nope, c.q_pe, c.cache, c.seq_lens, outside, c.sm_scale, 4)
+    assert (table[:, -1] < 0).all()  # the case's padded rows: entries past a length are never read, so allowed
+    peers.SGLangTriton(None, c.q_nope, c.q_pe, c.cache, c.seq_lens, table, c.sm_scale, 4)

@@ -99,10 +99,31 @@ def load_sglang_split_rule():
     return mod.get_num_kv_splits_triton, None
 
 
+def check_peer_inputs(seq_lens: torch.Tensor, page_table: torch.Tensor, cache: torch.Tensor) -> None:
+    """ValueError unless every request's pages lie in its table row and in the cache: the peers' kernels take
+    lengths and tables as given and read past them (a host sync; the peers are set up once per bench problem)."""
+    page, num_pages = cache.size(1), cache.size(0)
+    lens = seq_lens.long().cpu()
+    if seq_lens.dim() != 1 or page_table.dim() != 2 or page_table.size(0) != lens.numel():
+        raise ValueError(f"seq_lens [B] and page_table [B, W] must agree on B, got {tuple(seq_lens.shape)} and "
+                         f"{tuple(page_table.shape)}")
+    width = page_table.size(1) * page
+    bad = [(i, int(n)) for i, n in enumerate(lens.tolist()) if not 0 <= n <= width]
+    if bad:
+        raise ValueError(f"seq_lens must lie in [0, page_table.size(1) * page = {width}], got (request, length) "
+                         f"{bad[:4]}")
+    read = torch.arange(page_table.size(1))[None, :] < (lens[:, None] + page - 1) // page  # [B, W]: pages read
+    ids = page_table.cpu()[read]
+    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < num_pages):
+        raise ValueError(f"the page ids the lengths read must lie in [0, {num_pages}) (the cache's pages), got "
+                         f"[{int(ids.min())}, {int(ids.max())}]")
+
+
 class SGLangTriton:
     """SGLang's Triton MLA decode on our paged cache: ``run(num_kv_splits)`` -> out [B, H, 512]."""
 
     def __init__(self, mod, q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float, max_splits: int):
+        check_peer_inputs(seq_lens, page_table, cache)
         b, h, dl = q_nope.shape
         page = cache.size(1)
         self.mod, self.sm_scale, self.max_splits = mod, float(sm_scale), int(max_splits)
@@ -152,6 +173,7 @@ class FlashMLA:
     def __init__(self, mod, q_nope, q_pe, cache, seq_lens, page_table, sm_scale: float):
         if cache.size(1) != 64:
             raise ValueError(f"FlashMLA reads pages of 64 tokens, got {cache.size(1)}")
+        check_peer_inputs(seq_lens, page_table, cache)
         b, h, _ = q_nope.shape
         self.mod, self.sm_scale = mod, float(sm_scale)
         self.q = torch.cat([q_nope, q_pe], dim=-1).view(b, 1, h, -1).contiguous()  # [B, s_q=1, H, 576]
