@@ -84,7 +84,11 @@ def _one_step(model, defects, seed=5, bs=3, poison_fill=False):
 
 
 def test_prefix_graph_wrong_for_rows_after_the_first(model):
-    logits_g, bad_g, logits_e, *_ = _one_step(model, "width,workspace")
+    logits_g, bad_g, logits_e, _, _, eng = _one_step(model, "width,workspace")
+    # decode_forward called outside no_grad (as here) is inference all the same: the pool it wrote to is not chained
+    # into an autograd graph (it was, step after step, and the decode kernel then refused it)
+    assert torch.is_grad_enabled() and not any(buf.requires_grad for buf in eng.runner.kv_cache.kv_buffer)
+    assert not logits_e.requires_grad
     assert not bad_g.any()  # silent: no NaN, just wrong pages
     err = (logits_g - logits_e).abs().amax(dim=-1)  # [B]
     assert err[0] < 1e-4  # row 0 reads its own row of the table

@@ -194,6 +194,7 @@ class ModelRunner:
         return logits
 
     # --- the decode step ----------------------------------------------------------------------
+    @torch.no_grad()  # as prefill: a step outside no_grad would also chain the pool into an autograd graph
     def decode_forward(self, batch: ForwardBatch):
         """Whole decode step -> (next token ids [B] int64, non-finite-logits flags [B] bool, logits [B, vocab])."""
         model, backend = self.model, self.backend
