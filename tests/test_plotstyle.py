@@ -4,7 +4,9 @@ figure, notebook 08's mystery figures) drawn by the library's code, its saved si
 
 from __future__ import annotations
 
+import io
 import re
+import sys
 
 import matplotlib
 import pytest
@@ -15,7 +17,7 @@ from mla_edu import plotstyle as ps  # noqa: E402
 from mla_edu.kernels import plots as kernel_plots  # noqa: E402
 from mla_edu.device import triton_available  # noqa: E402
 from mla_edu.paths import FIGURES_DIR  # noqa: E402
-from mla_edu.workshop import exercises  # noqa: E402
+from mla_edu.workshop import exercises, setup_check  # noqa: E402
 from tools import figures  # noqa: E402
 
 COLOUR_WORD = re.compile(r"\b(green|orange|red|blue|grey|gray|purple|yellow|vermillion|pink)\b", re.IGNORECASE)
@@ -27,11 +29,22 @@ DRAWN = {**{name: (lambda name=name: figures.draw(name)) for name in figures.FIG
             for k in exercises.MYSTERY_NUMBERS}}
 
 
+#: Pixels compare only where matplotlib (which bundles its own FreeType) is the lock's version, on Linux, as CI runs
+#: it: another version or platform may render text a pixel apart.
+LOCKED_MATPLOTLIB = (sys.platform == "linux" and setup_check.locked()
+                     and setup_check.read_lock(setup_check.lock_path())["matplotlib"] == matplotlib.__version__)
+PNGS = {}  # figure name -> the drawing's PNG bytes, kept by the fixture for the test below
+
+
 @pytest.fixture(scope="module", params=sorted(DRAWN))
 def drawn(request):
     import matplotlib.pyplot as plt
 
     fig = DRAWN[request.param]()
+    if request.param in figures.FIGURES:
+        buf = io.BytesIO()
+        figures.write_png(fig, buf)
+        PNGS[request.param] = buf.getvalue()
     yield request.param, ps.measure(fig)
     plt.close("all")
 
@@ -59,6 +72,20 @@ def test_the_committed_pngs_are_the_drawings():
     size = ps.measure(figures.draw("graph_narrow_view_reads"))
     with Image.open(FIGURES_DIR / "graph_narrow_view_reads.png") as im:
         assert abs(im.size[0] - size["width_px"]) <= 2 and abs(im.size[1] - size["height_px"]) <= 2, im.size
+
+
+@pytest.mark.skipif(not LOCKED_MATPLOTLIB, reason="pixels compare under the lock's matplotlib on Linux only")
+def test_each_committed_png_has_the_pixels_drawn_from_todays_numbers(drawn):
+    """A figure drawn from numbers that changed since it was saved is stale (figures/kernel_bench_h200_compute.png
+    kept two old points of the split rule's column for a month): every committed PNG is today's drawing."""
+    from PIL import Image
+
+    name, _ = drawn
+    if name not in figures.FIGURES:
+        pytest.skip(f"{name} is drawn in a notebook, not saved in figures/")
+    with Image.open(FIGURES_DIR / f"{name}.png") as saved, Image.open(io.BytesIO(PNGS[name])) as now:
+        same = saved.size == now.size and saved.convert("RGBA").tobytes() == now.convert("RGBA").tobytes()
+    assert same, f"figures/{name}.png is not today's drawing: run python -m tools.figures {name}"
 
 
 @pytest.mark.parametrize("w, h, where, scale", [

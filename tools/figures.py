@@ -55,11 +55,16 @@ FIGURES = {
 }
 
 
+def write_png(fig, where) -> None:
+    """``fig`` as PNG to ``where`` (a path or a binary file), with fixed metadata (byte-for-byte reproducible)."""
+    fig.savefig(where, format="png", dpi=plotstyle.DPI, bbox_inches="tight", metadata={"Software": None})
+
+
 def save(fig, name: str) -> Path:
-    """Save ``fig`` as figures/<name>.png with fixed metadata (byte-for-byte reproducible)."""
+    """Save ``fig`` as figures/<name>.png."""
     FIGURES_DIR.mkdir(exist_ok=True)
     path = FIGURES_DIR / f"{name}.png"
-    fig.savefig(path, dpi=plotstyle.DPI, bbox_inches="tight", metadata={"Software": None})
+    write_png(fig, path)
     return path
 
 

@@ -23,6 +23,7 @@ the CPU graph emulator otherwise. Two measurements per setting:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -268,20 +269,26 @@ def figure_png(fig) -> bytes:
     return buf.getvalue()
 
 
+@functools.cache
+def _figures_runs() -> PanelRuns:
+    """One ``PanelRuns`` on the shipped model for the figures below: each setting is run once for all six."""
+    return PanelRuns()
+
+
 def panel_default():
     """figures/panel_default.png: the pre-fix cutlass_mla backend at the panel's default setting."""
-    return panel_figure(PanelRuns()(PanelSettings()))
+    return panel_figure(_figures_runs()(PanelSettings()))
 
 
 def panel_fixed():
     """figures/panel_fixed.png: SGLang's merged fix (no defect left) at the same setting."""
-    return panel_figure(PanelRuns()(PanelSettings(defects=MERGED_FIX)))
+    return panel_figure(_figures_runs()(PanelSettings(defects=MERGED_FIX)))
 
 
 def panel_slide(fixed: bool, half: str):
     """figures/panel_{default,fixed}_{outcome,reads}.png: one row of ``panel_default`` or ``panel_fixed``, for
     08's slides."""
-    return panel_slide_figure(PanelRuns()(PanelSettings(defects=MERGED_FIX) if fixed else PanelSettings()), half)
+    return panel_slide_figure(_figures_runs()(PanelSettings(defects=MERGED_FIX) if fixed else PanelSettings()), half)
 
 
 # ---- the widgets -------------------------------------------------------------------------------
