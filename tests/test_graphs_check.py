@@ -231,3 +231,45 @@ def test_the_committed_cpu_run_reproduces(capsys):
     main(["--check", "--schedules", "3", "--device", "cpu"])
     out = capsys.readouterr().out.splitlines()
     assert out[1:] == (RESULTS / "graph_scenarios_cpu.md").read_text().splitlines()[1:]
+
+
+@pytest.mark.parametrize("rows_written", [1, 0])
+def test_an_output_the_replay_leaves_unwritten_is_caught_not_filled_by_eagers_answer(rows_written):
+    # the step writes out[:n] with n a host int frozen at capture (1 there; 0: the graph writes nothing). The default
+    # reference runs the step eagerly into the same buffer: the replay's unwritten rows held eager's right answer,
+    # and the checker said OK. Its own outputs are now poisoned before each replay.
+    from mla_edu.graphs.emulator import host_tensor
+
+    x, out = torch.zeros(4), torch.zeros(4)
+    n = host_tensor(torch.zeros(1, dtype=torch.int64))
+
+    def step():
+        k = int(n[0])
+        out[:k].copy_(x[:k] * 2)
+        return out
+
+    def make_inputs(gen, trial):
+        k = rows_written if trial == -1 else 4
+        return {"x": torch.randn(k, generator=gen), "n": k}
+
+    report = check(step, make_inputs, static_inputs={"x": x}, prepare=lambda inp: n.fill_(inp["n"]), n_trials=2)
+    assert not report.ok
+    if rows_written:
+        assert "wrong: rows>0" in report.failure, report
+    else:
+        assert "NaN" in report.failure and "the step's outputs (entries the replay never writes)" in report.hint, report
+
+
+def test_an_output_that_is_a_view_of_an_input_is_not_poisoned():
+    # a step that returns (a view of) its input too: poisoning that output would poison the input the replay reads
+    x, out = torch.zeros(4), torch.zeros(4)
+
+    def step():
+        out.copy_(x * 3)
+        return out, x[:4]
+
+    def make_inputs(gen, trial):
+        return {"x": torch.randn(4, generator=gen)}
+
+    report = check(step, make_inputs, static_inputs={"x": x}, poison=False, n_trials=2)  # no refill before a replay
+    assert report.ok, report

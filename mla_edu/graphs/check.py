@@ -5,9 +5,10 @@
     print(report); assert report.ok
 
 For each trial: new inputs are copied into the leading slice of the static buffers, the
-eager reference runs (on a snapshot of the state, restored afterwards), the persistent
-buffers are poisoned (NaN / int max), the host ``prepare`` hook refills what it owns, and the
-graph replays twice. The first divergence is reported with a hint at its cause; when the two
+eager reference runs (on a snapshot of the state, restored afterwards), the step's own outputs
+and the persistent buffers are poisoned (NaN / int max), the host ``prepare`` hook refills what
+it owns, and the graph replays twice. An output the replay does not wholly write keeps the poison
+where eager's answer would otherwise have stood in for it. The first divergence is reported with a hint at its cause; when the two
 replays on the same inputs differ from each other, the cause is state leaking between replays
 (an accumulating buffer), whatever replay 0 looked like.
 """
@@ -177,8 +178,6 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
     if device is None and static_inputs:
         device = next(iter(static_inputs.values())).device
     gen = torch.Generator().manual_seed(seed)
-    names = {id(t): f"persistent[{i}] {str(t.dtype).replace('torch.', '')}{list(t.shape)}"
-             for i, t in enumerate(persistent)}
     state = [*static_inputs.values(), *persistent, *model_state]
 
     def feed(inputs):
@@ -233,10 +232,13 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
             msg = str(root).strip().splitlines()[0][:200]
             return CheckReport(False, backend, 0, f"capture: {msg}", HINTS["capture"].format(what=msg))
 
+        # the outputs that are the step's own (no view of an input or of the state): poisoned before each replay
+        held = {t.untyped_storage().data_ptr() for t in state}
+        own_outs = [o for o in outs if o.untyped_storage().data_ptr() not in held]
         vague = None  # a "some rows" divergence: keep looking for a more telling one
         for trial in range(n_trials):
             inputs = _Inputs(make_inputs(gen, trial))
-            report = _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol)
+            report = _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, poison, atol, rtol)
             if trial == 0:
                 unread(inputs)
             if report is None:
@@ -250,7 +252,7 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
             t.copy_(s)
 
 
-def _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol):
+def _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, poison, atol, rtol):
     """One trial: None if graph and eager agree, else the report of the divergence."""
     feed(inputs)
     refs = eager(inputs)
@@ -258,6 +260,8 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, pois
         raise ValueError("the reference returned no tensor: the checker has nothing to compare it with")
     clean = [t.clone() for t in persistent]
     for rep in range(2):
+        for t in own_outs:  # the eager step may have written the right answer there: what the replay leaves, stays poison
+            poison_(t)
         if poison:
             for t in persistent:
                 poison_(t)
@@ -288,21 +292,29 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, pois
                                {"label": "stale"})
         hint = HINTS[label]
         if label == "NaN":
-            culprits = _nan_culprits(g, persistent, clean, outs, feed, inputs, refs, atol, rtol) if poison else []
-            hint = hint.format(buffers=", ".join(names[id(t)] for t in culprits) or "persistent buffers")
+            culprits = _nan_culprits(g, persistent, clean, outs, own_outs, feed, inputs, refs, atol, rtol) if poison else []
+            hint = hint.format(buffers=", ".join(culprits) or "persistent buffers")
         return CheckReport(False, backend, trial, failure, hint, {"label": label})
     return None
 
 
-def _nan_culprits(g, persistent, clean, outs, feed, inputs, refs, atol, rtol):
-    """Which persistent buffers, poisoned alone, make the replay NaN."""
-    culprits = []
-    for t in persistent:
+def _nan_culprits(g, persistent, clean, outs, own_outs, feed, inputs, refs, atol, rtol) -> list[str]:
+    """What makes the replay NaN: its outputs' own poison, where it writes nothing (checked first, every persistent
+    buffer clean), else the names of the persistent buffers that, poisoned alone, do."""
+
+    def nan_after(poisoned):
         for buf, c in zip(persistent, clean):
             buf.copy_(c)
-        poison_(t)
+        for t in [*own_outs, *poisoned]:
+            poison_(t)
         feed(inputs)
         g.replay()
-        if _compare(outs, refs, atol, rtol)[0] == "NaN":
-            culprits.append(t)
-    return culprits
+        return _compare(outs, refs, atol, rtol)[0] == "NaN"
+
+    if nan_after([]):
+        return ["the step's outputs (entries the replay never writes)"]
+    return [name for t, name in zip(persistent, _buffer_names(persistent)) if nan_after([t])]
+
+
+def _buffer_names(persistent) -> list[str]:
+    return [f"persistent[{i}] {str(t.dtype).replace('torch.', '')}{list(t.shape)}" for i, t in enumerate(persistent)]
