@@ -8,9 +8,9 @@ For each trial: new inputs are copied into the leading slice of the static buffe
 eager reference runs (on a snapshot of the state, restored afterwards), the step's own outputs
 and the persistent buffers are poisoned (NaN / int max), the host ``prepare`` hook refills what
 it owns, and the graph replays twice. An output the replay does not wholly write keeps the poison
-where eager's answer would otherwise have stood in for it. The first divergence is reported with a hint at its cause; when the two
-replays on the same inputs differ from each other, the cause is state leaking between replays
-(an accumulating buffer), whatever replay 0 looked like.
+where eager's answer would otherwise have stood in for it. The first divergence is reported with a
+hint at its cause; when the two replays on the same inputs differ from each other, the cause is
+state leaking between replays (an accumulating buffer), whatever replay 0 looked like.
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, p
         raise ValueError("the reference returned no tensor: the checker has nothing to compare it with")
     clean = [t.clone() for t in persistent]
     for rep in range(2):
-        for t in own_outs:  # the eager step may have written the right answer there: what the replay leaves, stays poison
+        for t in own_outs:  # eager may have written the answer there: what the replay leaves stays poison
             poison_(t)
         if poison:
             for t in persistent:
@@ -292,7 +292,8 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, p
                                {"label": "stale"})
         hint = HINTS[label]
         if label == "NaN":
-            culprits = _nan_culprits(g, persistent, clean, outs, own_outs, feed, inputs, refs, atol, rtol) if poison else []
+            suspects = persistent if poison else []  # poison=False: only the outputs were poisoned
+            culprits = _nan_culprits(g, suspects, clean, outs, own_outs, feed, inputs, refs, atol, rtol)
             hint = hint.format(buffers=", ".join(culprits) or "persistent buffers")
         return CheckReport(False, backend, trial, failure, hint, {"label": label})
     return None
