@@ -35,12 +35,14 @@ import decimal
 import fractions
 import hashlib
 import hmac
+import inspect
 import itertools
 import math
 import operator
 import secrets
 import signal
 import sys
+import textwrap
 import threading
 import time
 import types
@@ -48,10 +50,18 @@ from collections import namedtuple
 from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+
 #: the most items a set answer may hold (``range(10**12)`` or ``itertools.count()`` is refused, not iterated)
 MAX_ITEMS = 10_000
 #: seconds one call of a learner's function may take
 LEARNER_SECONDS = 5.0
+#: the watch's clock and thread id, bound at import: a learner's function that rebinds ``time.monotonic`` or
+#: ``threading.get_ident`` cannot swap the watch's own (rebinding these names here is refused as any global)
+_monotonic, _get_ident = time.monotonic, threading.get_ident
+#: while the alarm re-arms the tracer after a stop: every this many seconds (a stop swallowed by a bare ``except``)
+_REARM_SECONDS = 0.25
 
 
 @dataclass
@@ -133,7 +143,7 @@ def meaning(x):
         if kind == "torch":
             if x.numel() != 1 or x.is_complex() or x.device.type == "meta":
                 return UNREADABLE
-            return bool(x.item()) if x.dtype == sys.modules["torch"].bool else meaning(x.item())
+            return bool(x.item()) if str(x.dtype) == "torch.bool" else meaning(x.item())
         if kind == "numpy":
             if x.size != 1 or x.dtype.kind not in "biufU":
                 return UNREADABLE
@@ -150,23 +160,9 @@ def meaning(x):
 def library_kind(x) -> str | None:
     """``"torch"`` for a torch tensor, ``"numpy"`` for a numpy array or scalar, else None: by the exact type (a
     subclass, or a class that names numpy in its ``__module__``, is neither), so that reading its value runs the
-    library's code, never a learner's."""
-    t = type(x)
-    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
-    if torch is not None and t is torch.Tensor:
-        return "torch"
-    if np is not None and (t is np.ndarray or t in _numpy_scalars(np)):
-        return "numpy"
-    return None
-
-
-def _numpy_scalars(np) -> frozenset:
-    if not _NUMPY_SCALARS:
-        _NUMPY_SCALARS.append(frozenset(t for t in np.sctypeDict.values() if issubclass(t, np.generic)))
-    return _NUMPY_SCALARS[0]
-
-
-_NUMPY_SCALARS: list = []
+    library's code, never a learner's. The types were taken at import (``_LIBRARY_TYPES``, read-only), not from
+    ``sys.modules`` at check time, which a learner's code may change."""
+    return _LIBRARY_TYPES.get(type(x))
 
 
 def as_int(x):
@@ -292,13 +288,29 @@ class Refusal(namedtuple("Refusal", "files codes copies why")):
     def __new__(cls, files=(), functions=(), why: str = "the library's own implementation of the answer",
                 copies: bool = True):
         codes = frozenset(f.__code__ for f in functions)
-        copied = frozenset((c.co_code, c.co_consts) for c in codes) if copies else frozenset()
+        copied = frozenset().union(*(_fingerprints(f) for f in functions)) if copies else frozenset()
         return super().__new__(cls, tuple(files), codes, copied, why)
 
     def refuses(self, code) -> bool:
         name = code.co_filename.replace("\\", "/")
         return (code in self.codes or name.endswith(".py") and any(f in name for f in self.files)
                 or (code.co_code, code.co_consts) in self.copies)
+
+
+def _fingerprints(fn) -> set:
+    """``(co_code, co_consts)`` of ``fn``'s code as it is and as its source compiles with ``optimize`` 0, 1 and 2
+    (no asserts, no docstring): an exec'd copy of it, compiled any of these ways, has one of them."""
+    code = fn.__code__
+    prints = {(code.co_code, code.co_consts)}
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):  # no source (a builtin, a function made by exec): its own code only
+        return prints
+    for level in (0, 1, 2):
+        module = compile(source, code.co_filename, "exec", optimize=level, dont_inherit=True)
+        prints |= {(c.co_code, c.co_consts) for c in module.co_consts
+                   if isinstance(c, types.CodeType) and c.co_name == code.co_name}
+    return prints
 
 
 #: {thread id: the run's state} while a learner's function runs there under a ``Refusal`` (read by ``_audit``)
@@ -311,13 +323,19 @@ def _audit(event, args):
     """Python's audit hook (it cannot be removed): a learner's function that calls ``sys.settrace`` or
     ``sys.setprofile`` in its own thread while a check watches it is stopped there, before the call."""
     if event in ("sys.settrace", "sys.setprofile"):
-        state = _WATCHED.get(threading.get_ident())
+        state = _WATCHED.get(_get_ident())
         if state is not None:
             state["stop"] = state["stop"] or _TRACE_OFF
             raise _Stop(state["stop"])
 
 
 sys.addaudithook(_audit)
+
+
+def read_only(table: dict) -> types.MappingProxyType:
+    """``table`` as a read-only view (its dict values too): a table a check reads, which a learner's function cannot
+    edit in place (the put-back after a run sees names rebound, not a container's contents changed)."""
+    return types.MappingProxyType({k: read_only(v) if type(v) is dict else v for k, v in table.items()})
 
 
 def library_globals() -> list:
@@ -394,6 +412,26 @@ def _restore_globals(saved: list) -> list:
 
 
 _MISSING = object()
+#: {exact type: "torch" or "numpy"} (``library_kind``)
+_LIBRARY_TYPES = read_only({torch.Tensor: "torch", np.ndarray: "numpy",
+                            **{t: "numpy" for t in np.sctypeDict.values() if issubclass(t, np.generic)}})
+
+
+def _torch_mode_depths() -> tuple[int, int]:
+    """How many torch function modes and dispatch modes are on (torch's mode stacks)."""
+    return torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+
+
+def _pop_torch_modes(depths: tuple[int, int]) -> str | None:
+    """Take off the torch modes pushed since ``_torch_mode_depths()`` gave ``depths``; what they were, or None. A
+    mode left on (``TorchFunctionMode().__enter__()``) runs its own code at every torch call after the function has
+    returned: when the check reads the answer, too."""
+    names = []
+    while torch._C._len_torch_function_stack() > depths[0]:
+        names.append(type(torch._C._pop_torch_function_stack()).__name__)
+    while torch._C._len_torch_dispatch_stack() > depths[1]:
+        names.append(type(torch._C._pop_torch_dispatch_stack()).__name__)
+    return f"a torch mode ({', '.join(names)})" if names else None
 
 
 def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None = None, items: bool = False,
@@ -405,8 +443,11 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     ``MAX_ITEMS + 1``.
 
     **The time limit.** A bytecode tracer checks the clock; on Linux and macOS an alarm (``signal.setitimer``,
-    main thread only) also interrupts what the tracer cannot see: a ``time.sleep``, one long C call. Windows has no
-    ``setitimer``: there only the tracer stops a long run, and a sleep or a long C call runs to its end.
+    main thread only) also interrupts what the tracer cannot see: a ``time.sleep``, one long C call. The alarm
+    repeats until the function returns and puts the tracer back each time: a stop that the function swallows (a
+    bare ``except:`` around an endless loop) takes the tracer off, as CPython drops a trace function that raised.
+    Windows has no ``setitimer``: there only the tracer stops a long run, a sleep or a long C call runs to its
+    end, and an endless loop inside a bare ``except:`` is stopped once, not again.
 
     **What the refusal stops, and what it cannot.** It is a guard against an accidental or casual use of the
     library's answer, not a sandbox. Under ``refuse`` the function is refused when it calls the named code in its
@@ -428,7 +469,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     globals are put back to it after the call."""
     seconds = LEARNER_SECONDS if seconds is None else min(seconds, LEARNER_SECONDS)
     state = {"stop": None}
-    deadline = time.monotonic() + seconds
+    deadline = _monotonic() + seconds
     count = [0]
     late = f"{what} did not finish within {seconds:g} s (an endless loop?)"
 
@@ -439,7 +480,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
             if refuse is not None and event == "call" and refuse.refuses(frame.f_code):
                 state["stop"] = f"refused: your function runs {frame.f_code.co_name} ({refuse.why}); write it yourself"
             count[0] += 1
-            if count[0] % 256 == 0 and time.monotonic() > deadline:
+            if count[0] % 256 == 0 and _monotonic() > deadline:
                 state["stop"] = late
         if state["stop"] is not None:
             raise _Stop(state["stop"])
@@ -449,6 +490,16 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         if state.get("done"):  # the function has returned; the finally below is cancelling this alarm
             return
         state["stop"] = state["stop"] or late
+        # a stop the function swallowed (a bare except) took the tracer off (CPython drops a trace function that
+        # raised): put it back on the function's frames, so that the stop is raised again at its next line
+        if watch:
+            _WATCHED.pop(ident, None)  # this settrace is the check's own, not the function's
+        sys.settrace(tracer)
+        if watch:
+            _WATCHED[ident] = state
+        while frame is not None and frame.f_code is not here:
+            frame.f_trace = tracer
+            frame = frame.f_back
         raise _Stop(state["stop"])
 
     def thread_started(frame, event, arg):  # threading's hook, in a thread the function started
@@ -462,15 +513,17 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer") \
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
     watch = refuse is not None
+    here = sys._getframe().f_code  # the alarm re-arms the tracer on the frames above this one
+    ident, error, now_trace = _get_ident(), None, None
     cells = tuple(c.cell_contents for c in tracer.__closure__)
     saved = (library_globals() if saved is None else saved) if watch else []
+    modes = _torch_mode_depths()
     old_trace, old_thread_trace = sys.gettrace(), threading.gettrace()
     old_handler = signal.signal(signal.SIGALRM, alarm) if main else None
-    ident, error, now_trace = threading.get_ident(), None, None
     if watch:
         threading.settrace(thread_started)
-    if main:
-        signal.setitimer(signal.ITIMER_REAL, seconds + 1.0)
+    if main:  # then every _REARM_SECONDS, until the function has returned
+        signal.setitimer(signal.ITIMER_REAL, seconds + 1.0, _REARM_SECONDS)
     sys.settrace(tracer)
     if watch:
         _WATCHED[ident] = state
@@ -488,7 +541,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         if main:
             signal.setitimer(signal.ITIMER_REAL, 0)
         now_trace = sys.gettrace()
-        _WATCHED.pop(ident, None)
+        registered = _WATCHED.pop(ident, None) is state or not watch  # emptied in place: the watch was off
         sys.settrace(old_trace)
         now_thread_trace = threading.gettrace()
         threading.settrace(old_thread_trace)
@@ -496,16 +549,21 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
             signal.signal(signal.SIGALRM, old_handler)
         # the error's own __str__ (the learner's code) runs in describe: before the put-back, which runs here so that
         # an interrupt too leaves the library as it was
+        left_on = _pop_torch_modes(modes)  # before describe: a mode left on would run in the error's __str__
         described = describe(error) if error is not None else None
         changed = _restore_globals(saved)
     if described is not None and not state["stop"]:
         state["stop"] = described
     refused = (state["stop"] or "").startswith("refused")
-    if changed and not refused:
+    if left_on and not refused:
+        state["stop"] = (f"refused: your function left {left_on} on (taken off): the check would run it when it "
+                         "reads your answer; compute the answer without")
+    elif changed and not refused:
         state["stop"] = (f"refused: your function rebound {', '.join(changed[:3])} (put back): a check reads its "
                          "truth there; compute the answer without changing the library or Python's builtins")
-    elif watch and not refused and (now_trace is not tracer or now_thread_trace is not thread_started or any(
-            c.cell_contents is not v for c, v in zip(tracer.__closure__, cells))):
+    elif watch and not refused and (not registered or now_thread_trace is not thread_started or any(
+            c.cell_contents is not v for c, v in zip(tracer.__closure__, cells))
+            or now_trace is not tracer and state["stop"] is None):  # a stop raised by the tracer took it off
         state["stop"] = "refused: your function changed the check's trace function or its state; run it without"
     if state["stop"]:  # raised into the function, or swallowed by it
         return None, state["stop"]
@@ -614,11 +672,7 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
     if isinstance(prediction, Iterator):  # read inside the check, after the run: it could read the measured answer
         return report(False, f"{question}: a prediction is a value written before the run: a set or a list, not a "
                              f"{type(prediction).__name__} (an iterator is read only now, after the measurement)")
-    got, err = run_learner(lambda: prediction, items=True, what="reading your answer")
-    if err:
-        return report(False, f"{question}: {err}" if err.startswith("reading") else
-                      f"{question}: iterating over your answer raised {err}")
-    got, err = as_items(got)
+    got, err = as_items(prediction)  # by its exact type: a class of one's own, with its own __iter__, is refused unread
     if err:
         return report(False, f"{question}: {err}")
     truth = frozenset(truth)
@@ -631,4 +685,4 @@ def check_items(question: str, prediction, truth, *, mistakes: dict | None = Non
 
 __all__ = ["LEARNER_SECONDS", "MAX_ITEMS", "UNREADABLE", "ExerciseResult", "Refusal", "as_float", "as_int",
            "as_items", "check_choice", "check_items", "check_number", "describe", "library_kind", "meaning",
-           "not_answered", "option_key", "report", "run_learner", "show"]
+           "not_answered", "option_key", "read_only", "report", "run_learner", "show"]

@@ -25,7 +25,6 @@ repository's ``instructor/`` folder (``make instructor`` builds the notebooks wi
 from __future__ import annotations
 
 import json
-import random
 from os import urandom as _urandom
 import time
 from functools import lru_cache
@@ -49,7 +48,7 @@ from mla_edu.util import PAGE_SIZE, cdiv
 from mla_edu.workshop.panel import PanelSettings, measure_page_reads
 from mla_edu.workshop.checks import ExerciseResult  # shared by every checker
 from mla_edu.workshop.checks import SEAL_BROKEN, Refusal, Seal, as_int as _as_int, as_items, describe as _describe
-from mla_edu.workshop.checks import option_key
+from mla_edu.workshop.checks import option_key, read_only
 from mla_edu.workshop.checks import library_globals, library_kind, report as _report, run_learner, show as _show
 
 #: the code no learner's function may run while a checker watches it: the checkers themselves (their truths),
@@ -65,11 +64,18 @@ def _not_callable(fn, signature: str):
     return _report(False, f"expected a function {signature}, got {type(fn).__name__} {_show(fn)}")
 
 
-def _drawn_rng() -> random.Random:
-    """The generator of the cases drawn at check time, seeded from the operating system's entropy (``os.urandom``,
-    bound here at import: a table made beforehand misses them, and pinning ``time.time_ns`` or ``os.urandom`` in
-    the notebook does not reseed it)."""
-    return random.Random(int.from_bytes(_urandom(16), "little"))
+class _Draws:
+    """The cases drawn at check time, each number read from the operating system's entropy (``os.urandom``, bound
+    here at import) with this class's own arithmetic: a table made beforehand misses them, and pinning
+    ``time.time_ns``, ``os.urandom`` or ``random.Random``'s methods in the notebook does not make them repeat."""
+
+    @staticmethod
+    def randint(lo: int, hi: int) -> int:
+        """An int in ``[lo, hi]`` (a bias of at most ``(hi - lo + 1) / 2**64``)."""
+        return lo + int.from_bytes(_urandom(8), "little") % (hi - lo + 1)
+
+    def choice(self, options):
+        return options[self.randint(0, len(options) - 1)]
 
 
 @lru_cache(maxsize=1)
@@ -93,7 +99,7 @@ def toy_model():
 #: the engine exercise 1 captures: graphs for 2 and 4 rows, context 386 (W = (386 + 128) // 128 = 4 columns; the
 #: longest row, seq_len 384, is a prompt of 383 tokens, and a request's prompt and 3 new tokens must fit), on the
 #: CPU whatever the machine has (a learner's hook never reaches a GPU kernel)
-REPLAY_SETUP = dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=386)
+REPLAY_SETUP = read_only(dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=386))
 #: every split count the fixed kernel takes on this engine: the full-width view gives max_seq_len = 4 * 128, so
 #: 1 to 4 splits (automatic splits give 4 here); at more than one split the kernel uses the workspace
 REPLAY_SPLITS = (1, 2, 3, 4)
@@ -131,7 +137,7 @@ def _replay_diagnosis(buf: torch.Tensor, want: torch.Tensor, n_pages: list) -> s
 
 
 #: one hint per classic mistake of exercise 1 (what the hook did, found on the host before the graph replays)
-REPLAY_HINTS = {
+REPLAY_HINTS = read_only({
     "rebound": "you bound backend.cuda_graph_kv_indices to a new tensor. The graph holds the address of the "
                "buffer it was captured with and never looks the attribute up again (and with its owner gone, that "
                "memory is freed on a GPU): write into that buffer",
@@ -166,7 +172,7 @@ REPLAY_HINTS = {
              "did your function change something else the graph reads?",
     "broke": "the replay failed after your function ran ({err}): your function left the backend in a state the "
              "captured step cannot run with; write the page ids, change nothing else",
-}
+})
 
 
 #: the backend methods that fill a page table themselves: a learner's replay hook may call none of them
@@ -329,15 +335,15 @@ def check_replay(fn) -> ExerciseResult:
 
 
 # ---- 2. which engine produced this plot? ----------------------------------------------------------
-OPTIONS = {
+OPTIONS = read_only({
     "a": "pre-fix code (width + workspace defects): frozen row stride 1, stale page ids in the buffer",
     "b": "width defect only, with the poison fill: frozen row stride 1, unused entries hold the poison id",
     "c": "SGLang's merged fix (no defect left): full width, stale page ids in the buffer",
     "d": "SGLang's merged fix with the poison fill: full width, unused entries hold the poison id",
-}
+})
 MYSTERY_NUMBERS = (1, 2, 3)
 #: per option: (only row 0 reads its own pages, entries not written this step hold old page ids)
-_OPTION_CLAIMS = {"a": (True, True), "b": (True, False), "c": (False, True), "d": (False, False)}
+_OPTION_CLAIMS = read_only({"a": (True, True), "b": (True, False), "c": (False, True), "d": (False, False)})
 #: the page reads behind each mystery figure, measured on engines whose settings are in the instructor build
 #: (``instructor/ex08.py`` writes this file): the data the figure draws, and nothing else
 MYSTERY_FILE = Path(__file__).with_name("mysteries.json")
@@ -390,13 +396,13 @@ def check_mystery(k, answer) -> ExerciseResult:
 
 
 # ---- 3. the row stride the kernel used ------------------------------------------------------------
-ROW_STRIDE_SETUP = dict(context_length=640, cuda_graph_bs=(4, 8), max_running_requests=8, row=3, page=2)
+ROW_STRIDE_SETUP = read_only(dict(context_length=640, cuda_graph_bs=(4, 8), max_running_requests=8, row=3, page=2))
 
 
 #: exercise 3's classic wrong answers, per part: {part: {what the wrong number is: its hint}} (each hint names the
 #: concept, never a value; the numbers are the engine's, ``_row_stride_wrong`` computes them at check time); a wrong
 #: number none of these gives gets ``ROW_STRIDE_OTHER[part]``
-ROW_STRIDE_MISTAKES = {
+ROW_STRIDE_MISTAKES = read_only({
     "used row stride": {
         "the buffer's own row stride": "that is the buffer's own stride; the wrapper takes the stride from the view "
                                        "it was handed at capture, not from the buffer",
@@ -417,13 +423,13 @@ ROW_STRIDE_MISTAKES = {
         "the row's page through the context's page count": "that steps rows by the context's page count; the "
                                                            "kernel steps rows by the stride it was given",
     },
-}
-ROW_STRIDE_OTHER = {
+})
+ROW_STRIDE_OTHER = read_only({
     "used row stride": "what were seq_lens when the graph was captured, and how wide a view did that give?",
     "buffer row stride": "look at how init_cuda_graph_state sizes the buffer's columns",
     "flat index": "count entries from the buffer's first one, moving from row to row by the stride the kernel was "
                   "given",
-}
+})
 
 
 def _row_stride_wrong(used: int, real: int) -> dict:
@@ -443,9 +449,9 @@ def _row_stride_wrong(used: int, real: int) -> dict:
 #: the mistakes of ``ROW_STRIDE_MISTAKES`` whose number is built from another part's truth, and that part: their hint
 #: would tell that part's answer ("that is the buffer's own stride" for a 6 says the buffer's stride is 6), so it is
 #: given only where that part is answered right
-ROW_STRIDE_DISCLOSES = {"the buffer's own row stride": "buffer row stride",
-                        "the row stride the kernel used": "used row stride",
-                        "the row's page through the buffer's stride": "buffer row stride"}
+ROW_STRIDE_DISCLOSES = read_only({"the buffer's own row stride": "buffer row stride",
+                                  "the row stride the kernel used": "used row stride",
+                                  "the row's page through the buffer's stride": "buffer row stride"})
 
 
 def _row_stride_hints(used: int, real: int, flat: int, answers: tuple) -> list:
@@ -521,14 +527,14 @@ def _split_variant(max_seq_len, num_batches, sm_count, num_kv_splits, *, round_u
 
 
 #: the split-count mistakes: the ``_split_variant`` keyword that makes each, and its hint
-WORKSPACE_MISTAKES = {
+WORKSPACE_MISTAKES = read_only({
     "round_up": (False, "max_splits counts 128-token chunks of max_seq_len, and a partial chunk is a chunk too"),
     "last_step": (False, "your automatic split count stops at heur; the formula has one more step, which spreads "
                          "the chunks evenly over the waves of CTAs (it changes the count for some shapes)"),
     "auto": (False, "num_kv_splits = -1 is not a split count: it asks for the automatic one"),
     "fixed": (False, "a num_kv_splits >= 1 is used as is; only -1 asks for the automatic count"),
     "chunks": (False, "max_splits is a count of 128-token chunks, not of tokens"),
-}
+})
 
 
 #: the hint for the workspace of one request (the split count and bytes right, the batch left out)
@@ -562,7 +568,7 @@ WORKSPACE_SECONDS = 20.0
 
 def _workspace_drawn() -> tuple:
     n, most_len, most_b, most_sms, most_ns = WORKSPACE_DRAWN
-    rng = _drawn_rng()
+    rng = _Draws()
     return tuple((rng.randint(1, most_len), rng.randint(1, most_b), rng.randint(1, most_sms),
                   rng.choice([-1, rng.randint(1, most_ns)])) for _ in range(n))
 
@@ -722,7 +728,7 @@ def stale_domain() -> tuple:
 
 def _stale_drawn() -> tuple:
     n, most_w, most_rows = STALE_DRAWN
-    rng = _drawn_rng()
+    rng = _Draws()
     steps = []
     for _ in range(n):
         width, rows = rng.randint(1, most_w), rng.randint(1, most_rows)
@@ -763,7 +769,7 @@ def _stale_variant(buffer, seq_lens, row_stride, *, landing_row=True, frozen_str
 
 
 #: the classic mistakes: the ``_stale_variant`` keyword and value that make each, and its hint
-STALE_MISTAKES = {
+STALE_MISTAKES = read_only({
     "landing_row": "you compared the slot with the page count of the request that reads; an entry belongs to "
                    "the buffer row it sits in, and that row's request decides whether it was written",
     "frozen_stride": "your reads go through the buffer's own row stride (each row reads its own row); the "
@@ -781,12 +787,13 @@ STALE_MISTAKES = {
     "round_up": "a request's pages are its 128-token pages begun, not only the full ones: a partial page is "
                 "read and written too",
     "pages": "you compared a page slot with a count of tokens: a row writes one entry per page",
-}
-_STALE_VARIANTS = {"landing_row": ("landing_row", (False,)), "frozen_stride": ("frozen_stride", (False,)),
-                   "buffer_rows": ("buffer_rows", (False,)), "slot_past_end": ("slot_past_end", (False,)),
-                   "padded_readers": ("padded_readers", (False,)), "padded_writes": ("padded_writes", (False,)),
-                   "padded_writes_all": ("padded_writes", ("all",)), "round_up": ("round_up", (False, "writes")),
-                   "pages": ("pages", (False,))}
+})
+_STALE_VARIANTS = read_only({
+    "landing_row": ("landing_row", (False,)), "frozen_stride": ("frozen_stride", (False,)),
+    "buffer_rows": ("buffer_rows", (False,)), "slot_past_end": ("slot_past_end", (False,)),
+    "padded_readers": ("padded_readers", (False,)), "padded_writes": ("padded_writes", (False,)),
+    "padded_writes_all": ("padded_writes", ("all",)), "round_up": ("round_up", (False, "writes")),
+    "pages": ("pages", (False,))})
 #: seconds a learner's stale_reads may take over all steps together
 STALE_SECONDS = 30.0
 

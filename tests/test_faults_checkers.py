@@ -1,0 +1,147 @@
+"""Back doors of the watch a checker keeps over a learner's function (``mla_edu.workshop.checks.run_learner``) and
+one hang, each reproduced first by an audit: a swapped clock, the watch's registry emptied in place, a torch mode
+left on, ``sys.modules`` swapped, a table edited in place, a lazy iterable as a prediction, a copy of refused code
+compiled without its docstring, pinned draws, and a stop swallowed by a bare ``except``."""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+import time
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from mla_edu.workshop import checks
+from mla_edu.workshop import exercises as ex
+from mla_edu.workshop.checks import Refusal, check_items, library_kind, run_learner
+
+REFUSE = Refusal(files=("mla_edu/workshop/exercises.py",))
+
+
+def secret(n):
+    """The answer a check refuses to see run."""
+    assert n >= 0
+    return n * 7
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="Windows has no setitimer: the tracer stops it once only")
+def test_a_stop_swallowed_by_a_bare_except_is_raised_again_not_a_hang():
+    def endless_rows():  # a forgotten j += 1 inside a per-row try/except: pass
+        for _ in range(3):
+            try:
+                j = 0
+                while j < 3:
+                    divmod(j, 5)
+            except:  # noqa: E722
+                pass
+        return 1
+
+    t0 = time.monotonic()
+    value, err = run_learner(endless_rows, refuse=REFUSE, seconds=0.5)
+    assert (value, err) == (None, "your function did not finish within 0.5 s (an endless loop?)")
+    assert time.monotonic() - t0 < 10  # it hung before: the alarm fired once, the tracer was off for good
+
+
+def test_a_swapped_clock_is_not_the_watchs_clock():
+    seen = []
+
+    def spy():
+        seen.append(1)
+        return 0.0  # time stands still: the watch would never stop the loop
+
+    def swap_and_loop():
+        time.monotonic = spy
+        while True:
+            pass
+
+    real = time.monotonic
+    try:
+        value, err = run_learner(swap_and_loop, refuse=REFUSE, seconds=0.5)
+    finally:
+        time.monotonic = real
+    assert err == "your function did not finish within 0.5 s (an endless loop?)" and seen == []
+
+
+def test_emptying_the_watchs_registry_in_place_is_refused():
+    def clear_and_answer():
+        checks._WATCHED.clear()  # the same dict object: no rebinding to put back
+        return 7
+
+    value, err = run_learner(clear_and_answer, refuse=REFUSE)
+    assert value is None and err.startswith("refused: your function changed the check's trace function or its state")
+
+
+def test_a_torch_mode_left_on_is_taken_off_and_refused():
+    class Liar(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    depth = torch._C._len_torch_function_stack()
+
+    def leave_a_mode_on():
+        Liar().__enter__()
+        return torch.tensor(3)
+
+    value, err = run_learner(leave_a_mode_on, refuse=REFUSE)
+    assert value is None and err.startswith("refused: your function left a torch mode (Liar) on (taken off)")
+    assert torch._C._len_torch_function_stack() == depth
+
+
+def test_library_kind_is_the_exact_types_taken_at_import_not_sys_modules():
+    class Answer:
+        size, ndim = 1, 0
+
+    real = sys.modules["numpy"]
+    fake = type(sys)("numpy")
+    fake.ndarray, fake.sctypeDict = Answer, {}
+    sys.modules["numpy"] = fake
+    try:
+        assert library_kind(Answer()) is None
+    finally:
+        sys.modules["numpy"] = real
+    assert library_kind(real.int64(3)) == "numpy" and library_kind(torch.tensor(3)) == "torch"
+
+
+@pytest.mark.parametrize("table", ["_OPTION_CLAIMS", "OPTIONS", "ROW_STRIDE_MISTAKES", "WORKSPACE_MISTAKES",
+                                   "STALE_MISTAKES", "REPLAY_HINTS", "REPLAY_SETUP", "ROW_STRIDE_SETUP"])
+def test_the_tables_a_check_reads_cannot_be_edited_in_place(table):
+    t = getattr(ex, table)
+    with pytest.raises(TypeError):
+        t[next(iter(t))] = None
+    nested = [v for v in t.values() if hasattr(v, "keys")]
+    for v in nested:
+        with pytest.raises(TypeError):
+            v[next(iter(v))] = None
+
+
+def test_a_prediction_of_a_class_of_ones_own_is_refused_unread():
+    read = []
+
+    class Prediction:
+        def __iter__(self):
+            read.append(1)
+            return iter({1, 2})
+
+    result = check_items("exercise", Prediction(), {1, 2})
+    assert not result.passed and "expected a set or list, got Prediction" in result.message and read == []
+    assert check_items("exercise", [2, 1], {1, 2}).passed
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_a_copy_of_refused_code_is_refused_however_it_was_compiled(level):
+    import inspect
+
+    space = {}
+    exec(compile(inspect.getsource(secret), "<copy>", "exec", optimize=level), space)  # no docstring, no assert
+    value, err = run_learner(lambda: space["secret"](3), refuse=Refusal(functions=(secret,), why="the answer"))
+    assert value is None and err.startswith("refused: your function runs secret (the answer)")
+
+
+def test_the_drawn_cases_do_not_repeat_when_random_is_pinned(monkeypatch):
+    monkeypatch.setattr(random.Random, "seed", lambda self, *a, **k: None)
+    monkeypatch.setattr(random.Random, "randint", lambda self, lo, hi: lo)
+    monkeypatch.setattr(random.Random, "choice", lambda self, seq: seq[0])
+    assert ex._workspace_drawn() != ex._workspace_drawn()  # two draws of several 64-bit numbers: never equal
