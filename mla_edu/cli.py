@@ -93,3 +93,15 @@ def device(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("device: ")) from None
     return text
+
+
+def check_context_length(parser: argparse.ArgumentParser, context_length: int, questions) -> None:
+    """``parser.error`` unless ``--context-length`` holds the longest of ``questions``' prompts and its new tokens:
+    the engine would refuse those requests, and an accuracy of wrong answers would look like the bug."""
+    from mla_edu.model import task
+
+    longest = max(len(q.prompt_ids) for q in questions)
+    if context_length < longest + task.MAX_NEW_TOKENS:
+        parser.error(f"argument --context-length: expected at least {longest + task.MAX_NEW_TOKENS} (the longest "
+                     f"prompt of the {len(questions)} questions, {longest} tokens, + {task.MAX_NEW_TOKENS} new "
+                     f"tokens), got {context_length}")

@@ -131,11 +131,7 @@ def main(argv=None) -> int:
     questions = task.default_eval_set()
     if a.num_questions is not None:
         questions = questions[: a.num_questions]
-    longest = max(len(q.prompt_ids) for q in questions)
-    if a.context_length < longest + task.MAX_NEW_TOKENS:  # else the engine rejects the longest requests
-        p.error(f"argument --context-length: expected at least {longest + task.MAX_NEW_TOKENS} (the longest prompt "
-                f"of the {len(questions)} questions, {longest} tokens, + {task.MAX_NEW_TOKENS} new tokens), "
-                f"got {a.context_length}")
+    cli.check_context_length(p, a.context_length, questions)
     dp = a.dp
     common = dict(context_length=a.context_length, dp_size=dp, enable_dp_attention=a.enable_dp_attention,
                   cuda_graph_bs=tuple(a.cuda_graph_bs), max_running_requests=a.max_running_requests,

@@ -123,9 +123,12 @@ class PagedAllocator:
             raise PoolExhausted(
                 f"PagedAllocator: asked for {n} pages, only {len(self._free)} of {self.num_pages - 1} usable pages free"
             )
-        pages, self._free = self._free[:n], self._free[n:]
-        self._used.update(pages)
-        return torch.tensor(pages, dtype=torch.int64, device=self.device)
+        pages, rest = self._free[:n], self._free[n:]
+        out = torch.tensor(pages, dtype=torch.int64, device=self.device)
+        # the free list and the used set change last: an interrupt while the result is built leaves every page free
+        used = self._used | set(pages)
+        self._free, self._used = rest, used
+        return out
 
     def free_pages(self, pages) -> None:
         idx = _as_index_list("pages", pages)

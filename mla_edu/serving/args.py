@@ -55,7 +55,8 @@ class ServerArgs:
     (``PRE_FIX``: ``width`` and ``workspace``); ``none`` (``MERGED_FIX``) is SGLang's merged fix.
     ``"scale"`` is the bug-era kernel contract (sgl-kernel 0.1.7): the decode kernel uses
     ``1/sqrt(128 + 64)`` whatever the model's scale, and one split (so ``num_kv_splits`` must be 1).
-    ``SEED_PRE_FIX`` is the seed's pre-fix run: the two graph defects and ``scale``.
+    ``SEED_PRE_FIX`` is the seed's pre-fix run: the two graph defects and ``scale``. Another backend runs
+    with the default (left unapplied) or ``none``; a defect it cannot switch on, named, is refused.
 
     ``poison_fill`` (``cutlass_mla`` only; not in SGLang): a teaching instrument. Off (SGLang's
     behaviour, before and after the fix), the index buffer is never reset, so entries past a
@@ -157,6 +158,10 @@ class ServerArgs:
         if self.max_running_requests_per_rank < 1:
             raise ValueError(f"max_running_requests={self.max_running_requests} over dp_size={self.dp_size} "
                              "leaves a rank no request; expected max_running_requests >= dp_size")
+        unknown = sorted(self.defects - set(backend.switchable_defects))
+        if unknown and self.defects != PRE_FIX:  # the default (cutlass_mla's pre-fix code) is left unapplied
+            raise ValueError(f"defects: the {backend.name} backend switches on "
+                             f"{', '.join(backend.switchable_defects) or 'none'}, got {unknown}; pass defects='none'")
         backend.check_args(self)  # what only this backend's class knows (poison fill, its defects' rules)
         if self.kernel_impl is not None and self.kernel_impl not in IMPLS:
             raise ValueError(f"kernel_impl: expected None or one of {tuple(IMPLS)}, got {self.kernel_impl!r}")

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mla_edu.util import is_int
+
 
 @dataclass
 class ForwardBatch:
@@ -25,6 +27,10 @@ class ForwardBatch:
     seq_lens_cpu: torch.Tensor | None = None  # [B] int32, host copy
 
     def __post_init__(self):
+        bs = self.batch_size
+        if not is_int(bs) or bs < 0:
+            kind = ValueError if is_int(bs) else TypeError
+            raise kind(f"ForwardBatch.batch_size: expected an int >= 0, got {bs!r}")
         for name in ("input_ids", "positions", "req_pool_indices", "seq_lens", "out_cache_loc", "seq_lens_cpu"):
             t = getattr(self, name)
             if t is None and name == "seq_lens_cpu":
@@ -33,3 +39,7 @@ class ForwardBatch:
                     or t.dtype == torch.bool:
                 got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
                 raise TypeError(f"ForwardBatch.{name}: expected an integer tensor, got {got}")
+            # one entry per row: a graph replay copies each field into its buffers, where a shorter one broadcasts
+            if tuple(t.shape) != (bs,):
+                raise ValueError(f"ForwardBatch.{name}: expected shape ({bs},) (batch_size={bs}), "
+                                 f"got {tuple(t.shape)}")

@@ -210,6 +210,11 @@ def run_dp_multiprocess(model, prompts, *, max_new_tokens: int = 3, stop_token_i
     """One process per DP rank over ``torch.distributed`` (gloo on CPU, NCCL when ``device`` is
     CUDA and there are enough GPUs). Returns ``(reqs, steps)``: one ``Req`` per prompt, in order
     (rid = index), and each rank's step counts."""
+    try:
+        items = iter(prompts)
+    except TypeError:
+        raise TypeError(f"prompts: expected an iterable of token-id lists, got {type(prompts).__name__}") from None
+    prompts = list(items)  # read once: the parent's checks and the ranks see the same prompts (a generator too)
     args = _dp_args(model, None, dict(server_args))
     stop = stop_set(stop_token_ids)
     world = args.dp_size
@@ -223,7 +228,7 @@ def run_dp_multiprocess(model, prompts, *, max_new_tokens: int = 3, stop_token_i
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         torch.multiprocessing.spawn(
-            _worker, args=(world, model, args, list(prompts), max_new_tokens, tuple(stop),
+            _worker, args=(world, model, args, prompts, max_new_tokens, tuple(stop),
                            init_file, tmp, backend), nprocs=world, join=True)
         results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
     for res in results:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mla_edu.device import check_device
 from mla_edu.kvcache import PoolExhausted
 from mla_edu.serving.args import ServerArgs
 from mla_edu.serving.batch import ForwardBatch
@@ -30,10 +31,11 @@ from mla_edu.util import cdiv, is_int
 STOP_TOKEN_IDS = list[int] | tuple[int, ...] | set[int] | frozenset[int] | None
 
 
-def stop_set(stop_token_ids) -> set:
-    """``stop_token_ids`` checked against ``STOP_TOKEN_IDS`` (TypeError naming it) -> the set of stop tokens:
-    the one check of every ``generate`` (``Engine``, ``DPEngine``, ``run_dp_multiprocess``)."""
-    check_value("stop_token_ids", stop_token_ids, STOP_TOKEN_IDS)
+def stop_set(stop_token_ids, name: str = "stop_token_ids") -> set:
+    """``stop_token_ids`` checked against ``STOP_TOKEN_IDS`` (TypeError naming ``name``) -> the set of stop tokens:
+    the one check of every ``generate`` (``Engine``, ``DPEngine``, ``run_dp_multiprocess``) and of the ``stop``
+    of ``Engine.prefill`` and ``Engine.decode_step``."""
+    check_value(name, stop_token_ids, STOP_TOKEN_IDS)
     return set(stop_token_ids or ())
 
 
@@ -78,6 +80,8 @@ class Engine:
 
     def __init__(self, model, args: ServerArgs | None = None, prefill_cache: dict | None = None, **kw):
         self.args = args = server_args_for(model, args, kw)
+        if args.device is not None:  # "cuda" without CUDA: a ValueError here, not torch's AssertionError later
+            check_device("device", args.device)
         self.runner = ModelRunner(model, args, prefill_cache)
         self.vocab_size = model.config.vocab_size
         self.stats = {"decode_steps": 0, "max_running": 0, "graph_steps": 0, "padded_rows": 0}
@@ -162,7 +166,9 @@ class Engine:
     def prefill(self, req: Req, stop: set = frozenset(), room: int | None = None):
         """Prefill a new request: a ``req_to_token`` row and pages for its prompt, then its first token. Refuses a
         request that already holds a row, pages or output, or one ``check`` refuses (``room`` as there), before
-        anything is taken; gives the row and pages back if the forward fails (an exception or an interrupt)."""
+        anything is taken; gives the row and pages back if the forward fails (an exception or an interrupt).
+        ``stop``: the stop token ids (``stop_set``'s check, before anything is taken)."""
+        stop = stop_set(stop, "stop")
         if not isinstance(req, Req):
             raise TypeError(f"prefill: expected a Req, got {type(req).__name__}")
         if req.req_pool_idx is not None or req.pages or req.output_ids or req.finished:
@@ -262,7 +268,8 @@ class Engine:
 
         The arguments are checked before any slot is assigned; each request's ``rows`` and ``replayed`` and
         the engine's ``stats`` record the step only once the decode returned (a failed or interrupted step
-        records nothing)."""
+        records nothing). ``stop``: the stop token ids (``stop_set``'s check)."""
+        stop = stop_set(stop, "stop")
         self.check_running(running)
         self.runner.check_decode(len(running), graph_bs, eager)
         batch = self.make_batch(running)

@@ -9,6 +9,8 @@ import sys
 
 from mla_edu import cli
 from mla_edu.case_study import accuracy
+from mla_edu.case_study.repro import unexpected_errors
+from mla_edu.model import task
 from mla_edu.serving import ROW_ORDERS, backend_names, known_defects, parse_defects
 from mla_edu.util import torch_threads
 
@@ -44,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    a = build_parser().parse_args(argv)
+    """Run the benchmark; 2 for bad arguments, 1 if a request ended in an error where none should (``repro``'s
+    ``unexpected_errors``: a rejected request, or non-finite logits without the poison fill), else 0."""
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.context_length is not None:  # as repro: a context too short for the questions is refused before any run
+        cli.check_context_length(p, a.context_length, task.default_eval_set()[: a.num_questions])
     try:
         defects = parse_defects(a.defects)
         with torch_threads(a.threads):
@@ -65,6 +72,11 @@ def main(argv=None) -> int:
         print(f"Invalid: {res['invalid']:.3f}")
         print(f"Latency: {res['latency']:.3f} s")
         print(f"Output throughput: {res['output_throughput']:.3f} token/s")
+    errors = unexpected_errors([res])
+    if errors:
+        print(f"error: {errors} of {res['num_questions']} requests ended in an error (rejected, or non-finite "
+              "logits without the poison fill): the accuracy counts them as wrong answers", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -31,7 +31,10 @@ def main(argv=None) -> None:
     rows, checks = [], []
     refused = [s for s in all_scenarios() if s.refuses_capture]  # a refused CUDA capture goes last
     for group in ([s for s in all_scenarios() if not s.refuses_capture], refused):
-        rows += run_all(dev, args.mode, group)
+        try:
+            rows += run_all(dev, args.mode, group)
+        except ValueError as e:  # a mode the device cannot run (--mode cuda without CUDA): a usage error
+            ap.error(str(e))
         if args.check:
             checks += [checker_row(s, dev, args.schedules, args.mode) for s in group]
     print(format_table(rows))

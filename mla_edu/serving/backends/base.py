@@ -205,6 +205,15 @@ class AttentionBackend:
     def init_forward_metadata(self, batch: ForwardBatch):
         raise NotImplementedError
 
+    def check_eager_batch(self, batch: ForwardBatch) -> None:
+        """ValueError for a batch an eager step cannot run, before ``init_forward_metadata`` touches anything: an
+        empty one (SGLang's idle batch runs only as a graph replay, every row padded)."""
+        if not isinstance(batch, ForwardBatch):
+            raise TypeError(f"init_forward_metadata: expected a ForwardBatch, got {type(batch).__name__}")
+        if batch.batch_size < 1:
+            raise ValueError(f"init_forward_metadata: the {self.name} backend expected a batch of at least one row "
+                             f"(an idle batch runs only as a graph replay), got batch_size={batch.batch_size}")
+
     def init_cuda_graph_state(self, max_bs: int):
         raise NotImplementedError
 

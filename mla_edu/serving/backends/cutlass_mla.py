@@ -130,8 +130,10 @@ class CutlassMLABackend(AttentionBackend):
 
     # --- eager: a fresh contiguous table every step (right, whatever the defects) -------------
     def init_forward_metadata(self, batch: ForwardBatch):
+        self.check_eager_batch(batch)
         bs = batch.batch_size
-        max_seqlen_pad = cdiv(int(batch.seq_lens_cpu.max()), PAGE_SIZE)
+        lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens  # the host copy is optional
+        max_seqlen_pad = cdiv(int(lens.max()), PAGE_SIZE)
         block_kv_indices = torch.full((bs, max_seqlen_pad), -1, dtype=torch.int32, device=self.device)
         self._fill(batch.req_pool_indices, batch.seq_lens, block_kv_indices)
         workspace = self._workspace(max_seqlen_pad * PAGE_SIZE, bs)

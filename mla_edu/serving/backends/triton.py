@@ -91,6 +91,7 @@ class TritonBackend(AttentionBackend):
         self.page_table, self.workspace = buffers
 
     def init_forward_metadata(self, batch: ForwardBatch):
+        self.check_eager_batch(batch)
         bs = batch.batch_size
         if self.eager_buffers is None or bs > self.eager_buffers[0].shape[0]:
             self.eager_buffers = self._alloc(bs)
