@@ -168,3 +168,12 @@ def test_the_scenarios_command_turns_a_mode_the_device_cannot_run_into_a_usage_e
     with pytest.raises(SystemExit) as e:  # it printed a traceback and exited 1
         main(["--mode", "cuda"])
     assert e.value.code == 2 and "error: mode='cuda' needs a CUDA device" in capsys.readouterr().err
+
+
+def test_a_graph_replay_reads_the_lengths_when_the_batch_has_no_host_copy(model):
+    eng = Engine(model, **{**KW, "cuda_graph_bs": (2,), "attention_backend": "cutlass_mla"})
+    b = eng.make_batch(eng.prefill_requests(random_prompts(0, 2, 5, 20)))
+    nocpu = ForwardBatch(b.batch_size, b.input_ids, b.positions, b.req_pool_indices, b.seq_lens, b.out_cache_loc)
+    ids2, _, logits2 = eng.runner.decode(nocpu, graph_bs=2)  # copy_(None): a bare TypeError before
+    ids, _, logits = eng.runner.decode(b, graph_bs=2)  # the same step again: the same latents to the same slots
+    assert ids2.tolist() == ids.tolist() and torch.equal(logits2, logits)

@@ -273,3 +273,21 @@ def test_an_output_that_is_a_view_of_an_input_is_not_poisoned():
 
     report = check(step, make_inputs, static_inputs={"x": x}, poison=False, n_trials=2)  # no refill before a replay
     assert report.ok, report
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="a machine without CUDA")
+def test_an_emulated_graph_on_a_cuda_device_without_cuda_is_refused():
+    # every CPU tensor counted as host memory there: the capture recorded nothing and each replay did nothing
+    from mla_edu.graphs import Graph
+
+    with pytest.raises(ValueError, match=r"device: expected cpu \(CUDA is not available here\), got cuda"):
+        Graph(device="cuda", mode="emulated")
+
+
+def test_capture_refuses_a_host_tensor_among_its_outputs_as_it_refuses_a_host_number():
+    from mla_edu.graphs import Graph
+    from mla_edu.graphs.emulator import host_tensor
+
+    x, lens = torch.ones(4), host_tensor(torch.tensor([5, 3]))
+    with pytest.raises(TypeError, match=r"got a host tensor \(output leaf 1 of 2\): host work runs once, at capture"):
+        Graph.capture(lambda: (x * 2, lens.max()), device="cpu", mode="emulated")  # lens.max() stayed 5 forever

@@ -22,7 +22,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from mla_edu.device import default_device
-from mla_edu.graphs.emulator import EmulatedPool, GraphCaptureError, Program, Recorder, watch_warmup
+from mla_edu.graphs.emulator import EmulatedPool, GraphCaptureError, Program, Recorder, is_host_tensor, watch_warmup
 from mla_edu.util import is_int
 
 __all__ = ["Graph", "graph", "is_emulated", "warm_up"]
@@ -64,6 +64,9 @@ class Graph:
         if mode == "cuda" and (self.device.type != "cuda" or not torch.cuda.is_available()):
             raise ValueError(f"mode='cuda' needs a CUDA device, got device {self.device} "
                              f"(CUDA available: {torch.cuda.is_available()}); use mode='emulated'")
+        if self.device.type == "cuda" and not torch.cuda.is_available():  # the emulator would take every CPU tensor
+            raise ValueError(f"device: expected cpu (CUDA is not available here), got {self.device}: the emulator "
+                             "records only work on the graph's device, and would replay none of it")
         self.backend = mode
         self.strict = strict
         self._captured = False
@@ -150,6 +153,12 @@ class Graph:
                             f"leaf {i} of {len(leaves)}), a host number: it was computed once, at capture, and "
                             "replay never changes it. Return a tensor that device ops compute, and read it after "
                             "replay()")
+        host = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor) and (
+            is_host_tensor(v) or g.device.type == "cuda" and v.device.type == "cpu")]
+        if host:
+            raise TypeError(f"Graph.capture: expected fn to return tensors on the graph's device, got a host tensor "
+                            f"(output leaf {host[0]} of {len(leaves)}): host work runs once, at capture, and replay "
+                            "never changes it. Compute it with device ops, and read it after replay()")
         return g, outputs
 
 

@@ -105,7 +105,8 @@ class GraphRunner:
         self.positions[:raw_bs].copy_(batch.positions)
         self.req_pool_indices[:raw_bs].copy_(batch.req_pool_indices)
         self.seq_lens[:raw_bs].copy_(batch.seq_lens)
-        self.seq_lens_cpu[:raw_bs].copy_(batch.seq_lens_cpu)
+        # the host copy is optional in a ForwardBatch, as in the eager backends: read the lengths then
+        self.seq_lens_cpu[:raw_bs].copy_(batch.seq_lens if batch.seq_lens_cpu is None else batch.seq_lens_cpu)
         self.out_cache_loc[:raw_bs].copy_(batch.out_cache_loc)
         backend = self.runner.backend
         backend.init_forward_metadata_replay_cuda_graph(bs, self.req_pool_indices, self.seq_lens, self.seq_lens_cpu)
