@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 import torch
-from tiny_models import random_prompts, random_tiny_model
+from tiny_models import pools, random_prompts, random_tiny_model
 
 from mla_edu.graphs import check
 from mla_edu.kvcache import LatentKVCache, PagedAllocator, fill_page_table
@@ -23,11 +23,6 @@ KW = dict(cuda_graph_bs=(2, 4), max_running_requests=4, defects="none", context_
 @pytest.fixture(scope="module")
 def model():
     return random_tiny_model()
-
-
-def pools(eng):
-    rn = eng.runner
-    return rn.req_to_token_pool.available(), rn.allocator.available_pages()
 
 
 # 1. stop_token_ids: DPEngine and run_dp_multiprocess check them as Engine does (a str never matched a token)

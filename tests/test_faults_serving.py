@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import random_prompts, random_tiny_model
+from tiny_models import pools, random_prompts, random_tiny_model
 
 import mla_edu.case_study.accuracy.bench as bench  # the module whose _load_model run_bench calls
 import mla_edu.kvcache.pool as pool_mod
@@ -26,11 +26,6 @@ KW = dict(cuda_graph_bs=(2, 4), max_running_requests=4, defects="none", context_
 @pytest.fixture(scope="module")
 def model():
     return random_tiny_model()
-
-
-def pools(eng):
-    rn = eng.runner
-    return rn.req_to_token_pool.available(), rn.allocator.available_pages()
 
 
 def state(eng, reqs):

@@ -32,3 +32,9 @@ def random_prompts(seed: int, n: int, lo: int, hi: int) -> list[list[int]]:
     """``n`` prompts of random token ids (no special tokens), lengths in ``[lo, hi]``."""
     rng = random.Random(seed)
     return [[rng.randrange(3, VOCAB) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+def pools(eng) -> tuple[int, int]:
+    """(free req_to_token rows, free pages) of an engine: what a failed or interrupted step must give back."""
+    rn = eng.runner
+    return rn.req_to_token_pool.available(), rn.allocator.available_pages()
