@@ -30,7 +30,7 @@ def secret(n):
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="Windows has no setitimer: the tracer stops it once only")
 def test_a_stop_swallowed_by_a_bare_except_is_raised_again_not_a_hang():
     def endless_rows():  # a forgotten j += 1 inside a per-row try/except: pass
-        for _ in range(3):
+        for _ in range(200):  # each row's stop swallowed: at one alarm a row (0.25 s), 50 s; now about 1.5 s
             try:
                 j = 0
                 while j < 3:

@@ -5,12 +5,12 @@
     print(report); assert report.ok
 
 For each trial: new inputs are copied into the leading slice of the static buffers, the
-eager reference runs (on a snapshot of the state, restored afterwards), the step's own outputs
-and the persistent buffers are poisoned (NaN / int max), the host ``prepare`` hook refills what
-it owns, and the graph replays twice. An output the replay does not wholly write keeps the poison
-where eager's answer would otherwise have stood in for it. The first divergence is reported with a
-hint at its cause; when the two replays on the same inputs differ from each other, the cause is
-state leaking between replays (an accumulating buffer), whatever replay 0 looked like.
+eager reference runs (on a snapshot of the state and of the graph's outputs, restored afterwards:
+an output the replay does not wholly write must not keep eager's answer), the persistent
+buffers are poisoned (NaN / int max), the host ``prepare`` hook refills what it owns, and the
+graph replays twice. The first divergence is reported with a hint at its cause; when the two
+replays on the same inputs differ from each other, the cause is state leaking between replays
+(an accumulating buffer), whatever replay 0 looked like.
 """
 
 from __future__ import annotations
@@ -178,6 +178,8 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
     if device is None and static_inputs:
         device = next(iter(static_inputs.values())).device
     gen = torch.Generator().manual_seed(seed)
+    names = {id(t): f"persistent[{i}] {str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+             for i, t in enumerate(persistent)}
     state = [*static_inputs.values(), *persistent, *model_state]
 
     def feed(inputs):
@@ -194,13 +196,18 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
             raise ValueError(f"make_inputs gave {unused}, which no static input, prepare or reference read: expected "
                              f"names from static_inputs {sorted(static_inputs)} (or inputs prepare/reference use)")
 
+    outs: list[torch.Tensor] = []  # the graph's outputs, once captured
+
     def eager(inputs):
-        saved = [t.clone() for t in state]
+        # the outputs too: the default reference (the step, eagerly) writes its answer into the graph's own output
+        # buffers, where it stood in for the rows a replay never writes (a slice frozen at capture passed)
+        kept = [*state, *outs]
+        saved = [t.clone() for t in kept]
         try:
             out = reference(inputs) if reference is not None else step()
             return [t.clone() for t in _flat_tensors(out)]
         finally:
-            for t, s in zip(state, saved):
+            for t, s in zip(kept, saved):
                 t.copy_(s)
 
     entry = [t.clone() for t in state]  # the caller's buffers as they came: put back however check() ends
@@ -219,7 +226,7 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
         backend = g.backend
         try:
             with graph(g):
-                outs = _flat_tensors(step())
+                outs[:] = _flat_tensors(step())
             if not outs:
                 raise ValueError("the step returned no tensor (None?): the checker has nothing to compare; expected "
                                  "the step to return its output tensor(s)")
@@ -232,13 +239,10 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
             msg = str(root).strip().splitlines()[0][:200]
             return CheckReport(False, backend, 0, f"capture: {msg}", HINTS["capture"].format(what=msg))
 
-        # the outputs that are the step's own (no view of an input or of the state): poisoned before each replay
-        held = {t.untyped_storage().data_ptr() for t in state}
-        own_outs = [o for o in outs if o.untyped_storage().data_ptr() not in held]
         vague = None  # a "some rows" divergence: keep looking for a more telling one
         for trial in range(n_trials):
             inputs = _Inputs(make_inputs(gen, trial))
-            report = _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, poison, atol, rtol)
+            report = _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol)
             if trial == 0:
                 unread(inputs)
             if report is None:
@@ -252,7 +256,7 @@ def check(step: Callable[[], Any], make_inputs: Callable[[torch.Generator, int],
             t.copy_(s)
 
 
-def _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, poison, atol, rtol):
+def _trial(g, backend, trial, inputs, feed, eager, outs, persistent, names, poison, atol, rtol):
     """One trial: None if graph and eager agree, else the report of the divergence."""
     feed(inputs)
     refs = eager(inputs)
@@ -260,8 +264,6 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, p
         raise ValueError("the reference returned no tensor: the checker has nothing to compare it with")
     clean = [t.clone() for t in persistent]
     for rep in range(2):
-        for t in own_outs:  # eager may have written the answer there: what the replay leaves stays poison
-            poison_(t)
         if poison:
             for t in persistent:
                 poison_(t)
@@ -292,30 +294,21 @@ def _trial(g, backend, trial, inputs, feed, eager, outs, own_outs, persistent, p
                                {"label": "stale"})
         hint = HINTS[label]
         if label == "NaN":
-            suspects = persistent if poison else []  # poison=False: only the outputs were poisoned
-            culprits = _nan_culprits(g, suspects, clean, outs, own_outs, feed, inputs, refs, atol, rtol)
-            hint = hint.format(buffers=", ".join(culprits) or "persistent buffers")
+            culprits = _nan_culprits(g, persistent, clean, outs, feed, inputs, refs, atol, rtol) if poison else []
+            hint = hint.format(buffers=", ".join(names[id(t)] for t in culprits) or "persistent buffers")
         return CheckReport(False, backend, trial, failure, hint, {"label": label})
     return None
 
 
-def _nan_culprits(g, persistent, clean, outs, own_outs, feed, inputs, refs, atol, rtol) -> list[str]:
-    """What makes the replay NaN: its outputs' own poison, where it writes nothing (checked first, every persistent
-    buffer clean), else the names of the persistent buffers that, poisoned alone, do."""
-
-    def nan_after(poisoned):
+def _nan_culprits(g, persistent, clean, outs, feed, inputs, refs, atol, rtol):
+    """Which persistent buffers, poisoned alone, make the replay NaN."""
+    culprits = []
+    for t in persistent:
         for buf, c in zip(persistent, clean):
             buf.copy_(c)
-        for t in [*own_outs, *poisoned]:
-            poison_(t)
+        poison_(t)
         feed(inputs)
         g.replay()
-        return _compare(outs, refs, atol, rtol)[0] == "NaN"
-
-    if nan_after([]):
-        return ["the step's outputs (entries the replay never writes)"]
-    return [name for t, name in zip(persistent, _buffer_names(persistent)) if nan_after([t])]
-
-
-def _buffer_names(persistent) -> list[str]:
-    return [f"persistent[{i}] {str(t.dtype).replace('torch.', '')}{list(t.shape)}" for i, t in enumerate(persistent)]
+        if _compare(outs, refs, atol, rtol)[0] == "NaN":
+            culprits.append(t)
+    return culprits

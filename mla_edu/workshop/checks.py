@@ -299,7 +299,9 @@ class Refusal(namedtuple("Refusal", "files codes copies why")):
 
 def _fingerprints(fn) -> set:
     """``(co_code, co_consts)`` of ``fn``'s code as it is and as its source compiles with ``optimize`` 0, 1 and 2
-    (no asserts, no docstring): an exec'd copy of it, compiled any of these ways, has one of them."""
+    (no asserts, no docstring): an exec'd copy of it compiled any of these ways has one of them, where its code
+    holds no nested function (a nested code object compares with its line numbers: a copy set at other lines
+    gets through)."""
     code = fn.__code__
     prints = {(code.co_code, code.co_consts)}
     try:
@@ -483,6 +485,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
             if count[0] % 256 == 0 and _monotonic() > deadline:
                 state["stop"] = late
         if state["stop"] is not None:
+            if event == "exception":  # the stop is on its way out already: raising here too would drop the tracer
+                return tracer
             raise _Stop(state["stop"])
         return tracer
 

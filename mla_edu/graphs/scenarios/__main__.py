@@ -9,7 +9,7 @@ import torch
 
 from mla_edu import cli
 from mla_edu.device import default_device
-from mla_edu.graphs import scenarios
+from mla_edu.graphs import Graph, scenarios
 from mla_edu.graphs.scenarios.registry import scenarios as all_scenarios
 from mla_edu.graphs.scenarios.report import checker_row, format_checks, format_table
 from mla_edu.graphs.scenarios.runner import run_all
@@ -30,11 +30,12 @@ def main(argv=None) -> None:
     dev = torch.device(args.device) if args.device else default_device()
     rows, checks = [], []
     refused = [s for s in all_scenarios() if s.refuses_capture]  # a refused CUDA capture goes last
+    try:
+        Graph(device=dev, mode=args.mode)  # a mode the device cannot run (--mode cuda without CUDA): a usage error
+    except ValueError as e:
+        ap.error(str(e))
     for group in ([s for s in all_scenarios() if not s.refuses_capture], refused):
-        try:
-            rows += run_all(dev, args.mode, group)
-        except ValueError as e:  # a mode the device cannot run (--mode cuda without CUDA): a usage error
-            ap.error(str(e))
+        rows += run_all(dev, args.mode, group)
         if args.check:
             checks += [checker_row(s, dev, args.schedules, args.mode) for s in group]
     print(format_table(rows))
