@@ -25,6 +25,8 @@ import types
 
 import torch
 
+from mla_edu.kernels.contract import pages_read
+
 SGLANG_MODULE = "sglang/srt/layers/attention/triton_ops/decode_attention.py"
 
 
@@ -112,11 +114,12 @@ def check_peer_inputs(seq_lens: torch.Tensor, page_table: torch.Tensor, cache: t
     if bad:
         raise ValueError(f"seq_lens must lie in [0, page_table.size(1) * page = {width}], got (request, length) "
                          f"{bad[:4]}")
-    read = torch.arange(page_table.size(1))[None, :] < (lens[:, None] + page - 1) // page  # [B, W]: pages read
-    ids = page_table.cpu()[read]
-    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < num_pages):
+    n_pages = ((lens + page - 1) // page).tolist()
+    table = page_table.cpu()  # read with its own row stride (a GPU view comes back a dense copy)
+    ids = [p for row in pages_read(table, n_pages, row_stride=table.stride(0)) for p in row]
+    if ids and not (0 <= min(ids) and max(ids) < num_pages):
         raise ValueError(f"the page ids the lengths read must lie in [0, {num_pages}) (the cache's pages), got "
-                         f"[{int(ids.min())}, {int(ids.max())}]")
+                         f"[{min(ids)}, {max(ids)}]")
 
 
 class SGLangTriton:
