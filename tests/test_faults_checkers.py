@@ -1,13 +1,15 @@
 """Back doors of the watch a checker keeps over a learner's function (``mla_edu.workshop.checks.run_learner``) and
 one hang, each reproduced first by an audit: a swapped clock, the watch's registry emptied in place, a torch mode
 left on, ``sys.modules`` swapped, a table edited in place, a lazy iterable as a prediction, a copy of refused code
-compiled without its docstring, pinned draws, and a stop swallowed by a bare ``except``."""
+compiled without its docstring, pinned draws, and a stop swallowed by a bare ``except`` (under both alarms)."""
 
 from __future__ import annotations
 
+import _thread
 import random
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -27,8 +29,14 @@ def secret(n):
     return n * 7
 
 
-@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="Windows has no setitimer: the tracer stops it once only")
-def test_a_stop_swallowed_by_a_bare_except_is_raised_again_not_a_hang():
+ALARMS = [pytest.param("SIGINT", id="watchdog"),  # Windows' alarm, which runs on every platform
+          pytest.param("SIGALRM", id="setitimer", marks=pytest.mark.skipif(
+              not hasattr(signal, "setitimer"), reason="Windows has no setitimer"))]
+
+
+@pytest.mark.parametrize("alarm", ALARMS)
+def test_a_stop_swallowed_by_a_bare_except_is_raised_again_not_a_hang(alarm, monkeypatch):
+    monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
     def endless_rows():  # a forgotten j += 1 inside a per-row try/except: pass
         for _ in range(200):  # each row's stop swallowed: at one alarm a row (0.25 s), 50 s; now about 1.5 s
             try:
@@ -39,10 +47,70 @@ def test_a_stop_swallowed_by_a_bare_except_is_raised_again_not_a_hang():
                 pass
         return 1
 
+    threads, handler = threading.active_count(), signal.getsignal(signal.SIGINT)
     t0 = time.monotonic()
     value, err = run_learner(endless_rows, refuse=REFUSE, seconds=0.5)
     assert (value, err) == (None, "your function did not finish within 0.5 s (an endless loop?)")
     assert time.monotonic() - t0 < 10  # it hung before: the alarm fired once, the tracer was off for good
+    assert threading.active_count() == threads and signal.getsignal(signal.SIGINT) is handler
+
+
+def test_the_stop_button_stops_a_check_before_its_time_is_up_under_the_watchdog(monkeypatch):
+    # Windows' alarm is SIGINT, the stop button's signal: until the time is up, a SIGINT is the learner's
+    monkeypatch.setattr(checks, "_ALARM_SIGNAL", "SIGINT")
+
+    def busy():
+        t = time.monotonic()
+        while time.monotonic() - t < 3:
+            pass
+        return 1
+
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_learner(busy, refuse=REFUSE, seconds=5)
+    timer.join()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and sys.gettrace() is None
+    assert run_learner(lambda: 7, refuse=REFUSE) == (7, None)  # the check is usable after
+
+
+@pytest.mark.parametrize("alarm", ALARMS)
+def test_a_stop_button_the_function_swallows_still_stops_the_check(alarm, monkeypatch):
+    # a SIGINT the function raises itself and catches (then switching the watch off) gets no verdict either
+    monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
+
+    def swallow():
+        try:
+            _thread.interrupt_main()
+            for _ in range(10**6):
+                pass
+        except KeyboardInterrupt:
+            pass
+        sys.settrace(None)
+        return secret(3)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_learner(swallow, refuse=REFUSE)
+    assert sys.gettrace() is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert run_learner(lambda: 7, refuse=REFUSE) == (7, None)
+
+
+def test_a_refused_thread_pool_leaves_no_lock_held_and_grad_mode_is_put_back():
+    # the stop was raised inside concurrent.futures' `with` of its global lock: every later pool (and the interpreter's
+    # exit) waited on that lock for good; a stop inside `with torch.no_grad():`'s enter left grad mode off
+    import concurrent.futures.thread as pool_module
+    from concurrent.futures import ThreadPoolExecutor
+
+    def in_a_pool():
+        torch.set_grad_enabled(False)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(len, "abc").result()
+
+    value, err = run_learner(in_a_pool, refuse=REFUSE)
+    assert value is None and err.startswith("refused: your function starts a thread")
+    assert not pool_module._global_shutdown_lock.locked() and torch.is_grad_enabled()
+    with ThreadPoolExecutor(1) as pool:  # a later pool works
+        assert pool.submit(len, "ab").result(timeout=10) == 2
 
 
 def test_a_swapped_clock_is_not_the_watchs_clock():

@@ -22,14 +22,15 @@ wrong (a hint written for a classic mistake, or the question to ask next); it ne
 value, never says which side of it a number lies on, and never counts the items missing or too many.
 A multiple-choice hint names no other option. PASS messages state the measured truth.
 
-**Learner code** (``run_learner``) runs with a time limit (``LEARNER_SECONDS``; on Windows only a bytecode
-tracer enforces it) and may not call the library's own implementation of the answer (the checker names the code
-it refuses). The refusal stops an accidental or casual call, not a learner determined to read the library, which
-runs in their own process (``run_learner`` says what it stops and what it cannot).
+**Learner code** (``run_learner``) runs with a time limit (``LEARNER_SECONDS``) and may not call the library's
+own implementation of the answer (the checker names the code it refuses). The refusal stops an accidental or casual
+call, not a learner determined to read the library, which runs in their own process (``run_learner`` says what it
+stops and what it cannot).
 """
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import decimal
 import fractions
@@ -42,6 +43,7 @@ import operator
 import secrets
 import signal
 import sys
+import sysconfig
 import textwrap
 import threading
 import time
@@ -60,8 +62,16 @@ LEARNER_SECONDS = 5.0
 #: the watch's clock and thread id, bound at import: a learner's function that rebinds ``time.monotonic`` or
 #: ``threading.get_ident`` cannot swap the watch's own (rebinding these names here is refused as any global)
 _monotonic, _get_ident = time.monotonic, threading.get_ident
+#: where Python's and the installed packages' code lies: the tracer raises a stop in the learner's frames only, so that
+#: library code it interrupts still runs its cleanup (a stop raised at a line event inside ``with lock:``'s exit skips
+#: the release: a thread pool refused mid-``submit`` held ``concurrent.futures``' global lock for good)
+_LIBRARY_FILES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})) \
+    + ("<frozen ",)
 #: while the alarm re-arms the tracer after a stop: every this many seconds (a stop swallowed by a bare ``except``)
 _REARM_SECONDS = 0.25
+#: how the alarm reaches the main thread: SIGALRM from ``signal.setitimer`` (Linux, macOS: it also interrupts a
+#: sleep), else SIGINT from a watchdog thread through ``_thread.interrupt_main`` (Windows: as the stop button does)
+_ALARM_SIGNAL = "SIGALRM" if hasattr(signal, "setitimer") else "SIGINT"
 
 
 @dataclass
@@ -326,7 +336,7 @@ def _audit(event, args):
     ``sys.setprofile`` in its own thread while a check watches it is stopped there, before the call."""
     if event in ("sys.settrace", "sys.setprofile"):
         state = _WATCHED.get(_get_ident())
-        if state is not None:
+        if state is not None and not state.get("interrupted"):  # not CPython dropping the tracer for the stop button
             state["stop"] = state["stop"] or _TRACE_OFF
             raise _Stop(state["stop"])
 
@@ -444,12 +454,17 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     items, so a lazy one (a generator) is read here, inside the time limit and the watch, into a list of at most
     ``MAX_ITEMS + 1``.
 
-    **The time limit.** A bytecode tracer checks the clock; on Linux and macOS an alarm (``signal.setitimer``,
-    main thread only) also interrupts what the tracer cannot see: a ``time.sleep``, one long C call. The alarm
-    repeats until the function returns and puts the tracer back each time: a stop that the function swallows (a
-    bare ``except:`` around an endless loop) takes the tracer off, as CPython drops a trace function that raised.
-    Windows has no ``setitimer``: there only the tracer stops a long run, a sleep or a long C call runs to its
-    end, and an endless loop inside a bare ``except:`` is stopped once, not again.
+    **The time limit.** A bytecode tracer checks the clock. In the main thread the stop is raised by an alarm's
+    handler: at once when the tracer asks, a second after the time is up, and every ``_REARM_SECONDS`` after, until
+    the function returns. The handler puts the tracer back each time: a stop that the function swallows (a bare
+    ``except:`` around an endless loop) takes the tracer off, as CPython drops a trace function that raised. The
+    tracer raises nothing while a stop is being handled (a ``with``'s exit, an ``except:`` body) or in Python's or
+    a package's own code, which so finishes its cleanup (a lock's ``with``); grad mode is put back after.
+    On Linux and macOS the alarm is SIGALRM (``signal.setitimer``), which also interrupts what the tracer cannot
+    see: a ``time.sleep``, one long C call. Windows has no ``setitimer``: there a watchdog thread sends SIGINT
+    (``_thread.interrupt_main``, what the stop button does) and the check's handler takes it; a sleep or one long
+    C call runs to its end first. The learner's own stop button stops the check (``KeyboardInterrupt``), even
+    where the function swallows it.
 
     **What the refusal stops, and what it cannot.** It is a guard against an accidental or casual use of the
     library's answer, not a sandbox. Under ``refuse`` the function is refused when it calls the named code in its
@@ -481,11 +496,19 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         if state["stop"] is None:
             if refuse is not None and event == "call" and refuse.refuses(frame.f_code):
                 state["stop"] = f"refused: your function runs {frame.f_code.co_name} ({refuse.why}); write it yourself"
+                raise _Stop(state["stop"])  # before the refused code runs, wherever it lies
             count[0] += 1
             if count[0] % 256 == 0 and _monotonic() > deadline:
                 state["stop"] = late
         if state["stop"] is not None:
-            if event == "exception":  # the stop is on its way out already: raising here too would drop the tracer
+            # not raised again while the stop is on its way out or being handled (a `with`'s exit, an `except:`
+            # body: they run to their end, so that `with torch.no_grad()` puts grad mode back), nor in Python's or a
+            # package's code (a lock's `with` in threading finishes): raised at the learner's next line after that
+            if event == "exception" or isinstance(sys.exc_info()[1], _Stop) \
+                    or frame.f_code.co_filename.startswith(_LIBRARY_FILES):
+                return tracer
+            if alarm_signum is not None:  # raised by the alarm's handler, which puts the tracer back after
+                _thread.interrupt_main(alarm_signum)
                 return tracer
             raise _Stop(state["stop"])
         return tracer
@@ -493,7 +516,19 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     def alarm(signum, frame):
         if state.get("done"):  # the function has returned; the finally below is cancelling this alarm
             return
+        if signum == signal.SIGINT and not state.get("late") and state["stop"] is None:  # the stop button
+            state["interrupted"] = True  # _audit lets CPython drop the tracer this raise may pass through
+            raise KeyboardInterrupt  # (no Python call here: the tracer would raise the stop into it)
         state["stop"] = state["stop"] or late
+        if frame is not None and frame.f_code is tracer.__code__:
+            # the tracer's request, taken inside the tracer: the raise drops it (CPython drops a trace function
+            # that raised); the next alarm, asked for in a millisecond, finds the function's own code running and
+            # puts the tracer back, so that a stop swallowed in each row of a loop costs a millisecond a row
+            if itimer:
+                signal.setitimer(signal.ITIMER_REAL, 0.001, _REARM_SECONDS)
+            else:
+                wake.set()  # the watchdog's next SIGINT at once (threading's code: the tracer lets it run)
+            raise _Stop(state["stop"])
         # a stop the function swallowed (a bare except) took the tracer off (CPython drops a trace function that
         # raised): put it back on the function's frames, so that the stop is raised again at its next line
         if watch:
@@ -512,27 +547,46 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         sys.settrace(None)
         return None
 
-    # the alarm interrupts what the tracer cannot (a sleep, one long C call): only in the main thread, and only
-    # when no one else's alarm is pending
-    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer") \
-        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    def watchdog():  # Windows' alarm: SIGINT to the main thread when the time is up, then every _REARM_SECONDS
+        wake.wait(seconds + 1.0)  # or at once when the handler asks
+        while not state.get("done"):
+            wake.clear()
+            if _monotonic() > deadline:
+                state["late"] = True  # from now on a SIGINT is the alarm's, not the stop button's
+            _thread.interrupt_main(signal.SIGINT)
+            wake.wait(_REARM_SECONDS)
+
+    # the alarm interrupts what the tracer cannot (a sleep, one long C call): only in the main thread, and with
+    # SIGALRM only when no one else's alarm is pending; the stop button's SIGINT is the check's there too
+    main = threading.current_thread() is threading.main_thread()
+    itimer = main and _ALARM_SIGNAL == "SIGALRM" and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    watchdog_on = main and not itimer and _ALARM_SIGNAL == "SIGINT"
+    alarm_signum = signal.SIGALRM if itimer else signal.SIGINT if watchdog_on else None  # the alarm's signal
+    wake, handlers, dog = threading.Event(), {}, None
     watch = refuse is not None
     here = sys._getframe().f_code  # the alarm re-arms the tracer on the frames above this one
     ident, error, now_trace = _get_ident(), None, None
     cells = tuple(c.cell_contents for c in tracer.__closure__)
     saved = (library_globals() if saved is None else saved) if watch else []
-    modes = _torch_mode_depths()
+    modes, grad_was = _torch_mode_depths(), torch.is_grad_enabled()
     old_trace, old_thread_trace = sys.gettrace(), threading.gettrace()
-    old_handler = signal.signal(signal.SIGALRM, alarm) if main else None
-    if watch:
-        threading.settrace(thread_started)
-    if main:  # then every _REARM_SECONDS, until the function has returned
-        signal.setitimer(signal.ITIMER_REAL, seconds + 1.0, _REARM_SECONDS)
-    sys.settrace(tracer)
-    if watch:
-        _WATCHED[ident] = state
-    # until the tracer is off again, this frame calls no function of this file (the tracer would refuse it)
+    # the setup inside the try: a stop pressed during it is put back by the finally too
     try:
+        if main:
+            handlers[signal.SIGINT] = signal.signal(signal.SIGINT, alarm)
+        if itimer:
+            handlers[signal.SIGALRM] = signal.signal(signal.SIGALRM, alarm)
+        elif watchdog_on:  # started before the watch on threads: the check's own thread
+            dog = threading.Thread(target=watchdog, daemon=True, name="mla_edu check watchdog")
+            dog.start()
+        if watch:
+            threading.settrace(thread_started)
+        if itimer:  # then every _REARM_SECONDS, until the function has returned
+            signal.setitimer(signal.ITIMER_REAL, seconds + 1.0, _REARM_SECONDS)
+        sys.settrace(tracer)
+        if watch:
+            _WATCHED[ident] = state
+        # until the tracer is off again, this frame calls no function of this file (the tracer would refuse it)
         value = fn(*args)
         if items and (isinstance(value, Iterator) or isinstance(value, Iterable) and not isinstance(value, Sized)):
             value = list(itertools.islice(value, MAX_ITEMS + 1))  # a generator: its items run the learner's code
@@ -542,20 +596,26 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         value, error = None, e
     finally:
         state["done"] = True
-        if main:
+        if itimer:
             signal.setitimer(signal.ITIMER_REAL, 0)
         now_trace = sys.gettrace()
         registered = _WATCHED.pop(ident, None) is state or not watch  # emptied in place: the watch was off
         sys.settrace(old_trace)
+        wake.set()  # Python calls only now that the tracer is off (it would raise a stop into them)
+        torch.set_grad_enabled(grad_was)  # a stop raised inside `with torch.no_grad():`'s enter leaves it off
+        if dog is not None and dog.ident is not None:
+            dog.join()  # no SIGINT after this; one still pending is taken by signal.signal below, at "done"
         now_thread_trace = threading.gettrace()
         threading.settrace(old_thread_trace)
-        if main:
-            signal.signal(signal.SIGALRM, old_handler)
+        for signum, old_handler in handlers.items():
+            signal.signal(signum, old_handler)
         # the error's own __str__ (the learner's code) runs in describe: before the put-back, which runs here so that
         # an interrupt too leaves the library as it was
         left_on = _pop_torch_modes(modes)  # before describe: a mode left on would run in the error's __str__
         described = describe(error) if error is not None else None
         changed = _restore_globals(saved)
+    if state.get("interrupted"):  # the stop button, which the function swallowed: the check stops all the same
+        raise KeyboardInterrupt
     if described is not None and not state["stop"]:
         state["stop"] = described
     refused = (state["stop"] or "").startswith("refused")
