@@ -208,6 +208,29 @@ def test_a_copy_of_refused_code_is_refused_however_it_was_compiled(level):
     assert value is None and err.startswith("refused: your function runs secret (the answer)")
 
 
+def secret_with_helpers(n):
+    """Refused code that holds nested code: a function, a lambda and a comprehension."""
+    def double(x):
+        return 2 * x
+
+    triple = lambda x: 3 * x  # noqa: E731
+    return sum(double(k) + triple(k) for k in range(n))
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+@pytest.mark.parametrize("blank_lines", [0, 7])
+def test_a_copy_of_refused_code_with_nested_functions_is_refused_at_any_line(level, blank_lines):
+    import inspect
+
+    space = {}
+    source = "\n" * blank_lines + inspect.getsource(secret_with_helpers)
+    exec(compile(source, "<copy>", "exec", optimize=level), space)
+    refusal = Refusal(functions=(secret_with_helpers,), why="the answer")
+    value, err = run_learner(lambda: space["secret_with_helpers"](3), refuse=refusal)
+    assert value is None and err.startswith("refused: your function runs secret_with_helpers (the answer)")
+    assert run_learner(lambda: secret(3), refuse=refusal) == (21, None)  # other code is not refused
+
+
 def test_the_drawn_cases_do_not_repeat_when_random_is_pinned(monkeypatch):
     monkeypatch.setattr(random.Random, "seed", lambda self, *a, **k: None)
     monkeypatch.setattr(random.Random, "randint", lambda self, lo, hi: lo)

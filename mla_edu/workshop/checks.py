@@ -288,7 +288,7 @@ class _Stop(BaseException):
     learner's ``except Exception`` does not swallow it)."""
 
 
-class Refusal(namedtuple("Refusal", "files codes copies why")):
+class Refusal(namedtuple("Refusal", "files codes copies why bytecodes")):
     """What a checker refuses to see run inside a learner's function: the code of whole files (path suffixes, e.g.
     ``"mla_edu/workshop/"``) and single functions, by their code object and (``copies=True``) by an exact copy of
     it. Immutable (a tuple): a function that walks its frames up to the checker's ``Refusal`` cannot empty it."""
@@ -299,28 +299,33 @@ class Refusal(namedtuple("Refusal", "files codes copies why")):
                 copies: bool = True):
         codes = frozenset(f.__code__ for f in functions)
         copied = frozenset().union(*(_fingerprints(f) for f in functions)) if copies else frozenset()
-        return super().__new__(cls, tuple(files), codes, copied, why)
+        return super().__new__(cls, tuple(files), codes, copied, why, frozenset(p[0] for p in copied))
 
     def refuses(self, code) -> bool:
         name = code.co_filename.replace("\\", "/")
         return (code in self.codes or name.endswith(".py") and any(f in name for f in self.files)
-                or (code.co_code, code.co_consts) in self.copies)
+                or code.co_code in self.bytecodes and _fingerprint(code) in self.copies)  # a cheap test first
+
+
+def _fingerprint(code: types.CodeType) -> tuple:
+    """``(co_code, co_consts)`` with each nested code object (a function, lambda or comprehension inside) replaced
+    by its own fingerprint: what a copy of the code has wherever it sits (a code object compares with its file,
+    name and line numbers, which a copy pasted elsewhere does not share)."""
+    return code.co_code, tuple(_fingerprint(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
 
 
 def _fingerprints(fn) -> set:
-    """``(co_code, co_consts)`` of ``fn``'s code as it is and as its source compiles with ``optimize`` 0, 1 and 2
-    (no asserts, no docstring): an exec'd copy of it compiled any of these ways has one of them, where its code
-    holds no nested function (a nested code object compares with its line numbers: a copy set at other lines
-    gets through)."""
+    """``_fingerprint`` of ``fn``'s code as it is and as its source compiles with ``optimize`` 0, 1 and 2 (no
+    asserts, no docstring): an exec'd copy of it compiled any of these ways, at any line, has one of them."""
     code = fn.__code__
-    prints = {(code.co_code, code.co_consts)}
+    prints = {_fingerprint(code)}
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):  # no source (a builtin, a function made by exec): its own code only
         return prints
     for level in (0, 1, 2):
         module = compile(source, code.co_filename, "exec", optimize=level, dont_inherit=True)
-        prints |= {(c.co_code, c.co_consts) for c in module.co_consts
+        prints |= {_fingerprint(c) for c in module.co_consts
                    if isinstance(c, types.CodeType) and c.co_name == code.co_name}
     return prints
 
