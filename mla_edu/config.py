@@ -36,6 +36,24 @@ ROPE_SCALING_KEYS: dict[str, dict[str, Any]] = {
 }
 
 
+class RopeScaling(dict):
+    """``MLAConfig.rope_scaling`` as kept: a dict (json, ``asdict`` and transformers read it as one) that cannot be
+    edited in place, so that the frozen config stays frozen (a layer reads ``factor`` once when it is built); hashable,
+    as the config is."""
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("MLAConfig.rope_scaling is read-only (the config is frozen): make a new config with "
+                        "config.replace(rope_scaling={...})")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.items())))
+
+    def __reduce__(self):  # copy, deepcopy and pickle build it from a plain dict, not item by item
+        return type(self), (dict(self),)
+
+
 def yarn_get_mscale(factor: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature: ``0.1 * mscale * ln(factor) + 1`` (1 when factor <= 1)."""
     if factor <= 1:
@@ -51,7 +69,7 @@ class MLAConfig:
 
     ``rope_scaling`` is ``None`` (plain RoPE) or a dict with ``rope_type="yarn"`` and YaRN's keys
     (``factor``, ``original_max_position_embeddings``, ``beta_fast``, ``beta_slow``, ``mscale``,
-    ``mscale_all_dim``).
+    ``mscale_all_dim``), kept as a read-only dict (``RopeScaling``).
     """
 
     # types and bounds checked by pydantic, strict (``mla_edu.settings``); rope_scaling by ``_check_rope_scaling``
@@ -110,7 +128,7 @@ class MLAConfig:
         if rope_type == "yarn" and self.rope_theta <= 1:
             raise ValueError(f"MLAConfig.rope_theta: YaRN divides by log(rope_theta), so it must be > 1, got "
                              f"{self.rope_theta!r}")
-        return None if rope_type == "default" else {"rope_type": "yarn", **rs}
+        return None if rope_type == "default" else RopeScaling({"rope_type": "yarn", **rs})
 
     # ---- derived sizes -------------------------------------------------------------------
     @property

@@ -184,3 +184,21 @@ def test_h200_ceilings_come_from_the_committed_bench():
     assert 600e12 < flop_per_s < 790e12 and 4.0e12 < bytes_per_s < 4.8e12
     core = attention_core_cost(MLAConfig.deepseek_v3(), [4096] * 64)
     assert core.intensity > flop_per_s / bytes_per_s  # 128 heads: compute-bound on the H200
+
+
+def test_rope_scaling_is_read_only_as_the_frozen_config_is():
+    import copy
+    import json
+    import pickle
+    from dataclasses import asdict
+
+    config = MLAConfig.deepseek_v3()
+    for edit in (lambda rs: rs.__setitem__("factor", 80.0), lambda rs: rs.update(factor=80.0),
+                 lambda rs: rs.pop("factor"), lambda rs: rs.clear(), lambda rs: rs.__delitem__("factor"),
+                 lambda rs: rs.setdefault("beta_fast", 1.0), lambda rs: rs.popitem()):
+        with pytest.raises(TypeError, match=r"rope_scaling is read-only .*config.replace\(rope_scaling="):
+            edit(config.rope_scaling)
+    assert config.rope_scaling["factor"] == 40.0 and hash(config) == hash(MLAConfig.deepseek_v3())
+    assert copy.deepcopy(config) == config == pickle.loads(pickle.dumps(config))
+    assert json.loads(json.dumps(asdict(config)))["rope_scaling"]["factor"] == 40.0
+    assert config.replace(rope_scaling={**config.rope_scaling, "factor": 80.0}).rope_scaling["factor"] == 80.0
