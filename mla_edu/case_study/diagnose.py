@@ -377,6 +377,10 @@ def example_batch(questions=None) -> tuple:
 def accuracy_runs(model, questions, n: int = 64, dtype: str | None = None):
     """``AccuracyRuns`` over the first ``n`` questions in the seed's configuration (``seed.SEED_CONFIG``:
     --context-length 4096, DP attention 8 x 16 rows in lockstep, graphs for 64 and 128)."""
+    if not is_int(n) or n < 1:
+        raise ValueError(f"n: expected an int >= 1 (questions to run), got {n!r}")
+    if n > len(questions):
+        raise ValueError(f"n: expected at most the {len(questions)} questions given, got {n}")
     common = dict(SEED_CONFIG, dtype=dtype or default_dtype(), device=None)
     return AccuracyRuns(model, questions[:n], common, progress=False)
 

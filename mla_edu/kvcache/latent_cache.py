@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from mla_edu.device import check_device
+from mla_edu.kernels.contract import values_readable
 from mla_edu.util import is_int
 
 
@@ -69,7 +70,9 @@ class LatentKVCache:
     def set_kv(self, layer: int, loc: torch.Tensor, c_kv: torch.Tensor, k_pe: torch.Tensor) -> None:
         """Write ``c_kv [N, kv_lora_rank]`` and ``k_pe [N, rope]`` into token slots ``loc [N]``.
 
-        Pure tensor ops (``index_copy_``), no host sync: safe inside a captured graph.
+        Pure tensor ops (``index_copy_``), no host sync: safe inside a captured graph. On the CPU outside a capture,
+        slots outside the pool are refused (ValueError) before anything is written. A slot may repeat: a padded
+        batch's rows all write the padding slot.
         """
         self._check_layer(layer)
         is_tensor = isinstance(loc, torch.Tensor)
@@ -84,6 +87,12 @@ class LatentKVCache:
                 raise ValueError(f"{name} must have shape [{n}, {d}] (N = len(loc)), got {tuple(t.shape)}")
             if not t.dtype.is_floating_point:
                 raise TypeError(f"{name} must be floating point, got {t.dtype}")
+        if values_readable(loc):  # on the CPU outside a capture (a GPU would wait here: its index_copy_ asserts)
+            wide = loc.to(torch.int64)
+            bad = wide[(wide < 0) | (wide >= self.num_slots)]
+            if bad.numel():
+                raise ValueError(f"loc: expected slots in [0, {self.num_slots}) (num_slots), got "
+                                 f"{bad[:4].tolist()}")
         rows = self.kv_buffer[layer].view(-1, self.head_dim)  # [num_slots, 576]
         loc = loc.to(device=rows.device, dtype=torch.int64)
         new = torch.cat([c_kv.to(self.dtype), k_pe.to(self.dtype)], dim=-1)  # [N, 576]

@@ -41,8 +41,8 @@ def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
     if not page_table.dtype.is_signed:  # -1 in a uint8 table is 255, a live page's id
         raise TypeError(f"page_table must be a signed integer tensor (its no-page id is {NO_PAGE}), "
                         f"got {page_table.dtype}")
-    if req_to_token.dim() != 2:
-        raise ValueError("req_to_token must be 2-D [pool_size, max_context_len], "
+    if req_to_token.dim() != 2 or 0 in req_to_token.shape:
+        raise ValueError("req_to_token must be 2-D [pool_size, max_context_len], both at least 1, "
                          f"got shape {tuple(req_to_token.shape)}")
     if page_table.dim() != 2:
         raise ValueError(f"page_table must be 2-D [rows, width], got shape {tuple(page_table.shape)}")
@@ -65,8 +65,9 @@ def _check(req_to_token, req_pool_indices, seq_lens, page_table, page_size):
 
 def _check_values(req_to_token, req_pool_indices, seq_lens, page_table, page_size) -> None:
     """ValueError for a pool index outside the pool, a length outside ``[0, max_context_len]``, a length needing
-    more pages than ``page_table`` has columns (its row would be cut short) or a page id the table's dtype cannot
-    hold (host tensors only: reading device values would wait for the device)."""
+    more pages than ``page_table`` has columns (its row would be cut short), a negative slot where a page id is read,
+    or a page id the table's dtype cannot hold (host tensors only: reading device values would wait for the
+    device)."""
     pool, ctx = req_to_token.shape
     width = page_table.size(1)
     for b, (r, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
@@ -77,6 +78,10 @@ def _check_values(req_to_token, req_pool_indices, seq_lens, page_table, page_siz
         if (n + page_size - 1) // page_size > width:
             raise ValueError(f"seq_lens[{b}]: expected at most {width * page_size} tokens (page_table's {width} "
                              f"columns of page_size {page_size}), got {n} ({(n + page_size - 1) // page_size} pages)")
+        firsts = req_to_token[r, :n:page_size]  # [pages]: each page's first slot, its page id read from it
+        if firsts.numel() and int(firsts.min()) < 0:
+            raise ValueError(f"req_to_token[{r}] (request {b}): expected slots >= 0 at the first token of each of "
+                             f"its pages, got {int(firsts.min())}")
     if req_to_token.numel() and page_table.numel():
         biggest = int(req_to_token.max()) // page_size
         if biggest > torch.iinfo(page_table.dtype).max:

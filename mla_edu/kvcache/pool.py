@@ -219,15 +219,17 @@ def slots_for(req_to_token_row: torch.Tensor, old_len: int, new_len: int, alloca
     first_new_page = (old_len + page - 1) // page  # page index (within the request) of the first fresh page
     last_page = (new_len - 1) // page
     n_fresh = max(0, last_page - first_new_page + 1)
-    current = None
-    if old_len % page != 0:  # the request's last page, partly filled: it must be one the allocator handed out
-        current = int(req_to_token_row[old_len - 1]) // page
-        if current not in allocator._used:
-            raise ValueError(f"req_to_token_row[{old_len - 1}]: expected a slot on a page allocated to the request "
-                             f"(old_len={old_len} continues its last page), got slot "
-                             f"{int(req_to_token_row[old_len - 1])} on page {current}"
-                             + (", the reserved padding page (a row never filled?)" if current == 0 else
-                                ", which is not allocated"))
+    # the request's pages so far (positions [0, old_len)): each must be one the allocator handed out and has not
+    # taken back, or the cache would read a padding page or another request's
+    held = (req_to_token_row[:old_len:page].to(torch.int64) // page).tolist() if old_len else []
+    for i, held_page in enumerate(held):
+        if held_page not in allocator._used:
+            pos = min(old_len - 1, (i + 1) * page - 1)
+            raise ValueError(f"req_to_token_row[{i * page}:{pos + 1}]: expected slots on a page allocated to the "
+                             f"request (old_len={old_len} continues it), got page {held_page}"
+                             + (", the reserved padding page (a row never filled?)" if held_page == 0 else
+                                ", which is not allocated (freed?)"))
+    current = held[-1] if old_len % page != 0 else None  # the request's last page, partly filled: reused
     fresh = allocator.alloc_pages(n_fresh)
     try:
         base = old_len // page  # the first page the new positions touch: `current` if any, else the first fresh

@@ -231,7 +231,13 @@ def score(generated: str | Sequence[str], answers: str | int | Sequence[str | in
                          f"got {len(generated)} completions and {len(answers)} answers")
     if not generated:
         raise ValueError("expected at least one completion, got none")
-    labels = [a if isinstance(a, int) else get_answer_value(a) for a in answers]
+    for i, a in enumerate(answers):  # get_answer_value reads digits only: a sign or a fraction never matches
+        if not (isinstance(a, str) or is_int(a) and a >= 0):
+            raise TypeError(f"answers[{i}]: expected an int >= 0 or a str holding one, got {type(a).__name__} {a!r}")
+    for i, g in enumerate(generated):
+        if not isinstance(g, str):
+            raise TypeError(f"generated[{i}]: expected the generated text as str, got {type(g).__name__}")
+    labels = [a if is_int(a) else get_answer_value(a) for a in answers]
     if any(lab == INVALID for lab in labels):
         raise ValueError(f"every answer must hold an integer, got {answers[labels.index(INVALID)]!r}")
     preds = [get_answer_value(g) for g in generated]
