@@ -64,10 +64,13 @@ def cos_sin(
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
-    """Rotate the last dim of ``x`` ``[..., rope_dim]``; cos/sin ``[..., rope_dim // 2]`` broadcast to it."""
-    if x.shape[-1] != 2 * cos.shape[-1]:
-        raise ValueError(f"apply_rope: x has last dim {x.shape[-1]}, expected 2 * {cos.shape[-1]} (from cos/sin)")
-    xf = x.float()
+    """Rotate the last dim of ``x [..., rope_dim]`` by ``cos``/``sin [..., rope_dim // 2]``.
+
+    cos and sin have one shape, with as many dims as x, each leading one x's or 1 (``[B, T, 1, dr/2]`` for
+    ``q_pe [B, T, H, dr]``): the result has x's shape and dtype. Half precision is computed in float32, float64 in
+    float64."""
+    _check_rope_args(x, cos, sin, interleave)
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
     if interleave:
         x1, x2 = xf[..., 0::2], xf[..., 1::2]
         out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
@@ -76,3 +79,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
         x1, x2 = xf[..., :half], xf[..., half:]
         out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
     return out.to(x.dtype)
+
+
+def _check_rope_args(x, cos, sin, interleave) -> None:
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"apply_rope: expected {name} a torch.Tensor, got {type(t).__name__}")
+    if not isinstance(interleave, bool):
+        raise TypeError(f"apply_rope: expected interleave a bool, got {interleave!r}")
+    shapes = f"got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}"
+    if cos.shape != sin.shape or cos.dim() != x.dim() or x.dim() == 0 or x.shape[-1] != 2 * cos.shape[-1] \
+            or any(c not in (1, n) for c, n in zip(cos.shape[:-1], x.shape[:-1])):
+        raise ValueError(f"apply_rope: expected cos and sin of one shape [..., rope_dim // 2] with x's {x.dim()} dims, "
+                         f"each leading one x's or 1 (e.g. [B, T, 1, dr/2] for q_pe [B, T, H, dr]), {shapes}")
+    if not (x.is_floating_point() and cos.is_floating_point()) or sin.dtype != cos.dtype \
+            or not x.device == cos.device == sin.device:
+        raise ValueError("apply_rope: expected a floating x, and cos and sin of one floating dtype, all on one "
+                         f"device; got x {x.dtype} on {x.device}, cos {cos.dtype} on {cos.device}, "
+                         f"sin {sin.dtype} on {sin.device}")

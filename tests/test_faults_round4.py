@@ -107,7 +107,7 @@ def test_slots_for_refuses_a_narrow_row(dtype):
 def test_slots_for_refuses_to_continue_a_row_never_filled():
     a = PagedAllocator(8, 4)
     row = torch.zeros(16, dtype=torch.int32)
-    with pytest.raises(ValueError, match=r"req_to_token_row\[1\]: .*got slot 0 on page 0, the reserved padding"):
+    with pytest.raises(ValueError, match=r"req_to_token_row\[0:2\]: .*got page 0, the reserved padding page"):
         a.slots_for(row, 2, 6)  # handed out slots 2, 3 on the padding page
     assert a.available_pages() == 7 and row.tolist() == [0] * 16
 

@@ -8,6 +8,9 @@ Symbols (DeepSeek-V2 paper, section 2.1; DeepSeek-V3 values in brackets):
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
+
 import torch
 from einops import rearrange
 from torch import nn
@@ -52,8 +55,6 @@ class ContiguousLatentCache:
         [B, T]``, each row must count up by one and go on where the row's last update ended (the causal mask and
         RoPE's distances assume it). All is checked before anything is stored: a refused update leaves the cache as
         it was."""
-        if positions is not None:
-            self._check_positions(positions, c_kv)
         for name, t in (("c_kv", c_kv), ("k_pe", k_pe)):
             if not isinstance(t, torch.Tensor) or t.dim() != 3:
                 raise ValueError(f"ContiguousLatentCache.update: expected {name} a 3-D tensor [B, T, "
@@ -62,21 +63,34 @@ class ContiguousLatentCache:
         if k_pe.shape[:2] != c_kv.shape[:2]:
             raise ValueError(f"ContiguousLatentCache.update: expected k_pe [{c_kv.shape[0]}, {c_kv.shape[1]}, dr] "
                              f"(c_kv's B and T), got {list(k_pe.shape)}")
-        if positions is not None and positions.shape[-1]:
-            self.next_positions = positions[:, -1] + 1
-        elif positions is None:
-            self.next_positions = None  # nothing to check the next update against
+        if positions is not None:
+            self._check_positions(positions, c_kv)
+        if self.c_kv is not None:
+            for name, t, held in (("c_kv", c_kv, self.c_kv), ("k_pe", k_pe, self.k_pe)):
+                if t.shape[0] != held.shape[0] or t.shape[2] != held.shape[2] or t.dtype != held.dtype \
+                        or t.device != held.device:
+                    raise ValueError(f"ContiguousLatentCache.update: expected {name} [{held.shape[0]}, T, "
+                                     f"{held.shape[2]}] {held.dtype} on {held.device} (what the cache holds), got "
+                                     f"{list(t.shape)} {t.dtype} on {t.device}")
+        # all checked: now change state, in one assignment
+        if positions is None:
+            next_positions = None  # nothing to check the next update against
+        else:
+            next_positions = positions[:, -1] + 1 if positions.shape[1] else self.next_positions
         if self.c_kv is None:  # copies: a caller reusing its buffers (the static-buffer pattern) must not edit us
-            self.c_kv, self.k_pe = c_kv.clone(), k_pe.clone()
-            return self.c_kv, self.k_pe
-        for name, t, held in (("c_kv", c_kv, self.c_kv), ("k_pe", k_pe, self.k_pe)):
-            if t.shape[0] != held.shape[0] or t.shape[2] != held.shape[2] or t.dtype != held.dtype \
-                    or t.device != held.device:
-                raise ValueError(f"ContiguousLatentCache.update: expected {name} [{held.shape[0]}, T, "
-                                 f"{held.shape[2]}] {held.dtype} on {held.device} (what the cache holds), got "
-                                 f"{list(t.shape)} {t.dtype} on {t.device}")
-        self.c_kv, self.k_pe = torch.cat((self.c_kv, c_kv), dim=1), torch.cat((self.k_pe, k_pe), dim=1)
+            c_all, k_all = c_kv.clone(), k_pe.clone()
+        else:
+            c_all, k_all = torch.cat((self.c_kv, c_kv), dim=1), torch.cat((self.k_pe, k_pe), dim=1)
+        self.c_kv, self.k_pe, self.next_positions = c_all, k_all, next_positions
         return self.c_kv, self.k_pe
+
+    def snapshot(self) -> dict:
+        """The cache's state, for :meth:`restore` (``update`` makes new tensors, so these stay intact)."""
+        return dict(vars(self))
+
+    def restore(self, state: dict) -> None:
+        """Put back a :meth:`snapshot`: the tokens appended since are forgotten."""
+        vars(self).update(state)
 
     def _check_positions(self, positions: torch.Tensor, c_kv: torch.Tensor) -> None:
         if not isinstance(positions, torch.Tensor) or tuple(positions.shape) != tuple(c_kv.shape[:2]):
@@ -91,6 +105,19 @@ class ContiguousLatentCache:
             raise ValueError(f"ContiguousLatentCache.update: expected the rows to go on at positions "
                              f"{self.next_positions.tolist()} (after the {self.seq_len} tokens cached), got "
                              f"{positions[:, 0].tolist()}")
+
+
+@contextmanager
+def restored_on_error(cache: ContiguousLatentCache | None):
+    """A block that an exception or an interrupt (KeyboardInterrupt) leaves with ``cache`` as it was before it (None:
+    nothing to keep): a layer's step that fails after ``cache.update`` can be run again."""
+    held = None if cache is None else cache.snapshot()
+    try:
+        yield
+    except BaseException:
+        if cache is not None:
+            cache.restore(held)
+        raise
 
 
 class MLAWeights(nn.Module):
@@ -214,6 +241,12 @@ class MLAWeights(nn.Module):
         c = self.config
         w = rearrange(self.kv_b_proj.weight, "(h d) r -> h d r", h=c.num_attention_heads)
         return w.split([c.qk_nope_head_dim, c.v_head_dim], dim=1)
+
+
+def check_scale(name: str, scale) -> None:
+    """Refuse a softmax scale that is not a positive finite number (0 makes attention uniform, < 0 inverts it)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {scale!r}")
 
 
 def causal_mask(t_new: int, t_total: int, device: torch.device) -> torch.Tensor:

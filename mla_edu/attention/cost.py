@@ -16,7 +16,9 @@ prefill (T new tokens, causal, no cache before):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from numbers import Integral
 
 from mla_edu.config import MLAConfig
 from mla_edu.util import is_int
@@ -35,19 +37,25 @@ class Cost:
         return self.flops / self.bytes
 
 
-def _check(order: str, lengths: list[int], dtype_bytes: int) -> None:
+def _check(config: MLAConfig, dtype_bytes: int = 2, order: str = "absorbed", lengths=(1,)) -> list[int]:
+    """The checks every function here makes; returns ``lengths`` as a list of Python ints (one int, a numpy int or a
+    numpy array of them is fine)."""
+    if not isinstance(config, MLAConfig):
+        raise TypeError(f"config: expected an MLAConfig, got {type(config).__name__}")
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    if not lengths or any(not is_int(n) or n < 1 for n in lengths):
+    if not is_int(dtype_bytes) or dtype_bytes not in (1, 2, 4):
+        raise ValueError(f"dtype_bytes must be the int 1, 2 or 4, got {dtype_bytes!r}")
+    many = isinstance(lengths, Iterable) and not isinstance(lengths, str) and getattr(lengths, "ndim", 1) != 0
+    lens = list(lengths) if many else [lengths]
+    if not lens or any(not isinstance(n, Integral) or isinstance(n, bool) or n < 1 for n in lens):
         raise ValueError(f"context lengths must be a non-empty list of ints >= 1, got {lengths!r}")
-    if dtype_bytes not in (1, 2, 4):
-        raise ValueError(f"dtype_bytes must be 1, 2 or 4, got {dtype_bytes!r}")
+    return [int(n) for n in lens]  # Python ints: numpy's int64 would overflow silently in the FLOP counts
 
 
 def decode_cost(config: MLAConfig, context_lens: list[int] | int, order: str, dtype_bytes: int = 2) -> Cost:
     """One decode step of a batch: one new token per request, ``context_lens[b]`` tokens attended (incl. itself)."""
-    lens = [context_lens] if isinstance(context_lens, (int, str)) else list(context_lens)
-    _check(order, lens, dtype_bytes)
+    lens = _check(config, dtype_bytes, order, context_lens)
     c = config
     H, r, dn, dr, dv = c.num_attention_heads, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
     B, L = len(lens), sum(lens)
@@ -67,8 +75,7 @@ def attention_core_cost(config: MLAConfig, context_lens: list[int] | int, dtype_
 
     FLOPs ``2 * sum(L) * H * (r + dr + r)``; bytes ``(r + dr) * sum(L)`` of cache plus q in and o out.
     """
-    lens = [context_lens] if isinstance(context_lens, (int, str)) else list(context_lens)
-    _check("absorbed", lens, dtype_bytes)
+    lens = _check(config, dtype_bytes, "absorbed", context_lens)
     c = config
     H, r, dr = c.num_attention_heads, c.kv_lora_rank, c.qk_rope_head_dim
     B, L = len(lens), sum(lens)
@@ -97,6 +104,7 @@ def cached_byte_intensity(config: MLAConfig) -> float:
     """The limit of :func:`decode_intensity` for long contexts: FLOPs per byte of cache read,
     ``n_h (2 r + d_r) / (r + d_r)`` (each cached row of ``r + d_r`` numbers is used by every head, for a score
     over ``r + d_r`` and a value over ``r``), in bf16: 2 FLOPs a multiply-add, 2 bytes a number."""
+    _check(config)
     c = config
     r, dr = c.kv_lora_rank, c.qk_rope_head_dim
     return c.num_attention_heads * (2 * r + dr) / (r + dr)
@@ -104,9 +112,8 @@ def cached_byte_intensity(config: MLAConfig) -> float:
 
 def prefill_cost(config: MLAConfig, num_tokens: int, order: str, dtype_bytes: int = 2) -> Cost:
     """Prefill of ``num_tokens`` tokens with causal attention and an empty cache."""
-    _check(order, [num_tokens], dtype_bytes)
+    (T,) = _check(config, dtype_bytes, order, [num_tokens])
     c = config
-    T = num_tokens
     H, r, dn, dr, dv = c.num_attention_heads, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
     pairs = T * (T + 1) // 2                                    # (query, key) pairs under the causal mask
     w_ukv = r * H * (dn + dv)
@@ -126,6 +133,7 @@ def kv_cache_layout(config: MLAConfig) -> dict[str, tuple[int, int, int]]:
     and values, with 8 and 1 KV heads. MLA caches one row ``[c_kv; k_pe]`` shared by every head, whose
     first ``kv_lora_rank`` numbers are also the value (value width 0: nothing more is stored).
     """
+    _check(config)
     c = config
     d = c.v_head_dim
     return {
@@ -138,4 +146,5 @@ def kv_cache_layout(config: MLAConfig) -> dict[str, tuple[int, int, int]]:
 
 def kv_cache_bytes_per_token(config: MLAConfig, dtype_bytes: int = 2) -> dict[str, int]:
     """Bytes cached per token per layer for each scheme of :func:`kv_cache_layout`."""
+    _check(config, dtype_bytes)
     return {scheme: heads * (k + v) * dtype_bytes for scheme, (heads, k, v) in kv_cache_layout(config).items()}

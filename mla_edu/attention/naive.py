@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from einops import einsum, rearrange
 
-from mla_edu.attention.common import ContiguousLatentCache, MLAWeights, causal_mask
+from mla_edu.attention.common import ContiguousLatentCache, MLAWeights, causal_mask, check_scale, restored_on_error
 
 
 class NaiveMLA(MLAWeights):
@@ -26,17 +26,19 @@ class NaiveMLA(MLAWeights):
             raise ValueError(f"hidden: expected [B, T, hidden_size], got shape {list(hidden.shape)}")
         positions = self._check(hidden, positions)
         self.check_positions(positions)
+        check_scale("NaiveMLA: softmax_scale", self.softmax_scale)
         q_nope, q_pe = self.query(hidden, positions)                    # [B, T, H, dn], [B, T, H, dr]
         c_kv, k_pe = self.latent_kv(hidden, positions)                  # [B, T, r], [B, T, dr]
-        if cache is not None:
-            c_kv, k_pe = cache.update(c_kv, k_pe, positions)            # [B, L, r], [B, L, dr]
-        w_uk, w_uv = self.w_uk_uv()                                     # [H, dn, r], [H, dv, r]
-        k_nope = einsum(c_kv, w_uk, "b l r, h d r -> b l h d")          # [B, L, H, dn]
-        v = einsum(c_kv, w_uv, "b l r, h d r -> b l h d")               # [B, L, H, dv]
-        scores = (einsum(q_nope, k_nope, "b t h d, b l h d -> b h t l")
-                  + einsum(q_pe, k_pe, "b t h d, b l d -> b h t l")) * self.softmax_scale
-        mask = causal_mask(hidden.shape[1], c_kv.shape[1], hidden.device)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        p = torch.softmax(scores.float(), dim=-1).to(v.dtype)          # [B, H, T, L]
-        o = einsum(p, v, "b h t l, b l h d -> b t h d")                 # [B, T, H, dv]
-        return self.o_proj(rearrange(o, "b t h d -> b t (h d)"))
+        with restored_on_error(cache):  # an error or interrupt after the update leaves the cache as it was
+            if cache is not None:
+                c_kv, k_pe = cache.update(c_kv, k_pe, positions)        # [B, L, r], [B, L, dr]
+            w_uk, w_uv = self.w_uk_uv()                                 # [H, dn, r], [H, dv, r]
+            k_nope = einsum(c_kv, w_uk, "b l r, h d r -> b l h d")      # [B, L, H, dn]
+            v = einsum(c_kv, w_uv, "b l r, h d r -> b l h d")           # [B, L, H, dv]
+            scores = (einsum(q_nope, k_nope, "b t h d, b l h d -> b h t l")
+                      + einsum(q_pe, k_pe, "b t h d, b l d -> b h t l")) * self.softmax_scale
+            mask = causal_mask(hidden.shape[1], c_kv.shape[1], hidden.device)
+            scores = scores.masked_fill(~mask, float("-inf"))
+            p = torch.softmax(scores.float(), dim=-1).to(v.dtype)      # [B, H, T, L]
+            o = einsum(p, v, "b h t l, b l h d -> b t h d")             # [B, T, H, dv]
+            return self.o_proj(rearrange(o, "b t h d -> b t (h d)"))
