@@ -95,6 +95,105 @@ def test_a_stop_button_the_function_swallows_still_stops_the_check(alarm, monkey
     assert run_learner(lambda: 7, refuse=REFUSE) == (7, None)
 
 
+@pytest.mark.parametrize("alarm", ALARMS)
+@pytest.mark.parametrize("shape", ["with", "in_except"])
+def test_a_stop_swallowed_row_after_row_inside_a_with_or_an_except_costs_no_alarm_period_a_row(alarm, shape,
+                                                                                             monkeypatch):
+    # the tracer skipped any _Stop being handled, and CPython 3.11 can leave one in sys.exc_info(): each row waited
+    # for the 0.25 s alarm (200 rows: about 40 s); it skips only the stop it raised last
+    monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
+
+    def rows_with():
+        for _ in range(200):
+            try:
+                with torch.no_grad():
+                    j = 0
+                    while j < 3:
+                        divmod(j, 5)
+            except:  # noqa: E722
+                pass
+
+    def rows_in_except():
+        try:
+            while True:
+                pass
+        except BaseException:  # the first stop caught: the rows run inside its handler
+            rows_with()
+
+    t0 = time.monotonic()
+    value, err = run_learner(rows_with if shape == "with" else rows_in_except, refuse=REFUSE, seconds=0.5)
+    assert err == "your function did not finish within 0.5 s (an endless loop?)"
+    assert time.monotonic() - t0 < 10 and torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("alarm", ALARMS)
+@pytest.mark.parametrize("how", ["ignore", "own_handler", "rebind"])
+def test_a_function_that_takes_the_alarm_away_is_still_stopped(alarm, how, monkeypatch):
+    # the tracer asks the alarm's handler to raise: a function that ignores the signal, installs its own handler or
+    # rebinds _thread.interrupt_main had escaped the time limit for good
+    import _thread
+
+    monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
+    signum = getattr(signal, alarm)
+
+    def escape():
+        if how == "ignore":
+            signal.signal(signum, signal.SIG_IGN)
+        elif how == "own_handler":
+            signal.signal(signum, lambda *a: None)
+        else:
+            _thread.interrupt_main = lambda *a: None
+        while True:
+            pass
+
+    real = _thread.interrupt_main
+    try:
+        t0 = time.monotonic()
+        value, err = run_learner(escape, refuse=REFUSE, seconds=0.5)
+    finally:
+        _thread.interrupt_main = real
+    assert err == "your function did not finish within 0.5 s (an endless loop?)" and time.monotonic() - t0 < 5
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("alarm", ALARMS)
+def test_a_stop_button_pressed_by_the_function_opens_no_door_to_refused_code(alarm, monkeypatch):
+    # the press let _audit allow sys.settrace(None): the function switched the watch off, ran refused code, put the
+    # tracer back and deleted the press from the watch's state
+    monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
+
+    def sneaky():
+        tracer = sys.gettrace()
+        state = next(c.cell_contents for c in tracer.__closure__
+                     if isinstance(c.cell_contents, dict) and "stop" in c.cell_contents)
+        try:
+            _thread.interrupt_main()
+            for _ in range(10**6):
+                pass
+        except KeyboardInterrupt:
+            pass
+        sys.settrace(None)
+        value = secret(3)
+        sys.settrace(tracer)
+        sys._getframe().f_trace = tracer
+        state.pop("interrupted", None)
+        return value
+
+    with pytest.raises(KeyboardInterrupt):  # not (21, None)
+        run_learner(sneaky, refuse=Refusal(functions=(secret,), why="the answer"))
+    assert sys.gettrace() is None
+
+
+def test_a_function_of_the_same_shape_calling_other_names_is_not_a_copy():
+    def total_pages(seq_lens):  # the refused helper
+        return sum(-(-n // 128) for n in seq_lens)
+
+    def longest(seq_lens):  # the learner's: the same bytes, another builtin
+        return max(-(-n // 128) for n in seq_lens)
+
+    assert run_learner(longest, [1, 300], refuse=Refusal(functions=(total_pages,), why="the answer")) == (3, None)
+
+
 def test_a_refused_thread_pool_leaves_no_lock_held_and_grad_mode_is_put_back():
     # the stop was raised inside concurrent.futures' `with` of its global lock: every later pool (and the interpreter's
     # exit) waited on that lock for good; a stop inside `with torch.no_grad():`'s enter left grad mode off

@@ -62,6 +62,7 @@ LEARNER_SECONDS = 5.0
 #: the watch's clock and thread id, bound at import: a learner's function that rebinds ``time.monotonic`` or
 #: ``threading.get_ident`` cannot swap the watch's own (rebinding these names here is refused as any global)
 _monotonic, _get_ident = time.monotonic, threading.get_ident
+_interrupt_main, _getsignal = _thread.interrupt_main, signal.getsignal
 #: where Python's and the installed packages' code lies: the tracer raises a stop in the learner's frames only, so that
 #: library code it interrupts still runs its cleanup (a stop raised at a line event inside ``with lock:``'s exit skips
 #: the release: a thread pool refused mid-``submit`` held ``concurrent.futures``' global lock for good)
@@ -308,10 +309,11 @@ class Refusal(namedtuple("Refusal", "files codes copies why bytecodes")):
 
 
 def _fingerprint(code: types.CodeType) -> tuple:
-    """``(co_code, co_consts)`` with each nested code object (a function, lambda or comprehension inside) replaced
-    by its own fingerprint: what a copy of the code has wherever it sits (a code object compares with its file,
-    name and line numbers, which a copy pasted elsewhere does not share)."""
-    return code.co_code, tuple(_fingerprint(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    """``(co_code, co_names, co_consts)`` with each nested code object (a function, lambda or comprehension inside)
+    replaced by its own fingerprint: what a copy of the code has wherever it sits (a code object compares with its
+    file, name and line numbers, which a copy pasted elsewhere does not share)."""
+    return (code.co_code, code.co_names,  # the names too: max(...) and sum(...) compile to the same bytes
+            tuple(_fingerprint(c) if isinstance(c, types.CodeType) else c for c in code.co_consts))
 
 
 def _fingerprints(fn) -> set:
@@ -341,9 +343,10 @@ def _audit(event, args):
     ``sys.setprofile`` in its own thread while a check watches it is stopped there, before the call."""
     if event in ("sys.settrace", "sys.setprofile"):
         state = _WATCHED.get(_get_ident())
-        if state is not None and not state.get("interrupted"):  # not CPython dropping the tracer for the stop button
+        if state is not None and not state.pop("drop_ok", False):  # not CPython dropping the tracer for the stop button
             state["stop"] = state["stop"] or _TRACE_OFF
-            raise _Stop(state["stop"])
+            state["raised"] = _Stop(state["stop"])
+            raise state["raised"]
 
 
 sys.addaudithook(_audit)
@@ -501,7 +504,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         if state["stop"] is None:
             if refuse is not None and event == "call" and refuse.refuses(frame.f_code):
                 state["stop"] = f"refused: your function runs {frame.f_code.co_name} ({refuse.why}); write it yourself"
-                raise _Stop(state["stop"])  # before the refused code runs, wherever it lies
+                state["raised"] = _Stop(state["stop"])  # before the refused code runs, wherever it lies
+                raise state["raised"]
             count[0] += 1
             if count[0] % 256 == 0 and _monotonic() > deadline:
                 state["stop"] = late
@@ -509,20 +513,23 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
             # not raised again while the stop is on its way out or being handled (a `with`'s exit, an `except:`
             # body: they run to their end, so that `with torch.no_grad()` puts grad mode back), nor in Python's or a
             # package's code (a lock's `with` in threading finishes): raised at the learner's next line after that
-            if event == "exception" or isinstance(sys.exc_info()[1], _Stop) \
+            if event == "exception" or sys.exc_info()[1] is state.get("raised", _MISSING) \
                     or frame.f_code.co_filename.startswith(_LIBRARY_FILES):
                 return tracer
-            if alarm_signum is not None:  # raised by the alarm's handler, which puts the tracer back after
-                _thread.interrupt_main(alarm_signum)
-                return tracer
-            raise _Stop(state["stop"])
+            if alarm_signum is not None and _getsignal(alarm_signum) is alarm:  # raised by the alarm's handler,
+                _interrupt_main(alarm_signum)  # which puts the tracer back after (where the function took the
+                return tracer  # handler off, raised here)
+            state["raised"] = _Stop(state["stop"])
+            raise state["raised"]
         return tracer
 
     def alarm(signum, frame):
         if state.get("done"):  # the function has returned; the finally below is cancelling this alarm
             return
         if signum == signal.SIGINT and not state.get("late") and state["stop"] is None:  # the stop button
-            state["interrupted"] = True  # _audit lets CPython drop the tracer this raise may pass through
+            state["interrupted"] = True
+            if frame is not None and frame.f_code is tracer.__code__:  # raised in the tracer, which CPython drops:
+                state["drop_ok"] = True  # _audit lets that one drop through, once
             raise KeyboardInterrupt  # (no Python call here: the tracer would raise the stop into it)
         state["stop"] = state["stop"] or late
         if frame is not None and frame.f_code is tracer.__code__:
@@ -533,7 +540,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
                 signal.setitimer(signal.ITIMER_REAL, 0.001, _REARM_SECONDS)
             else:
                 wake.set()  # the watchdog's next SIGINT at once (threading's code: the tracer lets it run)
-            raise _Stop(state["stop"])
+            state["raised"] = _Stop(state["stop"])
+            raise state["raised"]
         # a stop the function swallowed (a bare except) took the tracer off (CPython drops a trace function that
         # raised): put it back on the function's frames, so that the stop is raised again at its next line
         if watch:
@@ -544,7 +552,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         while frame is not None and frame.f_code is not here:
             frame.f_trace = tracer
             frame = frame.f_back
-        raise _Stop(state["stop"])
+        state["raised"] = _Stop(state["stop"])
+        raise state["raised"]
 
     def thread_started(frame, event, arg):  # threading's hook, in a thread the function started
         state["stop"] = state["stop"] or ("refused: your function starts a thread, where the check cannot watch it; "
