@@ -74,18 +74,23 @@ def test_the_stop_button_stops_a_check_before_its_time_is_up_under_the_watchdog(
     assert run_learner(lambda: 7, refuse=REFUSE) == (7, None)  # the check is usable after
 
 
+def press_and_swallow_the_stop_button():
+    """What a learner's function may do: send itself the stop button's SIGINT and catch the KeyboardInterrupt."""
+    try:
+        _thread.interrupt_main()
+        for _ in range(10**6):
+            pass
+    except KeyboardInterrupt:
+        pass
+
+
 @pytest.mark.parametrize("alarm", ALARMS)
 def test_a_stop_button_the_function_swallows_still_stops_the_check(alarm, monkeypatch):
     # a SIGINT the function raises itself and catches (then switching the watch off) gets no verdict either
     monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
 
     def swallow():
-        try:
-            _thread.interrupt_main()
-            for _ in range(10**6):
-                pass
-        except KeyboardInterrupt:
-            pass
+        press_and_swallow_the_stop_button()
         sys.settrace(None)
         return secret(3)
 
@@ -166,12 +171,7 @@ def test_a_stop_button_pressed_by_the_function_opens_no_door_to_refused_code(ala
         tracer = sys.gettrace()
         state = next(c.cell_contents for c in tracer.__closure__
                      if isinstance(c.cell_contents, dict) and "stop" in c.cell_contents)
-        try:
-            _thread.interrupt_main()
-            for _ in range(10**6):
-                pass
-        except KeyboardInterrupt:
-            pass
+        press_and_swallow_the_stop_button()
         sys.settrace(None)
         value = secret(3)
         sys.settrace(tracer)
