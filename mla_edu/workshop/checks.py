@@ -510,9 +510,9 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
             if count[0] % 256 == 0 and _monotonic() > deadline:
                 state["stop"] = late
         if state["stop"] is not None:
-            # not raised again while the stop is on its way out or being handled (a `with`'s exit, an `except:`
-            # body: they run to their end, so that `with torch.no_grad()` puts grad mode back), nor in Python's or a
-            # package's code (a lock's `with` in threading finishes): raised at the learner's next line after that
+            # not raised again while the stop raised last is on its way out or being handled (a `with`'s exit, an
+            # `except:` body: they run to their end, so that `with torch.no_grad()` puts grad mode back), nor in
+            # Python's or a package's code (a lock's `with` in threading finishes): raised at the learner's next line
             if event == "exception" or sys.exc_info()[1] is state.get("raised", _MISSING) \
                     or frame.f_code.co_filename.startswith(_LIBRARY_FILES):
                 return tracer
@@ -567,7 +567,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
             wake.clear()
             if _monotonic() > deadline:
                 state["late"] = True  # from now on a SIGINT is the alarm's, not the stop button's
-            _thread.interrupt_main(signal.SIGINT)
+            _interrupt_main(signal.SIGINT)  # bound at import: a function that rebinds _thread's cannot mute it
             wake.wait(_REARM_SECONDS)
 
     # the alarm interrupts what the tracer cannot (a sleep, one long C call): only in the main thread, and with
