@@ -239,13 +239,13 @@ class TinyDeepseek(nn.Module):
             for layer in self.layers:
                 h = layer(h, positions)
             return self.final_logits(h)  # [B, T, vocab]
-        held = [dict(vars(c)) for c in caches]  # update() concatenates into new tensors: these stay intact
+        held = [c.snapshot() for c in caches]  # each layer puts back its own cache; a later layer's failure, all
         try:
             for layer, cache in zip(self.layers, caches):
                 h = layer(h, positions, cache)
         except BaseException:
             for c, state in zip(caches, held):
-                vars(c).update(state)
+                c.restore(state)
             raise
         return self.final_logits(h)  # [B, T, vocab]
 
