@@ -90,3 +90,12 @@ def require_triton(what: str) -> None:
     if not status:
         raise RuntimeError(f"{what} needs Triton: {status.reason}. Use impl=\"torch\" (the CPU default), which "
                            "computes the same attention with torch ops")
+
+
+def values_readable(*tensors: torch.Tensor) -> bool:
+    """Whether the host may read these tensors' values now without waiting for a device: all on the CPU and no
+    emulated graph capture recording (there a read is refused, as CUDA refuses it). Value checks (a pool index
+    inside the pool) run only then; on a GPU the kernels mask what they cannot check."""
+    from mla_edu.graphs.emulator import capturing  # imported here: graphs imports this module
+
+    return all(t.device.type == "cpu" for t in tensors) and not capturing()

@@ -21,6 +21,7 @@ import math
 import torch
 
 from mla_edu.config import MLAConfig
+from mla_edu.device import values_readable
 
 
 def inv_freq(config: MLAConfig) -> torch.Tensor:
@@ -54,13 +55,29 @@ def inv_freq(config: MLAConfig) -> torch.Tensor:
 def cos_sin(
     config: MLAConfig, positions: torch.Tensor, freqs: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of each position's angles: two tensors ``[*positions.shape, rope_dim // 2]`` (float32)."""
-    if positions.dtype.is_floating_point or positions.dtype == torch.bool:
-        raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+    """cos and sin of each position's angles: two tensors ``[*positions.shape, rope_dim // 2]`` (float32).
+    Positions outside ``[0, max_position_embeddings)`` are refused where their values can be read without waiting
+    for a device (``check_positions``)."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor, got {got}")
+    if values_readable(positions):
+        check_positions(config, positions)
     freqs = inv_freq(config) if freqs is None else freqs
     angles = positions.to(torch.float32)[..., None] * freqs.to(positions.device)  # [..., rope/2]
     a = config.rope_attention_factor
     return angles.cos() * a, angles.sin() * a
+
+
+def check_positions(config: MLAConfig, positions: torch.Tensor) -> None:
+    """Refuse positions outside ``[0, max_position_embeddings)`` with a ValueError. Reads their values: on a GPU a
+    host sync, so a captured decode step does not call it."""
+    if not positions.numel():
+        return
+    limit = config.max_position_embeddings
+    lo, hi = (int(v) for v in torch.aminmax(positions))
+    if lo < 0 or hi >= limit:
+        raise ValueError(f"positions: expected each in [0, {limit}) (max_position_embeddings), got [{lo}, {hi}]")
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:

@@ -165,6 +165,28 @@ def test_latent_attention_refuses_an_empty_cache():
     assert latent_attention(*latent_args(B=0), 0.1).shape == (0, 1, 4, 8)  # no requests is fine
 
 
+@pytest.mark.parametrize("row", range(3))
+def test_latent_attention_refuses_a_mask_row_of_all_false(row, monkeypatch):
+    mask = torch.ones(3, 5, dtype=torch.bool).tril(diagonal=2)  # [T=3, L=5], causal: every row attends somewhere
+    assert latent_attention(*latent_args(T=3), 0.1, mask).isfinite().all()
+    mask[row] = False
+    with pytest.raises(ValueError, match=rf"at least one key .* got rows \[{row}\] all False in mask \[3, 5\]"):
+        latent_attention(*latent_args(T=3), 0.1, mask)
+    monkeypatch.setattr("mla_edu.attention.absorbed.values_readable", lambda *t: False)  # as on a GPU: not read
+    assert latent_attention(*latent_args(T=3), 0.1, mask)[:, row].isnan().all()
+
+
+@pytest.mark.parametrize("lo_hi", [(-1, 3), (0, CFG.max_position_embeddings), (-5, CFG.max_position_embeddings + 2)])
+def test_cos_sin_refuses_positions_outside_the_context(lo_hi, monkeypatch):
+    limit = CFG.max_position_embeddings
+    cos, _ = cos_sin(CFG, torch.tensor([0, limit - 1]))  # both edges inside
+    assert cos.shape == (2, CFG.qk_rope_head_dim // 2)
+    with pytest.raises(ValueError, match=rf"expected each in \[0, {limit}\) .* got \[{lo_hi[0]}, {lo_hi[1]}\]"):
+        cos_sin(CFG, torch.tensor(lo_hi))
+    monkeypatch.setattr("mla_edu.rope.values_readable", lambda *t: False)  # as on a GPU or in a capture: not read
+    assert cos_sin(CFG, torch.tensor(lo_hi))[0].shape == (2, CFG.qk_rope_head_dim // 2)
+
+
 # ---- 7. one scale check ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("scale", [0.0, -0.2, float("nan"), True])
 @pytest.mark.parametrize("cls", [NaiveMLA, AbsorbedMLA])

@@ -13,6 +13,7 @@ import torch
 from einops import einsum, rearrange
 
 from mla_edu.attention.common import ContiguousLatentCache, MLAWeights, causal_mask, check_scale, restored_on_error
+from mla_edu.device import values_readable
 
 
 def latent_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch.Tensor, k_pe: torch.Tensor,
@@ -21,7 +22,8 @@ def latent_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch.Tenso
     -> ``o_latent [B,T,H,r]``. ``mask [T, L]`` (True = attend) or None. Shapes that disagree (which einsum would
     broadcast: a cache of batch 1 against queries of batch 4), an empty cache (L = 0), dtypes or devices that differ
     and a scale that is not a positive finite number are refused with a ValueError (a TypeError for an argument that
-    is not a tensor)."""
+    is not a tensor), and so is a mask row of all False where the mask's values can be read without waiting for a
+    device (``device.values_readable``)."""
     _check_args(q_nope, q_pe, c_kv, k_pe, scale, mask)
     scores = (einsum(q_nope, c_kv, "b t h r, b l r -> b h t l")
               + einsum(q_pe, k_pe, "b t h d, b l d -> b h t l")) * scale
@@ -58,6 +60,11 @@ def _check_args(q_nope, q_pe, c_kv, k_pe, scale, mask) -> None:
         got_mask = f"{list(mask.shape)} {mask.dtype} on {mask.device}" if isinstance(mask, torch.Tensor) else repr(mask)
         raise ValueError(f"latent_attention: expected mask a bool tensor [{T}, {L}] on {c_kv.device} or None, "
                          f"got {got_mask}")
+    if mask is not None and values_readable(mask) and not bool(mask.any(dim=1).all()):
+        rows = (~mask.any(dim=1)).nonzero().flatten().tolist()
+        raise ValueError(f"latent_attention: expected every query row of mask to attend to at least one key (a "
+                         f"softmax over no keys is NaN), got rows {rows[:8]}{' ...' if len(rows) > 8 else ''} "
+                         f"all False in mask [{T}, {L}]")
 
 
 class AbsorbedMLA(MLAWeights):

@@ -16,7 +16,7 @@ from einops import rearrange
 from torch import nn
 
 from mla_edu.config import MLAConfig
-from mla_edu.rope import apply_rope, cos_sin, inv_freq
+from mla_edu.rope import apply_rope, check_positions, cos_sin, inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -202,14 +202,9 @@ class MLAWeights(nn.Module):
         return positions
 
     def check_positions(self, positions: torch.Tensor) -> None:
-        """Refuse positions outside ``[0, max_position_embeddings)``. A host sync: for the whole-sequence paths,
-        not for a captured decode step."""
-        if not positions.numel():
-            return
-        limit = self.config.max_position_embeddings
-        lo, hi = (int(v) for v in torch.aminmax(positions))
-        if lo < 0 or hi >= limit:
-            raise ValueError(f"positions: expected each in [0, {limit}) (max_position_embeddings), got [{lo}, {hi}]")
+        """Refuse positions outside ``[0, max_position_embeddings)`` (``rope.check_positions``). A host sync: for
+        the whole-sequence paths, not for a captured decode step."""
+        check_positions(self.config, positions)
 
     # ---- the shared first steps -------------------------------------------------------------
     def query(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -75,15 +75,6 @@ class DecodePlan:
     schedule: str = "splits"  # "balanced": splits from the lengths (``kernels.schedule``), num_splits unused
 
 
-def values_readable(*tensors: torch.Tensor) -> bool:
-    """Whether the host may read these tensors' values now without waiting for a device: all on the CPU and no
-    emulated graph capture recording (there a read is refused, as CUDA refuses it). Value checks (a pool index
-    inside the pool) run only then; on a GPU the kernels mask what they cannot check."""
-    from mla_edu.graphs.emulator import capturing  # graphs imports no kernels: no cycle
-
-    return all(t.device.type == "cpu" for t in tensors) and not capturing()
-
-
 def check_page_table_layout(page_table: torch.Tensor) -> None:
     """ValueError unless each row's entries are adjacent in memory (``stride(1) == 1``).
 

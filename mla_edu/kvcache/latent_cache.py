@@ -8,8 +8,7 @@ followed by ``k_pe`` (the shared RoPE key, 64 numbers): 576 numbers, SGLang's
 from __future__ import annotations
 
 import torch
-from mla_edu.device import check_device
-from mla_edu.kernels.contract import values_readable
+from mla_edu.device import check_device, values_readable
 from mla_edu.util import is_int
 
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 
 import mla_edu.device  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
-from mla_edu.device import TRITON_INTERPRET, require_triton
-from mla_edu.kernels.contract import values_readable
+from mla_edu.device import TRITON_INTERPRET, require_triton, values_readable
 from mla_edu.util import is_int
 
 #: The id written for an entry no page can serve (past the context, a row outside the pool, an id too large).
