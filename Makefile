@@ -32,6 +32,12 @@ endif
 TORCH_PIN := $(shell grep -E '^torch==' $(LOCK))
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP    := -m pip install -q --disable-pip-version-check
+# The venvs are filled by uv (pinned below, in its own small venv .venv-uv): the same lock as pip would install, in
+# about 10 s where pip takes 2 minutes. uv reads no pip.conf: a wheel folder named in PIP_FIND_LINKS (where torch's
+# CPU build may lie on disk) is passed on.
+UV_VERSION := 0.13.9
+UV := .venv-uv/bin/uv
+INSTALL = $(UV) pip install -q --python $(1) $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 # The notebooks' recorded outputs are the CPU run's (emulated graphs, fp32). On a GPU the same cells
 # print other text in places (backend names, bf16 accuracies), so there nbval runs every cell and
 # every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds a Hopper GPU's outputs. Without Triton (a Mac,
@@ -46,17 +52,18 @@ XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
-$(VENV)/.ready: pyproject.toml $(LOCK)
+$(VENV)/.ready: pyproject.toml $(LOCK) | $(UV)
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 ifeq ($(HAS_GPU),1)
 	@echo "GPU found: installing $(LOCK) (torch's CUDA build)"
 else
 	@echo "no GPU: installing $(LOCK) ($(TORCH_PIN), CPU build)"
-	$(PY) $(PIP) --no-deps "$(TORCH_PIN)" 2>/dev/null || $(PY) $(PIP) --no-deps "$(TORCH_PIN)" --extra-index-url $(TORCH_CPU_INDEX)
+	$(call INSTALL,$(PY)) --no-deps "$(TORCH_PIN)" 2>/dev/null || \
+		$(call INSTALL,$(PY)) --no-deps "$(TORCH_PIN)" --index-url $(TORCH_CPU_INDEX)
 endif
-	$(PY) $(PIP) -r $(LOCK)
-	$(PY) $(PIP) --no-deps -e .
+	$(call INSTALL,$(PY)) -r $(LOCK)
+	$(call INSTALL,$(PY)) --no-deps -e .
 	$(PY) -m pip check
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
@@ -168,14 +175,15 @@ no-triton-tests: $(NO_TRITON)/.ready
 # The venv of test-no-triton, made again when the lock or pyproject.toml changes (.ci/run makes it while the
 # browser tests run).
 no-triton-venv: $(NO_TRITON)/.ready
-$(NO_TRITON)/.ready: pyproject.toml requirements/cpu.txt
+$(NO_TRITON)/.ready: pyproject.toml requirements/cpu.txt | $(UV)
 	rm -rf $(NO_TRITON)
 	$(PYTHON) -m venv $(NO_TRITON)
 	grep -v -E '^triton==' requirements/cpu.txt > $(NO_TRITON)/lock.txt
-	$(NO_TRITON)/bin/python $(PIP) --no-deps "$$(grep -E '^torch==' requirements/cpu.txt)" 2>/dev/null || \
-		$(NO_TRITON)/bin/python $(PIP) --no-deps "$$(grep -E '^torch==' requirements/cpu.txt)" --extra-index-url $(TORCH_CPU_INDEX)
-	$(NO_TRITON)/bin/python $(PIP) -r $(NO_TRITON)/lock.txt
-	$(NO_TRITON)/bin/python $(PIP) --no-deps -e .
+	$(call INSTALL,$(NO_TRITON)/bin/python) --no-deps "$$(grep -E '^torch==' requirements/cpu.txt)" 2>/dev/null || \
+		$(call INSTALL,$(NO_TRITON)/bin/python) --no-deps "$$(grep -E '^torch==' requirements/cpu.txt)" \
+		--index-url $(TORCH_CPU_INDEX)
+	$(call INSTALL,$(NO_TRITON)/bin/python) -r $(NO_TRITON)/lock.txt
+	$(call INSTALL,$(NO_TRITON)/bin/python) --no-deps -e .
 	! $(NO_TRITON)/bin/python -m pip check | grep -v 'mla-edu [0-9.]* requires triton, which is not installed'
 	! $(NO_TRITON)/bin/python -c "import triton" 2>/dev/null
 	$(NO_TRITON)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
@@ -184,8 +192,7 @@ $(NO_TRITON)/.ready: pyproject.toml requirements/cpu.txt
 # Every package of the macOS (Apple silicon) and Windows locks, and this package, has a wheel there (pip
 # install --dry-run --only-binary=:all: --platform), the locks resolve there with that platform's markers
 # (uv), and an Intel Mac's newest torch is older than the lock's. Needs the network.
-check-platforms:
-	test -x $(UV) || ($(PYTHON) -m venv .venv-uv && .venv-uv/bin/python $(PIP) "uv==$(UV_VERSION)")
+check-platforms: | $(UV)
 	$(PYTHON) -m tools.check_platforms --uv $(UV)
 
 # Refresh the locks with uv's resolver, for Python 3.11: cpu.txt and gpu.txt for Linux x86_64, macos-arm64.txt
@@ -194,13 +201,10 @@ check-platforms:
 # file's versions where it can), so all locks pin the same versions of what they share (tests/test_packaging.py).
 # No lock for Intel Macs: PyTorch publishes no torch 2.13 for them. uv lives in its own small venv, so that this
 # works before .venv exists.
-UV_VERSION := 0.13.9
-UV := .venv-uv/bin/uv
 LOCK_ARGS = pyproject.toml --extra dev --extra lab --extra book --python-version 3.11 --no-config \
 	--custom-compile-command "make lock"
 LAPTOP_LOCKS := macos-arm64:aarch64-apple-darwin windows-amd64:x86_64-pc-windows-msvc
-lock:
-	test -x $(UV) || ($(PYTHON) -m venv .venv-uv && .venv-uv/bin/python $(PIP) "uv==$(UV_VERSION)")
+lock: | $(UV)
 	$(UV) pip compile $(LOCK_ARGS) --python-platform x86_64-manylinux_2_28 requirements/cpu.in \
 		-o requirements/cpu.txt $$(ls /opt/wheels/torch-*+cpu-*.whl >/dev/null 2>&1 && echo --find-links /opt/wheels || \
 		   echo --extra-index-url $(TORCH_CPU_INDEX) --index-strategy unsafe-best-match)
@@ -221,6 +225,12 @@ notebooks: $(VENV)/.ready
 	$(PY) -m tools.run_notebooks --out notebooks  # nbclient with sliced polls: nbconvert can hang on 08's widgets
 	$(PY) -m tools.notebook_timings  # the instructor guide's table, from the notebooks just executed
 	$(PY) -m tools.run_notebooks --out notebooks 00_setup_check.ipynb  # prints that table
+
+# uv in a venv of its own (pip installs it: one wheel), made by the first target that needs it.
+$(UV):
+	rm -rf .venv-uv
+	$(PYTHON) -m venv .venv-uv
+	.venv-uv/bin/python $(PIP) "uv==$(UV_VERSION)"
 
 clean-venv:
 	rm -rf $(VENV) $(LATEST) .venv-uv

@@ -95,7 +95,7 @@ def test_environment_yml_installs_the_cpu_lock():
 def test_makefile_installs_exactly_the_lock():
     make = (ROOT / "Makefile").read_text()
     assert re.search(r"^LOCK\s*:=\s*requirements/\$\(if \$\(HAS_GPU\),gpu,cpu\)\.txt", make, flags=re.M)  # Linux
-    assert "$(PIP) -r $(LOCK)" in make and "--no-deps -e ." in make and "pip check" in make
+    assert "$(call INSTALL,$(PY)) -r $(LOCK)" in make and "--no-deps -e ." in make and "pip check" in make
     for target in ("repro:", "test:", "test-latest:", "test-lab:", "book:", "lock:", "test-no-triton:",
                    "no-triton-repro:", "no-triton-tests:", "check-platforms:"):
         assert re.search(rf"^{re.escape(target)}", make, flags=re.M), f"Makefile lacks {target}"
