@@ -33,11 +33,14 @@ TORCH_PIN := $(shell grep -E '^torch==' $(LOCK))
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP    := -m pip install -q --disable-pip-version-check
 # The venvs are filled by uv (pinned below, in its own small venv .venv-uv): the same lock as pip would install, in
-# about 10 s where pip takes 2 minutes. uv reads no pip.conf: a wheel folder named in PIP_FIND_LINKS (where torch's
-# CPU build may lie on disk) is passed on.
+# about 10 s where pip took 2 minutes here. uv reads no pip.conf (an index mirror goes in UV_INDEX_URL or uv.toml):
+# the wheel folders and URLs named in PIP_FIND_LINKS (where torch's CPU build may lie on disk) are passed on, those
+# that exist. A make with .venv made and no uv builds none.
 UV_VERSION := 0.13.9
 UV := .venv-uv/bin/uv
-INSTALL = $(UV) pip install -q --python $(1) $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
+UV_STAMP := .venv-uv/.uv-$(UV_VERSION)
+INSTALL = $(UV) pip install -q --python $(1) \
+	$(foreach d,$(PIP_FIND_LINKS),$(if $(or $(findstring ://,$(d)),$(wildcard $(d))),--find-links $(d)))
 # The notebooks' recorded outputs are the CPU run's (emulated graphs, fp32). On a GPU the same cells
 # print other text in places (backend names, bf16 accuracies), so there nbval runs every cell and
 # every assert (--nbval-lax) without comparing outputs; notebooks/gpu/ holds a Hopper GPU's outputs. Without Triton (a Mac,
@@ -51,8 +54,9 @@ XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 	test-no-triton no-triton-repro no-triton-tests no-triton-venv check-platforms lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
-# (pip's find-links), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
-$(VENV)/.ready: pyproject.toml $(LOCK) | $(UV)
+# (PIP_FIND_LINKS), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
+$(VENV)/.ready: pyproject.toml $(LOCK)
+	@test -f $(UV_STAMP) || $(MAKE) --no-print-directory $(UV_STAMP)
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 ifeq ($(HAS_GPU),1)
@@ -175,7 +179,8 @@ no-triton-tests: $(NO_TRITON)/.ready
 # The venv of test-no-triton, made again when the lock or pyproject.toml changes (.ci/run makes it while the
 # browser tests run).
 no-triton-venv: $(NO_TRITON)/.ready
-$(NO_TRITON)/.ready: pyproject.toml requirements/cpu.txt | $(UV)
+$(NO_TRITON)/.ready: pyproject.toml requirements/cpu.txt
+	@test -f $(UV_STAMP) || $(MAKE) --no-print-directory $(UV_STAMP)
 	rm -rf $(NO_TRITON)
 	$(PYTHON) -m venv $(NO_TRITON)
 	grep -v -E '^triton==' requirements/cpu.txt > $(NO_TRITON)/lock.txt
@@ -192,7 +197,7 @@ $(NO_TRITON)/.ready: pyproject.toml requirements/cpu.txt | $(UV)
 # Every package of the macOS (Apple silicon) and Windows locks, and this package, has a wheel there (pip
 # install --dry-run --only-binary=:all: --platform), the locks resolve there with that platform's markers
 # (uv), and an Intel Mac's newest torch is older than the lock's. Needs the network.
-check-platforms: | $(UV)
+check-platforms: $(UV_STAMP)
 	$(PYTHON) -m tools.check_platforms --uv $(UV)
 
 # Refresh the locks with uv's resolver, for Python 3.11: cpu.txt and gpu.txt for Linux x86_64, macos-arm64.txt
@@ -204,7 +209,7 @@ check-platforms: | $(UV)
 LOCK_ARGS = pyproject.toml --extra dev --extra lab --extra book --python-version 3.11 --no-config \
 	--custom-compile-command "make lock"
 LAPTOP_LOCKS := macos-arm64:aarch64-apple-darwin windows-amd64:x86_64-pc-windows-msvc
-lock: | $(UV)
+lock: $(UV_STAMP)
 	$(UV) pip compile $(LOCK_ARGS) --python-platform x86_64-manylinux_2_28 requirements/cpu.in \
 		-o requirements/cpu.txt $$(ls /opt/wheels/torch-*+cpu-*.whl >/dev/null 2>&1 && echo --find-links /opt/wheels || \
 		   echo --extra-index-url $(TORCH_CPU_INDEX) --index-strategy unsafe-best-match)
@@ -226,11 +231,12 @@ notebooks: $(VENV)/.ready
 	$(PY) -m tools.notebook_timings  # the instructor guide's table, from the notebooks just executed
 	$(PY) -m tools.run_notebooks --out notebooks 00_setup_check.ipynb  # prints that table
 
-# uv in a venv of its own (pip installs it: one wheel), made by the first target that needs it.
-$(UV):
-	rm -rf .venv-uv
-	$(PYTHON) -m venv .venv-uv
-	.venv-uv/bin/python $(PIP) "uv==$(UV_VERSION)"
+# uv in a venv of its own (pip installs it: one wheel), made by the first target that needs it, again when
+# UV_VERSION changes. Built aside and moved into place, so that two makes building it at once cannot break it.
+$(UV_STAMP):
+	rm -rf .venv-uv.tmp.$$$$ && $(PYTHON) -m venv .venv-uv.tmp.$$$$ && \
+		.venv-uv.tmp.$$$$/bin/python $(PIP) "uv==$(UV_VERSION)" && touch .venv-uv.tmp.$$$$/.uv-$(UV_VERSION) && \
+		rm -rf .venv-uv && mv .venv-uv.tmp.$$$$ .venv-uv || (rm -rf .venv-uv.tmp.$$$$; exit 1)
 
 clean-venv:
 	rm -rf $(VENV) $(LATEST) .venv-uv

@@ -58,9 +58,7 @@ def cos_sin(
     """cos and sin of each position's angles: two tensors ``[*positions.shape, rope_dim // 2]`` (float32).
     Positions outside ``[0, max_position_embeddings)`` are refused where their values can be read without waiting
     for a device (``check_positions``)."""
-    if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
-        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise TypeError(f"positions must be an integer tensor, got {got}")
+    _check_integer(positions)
     if values_readable(positions):
         check_positions(config, positions)
     freqs = inv_freq(config) if freqs is None else freqs
@@ -72,12 +70,19 @@ def cos_sin(
 def check_positions(config: MLAConfig, positions: torch.Tensor) -> None:
     """Refuse positions outside ``[0, max_position_embeddings)`` with a ValueError. Reads their values: on a GPU a
     host sync, so a captured decode step does not call it."""
+    _check_integer(positions)
     if not positions.numel():
         return
     limit = config.max_position_embeddings
     lo, hi = (int(v) for v in torch.aminmax(positions))
     if lo < 0 or hi >= limit:
         raise ValueError(f"positions: expected each in [0, {limit}) (max_position_embeddings), got [{lo}, {hi}]")
+
+
+def _check_integer(positions) -> None:
+    if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
+        got = f"dtype {positions.dtype}" if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor, got {got}")
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:

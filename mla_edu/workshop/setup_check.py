@@ -261,7 +261,7 @@ def learner_packages(dist: str = "mla-edu") -> set[str]:
     try:
         metadata.distribution(dist)
     except metadata.PackageNotFoundError:
-        raise LookupError(f"{dist} is not installed in this environment (make installs it with pip install "
+        raise LookupError(f"{dist} is not installed in this environment (make installs it with uv pip install "
                           f"--no-deps -e .): this is not the project's kernel") from None
     seen, todo = set(), [dist]
     while todo:
