@@ -51,8 +51,7 @@ NBVAL ?= $(if $(HAS_GPU),--nbval-lax,--nbval --nbval-sanitize-with notebooks/wit
 XDIST ?= $(if $(HAS_GPU),,-n auto --dist loadscope)
 
 .PHONY: repro test lint unit nbval test-gpu gpu-wheels test-lab test-kernel-lab book slides instructor attendee test-latest \
-	test-no-triton no-triton-repro no-triton-tests no-triton-unit no-triton-nbval no-triton-venv check-platforms lock \
-	figures notebooks clean-venv
+	test-no-triton no-triton-repro no-triton-tests no-triton-venv check-platforms lock figures notebooks clean-venv
 
 # torch first, on its own: a CPU machine takes the CPU build from a local wheel where one lies on disk
 # (PIP_FIND_LINKS), else from PyTorch's CPU index. Then exactly the lock, then this package without deps.
@@ -163,24 +162,19 @@ endif
 
 # The tests as on a laptop without Triton (macOS, Windows): a venv from the Linux CPU lock less Triton, then the
 # main job (its tables must be results/repro_cpu.md's: no-triton-repro), the unit tests (those that need Triton skip
-# themselves: no-triton-unit) and strict nbval over every notebook (no-triton-nbval). .ci/run runs the parts apart:
-# the main job (one thread) and then the notebooks (one process) while the browser tests run, the unit tests after.
+# themselves) and strict nbval over every notebook (no-triton-tests). .ci/run runs the two parts apart: the main job
+# (one thread) while the browser tests run, the tests after them.
 NO_TRITON := .venv-no-triton
-NO_TRITON_XDIST ?= -n auto --dist loadscope
 test-no-triton: no-triton-repro no-triton-tests
-no-triton-tests: no-triton-unit no-triton-nbval
 
 no-triton-repro: $(NO_TRITON)/.ready
 	$(NO_TRITON)/bin/python -c "import mla_edu.kernels, mla_edu.serving"
 	$(NO_TRITON)/bin/python -m mla_edu.case_study.repro > $(NO_TRITON)/repro.md
 	$(NO_TRITON)/bin/python -m tools.same_repro_table results/repro_cpu.md $(NO_TRITON)/repro.md
 
-no-triton-unit: $(NO_TRITON)/.ready
-	$(NO_TRITON)/bin/python -m pytest -q $(NO_TRITON_XDIST) tests
-
-no-triton-nbval: $(NO_TRITON)/.ready
-	$(NO_TRITON)/bin/python -m pytest -q $(NO_TRITON_XDIST) --nbval --nbval-sanitize-with notebooks/without_triton.cfg \
-		notebooks/*.ipynb
+no-triton-tests: $(NO_TRITON)/.ready
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope tests
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval --nbval-sanitize-with notebooks/without_triton.cfg notebooks/*.ipynb
 
 # The venv of test-no-triton, made again when the lock or pyproject.toml changes (.ci/run makes it while the
 # browser tests run).

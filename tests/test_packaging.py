@@ -105,13 +105,11 @@ def test_ci_runs_the_readme_test_commands():
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert re.search(r"^make test 2>&1", ci, flags=re.M) and re.search(r"^make test-lab 2>&1", ci, flags=re.M)
-    assert re.search(r"^make no-triton-unit 2>&1", ci, flags=re.M) and re.search(r"^\(make check-platforms >", ci,
-                                                                                  flags=re.M)
+    assert re.search(r"^make no-triton-tests 2>&1", ci, flags=re.M) and re.search(r"^\(make check-platforms >", ci,
+                                                                                   flags=re.M)
     assert re.search(r"^\(make no-triton-venv no-triton-repro >", ci, flags=re.M)  # the main job without Triton
-    assert re.search(r"^ make no-triton-nbval NO_TRITON_XDIST= >", ci, flags=re.M)  # then its notebooks
     make = (ROOT / "Makefile").read_text()
     assert re.search(r"^test-no-triton: no-triton-repro no-triton-tests$", make, flags=re.M)  # what CI runs, in parts
-    assert re.search(r"^no-triton-tests: no-triton-unit no-triton-nbval$", make, flags=re.M)
     for command in ("make test", "make repro", "make test-lab", "make test-latest", "make book", "make lock"):
         assert command in readme, f"README does not mention {command}"
 
@@ -128,31 +126,27 @@ def test_ci_runs_the_browser_tests_after_a_red_make_test(tmp_path, unit_fails, l
         f"test:\n\t@echo 'FAILED tests/test_a.py::test_x - boom'; echo '1 failed, 3 passed in 1.0s'; {unit_fails}\n"
         f"test-lab:\n\t@echo '16 passed in 2.0s'; {lab_fails}\n".replace("True", "false").replace("False", "true")
         + "no-triton-venv:\n\t@echo 'venv made'\nno-triton-repro:\n\t@echo 'x/repro.md: the same 27 table rows'\n"
-        "no-triton-nbval:\n\t@echo '7 passed in 4.0s'\nno-triton-unit:\n\t@echo '9 passed in 3.0s'\n"
+        "no-triton-tests:\n\t@echo '9 passed in 3.0s'\n"
         "check-platforms:\n\t@echo 'wheels: ok'\n")
     run = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True)
     assert run.returncode == (1 if unit_fails or lab_fails else 0), run.stdout + run.stderr
     tail = run.stdout[run.stdout.rindex("== make test:"):]
     assert tail.startswith(f"== make test: exit status {2 if unit_fails else 0}\nFAILED tests/test_a.py::test_x")
     assert f"== make test-lab: exit status {2 if lab_fails else 0}\n16 passed in 2.0s" in tail
-    assert ("== make test-no-triton: exit status 0\nx/repro.md: the same 27 table rows\n7 passed in 4.0s\n"
-            "9 passed in 3.0s") in tail
+    assert "== make test-no-triton: exit status 0\nx/repro.md: the same 27 table rows\n9 passed in 3.0s" in tail
     assert "== make check-platforms: exit status 0" in tail
 
 
-@pytest.mark.parametrize("failing", ["no-triton-venv", "no-triton-repro", "no-triton-nbval", "no-triton-unit",
-                                     "check-platforms"])
+@pytest.mark.parametrize("failing", ["no-triton-venv", "no-triton-repro", "check-platforms"])
 def test_ci_fails_when_a_step_run_beside_the_browser_tests_fails(tmp_path, failing):
-    """.ci/run makes the venv without Triton, runs the main job and then the notebooks in it, and checks the
-    platforms' locks in the background, and runs the unit tests without Triton after the browser tests: a failure in
-    any fails the run and shows in its summary, with that step's log."""
+    """.ci/run makes the venv without Triton, runs the main job in it and checks the platforms' locks in the
+    background: a failure there fails the run and shows in its summary, with that step's log."""
     if shutil.which("make") is None:
         pytest.skip("needs make")
     (tmp_path / ".ci").mkdir()
     shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
     steps = {"test": "'1 passed in 1.0s'", "test-lab": "'16 passed in 2.0s'", "no-triton-venv": "'venv made'",
-             "no-triton-repro": "'x/repro.md: the same 27 table rows'", "no-triton-nbval": "'7 passed in 4.0s'",
-             "no-triton-unit": "'9 passed in 3.0s'",
+             "no-triton-repro": "'x/repro.md: the same 27 table rows'", "no-triton-tests": "'9 passed in 3.0s'",
              "check-platforms": "'wheels: ok'"}
     (tmp_path / "Makefile").write_text("".join(
         f"{name}:\n\t@echo {text}{'; echo boom-' + name + '; false' if name == failing else ''}\n"
