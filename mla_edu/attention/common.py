@@ -108,15 +108,16 @@ class ContiguousLatentCache:
 
 
 @contextmanager
-def restored_on_error(cache: ContiguousLatentCache | None):
-    """A block that an exception or an interrupt (KeyboardInterrupt) leaves with ``cache`` as it was before it (None:
-    nothing to keep): a layer's step that fails after ``cache.update`` can be run again."""
-    held = None if cache is None else cache.snapshot()
+def restored_on_error(*caches: ContiguousLatentCache | None):
+    """A block that an exception or an interrupt (KeyboardInterrupt) leaves with each of ``caches`` as it was before
+    it (None: nothing to keep): a layer's step, or a model's pass over its layers, that fails after
+    ``cache.update`` can be run again."""
+    held = [(c, c.snapshot()) for c in caches if c is not None]
     try:
         yield
     except BaseException:
-        if cache is not None:
-            cache.restore(held)
+        for cache, state in held:
+            cache.restore(state)
         raise
 
 

@@ -26,7 +26,7 @@ from torch import nn
 from einops import einsum, rearrange
 from torch.nn import functional as F
 
-from mla_edu.attention import AbsorbedMLA, ContiguousLatentCache, NaiveMLA, RMSNorm
+from mla_edu.attention import AbsorbedMLA, ContiguousLatentCache, NaiveMLA, RMSNorm, restored_on_error
 from mla_edu.config import MLAConfig
 from mla_edu.model import task
 from mla_edu.settings import PositiveFloat, PositiveInt, check_fields
@@ -239,14 +239,9 @@ class TinyDeepseek(nn.Module):
             for layer in self.layers:
                 h = layer(h, positions)
             return self.final_logits(h)  # [B, T, vocab]
-        held = [c.snapshot() for c in caches]  # each layer puts back its own cache; a later layer's failure, all
-        try:
+        with restored_on_error(*caches):  # each layer puts back its own cache; a later layer's failure, all
             for layer, cache in zip(self.layers, caches):
                 h = layer(h, positions, cache)
-        except BaseException:
-            for c, state in zip(caches, held):
-                c.restore(state)
-            raise
         return self.final_logits(h)  # [B, T, vocab]
 
     @torch.no_grad()
