@@ -75,8 +75,11 @@ endif
 repro: $(VENV)/.ready
 	$(PY) -m mla_edu.case_study.repro
 
+# The unit tests also write $(TRITON_RECORD): which test modules ask whether Triton is here (tests/triton_record.py);
+# the run without Triton reads it.
+TRITON_RECORD := build/triton_record.json
 test: $(VENV)/.ready lint
-	$(PY) -m pytest -q $(XDIST) tests
+	$(PY) -m pytest -q $(XDIST) --triton-record $(TRITON_RECORD) tests
 	$(PY) -m pytest -q $(XDIST) $(NBVAL) notebooks/*.ipynb
 
 # ruff (pyproject.toml's [tool.ruff]) over the library, tools, tests and the notebooks' .py sources.
@@ -84,7 +87,7 @@ lint: $(VENV)/.ready
 	$(VENV)/bin/ruff check mla_edu tools tests kernel_lab notebooks/*.py
 
 unit: $(VENV)/.ready
-	$(PY) -m pytest -q $(XDIST) tests
+	$(PY) -m pytest -q $(XDIST) --triton-record $(TRITON_RECORD) tests
 
 nbval: $(VENV)/.ready
 	$(PY) -m pytest -q $(XDIST) $(NBVAL) notebooks/*.ipynb
@@ -162,7 +165,8 @@ endif
 
 # The tests as on a laptop without Triton (macOS, Windows): a venv from the Linux CPU lock less Triton, then the
 # main job (its tables must be results/repro_cpu.md's: no-triton-repro), the unit tests (those that need Triton skip
-# themselves) and strict nbval over every notebook (no-triton-tests). .ci/run runs the two parts apart: the main job
+# themselves; the test modules that, in make test's green run of this tree, never asked whether Triton is here are
+# left out: they run the same code, tests/triton_record.py) and strict nbval over every notebook (no-triton-tests). .ci/run runs the two parts apart: the main job
 # (one thread) while the browser tests run, the tests after them.
 NO_TRITON := .venv-no-triton
 test-no-triton: no-triton-repro no-triton-tests
@@ -173,7 +177,7 @@ no-triton-repro: $(NO_TRITON)/.ready
 	$(NO_TRITON)/bin/python -m tools.same_repro_table results/repro_cpu.md $(NO_TRITON)/repro.md
 
 no-triton-tests: $(NO_TRITON)/.ready
-	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope tests
+	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --triton-skip-unasked $(TRITON_RECORD) tests
 	$(NO_TRITON)/bin/python -m pytest -q -n auto --dist loadscope --nbval --nbval-sanitize-with notebooks/without_triton.cfg notebooks/*.ipynb
 
 # The venv of test-no-triton, made again when the lock or pyproject.toml changes (.ci/run makes it while the

@@ -9,6 +9,8 @@ from mla_edu.device import triton_available
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import triton_record  # noqa: E402  (tests/, on the path just above)
+
 #: Whether Triton is installed here (it has no wheel for macOS or Windows), and why not.
 TRITON = triton_available()
 #: The marker of a test that needs Triton: without it the test is skipped with ``TRITON.reason``. A test
@@ -18,7 +20,12 @@ TRITON = triton_available()
 TRITON_MARKER = "triton"
 
 
+def pytest_addoption(parser):
+    triton_record.addoption(parser)
+
+
 def pytest_configure(config):
+    triton_record.configure(config)
     config.addinivalue_line("markers", f"{TRITON_MARKER}: needs Triton (skipped where it is not installed; "
                             "tests parametrized with impl='triton' too)")
 

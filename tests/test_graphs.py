@@ -507,3 +507,19 @@ def test_garbage_collection_pauses_during_capture_and_resumes_on_any_exit(device
         assert gc.isenabled()
     finally:
         gc.set_threshold(*old_threshold)
+
+
+def test_the_toy_triton_kernel_without_triton_is_a_clear_error_and_its_scenario_is_skipped(monkeypatch):
+    # where Triton is missing (macOS, Windows) the toy's Triton kernel names what it needs instead of a NameError,
+    # and run_all reports its scenario skipped: both ask device.triton_available at the call
+    import mla_edu.device
+    from mla_edu.graphs.scenarios import paged_sum_triton, run_all, scenarios
+    from mla_edu.graphs.scenarios import runner
+
+    missing = mla_edu.device.TritonStatus(False, "Triton has no wheel for macOS (arm64)")
+    monkeypatch.setattr(mla_edu.device, "triton_available", lambda: missing)
+    monkeypatch.setattr(runner, "triton_available", lambda: missing)
+    with pytest.raises(RuntimeError, match=r"paged_sum_triton .* needs Triton: Triton has no wheel for macOS"):
+        paged_sum_triton(torch.zeros(2, 8, dtype=torch.int32), torch.ones(2, dtype=torch.int32), torch.zeros(33, 4, 8))
+    only = [sc for sc in scenarios() if sc.needs_triton]
+    assert only and [r[3] for r in run_all("cpu", only=only)] == ["skipped: no triton"] * len(only)

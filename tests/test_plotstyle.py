@@ -16,16 +16,12 @@ matplotlib.use("Agg")
 
 from mla_edu import plotstyle as ps  # noqa: E402
 from mla_edu.kernels import plots as kernel_plots  # noqa: E402
-from mla_edu.device import triton_available  # noqa: E402
 from mla_edu.paths import FIGURES_DIR  # noqa: E402
 from mla_edu.workshop import exercises, setup_check  # noqa: E402
 from tools import figures  # noqa: E402
 
 COLOUR_WORD = re.compile(r"\b(green|orange|red|blue|grey|gray|purple|yellow|vermillion|pink)\b", re.IGNORECASE)
 DRAWN = {**{name: (lambda name=name: figures.draw(name)) for name in figures.FIGURES},
-         **({"schedule_gantt (notebook 09)": lambda: kernel_plots.schedule_gantt([4096, 512, 512, 128, 64], 64, 16, 132,
-                                                                                   4)}
-            if triton_available() else {}),  # its partition runs as a Triton kernel
          **{f"mystery_figure({k}) (notebook 08)": (lambda k=k: exercises.mystery_figure(k))
             for k in exercises.MYSTERY_NUMBERS}}
 
@@ -51,8 +47,7 @@ def drawn(request):
     plt.close("all")
 
 
-def test_every_text_is_14_px_at_1080p_on_a_slide_and_in_the_book(drawn):
-    name, size = drawn
+def _legible(name, size):
     assert size["dpi"] == ps.DPI, f"{name}: drawn at {size['dpi']} dpi, not plotstyle.DPI"
     for where in ("book", "slide"):
         small = [(pt, text) for pt, text in size["texts"] if ps.text_px(pt, size, where) < ps.MIN_TEXT_PX]
@@ -60,9 +55,28 @@ def test_every_text_is_14_px_at_1080p_on_a_slide_and_in_the_book(drawn):
                            f"{ps.MIN_TEXT_PX} px at 1080p: {small[:5]}")
 
 
-def test_texts_name_categories_not_colours(drawn):
-    name, size = drawn
+def _names_no_colour(name, size):
     assert not [t for _, t in size["texts"] if COLOUR_WORD.search(t)], name
+
+
+def test_every_text_is_14_px_at_1080p_on_a_slide_and_in_the_book(drawn):
+    _legible(*drawn)
+
+
+def test_texts_name_categories_not_colours(drawn):
+    _names_no_colour(*drawn)
+
+
+@pytest.mark.triton  # its partition runs as a Triton kernel
+def test_notebook_09s_schedule_gantt_is_legible_too():
+    import matplotlib.pyplot as plt
+
+    try:
+        size = ps.measure(kernel_plots.schedule_gantt([4096, 512, 512, 128, 64], 64, 16, 132, 4))
+        _legible("schedule_gantt (notebook 09)", size)
+        _names_no_colour("schedule_gantt (notebook 09)", size)
+    finally:
+        plt.close("all")
 
 
 def test_the_committed_pngs_are_the_drawings():

@@ -23,10 +23,10 @@ from mla_edu.graphs.scenarios.registry import (CAPTURE_REFUSED, MATCHES, PITFALL
 from mla_edu.graphs.scenarios.report import checker_row, format_checks, format_table
 from mla_edu.graphs.scenarios.runner import (check_problem, classify, run_all, run_problem, run_scenario,
                                              scenario_outcome)
-from mla_edu.graphs.scenarios.toy_decode import (D, HAS_TRITON, MAX_BS, NUM_PAGES, NUM_REQS, PAGE, W, ToyServer,
+from mla_edu.graphs.scenarios.toy_decode import (D, MAX_BS, NUM_PAGES, NUM_REQS, PAGE, W, ToyServer,
                                                  pages_through_view, paged_sum_torch, paged_sum_triton)
 
-__all__ = ["CAPTURE_BATCH", "CAPTURE_REFUSED", "D", "HAS_TRITON", "MATCHES", "MAX_BS", "NUM_PAGES", "NUM_REQS",
+__all__ = ["CAPTURE_BATCH", "CAPTURE_REFUSED", "D", "MATCHES", "MAX_BS", "NUM_PAGES", "NUM_REQS",
            "PAGE", "PITFALLS", "Pitfall", "Problem", "REPLAY_BATCHES", "Scenario", "ToyServer", "W", "check_problem",
            "checker_row", "classify", "count", "format_checks", "format_table", "freed_pool_reuse",
            "freed_workspace", "frozen_scalar", "narrow_view", "narrow_view_pages", "padded_slots", "pages_through_view",

@@ -9,13 +9,12 @@ from typing import Callable
 
 import torch
 
-from mla_edu.device import default_device
+from mla_edu.device import default_device, triton_available
 from mla_edu.graphs.capture import Graph, graph
 from mla_edu.graphs.check import check, rows_label
 from mla_edu.graphs.emulator import GraphCaptureError
 from mla_edu.graphs.scenarios.problem import Problem
 from mla_edu.graphs.scenarios.registry import CAPTURE_REFUSED, MATCHES, Scenario, scenario, scenarios
-from mla_edu.graphs.scenarios.toy_decode import HAS_TRITON
 
 
 def classify(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-3) -> str:
@@ -76,7 +75,7 @@ def run_all(device=None, mode: str = "auto", only: list[Scenario] | None = None)
     backend = Graph(device=dev, mode=mode).backend
     rows = []
     for sc in scenarios() if only is None else only:
-        if sc.needs_triton and not HAS_TRITON:
+        if sc.needs_triton and not triton_available():
             rows.append((str(dev), backend, sc.name, "skipped: no triton"))
             continue
         rows.append((str(dev), backend, sc.name, scenario_outcome(sc, dev, mode)))

@@ -13,6 +13,7 @@ import torch
 
 import mla_edu  # noqa: F401  (TRITON_INTERPRET before triton)
 from mla_edu import kernels
+from mla_edu.device import require_triton
 from mla_edu.graphs.emulator import host_tensor
 
 PAGE = 4  # tokens per page
@@ -22,13 +23,13 @@ MAX_BS = 4  # captured batch size
 NUM_REQS = 8  # req_to_token rows
 NUM_PAGES = 1 + NUM_REQS * W  # page 0 is a reserved dummy page (SGLang pads out_cache_loc with slot 0)
 
-try:
+try:  # the kernel below is defined where Triton is here; whether to run it is device.triton_available's answer
     import triton
     import triton.language as tl
 
-    HAS_TRITON = True
+    _HAS_TRITON = True
 except Exception:  # pragma: no cover
-    HAS_TRITON = False
+    _HAS_TRITON = False
 
 
 # ---- the kernel: torch and Triton, both with the size-derived row stride ---------------------
@@ -55,7 +56,7 @@ def paged_sum_torch(page_table: torch.Tensor, seq_lens: torch.Tensor, kv_cache: 
     return torch.where(bad, float("nan"), out)  # checked: a poisoned page id gives NaN, not a crash
 
 
-if HAS_TRITON:
+if _HAS_TRITON:
     @triton.jit
     def _paged_sum_kernel(table_ptr, row_stride, seq_lens_ptr, kv_ptr, out_ptr, num_pages,
                           T: tl.constexpr, PAGE_: tl.constexpr, D_: tl.constexpr):
@@ -75,6 +76,7 @@ if HAS_TRITON:
 @torch.library.custom_op("mla_edu_graphs::paged_sum", mutates_args=())
 def paged_sum_triton(page_table: torch.Tensor, seq_lens: torch.Tensor, kv_cache: torch.Tensor) -> torch.Tensor:
     """Triton version of :func:`paged_sum_torch`; the launcher passes ``page_table.size(1)`` as row stride."""
+    require_triton("paged_sum_triton (the toy server's Triton kernel)")
     B = page_table.shape[0]
     out = torch.empty(B, kv_cache.shape[-1], dtype=kv_cache.dtype, device=kv_cache.device)
     _paged_sum_kernel[(B,)](page_table, page_table.size(1), seq_lens, kv_cache, out, kv_cache.shape[0],
