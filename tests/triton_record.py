@@ -213,9 +213,9 @@ def unasked(path: Path) -> tuple[set[str], str]:
     if OUTSIDE in record["did"]:
         return set(), f"{path}: something outside any test module {record['did'][OUTSIDE]}: every test runs"
     leave = {t for t in record["tests"] if t not in record["did"] and _module_of(t) not in record["did"]}
-    return leave, (f"{len(leave)} of {len(record['tests'])} tests left out: in the run with Triton of this tree "
-                   f"({path}), every test passed and these never asked whether Triton is here, never imported it, "
-                   "never read the installed packages and never started a process")
+    return leave, (f"the record clears {len(leave)} of the {len(record['tests'])} tests: in the run with Triton "
+                   f"of this tree ({path}), every test passed and these never asked whether Triton is here, never "
+                   "imported it, never read the installed packages and never started a process")
 
 
 class SkipPlugin:
