@@ -75,8 +75,8 @@ endif
 repro: $(VENV)/.ready
 	$(PY) -m mla_edu.case_study.repro
 
-# The unit tests also write $(TRITON_RECORD): which test modules ask whether Triton is here (tests/triton_record.py);
-# the run without Triton reads it.
+# The unit tests also write $(TRITON_RECORD): which tests ask whether Triton is here (tests/triton_record.py); the
+# run without Triton reads it.
 TRITON_RECORD := build/triton_record.json
 test: $(VENV)/.ready lint
 	$(PY) -m pytest -q $(XDIST) --triton-record $(TRITON_RECORD) tests
@@ -165,9 +165,10 @@ endif
 
 # The tests as on a laptop without Triton (macOS, Windows): a venv from the Linux CPU lock less Triton, then the
 # main job (its tables must be results/repro_cpu.md's: no-triton-repro), the unit tests (those that need Triton skip
-# themselves; the test modules that, in make test's green run of this tree, never asked whether Triton is here are
-# left out: they run the same code, tests/triton_record.py) and strict nbval over every notebook (no-triton-tests). .ci/run runs the two parts apart: the main job
-# (one thread) while the browser tests run, the tests after them.
+# themselves; the tests that, in make test's green run of this tree, never asked whether Triton is here are left
+# out: they run the same code, tests/triton_record.py; TRITON_RECORD=none runs them all) and strict nbval over every
+# notebook (no-triton-tests). .ci/run runs the two parts apart: the main job (one thread) while the browser tests run,
+# the tests after them.
 NO_TRITON := .venv-no-triton
 test-no-triton: no-triton-repro no-triton-tests
 

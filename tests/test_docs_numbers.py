@@ -343,8 +343,9 @@ def ci_claims() -> list[str]:
         f"with `.venv` made, {cpu_wall():.0f} s (`results/repro_cpu.md`)",
         f"`bash .ci/run` {total} in all (creating `.venv` from the lock, ruff, {unit[0]} unit tests in {unit[1]} s, "
         f"{nb[0]} notebook cells under strict nbval in {nb[1]}, then `make test-lab`: the book and {lab[0]} browser "
-        f"tests in {lab[1]}; then without Triton {no_triton_unit[0]} unit",
-        f"tests in {no_triton_unit[1]} s and the {no_triton_nb[0]} cells in {no_triton_nb[1]}, and the platform locks'",
+        f"tests in {lab[1]}; then without Triton the {no_triton_unit[0]} unit",
+        f"tests that ask whether Triton is here (`tests/triton_record.py`) in {no_triton_unit[1]} s and the "
+        f"{no_triton_nb[0]} cells in {no_triton_nb[1]}, and the platform",
         f"`make repro` {fresh_repro} in an earlier fresh clone",
     ]
 

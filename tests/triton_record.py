@@ -13,6 +13,9 @@ a module, for every test. ``make unit`` writes what it saw (``--triton-record FI
 what each test or module did first. ``make no-triton-tests`` reads it (``--triton-skip-unasked FILE``) and deselects
 the tests that did none, only where the file is for this tree (a hash of the sources); otherwise every test runs, and
 the run says why.
+
+Not followed: state one test leaves for another (a cache filled by a test that asked, read later by one that did
+not). ``make no-triton-tests TRITON_RECORD=none`` runs every test without Triton, as CI did before the record.
 """
 
 from __future__ import annotations
