@@ -500,15 +500,42 @@ def test_no_truth_sits_in_a_frame_while_the_learners_function_runs():
     assert not ex.check_workspace_size(workspace).passed
     assert not ex.check_stale_reads(stale).passed
     assert len(seen) > 2 and all(v is None for row in seen for v in row), seen[:3]
-    # nor among the objects gc tracks: the sealed truths are a digest, not a list of them
+
+
+def _heap_hunter():
+    """A learner's workspace_size that, at its first call, looks among the objects gc tracks for a list or tuple
+    of more than 1000 workspace sizes (ints over 10,000) and answers each case with the next of them."""
     import gc
 
-    def hunts_the_heap(*case):
-        lists = [o for o in gc.get_objects() if type(o) is list and len(o) > 20
-                 and all(type(x) is int and x > 10_000 for x in o)]
-        return lists[0][0] if lists else 0
+    state = {"calls": 0, "found": ()}
 
-    assert not ex.check_workspace_size(hunts_the_heap).passed
+    def hunts_the_heap(*case):
+        if state["calls"] == 0:
+            found = [o for o in gc.get_objects() if type(o) in (list, tuple) and len(o) > 1000
+                     and all(type(x) is int and x > 10_000 for x in o)]
+            state["found"] = found[0] if found else ()
+        state["calls"] += 1
+        return state["found"][state["calls"] - 1] if state["calls"] <= len(state["found"]) else 0
+
+    return hunts_the_heap
+
+
+def test_no_truth_sits_among_the_objects_gc_tracks(monkeypatch):
+    # the sealed truths are a digest, not a list of them: the hunter finds nothing and gets a case wrong (not a
+    # timeout: it hunts once)
+    result = ex.check_workspace_size(_heap_hunter())
+    assert not result.passed and "your function returned 0, which is wrong" in result.message, result.message
+    # where the truths sat in a list while the learner's function runs, the same hunter passes
+
+    class KeptSeal(checks.Seal):
+        __slots__ = ("kept",)
+
+        def __init__(self, truths):
+            self.kept = list(truths)
+            super().__init__(self.kept)
+
+    monkeypatch.setattr(ex, "Seal", KeptSeal)
+    assert ex.check_workspace_size(_heap_hunter()).passed
 
 
 def test_a_patched_builtin_is_put_back_and_refused():
