@@ -1,6 +1,6 @@
-"""The record that lets the run without Triton leave out the test modules that never ask for it
-(tests/triton_record.py): each way of asking is seen and put on the module that ran, and the record clears
-modules only for this tree, from a green run of every test, on a machine without Triton."""
+"""The record that lets the run without Triton leave out the tests that never ask for it (tests/triton_record.py):
+each way of asking is seen and put on the test or module that ran, and a record written by a green run with Triton
+clears tests only for this checkout, on a machine without Triton, with CUDA as the record's or without as it."""
 
 import importlib.metadata
 import importlib.util
@@ -9,9 +9,11 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
 
 import pytest
+import torch
 import triton_record
 from triton_record import OUTSIDE, Recorder, tree_hash, unasked
 
@@ -25,6 +27,27 @@ def _find_submodule(name):
         return importlib.util.find_spec(name)
     except ModuleNotFoundError:  # its package is not installed (without Triton)
         return None
+
+
+def _import_statement():
+    try:
+        import triton  # noqa: F401  (with Triton, long imported by now: sys.modules has it)
+    except ImportError:
+        pass
+
+
+def _from_import():
+    try:
+        from triton.runtime import interpreter  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _import_module():
+    try:
+        importlib.import_module("triton.language")
+    except ImportError:
+        pass
 
 
 @pytest.fixture
@@ -44,7 +67,9 @@ def test_every_way_of_asking_is_put_on_the_module_that_ran(recorder):
         "tests/c.py": lambda: importlib.metadata.version("torch"),
         "tests/d.py": lambda: importlib.metadata.distributions(),
         "tests/e.py": lambda: subprocess.run([sys.executable, "-c", "0"], check=True),
-        "tests/f.py": lambda: recorder.find_spec("triton"),  # a first `import triton` reaches the meta-path finder
+        "tests/f.py": _import_statement,
+        "tests/f2.py": _from_import,
+        "tests/f3.py": _import_module,
     }
     if sys.platform != "win32":
         def spawn():
@@ -66,6 +91,14 @@ def test_every_way_of_asking_is_put_on_the_module_that_ran(recorder):
     assert recorder.did["tests/e.py"].startswith("started a process (_execute_child")
 
 
+def test_what_another_thread_does_counts_for_every_test(recorder):
+    recorder.current = "tests/a.py"
+    t = threading.Thread(target=importlib.util.find_spec, args=("triton",))
+    t.start()
+    t.join()
+    assert recorder.did == {OUTSIDE: "asked for triton"}
+
+
 def test_the_first_thing_a_module_did_is_kept(recorder):
     recorder.current = "tests/a.py"
     importlib.util.find_spec("triton")
@@ -80,8 +113,9 @@ def no_triton(monkeypatch):
 
 
 def _write(path, **change):
-    record = {"tree": tree_hash(), "tests": ["tests/test_a.py::test_1", "tests/test_a.py::test_2[x]",
-                                            "tests/test_b.py::test_1", "tests/test_c.py::test_1"],
+    record = {"tree": tree_hash(), "cuda": torch.cuda.is_available(),
+              "tests": ["tests/test_a.py::test_1", "tests/test_a.py::test_2[x]", "tests/test_b.py::test_1",
+                        "tests/test_c.py::test_1"],
               "did": {"tests/test_b.py": "asked for triton",
                       "tests/test_a.py::test_2[x]": "started a process"}} | change
     path.write_text(json.dumps(record))
@@ -92,18 +126,20 @@ def test_a_record_of_this_tree_clears_the_tests_that_did_nothing(tmp_path, no_tr
     # a module's entry (its collection, a wider fixture) counts for each of its tests; a test's, for that test
     leave, why = unasked(_write(tmp_path / "r.json"))
     assert leave == {"tests/test_a.py::test_1", "tests/test_c.py::test_1"}
-    assert why.startswith("the record clears 2 of the 4 tests")
+    assert why.startswith("the record clears 2 of the 4 tests that passed")
 
 
 @pytest.mark.parametrize("case, says", [
     ("missing", "no record of a run with Triton"),
     ("other tree", "is of another tree"),
     ("outside", "something outside any test module"),
+    ("other machine", "CUDA"),
 ])
 def test_every_test_runs_where_the_record_cannot_vouch(tmp_path, no_triton, case, says):
     path = {"missing": lambda: tmp_path / "none.json",
             "other tree": lambda: _write(tmp_path / "r.json", tree="0" * 64),
-            "outside": lambda: _write(tmp_path / "r.json", did={OUTSIDE: "asked for triton"})}[case]()
+            "outside": lambda: _write(tmp_path / "r.json", did={OUTSIDE: "asked for triton"}),
+            "other machine": lambda: _write(tmp_path / "r.json", cuda=not torch.cuda.is_available())}[case]()
     leave, why = unasked(path)
     assert leave == set() and says in why and why.endswith("every test runs")
 
@@ -114,15 +150,20 @@ def test_with_triton_installed_every_test_runs(tmp_path):
     assert unasked(_write(tmp_path / "r.json")) == (set(), "Triton is installed here: every test runs")
 
 
-@pytest.mark.parametrize("args, keyword, markexpr, whole", [
-    (["tests"], "", "not lab", True),
-    ([], "", "not lab", True),  # testpaths
-    (["tests/test_model.py"], "", "not lab", False),
-    (["tests"], "model", "not lab", False),
-    (["tests"], "", "not lab and not triton", False),
+@pytest.mark.parametrize("args, keyword, markexpr, only, whole", [
+    (["tests"], "", "not lab", None, True),
+    ([], "", "not lab", None, True),  # testpaths
+    (["tests/test_model.py"], "", "not lab", None, False),
+    (["tests"], "model", "not lab", None, False),
+    (["tests"], "", "not lab and not triton", None, False),
+    (["tests"], "", "not lab", "collectonly", False),
+    (["tests"], "", "not lab", "setupplan", False),
 ])
-def test_only_a_run_of_every_test_is_recorded(args, keyword, markexpr, whole):
+def test_only_a_run_of_every_test_is_recorded(args, keyword, markexpr, only, whole):
     root = triton_record.ROOT
-    config = SimpleNamespace(option=SimpleNamespace(keyword=keyword, markexpr=markexpr, deselect=None, lf=False),
-                             args=args or ["tests"], invocation_params=SimpleNamespace(dir=root))
+    option = SimpleNamespace(keyword=keyword, markexpr=markexpr, deselect=None, lf=False, collectonly=False,
+                             setuponly=False, setupplan=False)
+    if only:
+        setattr(option, only, True)
+    config = SimpleNamespace(option=option, args=args or ["tests"], invocation_params=SimpleNamespace(dir=root))
     assert triton_record._whole_run(config) is whole

@@ -52,6 +52,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from mla_edu.device import triton_available
 from mla_edu.graphs.poison import poison_
 
 __all__ = ["GraphCaptureError", "GraphWarmupWarning", "FreedMemoryError", "EmulatedPool", "Program", "Recorder",
@@ -560,9 +561,11 @@ class Recorder(TorchDispatchMode):
 
         self._patches.append((torch.Tensor, "to", old_to))
         torch.Tensor.to = to
+        if not triton_available():  # nothing to patch
+            return
         try:
             from triton.runtime import interpreter
-        except Exception:  # triton missing or not in interpreter mode: nothing to patch
+        except Exception:  # not in interpreter mode: nothing to patch
             return
         cls = interpreter.InterpretedFunction
         orig_run = cls.run
