@@ -108,10 +108,14 @@ gpu-wheels:
 
 # JupyterLab from .venv on 127.0.0.1, driven by headless Chromium: Run All in every notebook, the panel's
 # run button in notebook 08, and the book's pages. Installs Debian's chromium + chromium-driver if missing.
+# On up to LAB_WORKERS cores (pytest-xdist), each worker with its own JupyterLab and Chromium: a notebook's kernel
+# runs one thread, so two Run Alls side by side fill two cores. LAB_WORKERS=1 runs them one at a time, as an
+# attendee does: only such a run writes their times (build/lab_run_all_seconds.json, for tools/notebook_timings.py).
+LAB_WORKERS ?= 2
 test-lab: $(VENV)/.ready book slides
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
-	$(PY) -m pytest -q -m lab tests/lab
+	$(PY) -m pytest -q -m lab $(if $(filter 1,$(LAB_WORKERS)),,-n auto --maxprocesses $(LAB_WORKERS) --dist load) tests/lab
 
 # The kernel lab's tests (kernel_lab/README.md), not part of make test: the essay's numbers and the A/B results'
 # readings recomputed from their files, the variant patches applied to the seesaw kernel and compiled for sm_90a.

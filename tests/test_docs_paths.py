@@ -25,7 +25,7 @@ GENERATED = {
     "build/book/slides/": "make slides writes a reveal.js deck per track and per notebook there (tools/slides.py)",
     "build/book/slides/vendor/": "make slides unpacks reveal.js and what the decks load there",
     "build/npm/": "make slides keeps the npm packages it fetched there",
-    "build/lab_run_all_seconds.json": "make test-lab writes the Run All timings of every notebook there",
+    "build/lab_run_all_seconds.json": "make test-lab LAB_WORKERS=1 writes the Run All timings of every notebook there",
     "build/instructor/": "make instructor writes the instructor's copies there (tools/instructor.py)",
     "build/instructor/notebooks/": "make instructor writes every notebook with its solutions there",
     "build/instructor/book/": "make instructor builds the book from those notebooks there",
