@@ -18,7 +18,8 @@ section, ``**N.**`` or ``### Exercise N``, is a unit of its own), the minutes of
   are, what to look at;
 - running: the seconds its code cells took in the notebook's last execution (nbclient's timestamps in each
   cell's metadata), scaled so that the notebook's sections add up to its Run All time in JupyterLab where
-  ``make test-lab LAB_WORKERS=1`` has measured it (one notebook at a time) (``build/lab_run_all_seconds.json``), else to nbclient's own total;
+  ``make test-lab LAB_WORKERS=1`` has measured it, one notebook at a time (``build/lab_run_all_seconds.json``),
+  else to nbclient's own total;
 - attendees running the cells themselves: the code part (lines and running) times ``ATTENDEE_FACTOR`` = 2
   (typing or stepping through, waiting for the slowest laptop), a stated allowance;
 - an exercise unit adds ``EXERCISE_MIN`` = 4 minutes for attendees to predict, run the check and hear the answer.
@@ -442,7 +443,8 @@ def to_markdown(table: dict) -> str:
              f"about {table['words_per_min'] / table['prose_factor']:.0f} words a minute in effect), "
              f"{table['min_per_equation']:g} minute per display equation, {table['min_per_code_line'] * 60:g} s per "
              f"line of code read aloud, {table['min_per_figure']:g} minute per figure, and the seconds the cells ran "
-             "in the last execution (JupyterLab's Run All where `make test-lab LAB_WORKERS=1` measured it, one notebook at a time); where attendees run "
+             "in the last execution (JupyterLab's Run All where `make test-lab LAB_WORKERS=1` measured it, one "
+             "notebook at a time); where attendees run "
              f"the cells, the code's part counts {table['attendee_factor']:g} times; an exercise adds "
              f"{table['exercise_min']:g} minutes for the attempt. Breaks and questions are stated minutes.", "",
              "| notebook | words | equations | code lines | figures | exercises | Run All, s | core, min "
