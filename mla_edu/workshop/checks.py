@@ -40,6 +40,7 @@ import inspect
 import itertools
 import math
 import operator
+import os
 import secrets
 import signal
 import sys
@@ -48,6 +49,7 @@ import textwrap
 import threading
 import time
 import types
+import weakref
 from collections import namedtuple
 from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
@@ -68,6 +70,12 @@ _interrupt_main, _getsignal = _thread.interrupt_main, signal.getsignal
 #: the release: a thread pool refused mid-``submit`` held ``concurrent.futures``' global lock for good)
 _LIBRARY_FILES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})) \
     + ("<frozen ",)
+#: the library's own code (Python's, the packages', this package's) and where a finalizer of it starts: gc, or a last
+#: reference dropped, runs it inside the learner's function, and a stop raised in it would be swallowed ("Exception
+#: ignored in: <finalize object>") and cut its cleanup short (a graph emulator's, once: every graph test after it
+#: failed). The stop waits until it is past.
+_OWN_FILES = _LIBRARY_FILES + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+_FINALIZE_CALL = weakref.finalize.__call__.__code__
 #: while the alarm re-arms the tracer after a stop: every this many seconds (a stop swallowed by a bare ``except``)
 _REARM_SECONDS = 0.25
 #: how the alarm reaches the main thread: SIGALRM from ``signal.setitimer`` (Linux, macOS: it also interrupts a
@@ -467,7 +475,10 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     the function returns. The handler puts the tracer back each time: a stop that the function swallows (a bare
     ``except:`` around an endless loop) takes the tracer off, as CPython drops a trace function that raised. The
     tracer raises nothing while a stop is being handled (a ``with``'s exit, an ``except:`` body) or in Python's or
-    a package's own code, which so finishes its cleanup (a lock's ``with``); grad mode is put back after.
+    a package's own code, which so finishes its cleanup (a lock's ``with``); grad mode is put back after. Neither
+    the tracer nor the alarm raises it inside a finalizer of the library's (``weakref.finalize``, ``__del__``) that
+    gc or a last reference dropped runs inside the function: raised there, Python would swallow it ("Exception
+    ignored in") and skip the rest of the cleanup; the tracer raises it at the learner's next line.
     On Linux and macOS the alarm is SIGALRM (``signal.setitimer``), which also interrupts what the tracer cannot
     see: a ``time.sleep``, one long C call. Windows has no ``setitimer``: there a watchdog thread sends SIGINT
     (``_thread.interrupt_main``, what the stop button does) and the check's handler takes it; a sleep or one long
@@ -497,6 +508,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     deadline = _monotonic() + seconds
     count = [0]
     late = f"{what} did not finish within {seconds:g} s (an endless loop?)"
+    own_files, finalize_call = _OWN_FILES, _FINALIZE_CALL
 
     def tracer(frame, event, arg):
         if frame.f_code is alarm.__code__:
@@ -516,6 +528,11 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
             if event == "exception" or sys.exc_info()[1] is state.get("raised", _MISSING) \
                     or frame.f_code.co_filename.startswith(_LIBRARY_FILES):
                 return tracer
+            f = frame  # nor in the library's finalizer (inline: a call from here would be traced)
+            while f is not None and f.f_code is not here and f.f_code.co_filename.startswith(own_files):
+                if f.f_code is finalize_call or f.f_code.co_name == "__del__":
+                    return tracer
+                f = f.f_back
             if alarm_signum is not None and _getsignal(alarm_signum) is alarm:  # raised by the alarm's handler,
                 _interrupt_main(alarm_signum)  # which puts the tracer back after (where the function took the
                 return tracer  # handler off, raised here)
@@ -532,7 +549,15 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
                 state["drop_ok"] = True  # _audit lets that one drop through, once
             raise KeyboardInterrupt  # (no Python call here: the tracer would raise the stop into it)
         state["stop"] = state["stop"] or late
+        f, in_finalizer = frame, False  # in the library's finalizer (gc, or a last reference dropped, runs it here)?
+        while f is not None and f.f_code is not here and f.f_code.co_filename.startswith(own_files):
+            if f.f_code is finalize_call or f.f_code.co_name == "__del__":
+                in_finalizer = True  # a stop raised in it would be swallowed and cut its cleanup short: not there
+                break
+            f = f.f_back
         if frame is not None and frame.f_code is tracer.__code__:
+            if in_finalizer:
+                return  # the tracer is on: it raises the stop at the learner's next line
             # the tracer's request, taken inside the tracer: the raise drops it (CPython drops a trace function
             # that raised); the next alarm, asked for in a millisecond, finds the function's own code running and
             # puts the tracer back, so that a stop swallowed in each row of a loop costs a millisecond a row
@@ -552,6 +577,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         while frame is not None and frame.f_code is not here:
             frame.f_trace = tracer
             frame = frame.f_back
+        if in_finalizer:
+            return  # the tracer, back on, raises it past the finalizer, at the learner's next line
         state["raised"] = _Stop(state["stop"])
         raise state["raised"]
 
