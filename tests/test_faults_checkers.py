@@ -96,6 +96,29 @@ def test_a_finalizer_of_the_library_runs_to_its_end_and_the_stop_comes_after(ala
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="Windows has no setitimer: a sleep runs to its end")
+def test_a_finalizer_that_sleeps_is_stopped_all_the_same(monkeypatch):
+    """The stop waits past a finalizer of the library's for a second at most: one that sleeps (a learner's
+    ``weakref.finalize(obj, time.sleep, 20)``) is stopped a second after the alarm, not 20 s later."""
+    ignored = []
+    monkeypatch.setattr(sys, "unraisablehook", ignored.append)
+
+    class Thing:
+        pass
+
+    def sleeps_in_a_finalizer():
+        thing = Thing()
+        weakref.finalize(thing, time.sleep, 20)
+        del thing  # its finalizer runs here: time.sleep(20), under weakref.finalize's frame
+        return 1
+
+    t0 = time.monotonic()
+    value, err = run_learner(sleeps_in_a_finalizer, refuse=REFUSE, seconds=0.3)
+    assert (value, err) == (None, "your function did not finish within 0.3 s (an endless loop?)")
+    assert time.monotonic() - t0 < 6
+    assert [u.exc_type for u in ignored] == [checks._Stop]  # the one stop raised in it, a second after the alarm
+
+
 @pytest.mark.parametrize("alarm", ALARMS)
 def test_a_stop_swallowed_by_a_bare_except_is_raised_again_not_a_hang(alarm, monkeypatch):
     monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
