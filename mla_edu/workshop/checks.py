@@ -73,8 +73,8 @@ _LIBRARY_FILES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "pla
 #: the library's own code (Python's, the packages', this package's) and where a finalizer of it starts: gc, or a last
 #: reference dropped, runs it inside the learner's function, and a stop raised in it would be swallowed ("Exception
 #: ignored in: <finalize object>") and cut its cleanup short (a graph emulator's, once: every graph test after it
-#: failed). The stop waits until it is past, for at most this many seconds (a finalizer that sleeps, or one that never
-#: ends, is stopped all the same).
+#: failed). The stop waits until it is past, for this many seconds at most in one check, counted from the first wait (a
+#: finalizer that sleeps or never ends, or a loop that swallows a stop in one after another, is stopped all the same).
 _FINALIZER_SECONDS = 1.0
 _OWN_FILES = _LIBRARY_FILES + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
 _FINALIZE_CALL = weakref.finalize.__call__.__code__
@@ -481,7 +481,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     the tracer nor the alarm raises it inside a finalizer of the library's (``weakref.finalize``, ``__del__``) that
     gc or a last reference dropped runs inside the function: raised there, Python would swallow it ("Exception
     ignored in") and skip the rest of the cleanup; the tracer raises it at the learner's next line. That wait lasts
-    ``_FINALIZER_SECONDS`` at most: a finalizer that sleeps or never ends is stopped all the same.
+    ``_FINALIZER_SECONDS`` at most in one check: a finalizer that sleeps or never ends is stopped all the same.
     On Linux and macOS the alarm is SIGALRM (``signal.setitimer``), which also interrupts what the tracer cannot
     see: a ``time.sleep``, one long C call. Windows has no ``setitimer``: there a watchdog thread sends SIGINT
     (``_thread.interrupt_main``, what the stop button does) and the check's handler takes it; a sleep or one long
@@ -538,7 +538,6 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
                         return tracer
                     break
                 f = f.f_back
-            state.pop("finalizing", None)
             if alarm_signum is not None and _getsignal(alarm_signum) is alarm:  # raised by the alarm's handler,
                 _interrupt_main(alarm_signum)  # which puts the tracer back after (where the function took the
                 return tracer  # handler off, raised here)
@@ -558,12 +557,10 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         f, in_finalizer = frame, False  # in the library's finalizer (gc, or a last reference dropped, runs it here)?
         while f is not None and f.f_code is not here and f.f_code.co_filename.startswith(own_files):
             if f.f_code is finalize_call or f.f_code.co_name == "__del__":  # a stop raised in it would be swallowed
-                # and cut its cleanup short: not there, for a second at most
+                # and cut its cleanup short: not there, for a second at most ("finalizing": when the first wait began)
                 in_finalizer = _monotonic() - state.setdefault("finalizing", _monotonic()) < _FINALIZER_SECONDS
                 break
             f = f.f_back
-        if not in_finalizer:
-            state.pop("finalizing", None)
         if frame is not None and frame.f_code is tracer.__code__:
             if in_finalizer:
                 return  # the tracer is on: it raises the stop at the learner's next line
