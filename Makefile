@@ -108,9 +108,10 @@ gpu-wheels:
 
 # JupyterLab from .venv on 127.0.0.1, driven by headless Chromium: Run All in every notebook, the panel's
 # run button in notebook 08, and the book's pages. Installs Debian's chromium + chromium-driver if missing.
-# On up to LAB_WORKERS cores (pytest-xdist), each worker with its own JupyterLab and Chromium: a notebook's kernel
-# runs one thread, so two Run Alls side by side fill two cores. LAB_WORKERS=1 runs them one at a time, as an
-# attendee does: only such a run writes their times (build/lab_run_all_seconds.json, for tools/notebook_timings.py).
+# On up to LAB_WORKERS cores (pytest-xdist), each worker with its own JupyterLab and Chromium: one Run All leaves a
+# core mostly idle, so two side by side finish sooner (CI's step: 416 s against 462, results/ci_fresh_clone.md).
+# LAB_WORKERS=1 runs them one at a time, as an attendee does: only such a run writes their times
+# (build/lab_run_all_seconds.json, for tools/notebook_timings.py).
 LAB_WORKERS ?= 2
 test-lab: $(VENV)/.ready book slides
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
