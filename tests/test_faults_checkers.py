@@ -52,6 +52,10 @@ def _no_garbage_waiting():
     yield
 
 
+class _Thing:  # an object a learner's function makes and drops, with a finalizer on it
+    pass
+
+
 def _release_many():  # the graph emulator's own finalizer (this package's Python code), over ids no storage has
     from mla_edu.graphs import emulator
 
@@ -72,13 +76,10 @@ def test_a_finalizer_of_the_library_runs_to_its_end_and_the_stop_comes_after(ala
     monkeypatch.setattr(sys, "unraisablehook", ignored.append)
     cb, started = _release_many(), [0]
 
-    class Thing:
-        pass
-
     def finalizers():  # each Thing dies at the del, so its finalizer runs there: most of the time goes there
         while True:
             started[0] += 1
-            thing = Thing()
+            thing = _Thing()
             weakref.finalize(thing, cb)
             del thing
 
@@ -97,11 +98,11 @@ def test_a_finalizer_of_the_library_runs_to_its_end_and_the_stop_comes_after(ala
     assert time.monotonic() - t0 < 10
 
 
-def _sleeps(thing_type, rows):  # a learner's function: a finalizer that sleeps 20 s, in each of `rows` rows
+def _sleeps(rows):  # a learner's function: a finalizer that sleeps 20 s, in each of `rows` rows
     def fn():
         for _ in range(rows):
             try:
-                thing = thing_type()
+                thing = _Thing()
                 weakref.finalize(thing, time.sleep, 20)
                 del thing  # its finalizer runs here: time.sleep(20), under weakref.finalize's frame
             except:  # noqa: E722  (a swallowed stop: the next row)
@@ -110,11 +111,11 @@ def _sleeps(thing_type, rows):  # a learner's function: a finalizer that sleeps 
     return fn
 
 
-def _never_ends(thing_type, rows):  # the graph emulator's finalizer over an endless list of ids: it never ends
+def _never_ends():  # the graph emulator's finalizer over an endless list of ids: it never ends
     from mla_edu.graphs import emulator
 
     def fn():
-        thing = thing_type()
+        thing = _Thing()
         weakref.finalize(thing, emulator._release, itertools.count())
         del thing
         return 1
@@ -122,23 +123,20 @@ def _never_ends(thing_type, rows):  # the graph emulator's finalizer over an end
 
 
 @pytest.mark.parametrize("alarm", ALARMS)
-@pytest.mark.parametrize("learner, rows", [(_sleeps, 1), (_sleeps, 20), (_never_ends, 1)],
+@pytest.mark.parametrize("learner", [functools.partial(_sleeps, 1), functools.partial(_sleeps, 20), _never_ends],
                          ids=["sleeps", "sleeps-20-rows-swallowed", "never-ends"])
-def test_a_finalizer_that_sleeps_or_never_ends_is_stopped_all_the_same(alarm, learner, rows, monkeypatch):
+def test_a_finalizer_that_sleeps_or_never_ends_is_stopped_all_the_same(alarm, learner, monkeypatch):
     """The stop waits past a finalizer of the library's for a second at most in one check: one that sleeps (a
     learner's ``weakref.finalize(obj, time.sleep, 20)``), one in row after row of a loop that swallows each stop,
     and one that never ends (in this package's code, where the tracer sees its lines) are stopped a second or so
     after the alarm, not 20 s or 400 s later, or never."""
-    if alarm == "SIGINT" and learner is _sleeps:
+    if alarm == "SIGINT" and learner is not _never_ends:
         pytest.skip("the watchdog's SIGINT does not cut a sleep short (Windows: a sleep runs to its end)")
     monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
     monkeypatch.setattr(sys, "unraisablehook", lambda u: None)  # the stop raised in the finalizer at last
 
-    class Thing:
-        pass
-
     t0 = time.monotonic()
-    value, err = run_learner(learner(Thing, rows), refuse=REFUSE, seconds=0.3)
+    value, err = run_learner(learner(), refuse=REFUSE, seconds=0.3)
     assert (value, err) == (None, "your function did not finish within 0.3 s (an endless loop?)")
     assert time.monotonic() - t0 < 8
 

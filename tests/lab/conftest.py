@@ -151,7 +151,8 @@ def run_times():
 def pytest_collection_modifyitems(config, items):
     """The browser tests longest first (by the committed Run All times), the rest in their order: pytest-xdist then
     hands the long Run Alls out first, one to each worker, and the short tests fill in after."""
-    lab = [i for i, item in enumerate(items) if Path(item.path).is_relative_to(Path(__file__).parent)]
+    here = Path(__file__).parent
+    lab = [i for i, item in enumerate(items) if item.path.is_relative_to(here)]
     if not lab or not TIMINGS.is_file():
         return
     seconds = {n: v["run_all_s"] for n, v in json.loads(TIMINGS.read_text())["notebooks"].items()}
