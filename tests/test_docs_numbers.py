@@ -309,6 +309,10 @@ def md_claims() -> list[str]:
     nbval_gpu = one(r"\| nbval \| `[^`]*` \| (\d+) \| 0 \| 0 \| 0 \|", gpu).group(1)
     commit = one(r"from the repository root at `(\w+)`", gpu).group(1)
     earlier = one(r"(\d+) failed, \d+ skipped; nbval", gpu.split("## Earlier runs")[1]).group(1)
+    h100 = md("gpu_suite_h100.md")
+    unit_h100 = one(r"\| unit \| `[^`]*` \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", h100).groups()
+    nbval_h100 = one(r"\| nbval \| `[^`]*` \| (\d+) \| 0 \| 0 \| 0 \|", h100).group(1)
+    commit_h100 = one(r"from the repository root at `(\w+)`", h100).group(1)
     return [
         f"one replay overwrote {100 * changed / owned:.1f}% of its bytes",
         f"eager cutlass_mla with sgl-kernel 0.1.7's hard-coded `1/sqrt(192)`: {tiny[1]} (tiny) and {yarn[1]} "
@@ -320,6 +324,9 @@ def md_claims() -> list[str]:
         f"passed, {unit_gpu[1]} failed, {unit_gpu[2]} errors, {unit_gpu[3]} skipped",
         f"all {nbval_gpu} notebook cells passed under `--nbval-lax`",
         f"Earlier runs had {earlier} failures, tests that assumed a CPU machine",
+        f"On an H100 at `{commit_h100}` (no H200 would start",
+        f"{unit_h100[0]} unit tests passed, {unit_h100[1]} failed, {unit_h100[3]} skipped; {nbval_h100} notebook "
+        "cells passed",
     ]
 
 

@@ -113,15 +113,23 @@ def test_fill_page_table_refuses_a_pool_index_or_length_outside_the_pool_by_name
     assert (table == -7).all()  # refused before any write
 
 
-@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=CPU_TRITON)])
+@pytest.mark.parametrize("impl", ["torch", "triton"])
 def test_fill_page_table_on_unreadable_values_writes_no_page_for_what_no_page_serves(impl, monkeypatch):
-    """Where values cannot be read without a sync (a GPU, a capture), the kernels mask: a row past the pool and
-    pages past the context get -1 (NO_PAGE), never a read outside req_to_token or a repeated last page."""
+    """Where values cannot be read without a sync (a GPU, a capture), the kernels mask: a row past the pool, pages
+    past the context and negative slots get -1 (NO_PAGE), never a read outside req_to_token, a repeated last page,
+    or page 0 (slot -1 in Triton's integer division, which rounds toward zero). On a GPU machine, on the GPU."""
+    dev = "cpu"
+    if impl == "triton":
+        pytest.importorskip("triton")
+        dev = "cpu" if TRITON_INTERPRET else "cuda"
     monkeypatch.setattr("mla_edu.kvcache.page_table.values_readable", lambda *t: False)
     pool, _, _ = _fill_inputs()
-    table = torch.full((3, 6), -7, dtype=torch.int32)
-    fill_page_table(pool, torch.tensor([4, 1, -2]), torch.tensor([33, 90, 20]), table, 16, impl=impl)
-    assert table.tolist() == [[-1, -1, -1, -7, -7, -7], [5, 6, 7, 8, -1, -1], [-1, -1, -7, -7, -7, -7]]
+    pool[2, 16], pool[2, 32] = -1, -200  # request 3's second and third pages
+    table = torch.full((4, 6), -7, dtype=torch.int32, device=dev)
+    fill_page_table(pool.to(dev), torch.tensor([4, 1, -2, 2], device=dev), torch.tensor([33, 90, 20, 40], device=dev),
+                    table, 16, impl=impl)
+    assert table.tolist() == [[-1, -1, -1, -7, -7, -7], [5, 6, 7, 8, -1, -1], [-1, -1, -7, -7, -7, -7],
+                              [9, -1, -1, -7, -7, -7]]
 
 
 @pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=CPU_TRITON)])

@@ -12,10 +12,11 @@ every input through its strides (a strided ``seq_lens`` view, a transposed ``req
 Differences from SGLang, whose kernel trusts its inputs: writes stop at ``page_table.size(1)``
 (SGLang's kernel writes past the end of a too-narrow row), and a request needing more pages than
 the table has columns is refused where its length is read on the host; a page past the context
-(``p * PAGE >= max_context_len``), a row of a pool index outside the pool, and a page id the
-table's dtype cannot hold get the id -1, which no page has (a checked decode flags it), never a
-live page's id. Where the values can be read without waiting for a device (CPU tensors, no graph
-capture), these are refused before any write, with a ValueError naming the request.
+(``p * PAGE >= max_context_len``), a row of a pool index outside the pool, a negative slot, and a
+page id the table's dtype cannot hold get the id -1, which no page has (a checked decode flags
+it), never a live page's id (Triton's integer division rounds toward zero: slot -1 would be page
+0). Where the values can be read without waiting for a device (CPU tensors, no graph capture),
+these are refused before any write, with a ValueError naming the request.
 """
 
 from __future__ import annotations
@@ -97,11 +98,12 @@ def _fill_torch(req_to_token, req_pool_indices, seq_lens, page_table, page_size:
     cols = (p * page_size).clamp_(max=ctx - 1)  # [W] first token of page p (clamped: NO_PAGE past the context)
     req = req_pool_indices.to(torch.int64)  # [B]
     rows = req_to_token.index_select(0, req.clamp(0, pool - 1))  # [B, ctx] (clamped: NO_PAGE outside the pool)
-    ids = rows.index_select(1, cols).to(torch.int64) // page_size  # [B, W]
+    firsts = rows.index_select(1, cols).to(torch.int64)  # [B, W] each page's first slot
+    ids = firsts // page_size  # [B, W]
     n_pages = (seq_lens.to(torch.int64) + page_size - 1) // page_size  # [B]
     write = p[None, :] < n_pages[:, None]  # [B, W]
     bad = ((req < 0) | (req >= pool))[:, None] | (p * page_size >= ctx)[None, :]
-    bad = bad | (ids > torch.iinfo(page_table.dtype).max)
+    bad = bad | (firsts < 0) | (ids > torch.iinfo(page_table.dtype).max)
     new = torch.where(write, torch.where(bad, NO_PAGE, ids).to(page_table.dtype), page_table)
     page_table.copy_(new)
 

@@ -23,7 +23,7 @@ def _fill_page_table_kernel(
         col = tl.minimum(p * PAGE, ctx_len - 1)
         first = tl.load(req_to_token_ptr + req * stride_rt0 + col * stride_rt1, mask=mask, other=0).to(tl.int64)
         page = first // PAGE
-        page = tl.where(in_pool & (p * PAGE < ctx_len) & (page <= id_max), page, -1)  # NO_PAGE
+        page = tl.where(in_pool & (p * PAGE < ctx_len) & (first >= 0) & (page <= id_max), page, -1)  # NO_PAGE
         tl.store(page_table_ptr + row * stride_pt0 + p * stride_pt1, page, mask=mask)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import _thread
 import builtins
+import ctypes
 import decimal
 import fractions
 import hashlib
@@ -447,6 +448,22 @@ _LIBRARY_TYPES = read_only({torch.Tensor: "torch", np.ndarray: "numpy",
                             **{t: "numpy" for t in np.sctypeDict.values() if issubclass(t, np.generic)}})
 
 
+# Python's C API (3.3 and later), through prototypes of our own (the shared ctypes.pythonapi is left as it is)
+_INCREF = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
+_SET_EXC_INFO = ctypes.PYFUNCTYPE(None, *[ctypes.py_object] * 3)(("PyErr_SetExcInfo", ctypes.pythonapi))
+
+
+def _set_handled_exception(exc_info: tuple) -> None:
+    """Make ``exc_info`` (``sys.exc_info()``'s triple) the exception this thread is handling again. A stop raised
+    while a ``with`` block's exit runs can be left behind as the thread's handled exception once the function has
+    returned (seen on CPython 3.11 and 3.12: a loop that swallows a stop in each row leaves a chain of 200), and each
+    later error of the notebook would carry that chain, and its frames, as its ``__context__``. ``PyErr_SetExcInfo``
+    steals a reference to each argument: each is given one first."""
+    for obj in exc_info:
+        _INCREF(obj)
+    _SET_EXC_INFO(*exc_info)
+
+
 def _torch_mode_depths() -> tuple[int, int]:
     """How many torch function modes and dispatch modes are on (torch's mode stacks)."""
     return torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
@@ -617,6 +634,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     saved = (library_globals() if saved is None else saved) if watch else []
     modes, grad_was = _torch_mode_depths(), torch.is_grad_enabled()
     old_trace, old_thread_trace = sys.gettrace(), threading.gettrace()
+    handled = sys.exc_info()  # the exception the caller is handling, if any: handled again after the function
     # the setup inside the try: a stop pressed during it is put back by the finally too
     try:
         if main:
@@ -661,6 +679,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         left_on = _pop_torch_modes(modes)  # before describe: a mode left on would run in the error's __str__
         described = describe(error) if error is not None else None
         changed = _restore_globals(saved)
+    if sys.exc_info()[1] is not handled[1]:  # here, past the finally: an except or a finally would put it back
+        _set_handled_exception(handled)
     if state.get("interrupted"):  # the stop button, which the function swallowed: the check stops all the same
         raise KeyboardInterrupt
     if described is not None and not state["stop"]:
