@@ -14,9 +14,10 @@ Differences from SGLang, whose kernel trusts its inputs: writes stop at ``page_t
 the table has columns is refused where its length is read on the host; a page past the context
 (``p * PAGE >= max_context_len``), a row of a pool index outside the pool, a negative slot, and a
 page id the table's dtype cannot hold get the id -1, which no page has (a checked decode flags
-it), never a live page's id (Triton's integer division rounds toward zero: slot -1 would be page
-0). Where the values can be read without waiting for a device (CPU tensors, no graph capture),
-these are refused before any write, with a ValueError naming the request.
+it), never a live page's id (Triton's integer division rounds toward zero, its semantics page's
+"Differences with NumPy": slot -1 would be page 0). Where the values can be read without waiting
+for a device (CPU tensors, no graph capture), these are refused before any write, with a
+ValueError naming the request.
 """
 
 from __future__ import annotations
