@@ -57,12 +57,17 @@ def cos_sin(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of each position's angles: two tensors ``[*positions.shape, rope_dim // 2]`` (float32).
     Positions outside ``[0, max_position_embeddings)`` are refused where their values can be read without waiting
-    for a device (``check_positions``)."""
+    for a device (``check_positions``); elsewhere (a GPU, a graph capture) their cos and sin are NaN, so that the
+    attention they feed is NaN, never a rotation of another position (cos(-1) is cos(1))."""
     _check_integer(positions)
-    if values_readable(positions):
+    readable = values_readable(positions)
+    if readable:
         check_positions(config, positions)
     freqs = inv_freq(config) if freqs is None else freqs
     angles = positions.to(torch.float32)[..., None] * freqs.to(positions.device)  # [..., rope/2]
+    if not readable:  # device ops only: no host sync, graph-safe
+        outside = (positions < 0) | (positions >= config.max_position_embeddings)  # [...]
+        angles = angles.masked_fill(outside[..., None], float("nan"))
     a = config.rope_attention_factor
     return angles.cos() * a, angles.sin() * a
 

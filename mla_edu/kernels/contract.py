@@ -193,6 +193,14 @@ def workspace_bytes_needed(plan: DecodePlan) -> int:
     return max(ours, theirs)
 
 
+def check_partials_fit(need: int, what: str) -> None:
+    """ValueError when a workspace of ``need`` bytes of float32 partials holds more than int32 indices reach (the
+    kernels index the partials in int32: 8 GiB)."""
+    if need // 4 > INT32_MAX:
+        raise ValueError(f"workspace: {need} bytes of float32 partials ({what}) are past int32 indices (at most "
+                         f"{INT32_MAX} floats, {4 * INT32_MAX} bytes); expected a smaller batch or fewer splits")
+
+
 def check_stride_policy(stride_policy) -> None:
     """ValueError unless ``stride_policy`` is one of ``STRIDE_POLICIES``."""
     if stride_policy not in STRIDE_POLICIES:
@@ -216,6 +224,11 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     if max_pages * page > INT32_MAX:
         raise ValueError(f"page_table rows address {max_pages} pages of {page} tokens = {max_pages * page} tokens, "
                          f"past int32 positions (at most {INT32_MAX}); expected a narrower table")
+    last_row = (max(b, 1) - 1) * row_stride  # the kernels index the table in int32: program id x row stride
+    if last_row + max_pages > INT32_MAX:
+        raise ValueError(f"page_table: request {b - 1}'s row starts at entry {last_row} ({b} rows {row_stride} "
+                         f"entries apart), and its {max_pages} pages reach past int32 indices (at most {INT32_MAX}); "
+                         "expected fewer rows or a narrower table")
     sms = device_sm_count() if not sm_count else int(sm_count)
     splits = num_kv_splits_for(max_seq_len, max(b, 1), sms, num_kv_splits)
     plan = DecodePlan(b, h, dl, dr, page, num_pages, row_stride, max_pages, offset, reach, max_seq_len, splits,
@@ -223,6 +236,7 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     if splits > 1:
         check_workspace_layout(workspace)
         need = workspace_bytes_needed(plan)
+        check_partials_fit(need, f"B={b}, H={h}, {splits} splits")
         if workspace.numel() < need:
             raise ValueError(
                 f"workspace too small for {splits} KV splits: need {need} bytes "

@@ -234,6 +234,20 @@ def num_parts(heads: int, sm_count: int, batch: int = 0, n_pages: int = 0) -> in
     return max(1, PROGRAMS_PER_SM[block_h] * sm_count // cdiv(heads, block_h))
 
 
+def check_line_fits(batch: int, max_pages: int, parts: int, page_size: int) -> None:
+    """ValueError when the balanced partition's numbers do not fit int32, where the kernels compute them: a
+    request's tokens rounded up to whole pages, and the line (each request at most ``max_pages +
+    FIXED_OVERHEAD_PAGES`` page-times, summed over the batch, plus a part's rounding)."""
+    if (max_pages + 1) * page_size - 1 > 2**31 - 1:
+        raise ValueError(f"the balanced schedule: rows of {max_pages} pages of {page_size} tokens, rounded up to "
+                         f"whole pages, are past int32 positions (at most {2**31 - 1}); expected a narrower table")
+    line = batch * (max_pages + FIXED_OVERHEAD_PAGES) + FIXED_OVERHEAD_PAGES + parts
+    if line > 2**31 - 1:
+        raise ValueError(f"the balanced schedule: B={batch} requests of up to {max_pages} pages make a line of "
+                         f"{line} page-times, past the int32 sums its kernels compute (at most {2**31 - 1}); "
+                         "expected fewer requests or a narrower table, or schedule='splits'")
+
+
 def workspace_rows(batch: int, parts: int) -> int:
     """Workspace rows of the partials: row ``p + b`` for part p's segment of request b, ``p < parts``,
     ``b < batch``."""
@@ -273,6 +287,7 @@ def segments(seq_lens, page_size: int, max_pages: int, parts: int, heads: int) -
     arithmetic the kernels run for ``heads`` query heads (``segments_kernel``: on the lengths' GPU, or in Triton's
     interpreter on CPU; the heads set the piece cap, ``max_pieces``). ``seq_lens``: int32 [B] tensor or a list."""
     _check_sizes(page_size=page_size, max_pages=max_pages, parts=parts, heads=heads)
+    check_line_fits(len(seq_lens), max_pages, parts, page_size)
     require_triton("schedule.segments (the partition's arithmetic, run as a Triton kernel)")
     from mla_edu.kernels.partition import segments_kernel
 

@@ -24,7 +24,8 @@ from mla_edu.device import TRITON_INTERPRET, quiet
 from mla_edu.kernels import schedule
 from mla_edu.kernels import split_kv_wgmma as wgmma
 from mla_edu.kernels import stage1 as stage1_kernels
-from mla_edu.kernels.contract import DecodePlan, LaunchConfig, check_workspace_layout, flat_table, workspace_views
+from mla_edu.kernels.contract import (DecodePlan, LaunchConfig, check_partials_fit, check_workspace_layout, flat_table,
+                                      workspace_views)
 from mla_edu.kernels.stage1 import Stage1Call
 from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 from mla_edu.util import is_int
@@ -330,7 +331,9 @@ def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, worksp
     _check_inputs(q_nope, q_pe, cache, plan)
     b, h, dl = q_nope.shape
     parts = schedule.num_parts(h, sm_count, b, plan.max_pages)
+    schedule.check_line_fits(b, plan.max_pages, parts, plan.page_size)
     need = schedule.workspace_bytes(b, h, dl, parts)
+    check_partials_fit(need, f"B={b}, H={h}, {schedule.workspace_rows(b, parts)} rows of partials")
     check_workspace_layout(workspace)
     if workspace.numel() < need:
         raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "
