@@ -240,47 +240,51 @@ def test_a_stop_swallowed_row_after_row_inside_a_with_or_an_except_costs_no_alar
     assert sys.exc_info() == (None, None, None)  # no stop left behind as the exception being handled
 
 
-class _Exit:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _rows_through_a_with(cm, rows=50):
-    for _ in range(rows):
+def _rows_through_a_with(rows=50, interrupt=False):
+    for i in range(rows):
         try:
-            with cm():
+            with torch.no_grad():
                 j = 0
                 while j < 3:
                     divmod(j, 5)
         except:  # noqa: E722
-            pass
+            if interrupt and i == rows - 1:  # the learner's own interrupt, out of the last row's handler
+                raise KeyboardInterrupt
 
 
 @pytest.mark.parametrize("alarm", ALARMS)
-@pytest.mark.parametrize("cm", [_Exit, torch.no_grad], ids=["own_exit", "no_grad"])
 @pytest.mark.parametrize("caller", ["plain", "in_except"])
-def test_stops_swallowed_in_a_with_leave_the_handled_exception_as_it_was(alarm, cm, caller, monkeypatch):
-    # a stop raised while a `with`'s exit ran stayed the thread's handled exception after the check (a chain of one
-    # stop a row, 49 of 50 rows, found on CPython 3.11 and 3.12): every later error of the notebook carried it, and
-    # its frames, as __context__; a check run inside an except block put the caller's exception out of sight
+@pytest.mark.parametrize("interrupt", [False, True], ids=["stopped", "interrupted"])
+def test_stops_swallowed_in_a_with_leave_the_handled_exception_as_it_was(alarm, caller, interrupt, monkeypatch):
+    # a stop raised while `with torch.no_grad()`'s exit ran stayed the thread's handled exception after the check (a
+    # chain of one stop a row, 49 of 50 rows, found on CPython 3.11 and 3.12): every later error of the notebook
+    # carried it, and its frames, as __context__; a check run inside an except block put the caller's exception out
+    # of sight; the learner's own KeyboardInterrupt carried the chain out
     monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
+
+    def check(own=None) -> str:  # the verdict, or what the KeyboardInterrupt carries as its context
+        if not interrupt:
+            return run_learner(_rows_through_a_with, refuse=REFUSE, seconds=0.3)[1]
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            run_learner(_rows_through_a_with, 50, True, refuse=REFUSE, seconds=0.3)
+        ctx = stopped.value.__context__
+        return "no context" if ctx is None else "the caller's" if ctx is own else f"another: {ctx!r}"
+
     if caller == "plain":
-        value, err = run_learner(_rows_through_a_with, cm, refuse=REFUSE, seconds=0.3)
+        got = check()
         assert sys.exc_info() == (None, None, None)
     else:
         try:
             raise LookupError("the caller's own")
         except LookupError as own:
             refs = sys.getrefcount(own)
-            value, err = run_learner(_rows_through_a_with, cm, refuse=REFUSE, seconds=0.3)
+            got = check(own)
             gc.collect()  # the stops' tracebacks and the check's frames make cycles
-            refs_after, handled = sys.getrefcount(own), sys.exc_info()[1] is own
-            assert handled and refs_after == refs  # the caller's exception handled again, no reference lost or kept
+            refs_after, handled = sys.getrefcount(own), sys.exc_info()[1]
+            assert handled is own and refs_after == refs  # the caller's exception handled again, no reference lost
         assert sys.exc_info() == (None, None, None)
-    assert err == "your function did not finish within 0.3 s (an endless loop?)"
+    assert got == ("your function did not finish within 0.3 s (an endless loop?)" if not interrupt else
+                   "no context" if caller == "plain" else "the caller's")  # no stop of the check's
 
 
 @pytest.mark.parametrize("alarm", ALARMS)

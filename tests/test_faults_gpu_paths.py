@@ -44,7 +44,7 @@ def _plan(rows: int, width: int):
 @pytest.mark.parametrize("width", [2**24, 2**24 - 1])
 def test_a_table_whose_last_row_is_past_int32_indices_is_refused(width):
     # the kernels compute program id x row stride in int32: 2**31 // width rows fit, one more wrapped to row 0
-    fits = INT32_MAX // width  # rows: (rows - 1) * width + width <= INT32_MAX
+    fits = 2**31 // width  # rows: the last entry read, (rows - 1) * width + width - 1, <= INT32_MAX
     assert _plan(fits, width).batch == fits
     with pytest.raises(ValueError, match=rf"page_table: request {fits}'s row starts at entry {fits * width} "
                                          rf"\({fits + 1} rows {width} entries apart\).* past int32 indices"):
@@ -75,6 +75,15 @@ def test_the_balanced_partition_refuses_rows_whose_rounded_lengths_pass_int32(pa
 
 
 def test_partials_past_int32_indices_are_refused():
-    contract.check_partials_fit(4 * INT32_MAX + 3, "edge")  # INT32_MAX floats: the last index fits
-    with pytest.raises(ValueError, match=r"workspace: 8589934592 bytes of float32 partials \(B=1\) are past int32"):
-        contract.check_partials_fit(4 * INT32_MAX + 4, "B=1")
+    contract.check_partials_fit(INT32_MAX + 1, "edge")  # the last index, INT32_MAX, fits
+    with pytest.raises(ValueError, match=r"workspace: 2147483649 float32 partial outputs \(B=1\) reach past int32"):
+        contract.check_partials_fit(INT32_MAX + 2, "B=1")
+
+
+def test_a_serving_batch_whose_partials_fit_is_not_refused():
+    # the kernels index o_acc [B, H, S, D_latent], not the larger workspace of sgl-kernel's formula at small h_q:
+    # B=512 at h_q=16 with 256 splits fits; at h_q=128, 64 splits end exactly at INT32_MAX and 65 pass it
+    for heads, splits in ((16, 256), (128, 64)):
+        contract.check_partials_fit(512 * heads * splits * 512, "serving")
+    with pytest.raises(ValueError, match="reach past int32"):
+        contract.check_partials_fit(512 * 128 * 65 * 512, "B=512, H=128, 65 splits")

@@ -193,12 +193,12 @@ def workspace_bytes_needed(plan: DecodePlan) -> int:
     return max(ours, theirs)
 
 
-def check_partials_fit(need: int, what: str) -> None:
-    """ValueError when a workspace of ``need`` bytes of float32 partials holds more than int32 indices reach (the
-    kernels index the partials in int32: 8 GiB)."""
-    if need // 4 > INT32_MAX:
-        raise ValueError(f"workspace: {need} bytes of float32 partials ({what}) are past int32 indices (at most "
-                         f"{INT32_MAX} floats, {4 * INT32_MAX} bytes); expected a smaller batch or fewer splits")
+def check_partials_fit(floats: int, what: str) -> None:
+    """ValueError when the partial outputs ``o_acc`` (``floats`` float32 values: ``[B, H, S, D_latent]``, or the
+    balanced schedule's ``[rows, H, D_latent]``) reach past int32 indices, which the kernels compute them in."""
+    if floats - 1 > INT32_MAX:
+        raise ValueError(f"workspace: {floats} float32 partial outputs ({what}) reach past int32 indices (at most "
+                         f"{INT32_MAX + 1} values); expected a smaller batch or fewer splits")
 
 
 def check_stride_policy(stride_policy) -> None:
@@ -225,7 +225,7 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
         raise ValueError(f"page_table rows address {max_pages} pages of {page} tokens = {max_pages * page} tokens, "
                          f"past int32 positions (at most {INT32_MAX}); expected a narrower table")
     last_row = (max(b, 1) - 1) * row_stride  # the kernels index the table in int32: program id x row stride
-    if last_row + max_pages > INT32_MAX:
+    if last_row + max_pages - 1 > INT32_MAX:
         raise ValueError(f"page_table: request {b - 1}'s row starts at entry {last_row} ({b} rows {row_stride} "
                          f"entries apart), and its {max_pages} pages reach past int32 indices (at most {INT32_MAX}); "
                          "expected fewer rows or a narrower table")
@@ -236,7 +236,7 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     if splits > 1:
         check_workspace_layout(workspace)
         need = workspace_bytes_needed(plan)
-        check_partials_fit(need, f"B={b}, H={h}, {splits} splits")
+        check_partials_fit(b * h * splits * dl, f"B={b}, H={h}, {splits} splits")
         if workspace.numel() < need:
             raise ValueError(
                 f"workspace too small for {splits} KV splits: need {need} bytes "

@@ -138,8 +138,8 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
     Refused up front (ValueError/TypeError): a non-finite or non-positive ``sm_scale``, a page table
     whose rows are not contiguous (``stride(1) != 1``), a misaligned or strided workspace when
     splits > 1, a cache of no pages, a table whose rows address more tokens than int32 holds or whose last row
-    starts past int32 indices (the Triton kernels compute ``b * row_stride`` in int32), partials past int32 indices
-    (8 GiB of workspace), with the balanced schedule a batch whose partition passes int32
+    starts past int32 indices (the Triton kernels compute ``b * row_stride`` in int32), partial outputs past int32
+    indices (``B * H * splits * D_latent`` values), with the balanced schedule a batch whose partition passes int32
     (``schedule.check_line_fits``), and (every impl but "reference") q_nope, q_pe or the cache requiring grad while
     grad mode is on (``check_no_grad``). A strided
     ``seq_lens`` view is read through a contiguous copy; lengths up to ``2**31 - 1`` are read without overflow.

@@ -333,7 +333,8 @@ def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, worksp
     parts = schedule.num_parts(h, sm_count, b, plan.max_pages)
     schedule.check_line_fits(b, plan.max_pages, parts, plan.page_size)
     need = schedule.workspace_bytes(b, h, dl, parts)
-    check_partials_fit(need, f"B={b}, H={h}, {schedule.workspace_rows(b, parts)} rows of partials")
+    rows = schedule.workspace_rows(b, parts)
+    check_partials_fit(rows * h * dl, f"B={b}, H={h}, {rows} rows of partials")
     check_workspace_layout(workspace)
     if workspace.numel() < need:
         raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "

@@ -655,8 +655,8 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         value = fn(*args)
         if items and (isinstance(value, Iterator) or isinstance(value, Iterable) and not isinstance(value, Sized)):
             value = list(itertools.islice(value, MAX_ITEMS + 1))  # a generator: its items run the learner's code
-    except KeyboardInterrupt:  # the learner's stop button: the check stops too, once the finally put all back
-        raise
+    except KeyboardInterrupt:  # the learner's stop button: the check stops too, once all is put back (below: a
+        state["interrupted"] = True  # fresh KeyboardInterrupt, no stop of this check as its context)
     except BaseException as e:  # anything else, a BaseException of the learner's own too, is the function's failure
         value, error = None, e
     finally:
