@@ -208,6 +208,18 @@ def test_a_stop_button_the_function_swallows_still_stops_the_check(alarm, monkey
     assert run_learner(lambda: 7, refuse=REFUSE) == (7, None)
 
 
+def _rows_through_a_with(rows=50, interrupt=False):
+    for i in range(rows):
+        try:
+            with torch.no_grad():
+                j = 0
+                while j < 3:
+                    divmod(j, 5)
+        except:  # noqa: E722
+            if interrupt and i == rows - 1:  # the learner's own interrupt, out of the last row's handler
+                raise KeyboardInterrupt
+
+
 @pytest.mark.parametrize("alarm", ALARMS)
 @pytest.mark.parametrize("shape", ["with", "in_except"])
 def test_a_stop_swallowed_row_after_row_inside_a_with_or_an_except_costs_no_alarm_period_a_row(alarm, shape,
@@ -216,15 +228,7 @@ def test_a_stop_swallowed_row_after_row_inside_a_with_or_an_except_costs_no_alar
     # for the 0.25 s alarm (200 rows: about 40 s); it skips only the stop it raised last
     monkeypatch.setattr(checks, "_ALARM_SIGNAL", alarm)
 
-    def rows_with():
-        for _ in range(200):
-            try:
-                with torch.no_grad():
-                    j = 0
-                    while j < 3:
-                        divmod(j, 5)
-            except:  # noqa: E722
-                pass
+    rows_with = functools.partial(_rows_through_a_with, 200)
 
     def rows_in_except():
         try:
@@ -238,18 +242,6 @@ def test_a_stop_swallowed_row_after_row_inside_a_with_or_an_except_costs_no_alar
     assert err == "your function did not finish within 0.5 s (an endless loop?)"
     assert time.monotonic() - t0 < 10 and torch.is_grad_enabled()
     assert sys.exc_info() == (None, None, None)  # no stop left behind as the exception being handled
-
-
-def _rows_through_a_with(rows=50, interrupt=False):
-    for i in range(rows):
-        try:
-            with torch.no_grad():
-                j = 0
-                while j < 3:
-                    divmod(j, 5)
-        except:  # noqa: E722
-            if interrupt and i == rows - 1:  # the learner's own interrupt, out of the last row's handler
-                raise KeyboardInterrupt
 
 
 @pytest.mark.parametrize("alarm", ALARMS)
