@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
-__all__ = ["PAGE_SIZE", "cdiv", "check_finite", "check_int", "is_int", "torch_threads"]
+__all__ = ["INT32_MAX", "PAGE_SIZE", "cdiv", "check_finite", "check_int", "is_int", "torch_threads"]
 
 # Tokens per KV-cache page: cutlass_mla's fixed page size (SGLang's cutlass_mla_backend.py,
 # PAGE_SIZE = 128), used by both backends here and by the task's prompt lengths (1..4 pages).
 PAGE_SIZE = 128
+#: The largest value an int32 holds: the kernels count tokens, slots and offsets in int32.
+INT32_MAX = 2**31 - 1
 
 
 def cdiv(a: int, b: int) -> int:

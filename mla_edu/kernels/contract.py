@@ -29,13 +29,10 @@ import torch
 
 from mla_edu.kernels.stage1.registry import KINDS
 from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, device_sm_count, num_kv_splits_for
-from mla_edu.util import is_int
+from mla_edu.util import INT32_MAX, is_int
 
 STRIDE_POLICIES = ("size", "stride")
 MAX_SPLITS = 256
-#: The largest token position or slot an int32 index holds: a table row that addresses more tokens than this
-#: (``max_pages * PAGE``) is refused, as the kernels count tokens in int32.
-INT32_MAX = 2**31 - 1
 #: Stage-1 kernels of the Triton impl built in (the registry, ``kernels.stage1.KINDS``, also holds any added
 #: later): "tl" the plain-Triton kernel (every GPU, checked calls, the CPU interpreter); "cp.async" and "tma" the
 #: Gluon kernels of ``split_kv_wgmma`` (Hopper only), named by how they read pages; "seesaw" the two-warpgroup

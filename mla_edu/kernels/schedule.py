@@ -53,7 +53,7 @@ import torch
 
 from mla_edu.device import TRITON_INTERPRET, require_triton
 from mla_edu.kernels.workspace import PROGRAMS_PER_SM, SPLIT_CHOICES, gpu_block_h, stage2_pages
-from mla_edu.util import cdiv, check_finite, check_int
+from mla_edu.util import INT32_MAX, cdiv, check_finite, check_int
 
 #: How ``mla_decode`` splits the KV: "splits", the same count for every request (its ``num_kv_splits``, the
 #: cutlass contract); "balanced", this module's partition (impl "triton").
@@ -238,13 +238,13 @@ def check_line_fits(batch: int, max_pages: int, parts: int, page_size: int) -> N
     """ValueError when the balanced partition's numbers do not fit int32, where the kernels compute them: a
     request's tokens rounded up to whole pages, and the line (each request at most ``max_pages +
     FIXED_OVERHEAD_PAGES`` page-times, summed over the batch, plus a part's rounding)."""
-    if (max_pages + 1) * page_size - 1 > 2**31 - 1:
+    if (max_pages + 1) * page_size - 1 > INT32_MAX:
         raise ValueError(f"the balanced schedule: rows of {max_pages} pages of {page_size} tokens, rounded up to "
-                         f"whole pages, are past int32 positions (at most {2**31 - 1}); expected a narrower table")
+                         f"whole pages, are past int32 positions (at most {INT32_MAX}); expected a narrower table")
     line = batch * (max_pages + FIXED_OVERHEAD_PAGES) + FIXED_OVERHEAD_PAGES + parts
-    if line > 2**31 - 1:
+    if line > INT32_MAX:
         raise ValueError(f"the balanced schedule: B={batch} requests of up to {max_pages} pages make a line of "
-                         f"{line} page-times, past the int32 sums its kernels compute (at most {2**31 - 1}); "
+                         f"{line} page-times, past the int32 sums its kernels compute (at most {INT32_MAX}); "
                          "expected fewer requests or a narrower table, or schedule='splits'")
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import torch
 from mla_edu.device import check_device
-from mla_edu.util import check_int, is_int
-
-INT32_MAX = 2**31 - 1
+from mla_edu.util import INT32_MAX, check_int, is_int
 
 
 class PoolExhausted(RuntimeError):
