@@ -63,10 +63,10 @@ SKIPPED: tuple[str, ...] = (
     "family_bench_h200_ours_df92c31_small.json",  # split counts at small uniform batches, no FlashMLA (split_model_fit)
 )
 PATTERN = "family_bench_h200*.json"  # the family-bench runs on the H200 in the results folder
-#: The whole bench on an H100, twice at 84453eb and once at 69707eb (the same kernels): not the H200's RUNS; their own
-#: scoreboard is acceptance_h100.md
+#: The whole bench on an H100, twice at 84453eb, once at 69707eb and once at bd22e84 (the same kernels: bd22e84 added
+#: host-side checks only): not the H200's RUNS; their own scoreboard is acceptance_h100.md
 H100_RUNS = (*(LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2)),
-             LAB / "family_bench_h100_fm_69707eb_run1.json")
+             LAB / "family_bench_h100_fm_69707eb_run1.json", LAB / "family_bench_h100_fm_bd22e84_run1.json")
 OUT = LAB / "acceptance_h200.md"
 #: The runs' commits, oldest first, one a line.
 COMMITS = (
@@ -78,6 +78,7 @@ COMMITS = (
     "1699741",
     "84453eb",  # the two runs on an H100 (family_bench_h100_*: not the H200's RUNS; acceptance --runs reads them)
     "69707eb",  # the third run on an H100
+    "bd22e84",  # the fourth run on an H100
 )
 #: From this commit on, the timed options are the package's kernels (the choice between them has changed since, and
 #: is taken as the package makes it now); before it, the balanced schedule ran another partition (before a2e9367) or
