@@ -116,7 +116,7 @@ REPLAY_MISTAKES = [
     (_new_table, ex.REPLAY_HINTS["new_table"]),
     (_first_row_only, "rows 1, 2, 3 of the 4 the hook was called with still held the poison page id"),
     (_row_as_pool_index, "read wrong (but valid) pages: row b belongs to request req_pool_indices[b]"),
-    (_one_token_less, "rows 3 (seq_lens [129]) lack their last page id"),
+    (_one_token_less, "rows 3 (seq_lens [385]) lack their last page id"),
     (_token_slots, "hold cache slots of tokens (req_to_token's entries), not page ids"),
     ("replay", "expected a function"),
 ]

@@ -166,17 +166,20 @@ REPLAY_EXTRA = [  # the mutants no single-node rule makes
                                      "torch.empty_like(backend.cuda_graph_mla_workspace)\n"),
     ("token slots, not pages", REPLAY_REF.replace("128)", "1)")),
     ("lengths written", REPLAY_REF.rstrip() + "\n    seq_lens[:bs] += 1\n"),
+    # the view one column short: floor(context / 128) = 3 of the buffer's 4 columns; only seq_len 385 reads the 4th
+    ("three of four columns", REPLAY_REF.replace(
+        "backend.cuda_graph_kv_indices[:bs]", "backend.cuda_graph_kv_indices[:bs, :backend.max_context_len // 128]")),
 ]
 
 
 def _replay_domain():
-    """Batches on a fake backend: every decode length 2..384 in some row, 1 to 4 real rows, padded to 2 or 4; the
+    """Batches on a fake backend: every decode length 2..385 in some row, 1 to 4 real rows, padded to 2 or 4; the
     checker's context (386: an engine never decodes at seq_len = context, so reading req_to_token one token past
     the request is no mistake there)."""
     pool, ctx, W, max_bs = 8, ex.REPLAY_SETUP["context_length"], 4, 4
     slots = torch.arange(pool * ctx, dtype=torch.int32).reshape(pool, ctx) * 3 + 7  # distinct pages per token
     cases = []
-    for i, L in enumerate(range(2, 385)):
+    for i, L in enumerate(range(2, 386)):
         raw = 1 + i % 4
         lens = [L] + [2 + (L * 37 + 61 * r) % 383 for r in range(1, raw)]
         bs = 2 if raw <= 2 else 4
@@ -196,6 +199,7 @@ def _replay_run(fn, domain) -> list:
         eager = torch.full((raw, W), -5, dtype=torch.int32)
         ws = torch.zeros(64, dtype=torch.uint8)
         backend = types.SimpleNamespace(req_to_token=slots, device=torch.device("cpu"),
+                                        max_context_len=ex.REPLAY_SETUP["context_length"],
                                         cuda_graph_kv_indices=torch.full((max_bs, W), -7, dtype=torch.int32),
                                         cuda_graph_mla_workspace=ws,
                                         forward_metadata=types.SimpleNamespace(block_kv_indices=eager, workspace=ws))
@@ -473,10 +477,11 @@ def test_value_checkers_never_raise(capsys):
 # ---- the case sets themselves (issue 26 item 9): what each one must contain --------------------------
 def test_replay_cases_cover_every_page_edge_and_both_paddings():
     lens = {n for case in ex.REPLAY_CASES for n in case}
-    assert {2, 127, 128, 129, 255, 256, 257, 383, 384} <= lens
+    assert {2, 127, 128, 129, 255, 256, 257, 383, 384, 385} <= lens
     sizes = {len(case) for case in ex.REPLAY_CASES}
     assert {1, 2, 3, 4} <= sizes  # padded (1 -> 2, 3 -> 4) and exact
     assert any(-(-n // 128) == 3 for n in ex.REPLAY_CASES[0]) and len(ex.REPLAY_CASES[0]) > 1
+    assert max(lens) == ex.REPLAY_SETUP["context_length"] - 1  # the longest decode: every column of W is read
 
 
 def test_workspace_cases_cover_every_edge():

@@ -483,3 +483,120 @@ def test_the_drawn_cases_do_not_repeat_when_random_is_pinned(monkeypatch):
     monkeypatch.setattr(random.Random, "randint", lambda self, lo, hi: lo)
     monkeypatch.setattr(random.Random, "choice", lambda self, seq: seq[0])
     assert ex._workspace_drawn() != ex._workspace_drawn()  # two draws of several 64-bit numbers: never equal
+
+
+# ---- the routes a review found (each refused now) --------------------------------------------------------------
+@pytest.mark.parametrize("how", ["code", "defaults", "cell"])
+def test_the_check_tracer_reached_through_gettrace_does_not_open_the_refusal(how):
+    """``sys.gettrace()`` hands the learner the check's tracer: its code or defaults set (audited) is refused at the
+    set; its closure's cells set and put back before returning leave the refusal on (it is a default, not a cell)."""
+
+    def bypass():
+        t = sys.gettrace()
+        if how == "code":
+            t.__code__ = (lambda frame, event, arg, refuse=None: None).__code__
+        elif how == "defaults":
+            t.__defaults__ = (None,)
+        else:
+            cells = [c for c in t.__closure__ if isinstance(c.cell_contents, Refusal)]
+            assert cells == []  # no cell holds the refusal
+        return secret(3)
+
+    value, err = run_learner(bypass, refuse=Refusal(functions=(secret,)))
+    assert value is None
+    assert err.startswith("refused: your function changed the code or defaults of the check's own functions"
+                          if how != "cell" else "refused: your function runs secret"), err
+
+
+def test_torch_rebound_by_the_function_is_put_back_and_refused():
+    """A checker compares with torch (``torch.equal``) and computes its truths with tensors: a function that rebinds
+    a torch name or sets an attribute of ``torch.Tensor`` (over its C base's method) is refused, and both put back."""
+    equal, shape = torch.equal, torch.Tensor.__dict__.get("nan_to_num")
+
+    def patch_torch():
+        torch.equal = lambda a, b: True
+        torch.Tensor.nan_to_num = lambda self, *a, **k: self
+        return 1
+
+    value, err = run_learner(patch_torch, refuse=REFUSE)
+    assert value is None and err.startswith("refused: your function rebound torch.equal, torch.Tensor.nan_to_num "
+                                            "(put back)"), err
+    assert torch.equal is equal and torch.Tensor.__dict__.get("nan_to_num") is shape
+    # a submodule imported inside the function adds a name to torch: not a change (nothing is refused)
+    assert run_learner(lambda: __import__("torch.utils.benchmark") and 2, refuse=REFUSE) == (2, None)
+
+
+def test_a_seal_matches_with_hmac_and_hashlib_rebound():
+    """The seal's hash and comparison are bound at import: ``hmac.compare_digest = lambda a, b: True`` (a module
+    outside the library, which run_learner does not put back) makes no sealed truth match another."""
+    import hashlib
+    import hmac
+
+    seal = checks.Seal([1, 2, 3])
+    real = hmac.compare_digest, hashlib.sha256
+    hmac.compare_digest, hashlib.sha256 = (lambda a, b: True), None
+    try:
+        assert not seal.matches([1, 2, 4]) and seal.matches([1, 2, 3])
+    finally:
+        hmac.compare_digest, hashlib.sha256 = real
+
+
+@pytest.mark.skipif(not hasattr(signal, "raise_signal"), reason="signal.raise_signal (Python 3.8)")
+def test_a_stop_pressed_while_the_check_sets_or_takes_off_its_handler_is_not_lost(monkeypatch):
+    """Two narrow windows of the stop button: a press just after the check's SIGINT handler is set (the old one is
+    kept first, so it is put back) and a press after the function returned, before the old handler is back (kept,
+    raised once all is put back). Either way the check stops and the notebook's stop button works after."""
+    real_signal, real_grad = signal.signal, torch.set_grad_enabled
+    real_signal(signal.SIGINT, signal.default_int_handler)  # as in a notebook (SIG_IGN in a background job)
+
+    def signal_then_press(signum, handler):
+        old = real_signal(signum, handler)
+        if signum == signal.SIGINT and getattr(handler, "__name__", "") == "alarm":
+            signal.raise_signal(signal.SIGINT)
+        return old
+
+    try:
+        monkeypatch.setattr(signal, "signal", signal_then_press)
+        with pytest.raises(KeyboardInterrupt):
+            run_learner(lambda: 1)
+        monkeypatch.setattr(signal, "signal", real_signal)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # the finally's grad-mode put-back runs after "done" and before the handlers are back: a press there
+        monkeypatch.setattr(torch, "set_grad_enabled", lambda mode: (signal.raise_signal(signal.SIGINT),
+                                                                     real_grad(mode))[1])
+        with pytest.raises(KeyboardInterrupt):
+            run_learner(lambda: 1)
+        monkeypatch.setattr(torch, "set_grad_enabled", real_grad)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # the notebook's stop button still interrupts
+    finally:
+        real_signal(signal.SIGINT, SIGINT_BEFORE)
+
+
+def test_the_toy_model_leaves_every_generator_as_it_was_an_interrupt_included(monkeypatch):
+    """``toy_model`` seeds the CPU generator alone (``torch.manual_seed`` would reseed each GPU's too) and puts its
+    state back, also when the build is interrupted."""
+    from mla_edu.model import tiny
+
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda s: seeded.append(s))
+    ex.toy_model.cache_clear()
+    try:
+        torch.manual_seed(1234)
+        seeded.clear()
+        before = torch.random.get_rng_state()
+        ex.toy_model()
+        assert seeded == [] and torch.equal(torch.random.get_rng_state(), before)
+        ex.toy_model.cache_clear()
+
+        def interrupted(self, *a, **k):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(tiny.TinyDeepseek, "__init__", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                ex.toy_model()
+        assert torch.equal(torch.random.get_rng_state(), before)
+    finally:
+        ex.toy_model.cache_clear()

@@ -66,6 +66,9 @@ LEARNER_SECONDS = 5.0
 #: ``threading.get_ident`` cannot swap the watch's own (rebinding these names here is refused as any global)
 _monotonic, _get_ident = time.monotonic, threading.get_ident
 _interrupt_main, _getsignal = _thread.interrupt_main, signal.getsignal
+#: the seal's hash and comparison, bound at import likewise: ``hmac.compare_digest = lambda a, b: True`` in the
+#: learner's function would otherwise make every seal match
+_sha256, _compare_digest = hashlib.sha256, hmac.compare_digest
 #: where Python's and the installed packages' code lies: the tracer raises a stop in the learner's frames only, so that
 #: library code it interrupts still runs its cleanup (a stop raised at a line event inside ``with lock:``'s exit skips
 #: the release: a thread pool refused mid-``submit`` held ``concurrent.futures``' global lock for good)
@@ -349,13 +352,26 @@ _TRACE_OFF = ("refused: your function sets a trace function (sys.settrace or sys
               "does), which would switch off the check's watch; run it without")
 
 
-def _audit(event, args):
-    """Python's audit hook (it cannot be removed): a learner's function that calls ``sys.settrace`` or
-    ``sys.setprofile`` in its own thread while a check watches it is stopped there, before the call."""
+_TAMPERED = ("refused: your function changed the code or defaults of the check's own functions (its trace "
+             "function, reached through sys.gettrace()); run it without")
+
+
+def _audit(event, args, _this_file=__file__):
+    """Python's audit hook (it cannot be removed): a learner's function that, in its own thread while a check watches
+    it, calls ``sys.settrace`` or ``sys.setprofile``, or sets ``__code__``, ``__defaults__`` or ``__kwdefaults__`` of a
+    function of this file (the tracer, which ``sys.gettrace()`` hands out: Python audits those sets as
+    ``object.__setattr__``), is stopped there, before the call or the set."""
     if event in ("sys.settrace", "sys.setprofile"):
         state = _WATCHED.get(_get_ident())
         if state is not None and not state.pop("drop_ok", False):  # not CPython dropping the tracer for the stop button
             state["stop"] = state["stop"] or _TRACE_OFF
+            state["raised"] = _Stop(state["stop"])
+            raise state["raised"]
+    elif event == "object.__setattr__" and isinstance(args[0], types.FunctionType) \
+            and args[0].__code__.co_filename == _this_file:
+        state = _WATCHED.get(_get_ident())
+        if state is not None:
+            state["stop"] = state["stop"] or _TAMPERED
             state["raised"] = _Stop(state["stop"])
             raise state["raised"]
 
@@ -372,10 +388,11 @@ def read_only(table: dict) -> types.MappingProxyType:
 def library_globals() -> list:
     """``[(module, a copy of its globals)]`` for every loaded module of ``mla_edu`` and for ``builtins``, then
     ``("code", (function, (its __code__, __defaults__, __kwdefaults__)))`` for every function and ``("class",
-    (class, a copy of its attributes, their names, their values))`` for every class those modules define: what a
-    checker reads its truths through (``exercises.get_workspace_size`` is looked up there at check time, ``report``
-    builds the verdict). A checker that runs a learner's function on many cases takes it once and gives it to each
-    ``run_learner`` (``saved=``): taking it costs about as much as a short call of the function."""
+    (class, a copy of its attributes, their names, their values))`` for every class those modules define, then
+    ``("rebound", (torch, a copy of its names))`` and ``torch.Tensor``'s ``"class"`` entry: what a checker reads its
+    truths through (``exercises.get_workspace_size`` is looked up there at check time, ``report`` builds the verdict,
+    ``torch.equal`` compares an answer). A checker that runs a learner's function on many cases takes it once and
+    gives it to each ``run_learner`` (``saved=``): taking it costs about as much as a short call of the function."""
     modules = [(m, dict(vars(m))) for name, m in list(sys.modules.items())
                if (name == "mla_edu" or name.startswith("mla_edu.")) and m is not None]
     names = {m.__name__ for m, _ in modules}
@@ -391,6 +408,11 @@ def library_globals() -> list:
             elif isinstance(v, type):
                 attrs = dict(vars(v))
                 parts.append(("class", (v, attrs, tuple(attrs), tuple(attrs.values()))))
+    # torch, which every truth and every comparison of an answer is computed with: its names rebound or deleted
+    # (``torch.equal = ...``; a submodule imported meanwhile adds names, which stay), and torch.Tensor's attributes
+    parts.append(("rebound", (torch, dict(vars(torch)))))
+    attrs = dict(vars(torch.Tensor))  # Tensor.nan_to_num = ... adds one over the C method of its base
+    parts.append(("class", (torch.Tensor, attrs, tuple(attrs), tuple(attrs.values()))))
     return modules + parts
 
 
@@ -406,13 +428,21 @@ def _restore_globals(saved: list) -> list:
                 fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
                 changed.append(f"{fn.__module__}.{fn.__qualname__}.__code__")
             continue
+        if module == "rebound":
+            space, names = before
+            now = vars(space)
+            for name, value in names.items():
+                if now.get(name, _MISSING) is not value:
+                    setattr(space, name, value)
+                    changed.append(f"{space.__name__}.{name}")
+            continue
         if module == "class":
             cls, attrs, keys, values = before
             now = vars(cls)
             if len(now) == len(keys) and all(map(operator.is_, now, keys)) and all(
                     map(operator.is_, now.values(), values)):  # by identity, in order: a change shows
                 continue
-            for name in set(now) | set(attrs):
+            for name in sorted(set(now) | set(attrs)):
                 if now.get(name, _MISSING) is attrs.get(name, _MISSING):
                     continue
                 try:
@@ -509,18 +539,21 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     library's answer, not a sandbox. Under ``refuse`` the function is refused when it calls the named code in its
     own thread (directly, through a wrapper or a copy of the code), calls ``sys.settrace`` / ``sys.setprofile``
     (which would switch the tracer off), leaves another trace function behind, starts a thread (through
-    ``threading``, whose new threads the tracer would not see), tampers with the tracer's state, or rebinds a
+    ``threading``, whose new threads the tracer would not see), sets the code or defaults of the check's own
+    functions (the tracer, which ``sys.gettrace()`` hands out), leaves the tracer's state changed, or rebinds a
     global of a loaded ``mla_edu`` module (``exercises.get_workspace_size = ...`` would change the truth of every
     later check), or changes the code or defaults of one of their functions or an attribute of one of their classes
-    (``checks.report.__code__ = ...``): each is put back, so the session stays usable, an interrupt (the stop
-    button) included. The checkers that run a learner's function over cases (exercises 4 and 5) compute their
-    truths before the calls but keep only their ``Seal`` while the function runs, so no truth of a case not yet
-    answered sits in a frame the function can walk up to or an object ``gc`` can list, and they compute them again
-    after (a change to a module outside ``mla_edu`` that would bend them is caught there).
+    (``checks.report.__code__ = ...``), or rebinds a name of ``torch`` or sets an attribute of ``torch.Tensor``
+    (``torch.equal = ...``: a checker compares with them): each is put back, so the session stays usable, an
+    interrupt (the stop button) included. The checkers that run a learner's function over cases (exercises 4 and 5)
+    compute their truths before the calls but keep only their ``Seal`` while the function runs, so no truth of a
+    case not yet answered sits in a frame the function can walk up to or an object ``gc`` can list, and they compute
+    them again after (a change to a module outside ``mla_edu`` that would bend them is caught there).
     What the notebook changed before the check ran is not seen. It cannot stop a learner determined to get the
-    answer: the library is Python running in the learner's own process (a thread pool started before the check,
-    a thread started through ``_thread`` itself, which Python 3.11 does not audit, a subprocess, ``ctypes``, or
-    simply reading the source and copying it out by hand all get through).
+    answer: the library is Python running in the learner's own process (the tracer's state, its closure, changed
+    and put back before the function returns; a thread pool started before the check, a thread started through
+    ``_thread`` itself, which Python 3.11 does not audit, a subprocess, ``ctypes``, or simply reading the source and
+    copying it out by hand all get through).
     ``saved``: ``library_globals()`` as the caller took it before its loop of calls (None: taken here); the
     globals are put back to it after the call."""
     seconds = LEARNER_SECONDS if seconds is None else min(seconds, LEARNER_SECONDS)
@@ -530,7 +563,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     late = f"{what} did not finish within {seconds:g} s (an endless loop?)"
     own_files, finalize_call = _OWN_FILES, _FINALIZE_CALL
 
-    def tracer(frame, event, arg):
+    def tracer(frame, event, arg, refuse=refuse):  # refuse as a default: a closure's cell can be set unaudited
         if frame.f_code is alarm.__code__:
             return None
         if state["stop"] is None:
@@ -563,7 +596,9 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
         return tracer
 
     def alarm(signum, frame):
-        if state.get("done"):  # the function has returned; the finally below is cancelling this alarm
+        if state.get("done"):  # the function has returned; the finally below is cancelling this alarm, but a press
+            if signum == signal.SIGINT and not state.get("late") and state["stop"] is None:  # of the stop button
+                state["interrupted"] = True  # is kept: raised once all is put back
             return
         if signum == signal.SIGINT and not state.get("late") and state["stop"] is None:  # the stop button
             state["interrupted"] = True
@@ -637,10 +672,13 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
     handled = sys.exc_info()  # the exception the caller is handling, if any: handled again after the function
     # the setup inside the try: a stop pressed during it is put back by the finally too
     try:
+        # each old handler kept before the alarm is set: a press in between finds it there to put back
         if main:
-            handlers[signal.SIGINT] = signal.signal(signal.SIGINT, alarm)
+            handlers[signal.SIGINT] = _getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, alarm)
         if itimer:
-            handlers[signal.SIGALRM] = signal.signal(signal.SIGALRM, alarm)
+            handlers[signal.SIGALRM] = _getsignal(signal.SIGALRM)
+            signal.signal(signal.SIGALRM, alarm)
         elif watchdog_on:  # started before the watch on threads: the check's own thread
             dog = threading.Thread(target=watchdog, daemon=True, name="mla_edu check watchdog")
             dog.start()
@@ -691,7 +729,7 @@ def run_learner(fn, *args, refuse: Refusal | None = None, seconds: float | None 
                          "reads your answer; compute the answer without")
     elif changed and not refused:
         state["stop"] = (f"refused: your function rebound {', '.join(changed[:3])} (put back): a check reads its "
-                         "truth there; compute the answer without changing the library or Python's builtins")
+                         "truth there; compute the answer without changing the library, torch or Python's builtins")
     elif watch and not refused and (not registered or now_thread_trace is not thread_started or any(
             c.cell_contents is not v for c, v in zip(tracer.__closure__, cells))
             or now_trace is not tracer and state["stop"] is None):  # a stop raised by the tracer took it off
@@ -718,13 +756,13 @@ class Seal:
         self._digest = self._of(truths)
 
     def _of(self, truths: Iterable) -> bytes:
-        h = hashlib.sha256(self._salt)
+        h = _sha256(self._salt)
         for t in truths:
             h.update(repr(sorted(t) if isinstance(t, (set, frozenset)) else t).encode() + b"\0")
         return h.digest()
 
     def matches(self, truths: Iterable) -> bool:
-        return hmac.compare_digest(self._of(truths), self._digest)
+        return _compare_digest(self._of(truths), self._digest)
 
 
 #: what a checker says when ``Seal.matches`` is false

@@ -80,9 +80,15 @@ class _Draws:
 
 @lru_cache(maxsize=1)
 def toy_model():
-    """A small random TinyDeepseek over the task's vocabulary (fast on CPU), seeded, eval mode."""
-    gen_state = torch.random.get_rng_state()
-    torch.manual_seed(0)
+    """A small random TinyDeepseek over the task's vocabulary (fast on CPU), seeded, eval mode. The notebook's random
+    state is as it was after, an interrupt included: the CPU generator alone is seeded (``torch.manual_seed`` would
+    reseed every device's), inside ``fork_rng``, which puts its state back."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(0)
+        return _toy_model_seeded()
+
+
+def _toy_model_seeded():
     mla = MLAConfig(hidden_size=32, num_attention_heads=2, q_lora_rank=None, kv_lora_rank=32,
                     qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, rope_theta=10000.0,
                     rope_scaling=None, rope_interleave=True, max_position_embeddings=task.CONTEXT_LEN,
@@ -91,14 +97,13 @@ def toy_model():
                                         intermediate_size=64))
     for p in m.parameters():  # larger weights: attention output depends on what it reads
         p.data.mul_(8.0)
-    torch.random.set_rng_state(gen_state)
     return m.eval()
 
 
 # ---- 1. write the replay hook -------------------------------------------------------------------
 #: the engine exercise 1 captures: graphs for 2 and 4 rows, context 386 (W = (386 + 128) // 128 = 4 columns; the
-#: longest row, seq_len 384, is a prompt of 383 tokens, and a request's prompt and 3 new tokens must fit), on the
-#: CPU whatever the machine has (a learner's hook never reaches a GPU kernel)
+#: longest decode it runs, seq_len 385, is the first token of a 4th page), on the CPU whatever the machine has (a
+#: learner's hook never reaches a GPU kernel)
 REPLAY_SETUP = read_only(dict(cuda_graph_bs=(2, 4), max_running_requests=4, context_length=386))
 #: every split count the fixed kernel takes on this engine: the full-width view gives max_seq_len = 4 * 128, so
 #: 1 to 4 splits (automatic splits give 4 here); at more than one split the kernel uses the workspace
@@ -106,9 +111,10 @@ REPLAY_SPLITS = (1, 2, 3, 4)
 #: the batches exercise 1 replays, in order, as each row's decode seq_len (its prompt has seq_len - 1 tokens), in
 #: batch row order; rows are prefilled in reverse, so batch row b is not pool row b. From the largest graph down:
 #: 4 rows (exact), 3 (padded to 4), 2 (exact), 1 (padded to 2); every page edge a request of this context can
-#: have: 2 (a one-token prompt), 127, 128, 129, 255, 256, 257, 383, 384. Each replay follows an eager step of the
-#: same batch, as in a running server (the backend's forward_metadata is then the eager step's).
-REPLAY_CASES = ((255, 383, 2, 129), (128, 256, 127), (384, 129), (257,), (2,))
+#: have: 2 (a one-token prompt), 127, 128, 129, 255, 256, 257, 383, 384 and 385 (the 4th column's only token: a
+#: hook that writes floor(context / 128) = 3 columns misses it). Each replay follows an eager step of the same batch,
+#: as in a running server (the backend's forward_metadata is then the eager step's).
+REPLAY_CASES = ((255, 383, 2, 385), (128, 256, 127), (384, 129), (257,), (2,))
 
 
 def _replay_diagnosis(buf: torch.Tensor, want: torch.Tensor, n_pages: list) -> str:
@@ -329,7 +335,7 @@ def check_replay(fn) -> ExerciseResult:
         if hint:
             return _report(False, hint)
     return _report(True, f"graph replay equals eager on all {len(REPLAY_CASES)} batches at each of "
-                         f"{len(REPLAY_SPLITS)} split counts (seq_lens at every page edge from 2 to 384, padded and "
+                         f"{len(REPLAY_SPLITS)} split counts (seq_lens at every page edge from 2 to 385, padded and "
                          "exact batch sizes from the largest graph down, each after an eager step, batch row != "
                          "pool row), with the index buffer poisoned before every replay.")
 
