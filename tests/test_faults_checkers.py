@@ -526,6 +526,33 @@ def test_torch_rebound_by_the_function_is_put_back_and_refused():
     assert run_learner(lambda: __import__("torch.utils.benchmark") and 2, refuse=REFUSE) == (2, None)
 
 
+def test_torch_rewrapping_its_own_function_on_a_first_import_is_no_change():
+    """Importing ``torch._dynamo`` (``torch.compile``, ``torch.compiler.disable`` ... on first use) rebinds
+    ``torch.manual_seed = torch._disable_dynamo(torch.manual_seed)``: torch's own wrapper, kept, nothing refused. A
+    learner's wrapper of a torch function (``functools.wraps``, so ``__wrapped__`` too) is put back and refused."""
+    import functools
+
+    seed = torch.manual_seed
+    wrapped = torch._disable_dynamo(seed)  # what that import does, done here: torch._dynamo may be loaded already
+
+    def first_import():
+        torch.manual_seed = wrapped
+        return 5
+
+    try:
+        assert run_learner(first_import, refuse=REFUSE) == (5, None) and torch.manual_seed is wrapped
+    finally:
+        torch.manual_seed = seed
+
+    def learners_wrapper():
+        torch.manual_seed = functools.wraps(seed)(lambda s: None)
+        return 6
+
+    value, err = run_learner(learners_wrapper, refuse=REFUSE)
+    assert value is None and err.startswith("refused: your function rebound torch.manual_seed (put back)"), err
+    assert torch.manual_seed is seed
+
+
 def test_a_seal_matches_with_hmac_and_hashlib_rebound():
     """The seal's hash and comparison are bound at import: ``hmac.compare_digest = lambda a, b: True`` (a module
     outside the library, which run_learner does not put back) makes no sealed truth match another."""

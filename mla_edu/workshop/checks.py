@@ -409,7 +409,8 @@ def library_globals() -> list:
                 attrs = dict(vars(v))
                 parts.append(("class", (v, attrs, tuple(attrs), tuple(attrs.values()))))
     # torch, which every truth and every comparison of an answer is computed with: its names rebound or deleted
-    # (``torch.equal = ...``; a submodule imported meanwhile adds names, which stay), and torch.Tensor's attributes
+    # (``torch.equal = ...``; a submodule imported meanwhile adds names, which stay, and may wrap one of torch's own
+    # functions, which is kept: ``_torch_wraps``), and torch.Tensor's attributes
     parts.append(("rebound", (torch, dict(vars(torch)))))
     attrs = dict(vars(torch.Tensor))  # Tensor.nan_to_num = ... adds one over the C method of its base
     parts.append(("class", (torch.Tensor, attrs, tuple(attrs), tuple(attrs.values()))))
@@ -432,7 +433,8 @@ def _restore_globals(saved: list) -> list:
             space, names = before
             now = vars(space)
             for name, value in names.items():
-                if now.get(name, _MISSING) is not value:
+                new = now.get(name, _MISSING)
+                if new is not value and not _torch_wraps(new, value):
                     setattr(space, name, value)
                     changed.append(f"{space.__name__}.{name}")
             continue
@@ -473,6 +475,18 @@ def _restore_globals(saved: list) -> list:
 
 
 _MISSING = object()
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _torch_wraps(new, old) -> bool:
+    """Whether ``new`` is torch's own wrapper of ``old``: importing ``torch._dynamo`` (``torch.compile`` and others
+    do, on first use) rebinds ``torch.manual_seed`` to one (``functools.wraps``: ``__wrapped__`` is the old one),
+    with its code in torch's files, which a learner's wrapper does not have."""
+    code = getattr(new, "__code__", None)
+    return (getattr(new, "__wrapped__", None) is old and isinstance(code, types.CodeType)
+            and code.co_filename.startswith(_TORCH_DIR))
+
+
 #: {exact type: "torch" or "numpy"} (``library_kind``)
 _LIBRARY_TYPES = read_only({torch.Tensor: "torch", np.ndarray: "numpy",
                             **{t: "numpy" for t in np.sctypeDict.values() if issubclass(t, np.generic)}})
