@@ -523,3 +523,48 @@ def test_the_toy_triton_kernel_without_triton_is_a_clear_error_and_its_scenario_
         paged_sum_triton(torch.zeros(2, 8, dtype=torch.int32), torch.ones(2, dtype=torch.int32), torch.zeros(33, 4, 8))
     only = [sc for sc in scenarios() if sc.needs_triton]
     assert only and [r[3] for r in run_all("cpu", only=only)] == ["skipped: no triton"] * len(only)
+
+
+KERNEL_MADE_IN_CAPTURE = '''
+import sys
+import torch
+from mla_edu.graphs import Graph, graph
+
+assert "triton" not in sys.modules
+x, y = torch.zeros(4), torch.ones(4)
+g = Graph(device="cpu")
+with graph(g):
+    from kernel_in_capture import add  # Triton imported, its interpreter loaded, its kernel made, here
+
+    add[(1,)](x, y)
+print(g.recorded_ops())
+y.fill_(2.0)
+g.replay()
+print(x.tolist())
+'''
+KERNEL_MODULE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add(x, y):
+    i = tl.arange(0, 4)
+    tl.store(x + i, tl.load(x + i) + tl.load(y + i))
+'''
+
+
+@CPU_TRITON
+def test_a_triton_kernel_first_made_inside_a_capture_is_recorded(tmp_path):
+    """A capture patches Triton's interpreter where it is loaded, else as it loads (asking nothing of the machine):
+    a kernel first made inside the capture, Triton imported there, is recorded, and runs at replay (x + y with the
+    new y; the capture itself left x as it was)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "made_in_capture.py").write_text(KERNEL_MADE_IN_CAPTURE)
+    (tmp_path / "kernel_in_capture.py").write_text(KERNEL_MODULE)
+    out = subprocess.run([sys.executable, str(tmp_path / "made_in_capture.py")], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=tmp_path)
+    assert out.stdout.splitlines() == ["['triton launch add']", "[2.0, 2.0, 2.0, 2.0]"], out.stdout + out.stderr

@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.machinery
+import sys
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -52,7 +54,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from mla_edu.device import triton_available
 from mla_edu.graphs.poison import poison_
 
 __all__ = ["GraphCaptureError", "GraphWarmupWarning", "FreedMemoryError", "EmulatedPool", "Program", "Recorder",
@@ -120,6 +121,8 @@ def _unwarmed_cublas(ops: list[str], device_type: str) -> list[str]:
 
 # Emulated captures in progress (not observe-only ones): host code must not read device values meanwhile.
 _CAPTURES = [0]
+#: the module of Triton's interpreter, whose ``InterpretedFunction.run`` a capture records launches through
+_INTERPRETER = "triton.runtime.interpreter"
 
 
 def capturing() -> bool:
@@ -505,6 +508,29 @@ def _build_step(kind, func, args, kwargs, fresh, shadows):
     return functools.partial(_run_and_copy, func, args, kwargs, fresh, shadows)
 
 
+class _PatchOnLoad:
+    """A ``sys.meta_path`` finder, on while a capture records: when Triton's interpreter module loads, ``patch`` runs
+    on it as soon as the module has run (its kernels' launches are then recorded, as where it was loaded before)."""
+
+    def __init__(self, patch) -> None:
+        self.patch = patch
+
+    def find_spec(self, name, path, target=None):
+        if name != _INTERPRETER:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module, patch = spec.loader.exec_module, self.patch
+
+        def exec_then_patch(module):
+            exec_module(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_then_patch  # this module's own loader
+        return spec
+
+
 class Recorder(TorchDispatchMode):
     """Records ops into a :class:`Program` during an emulated capture."""
 
@@ -516,6 +542,7 @@ class Recorder(TorchDispatchMode):
         self._free = pool._free_blocks() if pool is not None and not self.observe else []
         self._depth = 0
         self._patches: list = []
+        self._finders: list = []  # _PatchOnLoad finders this capture put on sys.meta_path
 
     # ---- entering / leaving --------------------------------------------------------
     def __enter__(self):
@@ -530,6 +557,10 @@ class Recorder(TorchDispatchMode):
         finally:
             if not self.observe:
                 _CAPTURES[0] -= 1
+            for finder in self._finders:
+                if finder in sys.meta_path:
+                    sys.meta_path.remove(finder)
+            self._finders.clear()
             for owner, name, old in reversed(self._patches):
                 setattr(owner, name, old)
             self._patches.clear()
@@ -561,12 +592,18 @@ class Recorder(TorchDispatchMode):
 
         self._patches.append((torch.Tensor, "to", old_to))
         torch.Tensor.to = to
-        if not triton_available():  # nothing to patch
-            return
-        try:
-            from triton.runtime import interpreter
-        except Exception:  # not in interpreter mode: nothing to patch
-            return
+        # Triton's kernels in its CPU interpreter launch through InterpretedFunction.run: patched where its module is
+        # loaded, else as it loads (a first `import triton` inside the capture loads it), never by asking the machine
+        # whether Triton is installed, so that a capture runs the same code with and without it
+        interpreter = sys.modules.get(_INTERPRETER)
+        if interpreter is not None:
+            self._patch_interpreter(interpreter)
+        else:
+            finder = _PatchOnLoad(self._patch_interpreter)
+            sys.meta_path.insert(0, finder)
+            self._finders.append(finder)
+
+    def _patch_interpreter(self, interpreter) -> None:
         cls = interpreter.InterpretedFunction
         orig_run = cls.run
         recorder = self
