@@ -554,6 +554,7 @@ def add(x, y):
 '''
 
 
+@pytest.mark.triton
 @CPU_TRITON
 def test_a_triton_kernel_first_made_inside_a_capture_is_recorded(tmp_path):
     """A capture patches Triton's interpreter where it is loaded, else as it loads (asking nothing of the machine):
