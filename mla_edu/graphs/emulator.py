@@ -542,7 +542,7 @@ class Recorder(TorchDispatchMode):
         self._free = pool._free_blocks() if pool is not None and not self.observe else []
         self._depth = 0
         self._patches: list = []
-        self._finders: list = []  # _PatchOnLoad finders this capture put on sys.meta_path
+        self._finder: _PatchOnLoad | None = None  # on sys.meta_path while this capture records, where it put one
 
     # ---- entering / leaving --------------------------------------------------------
     def __enter__(self):
@@ -557,10 +557,9 @@ class Recorder(TorchDispatchMode):
         finally:
             if not self.observe:
                 _CAPTURES[0] -= 1
-            for finder in self._finders:
-                if finder in sys.meta_path:
-                    sys.meta_path.remove(finder)
-            self._finders.clear()
+            if self._finder in sys.meta_path:
+                sys.meta_path.remove(self._finder)
+            self._finder = None
             for owner, name, old in reversed(self._patches):
                 setattr(owner, name, old)
             self._patches.clear()
@@ -599,9 +598,8 @@ class Recorder(TorchDispatchMode):
         if interpreter is not None:
             self._patch_interpreter(interpreter)
         else:
-            finder = _PatchOnLoad(self._patch_interpreter)
-            sys.meta_path.insert(0, finder)
-            self._finders.append(finder)
+            self._finder = _PatchOnLoad(self._patch_interpreter)
+            sys.meta_path.insert(0, self._finder)
 
     def _patch_interpreter(self, interpreter) -> None:
         cls = interpreter.InterpretedFunction

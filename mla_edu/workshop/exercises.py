@@ -85,19 +85,15 @@ def toy_model():
     reseed every device's), inside ``fork_rng``, which puts its state back."""
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(0)
-        return _toy_model_seeded()
-
-
-def _toy_model_seeded():
-    mla = MLAConfig(hidden_size=32, num_attention_heads=2, q_lora_rank=None, kv_lora_rank=32,
-                    qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, rope_theta=10000.0,
-                    rope_scaling=None, rope_interleave=True, max_position_embeddings=task.CONTEXT_LEN,
-                    rms_norm_eps=1e-6, attention_bias=False)
-    m = TinyDeepseek(TinyDeepseekConfig(mla=mla, vocab_size=task.VOCAB_SIZE, num_hidden_layers=2,
-                                        intermediate_size=64))
-    for p in m.parameters():  # larger weights: attention output depends on what it reads
-        p.data.mul_(8.0)
-    return m.eval()
+        mla = MLAConfig(hidden_size=32, num_attention_heads=2, q_lora_rank=None, kv_lora_rank=32,
+                        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, rope_theta=10000.0,
+                        rope_scaling=None, rope_interleave=True, max_position_embeddings=task.CONTEXT_LEN,
+                        rms_norm_eps=1e-6, attention_bias=False)
+        m = TinyDeepseek(TinyDeepseekConfig(mla=mla, vocab_size=task.VOCAB_SIZE, num_hidden_layers=2,
+                                            intermediate_size=64))
+        for p in m.parameters():  # larger weights: attention output depends on what it reads
+            p.data.mul_(8.0)
+        return m.eval()
 
 
 # ---- 1. write the replay hook -------------------------------------------------------------------
