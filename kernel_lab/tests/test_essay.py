@@ -687,9 +687,11 @@ def claims() -> list[tuple[str, list[float]]]:
          "of ours, {}-{} us: the ratio lies between {}x and {}x depending on the run, and the medians, {} and {} us, "
          "give {}x", [len(fm), min(fm), max(fm), len(ours), min(ours), max(ours), min(fm) / max(ours),
                       max(fm) / min(ours), median(fm), median(ours), median(fm) / median(ours)]),
-        ("that is {} parts ({} at h_q=16). At B=64 and L=1024 or 4096, {} of the {} parts take one whole request "
-         "each and {} stay idle: {} CTAs work, as our {} programs do",
+        ("that is {} parts ({} at h_q=16, where B=64 cuts requests into pieces). At h_q=128, B=64 and L=1024 or 4096, "
+         "{} of the {} parts take one whole request each and {} stay idle: {} CTAs work, as our {} programs do",
          [parts, parts16, working, parts, parts - working, 2 * working, 2 * 64]),
+        ("the kernel kept since runs {} us against {} at that shape",
+         [worst[f"{backend_path(worst, run['info']['sm_count'])}_us"], worst["flashmla_us"]]),
         ("One request alone (B=1) is cut into {}, {} and {} pieces", pieces),
         ("each 64-token tile adds {} us to each of our {} programs and {} us to each of FlashMLA's {} working CTAs, "
          "{}x", [now["ours"], 2 * 64, now["fm"], 2 * working, now["x"]]),
