@@ -320,7 +320,9 @@ def test_the_choice_within_five_percent_of_the_best(regret, within):
     assert acc.verdicts(b)[1][2] == ("met" if within else "not met")
     text = acc.to_markdown(b, "cmd")
     if regret > 1:
-        assert f"| all | 2 of 2 | 1 | {1 + within} | {regret:.2f}x (fam h_q=16 B=16: split_1, best balanced) |" in text
+        printed = acc.ratio(regret, acc.WITHIN, upper=True)  # 1.0501 over the ceiling: not printed at it
+        assert printed == {1.05: "1.05", 1.0501: "1.0501", 1.3: "1.30"}[regret]
+        assert f"| all | 2 of 2 | 1 | {1 + within} | {printed}x (fam h_q=16 B=16: split_1, best balanced) |" in text
 
 
 def test_missing_problems_are_listed_and_fail_the_criteria():
@@ -394,6 +396,8 @@ def test_a_new_run_is_one_line_of_runs(tmp_path, monkeypatch, commit, capsys):
         (tmp_path / p.name).symlink_to(p)
     data = json.loads((acc.LAB / "family_bench_h200_fm_8acf73a_h16.json").read_text(encoding="utf-8"))
     data["info"]["setup"] = data["info"]["setup"].replace("commit 8acf73a", f"commit {commit}")
+    for r in data["family"] + data["uniform"]:  # its own times: a copy of a run is refused
+        r["us"] = {o: [t * 1.01 for t in ts] for o, ts in r["us"].items()}
     new = tmp_path / "family_bench_h200_fm_new.json"
     new.write_text(json.dumps(data))
     monkeypatch.setattr(acc, "LAB", tmp_path)
@@ -429,3 +433,104 @@ def test_the_choice_takes_todays_split_rule_and_refuses_a_count_the_run_did_not_
 def test_a_ratio_below_its_bar_never_prints_at_it(x, bar, text):
     assert acc.ratio(x, bar) == text
     assert acc.passes(float(text), bar) == acc.passes(x, bar)
+
+
+def _write_runs(tmp_path, runs) -> list:
+    paths = []
+    for name, data in runs:
+        (tmp_path / name).write_text(json.dumps(data), encoding="utf-8")
+        paths.append(tmp_path / name)
+    return paths
+
+
+def test_a_run_given_twice_or_copied_under_another_name_is_an_error(tmp_path):
+    """A copy passes for a second run unless refused: the median of three would be met by one run read thrice."""
+    one = run("a.json", NEW, [row("fam", 16, 1.1), row("fam", 64, 1.2)])
+    (path,) = _write_runs(tmp_path, [one])
+    with pytest.raises(ValueError, match="a.json more than once"):
+        acc.load([path, path, path])
+    copy = _write_runs(tmp_path, [("b.json", one[1])])
+    with pytest.raises(ValueError, match="timed as in a.json"):
+        acc.load([path, *copy])
+    other = run("c.json", NEW, [row("fam", 16, 1.15), row("fam", 64, 1.25)])
+    assert len(acc.load([path, *_write_runs(tmp_path, [other])])) == 2  # times of their own: two runs
+    # one problem timed to the last digit as in another run is refused too
+    same_row = run("d.json", NEW, [row("fam", 16, 1.3), row("fam", 64, 1.2)])
+    with pytest.raises(ValueError, match="B=64 timed as in a.json"):
+        acc.load([path, *_write_runs(tmp_path, [same_row])])
+
+
+@pytest.mark.parametrize("times, what", [
+    ([float("nan"), 0.5, 2.0], "flashmla's times finite and positive"),
+    ([0.5, float("nan"), 2.0], "flashmla's times finite and positive"),
+    ([], "flashmla's times finite and positive"),
+    ([0.0], "flashmla's times finite and positive"),
+    ([float("inf")], "flashmla's times finite and positive"),
+    ([1.0, 1.0], "as many rounds of every option as of FlashMLA's"),
+])
+def test_a_time_that_is_not_a_time_is_an_error_naming_the_problem(tmp_path, times, what):
+    r = row("fam", 16, 1.1)
+    r["us"]["flashmla"] = times
+    paths = _write_runs(tmp_path, [run("a.json", NEW, [r])])
+    with pytest.raises(ValueError, match=re.escape("a.json: family fam h_q=16 B=16: expected " + what)):
+        acc.load(paths)
+
+
+@pytest.mark.parametrize("option", ["split_1", "balanced"])
+def test_a_nan_time_of_any_option_is_an_error(tmp_path, option):
+    r = row("fam", 16, 1.1, regret=1.2)
+    r["us"][option] = [float("nan")]
+    with pytest.raises(ValueError, match=f"expected {option}'s times finite"):
+        acc.load(_write_runs(tmp_path, [run("a.json", NEW, [r])]))
+
+
+def test_an_h100_run_not_listed_is_an_error(tmp_path):
+    for p in acc.H100_RUNS:
+        (tmp_path / p.name).write_text("{}", encoding="utf-8")
+    (tmp_path / "family_bench_h100_fm_0123abc_run1.json").write_text("{}", encoding="utf-8")
+    paths = [tmp_path / p.name for p in acc.H100_RUNS]
+    with pytest.raises(ValueError, match="family_bench_h100_fm_0123abc_run1.json in neither"):
+        acc.check_listed(paths, (), tmp_path, pattern=acc.H100_PATTERN, name="H100_RUNS")
+    (tmp_path / "family_bench_h100_fm_0123abc_run1.json").unlink()
+    acc.check_listed(paths, (), tmp_path, pattern=acc.H100_PATTERN, name="H100_RUNS")
+
+
+def test_a_geomean_or_a_worst_choice_near_a_bar_prints_on_its_side():
+    # a geomean of 1.04981 would print 1.050 at three decimals: it prints the digit that fails
+    g = acc.ratio(1.04981, acc.GEOMEAN_BAR, 3)
+    assert float(g) < acc.GEOMEAN_BAR and g == "1.0498"
+    assert acc.ratio(1.05, acc.GEOMEAN_BAR, 3) == "1.050"
+    # the choice over the best is judged against a ceiling: 1.0504 is over it, 1.05 at it
+    assert acc.ratio(1.0504, acc.WITHIN, upper=True) == "1.0504"
+    assert acc.ratio(1.05, acc.WITHIN, upper=True) == "1.05"
+    assert acc.ratio(1.046, acc.WITHIN, upper=True) == "1.05"  # below the ceiling, printed at it: still within
+
+
+def test_the_worst_choice_over_a_ceiling_prints_above_it_in_the_markdown():
+    b = board(run("a.json", NEW, [row("fam", 16, 1.1, regret=1.0504), row("fam", 64, 1.2)]))
+    text = acc.to_markdown(b, "cmd")
+    assert "the worst 1.0504x" in text and "| 1.0504x (fam h_q=16 B=16" in text
+
+
+def test_a_ragged_geomean_below_its_bar_never_prints_at_it():
+    x = 1.04981
+    b = board(run("a.json", NEW, [row("fam", 16, x), row("fam", 64, x)]))
+    text = acc.to_markdown(b, "cmd")
+    assert "| 1.0498 | 1.05 (B=16) | no |" in text and "geomeans 1.0498-1.0498x, 0 at or above" in text
+
+
+def test_h16_uniform_lowest_prints_against_its_own_bar():
+    keys = [("uniform", "L1024", 16, b) for b in (1, 4)]
+    b = board(run("a.json", NEW, uniform=[{**row("L1024", 1, 1.2), "family": "L1024"},
+                                          {**row("L1024", 4, 0.9996), "family": "L1024"}]), keys=keys)
+    text = acc.to_markdown(b, "cmd")
+    assert "| 16 | 1.20 [1.20-1.20] | 1.00 [0.9996-1.00] |" in text  # the glance: not [1.00-1.00]
+    assert "the lowest 0.9996x (L1024, B=4)" in text
+
+
+def test_a_ratio_at_older_rules_stays_out_of_the_geomean_and_the_lowest():
+    b = board(run("old.json", OLD, [row("fam", 64, 0.5)]), run("new.json", NEW, [row("fam", 16, 1.2)]))
+    r = ragged_row(b)
+    assert r["geomean"] == pytest.approx(1.2) and r["low"].x == pytest.approx(1.2) and not r["met"]
+    text = acc.to_markdown(b, "cmd")
+    assert "| 1.20 | 0.50 (older) | 1.200 | 1.20 (B=16) | no |" in text

@@ -26,6 +26,8 @@ geomean's float rounding does not decide).
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -63,6 +65,7 @@ SKIPPED: tuple[str, ...] = (
     "family_bench_h200_ours_df92c31_small.json",  # split counts at small uniform batches, no FlashMLA (split_model_fit)
 )
 PATTERN = "family_bench_h200*.json"  # the family-bench runs on the H200 in the results folder
+H100_PATTERN = "family_bench_h100*.json"  # ... and on an H100: each in H100_RUNS
 #: The whole bench on an H100, twice at 84453eb, once at 69707eb and once at bd22e84 (the same kernels: bd22e84 added
 #: host-side checks only): not the H200's RUNS; their own scoreboard is acceptance_h100.md
 H100_RUNS = (*(LAB / f"family_bench_h100_fm_84453eb_run{i}.json" for i in (1, 2)),
@@ -159,35 +162,70 @@ def runs_in_order(runs: list[tuple[str, dict]]) -> list[Run]:
     return out
 
 
-def check_listed(paths=None, skipped=None, lab: Path | None = None) -> None:
+def check_listed(paths=None, skipped=None, lab: Path | None = None, pattern: str = PATTERN,
+                 name: str = "RUNS") -> None:
     """An error unless each of ``paths`` is a file listed once, each of ``skipped`` a file in ``lab`` not in
-    ``paths``, and every family-bench json in ``lab`` (``PATTERN``) one of the two; by default ``RUNS``, ``SKIPPED``
-    and ``LAB``."""
+    ``paths``, and every family-bench json in ``lab`` that ``pattern`` matches one of the two; by default ``RUNS``,
+    ``SKIPPED``, ``LAB`` and ``PATTERN`` (``name``: the list, in the errors)."""
     paths, skipped, lab = RUNS if paths is None else paths, SKIPPED if skipped is None else skipped, lab or LAB
     names = [Path(p).name for p in paths]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ValueError(f"RUNS: expected each run once, got {', '.join(twice)} more than once")
+        raise ValueError(f"{name}: expected each run once, got {', '.join(twice)} more than once")
     for p in paths:
         if not Path(p).is_file():
-            raise ValueError(f"RUNS: expected the file {rel(p)}, got none there")
+            raise ValueError(f"{name}: expected the file {rel(p)}, got none there")
     for n in skipped:
         if n in names or not (lab / n).is_file():
-            raise ValueError(f"SKIPPED: expected a file in {rel(lab)} not in RUNS, got {n}, "
-                             + ("which RUNS lists" if n in names else "which is not there"))
-    unlisted = sorted(p.name for p in lab.glob(PATTERN) if p.name not in names and p.name not in skipped)
+            raise ValueError(f"SKIPPED: expected a file in {rel(lab)} not in {name}, got {n}, "
+                             + (f"which {name} lists" if n in names else "which is not there"))
+    unlisted = sorted(p.name for p in lab.glob(pattern) if p.name not in names and p.name not in skipped)
     if unlisted:
-        raise ValueError(f"expected every {PATTERN} in {rel(lab)} in RUNS or SKIPPED, got {', '.join(unlisted)} in "
-                         "neither (add it to RUNS in the order it ran, its commit to COMMITS, or to SKIPPED)")
+        raise ValueError(f"expected every {pattern} in {rel(lab)} in {name} or SKIPPED, got {', '.join(unlisted)} in "
+                         f"neither (add it to {name} in the order it ran, its commit to COMMITS, or to SKIPPED)")
 
 
 def load(paths=None) -> list[Run]:
-    """The runs at ``paths`` (default ``RUNS``) as ``Run``, in their order (``runs_in_order``); ``RUNS`` first
-    checked against the results folder (``check_listed``)."""
+    """The runs at ``paths`` (default ``RUNS``) as ``Run``, in their order (``runs_in_order``); ``RUNS`` and
+    ``H100_RUNS`` first checked against the results folder (``check_listed``). An error for a run given twice (by
+    name, or the same times of a problem under another name: a copy would pass for a second run) and for a timed
+    option whose times are not finite and positive (``check_times``)."""
     paths = RUNS if paths is None else paths
-    if [Path(p) for p in paths] == list(RUNS):
+    if [Path(p).resolve() for p in paths] in ([p.resolve() for p in RUNS], [p.resolve() for p in H100_RUNS]):
         check_listed()
-    return runs_in_order([(Path(p).name, read_json(p, "family bench json")) for p in paths])
+        check_listed(H100_RUNS, (), pattern=H100_PATTERN, name="H100_RUNS")
+    names = [Path(p).name for p in paths]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"runs: expected each run once, got {', '.join(twice)} more than once")
+    runs = runs_in_order([(Path(p).name, read_json(p, "family bench json")) for p in paths])
+    seen: dict[str, str] = {}
+    for run in runs:
+        for kind in ("family", "uniform"):
+            for r in run.data[kind]:
+                where = f"{run.name}: {kind} {r.get('family')} h_q={r.get('heads')} B={r.get('batch')}"
+                check_times(r, where)
+                times = json.dumps([kind, r["family"], r["heads"], r["batch"], r["us"]], sort_keys=True)
+                if times in seen:
+                    raise ValueError(f"expected each run's own times, got {where} timed as in {seen[times]} "
+                                     "(a copy of a run is not a second run)")
+                seen[times] = run.name
+    return runs
+
+
+def check_times(row: dict, where: str) -> None:
+    """An error naming ``where`` unless every timed option of ``row`` has at least one time, each finite and
+    positive, FlashMLA's (where timed) as many as the options'."""
+    us = row.get("us")
+    if not isinstance(us, dict) or not us:
+        raise ValueError(f"{where}: expected times per option, got {us!r}")
+    for option, times in us.items():
+        if (not isinstance(times, list) or not times
+                or not all(isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in times)):
+            raise ValueError(f"{where}: expected {option}'s times finite and positive, got {times!r}")
+    if "flashmla" in us and len({len(t) for t in us.values()}) > 1:
+        raise ValueError(f"{where}: expected as many rounds of every option as of FlashMLA's, got "
+                         + ", ".join(f"{o} {len(t)}" for o, t in us.items()))
 
 
 def bench_keys() -> list[tuple]:
@@ -235,8 +273,9 @@ def ragged(keys: list[tuple], got: dict) -> list[dict]:
             groups.setdefault((k[2], k[1]), []).append(k)
     order = list(dict.fromkeys(fam for _, fam in groups))
     for (h, fam), ks in sorted(groups.items(), key=lambda g: (g[0][0], order.index(g[0][1]))):
-        xs = [got[k].x for k in ks if k in got]
-        low = min((got[k] for k in ks if k in got), key=lambda p: p.x, default=None)
+        now = _current(ks, got)  # a ratio at older rules is shown, flagged, and counted as unmeasured
+        xs = [p.x for p in now]
+        low = min(now, key=lambda p: p.x, default=None)
         geomean = statistics.geometric_mean(xs) if xs else None
         met = (len(_current(ks, got)) == len(ks) and passes(geomean, GEOMEAN_BAR) and passes(low.x, FLOOR))
         out.append(dict(heads=h, family=fam, picks={k[3]: got.get(k) for k in ks}, geomean=geomean, low=low,
@@ -335,14 +374,21 @@ def _has_flashmla(run: Run) -> bool:
     return any("flashmla" in r["us"] for kind in ("family", "uniform") for r in run.data[kind])
 
 
-def ratio(x: float, bar: float) -> str:
-    """``x`` at 2 decimals, or at as many more as it takes for the printed value to fall on the side of ``bar`` that
-    ``x`` does (0.948 against 0.95, 0.9496 too: not 0.95, nor 0.950)."""
-    for digits in range(2, DIGITS + 1):
-        text = f"{x:.{digits}f}"
-        if passes(float(text), bar) == passes(x, bar):
+def ratio(x: float, bar: float, digits: int = 2, upper: bool = False) -> str:
+    """``x`` at ``digits`` decimals, or at as many more as it takes for the printed value to fall on the side of
+    ``bar`` that ``x`` does (0.948 against 0.95, 0.9496 too: not 0.95, nor 0.950). ``upper``: ``bar`` is a ceiling
+    (``_within``'s), a value at it on the good side."""
+    side = (lambda v: round(v, DIGITS) <= bar) if upper else (lambda v: passes(v, bar))
+    for d in range(digits, DIGITS + 1):
+        text = f"{x:.{d}f}"
+        if side(float(text)) == side(x):
             return text
     return repr(x)
+
+
+def _floor(heads: int) -> float:
+    """The bar a uniform ratio is printed against: h_q=16's where it is higher (``H16_FLOOR``)."""
+    return max(FLOOR, H16_FLOOR) if heads == 16 else FLOOR
 
 
 def _x(p: Pick | None, bar: float = FLOOR) -> str:
@@ -392,7 +438,8 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
         lines.append((f"ragged: every family and head count, geomean >= {GEOMEAN_BAR:.2f}x FlashMLA, no batch below "
                       f"{FLOOR:.2f}x",
                       f"{sum(r['met'] for r in rg)} of {len(rg)} (h_q, family) met"
-                      + (f"; geomeans {min(geo):.3f}-{max(geo):.3f}x, {sum(passes(g, GEOMEAN_BAR) for g in geo)} at "
+                      + (f"; geomeans {ratio(min(geo), GEOMEAN_BAR, 3)}-{ratio(max(geo), GEOMEAN_BAR, 3)}x, "
+                         f"{sum(passes(g, GEOMEAN_BAR) for g in geo)} at "
                          f"or above {GEOMEAN_BAR:.2f}" if geo else "")
                       + f"; {len(fam_now)} of {len(fam_keys)} batches measured, "
                       f"{sum(not passes(p.x, FLOOR) for p in fam_now)} below {FLOOR:.2f}"
@@ -404,7 +451,8 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
         lines.append((f"uniform, every head count, B >= {UNIFORM_FROM}: no shape below {FLOOR:.2f}x",
                       "; ".join(f"h_q={u['heads']}: {u['big']['current']} of {u['big']['n']} measured"
                                 + f", {len(u['big']['below'])} below {FLOOR:.2f}{_spread(u['big']['now'])}"
-                                + (f", the lowest {ratio(u['big']['low'].x, FLOOR)}x ({u['big']['low'].key[1]}, "
+                                + (f", the lowest {ratio(u['big']['low'].x, _floor(u['heads']))}x "
+                                   f"({u['big']['low'].key[1]}, "
                                    f"B={u['big']['low'].key[3]})" if u["big"]["low"] else "")
                                 + (f" ({u['big']['older']} with older rules)" if u["big"]["older"] else "")
                                 for u in un),
@@ -422,7 +470,8 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
     worst = ch["worst"]
     lines.append((f"the choice within {round(100 * (WITHIN - 1))}% of the best option at every problem",
                   f"{ch['within']} of {ch['current']} measured (the best option at {ch['best']})"
-                  + (f", the worst {worst.regret:.2f}x ({_where(worst)})" if worst and worst.regret > 1 else "")
+                  + (f", the worst {ratio(worst.regret, WITHIN, upper=True)}x ({_where(worst)})"
+                     if worst and worst.regret > 1 else "")
                   + f"; of these, held out (no run behind the ratio read by a fit): {ch['held_within']} of "
                   f"{ch['held']}",
                   _verdict(ch["within"] == ch["current"] == ch["n"],
@@ -474,22 +523,27 @@ def to_markdown(board: dict, command: str, gpu: str = "the H200") -> str:
                   "flushed: where a batch's whole cache (B x L x 1,152 bytes) fits in L2, as at uniform B=1, B=4 "
                   "below L=16K and B=16 at L=1K, both "
                   "kernels read it from there (`back_to_back_h200.md`, measured on the H200). A lowest value under "
-                  f"{FLOOR:.2f} prints with the decimals that show it.", "",
+                  f"its bar ({FLOOR:.2f}; {H16_FLOOR:.2f} at uniform h_q=16) prints with the decimals that show it.",
+                  "",
                   "| h_q | " + " | ".join(f"ragged B={b}" for b in fam_b) + " | "
                   + " | ".join(f"uniform B={b}" for b in uni_b) + " |", "|---" * (1 + len(fam_b) + len(uni_b)) + "|"]
         for r in board["glance"]:
             cells = [r[kind].get(b) for kind, bs in (("family", fam_b), ("uniform", uni_b)) for b in bs]
+            bars = [H16_FLOOR if kind == "uniform" and r["heads"] == 16 else FLOOR
+                    for kind, bs in (("family", fam_b), ("uniform", uni_b)) for _ in bs]
             lines.append(f"| {r['heads']} | " + " | ".join(
-                f"{c['geomean']:.2f} [{ratio(c['low'], FLOOR)}-{c['high']:.2f}]" if c else "-" for c in cells) + " |")
+                f"{c['geomean']:.2f} [{ratio(c['low'], bar)}-{c['high']:.2f}]" if c else "-"
+                for c, bar in zip(cells, bars)) + " |")
     if board["ragged"]:
         lines += ["", f"## Ragged families: x FM of the choice (bars: geomean >= {GEOMEAN_BAR:.2f}, every batch >= "
                   f"{FLOOR:.2f})", "",
                   "| h_q | family | " + " | ".join(f"B={b}" for b in batches) + " | geomean | lowest | met |",
                   "|---" * (5 + len(batches)) + "|"]
         for r in board["ragged"]:
+            tail = (f" | {ratio(r['geomean'], GEOMEAN_BAR, 3)} | {ratio(r['low'].x, FLOOR)} (B={r['low'].key[3]})"
+                    if r["low"] else " | - | -")
             lines.append(f"| {r['heads']} | {r['family']} | " + " | ".join(_x(r["picks"].get(b)) for b in batches)
-                         + (f" | {r['geomean']:.3f} | {ratio(r['low'].x, FLOOR)} (B={r['low'].key[3]})" if r["low"] else
-                            " | - | -") + f" | {'yes' if r['met'] else 'no'} |")
+                         + tail + f" | {'yes' if r['met'] else 'no'} |")
     if board["uniform"]:
         lines += ["", f"## Uniform lengths: x FM of the choice (bars: from B={UNIFORM_FROM} >= {FLOOR:.2f}; at "
                   f"h_q=16 every shape >= {H16_FLOOR:.2f})", "",
@@ -511,7 +565,8 @@ def to_markdown(board: dict, command: str, gpu: str = "the H200") -> str:
     for c in board["choice"]:
         w = c["worst"]
         lines.append(f"| {c['heads'] or 'all'} | {c['current']} of {c['n']} | {c['best']} | {c['within']} | "
-                     + (f"{w.regret:.2f}x ({_where(w)}: {w.choice}, best {w.best})" if w and w.regret > 1 else "-")
+                     + (f"{ratio(w.regret, WITHIN, upper=True)}x ({_where(w)}: {w.choice}, best {w.best})"
+                        if w and w.regret > 1 else "-")
                      + f" | {c['held_within']} of {c['held']} |")
     lines += ["", "## Where each ratio comes from", "",
               "'runs' = the runs at the problem's rules that timed FlashMLA on it, the latest named; the ratio is "
