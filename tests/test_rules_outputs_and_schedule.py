@@ -40,7 +40,7 @@ def test_the_triton_schedule_choice_models_the_page_tables_width_not_the_longest
     modelled with the longest request (2 pages), the balanced schedule would."""
     be = triton_backend
     lens, heads = [83, 169], 128
-    splits = be._splits(len(lens), heads)
+    splits = be.splits(len(lens), heads)
     assert be.width == 33
     assert not schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, splits, be.width)
     assert schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, splits, None)  # the case tells them apart

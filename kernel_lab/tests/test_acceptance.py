@@ -4,6 +4,7 @@ lines, and tables that are wrong failing."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import json
@@ -534,3 +535,40 @@ def test_a_ratio_at_older_rules_stays_out_of_the_geomean_and_the_lowest():
     assert r["geomean"] == pytest.approx(1.2) and r["low"].x == pytest.approx(1.2) and not r["met"]
     text = acc.to_markdown(b, "cmd")
     assert "| 1.20 | 0.50 (older) | 1.200 | 1.20 (B=16) | no |" in text
+
+
+def test_the_served_choice_is_the_backends_at_its_context_limit():
+    """The bench's choice and the served one both ask the triton serving backend's own functions (``auto_schedule``,
+    ``auto_splits``); with a table as wide as the longest request they are the choice the split rule and
+    ``schedule.prefers_balanced`` (modelled on the longest request) make at every problem of the whole run, and at
+    DeepSeek-V3's context limit they differ where the rule counts more splits on the wider table."""
+    from mla_edu.kernels import schedule
+    from mla_edu.kernels.workspace import triton_num_kv_splits
+
+    data = result("family_bench_h200_fm_1699741_run1.json")
+    sms = data["info"]["sm_count"]
+    assert acc.SERVED_CONTEXT == 163840
+    differ = 0
+    for r in data["family"] + data["uniform"]:
+        s = triton_num_kv_splits(fb.PAGE * fb.table_width(r), r["batch"], r["heads"], fb.PAGE, sms)
+        model = "balanced" if schedule.prefers_balanced(r["lens"], fb.PAGE, r["heads"], sms, s) else f"split_{s}"
+        assert fb.backend_choice(r, sms) == model == fb.choice_option(r, sms)
+        served = acc.served_choice(r, sms)
+        wide = triton_num_kv_splits(163840 + fb.PAGE, r["batch"], r["heads"], fb.PAGE, sms)  # (C + 64) // 64 pages
+        assert served in ("balanced", f"split_{wide}") and wide >= s
+        differ += served != model
+    assert differ > 0
+
+
+@pytest.mark.parametrize("served, regret, verdict", [("split_1", 1.0, "met"), ("split_1", 1.05, "met"),
+                                                     ("balanced", 1.0504, "not met"),
+                                                     ("split_64", None, "not met (2 unmeasured)")])
+def test_the_served_choice_has_its_own_line(served, regret, verdict):
+    b = board(run("a", RULES, [row("fam", 16, 1.2), row("fam", 64, 1.2)]))
+    b["picks"] = {k: dataclasses.replace(p, served=served, served_regret=regret) for k, p in b["picks"].items()}
+    (line,) = [v for v in acc.verdicts(b) if v[0].startswith("the same in a server")]
+    assert line[2] == verdict
+    if regret is None:
+        assert "0 of 0 whose choice a run timed (2 more take a split count no run timed)" in line[1]
+    elif regret > acc.WITHIN:
+        assert "the worst 1.0504x (fam h_q=16 B=16: balanced, best split_1)" in line[1]

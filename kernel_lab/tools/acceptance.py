@@ -38,8 +38,10 @@ from kernel_lab.tools import family_bench as fb
 from kernel_lab.tools import half_block_fit as hb
 from kernel_lab.tools import print_and_write, rel
 from kernel_lab.tools import split_model_fit as smf
+from mla_edu.config import MLAConfig
 from mla_edu.files import read_json
 from mla_edu.paths import REPO_ROOT
+from mla_edu.serving.backends.base import page_table_width
 
 LAB = REPO_ROOT / "kernel_lab" / "results"
 #: The family-bench runs on the H200, in the order they ran, one a line (the 8acf73a runs: h16 and b128 on one
@@ -91,6 +93,9 @@ COMMITS = (
 #: balanced schedule's time.
 RULES_FROM = "261e2bd"
 GEOMEAN_BAR, FLOOR, H16_FLOOR, WITHIN, MIN_RUNS = 1.05, 0.95, 1.0, 1.05, 3
+#: A server's context limit, DeepSeek-V3's (its config.json's max_position_embeddings): the triton serving backend's
+#: page table is that wide whatever the batch, and its split rule counts on the table's width (``served_choice``).
+SERVED_CONTEXT = MLAConfig.deepseek_v3().max_position_embeddings
 UNIFORM_FROM = 4  # the uniform bar's smallest batch
 DIGITS = 9
 #: The family-bench runs a fit of the choice read (``choice_fit``'s margin, ``half_block_fit``'s scale, the split
@@ -122,6 +127,9 @@ class Pick:
     x: float
     regret: float
     xs: tuple[float, ...] = ()  # x FlashMLA of each pooled run, oldest first
+    served: str = ""  # the option a server with SERVED_CONTEXT tokens of context runs (``served_choice``)
+    served_regret: float | None = None  # its time over the best option's, the median over the pooled runs (None:
+    # a split count the runs did not time)
 
     @property
     def always_below(self) -> bool:
@@ -251,9 +259,20 @@ def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
         xs = tuple(fb.x_flashmla(r, choice)[0] for _, r in used)
         regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
+        served = served_choice(r, run.data["info"]["sm_count"])
+        served_regret = (statistics.median(fb.median_us(r, served) / fb.median_us(r, fb.best_option(r))
+                                           for _, r in used) if all(served in r["us"] for _, r in used) else None)
         out[key] = Pick(key, run.name, run.commit, not current, tuple(u.name for u, _ in used), choice, best,
-                        statistics.median(xs), regret, xs)
+                        statistics.median(xs), regret, xs, served, served_regret)
     return out
+
+
+def served_choice(row: dict, sm_count: int, context: int = SERVED_CONTEXT) -> str:
+    """The option a server with ``context`` tokens of context runs for a bench row (``family_bench.choice_option``):
+    its page table is ``page_table_width(context)`` columns of the bench's 64-token pages, whatever the batch, and the
+    split rule counts on that width, not on the batch's longest request as the bench's choice does. A split divides
+    a request's own pages, so a count's time does not depend on the width."""
+    return fb.choice_option(row, sm_count, page_table_width(context, fb.PAGE))
 
 
 def passes(value: float, bar: float) -> bool:
@@ -476,6 +495,17 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
                   f"{ch['held']}",
                   _verdict(ch["within"] == ch["current"] == ch["n"],
                            0 if ch["within"] < ch["current"] else ch["n"] - ch["current"])))
+    served = [p for p in _current(keys, got) if p.served_regret is not None]
+    untimed = len(_current(keys, got)) - len(served)
+    ok = [p for p in served if round(p.served_regret, DIGITS) <= WITHIN]
+    sw = max(served, key=lambda p: p.served_regret, default=None)
+    lines.append((f"the same in a server whose context limit is {SERVED_CONTEXT:,} tokens (DeepSeek-V3's): its page "
+                  "table that wide, the split rule counting on it (`served_choice`)",
+                  f"{len(ok)} of {len(served)} whose choice a run timed"
+                  + (f" ({untimed} more take a split count no run timed)" if untimed else "")
+                  + (f", the worst {ratio(sw.served_regret, WITHIN, upper=True)}x ({_where(sw)}: {sw.served}, best "
+                     f"{sw.best})" if sw and sw.served_regret > 1 else ""),
+                  _verdict(len(ok) == len(served) == len(keys), 0 if len(ok) < len(served) else untimed)))
     now = _current(keys, got)
     counts = [p.runs for p in now]
     twice = [_where(p) for p in now if p.runs > 1]

@@ -218,28 +218,42 @@ def best_option(row: dict) -> str:
     return min(mla_options(row), key=lambda k: median_us(row, k))
 
 
-def rule_splits_now(row: dict, sm_count: int) -> int:
-    """The split rule's count for this batch with the package as it is (``workspace.triton_num_kv_splits`` of the
-    table's width), not the ``rule_splits`` stored at run time: a run times every count of ``SPLITS`` up to the width,
-    so it scores a later rule too."""
-    from mla_edu.kernels.workspace import triton_num_kv_splits
+def table_width(row: dict) -> int:
+    """The bench's page table's width for this batch: its longest request's pages."""
+    return math.ceil(max(row["lens"]) / PAGE)
 
-    return triton_num_kv_splits(PAGE * math.ceil(max(row["lens"]) / PAGE), row["batch"], row["heads"], PAGE, sm_count)
+
+def rule_splits_now(row: dict, sm_count: int, width: int | None = None) -> int:
+    """The split rule's count for this batch with the package as it is (the triton serving backend's
+    ``auto_splits`` on a table ``width`` pages wide, default the bench's, ``table_width``), not the ``rule_splits``
+    stored at run time: a run times every count of ``SPLITS`` up to the width, so it scores a later rule too."""
+    from mla_edu.serving.backends.triton import auto_splits
+
+    return auto_splits(row["batch"], row["heads"], sm_count, width or table_width(row), PAGE)
+
+
+def choice_option(row: dict, sm_count: int, width: int | None = None) -> str:
+    """The option the triton serving backend runs for this batch on a page table ``width`` pages wide (default the
+    bench's, as wide as the batch's longest request): "balanced" where its ``auto_schedule`` takes the balanced
+    schedule, else "split_S" at the rule's count (perhaps one the run did not time). A server's table is as wide as
+    its context limit (``acceptance.served_choice``)."""
+    from mla_edu.serving.backends.triton import auto_schedule
+
+    width = width or table_width(row)
+    if auto_schedule(row["lens"], row["heads"], sm_count, width, PAGE) == "balanced":
+        return "balanced"
+    return f"split_{rule_splits_now(row, sm_count, width)}"
 
 
 def backend_choice(row: dict, sm_count: int) -> str:
-    """What the triton serving backend runs for this batch today: the balanced schedule where
-    ``schedule.prefers_balanced`` models it faster, else the rule's split count (``rule_splits_now``). ValueError
-    where that is a count the run did not time."""
-    from mla_edu.kernels.schedule import prefers_balanced
-
-    s = rule_splits_now(row, sm_count)
-    if prefers_balanced(row["lens"], PAGE, row["heads"], sm_count, s):
-        return "balanced"
-    if f"split_{s}" not in row["us"]:
-        raise ValueError(f"the split rule now takes {s} splits at h_q={row['heads']}, B={row['batch']}, but the run "
-                         f"timed only {sorted(k for k in row['us'] if k.startswith('split_'))}")
-    return f"split_{s}"
+    """What the triton serving backend runs for this batch today with a page table as wide as the batch's longest
+    request (the bench's table, ``choice_option``). ValueError where that is a count the run did not time."""
+    option = choice_option(row, sm_count)
+    if option not in row["us"]:
+        raise ValueError(f"the split rule now takes {option.split('_')[1]} splits at h_q={row['heads']}, "
+                         f"B={row['batch']}, but the run timed only "
+                         f"{sorted(k for k in row['us'] if k.startswith('split_'))}")
+    return option
 
 
 def x_flashmla(row: dict, option: str) -> tuple[float, float, float]:

@@ -99,15 +99,16 @@ def known_defects() -> tuple:
     return tuple(dict.fromkeys(d for cls in BACKEND_CLASSES.values() for d in cls.switchable_defects))
 
 
-def page_table_width(context_length: int) -> int:
-    """W, the page table's columns: ``(max_context_len + PAGE_SIZE) // PAGE_SIZE``.
+def page_table_width(context_length: int, page_size: int = PAGE_SIZE) -> int:
+    """W, the page table's columns: ``(max_context_len + PAGE_SIZE) // PAGE_SIZE`` (``page_size``: another page
+    size's, e.g. FlashMLA's 64 tokens).
 
     SGLang's ``CutlassMLABackend.init_cuda_graph_state`` (cutlass_mla_backend.py at 7059ae16f,
     line 132), where ``max_context_len`` is ``model_config.context_len``, i.e.
     ``--context-length`` when given (flashinfer_mla_backend.py line 78, model_config.py line 153).
     ``--context-length 4096`` gives 33.
     """
-    return (int(context_length) + PAGE_SIZE) // PAGE_SIZE
+    return (int(context_length) + page_size) // page_size
 
 
 class AttentionBackend:

@@ -27,6 +27,20 @@ from mla_edu.util import PAGE_SIZE
 
 
 
+def auto_splits(bs: int, heads: int, sm_count: int, width: int, page_size: int = PAGE_SIZE) -> int:
+    """Auto splits' count for ``bs`` requests: the Triton kernel's own rule (``kernels.triton_num_kv_splits``, which
+    counts head blocks and waves) on a page table ``width`` pages wide, whatever the batch's lengths (a graph fixes
+    it at capture). A split divides a request's own pages."""
+    return kernels.triton_num_kv_splits(width * page_size, bs, heads, page_size, sm_count)
+
+
+def auto_schedule(lens: list, heads: int, sm_count: int, width: int, page_size: int = PAGE_SIZE) -> str:
+    """ "balanced" or "splits" for a batch of requests of ``lens`` tokens (host ints) on a table ``width`` pages
+    wide: ``schedule.prefers_balanced``, the two paths' modelled makespans against ``auto_splits``' count."""
+    splits = auto_splits(len(lens), heads, sm_count, width, page_size)
+    return "balanced" if schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, width) else "splits"
+
+
 @register_backend("triton")
 class TritonBackend(AttentionBackend):
     def __init__(self, *args, **kw):
@@ -41,25 +55,26 @@ class TritonBackend(AttentionBackend):
         self.heads = None  # the query heads of the last decode step (known once a step ran)
         self.step_schedule = None  # an eager step's schedule, chosen at its first layer for all of them
 
-    def _splits(self, bs: int, heads: int) -> int:
+    def splits(self, bs: int, heads: int) -> int:
         """A fixed ``num_kv_splits`` as given; auto (-1): the Triton kernel's own rule
         (``kernels.triton_num_kv_splits``, which counts head blocks and waves), not sgl-kernel's."""
         if self.num_kv_splits == -1:
-            return kernels.triton_num_kv_splits(self.width * PAGE_SIZE, bs, heads, PAGE_SIZE, self.sm_count)
+            return auto_splits(bs, heads, self.sm_count, self.width)
         return self.splits_for(self.width * PAGE_SIZE, bs)
 
     def chooses_schedule(self) -> bool:
         """Auto splits (-1) with the Triton kernel: each batch's schedule chosen from its lengths
-        (``choose_schedule``), a graph captured for each; otherwise the split count of ``_splits`` always."""
+        (``choose_schedule``), a graph captured for each; otherwise the split count of ``splits`` always."""
         return self.num_kv_splits == -1 and self.kernel_impl == "triton"
 
     def choose_schedule(self, lens: list, heads: int) -> str:
         """ "balanced" (``kernels.schedule``: each request's parts from the lengths, on the device) or "splits" (the
         split rule's count for every request) for a batch of requests of ``lens`` tokens (host ints):
         ``schedule.prefers_balanced``, the two paths' modelled makespans."""
-        prefers = schedule.prefers_balanced(lens, PAGE_SIZE, heads, self.sm_count, self._splits(len(lens), heads),
-                                            self.width)
-        return "balanced" if prefers else "splits"
+        if self.num_kv_splits != -1:
+            raise ValueError(f"choose_schedule: the schedule is chosen with auto splits (-1), got num_kv_splits="
+                             f"{self.num_kv_splits}")
+        return auto_schedule(lens, heads, self.sm_count, self.width)
 
     def graph_variants(self) -> tuple:
         return schedule.SCHEDULES if self.chooses_schedule() else (None,)
@@ -76,7 +91,7 @@ class TritonBackend(AttentionBackend):
         page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
         # sized before the head count is known: the most splits any batch size and head count up to 128 gets
         # (get_workspace_size counts 128 heads per split)
-        splits = max(self._splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
+        splits = max(self.splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
         if self.chooses_schedule():  # the balanced schedule's partials, for any batch size and head count up to 128
             size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b,
@@ -123,7 +138,7 @@ class TritonBackend(AttentionBackend):
             if chosen is None:
                 lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
                 chosen = self.step_schedule = self.choose_schedule(lens[:bs].tolist(), heads)
-        splits = -1 if chosen == "balanced" else self._splits(bs, heads)
+        splits = -1 if chosen == "balanced" else self.splits(bs, heads)
         if splits != -1:  # the balanced schedule's counts are on the device, per request
             self.splits_used.add(splits)
         return kernels.mla_decode(
