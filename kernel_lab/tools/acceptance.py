@@ -129,7 +129,7 @@ class Pick:
     xs: tuple[float, ...] = ()  # x FlashMLA of each pooled run, oldest first
     served: str = ""  # the option a server with SERVED_CONTEXT tokens of context runs (``served_choice``)
     served_regret: float | None = None  # its time over the best option's, the median over the pooled runs (None:
-    # a split count the runs did not time)
+    # a split count the runs did not time, or a launch other than the bench's: ``served_as_benched``)
 
     @property
     def always_below(self) -> bool:
@@ -259,9 +259,11 @@ def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
         xs = tuple(fb.x_flashmla(r, choice)[0] for _, r in used)
         regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
-        served = served_choice(r, run.data["info"]["sm_count"])
+        sms = run.data["info"]["sm_count"]
+        served = served_choice(r, sms)
+        timed_as_served = served_as_benched(r, sms) and all(served in r["us"] for _, r in used)
         served_regret = (statistics.median(fb.median_us(r, served) / fb.median_us(r, fb.best_option(r))
-                                           for _, r in used) if all(served in r["us"] for _, r in used) else None)
+                                           for _, r in used) if timed_as_served else None)
         out[key] = Pick(key, run.name, run.commit, not current, tuple(u.name for u, _ in used), choice, best,
                         statistics.median(xs), regret, xs, served, served_regret)
     return out
@@ -273,6 +275,21 @@ def served_choice(row: dict, sm_count: int, context: int = SERVED_CONTEXT) -> st
     split rule counts on that width, not on the batch's longest request as the bench's choice does. A split divides
     a request's own pages, so a count's time does not depend on the width."""
     return fb.choice_option(row, sm_count, page_table_width(context, fb.PAGE))
+
+
+def served_as_benched(row: dict, sm_count: int, context: int = SERVED_CONTEXT) -> bool:
+    """Whether the kernels launch for this batch in a server with ``context`` tokens of context as the bench
+    launched them: the same heads a program for either schedule (``workspace.gpu_block_h``, which takes 16 for a
+    problem too small to fill the GPU, counted on the table's width) and the same parts (``schedule.num_parts``)."""
+    from mla_edu.kernels import schedule
+    from mla_edu.kernels.workspace import gpu_block_h
+
+    def launch(width: int) -> tuple:
+        b, h = row["batch"], row["heads"]
+        return gpu_block_h(h, b, width), gpu_block_h(h, b, width, balanced=True), schedule.num_parts(h, sm_count, b,
+                                                                                                      width)
+
+    return launch(fb.table_width(row)) == launch(page_table_width(context, fb.PAGE))
 
 
 def passes(value: float, bar: float) -> bool:
@@ -502,7 +519,7 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
     lines.append((f"the same in a server whose context limit is {SERVED_CONTEXT:,} tokens (DeepSeek-V3's): its page "
                   "table that wide, the split rule counting on it (`served_choice`)",
                   f"{len(ok)} of {len(served)} whose choice a run timed"
-                  + (f" ({untimed} more take a split count no run timed)" if untimed else "")
+                  + (f" ({untimed} more take a split count or a launch no run timed)" if untimed else "")
                   + (f", the worst {ratio(sw.served_regret, WITHIN, upper=True)}x ({_where(sw)}: {sw.served}, best "
                      f"{sw.best})" if sw and sw.served_regret > 1 else ""),
                   _verdict(len(ok) == len(served) == len(keys), 0 if len(ok) < len(served) else untimed)))
