@@ -199,6 +199,25 @@ def whole_run_numbers() -> dict:
                 uni=[uni[h]["big"]["low"].x for h in (32, 64, 128)], once=len(once), runs=acc.MIN_RUNS)
 
 
+def acc_board_served() -> dict:
+    """The choice in a server at DeepSeek-V3's context limit, from the H200's scoreboard (``acceptance.served_choice``):
+    the problems whose choice a run timed, those within 5%, the worst."""
+    from kernel_lab.tools import acceptance as acc
+    from kernel_lab.tools import family_bench as fb
+
+    board = acc.scoreboard(acc.load())
+    served = [p for p in board["picks"].values() if not p.older and p.served_regret is not None]
+    worst = max(served, key=lambda p: p.served_regret)
+    assert (worst.key[0], worst.served) == ("uniform", "balanced")
+    run = next(r for r in acc.load() if r.name == worst.run)
+    row = next(r for r in run.data["uniform"] if (r["family"], r["heads"], r["batch"]) == worst.key[1:])
+    assert worst.best == fb.backend_choice(row, run.data["info"]["sm_count"])  # "the count the bench's table gives"
+    within = sum(round(p.served_regret, acc.DIGITS) <= acc.WITHIN for p in served)
+    return dict(context=acc.SERVED_CONTEXT, numbers=[round(100 * (acc.WITHIN - 1)), within, len(served),
+                                                    worst.served_regret, int(worst.key[1][1:]), worst.key[2],
+                                                    worst.key[3], int(worst.best.split("_")[1])])
+
+
 def h100_numbers() -> dict:
     """The sentences on the four runs on an H100: their scoreboard (``acceptance_h100.md``), and the clocks the third
     logged (``family_bench.gpu_state``; the fourth rotated its options' order, so its sample follows no one kernel)."""
@@ -725,6 +744,10 @@ def claims() -> list[tuple[str, list[float]]]:
          "{} us); a partial costs the two about the same ({} us against {}",
          [*cm["a64"], cm["page64"], *cm["seg64"], cm["segterm64"], *cm["c64"]]),
         ("(`bimodal`, B=256, {} us) the segment term is {} us", cm["worst64"]),
+        ("at DeepSeek-V3's {} tokens the backend takes more splits", [acc_board_served()["context"]]),
+        ("that choice is within {}% of the best option at {} of the {} problems whose choice a run timed, the worst "
+         "{}x (uniform L={}, h_q={}, B={}: the balanced schedule where {} splits are best",
+         acc_board_served()["numbers"]),
         ("a segment ({} us more at h_q=128 and {} at h_q=64), the fixed cost of a call ({} us more at h_q=128 and {} "
          "at h_q=64) and, at h_q=64, a merge step ({} us against {})", cm["more"]),
         ("The giant batch at h_q=64, B=256, {} us behind, shows the merge step: stage 2 merges the giant request's {} "
@@ -775,7 +798,8 @@ def identifiers_blanked(text: str) -> str:
                 r"\b(?:h_q|B|L|h_k)=\d+", r"\b[LB]=\d+K?(?:, \d+K?)*(?: and \d+K?)?", r"\b\d+K\b",
                 r"\b\d+-token\b", r"\b\d+ heads\b", r"\b\d+ (?:or \d+ )?heads a program\b", r"Triton \d+\.\d+\.\d+",
                 r"\b\d+ output columns\b", r"\b\d+ in log2 units\b", r"2\^8", r"\bthe value \d+\b",
-                r"\bthe H200's \d+ SMs\b", r"\bFlashAttention-\d\b", r"\bsection \d+\b", r"\bnotebook \d+\b",
+                r"\bthe H200's \d+ SMs\b", r"\bFlashAttention-\d\b", r"\bDeepSeek-V\d\b", r"\bsection \d+\b",
+                r"\bnotebook \d+\b",
                 r"\bnine \d+-column\b", r"\b\d+ output\b", r"\bexactly 1\b", r"\bof \d+\b(?= \()",
                 r"\boverhead of \d+\b",
                 r"\b[Ss]tage \d\b", r"\bpair's tile-\d\b", r"\bP\d V\d_\w+\b", r"\bP\d\b", r"\bat \d+\.(?= What)",
