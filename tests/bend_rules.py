@@ -30,8 +30,8 @@ BENDS = {
     "schedule modelled on the longest request": (
         "test_the_triton_schedule_choice_models_the_page_tables_width_not_the_longest_request",
         "mla_edu/serving/backends/triton.py",
-        "self._splits(len(lens), heads),\n                                            self.width)",
-        "self._splits(len(lens), heads),\n                                            None)"),
+        "schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, width)",
+        "schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, None)"),
     "workspace sized up to max_bs - 1": (
         "test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph",
         "mla_edu/serving/backends/triton.py",

@@ -83,6 +83,6 @@ def test_triton_backend_auto_split_uses_the_kernels_rule():
     fixed = TritonBackend(pool, None, sm_scale=0.1, max_context_len=4096, num_kv_splits=3, sm_count=132)
     width = auto.width * PAGE_SIZE
     for bs, heads in ((1, 16), (64, 16), (64, 128)):
-        assert auto._splits(bs, heads) == triton_num_kv_splits(width, bs, heads, PAGE_SIZE, 132)
-        assert fixed._splits(bs, heads) == 3
-    assert auto._splits(64, 128) != num_kv_splits_for(width, 64, 132, -1)  # not sgl-kernel's heuristic
+        assert auto.splits(bs, heads) == triton_num_kv_splits(width, bs, heads, PAGE_SIZE, 132)
+        assert fixed.splits(bs, heads) == 3
+    assert auto.splits(64, 128) != num_kv_splits_for(width, 64, 132, -1)  # not sgl-kernel's heuristic
