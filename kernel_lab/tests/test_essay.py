@@ -797,6 +797,7 @@ def identifiers_blanked(text: str) -> str:
                 r"\blines? \d+(?:-\d+)?(?:, \d+(?:-\d+)?)*(?: and \d+(?:-\d+)?)?",
                 r"\b(?:h_q|B|L|h_k)=\d+", r"\b[LB]=\d+K?(?:, \d+K?)*(?: and \d+K?)?", r"\b\d+K\b",
                 r"\b\d+-token\b", r"\b\d+ heads\b", r"\b\d+ (?:or \d+ )?heads a program\b", r"Triton \d+\.\d+\.\d+",
+                r"\bsglang \d+\.\d+\.\d+",
                 r"\b\d+ output columns\b", r"\b\d+ in log2 units\b", r"2\^8", r"\bthe value \d+\b",
                 r"\bthe H200's \d+ SMs\b", r"\bFlashAttention-\d\b", r"\bDeepSeek-V\d\b", r"\bsection \d+\b",
                 r"\bnotebook \d+\b",
