@@ -423,8 +423,17 @@ def test_the_choice_takes_todays_split_rule_and_refuses_a_count_the_run_did_not_
          "us": {"split_16": [1.0], "split_32": [0.9], "balanced": [2.0]}}
     assert fb.rule_splits_now(r, SMS) == 16 and fb.backend_choice(r, SMS) == "split_16"
     del r["us"]["split_16"]
-    with pytest.raises(ValueError, match=r"takes 16 splits at h_q=128, B=1, but the run timed only \['split_32'\]"):
+    with pytest.raises(ValueError, match=r"takes split 16 at h_q=128, B=1, but the run timed only "
+                                         r"\['balanced', 'split_32'\]"):
         fb.backend_choice(r, SMS)
+
+
+def test_a_balanced_choice_the_run_did_not_time_is_refused_by_name():
+    data = result("family_bench_h200_fm_1699741_run1.json")
+    r = next(r for r in data["family"] if fb.backend_choice(r, data["info"]["sm_count"]) == "balanced")
+    r = {**r, "us": {k: v for k, v in r["us"].items() if k != "balanced"}}
+    with pytest.raises(ValueError, match="the backend now takes balanced at h_q="):
+        fb.backend_choice(r, data["info"]["sm_count"])
 
 
 @pytest.mark.parametrize("x, bar, text", [
@@ -485,6 +494,19 @@ def test_a_nan_time_of_any_option_is_an_error(tmp_path, option):
         acc.load(_write_runs(tmp_path, [run("a.json", NEW, [r])]))
 
 
+def test_loading_the_h100_runs_refuses_an_h100_json_not_listed(tmp_path, monkeypatch):
+    for p in (*acc.RUNS, *acc.H100_RUNS, *(acc.LAB / n for n in acc.SKIPPED)):
+        (tmp_path / p.name).symlink_to(p)
+    monkeypatch.setattr(acc, "LAB", tmp_path)
+    monkeypatch.setattr(acc, "RUNS", tuple(tmp_path / p.name for p in acc.RUNS))
+    monkeypatch.setattr(acc, "H100_RUNS", tuple(tmp_path / p.name for p in acc.H100_RUNS))
+    assert len(acc.load(acc.H100_RUNS)) == 4
+    (tmp_path / "family_bench_h100_fm_0123abc_run1.json").write_text("{}", encoding="utf-8")
+    for runs in (acc.H100_RUNS, acc.RUNS):
+        with pytest.raises(ValueError, match="family_bench_h100_fm_0123abc_run1.json in neither"):
+            acc.load(runs)
+
+
 def test_an_h100_run_not_listed_is_an_error(tmp_path):
     for p in acc.H100_RUNS:
         (tmp_path / p.name).write_text("{}", encoding="utf-8")
@@ -526,7 +548,8 @@ def test_h16_uniform_lowest_prints_against_its_own_bar():
                                           {**row("L1024", 4, 0.9996), "family": "L1024"}]), keys=keys)
     text = acc.to_markdown(b, "cmd")
     assert "| 16 | 1.20 [1.20-1.20] | 1.00 [0.9996-1.00] |" in text  # the glance: not [1.00-1.00]
-    assert "the lowest 0.9996x (L1024, B=4)" in text
+    big, every = (v for v in acc.verdicts(b) if v[0].startswith("uniform"))
+    assert "the lowest 0.9996x (L1024, B=4)" in big[1] and "the lowest 0.9996x (L1024, B=4)" in every[1]
 
 
 def test_a_ratio_at_older_rules_stays_out_of_the_geomean_and_the_lowest():
@@ -574,5 +597,28 @@ def test_the_served_choice_has_its_own_line(served, regret, verdict):
     assert line[2] == verdict
     if regret is None:
         assert "0 of 0 whose choice a run timed (2 more take a split count or a launch no run timed)" in line[1]
+        assert "not measured" not in line[1]
     elif regret > acc.WITHIN:
         assert "the worst 1.0504x (fam h_q=16 B=16: balanced, best split_1)" in line[1]
+
+
+def test_the_served_line_counts_a_missing_problem_as_unmeasured():
+    keys = [("family", "fam", 16, b) for b in (16, 64, 128)]
+    b = board(run("a", RULES, [row("fam", 16, 1.2), row("fam", 64, 1.2)]), keys=keys)
+    b["picks"] = {k: dataclasses.replace(p, served="split_1", served_regret=1.0) for k, p in b["picks"].items()}
+    (line,) = [v for v in acc.verdicts(b) if v[0].startswith("the same in a server")]
+    assert line[1] == "2 of 2 whose choice a run timed; 1 not measured at current rules"
+    assert line[2] == "not met (1 unmeasured)"
+
+
+def test_choose_schedule_needs_auto_splits():
+    from types import SimpleNamespace
+
+    import torch
+
+    from mla_edu.serving.backends.triton import TritonBackend
+
+    pool = SimpleNamespace(req_to_token=torch.zeros((1, 1), dtype=torch.int32))
+    fixed = TritonBackend(pool, None, sm_scale=1.0, max_context_len=4096, num_kv_splits=4, sm_count=SMS)
+    with pytest.raises(ValueError, match="chosen with auto splits \\(-1\\), got num_kv_splits=4"):
+        fixed.choose_schedule([100, 200], 16)

@@ -213,6 +213,14 @@ def acc_board_served() -> dict:
     row = next(r for r in run.data["uniform"] if (r["family"], r["heads"], r["batch"]) == worst.key[1:])
     assert worst.best == fb.backend_choice(row, run.data["info"]["sm_count"])  # "the count the bench's table gives"
     within = sum(round(p.served_regret, acc.DIGITS) <= acc.WITHIN for p in served)
+    now = [p for p in board["picks"].values() if not p.older]
+    # "more splits, or the balanced schedule where the bench's table kept fewer splits, and at one problem a split
+    # count where it took the balanced schedule"
+    changed = {(p.choice == "balanced", p.served == "balanced") for p in now if p.served != p.choice}
+    assert changed == {(False, False), (False, True), (True, False)}
+    assert sum(p.choice == "balanced" and p.served != "balanced" for p in now) == 1
+    assert all(int(p.served[6:]) > int(p.choice[6:]) for p in now
+               if p.served != p.choice and "balanced" not in (p.served, p.choice))
     return dict(context=acc.SERVED_CONTEXT, numbers=[round(100 * (acc.WITHIN - 1)), within, len(served),
                                                     worst.served_regret, int(worst.key[1][1:]), worst.key[2],
                                                     worst.key[3], int(worst.best.split("_")[1])])

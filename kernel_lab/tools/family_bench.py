@@ -250,9 +250,8 @@ def backend_choice(row: dict, sm_count: int) -> str:
     request (the bench's table, ``choice_option``). ValueError where that is a count the run did not time."""
     option = choice_option(row, sm_count)
     if option not in row["us"]:
-        raise ValueError(f"the split rule now takes {option.split('_')[1]} splits at h_q={row['heads']}, "
-                         f"B={row['batch']}, but the run timed only "
-                         f"{sorted(k for k in row['us'] if k.startswith('split_'))}")
+        raise ValueError(f"the backend now takes {option.replace('_', ' ')} at h_q={row['heads']}, B={row['batch']}, "
+                         f"but the run timed only {sorted(mla_options(row))}")
     return option
 
 
