@@ -26,7 +26,6 @@ from mla_edu.serving.batch import ForwardBatch
 from mla_edu.util import PAGE_SIZE
 
 
-
 def auto_splits(bs: int, heads: int, sm_count: int, width: int, page_size: int = PAGE_SIZE) -> int:
     """Auto splits' count for ``bs`` requests: the Triton kernel's own rule (``kernels.triton_num_kv_splits``, which
     counts head blocks and waves) on a page table ``width`` pages wide, whatever the batch's lengths (a graph fixes
@@ -69,8 +68,8 @@ class TritonBackend(AttentionBackend):
 
     def choose_schedule(self, lens: list, heads: int) -> str:
         """ "balanced" (``kernels.schedule``: each request's parts from the lengths, on the device) or "splits" (the
-        split rule's count for every request) for a batch of requests of ``lens`` tokens (host ints):
-        ``schedule.prefers_balanced``, the two paths' modelled makespans."""
+        split rule's count for every request) for a batch of requests of ``lens`` tokens (host ints), with auto splits
+        only: ``auto_schedule`` on this backend's table width."""
         if self.num_kv_splits != -1:
             raise ValueError(f"choose_schedule: the schedule is chosen with auto splits (-1), got num_kv_splits="
                              f"{self.num_kv_splits}")
