@@ -212,7 +212,7 @@ def acc_board_served() -> dict:
     run = next(r for r in acc.load() if r.name == worst.run)
     row = next(r for r in run.data["uniform"] if (r["family"], r["heads"], r["batch"]) == worst.key[1:])
     assert worst.best == fb.backend_choice(row, run.data["info"]["sm_count"])  # "the count the bench's table gives"
-    within = sum(round(p.served_regret, acc.DIGITS) <= acc.WITHIN for p in served)
+    within = sum(acc.within(p.served_regret) for p in served)
     now = [p for p in board["picks"].values() if not p.older]
     # "more splits, or the balanced schedule where the bench's table kept fewer splits, and at one problem a split
     # count where it took the balanced schedule"
@@ -589,7 +589,7 @@ def claims() -> list[tuple[str, list[float]]]:
     cm, sa, ho, pdl = cost_fit_numbers(), segment_ahead_numbers(), held_out_numbers(), pdl_stage2_numbers()
     lr, pf, s2 = latest_runs_numbers(), profile_numbers(), stage2_variant_numbers()
     pl, wr, h1, pg = pipelined_landed_numbers(), whole_run_numbers(), h100_numbers(), per_gpu_numbers()
-    gl = glance_numbers()
+    gl, sv = glance_numbers(), acc_board_served()
     assert h1["runs"] == 4 and h1["runs_each"] == {4}  # "Every problem ran there 4 times"
     assert h1["always"] == h1["below"]  # "so those misses repeat"
     fw, lp, pct = pl["few_wide_pipelined"], pl["long_pipelined"], cf["pct"]
@@ -752,10 +752,10 @@ def claims() -> list[tuple[str, list[float]]]:
          "{} us); a partial costs the two about the same ({} us against {}",
          [*cm["a64"], cm["page64"], *cm["seg64"], cm["segterm64"], *cm["c64"]]),
         ("(`bimodal`, B=256, {} us) the segment term is {} us", cm["worst64"]),
-        ("at DeepSeek-V3's {} tokens the backend takes more splits", [acc_board_served()["context"]]),
+        ("at DeepSeek-V3's {} tokens the backend takes more splits", [sv["context"]]),
         ("that choice is within {}% of the best option at {} of the {} problems whose choice a run timed, the worst "
          "{}x (uniform L={}, h_q={}, B={}: the balanced schedule where {} splits are best",
-         acc_board_served()["numbers"]),
+         sv["numbers"]),
         ("a segment ({} us more at h_q=128 and {} at h_q=64), the fixed cost of a call ({} us more at h_q=128 and {} "
          "at h_q=64) and, at h_q=64, a merge step ({} us against {})", cm["more"]),
         ("The giant batch at h_q=64, B=256, {} us behind, shows the merge step: stage 2 merges the giant request's {} "

@@ -176,10 +176,7 @@ def check_listed(paths=None, skipped=None, lab: Path | None = None, pattern: str
     ``paths``, and every family-bench json in ``lab`` that ``pattern`` matches one of the two; by default ``RUNS``,
     ``SKIPPED``, ``LAB`` and ``PATTERN`` (``name``: the list, in the errors)."""
     paths, skipped, lab = RUNS if paths is None else paths, SKIPPED if skipped is None else skipped, lab or LAB
-    names = [Path(p).name for p in paths]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"{name}: expected each run once, got {', '.join(twice)} more than once")
+    names = _once(paths, name)
     for p in paths:
         if not Path(p).is_file():
             raise ValueError(f"{name}: expected the file {rel(p)}, got none there")
@@ -193,6 +190,15 @@ def check_listed(paths=None, skipped=None, lab: Path | None = None, pattern: str
                          f"neither (add it to {name} in the order it ran, its commit to COMMITS, or to SKIPPED)")
 
 
+def _once(paths, what: str) -> list[str]:
+    """The file names of ``paths``; an error naming ``what`` if one is there twice."""
+    names = [Path(p).name for p in paths]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{what}: expected each run once, got {', '.join(twice)} more than once")
+    return names
+
+
 def load(paths=None) -> list[Run]:
     """The runs at ``paths`` (default ``RUNS``) as ``Run``, in their order (``runs_in_order``); ``RUNS`` and
     ``H100_RUNS`` first checked against the results folder (``check_listed``). An error for a run given twice (by
@@ -202,10 +208,7 @@ def load(paths=None) -> list[Run]:
     if [Path(p).resolve() for p in paths] in ([p.resolve() for p in RUNS], [p.resolve() for p in H100_RUNS]):
         check_listed()
         check_listed(H100_RUNS, (), pattern=H100_PATTERN, name="H100_RUNS")
-    names = [Path(p).name for p in paths]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"runs: expected each run once, got {', '.join(twice)} more than once")
+    _once(paths, "runs")
     runs = runs_in_order([(Path(p).name, read_json(p, "family bench json")) for p in paths])
     seen: dict[str, str] = {}
     for run in runs:
@@ -258,14 +261,12 @@ def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
         run, r = used[-1]
         choice, best = fb.backend_choice(r, run.data["info"]["sm_count"]), fb.best_option(r)
         xs = tuple(fb.x_flashmla(r, choice)[0] for _, r in used)
-        regret = statistics.median(fb.median_us(r, choice) / fb.median_us(r, fb.best_option(r)) for _, r in used)
         sms = run.data["info"]["sm_count"]
         served = served_choice(r, sms)
         timed_as_served = served_as_benched(r, sms) and all(served in r["us"] for _, r in used)
-        served_regret = (statistics.median(fb.median_us(r, served) / fb.median_us(r, fb.best_option(r))
-                                           for _, r in used) if timed_as_served else None)
         out[key] = Pick(key, run.name, run.commit, not current, tuple(u.name for u, _ in used), choice, best,
-                        statistics.median(xs), regret, xs, served, served_regret)
+                        statistics.median(xs), _regret(used, choice), xs, served,
+                        _regret(used, served) if timed_as_served else None)
     return out
 
 
@@ -293,6 +294,11 @@ def served_as_benched(row: dict, sm_count: int, context: int = SERVED_CONTEXT) -
                                                                                                       width)
 
     return launch(fb.table_width(row)) == launch(page_table_width(context, fb.PAGE))
+
+
+def _regret(used: list[tuple[Run, dict]], option: str) -> float:
+    """The median over the pooled runs of ``option``'s time over that run's best option's."""
+    return statistics.median(fb.median_us(r, option) / fb.median_us(r, fb.best_option(r)) for _, r in used)
 
 
 def passes(value: float, bar: float) -> bool:
@@ -354,8 +360,13 @@ def choice(keys: list[tuple], got: dict, fitted=()) -> list[dict]:
     return out
 
 
+def within(regret: float, bar: float = WITHIN) -> bool:
+    """Whether a time over the best option's is at most ``bar`` (compared at ``DIGITS`` decimals, as ``passes``)."""
+    return round(regret, DIGITS) <= bar
+
+
 def _within(p: Pick, bar: float = WITHIN) -> bool:
-    return round(p.regret, DIGITS) <= bar
+    return within(p.regret, bar)
 
 
 def sources(keys: list[tuple], got: dict) -> list[dict]:
@@ -417,7 +428,7 @@ def ratio(x: float, bar: float, digits: int = 2, upper: bool = False) -> str:
     """``x`` at ``digits`` decimals, or at as many more as it takes for the printed value to fall on the side of
     ``bar`` that ``x`` does (0.948 against 0.95, 0.9496 too: not 0.95, nor 0.950). ``upper``: ``bar`` is a ceiling
     (``_within``'s), a value at it on the good side."""
-    side = (lambda v: round(v, DIGITS) <= bar) if upper else (lambda v: passes(v, bar))
+    side = (lambda v: within(v, bar)) if upper else (lambda v: passes(v, bar))
     for d in range(digits, DIGITS + 1):
         text = f"{x:.{d}f}"
         if side(float(text)) == side(x):
@@ -515,9 +526,10 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
                   f"{ch['held']}",
                   _verdict(ch["within"] == ch["current"] == ch["n"],
                            0 if ch["within"] < ch["current"] else ch["n"] - ch["current"])))
-    served = [p for p in _current(keys, got) if p.served_regret is not None]
-    untimed = len(_current(keys, got)) - len(served)
-    ok = [p for p in served if round(p.served_regret, DIGITS) <= WITHIN]
+    now = _current(keys, got)
+    served = [p for p in now if p.served_regret is not None]
+    untimed = len(now) - len(served)
+    ok = [p for p in served if within(p.served_regret)]
     sw = max(served, key=lambda p: p.served_regret, default=None)
     lines.append((f"the same in a server whose context limit is {SERVED_CONTEXT:,} tokens (DeepSeek-V3's): its page "
                   "table that wide, the split rule counting on it (`served_choice`)",
@@ -529,7 +541,6 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
                      f"{sw.best})" if sw and sw.served_regret > 1 else ""),
                   _verdict(len(ok) == len(served) == len(keys), 0 if len(ok) < len(served) else
                            len(keys) - len(served))))
-    now = _current(keys, got)
     counts = [p.runs for p in now]
     twice = [_where(p) for p in now if p.runs > 1]
     lines.append((f"each ratio the median of >= {MIN_RUNS} runs",
