@@ -506,6 +506,26 @@ assert balanced_span < (1 - schedule.BALANCED_MARGIN) * rule_span  # the schedul
 assert balanced_span > (1 - schedule.BALANCED_MARGIN) * even  # the rule, had the model spread it evenly
 
 # %% [markdown]
+# Which width do the rule and the model count on? A graph fixes its launch, and a server's page table is as wide
+# as its context limit, whatever the batch: DeepSeek-V3's 163,840 tokens are 2,561 columns of 64-token pages.
+# Counted on that width, the rule sizes its splits for requests of 163,840 tokens. So the triton serving backend
+# pads the width as the graph runner pads the batch size: a step reads the table's first columns, the narrowest
+# power of two of pages that holds the longest request (`table_widths`, `step_width`), with a graph captured per
+# width and path. The rule, the model and the kernels all count on that width.
+
+# %%
+from mla_edu.serving.backends.base import page_table_width  # noqa: E402
+from mla_edu.serving.backends.triton import step_width, table_widths  # noqa: E402
+
+widths = table_widths(page_table_width(163840, 64))  # 1, 2, 4, ..., 2048 pages, and the whole table
+width = step_width(batch, widths, 64)
+print(f"{len(widths)} widths, the whole table {widths[-1]} pages; the longest request {max(batch)} tokens "
+      f"({math.ceil(max(batch) / 64)} pages): the step reads {width}")
+print(f"the rule's splits counted on the whole table: {triton_num_kv_splits(64 * widths[-1], 128, 128, 64, 132)}; "
+      f"on the step's width: {triton_num_kv_splits(64 * width, 128, 128, 64, 132)}")
+assert width // 2 < math.ceil(max(batch) / 64) <= width and width & (width - 1) == 0
+
+# %% [markdown]
 # The lab measured both models against the H200 over families of batches (log-normal, normal, bimodal, one
 # giant request among short ones, uniform random) at 16, 32, 64 and 128 heads, FlashMLA in the same run, and
 # fitted the margin on some families and scored it on the others (`kernel_lab/results/choice_fit_h200.md`). Stage 2

@@ -27,16 +27,26 @@ PLAIN_WRITE = ("    path = Path(os.path.realpath(path))\n",
                "    return\n")
 #: name -> (the test that must catch it, file, the text bent, what it becomes)
 BENDS = {
+    "schedule modelled on the table's width": (
+        "test_the_triton_schedule_choice_models_the_width_the_step_reads",
+        "mla_edu/serving/backends/triton.py",
+        "        return width, self.choose_schedule(lens, heads, width)",
+        "        return width, self.choose_schedule(lens, heads, self.width)"),
     "schedule modelled on the longest request": (
-        "test_the_triton_schedule_choice_models_the_page_tables_width_not_the_longest_request",
+        "test_the_triton_schedule_choice_models_the_width_the_step_reads",
         "mla_edu/serving/backends/triton.py",
         "schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, width)",
         "schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, None)"),
     "workspace sized up to max_bs - 1": (
         "test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph",
         "mla_edu/serving/backends/triton.py",
-        "for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128)])",
-        "for b in range(1, max_bs) for h in (1, 16, 32, 64, 128)])"),
+        "for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in self.widths()]",
+        "for b in range(1, max_bs) for h in (1, 16, 32, 64, 128) for w in self.widths()]"),
+    "workspace sized for the table's width alone": (
+        "test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph",
+        "mla_edu/serving/backends/triton.py",
+        "for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in self.widths()]",
+        "for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in (self.width,)]"),
     "write_atomic a plain open-and-write (failing writer)": (
         "test_write_atomic_leaves_the_old_content_when_the_writer_fails",
         "mla_edu/files.py",

@@ -18,7 +18,7 @@ from mla_edu.kernels.cases import random_decode_case
 from mla_edu.kernels import stage1
 from mla_edu.kernels.contract import STAGE1_KINDS
 from mla_edu.kernels.workspace import HALF_BLOCK_BATCH, SPLIT_COST_PAGES, gpu_block_h, stage2_pages
-from mla_edu.util import cdiv
+from mla_edu.util import PAGE_SIZE, cdiv
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 HOPPER = DEV == "cuda" and torch.cuda.get_device_capability()[0] == 9
@@ -298,12 +298,17 @@ def test_triton_backend_chooses_each_batchs_schedule_from_its_lengths():
     eng = Engine(random_tiny_model(qk_rope_head_dim=16), attention_backend="triton", kernel_impl="triton",
                  num_kv_splits=-1, context_length=8192, sm_count=2, disable_cuda_graph=True)
     backend = eng.runner.backend
-    assert backend.chooses_schedule() and backend.graph_variants() == ("splits", "balanced")
-    skewed, uniform = [6000, 30, 30, 30], [1500] * 4
+    widths = (1, 2, 4, 8, 16, 32, 64, 65)  # the table's 65 columns of 128 tokens, and each power of two below
+    assert backend.chooses_schedule() and backend.widths() == widths
+    assert backend.graph_variants() == tuple((w, s) for w in widths for s in ("splits", "balanced"))
+    skewed, uniform = [6000, 30, 30, 30], [1500] * 4  # the longest: 47 pages, 12 pages
     assert backend.choose_schedule(skewed, 2) == "balanced" and backend.choose_schedule(uniform, 2) == "splits"
     backend.heads = 2
-    assert backend.choose_graph_variant(4, torch.tensor(skewed + [1] * 4, dtype=torch.int32)) == "balanced"
-    assert backend.choose_graph_variant(4, torch.tensor(uniform + [6000] * 4, dtype=torch.int32)) == "splits"
+    assert backend.choose_graph_variant(4, torch.tensor(skewed + [1] * 4, dtype=torch.int32)) == (64, "balanced")
+    assert backend.choose_graph_variant(4, torch.tensor(uniform + [6000] * 4, dtype=torch.int32)) == (16, "splits")
+    assert backend.choose_step([128 * 64], 2)[0] == 64 and backend.choose_step([128 * 64 + 1], 2)[0] == 65
+    with pytest.raises(ValueError, match="at most 8320 tokens"):
+        backend.choose_step([128 * 65 + 1], 2)
     for other in (dict(kernel_impl="torch"), dict(num_kv_splits=2)):  # no choice: one graph per size, the rule
         b = Engine(random_tiny_model(qk_rope_head_dim=16), attention_backend="triton", disable_cuda_graph=True,
                    **{"kernel_impl": "triton", "num_kv_splits": -1, **other}).runner.backend
@@ -322,9 +327,11 @@ def test_triton_backend_replays_the_graph_of_the_chosen_schedule(monkeypatch):
 
     steps = []
 
-    def choose(self, lens, heads):
+    def choose(self, lens, heads, width=None):
         pick = ("splits", "splits", "balanced")[len(steps) % 3]
-        steps.append(pick)
+        pages = -(-max(lens) // PAGE_SIZE)
+        assert width == min([w for w in self.widths() if w >= pages])  # the narrowest that holds the longest
+        steps.append((width, pick))
         return pick
 
     monkeypatch.setattr(TritonBackend, "choose_schedule", choose)
@@ -343,11 +350,13 @@ def test_triton_backend_replays_the_graph_of_the_chosen_schedule(monkeypatch):
         replays = []
         for key, g in (eng.runner.graph_runner.graphs.items() if graphs else ()):
             monkeypatch.setattr(g, "replay", lambda g=g, key=key: (replays.append(key[1]), type(g).replay(g)))
+        widths = eng.runner.backend.widths()
+        assert widths == ((1, 2, 4) if impl == "triton" else (4,))  # 384 tokens: 4 columns of 128
         runs[impl, graphs] = [r.output_ids for r in eng.generate(ps, max_new_tokens=4, stop_token_ids=())]
         if impl == "triton" and not graphs:
             assert len(steps) == eng.stats["decode_steps"] >= 3 and eng.stats["graph_steps"] == 0
         if graphs:
-            assert set(eng.runner.graph_runner.graphs) == {(4, "splits"), (4, "balanced")}
+            assert set(eng.runner.graph_runner.graphs) == {(4, (w, s)) for w in widths for s in ("splits", "balanced")}
             assert replays == steps and len(steps) == eng.stats["graph_steps"] >= 3  # the graph each step chose
     assert all(tokens == runs["torch", False] for tokens in runs.values())
 

@@ -15,7 +15,7 @@ from tiny_models import random_tiny_model
 from mla_edu import files
 from mla_edu.files import check_out_dir, check_out_file, write_atomic
 from mla_edu.graphs import check
-from mla_edu.kernels import mla_decode, schedule
+from mla_edu.kernels import get_workspace_size, mla_decode, schedule
 from mla_edu.kernels.workspace import D_LATENT
 from mla_edu.model import WEIGHTS_FILE
 from mla_edu.model.train import check_out
@@ -33,28 +33,35 @@ def triton_backend():
     return eng.runner.backend
 
 
-def test_the_triton_schedule_choice_models_the_page_tables_width_not_the_longest_request(triton_backend):
-    """Bend: ``choose_schedule`` passes ``None`` (the longest request) for ``max_pages`` instead of ``self.width``.
+def test_the_triton_schedule_choice_models_the_width_the_step_reads(triton_backend):
+    """Bends: ``choose_step`` models the table's width (33 columns) instead of the step's; ``auto_schedule`` models
+    the longest request (``None``) instead of the width it is given.
 
-    At 128 heads, two short requests in a 33-column table: modelled with the table's width the split rule wins;
-    modelled with the longest request (2 pages), the balanced schedule would."""
+    At 128 heads, three requests, the longest 17 pages: the step reads 32 columns (the narrowest of the table's
+    widths that holds it), where the balanced schedule wins and on 33 columns the split rule would. Three requests,
+    the longest 5 pages: the step reads 8 columns, where the split rule wins and on 5 the balanced schedule would."""
     be = triton_backend
-    lens, heads = [83, 169], 128
-    splits = be.splits(len(lens), heads)
-    assert be.width == 33
-    assert not schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, splits, be.width)
-    assert schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, splits, None)  # the case tells them apart
-    assert be.choose_schedule(lens, heads) == "splits"
+    heads = 128
+    assert be.width == 33 and be.widths() == (1, 2, 4, 8, 16, 32, 33)
+    lens = [3, 339, 2084]
+    assert be.choose_step(lens, heads) == (32, "balanced")
+    assert not schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, be.splits(3, heads, 33), 33)
+    lens = [498, 557, 381]
+    assert be.choose_step(lens, heads) == (8, "splits")
+    assert schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, be.splits(3, heads, 8), None)
 
 
 @pytest.mark.parametrize("max_bs", [1, 5, 8])
 def test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph(triton_backend, max_bs):
-    """Bend: ``_alloc`` sizes the balanced partials for batch sizes ``range(1, max_bs)`` (an off-by-one at
-    ``max_bs``)."""
+    """Bends: ``_alloc`` sizes the workspace for batch sizes ``range(1, max_bs)`` (an off-by-one at ``max_bs``), or
+    for the table's width alone (32 columns take 32 splits, 33 take 20)."""
     be = triton_backend
     page_table, workspace = be._alloc(max_bs)
-    need = max(schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, be.sm_count, b, be.width))
-               for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
+    sizes = [(b, h, w) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in be.widths()]
+    need = max(schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, be.sm_count, b, w)) for b, h, w in sizes)
+    splits = max(be.splits(b, h, w) for b, h, w in sizes)
+    assert splits > be.splits(max_bs, 128)  # a narrower width may take more splits than the table's
+    need = max(need, get_workspace_size(be.width * PAGE_SIZE, max_bs, be.sm_count, splits))
     assert workspace.numel() >= need and page_table.shape == (max_bs, be.width)
 
 

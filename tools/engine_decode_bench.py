@@ -41,11 +41,11 @@ def kernel_times(fn, top: int = 8) -> list:
 
 
 def counted(choose, counter: collections.Counter):
-    """``choose`` (a backend's ``choose_graph_variant``), counting each answer in ``counter``."""
+    """``choose`` (a backend's ``choose_graph_variant``), counting each answer's schedule in ``counter``."""
 
     def wrapped(bs, seq_lens_cpu):
-        variant = choose(bs, seq_lens_cpu)
-        counter[variant] += 1
+        variant = choose(bs, seq_lens_cpu)  # (width, schedule)
+        counter[variant[1]] += 1
         return variant
 
     return wrapped
@@ -60,18 +60,15 @@ def run(requests: int = 128, new_tokens: int = 64, reps: int = 3, profile: bool 
 
     class OnePathBackend(TritonBackend):
         """The triton backend with one path, ``PATH`` ("splits": the split rule; "balanced": the schedule), for
-        every batch: one graph per batch size, replayed at every step."""
+        every batch, on the table's full width: one graph per batch size, replayed at every step."""
 
         PATH = None
 
-        def choose_schedule(self, lens, heads):
-            return self.PATH
+        def choose_step(self, lens, heads):
+            return self.width, self.PATH
 
         def graph_variants(self):
-            return (self.PATH,)
-
-        def choose_graph_variant(self, bs, seq_lens_cpu):
-            return self.PATH
+            return ((self.width, self.PATH),)
 
     backends = {"rule": "triton_rule", "balanced": "triton_balanced", "auto": "triton"}
     for name, path in (("triton_rule", "splits"), ("triton_balanced", "balanced")):

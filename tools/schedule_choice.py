@@ -93,13 +93,14 @@ def engine_batches(steps=(1, 32, 64)) -> list[dict]:
     backend = Engine(model, attention_backend="triton", num_kv_splits=-1, kernel_impl="triton",
                      max_running_requests=len(prompts), disable_cuda_graph=True).runner.backend
     heads = model.config.mla.num_attention_heads
-    splits = triton_num_kv_splits(backend.width * PAGE_SIZE, len(prompts), heads, PAGE_SIZE, backend.sm_count)
     out = []
     for t in steps:
         lens = [n + t for n in prompts]
-        rule, bal = sc.makespans(lens, PAGE_SIZE, heads, backend.sm_count, splits, backend.width)
-        out.append({"tokens": t, "model_rule": rule, "model_balanced": bal,
-                    "pick": "balanced" if backend.choose_schedule(lens, heads) == "balanced" else "rule"})
+        width, pick = backend.choose_step(lens, heads)  # the columns the step reads, its schedule
+        splits = triton_num_kv_splits(width * PAGE_SIZE, len(prompts), heads, PAGE_SIZE, backend.sm_count)
+        rule, bal = sc.makespans(lens, PAGE_SIZE, heads, backend.sm_count, splits, width)
+        out.append({"tokens": t, "width": width, "model_rule": rule, "model_balanced": bal,
+                    "pick": "balanced" if pick == "balanced" else "rule"})
     return out
 
 
@@ -131,8 +132,8 @@ def to_markdown(result: dict, source: str) -> str:
               f"{n_uni}).", "", "The mini engine's decode batches (`tools.engine_decode_bench`; on the H200, settings "
               f"interleaved, the schedule decoded in {engine_run['balanced_over_rule']:.2f}x the rule's time and the "
               f"backend's own choice in {engine_run['auto_over_rule']:.2f}x, `results/{ENGINE_RESULT.name}`):", ""]
-    lines += [f"- after {e['tokens']} tokens: model rule {e['model_rule']:.1f}, balanced {e['model_balanced']:.0f}: "
-              f"{e['pick']}" for e in result["engine"]]
+    lines += [f"- after {e['tokens']} tokens ({e['width']} columns read): model rule {e['model_rule']:.1f}, balanced "
+              f"{e['model_balanced']:.0f}: {e['pick']}" for e in result["engine"]]
     return "\n".join(lines) + "\n"
 
 

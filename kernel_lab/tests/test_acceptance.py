@@ -563,28 +563,36 @@ def test_a_ratio_at_older_rules_stays_out_of_the_geomean_and_the_lowest():
 def test_the_served_choice_is_the_backends_at_its_context_limit():
     """The bench's choice and the served one both ask the triton serving backend's own functions (``auto_schedule``,
     ``auto_splits``); with a table as wide as the longest request they are the choice the split rule and
-    ``schedule.prefers_balanced`` (modelled on the longest request) make at every problem of the whole run, and at
-    DeepSeek-V3's context limit they differ where the rule counts more splits on the wider table."""
+    ``schedule.prefers_balanced`` (modelled on the longest request) make at every problem of the whole run. At
+    DeepSeek-V3's context limit a step reads the narrowest power of two of pages that holds the longest request: the
+    same choice at every problem of that run, though the width differs at some; read whole, the table's width takes
+    more splits at some."""
     from mla_edu.kernels import schedule
     from mla_edu.kernels.workspace import triton_num_kv_splits
 
     data = result("family_bench_h200_fm_1699741_run1.json")
     sms = data["info"]["sm_count"]
     assert acc.SERVED_CONTEXT == 163840
-    differ = 0
+    differ = wider = 0
     for r in data["family"] + data["uniform"]:
         s = triton_num_kv_splits(fb.PAGE * fb.table_width(r), r["batch"], r["heads"], fb.PAGE, sms)
         model = "balanced" if schedule.prefers_balanced(r["lens"], fb.PAGE, r["heads"], sms, s) else f"split_{s}"
-        assert fb.backend_choice(r, sms) == model == fb.choice_option(r, sms)
-        served = acc.served_choice(r, sms)
+        assert fb.backend_choice(r, sms) == model == fb.choice_option(r, sms) == acc.served_choice(r, sms)
+        width = acc.served_width(r)
+        assert width >= fb.table_width(r) > width // 2 and width & (width - 1) == 0  # the next power of two
+        wider += width > fb.table_width(r)
+        assert acc.served_as_benched(r, sms)
+        served = acc.served_choice(r, sms, whole=True)
         wide = triton_num_kv_splits(163840 + fb.PAGE, r["batch"], r["heads"], fb.PAGE, sms)  # (C + 64) // 64 pages
         assert served in ("balanced", f"split_{wide}") and wide >= s
         differ += served != model
-    assert differ > 0
-    # the launch differs only where the bench's table made a problem too small to fill the GPU (16 heads a program)
-    other = [(r["family"], r["heads"], r["batch"]) for r in data["uniform"] if not acc.served_as_benched(r, sms)]
+    assert differ > 0 and wider > 0
+    # read whole, the launch differs only where the bench's table made a problem too small to fill the GPU (16 heads a
+    # program)
+    other = [(r["family"], r["heads"], r["batch"]) for r in data["uniform"]
+             if not acc.served_as_benched(r, sms, whole=True)]
     assert other == [("L1024", h, 1) for h in (32, 64, 128)]
-    assert all(acc.served_as_benched(r, sms) for r in data["family"])
+    assert all(acc.served_as_benched(r, sms, whole=True) for r in data["family"])
 
 
 @pytest.mark.parametrize("served, regret, verdict", [("split_1", 1.0, "met"), ("split_1", 1.05, "met"),

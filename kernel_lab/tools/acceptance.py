@@ -94,7 +94,8 @@ COMMITS = (
 RULES_FROM = "261e2bd"
 GEOMEAN_BAR, FLOOR, H16_FLOOR, WITHIN, MIN_RUNS = 1.05, 0.95, 1.0, 1.05, 3
 #: A server's context limit, DeepSeek-V3's (its config.json's max_position_embeddings): the triton serving backend's
-#: page table is that wide whatever the batch, and its split rule counts on the table's width (``served_choice``).
+#: page table is that wide whatever the batch, and a step reads the narrowest of its widths that holds the batch's
+#: longest request, the split rule counting on that width (``served_choice``).
 SERVED_CONTEXT = MLAConfig.deepseek_v3().max_position_embeddings
 UNIFORM_FROM = 4  # the uniform bar's smallest batch
 DIGITS = 9
@@ -270,21 +271,32 @@ def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
     return out
 
 
-def served_choice(row: dict, sm_count: int, context: int = SERVED_CONTEXT) -> str:
+def served_width(row: dict, context: int = SERVED_CONTEXT, whole: bool = False) -> int:
+    """The columns a step of the triton serving backend reads for a bench row, its table as wide as a ``context``
+    limit in the bench's 64-token pages (``page_table_width``): the narrowest of the table's widths
+    (``table_widths``: powers of two, and the whole) that holds the batch's longest request (``step_width``); with
+    ``whole``, the whole table, as the backend read it before ``table_widths``."""
+    from mla_edu.serving.backends.triton import step_width, table_widths
+
+    width = page_table_width(context, fb.PAGE)
+    return width if whole else step_width(row["lens"], table_widths(width), fb.PAGE)
+
+
+def served_choice(row: dict, sm_count: int, context: int = SERVED_CONTEXT, whole: bool = False) -> str:
     """The option a server with ``context`` tokens of context runs for a bench row (``family_bench.choice_option``):
-    its page table is ``page_table_width(context)`` columns of the bench's 64-token pages, whatever the batch, and the
-    split rule counts on that width, not on the batch's longest request as the bench's choice does. A split divides
-    a request's own pages, so a count's time does not depend on the width."""
-    return fb.choice_option(row, sm_count, page_table_width(context, fb.PAGE))
+    its split rule and schedule choice count on the width the step reads (``served_width``), not on the batch's
+    longest request as the bench's choice does. A split divides a request's own pages, so a count's time does not
+    depend on the width."""
+    return fb.choice_option(row, sm_count, served_width(row, context, whole))
 
 
-def served_as_benched(row: dict, sm_count: int, context: int = SERVED_CONTEXT) -> bool:
+def served_as_benched(row: dict, sm_count: int, context: int = SERVED_CONTEXT, whole: bool = False) -> bool:
     """Whether the kernels launch for this batch in a server with ``context`` tokens of context as the bench
     launched them: the same heads a program for either schedule (``workspace.gpu_block_h``, which takes 16 for a
-    problem too small to fill the GPU, counted on the table's width) and the same parts (``schedule.num_parts``).
-    Not checked, and not measured: Triton compiles an integer argument divisible by 16 (the table's row stride and
-    width: 2561 at 163,840 tokens, a multiple of 16 in about half the bench's problems) as such, so the compiled
-    stage 1 may differ in its address arithmetic."""
+    problem too small to fill the GPU, counted on the width read) and the same parts (``schedule.num_parts``).
+    Not checked, and not measured: Triton compiles an integer argument divisible by 16 (the table's row stride, 2561
+    at 163,840 tokens, and the width read, a power of two) as such, so the compiled stage 1 may differ in its
+    address arithmetic from the bench's, whose table is as wide as its longest request."""
     from mla_edu.kernels import schedule
     from mla_edu.kernels.workspace import gpu_block_h
 
@@ -293,7 +305,7 @@ def served_as_benched(row: dict, sm_count: int, context: int = SERVED_CONTEXT) -
         return gpu_block_h(h, b, width), gpu_block_h(h, b, width, balanced=True), schedule.num_parts(h, sm_count, b,
                                                                                                       width)
 
-    return launch(fb.table_width(row)) == launch(page_table_width(context, fb.PAGE))
+    return launch(fb.table_width(row)) == launch(served_width(row, context, whole))
 
 
 def _regret(used: list[tuple[Run, dict]], option: str) -> float:
@@ -532,7 +544,8 @@ def verdicts(board: dict) -> list[tuple[str, str, str]]:
     ok = [p for p in served if within(p.served_regret)]
     sw = max(served, key=lambda p: p.served_regret, default=None)
     lines.append((f"the same in a server whose context limit is {SERVED_CONTEXT:,} tokens (DeepSeek-V3's): its page "
-                  "table that wide, the split rule counting on it (`served_choice`)",
+                  "table that wide, a step reading the narrowest of its widths (powers of two) that holds the longest "
+                  "request, the split rule counting on that width (`served_choice`)",
                   f"{len(ok)} of {len(served)} whose choice a run timed"
                   + (f" ({untimed} more take a split count or a launch no run timed)" if untimed else "")
                   + (f"; {len(keys) - len(served) - untimed} not measured at current rules"

@@ -2,16 +2,23 @@
 
 As ``python/sglang/srt/layers/attention/triton_backend.py`` does, every buffer the graph
 touches is allocated once at its maximum size before any capture; launch shapes never depend
-on the batch's lengths: the page table is full width and read through its real row stride
-(``stride_policy="stride"``), and the split count is fixed for the maximum context (SGLang's
-static-split mode; its default computes per-request counts into a device tensor, which is
-graph-safe for the same reason: the grid never changes). With ``num_kv_splits=-1`` and the Triton
-kernel, each batch takes the balanced schedule (``kernels.schedule``: each request's parts from the lengths,
-on the device) or the kernel's own split rule (``kernels.triton_num_kv_splits``), whichever
-``schedule.prefers_balanced`` models faster for its lengths. A graph fixes its kernels at capture, so the graph
-runner captures a graph per batch size for each (``graph_variants``) and this backend names the one to replay
-from the host's copy of the lengths (``choose_graph_variant``): a step mla_edu adds to SGLang's protocol. Another
-impl takes the rule; the cutlass backend keeps sgl-kernel's heuristic, as SGLang does.
+on the batch's lengths: the page table is read through its real row stride (``stride_policy="stride"``), and the
+split count is a host int (SGLang's static-split mode; its default computes per-request counts into a device
+tensor, which is graph-safe for the same reason: the grid never changes). With a fixed ``num_kv_splits``, or the
+torch kernel, every step reads the table's full width with the count for the maximum context.
+
+With ``num_kv_splits=-1`` and the Triton kernel, a step reads the table's first ``step_width`` columns: the
+narrowest of ``table_widths`` (powers of two pages, and the full width) that holds the batch's longest request,
+padded up as the graph runner pads the batch size. On that width each batch takes the balanced schedule
+(``kernels.schedule``: each request's parts from the lengths, on the device) or the kernel's own split rule
+(``kernels.triton_num_kv_splits``), whichever ``schedule.prefers_balanced`` models faster for its lengths. A graph
+fixes its kernels at capture, so the graph runner captures a graph per batch size for each width and schedule
+(``graph_variants``: ``2 * len(table_widths(W))``, 24 at 163,840 tokens) and this backend names the one to replay
+from the host's copy of the lengths (``choose_graph_variant``): a step mla_edu adds to SGLang's protocol. SGLang's
+cutlass backend also hands its kernel the table's first columns, ``cuda_graph_kv_indices[:bs, :max_seqlen_pad]``, but
+one width computed at capture and frozen in the graph (``cutlass_mla_backend.py`` at 7059ae16f, lines 148-181); here
+each width has its graph, and a replay takes one that holds its batch. Another impl takes the rule; the cutlass
+backend keeps sgl-kernel's heuristic, as SGLang does.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from mla_edu.kernels import schedule
 from mla_edu.kernels.workspace import D_LATENT
 from mla_edu.serving.backends.base import AttentionBackend, page_table_width, register_backend
 from mla_edu.serving.batch import ForwardBatch
-from mla_edu.util import PAGE_SIZE
+from mla_edu.util import PAGE_SIZE, check_int
 
 
 def auto_splits(bs: int, heads: int, sm_count: int, width: int, page_size: int = PAGE_SIZE) -> int:
@@ -40,6 +47,24 @@ def auto_schedule(lens: list, heads: int, sm_count: int, width: int, page_size: 
     return "balanced" if schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, width) else "splits"
 
 
+def table_widths(width: int) -> tuple[int, ...]:
+    """The widths a step may read of a table ``width`` pages wide, narrowest first: each power of two below
+    ``width``, then ``width`` (1, 2, 4, ..., 1024, 1281 at 163,840 tokens of 128)."""
+    check_int("width", width, 1)
+    return tuple(1 << k for k in range((width - 1).bit_length())) + (width,)
+
+
+def step_width(lens: list, widths: tuple, page_size: int = PAGE_SIZE) -> int:
+    """The narrowest of ``widths`` (``table_widths``) that holds the longest of ``lens`` (host ints, tokens) in
+    pages of ``page_size`` tokens. ValueError if a request is longer than the widest holds."""
+    pages = -(-max(lens, default=0) // page_size)
+    for w in widths:
+        if w >= pages:
+            return w
+    raise ValueError(f"step_width: expected requests of at most {widths[-1] * page_size} tokens ({widths[-1]} "
+                     f"pages), got one of {max(lens)}")
+
+
 @register_backend("triton")
 class TritonBackend(AttentionBackend):
     def __init__(self, *args, **kw):
@@ -52,50 +77,68 @@ class TritonBackend(AttentionBackend):
         self.page_table = None  # the pair the next decode step reads: one of the two above
         self.workspace = None
         self.heads = None  # the query heads of the last decode step (known once a step ran)
-        self.step_schedule = None  # an eager step's schedule, chosen at its first layer for all of them
+        self.step_schedule = None  # an eager step's (width, schedule), chosen at its first layer for all
 
-    def splits(self, bs: int, heads: int) -> int:
+    def splits(self, bs: int, heads: int, width: int | None = None) -> int:
         """A fixed ``num_kv_splits`` as given; auto (-1): the Triton kernel's own rule
-        (``kernels.triton_num_kv_splits``, which counts head blocks and waves), not sgl-kernel's."""
+        (``kernels.triton_num_kv_splits``, which counts head blocks and waves), not sgl-kernel's, on a step reading
+        ``width`` columns (default the table's)."""
         if self.num_kv_splits == -1:
-            return auto_splits(bs, heads, self.sm_count, self.width)
+            return auto_splits(bs, heads, self.sm_count, width or self.width)
         return self.splits_for(self.width * PAGE_SIZE, bs)
 
     def chooses_schedule(self) -> bool:
-        """Auto splits (-1) with the Triton kernel: each batch's schedule chosen from its lengths
-        (``choose_schedule``), a graph captured for each; otherwise the split count of ``splits`` always."""
+        """Auto splits (-1) with the Triton kernel: each batch's width and schedule chosen from its lengths
+        (``choose_step``), a graph captured for each; otherwise the full width and the split count of ``splits``."""
         return self.num_kv_splits == -1 and self.kernel_impl == "triton"
 
-    def choose_schedule(self, lens: list, heads: int) -> str:
+    def widths(self) -> tuple[int, ...]:
+        """The widths a step may read: ``table_widths`` of the table's with a choice (``chooses_schedule``), else
+        the table's alone."""
+        return table_widths(self.width) if self.chooses_schedule() else (self.width,)
+
+    def choose_schedule(self, lens: list, heads: int, width: int | None = None) -> str:
         """ "balanced" (``kernels.schedule``: each request's parts from the lengths, on the device) or "splits" (the
-        split rule's count for every request) for a batch of requests of ``lens`` tokens (host ints), with auto splits
-        only: ``auto_schedule`` on this backend's table width."""
+        split rule's count for every request) for a batch of requests of ``lens`` tokens (host ints) on a step
+        reading ``width`` columns (default ``step_width``'s), with auto splits only: ``auto_schedule``."""
         if self.num_kv_splits != -1:
             raise ValueError(f"choose_schedule: the schedule is chosen with auto splits (-1), got num_kv_splits="
                              f"{self.num_kv_splits}")
-        return auto_schedule(lens, heads, self.sm_count, self.width)
+        return auto_schedule(lens, heads, self.sm_count, width or step_width(lens, self.widths()))
+
+    def choose_step(self, lens: list, heads: int) -> tuple[int, str]:
+        """(width, schedule) for a batch of requests of ``lens`` tokens: the narrowest captured width that holds
+        the longest (``step_width``) and ``choose_schedule`` on it; the full width and "splits" without a
+        choice."""
+        if not self.chooses_schedule():
+            return self.width, "splits"
+        width = step_width(lens, self.widths())
+        return width, self.choose_schedule(lens, heads, width)
 
     def graph_variants(self) -> tuple:
-        return schedule.SCHEDULES if self.chooses_schedule() else (None,)
+        """(width, schedule) for each width of ``widths`` and each schedule, with a choice; else (None,)."""
+        if not self.chooses_schedule():
+            return (None,)
+        return tuple((w, s) for w in self.widths() for s in schedule.SCHEDULES)
 
     def choose_graph_variant(self, bs: int, seq_lens_cpu: torch.Tensor):
         if not self.chooses_schedule():
             return None
         if self.heads is None:
             raise RuntimeError("choose_graph_variant: no graph captured yet (the head count comes from a capture)")
-        return self.choose_schedule(seq_lens_cpu[:bs].tolist(), self.heads)
+        return self.choose_step(seq_lens_cpu[:bs].tolist(), self.heads)
 
     def _alloc(self, max_bs: int) -> tuple:
-        """A page table [max_bs, W] and a workspace for any batch of up to ``max_bs`` requests."""
+        """A page table [max_bs, W] and a workspace for any batch of up to ``max_bs`` requests at any width."""
         page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
-        # sized before the head count is known: the most splits any batch size and head count up to 128 gets
+        # sized before the head count is known: the most splits any batch size, head count up to 128 and width gets
         # (get_workspace_size counts 128 heads per split)
-        splits = max(self.splits(b, h) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128))
+        sizes = [(b, h, w) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in self.widths()]
+        splits = max(self.splits(b, h, w) for b, h, w in sizes)
         size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
-        if self.chooses_schedule():  # the balanced schedule's partials, for any batch size and head count up to 128
-            size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b,
-                                                                                                   self.width))
-                                 for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128)])
+        if self.chooses_schedule():  # the balanced schedule's partials, for any of them
+            size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b, w))
+                                 for b, h, w in sizes])
         return page_table, torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def graph_index_buffer(self) -> torch.Tensor:
@@ -131,15 +174,17 @@ class TritonBackend(AttentionBackend):
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
         bs, heads = q_nope.shape[:2]
         self.heads = heads
-        chosen = "splits"
-        if self.chooses_schedule():  # capturing: the graph's variant; eager: this batch's own choice, once a step
-            chosen = self.graph_variant or self.step_schedule
-            if chosen is None:
+        width, chosen = self.width, "splits"
+        if self.chooses_schedule():  # capturing: the graph's variant; eager: this batch's own, once a step
+            step = self.graph_variant or self.step_schedule
+            if step is None:
                 lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
-                chosen = self.step_schedule = self.choose_schedule(lens[:bs].tolist(), heads)
-        splits = -1 if chosen == "balanced" else self.splits(bs, heads)
+                step = self.step_schedule = self.choose_step(lens[:bs].tolist(), heads)
+            width, chosen = step
+        splits = -1 if chosen == "balanced" else self.splits(bs, heads, width)
         if splits != -1:  # the balanced schedule's counts are on the device, per request
             self.splits_used.add(splits)
+        # the first ``width`` columns: a view with the table's row stride, read through it
         return kernels.mla_decode(
-            q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs],
+            q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs, :width],
             self.workspace, self.sm_scale, splits, impl=self.kernel_impl, stride_policy="stride", schedule=chosen)
