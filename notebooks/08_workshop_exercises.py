@@ -137,7 +137,9 @@ assert fixed.reads.wrong_reads == 0 and max(fixed.reads.row_err) < 1e-3
 # - **Workspace** alone, with automatic splits: the partials go through a workspace that the
 #   capture hook allocated (host code, run before the capture) and the host has since dropped. On the emulator the kernel writes every partial it
 #   reads within the same replay, so this one step shows no harm (notebook 07 makes it real).
-# - The triton backend is graph-safe by construction: full width, real stride, fixed split count.
+# - The triton backend is graph-safe by construction: buffers allocated once, the table read through its real
+#   stride, and the width and split count a graph reads fixed at its capture (with automatic splits on a GPU, a
+#   graph per width, the replay taking one that holds the batch).
 #
 # The widgets (run in JupyterLab; a static page shows nothing here): pick a setting, press "run".
 

@@ -37,6 +37,16 @@ BENDS = {
         "mla_edu/serving/backends/triton.py",
         "schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, width)",
         "schedule.prefers_balanced(lens, page_size, heads, sm_count, splits, None)"),
+    "the table's split count launched": (
+        "test_the_triton_step_launches_at_the_width_and_count_it_chose",
+        "mla_edu/serving/backends/triton.py",
+        "        splits = -1 if chosen == \"balanced\" else self.splits(bs, heads, width)",
+        "        splits = -1 if chosen == \"balanced\" else self.splits(bs, heads)"),
+    "the whole table launched": (
+        "test_the_triton_step_launches_at_the_width_and_count_it_chose",
+        "mla_edu/serving/backends/triton.py",
+        "self.page_table[:bs, :width],",
+        "self.page_table[:bs],"),
     "workspace sized up to max_bs - 1": (
         "test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph",
         "mla_edu/serving/backends/triton.py",

@@ -94,7 +94,7 @@ def test_the_balanced_schedule_takes_16_heads_a_program_at_32_heads_in_small_bat
         for heads in (16, 24, 31, 64, 128):  # 24 and 31 take 32-head programs too, but were not measured
             assert gpu_block_h(heads, batch, 64, balanced=True) == gpu_block_h(heads, batch, 64)
     assert gpu_block_h(32, 1, 16) == 16  # 1 x 1 x 16 programs <= SMALL_GRID
-    plan = SimpleNamespace(heads=32, batch=16, max_pages=64, schedule="balanced")
+    plan = SimpleNamespace(heads=32, batch=16, width=64, schedule="balanced")
     for want in (16, 32):  # the launch configs agree with num_parts: both kernels' head blocks
         assert [stage1.impl(k).launch_config(k, plan, True)[0] for k in ("tma", "tl")] == [want, want]
         plan.schedule = "splits"

@@ -10,12 +10,12 @@ import stat
 
 import pytest
 import torch
-from tiny_models import random_tiny_model
+from tiny_models import random_prompts, random_tiny_model
 
 from mla_edu import files
 from mla_edu.files import check_out_dir, check_out_file, write_atomic
 from mla_edu.graphs import check
-from mla_edu.kernels import get_workspace_size, mla_decode, schedule
+from mla_edu.kernels import get_workspace_size, mla_decode, observe_plans, schedule
 from mla_edu.kernels.workspace import D_LATENT
 from mla_edu.model import WEIGHTS_FILE
 from mla_edu.model.train import check_out
@@ -49,6 +49,26 @@ def test_the_triton_schedule_choice_models_the_width_the_step_reads(triton_backe
     lens = [498, 557, 381]
     assert be.choose_step(lens, heads) == (8, "splits")
     assert schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, be.splits(3, heads, 8), None)
+
+
+def test_the_triton_step_launches_at_the_width_and_count_it_chose():
+    """Bends: ``forward_decode`` launches with the table's split count (``self.splits(bs, heads)``) instead of the
+    width's; it hands the kernel the whole table (``self.page_table[:bs]``) instead of the step's columns.
+
+    Eager steps of the triton backend with auto splits on 2 SMs, a 4096-token context (33 columns): every launch reads
+    the width the step chose (``DecodePlan.width``, which sizes the launch) at the split rule's count on it."""
+    eng = Engine(random_tiny_model(), attention_backend="triton", kernel_impl="triton", num_kv_splits=-1,
+                 disable_cuda_graph=True, context_length=4096, max_running_requests=3, sm_count=2)
+    be = eng.runner.backend
+    plans = []
+    with observe_plans(lambda plan, table, ws: plans.append((plan, be.step_schedule))):
+        eng.generate(random_prompts(5, 3, 150, 400), max_new_tokens=2, stop_token_ids=())
+    assert plans and {plan.width for plan, _ in plans} == {4}  # 150-400 tokens: up to 4 pages of 128
+    assert any(chosen == "splits" for _, (_, chosen) in plans)
+    for plan, (width, chosen) in plans:
+        assert plan.width == width and plan.schedule == chosen
+        if chosen == "splits":
+            assert plan.num_splits == be.splits(plan.batch, plan.heads, width) != be.splits(plan.batch, plan.heads)
 
 
 @pytest.mark.parametrize("max_bs", [1, 5, 8])

@@ -71,6 +71,12 @@ class DecodePlan:
     launch: LaunchConfig | None = None  # its launch config (None where the impl has no choice)
     schedule: str = "splits"  # "balanced": splits from the lengths (``kernels.schedule``), num_splits unused
 
+    @property
+    def width(self) -> int:
+        """The view's columns (``page_table.size(1)``, at least 1): what the launch is sized for (the head block, the
+        stage-1 kernel, the balanced schedule's parts), where ``max_pages`` bounds what a request may read."""
+        return max(self.max_seq_len // self.page_size, 1)
+
 
 def check_page_table_layout(page_table: torch.Tensor) -> None:
     """ValueError unless each row's entries are adjacent in memory (``stride(1) == 1``).

@@ -115,7 +115,7 @@ def stage2_scheduled_kernel(o_acc_ptr, lse_ptr, seq_lens_ptr, out_ptr, stride_o_
         tl.store(dst, res.to(out_ptr.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
 
-def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, max_pages: int,
+def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, width: int,
                   checked: bool) -> bool:
     """Whether the Gluon wgmma kernels fit the call: a Hopper GPU (sm90), fp16/bf16, DeepSeek's 512 + 64
     dims, unchecked, heads a whole number of programs (``gpu_block_h``: 64, or 16 and 32 for the swapped
@@ -123,7 +123,7 @@ def wgmma_applies(q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
     one that is not: seen on the H200, ``tests/test_rules_wgmma.py``). Everything else runs the tl kernel
 (``stage1.tl``)."""
     b, h, dl = q_nope.shape
-    block_h = gpu_block_h(h, b, max_pages)
+    block_h = gpu_block_h(h, b, width)  # the table's columns (``DecodePlan.width``)
     return (q_nope.is_cuda and not checked and q_nope.dtype in (torch.float16, torch.bfloat16)
             and cache.dtype == q_pe.dtype == q_nope.dtype and dl == D_LATENT and q_pe.size(2) == D_ROPE
             and torch.cuda.get_device_capability(q_nope.device)[0] == 9 and h % block_h == 0
@@ -154,7 +154,7 @@ def plan_stage1(q_nope, q_pe, cache, plan: DecodePlan, checked: bool, stage1: st
     kernel's (BLOCK_H, BLOCK_N, num_warps, num_stages), or None for its kind's ``launch_config`` (the Gluon
     kernels' are fixed). Chosen on the host at each call, so a CUDA graph keeps the kernel it captured."""
     stage1 = check_stage1_args(stage1, launch)
-    gluon = wgmma_applies(q_nope, q_pe, cache, plan.max_pages, checked)
+    gluon = wgmma_applies(q_nope, q_pe, cache, plan.width, checked)
     kind = stage1 if stage1 is not None else (stage1_kernels.DEFAULT_GLUON if gluon else "tl")
     if stage1_kernels.KINDS[kind].gluon and not gluon:
         raise ValueError(f"stage1={kind!r} is a Gluon kernel: it needs a Hopper GPU, fp16/bf16, 512 + 64 dims, "
@@ -330,7 +330,7 @@ def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, worksp
     partials go through the workspace (``schedule.workspace_bytes``; ValueError if it is smaller)."""
     _check_inputs(q_nope, q_pe, cache, plan)
     b, h, dl = q_nope.shape
-    parts = schedule.num_parts(h, sm_count, b, plan.max_pages)
+    parts = schedule.num_parts(h, sm_count, b, plan.width)  # sized for the view; max_pages bounds the reads
     schedule.check_line_fits(b, plan.max_pages, parts, plan.page_size)
     need = schedule.workspace_bytes(b, h, dl, parts)
     rows = schedule.workspace_rows(b, parts)
@@ -340,7 +340,7 @@ def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, worksp
         raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "
                          f"{schedule.workspace_rows(b, parts)} rows of partials), got {workspace.numel()} bytes; "
                          "size it with schedule.workspace_bytes(B, H, D_latent, schedule.num_parts(H, sm_count, B, "
-                         "max_pages))")
+                         "page_table.size(1)))")
     o_acc, lse_acc = balanced_views(workspace, b, h, dl, parts)
     out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
     torch.ops.mla_edu.mla_decode_stage1_scheduled(q_nope, q_pe, cache, seq_lens, flat_table(page_table, plan),

@@ -612,7 +612,7 @@ def compile_cache(page: int, dtype: str):
 
 
 def _launch_config(kind, plan, on_gpu: bool) -> LaunchConfig:
-    block_h = gpu_block_h(plan.heads, plan.batch, plan.max_pages, balanced=plan.schedule == "balanced")
+    block_h = gpu_block_h(plan.heads, plan.batch, plan.width, balanced=plan.schedule == "balanced")
     return LaunchConfig(block_h, BLOCK_N, kernel_for(block_h)[1], STAGES)
 
 

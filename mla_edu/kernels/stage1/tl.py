@@ -236,7 +236,7 @@ def _launch(kind, launch, call) -> None:
 
 
 def _launch_config(kind, plan, on_gpu: bool) -> LaunchConfig:
-    return launch_config(plan.heads, on_gpu, plan.batch, plan.max_pages, plan.schedule == "balanced")
+    return launch_config(plan.heads, on_gpu, plan.batch, plan.width, plan.schedule == "balanced")
 
 
 def _compile_spec(kind, page: int, dtype: str, final: bool, heads: int, scheduled: bool, batch: int,
