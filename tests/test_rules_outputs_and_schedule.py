@@ -51,6 +51,7 @@ def test_the_triton_schedule_choice_models_the_width_the_step_reads(triton_backe
     assert schedule.prefers_balanced(lens, PAGE_SIZE, heads, be.sm_count, be.splits(3, heads, 8), None)
 
 
+@pytest.mark.triton  # the step runs the Triton kernels (its interpreter on CPU)
 def test_the_triton_step_launches_at_the_width_and_count_it_chose():
     """Bends: ``forward_decode`` launches with the table's split count (``self.splits(bs, heads)``) instead of the
     width's; it hands the kernel the whole table (``self.page_table[:bs]``) instead of the step's columns.
