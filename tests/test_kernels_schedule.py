@@ -361,6 +361,29 @@ def test_triton_backend_replays_the_graph_of_the_chosen_schedule(monkeypatch):
     assert all(tokens == runs["torch", False] for tokens in runs.values())
 
 
+@pytest.mark.parametrize("schedule", ["balanced", "splits"])
+def test_a_view_narrower_than_its_rows_sizes_the_launch_and_reads_whole_requests(schedule):
+    # a [:, :1] view of a wider table, its real row stride: the launch is sized for 1 column (DecodePlan.width: the
+    # parts, the head block), each request still reads all its pages through the stride (max_pages), NaN past them
+    from mla_edu.kernels import observe_plans
+
+    case = random_decode_case(5, heads=64, page_size=16, lens=[300, 2, 0, 17], d_latent=32, d_rope=16, device=DEV)
+    view = case.page_table[:, :1]
+    b, h, dl = case.q_nope.shape
+    # the balanced partials of the parts 1 column gives, no more: parts counted on the 20-column rows would not fit
+    size = sc.workspace_bytes(b, h, dl, sc.num_parts(h, 8, b, 1)) if schedule == "balanced" else 1 << 22
+    ws = torch.zeros(size, dtype=torch.uint8, device=DEV)
+    plans = []
+    with observe_plans(lambda plan, table, workspace: plans.append(plan)):
+        out = mla_decode(case.q_nope, case.q_pe, case.cache, case.seq_lens, view, ws, case.sm_scale, -1,
+                         impl="triton", schedule=schedule, sm_count=8, stride_policy="stride")
+    ref = case.dense_f64()
+    assert ((out.double() - ref.to(out.device)).abs().max() / ref.abs().max()).item() < 1e-5
+    (plan,) = plans
+    assert plan.width == 1 and plan.max_pages == case.page_table.size(1) == 20  # 300 tokens: 19 pages, and one
+    assert sc.num_parts(h, 8, b, plan.width) != sc.num_parts(h, 8, b, plan.max_pages)  # the case tells them apart
+
+
 @pytest.mark.parametrize("batch, parts", [(16, 132), (16, 66), (64, 132), (1, 132)])
 def test_a_giant_request_is_cut_as_the_share_falls_where_no_cap_holds(batch, parts):
     # one 64K-token request among 512-token ones at 16 heads: from B=16 on no piece cap (schedule.max_pieces), so it

@@ -42,6 +42,10 @@ every replay.
 ``segments`` runs the same arithmetic in a small kernel (``segments_kernel``; Triton's interpreter on CPU) and
 returns every part's segments: what the tests check. ``host_segments`` returns the same rows in plain Python, checked
 equal to the kernel's: what the figures draw and the kernel lab's cost fit replays.
+
+The host side takes one ``max_pages`` for two jobs: the clamp above and the width ``num_parts`` counts on. A launch
+separates them (``DecodePlan.width`` sizes the parts, ``DecodePlan.max_pages`` clamps, and a column-sliced view has
+``max_pages > width``), so to mirror a launch here pass its width, and requests it holds.
 """
 
 from __future__ import annotations
