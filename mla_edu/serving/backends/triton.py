@@ -1,11 +1,12 @@
 """SGLang's Triton-backend style: graph-safe by construction.
 
 As ``python/sglang/srt/layers/attention/triton_backend.py`` does, every buffer the graph
-touches is allocated once at its maximum size before any capture; launch shapes never depend
-on the batch's lengths: the page table is read through its real row stride (``stride_policy="stride"``), and the
-split count is a host int (SGLang's static-split mode; its default computes per-request counts into a device
-tensor, which is graph-safe for the same reason: the grid never changes). With a fixed ``num_kv_splits``, or the
-torch kernel, every step reads the table's full width with the count for the maximum context.
+touches is allocated once at its maximum size before any capture; a graph's launch shapes never
+depend on the lengths it replays with: the page table is read through its real row stride
+(``stride_policy="stride"``), and the split count is a host int (SGLang's static-split mode; its default computes
+per-request counts into a device tensor, which is graph-safe for the same reason: the grid never changes). With a
+fixed ``num_kv_splits``, or the torch kernel, every step reads the table's full width with the count for the maximum
+context.
 
 With ``num_kv_splits=-1`` and the Triton kernel, a step reads the table's first ``step_width`` columns: the
 narrowest of ``table_widths`` (powers of two pages, and the full width) that holds the batch's longest request,
