@@ -82,7 +82,6 @@ def engine_batches(steps=(1, 32, 64)) -> list[dict]:
     the eval set, after 1, 32 and 64 generated tokens): what its own triton backend picks for them
     (``choose_schedule``, on an engine built as the bench builds it, its page table and SM count included), and
     the two modelled makespans behind the pick."""
-    from mla_edu.kernels.workspace import triton_num_kv_splits
     from mla_edu.model import load_pretrained
     from mla_edu.model.task import default_eval_set
     from mla_edu.serving import Engine
@@ -97,7 +96,7 @@ def engine_batches(steps=(1, 32, 64)) -> list[dict]:
     for t in steps:
         lens = [n + t for n in prompts]
         width, pick = backend.choose_step(lens, heads)  # the columns the step reads, its schedule
-        splits = triton_num_kv_splits(width * PAGE_SIZE, len(prompts), heads, PAGE_SIZE, backend.sm_count)
+        splits = backend.splits(len(prompts), heads, width)
         rule, bal = sc.makespans(lens, PAGE_SIZE, heads, backend.sm_count, splits, width)
         out.append({"tokens": t, "width": width, "model_rule": rule, "model_balanced": bal,
                     "pick": "balanced" if pick == "balanced" else "rule"})

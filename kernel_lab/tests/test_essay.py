@@ -222,8 +222,7 @@ def acc_board_served() -> dict:
         used = [rows[(name, *p.key)] for name in p.pooled]
         option = acc.served_choice(used[-1], sms, whole=True)
         if acc.served_as_benched(used[-1], sms, whole=True) and all(option in r["us"] for r in used):
-            whole[p.key] = (option, median(fb.median_us(r, option) / fb.median_us(r, fb.best_option(r))
-                                                      for r in used), p)
+            whole[p.key] = (option, acc.median_regret(used, option), p)
     worst_key = max(whole, key=lambda k: whole[k][1])
     option, regret, worst = whole[worst_key]
     assert (worst.key[0], option) == ("uniform", "balanced") and worst.best == worst.choice  # "the count ... gives"

@@ -266,8 +266,8 @@ def picks(runs: list[Run], rules_from: str = RULES_FROM) -> dict[tuple, Pick]:
         served = served_choice(r, sms)
         timed_as_served = served_as_benched(r, sms) and all(served in r["us"] for _, r in used)
         out[key] = Pick(key, run.name, run.commit, not current, tuple(u.name for u, _ in used), choice, best,
-                        statistics.median(xs), _regret(used, choice), xs, served,
-                        _regret(used, served) if timed_as_served else None)
+                        statistics.median(xs), median_regret([r for _, r in used], choice), xs, served,
+                        median_regret([r for _, r in used], served) if timed_as_served else None)
     return out
 
 
@@ -308,9 +308,9 @@ def served_as_benched(row: dict, sm_count: int, context: int = SERVED_CONTEXT, w
     return launch(fb.table_width(row)) == launch(served_width(row, context, whole))
 
 
-def _regret(used: list[tuple[Run, dict]], option: str) -> float:
-    """The median over the pooled runs of ``option``'s time over that run's best option's."""
-    return statistics.median(fb.median_us(r, option) / fb.median_us(r, fb.best_option(r)) for _, r in used)
+def median_regret(rows: list[dict], option: str) -> float:
+    """The median over one problem's rows of the pooled runs of ``option``'s time over that row's best option's."""
+    return statistics.median(fb.median_us(r, option) / fb.median_us(r, fb.best_option(r)) for r in rows)
 
 
 def passes(value: float, bar: float) -> bool:

@@ -31,7 +31,7 @@ from mla_edu.kernels import schedule
 from mla_edu.kernels.workspace import D_LATENT
 from mla_edu.serving.backends.base import AttentionBackend, page_table_width, register_backend
 from mla_edu.serving.batch import ForwardBatch
-from mla_edu.util import PAGE_SIZE, check_int
+from mla_edu.util import PAGE_SIZE, cdiv, check_int
 
 
 def auto_splits(bs: int, heads: int, sm_count: int, width: int, page_size: int = PAGE_SIZE) -> int:
@@ -58,7 +58,7 @@ def table_widths(width: int) -> tuple[int, ...]:
 def step_width(lens: list, widths: tuple, page_size: int = PAGE_SIZE) -> int:
     """The narrowest of ``widths`` (``table_widths``) that holds the longest of ``lens`` (host ints, tokens) in
     pages of ``page_size`` tokens. ValueError if a request is longer than the widest holds."""
-    pages = -(-max(lens, default=0) // page_size)
+    pages = cdiv(max(lens, default=0), page_size)
     for w in widths:
         if w >= pages:
             return w
