@@ -48,15 +48,20 @@ BENDS = {
         "self.page_table[:bs, :width],",
         "self.page_table[:bs],"),
     "workspace sized up to max_bs - 1": (
-        "test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph",
+        "test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count",
         "mla_edu/serving/backends/triton.py",
-        "for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in self.widths()]",
-        "for b in range(1, max_bs) for h in (1, 16, 32, 64, 128) for w in self.widths()]"),
+        "sizes = [(b, w) for b in range(1, max_bs + 1) for w in self.widths()]",
+        "sizes = [(b, w) for b in range(1, max_bs) for w in self.widths()]"),
     "workspace sized for the table's width alone": (
-        "test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph",
+        "test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count",
         "mla_edu/serving/backends/triton.py",
-        "for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in self.widths()]",
-        "for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in (self.width,)]"),
+        "sizes = [(b, w) for b in range(1, max_bs + 1) for w in self.widths()]",
+        "sizes = [(b, w) for b in range(1, max_bs + 1) for w in (self.width,)]"),
+    "workspace sized for 128 heads": (
+        "test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count",
+        "mla_edu/serving/backends/triton.py",
+        "        h = self.num_heads\n",
+        "        h = 128\n"),
     "write_atomic a plain open-and-write (failing writer)": (
         "test_write_atomic_leaves_the_old_content_when_the_writer_fails",
         "mla_edu/files.py",

@@ -79,8 +79,10 @@ def test_triton_backend_auto_split_uses_the_kernels_rule():
     from mla_edu.serving.backends.triton import PAGE_SIZE, TritonBackend
 
     pool = types.SimpleNamespace(req_to_token=torch.zeros(4, 4096, dtype=torch.int32))
-    auto = TritonBackend(pool, None, sm_scale=0.1, max_context_len=4096, num_kv_splits=-1, sm_count=132)
-    fixed = TritonBackend(pool, None, sm_scale=0.1, max_context_len=4096, num_kv_splits=3, sm_count=132)
+    auto = TritonBackend(pool, None, sm_scale=0.1, max_context_len=4096, num_heads=16, num_kv_splits=-1,
+                          sm_count=132)
+    fixed = TritonBackend(pool, None, sm_scale=0.1, max_context_len=4096, num_heads=16, num_kv_splits=3,
+                           sm_count=132)
     width = auto.width * PAGE_SIZE
     for bs, heads in ((1, 16), (64, 16), (64, 128)):
         assert auto.splits(bs, heads) == triton_num_kv_splits(width, bs, heads, PAGE_SIZE, 132)

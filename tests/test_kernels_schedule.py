@@ -303,7 +303,7 @@ def test_triton_backend_chooses_each_batchs_schedule_from_its_lengths():
     assert backend.graph_variants() == tuple((w, s) for w in widths for s in ("splits", "balanced"))
     skewed, uniform = [6000, 30, 30, 30], [1500] * 4  # the longest: 47 pages, 12 pages
     assert backend.choose_schedule(skewed, 2) == "balanced" and backend.choose_schedule(uniform, 2) == "splits"
-    backend.heads = 2
+    assert backend.num_heads == 2  # the model's, known before any capture
     assert backend.choose_graph_variant(4, torch.tensor(skewed + [1] * 4, dtype=torch.int32)) == (64, "balanced")
     assert backend.choose_graph_variant(4, torch.tensor(uniform + [6000] * 4, dtype=torch.int32)) == (16, "splits")
     assert backend.choose_step([128 * 64], 2)[0] == 64 and backend.choose_step([128 * 64 + 1], 2)[0] == 65

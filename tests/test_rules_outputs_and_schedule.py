@@ -7,6 +7,7 @@ copy of the package and runs that test there (it must fail), then the test on th
 
 import os
 import stat
+import types
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from tiny_models import random_prompts, random_tiny_model
 from mla_edu import files
 from mla_edu.files import check_out_dir, check_out_file, write_atomic
 from mla_edu.graphs import check
-from mla_edu.kernels import get_workspace_size, mla_decode, observe_plans, schedule
+from mla_edu.kernels import make_plan, mla_decode, observe_plans, schedule
 from mla_edu.kernels.workspace import D_LATENT
 from mla_edu.model import WEIGHTS_FILE
 from mla_edu.model.train import check_out
@@ -72,18 +73,35 @@ def test_the_triton_step_launches_at_the_width_and_count_it_chose():
             assert plan.num_splits == be.splits(plan.batch, plan.heads, width) != be.splits(plan.batch, plan.heads)
 
 
-@pytest.mark.parametrize("max_bs", [1, 5, 8])
-def test_the_balanced_workspace_fits_every_batch_size_up_to_the_largest_graph(triton_backend, max_bs):
-    """Bends: ``_alloc`` sizes the workspace for batch sizes ``range(1, max_bs)`` (an off-by-one at ``max_bs``), or
-    for the table's width alone (32 columns take 32 splits, 33 take 20)."""
-    be = triton_backend
+#: (context tokens, SMs, heads, graphs up to max_bs): the tiny model's 2 heads, heads a server runs, and two the
+#: sizing for 1, 16, 32, 64 and 128 heads fell short of (112 heads on 78 SMs, the balanced partials; 256, the splits')
+WORKSPACE_CASES = [(4096, 132, 2, 8), (4096, 132, 128, 5), (4096, 2, 16, 8), (256, 78, 112, 4), (512, 132, 256, 8)]
+
+
+@pytest.mark.parametrize("context, sms, heads, max_bs", WORKSPACE_CASES)
+def test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count(context, sms, heads, max_bs):
+    """Bends: ``_alloc`` sizes the workspace for batch sizes ``range(1, max_bs)`` (an off-by-one at ``max_bs``), for
+    the table's width alone (on 4096 tokens, 32 columns take more splits than 33), or for the head counts 1, 16, 32,
+    64 and 128 instead of the model's.
+
+    Every batch size up to ``max_bs`` at every width a step may read gets the most its launch checks for: the split
+    rule's partials (``make_plan``'s check) and the balanced schedule's (``schedule.workspace_bytes``, the balanced
+    launch's check). A step with another head count is refused before any kernel."""
+    pool = types.SimpleNamespace(req_to_token=torch.zeros(max_bs, context, dtype=torch.int32))
+    be = TritonBackend(pool, None, sm_scale=0.1, max_context_len=context, num_heads=heads, num_kv_splits=-1,
+                       kernel_impl="triton", sm_count=sms)
     page_table, workspace = be._alloc(max_bs)
-    sizes = [(b, h, w) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in be.widths()]
-    need = max(schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, be.sm_count, b, w)) for b, h, w in sizes)
-    splits = max(be.splits(b, h, w) for b, h, w in sizes)
-    assert splits > be.splits(max_bs, 128)  # a narrower width may take more splits than the table's
-    need = max(need, get_workspace_size(be.width * PAGE_SIZE, max_bs, be.sm_count, splits))
-    assert workspace.numel() >= need and page_table.shape == (max_bs, be.width)
+    assert page_table.shape == (max_bs, be.width)
+    cache = torch.empty(1, PAGE_SIZE, D_LATENT + 64)  # [num_pages, PAGE, D_latent + D_rope]
+    for b in range(1, max_bs + 1):
+        q_nope, q_pe = torch.empty(b, heads, D_LATENT), torch.empty(b, heads, 64)
+        for w in be.widths():  # raises "workspace too small" where it is short
+            make_plan(q_nope, q_pe, cache, torch.ones(b, dtype=torch.int32), page_table[:b, :w], workspace,
+                      be.splits(b, heads, w), stride_policy="stride", sm_count=sms)
+            parts = schedule.num_parts(heads, sms, b, w)
+            assert workspace.numel() >= schedule.workspace_bytes(b, heads, D_LATENT, parts), (b, w)
+    with pytest.raises(ValueError, match=f"built for num_heads={heads} query heads .* got q_nope with {heads + 1}"):
+        be.forward_decode(torch.empty(1, heads + 1, D_LATENT), torch.empty(1, heads + 1, 64), 0, None)
 
 
 # ---- output files -------------------------------------------------------------------------------------
@@ -162,7 +180,7 @@ def test_a_backend_whose_class_declares_no_poison_fill_refuses_it_when_built_dir
     be = triton_backend
     pool = type("Pool", (), {"req_to_token": be.req_to_token})()
     with pytest.raises(ValueError, match="poison_fill: the triton backend does not implement it"):
-        TritonBackend(pool, be.kv_cache, sm_scale=0.1, max_context_len=4096, poison_fill=True)
+        TritonBackend(pool, be.kv_cache, sm_scale=0.1, max_context_len=4096, num_heads=2, poison_fill=True)
 
 
 def test_the_checkers_nan_hint_names_the_persistent_buffer_that_causes_it():

@@ -627,6 +627,7 @@ def test_choose_schedule_needs_auto_splits():
     from mla_edu.serving.backends.triton import TritonBackend
 
     pool = SimpleNamespace(req_to_token=torch.zeros((1, 1), dtype=torch.int32))
-    fixed = TritonBackend(pool, None, sm_scale=1.0, max_context_len=4096, num_kv_splits=4, sm_count=SMS)
+    fixed = TritonBackend(pool, None, sm_scale=1.0, max_context_len=4096, num_heads=16, num_kv_splits=4,
+                          sm_count=SMS)
     with pytest.raises(ValueError, match="chosen with auto splits \\(-1\\), got num_kv_splits=4"):
         fixed.choose_schedule([100, 200], 16)

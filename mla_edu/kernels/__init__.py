@@ -2,7 +2,8 @@
 (``triton_available``): the Triton kernels load when a call uses them."""
 
 from mla_edu.device import triton_available
-from mla_edu.kernels.contract import STAGE1_KINDS, DecodePlan, LaunchConfig, make_plan, pages_read
+from mla_edu.kernels.contract import (STAGE1_KINDS, DecodePlan, LaunchConfig, make_plan, pages_read,
+                                      split_workspace_bytes)
 from mla_edu.kernels.cutlass import check_cutlass_args, cutlass_unavailable_reason
 from mla_edu.kernels.decode import IMPLS, Impl, mla_decode, observe_plans
 from mla_edu.kernels.workspace import (DEFAULT_SM_COUNT, SPLIT_CHOICES, get_workspace_size, gpu_block_h,
@@ -25,6 +26,7 @@ __all__ = [
     "observe_plans",
     "num_kv_splits_for",
     "pages_read",
+    "split_workspace_bytes",
     "triton_available",
     "triton_num_kv_splits",
 ]

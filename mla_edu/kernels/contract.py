@@ -189,11 +189,18 @@ def check_common(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale,
         raise ValueError(f"num_kv_splits must be -1 (auto) or in [1, {MAX_SPLITS}], got {num_kv_splits}")
 
 
-def workspace_bytes_needed(plan: DecodePlan) -> int:
-    """Bytes this package's impls write when splits > 1 (at least sgl-kernel's formula)."""
-    ours = plan.batch * plan.heads * plan.num_splits * (plan.d_latent + 1) * 4
-    theirs = BYTES_PER_BATCH_SPLIT * plan.num_splits * plan.batch
+def split_workspace_bytes(batch: int, heads: int, splits: int, d_latent: int) -> int:
+    """Bytes this package's impls write for ``splits`` > 1 KV splits of ``batch`` requests at ``heads`` query heads:
+    the partial outputs and their LSE, ``[B, H, S, D_latent + 1]`` float32, and at least sgl-kernel's formula (which
+    counts 128 heads a split)."""
+    ours = batch * heads * splits * (d_latent + 1) * 4
+    theirs = BYTES_PER_BATCH_SPLIT * splits * batch
     return max(ours, theirs)
+
+
+def workspace_bytes_needed(plan: DecodePlan) -> int:
+    """Bytes this package's impls write when splits > 1: ``split_workspace_bytes`` of the plan's shapes."""
+    return split_workspace_bytes(plan.batch, plan.heads, plan.num_splits, plan.d_latent)
 
 
 def check_partials_fit(floats: int, what: str) -> None:

@@ -119,6 +119,7 @@ class ModelRunner:
         self.backend = create_backend(
             args.attention_backend, self.req_to_token_pool, self.kv_cache,
             sm_scale=model.layers[0].attn.softmax_scale, max_context_len=self.context_length,
+            num_heads=mla.num_attention_heads,
             num_kv_splits=args.num_kv_splits, kernel_impl=impl, sm_count=sm_count, defects=args.defects,
             poison_fill=args.poison_fill)
         self.graph_runner = None

@@ -26,7 +26,7 @@ import torch
 
 from mla_edu.kernels import DEFAULT_SM_COUNT, num_kv_splits_for
 from mla_edu.serving.batch import ForwardBatch
-from mla_edu.util import PAGE_SIZE
+from mla_edu.util import PAGE_SIZE, check_int
 
 #: name -> backend class, in registration order (``--attention-backend``'s choices)
 BACKEND_CLASSES: dict[str, type[AttentionBackend]] = {}
@@ -124,12 +124,15 @@ class AttentionBackend:
     #: ``case_study.diagnose`` checks by re-running the step on the predicted reads (``reading``)
     freezes_a_view: ClassVar[bool] = False
 
-    def __init__(self, req_to_token_pool, kv_cache, *, sm_scale: float, max_context_len: int,
+    def __init__(self, req_to_token_pool, kv_cache, *, sm_scale: float, max_context_len: int, num_heads: int,
                  num_kv_splits: int = 1, kernel_impl: str = "torch", sm_count: int = DEFAULT_SM_COUNT,
                  defects=frozenset(), poison_fill: bool = False):
         self.req_to_token = req_to_token_pool.req_to_token  # [pool, max_context_len] int32
         self.kv_cache = kv_cache
         self.sm_scale = float(sm_scale)
+        # the query heads of a decode step, known before any capture, as SGLang's backends know them
+        # (triton_backend.py at 7059ae16f, lines 215-217: num_attention_heads // the attention TP size)
+        self.num_heads = check_int("num_heads", num_heads, 1)
         self.max_context_len = int(max_context_len)
         self.num_kv_splits = int(num_kv_splits)
         self.kernel_impl = kernel_impl
@@ -214,6 +217,13 @@ class AttentionBackend:
         if batch.batch_size < 1:
             raise ValueError(f"init_forward_metadata: the {self.name} backend expected a batch of at least one row "
                              f"(an idle batch runs only as a graph replay), got batch_size={batch.batch_size}")
+
+    def check_heads(self, heads: int) -> None:
+        """ValueError unless a decode step's query has the backend's ``num_heads`` heads (its buffers are sized for
+        them)."""
+        if heads != self.num_heads:
+            raise ValueError(f"forward_decode: the {self.name} backend was built for num_heads={self.num_heads} query "
+                             f"heads (its workspace is sized for them), got q_nope with {heads}")
 
     def init_cuda_graph_state(self, max_bs: int):
         raise NotImplementedError

@@ -77,7 +77,6 @@ class TritonBackend(AttentionBackend):
         self.eager_buffers = None  # the same for eager steps, grown with the batch
         self.page_table = None  # the pair the next decode step reads: one of the two above
         self.workspace = None
-        self.heads = None  # the query heads of the last decode step (known once a step ran)
         self.step_schedule = None  # an eager step's (width, schedule), chosen at its first layer for all
 
     def splits(self, bs: int, heads: int, width: int | None = None) -> int:
@@ -125,21 +124,19 @@ class TritonBackend(AttentionBackend):
     def choose_graph_variant(self, bs: int, seq_lens_cpu: torch.Tensor):
         if not self.chooses_schedule():
             return None
-        if self.heads is None:
-            raise RuntimeError("choose_graph_variant: no graph captured yet (the head count comes from a capture)")
-        return self.choose_step(seq_lens_cpu[:bs].tolist(), self.heads)
+        return self.choose_step(seq_lens_cpu[:bs].tolist(), self.num_heads)
 
     def _alloc(self, max_bs: int) -> tuple:
         """A page table [max_bs, W] and a workspace for any batch of up to ``max_bs`` requests at any width."""
         page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
-        # sized before the head count is known: the most splits any batch size, head count up to 128 and width gets
-        # (get_workspace_size counts 128 heads per split)
-        sizes = [(b, h, w) for b in range(1, max_bs + 1) for h in (1, 16, 32, 64, 128) for w in self.widths()]
-        splits = max(self.splits(b, h, w) for b, h, w in sizes)
-        size = kernels.get_workspace_size(self.width * PAGE_SIZE, max_bs, self.sm_count, splits)
-        if self.chooses_schedule():  # the balanced schedule's partials, for any of them
+        # the most any batch size and width takes at the model's head count: the split rule's partials, and with a
+        # choice the balanced schedule's (a narrower width may take more splits or parts than the table's)
+        h = self.num_heads
+        sizes = [(b, w) for b in range(1, max_bs + 1) for w in self.widths()]
+        size = max(kernels.split_workspace_bytes(b, h, self.splits(b, h, w), D_LATENT) for b, w in sizes)
+        if self.chooses_schedule():
             size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b, w))
-                                 for b, h, w in sizes])
+                                 for b, w in sizes])
         return page_table, torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def graph_index_buffer(self) -> torch.Tensor:
@@ -174,7 +171,7 @@ class TritonBackend(AttentionBackend):
 
     def forward_decode(self, q_nope, q_pe, layer_id, batch):
         bs, heads = q_nope.shape[:2]
-        self.heads = heads
+        self.check_heads(heads)  # the workspace is sized for the model's head count
         width, chosen = self.width, "splits"
         if self.chooses_schedule():  # capturing: the graph's variant; eager: this batch's own, once a step
             step = self.graph_variant or self.step_schedule
