@@ -408,7 +408,7 @@ assert verdict[pre_fix] > 0 and all(verdict[k] == 0 for k in verdict if k != pre
 #
 # | where | what was frozen | reference |
 # |---|---|---|
-# | SGLang `trtllm_mla` backend | the capture hook computed the padded block count from the dummy `seq_lens.max()` and handed the kernel `cuda_graph_kv_indices[:bs, :max_seqlen_pad]`, the same shape as here | SGLang PR #9675 (`ff9b56181`); at its parent, `trtllm_mla_backend.py` lines 210-211 compute `max_seqlen_pad = self._calc_padded_blocks(seq_lens.max().item())` in the capture hook |
+# | SGLang `trtllm_mla` backend | the capture hook computed the padded block count from the dummy `seq_lens.max()` and handed the kernel `decode_cuda_graph_kv_indices[:bs, :max_seqlen_pad]` (line 211), the same shape as here | SGLang PR #9675 (`ff9b56181`); at its parent, `trtllm_mla_backend.py` lines 210-211 compute `max_seqlen_pad = self._calc_padded_blocks(seq_lens.max().item())` in the capture hook |
 # | Hugging Face `transformers` continuous batching | `max_seqlen_q` / `max_seqlen_k`, Python ints baked into graphs as FlashAttention launch constants; a graph was reused for batches with another `max_seqlen_k`; GSM8K fell from about 0.45 to 0.23 | transformers PR #45323 "[CB] Fix capture of max_seqlen" |
 # | FlashInfer `trtllm_batch_decode_with_kv_cache` | output depends on the host `max_seq_len` argument, so eager and full-CUDA-graph runs differ | flashinfer issue #4647 |
 # | FlashAttention varlen under graphs | "max_seqlen_k is a variable on CPU. After the kernel is capture, changing this value will have no effect" (T. Dao, sic) | Dao-AILab/flash-attention issue #1164 |

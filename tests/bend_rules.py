@@ -60,8 +60,18 @@ BENDS = {
     "workspace sized for 128 heads": (
         "test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count",
         "mla_edu/serving/backends/triton.py",
-        "        h = self.num_heads\n",
-        "        h = 128\n"),
+        "        h, dl = self.num_heads, self.kv_cache.kv_lora_rank\n",
+        "        h, dl = 128, self.kv_cache.kv_lora_rank\n"),
+    "workspace sized for a 512 latent": (
+        "test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count",
+        "mla_edu/serving/backends/triton.py",
+        "        h, dl = self.num_heads, self.kv_cache.kv_lora_rank\n",
+        "        h, dl = self.num_heads, 512\n"),
+    "the kernel counts GPU 0's SMs": (
+        "test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count",
+        "mla_edu/serving/backends/triton.py",
+        "schedule=chosen,\n            sm_count=self.sm_count)",
+        "schedule=chosen)"),
     "write_atomic a plain open-and-write (failing writer)": (
         "test_write_atomic_leaves_the_old_content_when_the_writer_fails",
         "mla_edu/files.py",

@@ -247,7 +247,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="num_kv_splits must be -1, got 2"):
         call(ws, 2, impl="triton", schedule="balanced")
     with pytest.raises(ValueError, match=r"workspace too small for the balanced schedule: need 32208 bytes "
-                                         r"\(B=2, H=4, 61 rows of partials\), got 100 bytes"):
+                                         r"\(B=2, H=4, 61 rows of partials, 60 SMs\), got 100 bytes"):
         call(ws[:100], impl="triton", schedule="balanced", sm_count=60)
 
 

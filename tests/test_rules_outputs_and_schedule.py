@@ -16,8 +16,7 @@ from tiny_models import random_prompts, random_tiny_model
 from mla_edu import files
 from mla_edu.files import check_out_dir, check_out_file, write_atomic
 from mla_edu.graphs import check
-from mla_edu.kernels import make_plan, mla_decode, observe_plans, schedule
-from mla_edu.kernels.workspace import D_LATENT
+from mla_edu.kernels import mla_decode, observe_plans, schedule
 from mla_edu.model import WEIGHTS_FILE
 from mla_edu.model.train import check_out
 from mla_edu.serving import Engine
@@ -73,35 +72,48 @@ def test_the_triton_step_launches_at_the_width_and_count_it_chose():
             assert plan.num_splits == be.splits(plan.batch, plan.heads, width) != be.splits(plan.batch, plan.heads)
 
 
-#: (context tokens, SMs, heads, graphs up to max_bs): the tiny model's 2 heads, heads a server runs, and two the
-#: sizing for 1, 16, 32, 64 and 128 heads fell short of (112 heads on 78 SMs, the balanced partials; 256, the splits')
-WORKSPACE_CASES = [(4096, 132, 2, 8), (4096, 132, 128, 5), (4096, 2, 16, 8), (256, 78, 112, 4), (512, 132, 256, 8)]
+#: (context tokens, SMs, heads, kv_lora_rank, graphs up to max_bs): the tiny model's 2 heads, heads a server runs, a
+#: GPU with fewer SMs than GPU 0 (2), and what the sizing for heads 1, 16, 32, 64 and 128 at a 512 latent fell short
+#: of (112 heads on 78 SMs, the balanced partials; 256 heads and a 1024 latent, the splits')
+WORKSPACE_CASES = [(4096, 132, 2, 512, 8), (4096, 132, 128, 512, 5), (4096, 2, 16, 512, 8), (256, 78, 112, 512, 4),
+                   (512, 132, 256, 512, 8), (640, 132, 128, 1024, 4)]
 
 
-@pytest.mark.parametrize("context, sms, heads, max_bs", WORKSPACE_CASES)
-def test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count(context, sms, heads, max_bs):
+@pytest.mark.parametrize("context, sms, heads, kv_lora_rank, max_bs", WORKSPACE_CASES)
+def test_the_workspace_fits_every_batch_size_and_width_at_the_models_head_count(monkeypatch, context, sms, heads,
+                                                                                 kv_lora_rank, max_bs):
     """Bends: ``_alloc`` sizes the workspace for batch sizes ``range(1, max_bs)`` (an off-by-one at ``max_bs``), for
-    the table's width alone (on 4096 tokens, 32 columns take more splits than 33), or for the head counts 1, 16, 32,
-    64 and 128 instead of the model's.
+    the table's width alone (on 4096 tokens, 32 columns take more splits than 33), for 128 heads instead of the
+    model's, or for a 512 latent instead of the cache's; ``forward_decode`` leaves the kernel to count GPU 0's SMs
+    (132 on CPU) instead of the backend's.
 
-    Every batch size up to ``max_bs`` at every width a step may read gets the most its launch checks for: the split
-    rule's partials (``make_plan``'s check) and the balanced schedule's (``schedule.workspace_bytes``, the balanced
-    launch's check). A step with another head count is refused before any kernel."""
+    Every batch size up to ``max_bs`` steps through ``forward_decode`` at every (width, schedule) a graph is captured
+    for, into ``mla_decode``'s own checks (the split rule's partials in ``make_plan``, the balanced schedule's in
+    ``contract.check_balanced``, at the SM count the call passes); only the kernels are left out. A step with another
+    head count is refused before any kernel."""
+    from mla_edu.kernels import decode
+    from mla_edu.kvcache import LatentKVCache
+
+    launched = []
+    stub = lambda q_nope, *rest: launched.append(q_nope.shape[0]) or torch.empty_like(q_nope)  # noqa: E731
+    monkeypatch.setitem(decode.IMPLS, "triton", decode.Impl(stub, plan_stage1=lambda *a: a[3], balanced=stub))
     pool = types.SimpleNamespace(req_to_token=torch.zeros(max_bs, context, dtype=torch.int32))
-    be = TritonBackend(pool, None, sm_scale=0.1, max_context_len=context, num_heads=heads, num_kv_splits=-1,
+    cache = LatentKVCache(1, 2, PAGE_SIZE, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=64, dtype=torch.float32,
+                          device="cpu")
+    be = TritonBackend(pool, cache, sm_scale=0.1, max_context_len=context, num_heads=heads, num_kv_splits=-1,
                        kernel_impl="triton", sm_count=sms)
-    page_table, workspace = be._alloc(max_bs)
-    assert page_table.shape == (max_bs, be.width)
-    cache = torch.empty(1, PAGE_SIZE, D_LATENT + 64)  # [num_pages, PAGE, D_latent + D_rope]
+    be.init_cuda_graph_state(max_bs)
+    be._use(be.graph_buffers)
+    assert be.page_table.shape == (max_bs, be.width)
     for b in range(1, max_bs + 1):
-        q_nope, q_pe = torch.empty(b, heads, D_LATENT), torch.empty(b, heads, 64)
-        for w in be.widths():  # raises "workspace too small" where it is short
-            make_plan(q_nope, q_pe, cache, torch.ones(b, dtype=torch.int32), page_table[:b, :w], workspace,
-                      be.splits(b, heads, w), stride_policy="stride", sm_count=sms)
-            parts = schedule.num_parts(heads, sms, b, w)
-            assert workspace.numel() >= schedule.workspace_bytes(b, heads, D_LATENT, parts), (b, w)
+        q_nope, q_pe = torch.zeros(b, heads, kv_lora_rank), torch.zeros(b, heads, 64)
+        step = types.SimpleNamespace(seq_lens=torch.ones(b, dtype=torch.int32))
+        for variant in be.graph_variants():  # raises "workspace too small" where it is short
+            be.graph_variant = variant
+            be.forward_decode(q_nope, q_pe, 0, step)
+    assert len(launched) == max_bs * len(be.graph_variants()) == max_bs * 2 * len(be.widths())
     with pytest.raises(ValueError, match=f"built for num_heads={heads} query heads .* got q_nope with {heads + 1}"):
-        be.forward_decode(torch.empty(1, heads + 1, D_LATENT), torch.empty(1, heads + 1, 64), 0, None)
+        be.forward_decode(torch.empty(1, heads + 1, kv_lora_rank), torch.empty(1, heads + 1, 64), 0, step)
 
 
 # ---- output files -------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import torch
 
+from mla_edu.kernels import schedule as balanced_schedule
 from mla_edu.kernels.stage1.registry import KINDS
 from mla_edu.kernels.workspace import BYTES_PER_BATCH_SPLIT, device_sm_count, num_kv_splits_for
 from mla_edu.util import INT32_MAX, is_int
@@ -218,9 +219,29 @@ def check_stride_policy(stride_policy) -> None:
                          f"got {stride_policy!r}")
 
 
+def check_balanced(plan: DecodePlan, workspace: torch.Tensor, sm_count: int) -> int:
+    """The balanced schedule's parts for ``plan`` on ``sm_count`` SMs (``schedule.num_parts``, sized for the view's
+    width), after its checks: the partition fits int32 (``schedule.check_line_fits``), so do the partials, and the
+    workspace holds them (``schedule.workspace_bytes``); ValueError naming what is needed otherwise."""
+    b, h, dl = plan.batch, plan.heads, plan.d_latent
+    parts = balanced_schedule.num_parts(h, sm_count, b, plan.width)  # max_pages bounds the reads
+    balanced_schedule.check_line_fits(b, plan.max_pages, parts, plan.page_size)
+    rows = balanced_schedule.workspace_rows(b, parts)
+    check_partials_fit(rows * h * dl, f"B={b}, H={h}, {rows} rows of partials")
+    check_workspace_layout(workspace)
+    need = balanced_schedule.workspace_bytes(b, h, dl, parts)
+    if workspace.numel() < need:
+        raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "
+                         f"{rows} rows of partials, {sm_count} SMs), got {workspace.numel()} bytes; size it with "
+                         "schedule.workspace_bytes(B, H, D_latent, schedule.num_parts(H, sm_count, B, "
+                         "page_table.size(1)))")
+    return parts
+
+
 def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
               sm_count=None, schedule="splits") -> DecodePlan:
-    """Resolve the launch parameters from shapes/strides; check the workspace when splits > 1."""
+    """Resolve the launch parameters from shapes/strides; check the workspace when splits > 1, or for the
+    balanced schedule's partials (``check_balanced``, on ``sm_count`` SMs: None, the device's)."""
     check_stride_policy(stride_policy)
     b, h, dl = q_nope.shape
     dr = q_pe.size(2)
@@ -253,6 +274,8 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
                 f"(B={b}, max_seq_len={max_seq_len}, split={splits}), got {workspace.numel()} bytes; "
                 f"size it with get_workspace_size(max_seq_len, B, sm_count, num_kv_splits)"
             )
+    if schedule == "balanced":
+        check_balanced(plan, workspace, sms)
     return plan
 
 

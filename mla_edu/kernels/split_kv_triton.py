@@ -24,8 +24,7 @@ from mla_edu.device import TRITON_INTERPRET, quiet
 from mla_edu.kernels import schedule
 from mla_edu.kernels import split_kv_wgmma as wgmma
 from mla_edu.kernels import stage1 as stage1_kernels
-from mla_edu.kernels.contract import (DecodePlan, LaunchConfig, check_partials_fit, check_workspace_layout, flat_table,
-                                      workspace_views)
+from mla_edu.kernels.contract import DecodePlan, LaunchConfig, check_balanced, flat_table, workspace_views
 from mla_edu.kernels.stage1 import Stage1Call
 from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 from mla_edu.util import is_int
@@ -327,20 +326,10 @@ def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, worksp
     requests: ``num_parts`` persistent stage-1 programs per head block, each computing the partition from
     ``seq_lens`` on the device and walking its part (no host sync, no extra launch: graph-safe), and a stage 2
     merging each request's own number of partials, at ``stage2`` (None: ``stage2_config``'s for the batch). The
-    partials go through the workspace (``schedule.workspace_bytes``; ValueError if it is smaller)."""
+    partials go through the workspace (``contract.check_balanced``: ValueError if it is smaller)."""
     _check_inputs(q_nope, q_pe, cache, plan)
     b, h, dl = q_nope.shape
-    parts = schedule.num_parts(h, sm_count, b, plan.width)  # sized for the view; max_pages bounds the reads
-    schedule.check_line_fits(b, plan.max_pages, parts, plan.page_size)
-    need = schedule.workspace_bytes(b, h, dl, parts)
-    rows = schedule.workspace_rows(b, parts)
-    check_partials_fit(rows * h * dl, f"B={b}, H={h}, {rows} rows of partials")
-    check_workspace_layout(workspace)
-    if workspace.numel() < need:
-        raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "
-                         f"{schedule.workspace_rows(b, parts)} rows of partials), got {workspace.numel()} bytes; "
-                         "size it with schedule.workspace_bytes(B, H, D_latent, schedule.num_parts(H, sm_count, B, "
-                         "page_table.size(1)))")
+    parts = check_balanced(plan, workspace, sm_count)  # make_plan's check, at the SM count this launch takes
     o_acc, lse_acc = balanced_views(workspace, b, h, dl, parts)
     out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
     torch.ops.mla_edu.mla_decode_stage1_scheduled(q_nope, q_pe, cache, seq_lens, flat_table(page_table, plan),

@@ -28,7 +28,6 @@ import torch
 
 from mla_edu import kernels, kvcache
 from mla_edu.kernels import schedule
-from mla_edu.kernels.workspace import D_LATENT
 from mla_edu.serving.backends.base import AttentionBackend, page_table_width, register_backend
 from mla_edu.serving.batch import ForwardBatch
 from mla_edu.util import PAGE_SIZE, cdiv, check_int
@@ -129,13 +128,14 @@ class TritonBackend(AttentionBackend):
     def _alloc(self, max_bs: int) -> tuple:
         """A page table [max_bs, W] and a workspace for any batch of up to ``max_bs`` requests at any width."""
         page_table = torch.full((max_bs, self.width), -1, dtype=torch.int32, device=self.device)
-        # the most any batch size and width takes at the model's head count: the split rule's partials, and with a
-        # choice the balanced schedule's (a narrower width may take more splits or parts than the table's)
-        h = self.num_heads
+        # the most any batch size and width takes at the model's head count and latent width: the split rule's
+        # partials, and with a choice the balanced schedule's on this backend's SMs (a narrower width may take more
+        # splits or parts than the table's)
+        h, dl = self.num_heads, self.kv_cache.kv_lora_rank
         sizes = [(b, w) for b in range(1, max_bs + 1) for w in self.widths()]
-        size = max(kernels.split_workspace_bytes(b, h, self.splits(b, h, w), D_LATENT) for b, w in sizes)
+        size = max(kernels.split_workspace_bytes(b, h, self.splits(b, h, w), dl) for b, w in sizes)
         if self.chooses_schedule():
-            size = max([size] + [schedule.workspace_bytes(b, h, D_LATENT, schedule.num_parts(h, self.sm_count, b, w))
+            size = max([size] + [schedule.workspace_bytes(b, h, dl, schedule.num_parts(h, self.sm_count, b, w))
                                  for b, w in sizes])
         return page_table, torch.empty(size, dtype=torch.uint8, device=self.device)
 
@@ -185,4 +185,5 @@ class TritonBackend(AttentionBackend):
         # the first ``width`` columns: a view with the table's row stride, read through it
         return kernels.mla_decode(
             q_nope, q_pe, self.kv_cache.kv_buffer[layer_id], batch.seq_lens, self.page_table[:bs, :width],
-            self.workspace, self.sm_scale, splits, impl=self.kernel_impl, stride_policy="stride", schedule=chosen)
+            self.workspace, self.sm_scale, splits, impl=self.kernel_impl, stride_policy="stride", schedule=chosen,
+            sm_count=self.sm_count)  # the SMs the workspace and the choice counted on
