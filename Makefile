@@ -133,12 +133,14 @@ book: $(VENV)/.ready
 instructor: $(VENV)/.ready
 	$(PY) -m tools.instructor
 
-# The attendees' copy: the committed repository without instructor/ (the solutions), as build/mla-edu-attendee.tar.gz.
-# Its tests skip the modules that read the solutions (tests/solutions.py); everything else runs as in a clone.
+# The attendees' copy: the committed repository without instructor/ (the solutions), as build/mla-edu-attendee.tar.gz,
+# and without the test modules that read them (each calls tests/solutions.py's require_solutions(), and holds reference
+# answers and near misses of its own); everything else runs as in a clone.
 ATTENDEE ?= build/mla-edu-attendee.tar.gz
 attendee:
 	@mkdir -p $(dir $(ATTENDEE))
-	git archive -o $(ATTENDEE) --prefix=mla-edu/ HEAD ':(exclude)instructor'
+	git archive -o $(ATTENDEE) --prefix=mla-edu/ HEAD ':(exclude)instructor' ':(exclude)tests/solutions.py' \
+		$$(git grep -l '^require_solutions()' HEAD -- tests | sed 's/^HEAD:/:(exclude)/')
 	@echo "$(ATTENDEE): HEAD ($$(git rev-parse --short HEAD)) without instructor/"
 
 # A reveal.js deck per workshop track and per notebook, from the slide files docs/slides/*.yaml, in build/book/slides/

@@ -1,5 +1,6 @@
 """The instructor's solutions (``instructor/``) are not in the attendees' copy (``make attendee``: the repository
-without ``instructor/``); the tests that read them skip there, with this reason, and nowhere else."""
+without ``instructor/``, without this file and without the test modules that call ``require_solutions``). A checkout
+without ``instructor/`` made another way skips those modules, with this reason, and nothing else."""
 
 from pathlib import Path
 

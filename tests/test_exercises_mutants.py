@@ -521,6 +521,78 @@ def test_stale_cases_cover_strides_paddings_and_edges():
     assert any(ex._stale_variant(*case, padded_writes="all") != truth for case, truth in zip(cases, truths))
 
 
+def test_a_built_steps_page_ids_tell_nothing_of_what_was_written():
+    """A review's cheat: the built steps held fresh ids (2 + i) where a step wrote and old ones (1000 + ...) where it
+    did not, so "stale" could be read off the values, and the five measured steps looked up in a table made before
+    the check. Every built step's buffer is now a shuffle of the ids 1 .. rows * W, and both cheats fail."""
+    built = ex.stale_cases()[len(ex.STALE_ENGINE_CASES):] + ex.stale_domain()
+    for buffer, _, _ in built:
+        assert sorted(buffer.flatten().tolist()) == list(range(1, buffer.numel() + 1))
+    table = {(b.numpy().tobytes(), tuple(lens), rs): ex._stale_variant(b, lens, rs)
+             for b, lens, rs in ex.stale_cases()[:len(ex.STALE_ENGINE_CASES)]}
+    for cut in (1000, buffer.numel() // 2):  # the old split, and one by the middle of the ids
+
+        def by_value(buffer, seq_lens, row_stride, cut=cut):
+            key = (buffer.numpy().tobytes(), tuple(seq_lens), row_stride)
+            if key in table:
+                return table[key]
+            rows, _ = buffer.shape
+            flat = buffer.flatten().tolist()
+            lens = list(seq_lens) + [1] * (rows - len(seq_lens))
+            return {(b, j) for b, n in enumerate(lens) for j in range(-(-n // 128))
+                    if b * row_stride + j >= len(flat) or flat[b * row_stride + j] >= cut}
+
+        assert not ex.check_stale_reads(by_value).passed
+
+
+def test_workspace_cases_enumerate_fixed_counts_above_the_sms_and_bytes_past_32_bits():
+    """A review's two wrong answers, each caught only by luck of the draws before: a fixed split count capped at the
+    SM count, and a byte count kept in 32 bits (wraps past 2**31). The enumerated cases now hold both edges."""
+    cases = ex.WORKSPACE_CASES
+    assert any(ns > sms for _, _, sms, ns in cases)
+    assert any(2**31 <= get_workspace_size(*c) < 2**32 for c in cases)
+    assert any(get_workspace_size(*c) >= 2**32 for c in cases)
+    capped = lambda L, B, s, n: ex08.workspace_size(L, B, s, n if n == -1 else min(n, s))  # noqa: E731
+    wrapped = lambda L, B, s, n: (ex08.workspace_size(L, B, s, n) + 2**31) % 2**32 - 2**31  # noqa: E731
+    for wrong in (capped, wrapped):
+        assert [wrong(*c) for c in cases] != [get_workspace_size(*c) for c in cases]
+        with mock.patch.object(ex, "_workspace_drawn", lambda: ()):  # the enumerated cases alone catch it
+            assert not ex.check_workspace_size(wrong).passed
+
+
+def test_replay_pool_rows_are_a_cycle_so_a_hook_that_maps_them_backwards_is_caught():
+    """A review's finding: pool rows were the batch rows reversed, an involution, so a hook that scattered where it
+    should gather (pool row b for batch row req_pool_indices[b]) passed. Now from 3 rows on the rows form a cycle."""
+    for rows in range(1, 5):
+        order = ex._replay_order(rows)
+        pool_of = {b: order.index(b) for b in range(rows)}  # batch row b takes the pool row of its prefill turn
+        assert sorted(order) == list(range(rows))
+        if rows >= 2:
+            assert all(pool_of[b] != b for b in range(rows))  # no batch row is its pool row
+        if rows >= 3:
+            assert any(pool_of[pool_of[b]] != b for b in range(rows))  # not its own inverse
+    backwards = REPLAY_REF.replace("req_pool_indices[:bs]", "torch.argsort(req_pool_indices[:bs]).to(torch.int32)")
+    assert backwards != REPLAY_REF
+    assert not ex.check_replay(_compile(backwards, "replay", {"fill_page_table": fill_page_table,
+                                                              "torch": torch})).passed
+
+
+def test_nothing_a_checker_hands_out_is_shared_between_calls():
+    """A review's sabotage: ``toy_model()`` and ``stale_cases()`` were cached, so a learner's function could change
+    them in place (weights to NaN, a buffer resized) and break every later check. Each call now builds its own."""
+    assert ex.toy_model() is not ex.toy_model()
+    a, b = ex.toy_model(), ex.toy_model()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))  # seeded: the same weights
+    first, again = ex.stale_cases(), ex.stale_cases()
+    assert all(x[0] is not y[0] and torch.equal(x[0], y[0]) for x, y in zip(first, again))
+    with torch.no_grad():
+        for p in a.parameters():
+            p.fill_(float("nan"))
+    first[0][0].resize_(1)
+    assert all(torch.isfinite(p).all() for p in ex.toy_model().parameters())
+    assert ex.stale_cases()[0][0].shape == again[0][0].shape
+
+
 def test_a_random_padded_case_fails_the_case_set_pins(monkeypatch):
     """Issue 26 item 9: exercise 1's fixed padded batch replaced by a random batch size is caught."""
     import random

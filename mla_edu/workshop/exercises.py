@@ -78,9 +78,9 @@ class _Draws:
         return options[self.randint(0, len(options) - 1)]
 
 
-@lru_cache(maxsize=1)
 def toy_model():
-    """A small random TinyDeepseek over the task's vocabulary (fast on CPU), seeded, eval mode. The notebook's random
+    """A small random TinyDeepseek over the task's vocabulary (fast on CPU), seeded, eval mode, built afresh on each
+    call (a learner's function that changes one changes no other's: no cache to poison). The notebook's random
     state is as it was after, an interrupt included: the CPU generator alone is seeded (``torch.manual_seed`` would
     reseed every device's), inside ``fork_rng``, which puts its state back."""
     with torch.random.fork_rng(devices=[]):
@@ -105,11 +105,11 @@ REPLAY_SETUP = read_only(dict(cuda_graph_bs=(2, 4), max_running_requests=4, cont
 #: 1 to 4 splits (automatic splits give 4 here); at more than one split the kernel uses the workspace
 REPLAY_SPLITS = (1, 2, 3, 4)
 #: the batches exercise 1 replays, in order, as each row's decode seq_len (its prompt has seq_len - 1 tokens), in
-#: batch row order; rows are prefilled in reverse, so batch row b is not pool row b. From the largest graph down:
-#: 4 rows (exact), 3 (padded to 4), 2 (exact), 1 (padded to 2); every page edge a request of this context can
-#: have: 2 (a one-token prompt), 127, 128, 129, 255, 256, 257, 383, 384 and 385 (the 4th column's only token: a
-#: hook that writes floor(context / 128) = 3 columns misses it). Each replay follows an eager step of the same batch,
-#: as in a running server (the backend's forward_metadata is then the eager step's).
+#: batch row order; rows are prefilled in a cycle (``_replay_order``), so batch row b is not pool row b. From the
+#: largest graph down: 4 rows (exact), 3 (padded to 4), 2 (exact), 1 (padded to 2); every page edge a request of this
+#: context can have: 2 (a one-token prompt), 127, 128, 129, 255, 256, 257, 383, 384 and 385 (the 4th column's only
+#: token: a hook that writes floor(context / 128) = 3 columns misses it). Each replay follows an eager step of the
+#: same batch, as in a running server (the backend's forward_metadata is then the eager step's).
 REPLAY_CASES = ((255, 383, 2, 385), (128, 256, 127), (384, 129), (257,), (2,))
 
 
@@ -215,6 +215,13 @@ def _replay_prompts(seq_lens) -> list:
     return [[(3 + 5 * i + 7 * b) % task.VOCAB_SIZE for i in range(n - 1)] for b, n in enumerate(seq_lens)]
 
 
+def _replay_order(rows: int) -> list:
+    """The batch rows in the order they are prefilled, each taking the next free pool row: row 1 first, row 0 last,
+    so batch row b sits in pool row (b - 1) mod rows. A cycle, not a reversal: from 3 rows on, a hook that maps
+    the rows the wrong way round (scatter for gather) or ignores ``req_pool_indices`` fills the wrong rows."""
+    return list(range(1, rows)) + [0][:rows]
+
+
 def _replay_engine(splits: int) -> Engine:
     """The fixed cutlass_mla engine of ``REPLAY_SETUP`` on the CPU, poison fill on (the kernel runs checked)."""
     return Engine(toy_model(), attention_backend="cutlass_mla", defects="none", poison_fill=True,
@@ -287,9 +294,10 @@ def _replay_on(engine: Engine, fn) -> tuple:
     for k, seq_lens in enumerate(REPLAY_CASES):
         padded = runner.graph_runner.padded_size(len(seq_lens))
         where = f"batch {k} (seq_lens {list(seq_lens)}, replayed as {padded} rows, {backend.num_kv_splits} split(s))"
-        reqs = engine.prefill_requests(_replay_prompts(seq_lens)[::-1])  # the last row takes the first pool row
+        order = _replay_order(len(seq_lens))
+        reqs = engine.prefill_requests([_replay_prompts(seq_lens)[b] for b in order])
         try:
-            batch = engine.make_batch(reqs[::-1])  # batch row b is not pool row b: req_pool_indices matters
+            batch = engine.make_batch([reqs[order.index(b)] for b in range(len(seq_lens))])
             state["raw_bs"] = len(seq_lens)
             with torch.no_grad():
                 _, _, logits_e = runner.decode(batch, eager=True)  # the eager step: forward_metadata is its own
@@ -508,10 +516,11 @@ def check_row_stride(used_row_stride, buffer_row_stride, flat_index) -> Exercise
 WORKSPACE_LENGTHS = (1, 127, 128, 129, 255, 256, 257, 640, 896, 897, 4096, 4097, 4224, 16384, 16896, 16897, 33793,
                      200_000)
 #: around sm_count (sm_count // B is 0 past it), divisors of 132 (4, 66) and of 133 = 132 + 1 (7, 19): where
-#: sm_count // B steps
-WORKSPACE_BATCHES = (1, 2, 3, 4, 7, 8, 16, 19, 64, 66, 131, 132, 133, 200)
-#: (sm_count, num_kv_splits): the H100 / H200's 132 SMs, the B200's 148, one SM and twice 132
-WORKSPACE_SPLITS = ((132, 1), (132, 2), (132, 3), (132, -1), (148, -1), (1, -1), (264, -1))
+#: sm_count // B steps; 1024 and 8192 take the bytes past 2**31 and 2**32 (a count kept in 32 bits wraps)
+WORKSPACE_BATCHES = (1, 2, 3, 4, 7, 8, 16, 19, 64, 66, 131, 132, 133, 200, 1024, 8192)
+#: (sm_count, num_kv_splits): the H100 / H200's 132 SMs, the B200's 148, one SM and twice 132; fixed counts above
+#: the SM count (1 SM at 2 splits, 8 SMs at 64: a fixed count is used as given, never capped)
+WORKSPACE_SPLITS = ((132, 1), (132, 2), (132, 3), (132, -1), (148, -1), (1, -1), (264, -1), (1, 2), (8, 64))
 WORKSPACE_CASES = tuple((L, B, sms, ns) for sms, ns in WORKSPACE_SPLITS
                         for L in WORKSPACE_LENGTHS for B in WORKSPACE_BATCHES)
 
@@ -681,41 +690,35 @@ def _padded(seq_lens, rows: int) -> list:
     return list(seq_lens) + [1] * (rows - len(seq_lens))
 
 
-def _live(rows: int, width: int, seq_lens) -> torch.Tensor:
-    """``[rows * W]`` bool: the entries a step writes (row r its first ceil(seq_len / 128); padded rows seq_len 1)."""
-    live = torch.zeros(rows * width, dtype=torch.bool)
-    for r, n in enumerate(_padded(seq_lens, rows)):
-        live[r * width: r * width + cdiv(n, PAGE_SIZE)] = True
-    return live
-
-
 def _built_step(width: int, rows: int, rs: int, seq_lens) -> tuple:
-    """A step's inputs: fresh ids where the step writes, old ids elsewhere."""
-    live = _live(rows, width, seq_lens)
-    ids = torch.arange(rows * width, dtype=torch.int64)
-    buffer = torch.where(live, 2 + ids, 1000 + (7 * ids) % 97).reshape(rows, width)
+    """A step's inputs: page ids 1 .. rows * W shuffled over the whole buffer, fresh and stale entries alike, so
+    that an id tells nothing of whether the step wrote it (the answer is in the shapes, lengths and stride)."""
+    g = torch.Generator().manual_seed(hash((width, rows, rs, tuple(seq_lens))) % 2**31)  # ints: the same every run
+    buffer = (torch.randperm(rows * width, generator=g) + 1).reshape(rows, width)
     return buffer, tuple(seq_lens), rs
 
 
 @lru_cache(maxsize=None)
 def _stale_engine_step(k: int) -> tuple:
+    """The k-th measured step as nested tuples (nothing in the cache can be changed in place)."""
     mr, bs = STALE_ENGINE_CASES[k]
     reads = measure_page_reads(toy_model(), task.default_eval_set()[40 * k:],
                                PanelSettings(defects=PRE_FIX, max_running_requests=mr), batch_size=bs)
-    return reads.buffer.cpu().clone(), tuple(reads.seq_lens), reads.launch.row_stride
+    return tuple(map(tuple, reads.buffer.cpu().tolist())), tuple(reads.seq_lens), reads.launch.row_stride
 
 
-@lru_cache(maxsize=1)
 def stale_cases() -> tuple:
     """Exercise 5's named steps, inputs only: ``(buffer [rows, W] int64, seq_lens, row_stride)``, five measured on
-    the pre-fix engine, then ``STALE_EDGE_CASES``. The truths are computed inside ``check_stale_reads``."""
-    return tuple(_stale_engine_step(k) for k in range(len(STALE_ENGINE_CASES))) + \
+    the pre-fix engine, then ``STALE_EDGE_CASES``; new tensors on each call. The truths are computed inside
+    ``check_stale_reads``."""
+    measured = (_stale_engine_step(k) for k in range(len(STALE_ENGINE_CASES)))
+    return tuple((torch.tensor(rows, dtype=torch.int64), lens, rs) for rows, lens, rs in measured) + \
         tuple(_built_step(*case) for case in STALE_EDGE_CASES)
 
 
-@lru_cache(maxsize=1)
 def stale_domain() -> tuple:
-    """Every step of the stated domain (see ``STALE_LENGTH_EDGES``), inputs only, as ``stale_cases``."""
+    """Every step of the stated domain (see ``STALE_LENGTH_EDGES``), inputs only, as ``stale_cases`` (built on each
+    call)."""
     steps = []
     for width in range(2, 7):
         for rows in range(1, 8):
@@ -844,7 +847,7 @@ def check_stale_reads(fn) -> ExerciseResult:
         return bad
     named = stale_cases()
     # the checker's files, and its truth by an exact copy of its code too (exec of its source elsewhere)
-    refusal = Refusal(files=_OWN_CODE, functions=(_stale_variant, _padded, _live, _stale_answer),
+    refusal = Refusal(files=_OWN_CODE, functions=(_stale_variant, _padded, _stale_answer),
                       why="the checker's own code")
     deadline, saved = time.monotonic() + STALE_SECONDS, library_globals()
 
