@@ -97,6 +97,11 @@ def test_the_attendees_copy_has_no_solution_nor_the_tests_that_read_them(tmp_pat
     # (without Triton, other modules skip at collection too, for their own reason)
     skipped = [ln for ln in run.stdout.splitlines() if ln.startswith("SKIPPED")]
     assert [ln for ln in skipped if "solutions" in ln or "instructor" in ln] == [], run.stdout[-3000:]
+    # no text of the copy names a file it left out
+    docs = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_docs_paths.py"],
+                          cwd=copy, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), *kept])},
+                          capture_output=True, text=True, timeout=300)
+    assert docs.returncode == 0, docs.stdout[-3000:] + docs.stderr[-2000:]
 
 
 def test_the_package_does_not_ship_the_instructor_folder():

@@ -608,22 +608,17 @@ def test_the_toy_model_leaves_every_generator_as_it_was_an_interrupt_included(mo
 
     seeded = []
     monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda s: seeded.append(s))
-    ex.toy_model.cache_clear()
-    try:
-        torch.manual_seed(1234)
-        seeded.clear()
-        before = torch.random.get_rng_state()
-        ex.toy_model()
-        assert seeded == [] and torch.equal(torch.random.get_rng_state(), before)
-        ex.toy_model.cache_clear()
+    torch.manual_seed(1234)
+    seeded.clear()
+    before = torch.random.get_rng_state()
+    ex.toy_model()
+    assert seeded == [] and torch.equal(torch.random.get_rng_state(), before)
 
-        def interrupted(self, *a, **k):
-            raise KeyboardInterrupt
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
 
-        with monkeypatch.context() as m:
-            m.setattr(tiny.TinyDeepseek, "__init__", interrupted)
-            with pytest.raises(KeyboardInterrupt):
-                ex.toy_model()
-        assert torch.equal(torch.random.get_rng_state(), before)
-    finally:
-        ex.toy_model.cache_clear()
+    with monkeypatch.context() as m:
+        m.setattr(tiny.TinyDeepseek, "__init__", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            ex.toy_model()
+    assert torch.equal(torch.random.get_rng_state(), before)

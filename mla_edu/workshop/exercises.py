@@ -12,9 +12,9 @@ a tensor, NaN, a huge int, a function that raises, never returns, or breaks the 
 
 Each checker states its domain and runs the cases enumerated from it (``REPLAY_CASES`` at every split count of
 ``REPLAY_SPLITS``, ``WORKSPACE_CASES``, ``stale_cases()`` and ``stale_domain()``): they alone decide every
-classic mistake and every generated mutant (tests/test_exercises_mutants.py). The workspace and stale-reads
-checkers then add a few cases drawn at check time, which no table of answers computed beforehand holds (a right
-function passes them all; they only stop a lookup). The case sets hold
+classic mistake and every generated mutant (the mutant tests, which read the solutions: not in the attendees'
+copy). The workspace and stale-reads checkers then add a few cases drawn at check time, which no table of
+answers computed beforehand holds (a right function passes them all; they only stop a lookup). The case sets hold
 inputs only: each truth is measured on the mini engine, or computed, inside the check. A learner's function runs
 on the CPU, with a time limit, and may not call the library's own implementation of its answer
 (``checks.run_learner``); answers are read by ``checks.meaning``, the one rule of every check. Hints name the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from os import urandom as _urandom
 import time
+import zlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -693,7 +694,7 @@ def _padded(seq_lens, rows: int) -> list:
 def _built_step(width: int, rows: int, rs: int, seq_lens) -> tuple:
     """A step's inputs: page ids 1 .. rows * W shuffled over the whole buffer, fresh and stale entries alike, so
     that an id tells nothing of whether the step wrote it (the answer is in the shapes, lengths and stride)."""
-    g = torch.Generator().manual_seed(hash((width, rows, rs, tuple(seq_lens))) % 2**31)  # ints: the same every run
+    g = torch.Generator().manual_seed(zlib.crc32(repr((width, rows, rs, tuple(seq_lens))).encode()))  # any platform
     buffer = (torch.randperm(rows * width, generator=g) + 1).reshape(rows, width)
     return buffer, tuple(seq_lens), rs
 
