@@ -295,8 +295,8 @@ def _replay_on(engine: Engine, fn) -> tuple:
     for k, seq_lens in enumerate(REPLAY_CASES):
         padded = runner.graph_runner.padded_size(len(seq_lens))
         where = f"batch {k} (seq_lens {list(seq_lens)}, replayed as {padded} rows, {backend.num_kv_splits} split(s))"
-        order = _replay_order(len(seq_lens))
-        reqs = engine.prefill_requests([_replay_prompts(seq_lens)[b] for b in order])
+        order, prompts = _replay_order(len(seq_lens)), _replay_prompts(seq_lens)
+        reqs = engine.prefill_requests([prompts[b] for b in order])
         try:
             batch = engine.make_batch([reqs[order.index(b)] for b in range(len(seq_lens))])
             state["raw_bs"] = len(seq_lens)
