@@ -189,7 +189,7 @@ def test_each_stage2_config_matches_float64(config):
                         dtype=torch.uint8, device=case.q_nope.device)
         args = (case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table, ws)
         plan = skt.plan_stage1(*args[:3], make_plan(*args, 1, "size", sms, "balanced"), False)
-        out = skt.mla_decode_triton_balanced(*args, case.sm_scale, plan, False, sms, stage2=config)
+        out = skt.mla_decode_triton_balanced(*args, case.sm_scale, plan, False, stage2=config)
         ref = case.dense_f64()
         assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, (config, lens, sms)
 
@@ -249,6 +249,16 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match=r"workspace too small for the balanced schedule: need 32208 bytes "
                                          r"\(B=2, H=4, 61 rows of partials, 60 SMs\), got 100 bytes"):
         call(ws[:100], impl="triton", schedule="balanced", sm_count=60)
+    # the launch itself, given a plan make_plan did not count parts for, or a workspace smaller than its plan's
+    args = (case.q_nope, case.q_pe, case.cache, case.seq_lens, case.page_table)
+    splits = skt.plan_stage1(*args[:3], make_plan(*args, ws, 1, "size", 60), False)
+    with pytest.raises(ValueError, match=r"expected a plan from make_plan\(\.\.\., schedule='balanced'\) "
+                                         r"\(parts >= 1\), got schedule='splits', parts=0"):
+        skt.mla_decode_triton_balanced(*args, ws, case.sm_scale, splits, False)
+    plan = skt.plan_stage1(*args[:3], make_plan(*args, ws, 1, "size", 60, "balanced"), False)
+    assert (plan.parts, plan.sm_count) == (60, 60)  # rows = B + parts - 1 = 61
+    with pytest.raises(ValueError, match=r"need 32208 bytes \(B=2, H=4, 61 rows of partials, 60 SMs\), got 100"):
+        skt.mla_decode_triton_balanced(*args, ws[:100], case.sm_scale, plan, False)
 
 
 @pytest.mark.skipif(DEV != "cuda", reason="real kernels on a GPU")

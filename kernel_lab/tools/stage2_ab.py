@@ -58,7 +58,7 @@ def run(configs=CONFIGS, problems=PROBLEMS) -> None:
                                                               sms, "balanced"), False)
 
         def whole(cfg=None):  # mla_decode's balanced call, at stage 2's config cfg (None: the one it chooses)
-            return skt.mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, table, ws, scale, plan, False, sms,
+            return skt.mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, table, ws, scale, plan, False,
                                                   stage2=cfg)
 
         out = whole()  # the workspace now holds this batch's partials

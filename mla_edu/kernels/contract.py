@@ -22,6 +22,7 @@ outside ``[0, num_pages)`` are "invalid reads": ``checked=True`` gives NaN for t
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -71,6 +72,8 @@ class DecodePlan:
     stage1: str | None = None  # the stage-1 kernel (STAGE1_KINDS) of an impl that has a choice, else None
     launch: LaunchConfig | None = None  # its launch config (None where the impl has no choice)
     schedule: str = "splits"  # "balanced": splits from the lengths (``kernels.schedule``), num_splits unused
+    parts: int = 0  # the balanced schedule's parts (``check_balanced``, at make_plan's SM count); 0 for "splits"
+    sm_count: int = 0  # the SM count make_plan counted on (the split rule's and the balanced schedule's)
 
     @property
     def width(self) -> int:
@@ -222,20 +225,28 @@ def check_stride_policy(stride_policy) -> None:
 def check_balanced(plan: DecodePlan, workspace: torch.Tensor, sm_count: int) -> int:
     """The balanced schedule's parts for ``plan`` on ``sm_count`` SMs (``schedule.num_parts``, sized for the view's
     width), after its checks: the partition fits int32 (``schedule.check_line_fits``), so do the partials, and the
-    workspace holds them (``schedule.workspace_bytes``); ValueError naming what is needed otherwise."""
+    workspace holds them (``check_balanced_workspace``); ValueError naming what is needed otherwise."""
     b, h, dl = plan.batch, plan.heads, plan.d_latent
     parts = balanced_schedule.num_parts(h, sm_count, b, plan.width)  # max_pages bounds the reads
     balanced_schedule.check_line_fits(b, plan.max_pages, parts, plan.page_size)
     rows = balanced_schedule.workspace_rows(b, parts)
     check_partials_fit(rows * h * dl, f"B={b}, H={h}, {rows} rows of partials")
+    check_balanced_workspace(plan, workspace, parts, sm_count)
+    return parts
+
+
+def check_balanced_workspace(plan: DecodePlan, workspace: torch.Tensor, parts: int, sm_count: int) -> None:
+    """ValueError unless ``workspace`` holds the balanced schedule's partials of ``plan`` at ``parts`` parts
+    (``schedule.workspace_bytes``; the message names the ``sm_count`` the parts were counted on)."""
+    b, h, dl = plan.batch, plan.heads, plan.d_latent
     check_workspace_layout(workspace)
     need = balanced_schedule.workspace_bytes(b, h, dl, parts)
     if workspace.numel() < need:
+        rows = balanced_schedule.workspace_rows(b, parts)
         raise ValueError(f"workspace too small for the balanced schedule: need {need} bytes (B={b}, H={h}, "
                          f"{rows} rows of partials, {sm_count} SMs), got {workspace.numel()} bytes; size it with "
                          "schedule.workspace_bytes(B, H, D_latent, schedule.num_parts(H, sm_count, B, "
                          "page_table.size(1)))")
-    return parts
 
 
 def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_splits, stride_policy="size",
@@ -263,7 +274,7 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
     sms = device_sm_count() if not sm_count else int(sm_count)
     splits = num_kv_splits_for(max_seq_len, max(b, 1), sms, num_kv_splits)
     plan = DecodePlan(b, h, dl, dr, page, num_pages, row_stride, max_pages, offset, reach, max_seq_len, splits,
-                      stride_policy, schedule=schedule)
+                      stride_policy, schedule=schedule, sm_count=sms)
     if splits > 1:
         check_workspace_layout(workspace)
         need = workspace_bytes_needed(plan)
@@ -275,7 +286,7 @@ def make_plan(q_nope, q_pe, cache, seq_lens, page_table, workspace, num_kv_split
                 f"size it with get_workspace_size(max_seq_len, B, sm_count, num_kv_splits)"
             )
     if schedule == "balanced":
-        check_balanced(plan, workspace, sms)
+        plan = dataclasses.replace(plan, parts=check_balanced(plan, workspace, sms))
     return plan
 
 

@@ -18,7 +18,6 @@ from mla_edu.kernels.cutlass import check_cutlass_call, mla_decode_cutlass
 from mla_edu.kernels.reference import mla_decode_reference
 from mla_edu.kernels.split_kv_torch import mla_decode_torch
 from mla_edu.kernels.schedule import SCHEDULES
-from mla_edu.kernels.workspace import device_sm_count
 
 
 class Impl(NamedTuple):
@@ -33,7 +32,7 @@ class Impl(NamedTuple):
     #: (q_nope, q_pe, cache, plan, checked, stage1, launch) -> the plan with its stage-1 kernel and launch
     #: config; None: the impl has no such choice
     plan_stage1: Callable[..., DecodePlan] | None = None
-    #: ``run`` with the balanced schedule (``schedule="balanced"``), sm_count appended; None: the impl has none
+    #: ``run`` with the balanced schedule (``schedule="balanced"``: the plan carries its parts); None: the impl has none
     balanced: Callable[..., torch.Tensor] | None = None
     #: (stage1, launch) -> None: their checks alone (run at B = 0, where no plan is made); None: no such choice
     check_stage1: Callable[..., object] | None = None
@@ -181,7 +180,7 @@ def mla_decode(q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspac
     for observer in _observers:
         observer(plan, page_table, workspace)
     args = (q_nope, q_pe, kv_c_and_k_pe_cache, seq_lens, page_table, workspace, float(sm_scale), plan, checked)
-    out = entry.balanced(*args, sm_count or device_sm_count()) if balanced else entry.run(*args)
+    out = entry.balanced(*args) if balanced else entry.run(*args)
     if checked:  # a negative length is an invalid request too; a device op, no host sync (graph-safe)
         out = torch.where((seq_lens < 0)[:, None, None], float("nan"), out)
     return out

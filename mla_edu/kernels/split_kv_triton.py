@@ -24,7 +24,7 @@ from mla_edu.device import TRITON_INTERPRET, quiet
 from mla_edu.kernels import schedule
 from mla_edu.kernels import split_kv_wgmma as wgmma
 from mla_edu.kernels import stage1 as stage1_kernels
-from mla_edu.kernels.contract import DecodePlan, LaunchConfig, check_balanced, flat_table, workspace_views
+from mla_edu.kernels.contract import DecodePlan, LaunchConfig, check_balanced_workspace, flat_table, workspace_views
 from mla_edu.kernels.stage1 import Stage1Call
 from mla_edu.kernels.workspace import D_LATENT, D_ROPE, gpu_block_h
 from mla_edu.util import is_int
@@ -320,16 +320,20 @@ def balanced_views(workspace: torch.Tensor, batch: int, heads: int, d_latent: in
 
 
 def mla_decode_triton_balanced(q_nope, q_pe, cache, seq_lens, page_table, workspace, sm_scale: float,
-                               plan: DecodePlan, checked: bool, sm_count: int,
-                               stage2: Stage2Config | None = None) -> torch.Tensor:
+                               plan: DecodePlan, checked: bool, stage2: Stage2Config | None = None) -> torch.Tensor:
     """``mla_decode_triton`` with the balanced schedule (``kernels.schedule``) instead of one split count for all
-    requests: ``num_parts`` persistent stage-1 programs per head block, each computing the partition from
+    requests: ``plan.parts`` persistent stage-1 programs per head block, each computing the partition from
     ``seq_lens`` on the device and walking its part (no host sync, no extra launch: graph-safe), and a stage 2
     merging each request's own number of partials, at ``stage2`` (None: ``stage2_config``'s for the batch). The
-    partials go through the workspace (``contract.check_balanced``: ValueError if it is smaller)."""
+    plan comes from ``make_plan(..., schedule="balanced")``, which counted the parts and checked them; the
+    partials go through the workspace (``contract.check_balanced_workspace``: ValueError if it is smaller)."""
     _check_inputs(q_nope, q_pe, cache, plan)
     b, h, dl = q_nope.shape
-    parts = check_balanced(plan, workspace, sm_count)  # make_plan's check, at the SM count this launch takes
+    if plan.schedule != "balanced" or plan.parts < 1:
+        raise ValueError(f"expected a plan from make_plan(..., schedule='balanced') (parts >= 1), got "
+                         f"schedule={plan.schedule!r}, parts={plan.parts}")
+    parts = plan.parts
+    check_balanced_workspace(plan, workspace, parts, plan.sm_count)  # the workspace may not be make_plan's
     o_acc, lse_acc = balanced_views(workspace, b, h, dl, parts)
     out = torch.empty((b, h, dl), dtype=q_nope.dtype, device=q_nope.device)
     torch.ops.mla_edu.mla_decode_stage1_scheduled(q_nope, q_pe, cache, seq_lens, flat_table(page_table, plan),
