@@ -147,6 +147,8 @@ attendee:
 # (linked from the book's instructor pages). reveal.js and MathJax: exact versions from the npm registry, checked
 # against their sha512 (tools/slides.py), fetched once into build/npm/; the decks then open offline.
 slides: $(VENV)/.ready
+	@command -v npm >/dev/null || command -v apt-get >/dev/null || \
+		{ echo 'make slides needs npm, once, to fetch reveal.js and MathJax: install Node.js (macOS: brew install node; Windows: winget install OpenJS.NodeJS)'; exit 1; }
 	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)
 	$(PY) -m tools.slides
 

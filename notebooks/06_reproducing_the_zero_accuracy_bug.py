@@ -21,7 +21,7 @@
 # engineer would: graph against eager on one batch, which rows are wrong, which pages each request
 # actually read, what the page-table buffer held, and which launch parameters the graph froze.
 #
-# **You need** a CPU (Run All: under half a minute on a 2-core CPU; README's table of notebooks has
+# **You need** a CPU (Run All: under a minute on a 2-core CPU; README's table of notebooks has
 # the measured time). Without a GPU the graphs are the CPU emulator of `mla_edu.graphs` (notebook 05);
 # with one, the same code captures real `torch.cuda.CUDAGraph`s and runs in bf16. Notebooks 03 (page tables) and 05 (graph rules) help.
 #

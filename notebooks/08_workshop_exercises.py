@@ -172,7 +172,7 @@ panel.show()
 # buffer with a poison page id, calls your function, checks on the host what it left (the captured
 # buffer and workspace, the engine's inputs, the page ids every row will read), and only then replays
 # the batches of `ex.REPLAY_CASES` from the largest graph down (lengths at every page edge: 2, 127,
-# 128, 129, 255, 256, 257, 383, 384; padded and exact; batch row `b` is not pool row `b`), comparing
+# 128, 129, 255, 256, 257, 383, 384, 385; padded and exact; batch row `b` is not pool row `b`), comparing
 # the real rows with eager decoding. It runs on the CPU whatever your machine has, and refuses a
 # function that calls the backend's own hook.
 

@@ -234,3 +234,22 @@ def test_the_instructor_answers_are_the_checks_answers():
 def test_make_instructor_runs_the_build():
     assert "instructor: $(VENV)/.ready\n\t$(PY) -m tools.instructor" in (ROOT / "Makefile").read_text()
     importlib.import_module("tools.instructor")
+
+
+def test_the_instructor_book_carries_the_decks_its_slide_page_links(tmp_path, capsys):
+    # docs/slides.md links slides/<deck>.slides.html next to the book; the instructor book is built elsewhere, so
+    # the build copies the decks in (before, every link on its slide page was dead)
+    links = re.findall(r'href="(slides/[^"]+)"', (ROOT / "docs" / "slides.md").read_text())
+    assert len(links) >= 12, links
+    decks, book = tmp_path / "decks", tmp_path / "book"
+    book.mkdir()
+    assert not build.copy_decks(book, decks)
+    assert "slide links stay dead until `make slides`" in capsys.readouterr().err
+    decks.mkdir()
+    for link in links:
+        (decks / Path(link).name).write_text("deck")
+    assert build.copy_decks(book, decks)
+    assert [link for link in links if not (book / link).is_file()] == []
+    assert build.DECKS == ROOT / "build" / "book" / "slides"
+    from tools import slides
+    assert build.DECKS == slides.OUT

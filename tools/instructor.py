@@ -7,7 +7,8 @@ inside a block becomes that file's code). This command copies every executed not
 source contains its anchor (``<!-- code: PATH:NAME -->`` becomes the source of the top-level ``NAME`` of PATH, its
 comment lines above included). Each inserted block ends with the common wrong answers of the checks that cell runs
 and what the checker says to each, read from the checkers' own data (``common_mistakes``). It then builds the book
-from those copies into ``build/instructor/book/`` (the same Sphinx configuration as ``make book``).
+from those copies into ``build/instructor/book/`` (the same Sphinx configuration as ``make book``), with the decks
+``make slides`` wrote (run it first: the book's slide page links them).
 
     python -m tools.instructor            # notebooks and book
     python -m tools.instructor --no-book  # the notebooks only
@@ -28,6 +29,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "instructor" / "solutions"
 OUT = ROOT / "build" / "instructor"
+DECKS = ROOT / "build" / "book" / "slides"  # what ``make slides`` writes (tools.slides.OUT)
 _BLOCK = re.compile(r"^<!-- after: (.+?) -->\n", flags=re.M)
 _CODE = re.compile(r"^<!-- code: (\S+) -->$", flags=re.M)
 
@@ -180,7 +182,19 @@ def build_book(out: Path = OUT) -> Path:
     book = out / "book"
     subprocess.run([sys.executable, "-m", "sphinx", "-q", "-W", "--keep-going", "-b", "html", "-c",
                     str(ROOT / "docs"), str(src), str(book)], check=True)
+    copy_decks(book)
     return book
+
+
+def copy_decks(book: Path, decks: Path = DECKS) -> bool:
+    """The decks ``make slides`` wrote (``build/book/slides/``) into ``book/slides/``, where the book's slide page
+    links them; False, after saying so, when there are none yet (the links stay dead until ``make slides``)."""
+    if not any(decks.glob("*.slides.html")):
+        print(f"no decks in {decks}: the instructor book's slide links stay dead until `make slides` and "
+              "`make instructor` again", file=sys.stderr)
+        return False
+    shutil.copytree(decks, book / "slides", dirs_exist_ok=True)
+    return True
 
 
 def main(argv=None) -> None:

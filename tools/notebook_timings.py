@@ -430,8 +430,8 @@ def memory_line(table: dict) -> str:
         return f"Memory: not measured for notebooks {', '.join(unmeasured)} (run `make notebooks`)."
     top = max(peaks, key=peaks.get)
     return (f"Memory: one notebook's kernel peaks at {peaks[top] / 1024:.1f} GB (notebook {top}; the last execution, "
-            f"`tools.run_notebooks`); all {len(peaks)} kernels left running hold up to "
-            f"{sum(peaks.values()) / 1024:.1f} GB together.")
+            f"`tools.run_notebooks`); the {len(peaks)} kernels' peaks add up to "
+            f"{sum(peaks.values()) / 1024:.1f} GB, a bound on what they hold if none is shut down.")
 
 
 def to_markdown(table: dict) -> str:
