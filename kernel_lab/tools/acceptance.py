@@ -598,8 +598,9 @@ def to_markdown(board: dict, command: str, gpu: str = "the H200") -> str:
                   f"issue asks {MIN_RUNS}); within one run, a problem's rounds spread by a few percent (the "
                   "family-bench files give each round's range). Calls are CUDA-graph replays back to back, L2 not "
                   "flushed: where a batch's whole cache (B x L x 1,152 bytes) fits in L2, as at uniform B=1, B=4 "
-                  "below L=16K and B=16 at L=1K, both "
-                  "kernels read it from there (`back_to_back_h200.md`, measured on the H200). A lowest value under "
+                  "below L=16K and B=16 at L=1K, both kernels may find it there from the call before (from the "
+                  "sizes, not measured; `back_to_back_h200.md` measures the call before's share at three larger "
+                  "shapes). A lowest value under "
                   f"its bar ({FLOOR:.2f}; {H16_FLOOR:.2f} at uniform h_q=16) prints with the decimals that show it.",
                   "",
                   "| h_q | " + " | ".join(f"ragged B={b}" for b in fam_b) + " | "
