@@ -2,6 +2,7 @@
 tracks within their budgets, and notebook 00's checks (tools.notebook_timings, mla_edu.workshop.setup_check)."""
 
 import json
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -112,8 +113,11 @@ def test_track_problems_name_an_overrun_a_short_break_and_a_long_gap():
     long = [("09", [2], "demo"), ("09", ["Exercises · exercise 1"], "demo"), ("09", [1], "demo"),
             (None, 5, "break"), (None, 50, "questions")]
     assert nt.track_problems(table, "90-minute", long) == [
-        "90-minute: 99.0 minutes, over its 90", "90-minute: 5 minutes of break, expected at least 10",
-        "90-minute: 25.0 minutes of teaching without an exercise, expected at most 20", undeclared]
+        "90-minute: 99 minutes, over its 90", "90-minute: 5 minutes of break, expected at least 10",
+        "90-minute: 25 minutes of teaching without an exercise, expected at most 20", undeclared]
+    lunch = [*fits[:2], (None, 60, "lunch")]  # a lunch is no break: it counts in the budget, not in the breaks
+    assert nt.track_problems(table, "90-minute", lunch) == ["90-minute: 0 minutes of break, expected at least 10",
+                                                            undeclared]
     assert nt.unmet_needs(table, fits, needs) == []
     assert nt.unmet_needs(table, long, needs) == ["09 Exercises · exercise 1 needs 09: 1. A, not taught before it"]
     with pytest.raises(ValueError, match="track: expected one of"):
@@ -163,12 +167,74 @@ def test_track_minutes_split_teaching_exercises_and_gaps():
               (None, 10, "break"), ("09", [2], "demo")]
     t = nt.track_minutes(table, blocks)
     assert [(r["teaching"], r["exercises"], r["other"]) for r in t["blocks"]] == [
-        (1.0, 0.0, 0.0), (0.0, 5.0, 0.0), (1.0, 0.0, 0.0), (0.0, 0.0, 10.0), (1.0, 0.0, 0.0)]
+        (1, 0, 0), (0, 5, 0), (1, 0, 0), (0, 0, 10), (1, 0, 0)]
     assert (t["teaching_min"], t["exercise_min"], t["exercises"], t["max_gap_min"], t["total_min"]) == (
-        3.0, 5.0, 1, 2.0, 18.0)
-    slow = nt.track_minutes({**table, "prose_factor": 1.5}, blocks)  # the read-aloud factor scales the prose
-    assert (slow["teaching_min"], slow["exercise_min"], slow["total_min"]) == (4.5, 5.5, 20.0)
+        3, 5, 1, 2, 18)
+    # the read-aloud factor scales the prose: 1.5 minutes a section, 5.5 the exercise, each rounded half up to a
+    # whole minute before anything is added (the unrounded sums would give 4.5 teaching and 20 in all)
+    slow = nt.track_minutes({**table, "prose_factor": 1.5}, blocks)
+    assert [(r["teaching"], r["exercises"]) for r in slow["blocks"]] == [(2, 0), (0, 6), (2, 0), (0, 0), (2, 0)]
+    assert (slow["teaching_min"], slow["exercise_min"], slow["max_gap_min"], slow["total_min"]) == (6, 6, 4, 22)
     assert nt.breaks_needed(90) == 10 and nt.breaks_needed(180) == 20 and nt.breaks_needed(60) == 0
+
+
+def test_whole_minutes_round_half_up_and_a_block_rounds_each_stretch_between_its_exercises():
+    """One rounding for the table and the decks: ``whole`` takes 8.5 to 9 (Python's round gives 8). A block holding
+    teaching, an exercise and teaching again rounds each stretch of teaching on its own, so that the gaps between
+    exercises are sums of the whole minutes the table prints."""
+    assert [nt.whole(m) for m in (8.5, 8.49, 9.5, 0.5, 0.49, 0)] == [9, 8, 10, 1, 0, 0]
+    assert round(8.5) == 8  # what the table printed before: half to even
+    sec = lambda title, words, ex=None: {"title": title, "marker": "core", "exercise": ex,  # noqa: E731
+                                         "words": words, "equations": 0, "code_lines": 0, "figures": 0, "run_s": 0.0}
+    table = {"prose_factor": 1.0, "notebooks": {"09_x.ipynb": {"sections": [
+        sec("1. A", 130), sec("2. B", 130), sec("Exercises", 0), sec("Exercises · exercise 1", 450, 1),
+        sec("3. C", 160)]}}}
+    t = nt.track_minutes(table, [("09", "all", "demo"), ("09", [1], "demo")])
+    # 2.6 minutes before the exercise and 1.6 after it: 3 + 2 (whole(4.2) would be 4); the exercise 4.5 + 4 = 8.5
+    assert [(r["teaching"], r["exercises"]) for r in t["blocks"]] == [(5, 9), (1, 0)]
+    assert (t["max_gap_min"], t["total_min"]) == (3, 15)  # after the exercise: 2 + 1
+    assert nt.exercise_unit_minutes(table["notebooks"]["09_x.ipynb"]["sections"][3], prose_factor=1.0) == 9
+    with pytest.raises(ValueError, match="expected an exercise unit"):
+        nt.exercise_unit_minutes(table["notebooks"]["09_x.ipynb"]["sections"][0], prose_factor=1.0)
+
+
+def _columns(md: str, track: str) -> tuple[re.Match, list[list[str]]]:
+    """The header line of ``track``'s table in the printed markdown, and its rows' cells."""
+    head = re.search(rf"^\*\*{re.escape(track)} track: (\d+) of \d+ minutes\*\* \((\d+) teaching, (\d+) exercises in "
+                     rf"(\d+), at most (\d+) minutes of teaching between two exercises\)$", md, re.M)
+    assert head, f"no header for the {track} track"
+    body = md[head.end():].split("\n\n", 2)[1]
+    return head, [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines()[2:]]
+
+
+@pytest.mark.parametrize("track", sorted(nt.TRACKS))
+def test_the_printed_track_tables_add_up(committed, track):
+    """docs/timings.md as printed: each column sums to its header's total, the "ends at" clock runs through the
+    blocks' minutes to the header's total, and a block's exercise minutes are those its exercises' slide titles give
+    (``tools.slides.exercise_minutes``): one exercise, the same number; several, their sum."""
+    from tools import slides
+
+    head, rows = _columns(nt.TABLE_MD.read_text(), track)
+    total, teaching, exercises, exercise_min, gap = map(int, head.groups())
+    assert len(rows) == len(nt.TRACKS[track])
+    cols = [[int(c) for c in r[1:]] for r in rows]
+    assert sum(c[0] for c in cols) == teaching and sum(c[1] for c in cols) == exercise_min, track
+    assert sum(c[0] + c[1] + c[2] for c in cols) == total <= nt.BUDGET_MIN[track]
+    clock = 0
+    for c in cols:
+        clock += c[0] + c[1] + c[2]
+        assert c[3] == clock, (track, c)
+    assert cols[-1][3] == total and gap <= nt.MAX_GAP_MIN
+    units = singles = 0
+    for (prefix, which, _), c in zip(nt.TRACKS[track], cols):
+        if prefix is None:
+            continue
+        name, nb = nt.notebook_entry(committed, prefix)
+        decks = [slides.exercise_minutes(committed, name.removesuffix(".ipynb"), s["title"])
+                 for s in nt.select(nb, which) if s["exercise"] is not None]
+        assert c[1] == sum(decks), (track, which)  # one exercise: its slide's minutes; several: their sum
+        units, singles = units + len(decks), singles + (len(decks) == 1)
+    assert units == exercises and singles > 0
 
 
 def test_sections_split_at_headings_and_exercises_and_count_what_is_taught():

@@ -165,7 +165,7 @@ def _opening(blocks: list) -> list[str]:
 def test_every_track_shows_the_headline_numbers_from_their_files():
     """The seed's accuracies and the main job's, filled in from ``SEED`` and results/repro_cpu.json, never typed: a
     track that does not teach the seed's table (06, section 1, whose slide shows them) opens with them; the 3-hour
-    track teaches it, in its minutes, the 90-minute track does not."""
+    and day tracks teach it, in their minutes, the 90-minute track does not."""
     from mla_edu.case_study.seed import SEED
 
     table = json.loads((slides.RESULTS_DIR / "repro_cpu.json").read_text())["table"]
@@ -177,10 +177,20 @@ def test_every_track_shows_the_headline_numbers_from_their_files():
     assert any(s.section == slides.SEED_TABLE[1] for s in DECKS[slides.SEED_TABLE[0]].slides)
     raw = yaml.safe_load((slides.SLIDES_DIR / f"{DECKS['06'].notebook}.yaml").read_text())["slides"]
     assert "{{seed:eager}}" in " ".join(next(s["bullets"] for s in raw if s["section"] == slides.SEED_TABLE[1]))
-    assert [_opening(nt.TRACKS[t]) for t in ("90-minute", "3-hour")] == [[slides.HEADLINE["title"]], []]
+    assert [_opening(nt.TRACKS[t]) for t in ("90-minute", "3-hour", "day")] == [[slides.HEADLINE["title"]], [], []]
     for track in nt.TRACKS:
         titles = H2.findall(slides.track_html(track, DECKS, TABLE))
         assert (titles[0] == slides.HEADLINE["title"]) == bool(_opening(nt.TRACKS[track]))
+
+
+def test_a_pause_is_a_break_a_lunch_or_questions():
+    """The day track's lunch gets its slide as a break does: its stated minutes and what comes next."""
+    rest = [("06", [1], "demo")]
+    lunch = slides.pause_slide(60, "lunch", rest, DECKS)
+    assert (lunch.title, lunch.bullets) == ("Lunch (60 min)", [f"Next: {DECKS['06'].title}"])
+    assert slides.ASK.search(lunch.notes)
+    with pytest.raises(ValueError, match="expected 'break', 'lunch' or 'questions', got 'nap'"):
+        slides.pause_slide(20, "nap", rest, DECKS)
 
 
 def test_a_track_block_on_a_notebook_without_slides_is_refused(monkeypatch):
@@ -211,7 +221,7 @@ def test_exercise_minutes_come_from_the_timing_table():
         for s in deck.slides:
             sec = [x for x in TABLE["notebooks"][f"{deck.notebook}.ipynb"]["sections"] if x["title"] == s.section]
             if sec[0]["exercise"] is not None:
-                want = round(nt.minutes(sec[0], 'attendees run', prose_factor=TABLE["prose_factor"]))
+                want = nt.whole(nt.minutes(sec[0], 'attendees run', prose_factor=TABLE["prose_factor"]))
                 assert s.title.startswith(f"Exercise ({want} min): "), s.title
                 seen += 1
     assert seen >= 7
@@ -222,8 +232,17 @@ def test_exercise_minutes_come_from_the_timing_table():
     unit["words"] += 1000  # ten more minutes at 100 words a minute, times the read-aloud factor
     title = next(s.title for s in slides.load(slides.SLIDES_DIR / "03_paged_kv_cache.yaml", longer).slides
                  if s.section == "Exercises · exercise 2")
-    want = round(nt.minutes(unit, "attendees run", prose_factor=longer["prose_factor"]))
+    want = nt.whole(nt.minutes(unit, "attendees run", prose_factor=longer["prose_factor"]))
     assert title.startswith(f"Exercise ({want} min)")
+    # a half minute rounds up, as the timing table's tracks round it (Python's round would say 8): 4.5 minutes of
+    # prose and the attempt's 4
+    unit.update(words=450, equations=0, figures=0, code_lines=0, run_s=0.0)
+    half = {**longer, "prose_factor": 1.0}
+    assert nt.minutes(unit, "attendees run", prose_factor=1.0) == 8.5 and round(8.5) == 8
+    title = next(s.title for s in slides.load(slides.SLIDES_DIR / "03_paged_kv_cache.yaml", half).slides
+                 if s.section == "Exercises · exercise 2")
+    assert title.startswith("Exercise (9 min)")
+    assert nt.track_minutes(half, [("03", [nt.EX + "2"], "demo")])["blocks"][0]["exercises"] == 9
     del longer["prose_factor"]
     with pytest.raises(ValueError, match="prose_factor"):
         slides.load(slides.SLIDES_DIR / "03_paged_kv_cache.yaml", longer)

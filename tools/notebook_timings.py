@@ -26,18 +26,23 @@ section, ``**N.**`` or ``### Exercise N``, is a unit of its own), the minutes of
 
 The rates other than the words a minute and its read-aloud factor are stated allowances, not measurements.
 
-A track is a list of blocks (sections and exercises of a notebook, or a stated number of minutes for a break or
-questions); its time is the sum, split into teaching and exercise minutes. Each exercise a track uses declares in
-``NEEDS`` the sections it builds on; ``unmet_needs`` names those a track teaches after the exercise or not at all.
-``tests/test_notebook_timings.py`` checks the committed table against the notebooks' current counts and markers,
-that each track fits its budget with a 10-minute break per 90 minutes, that no track teaches more than
-``MAX_GAP_MIN`` minutes without an exercise, and that every exercise comes after the sections it needs.
+A track is a list of blocks (sections and exercises of a notebook, or a stated number of minutes for a break, lunch
+or questions); its time is the sum, split into teaching and exercise minutes. A track counts whole minutes from the
+start, rounded once by ``whole`` (half up): each exercise unit's minutes (``exercise_unit_minutes``, the minutes
+its slide's title gives too), each block's teaching (in a block that holds exercises, each stretch of teaching
+between them on its own); the totals, the clock and the budget check add those integers, so the printed table adds
+up. Each exercise a track uses declares in ``NEEDS`` the sections it builds on; ``unmet_needs`` names those a track
+teaches after the exercise or not at all. ``tests/test_notebook_timings.py`` checks the committed table against the
+notebooks' current counts and markers, that each track fits its budget with a 10-minute break per 90 minutes, that
+no track teaches more than ``MAX_GAP_MIN`` minutes without an exercise, that every exercise comes after the sections
+it needs, and that each printed track table adds up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from datetime import datetime
 from pathlib import Path
@@ -65,7 +70,7 @@ _WORD = re.compile(r"\S*[A-Za-z0-9]\S*")
 _FIGURE_MIME = ("image/png", "image/svg+xml", "image/jpeg")
 
 # The tracks of docs/instructor.md. A block is (notebook prefix, "core" | "all" | [section numbers and titles],
-# mode) or (None, minutes, what): breaks and questions are stated, not measured. Exercises are done by the
+# mode) or (None, minutes, what): breaks, a lunch and questions are stated, not measured. Exercises are done by the
 # attendees whatever the block's mode.
 EX = "Exercises · exercise "
 EX08 = "2. Exercises · exercise "
@@ -100,25 +105,82 @@ TRACKS = {
         ("06", [EX + "2"], "demo"),
         ("06", [5, 6], "demo"),
         ("08", [EX08 + "3"], "demo"),
-        ("07", [1, 4], "demo"),
+        ("07", [1, 4, 6], "demo"),
         ("07", [EX + "2"], "demo"),
         (None, 10, "break"),
-        ("07", [6], "demo"),
         ("08", [1], "demo"),
         ("08", [EX08 + "2"], "demo"),
         (None, 5, "questions"),
     ],
+    # Every (core) section of 01-08 in order, with (core) exercises set where a stretch of teaching would pass
+    # MAX_GAP_MIN, each after what it needs: 01 and 04 have no (core) exercise and 05's need its section 2 or 3,
+    # so exercises of 02, 03 and 08 fill in there.
+    "day": [
+        ("01", ["introduction", "The symbols", "The equations", "Building it by hand, one equation at a time"], "demo"),
+        ("02", ["introduction", "The identity"], "demo"),
+        ("02", [EX + "3"], "demo"),
+        ("01", ["Checking against `transformers`", "Decoding with the latent cache", "What the small cache buys",
+                "What we saw"], "demo"),
+        ("02", ["Why RoPE has to be decoupled"], "demo"),
+        ("02", [EX + "1"], "demo"),
+        ("02", ["`AbsorbedMLA`", "What each order costs"], "demo"),
+        ("02", [EX + "2"], "demo"),
+        ("02", ["What we saw"], "demo"),
+        (None, 10, "break"),
+        ("03", ["introduction", 1, 2, 3], "demo"),
+        ("03", [EX + "1"], "demo"),
+        ("03", [5, 6, "What we saw"], "demo"),
+        ("04", ["introduction", 1], "demo"),
+        ("03", [EX + "2"], "demo"),
+        (None, 10, "break"),
+        ("04", [2, 3], "demo"),
+        ("03", [EX + "3"], "demo"),
+        ("04", [4, 5, 7, "What we saw"], "demo"),
+        ("05", ["introduction", 1], "demo"),
+        ("08", [EX08 + "4"], "demo"),
+        (None, 60, "lunch"),
+        ("05", [2], "demo"),
+        ("05", [EX + "4"], "demo"),
+        ("05", [3], "demo"),
+        ("05", [EX + "1"], "demo"),
+        ("05", ["What we saw"], "demo"),
+        (None, 10, "break"),
+        ("06", ["introduction", 1, 2, 3, 4], "demo"),
+        ("06", [EX + "2"], "demo"),
+        ("06", [5, 6, "What we saw"], "demo"),
+        ("08", [EX08 + "3"], "demo"),
+        ("07", ["introduction", 1, 4], "demo"),
+        ("07", [EX + "2"], "demo"),
+        (None, 10, "break"),
+        ("07", [6, "What we saw"], "demo"),
+        ("07", [EX + "3"], "demo"),
+        ("08", ["introduction", 1], "demo"),
+        ("08", [EX08 + "2"], "demo"),
+        ("08", ["What we saw"], "demo"),
+        (None, 5, "questions"),
+    ],
 }
-# What each exercise a track uses builds on (read off its text in notebooks/NN_*.py): (notebook prefix, section
-# number or title). A track must teach these before the exercise.
+# What each exercise a track uses or adds builds on (read off its text in notebooks/NN_*.py): (notebook prefix,
+# section number or title). A track must teach these before the exercise.
 NEEDS = {
     ("02", EX + "1"): [("02", "Why RoPE has to be decoupled")],  # the "why decoupled" cell
+    ("02", EX + "2"): [("02", "What each order costs")],  # "from the counts above": the intensity, the ridge
+    ("02", EX + "3"): [("02", "The identity")],  # the product W^UQ^T W^UK the identity forms
+    ("03", EX + "1"): [("03", 2)],  # the slots paging wastes
     ("03", EX + "2"): [("03", 5), ("03", 6)],  # section 5's buffer, read with a row stride
+    ("03", EX + "3"): [("03", 5), ("03", 6)],  # section 5's fill, read with row stride 1
     ("05", EX + "1"): [("05", 3)],  # sc.narrow_view, the toy paged decode's pitfall
+    ("05", EX + "4"): [("05", 2)],  # what the emulator records and replays, what a graph freezes
     ("06", EX + "2"): [("06", 2), ("06", 4)],  # section 2's batch; row b reads b * row_stride + j
+    ("06", EX + "3"): [("06", 1), ("06", 3)],  # the seed's runs; only row 0 reads its own pages
     ("07", EX + "2"): [("07", 4)],  # section 4's batch and the poison fill
+    ("07", EX + "3"): [("07", 6)],  # section 6's differential test
+    ("07", EX + "4"): [("06", 1)],  # the seed's graphs and DP ranks, each rank's rows padded to a graph
     ("08", EX08 + "2"): [("08", 1)],  # the control panel's plots, the poison fill
+    ("08", EX08 + "1"): [("03", 5), ("05", 2), ("07", 1)],  # the fill; copy into captured buffers; the full width
     ("08", EX08 + "3"): [("06", 4), ("06", 6)],  # the stride from the view's width; seq_lens at capture
+    ("08", EX08 + "4"): [("04", 5)],  # the split count and the workspace's size
+    ("08", EX08 + "5"): [("03", 5), ("06", 5)],  # the entries the fill writes; the stale ones the wrong rows read
 }
 # Where to add, if the class is fast: (core) sections and exercises a track leaves out, timed in docs/timings.md
 # for the guide's "where to add" lists.
@@ -126,8 +188,10 @@ ADD = {
     "90-minute": [("06", [1], "demo"), ("06", [5], "demo")],
     "3-hour": [("03", [3], "demo"), ("04", [4, 5], "demo"), ("02", ["What each order costs"], "demo"),
                ("08", [EX08 + "4", EX08 + "5"], "demo")],
+    "day": [("06", [EX + "3"], "demo"), ("07", [EX + "4"], "demo"), ("08", [EX08 + "1", EX08 + "5"], "demo")],
 }
-BUDGET_MIN = {"90-minute": 90, "3-hour": 180}
+# A track's minutes, its lunch included where it has one: the day is 360 minutes of class and a 60-minute lunch.
+BUDGET_MIN = {"90-minute": 90, "3-hour": 180, "day": 420}
 
 
 def _duration(cell: dict) -> float:
@@ -291,6 +355,20 @@ def measure(notebooks_dir: Path = NOTEBOOKS_DIR, lab_seconds: Path = LAB_SECONDS
     return table
 
 
+def whole(m: float) -> int:
+    """``m`` minutes to the nearest whole minute, halves up (8.5 -> 9; Python's ``round`` gives 8): the one rounding
+    of the tracks' table and of the slides' exercise minutes."""
+    return math.floor(m + 0.5)
+
+
+def exercise_unit_minutes(section: dict, *, prose_factor: float) -> int:
+    """Whole minutes of an exercise unit, done by the attendees: what a track counts for it and what its slide's
+    title says (``tools.slides.exercise_minutes``)."""
+    if section["exercise"] is None:
+        raise ValueError(f"expected an exercise unit, got the section {section['title']!r}")
+    return whole(minutes(section, "attendees run", prose_factor=prose_factor))
+
+
 def minutes(section: dict, mode: str = "demo", *, prose_factor: float) -> float:
     """Minutes of a section taught live: prose (its words at ``WORDS_PER_MIN`` times ``prose_factor``, the
     read-aloud factor), equations, figures, the code read aloud and run (twice as long when attendees run it), and
@@ -335,36 +413,39 @@ def select(nb: dict, which) -> list[dict]:
 
 def track_minutes(table: dict, blocks: list) -> dict:
     """Each block's teaching and exercise minutes, the totals, and the most teaching minutes between exercises
-    (from the start, between two exercises, and to the end)."""
-    rows, gap, gaps = [], 0.0, []
+    (from the start, between two exercises, and to the end), all whole minutes: an exercise unit counts
+    ``exercise_unit_minutes``; a stretch of teaching sections within a block (the whole block, unless exercises
+    split it) counts its minutes added, then rounded by ``whole``; a block's teaching, the totals and the gaps are
+    sums of those integers."""
+    rows, gap, gaps = [], 0, []
     for prefix, which, mode in blocks:
         if prefix is None:
-            rows.append({"block": mode, "teaching": 0.0, "exercises": 0.0, "other": float(which)})
+            rows.append({"block": mode, "teaching": 0, "exercises": 0, "other": int(which)})
             continue
         name, nb = notebook_entry(table, prefix)
         chosen = select(nb, which)
-        teach = exer = 0.0
+        teach = exer = 0
+        stretch = 0.0  # unrounded minutes of the teaching since the block's start or its last exercise
         for s in chosen:  # attendees do the exercises, whatever the block's mode
-            m = minutes(s, mode if s["exercise"] is None else "attendees run", prose_factor=table["prose_factor"])
             if s["exercise"] is None:
-                teach += m
-                gap += m
-            else:
-                exer += m
-                gaps.append(gap)
-                gap = 0.0
+                stretch += minutes(s, mode, prose_factor=table["prose_factor"])
+                continue
+            teach, gap = teach + whole(stretch), gap + whole(stretch)
+            stretch = 0.0
+            exer += exercise_unit_minutes(s, prose_factor=table["prose_factor"])
+            gaps.append(gap)
+            gap = 0
+        teach, gap = teach + whole(stretch), gap + whole(stretch)
         label = which if isinstance(which, str) else ", ".join(
             str(w).replace("Exercises · exercise ", "ex. ").replace(" · exercise ", " ex. ") for w in which)
         who = "attendees" if all(s["exercise"] is not None for s in chosen) else mode
-        rows.append({"block": f"{name[:2]}: {label} ({who})", "teaching": round(teach, 1),
-                     "exercises": round(exer, 1), "other": 0.0})
+        rows.append({"block": f"{name[:2]}: {label} ({who})", "teaching": teach, "exercises": exer, "other": 0})
     gaps.append(gap)
-    total = sum(r["teaching"] + r["exercises"] + r["other"] for r in rows)
-    return {"blocks": rows, "teaching_min": round(sum(r["teaching"] for r in rows), 1),
-            "exercise_min": round(sum(r["exercises"] for r in rows), 1),
+    return {"blocks": rows, "teaching_min": sum(r["teaching"] for r in rows),
+            "exercise_min": sum(r["exercises"] for r in rows),
             "exercises": sum(1 for prefix, which, mode in blocks if prefix is not None
                              for s in select(notebook_entry(table, prefix)[1], which) if s["exercise"] is not None),
-            "max_gap_min": round(max(gaps), 1), "total_min": round(total, 1)}
+            "max_gap_min": max(gaps), "total_min": sum(r["teaching"] + r["exercises"] + r["other"] for r in rows)}
 
 
 def unmet_needs(table: dict, blocks: list, needs: dict | None = None) -> list[str]:
@@ -392,19 +473,19 @@ def unmet_needs(table: dict, blocks: list, needs: dict | None = None) -> list[st
 
 def track_problems(table: dict, track: str, blocks: list) -> list[str]:
     """What is wrong with the track ``blocks`` timed on ``table``: over its budget (``BUDGET_MIN[track]``), less
-    break than ``breaks_needed``, more than ``MAX_GAP_MIN`` minutes of teaching without an exercise, an exercise
-    before the sections it needs (``unmet_needs``). Empty when none."""
+    break than ``breaks_needed`` (a lunch counts in the budget, not as a break), more than ``MAX_GAP_MIN`` minutes of
+    teaching without an exercise, an exercise before the sections it needs (``unmet_needs``). Empty when none."""
     if track not in BUDGET_MIN:
         raise ValueError(f"track: expected one of {sorted(BUDGET_MIN)}, got {track!r}")
     t, budget = track_minutes(table, blocks), BUDGET_MIN[track]
     breaks = sum(which for prefix, which, what in blocks if prefix is None and what == "break")
     out = []
     if t["total_min"] > budget:
-        out.append(f"{track}: {t['total_min']:.1f} minutes, over its {budget}")
+        out.append(f"{track}: {t['total_min']} minutes, over its {budget}")
     if breaks < breaks_needed(budget):
         out.append(f"{track}: {breaks} minutes of break, expected at least {breaks_needed(budget)}")
     if t["max_gap_min"] > MAX_GAP_MIN:
-        out.append(f"{track}: {t['max_gap_min']:.1f} minutes of teaching without an exercise, expected at most "
+        out.append(f"{track}: {t['max_gap_min']} minutes of teaching without an exercise, expected at most "
                    f"{MAX_GAP_MIN:g}")
     return out + [f"{track}: {u}" for u in unmet_needs(table, blocks)]
 
@@ -455,22 +536,21 @@ def to_markdown(table: dict) -> str:
         count = {k: sum(s[k] for s in secs) for k in ("equations", "code_lines", "figures")}
         lines.append(f"| {name[:2]} | {nb['words']} | {count['equations']} | {count['code_lines']} "
                      f"| {count['figures']} | {sum(s['exercise'] is not None for s in secs)} | {nb['run_all_s']:.0f} "
-                     f"| {mins['core']:.0f} | {mins['optional']:.0f} |")
+                     f"| {whole(mins['core'])} | {whole(mins['optional'])} |")
     lines += ["", memory_line(table)]
     for track, t in table["tracks"].items():
-        lines += ["", f"**{track} track: {t['total_min']:.0f} of {BUDGET_MIN[track]} minutes** "
-                  f"({t['teaching_min']:.0f} teaching, {t['exercises']} exercises in {t['exercise_min']:.0f}, "
-                  f"at most {t['max_gap_min']:.0f} minutes of teaching between two exercises)", "",
+        lines += ["", f"**{track} track: {t['total_min']} of {BUDGET_MIN[track]} minutes** "
+                  f"({t['teaching_min']} teaching, {t['exercises']} exercises in {t['exercise_min']}, "
+                  f"at most {t['max_gap_min']} minutes of teaching between two exercises)", "",
                   "| block | teaching, min | exercises, min | other, min | ends at, min |", "|---|---:|---:|---:|---:|"]
-        clock = 0.0  # minutes from the start, the blocks' unrounded times added
+        clock = 0  # minutes from the start: the blocks' whole minutes added
         for r in t["blocks"]:
             clock += r["teaching"] + r["exercises"] + r["other"]
-            lines.append(f"| {r['block']} | {r['teaching']:.0f} | {r['exercises']:.0f} | {r['other']:.0f} | "
-                         f"{clock:.0f} |")
+            lines.append(f"| {r['block']} | {r['teaching']} | {r['exercises']} | {r['other']} | {clock} |")
         if table["additions"].get(track):
             lines += ["", f"Where to add to the {track} track, if the class is fast:", "",
                       "| block | teaching, min | exercises, min |", "|---|---:|---:|"]
-            lines += [f"| {r['block']} | {r['teaching']:.0f} | {r['exercises']:.0f} |"
+            lines += [f"| {r['block']} | {r['teaching']} | {r['exercises']} |"
                       for r in table["additions"][track]]
     return "\n".join(lines) + "\n"
 
@@ -490,8 +570,8 @@ def main(argv: list[str] | None = None) -> None:
     TABLE_MD.write_text(to_markdown(table))
     print(f"wrote {TABLE_JSON.relative_to(REPO_ROOT)} and {TABLE_MD.relative_to(REPO_ROOT)}")
     for track, t in table["tracks"].items():
-        print(f"{track}: {t['total_min']:.0f} of {BUDGET_MIN[track]} min, longest stretch without an exercise "
-              f"{t['max_gap_min']:.0f} min")
+        print(f"{track}: {t['total_min']} of {BUDGET_MIN[track]} min, longest stretch without an exercise "
+              f"{t['max_gap_min']} min")
     problems = [p for track, blocks in TRACKS.items() for p in track_problems(table, track, blocks)]
     if problems:
         parser.error(f"the tracks do not hold (the files are written; fix TRACKS): {problems}")

@@ -17,7 +17,7 @@ accuracy}}`` (a key path into ``results/repro_cpu.json``; ``{{seed:pre_fix}}``: 
 
 A track deck (``track-<name>.slides.html``) follows ``tools.notebook_timings.TRACKS``, read when the decks are
 built: per block, the per-notebook slides of the sections (and exercise units) it teaches, in the block's order,
-and a slide for each break and for questions. The first slide of every block asks the class a question in its
+and a slide for each break, for lunch and for questions. The first slide of every block asks the class a question in its
 speaker notes (a line "Ask the class: ...?"), checked here.
 
 reveal.js (with its notes and math plugins) and MathJax 2 come from the npm registry (``VENDOR``: exact versions
@@ -149,8 +149,9 @@ def timing_table() -> dict:
 
 
 def exercise_minutes(table: dict, notebook: str, unit: str) -> int:
-    """Minutes of the exercise unit ``unit`` of ``notebook`` (a stem) as the timing table gives them: the
-    attendees' pace, as ``tools.notebook_timings.track_minutes`` counts an exercise."""
+    """Whole minutes of the exercise unit ``unit`` of ``notebook`` (a stem) as the timing table gives them: the
+    attendees' pace, rounded as ``tools.notebook_timings.track_minutes`` counts an exercise
+    (``exercise_unit_minutes``), so a track table's row for a block of one exercise says the same."""
     from tools import notebook_timings
 
     entry = table.get("notebooks", {}).get(f"{notebook}.ipynb")
@@ -163,7 +164,7 @@ def exercise_minutes(table: dict, notebook: str, unit: str) -> int:
     if "prose_factor" not in table:
         raise ValueError(f"{TABLE_NAME}: expected the key 'prose_factor' (the read-aloud factor the minutes use), "
                          "got none (python -m tools.notebook_timings rewrites the table)")
-    return round(notebook_timings.minutes(found[0], "attendees run", prose_factor=table["prose_factor"]))
+    return notebook_timings.exercise_unit_minutes(found[0], prose_factor=table["prose_factor"])
 
 
 def number(source: str, key: str) -> str:
@@ -282,9 +283,9 @@ def deck_html(deck: Deck) -> str:
 def track_blocks(name: str, decks: dict[str, Deck], table: dict) -> list[tuple[tuple, list[tuple[Slide, str]]]]:
     """``tools.notebook_timings.TRACKS[name]`` as read now, block by block: (the block, its slides with where each
     comes from). A notebook block: the slides of ``decks`` (by notebook prefix) on the sections it teaches, in the
-    order ``tools.notebook_timings.select`` gives them (a section's slides in their deck's order); a break or
-    questions: one slide of its stated minutes. A slide's title opens with its notebook's number ("06 · ..."): the
-    notebook the class has open."""
+    order ``tools.notebook_timings.select`` gives them (a section's slides in their deck's order); a break, a lunch
+    or questions: one slide of its stated minutes. A slide's title opens with its notebook's number ("06 · ..."):
+    the notebook the class has open."""
     from tools import notebook_timings
 
     if name not in notebook_timings.TRACKS:
@@ -311,14 +312,19 @@ def track_blocks(name: str, decks: dict[str, Deck], table: dict) -> list[tuple[t
 
 
 def pause_slide(minutes: float, what: str, rest: list, decks: dict[str, Deck]) -> Slide:
-    """A break's or the questions' slide: its minutes, and what comes next."""
-    if what not in ("break", "questions"):
-        raise ValueError(f"track block: expected 'break' or 'questions', got {what!r}")
+    """A break's, the lunch's or the questions' slide: its minutes, and what comes next."""
+    if what not in ("break", "lunch", "questions"):
+        raise ValueError(f"track block: expected 'break', 'lunch' or 'questions', got {what!r}")
     following = [decks[p].title for p, _, _ in rest if p is not None and p in decks]
     if what == "break":
         return Slide.model_construct(section="break", title=f"Break ({minutes:g} min)", bullets=(
             [f"Next: {following[0]}"] if following else []), math=[], figure=None, code=None,
             notes="Stretch, refill.\nAsk the class: which slide before the break would you like to see again?")
+    if what == "lunch":
+        return Slide.model_construct(section="lunch", title=f"Lunch ({minutes:g} min)", bullets=(
+            [f"Next: {following[0]}"] if following else []), math=[], figure=None, code=None,
+            notes="Say when the class starts again; leave the notebooks' kernels running.\n"
+                  "Ask the class: which idea of the morning would you like to hear again after lunch?")
     return Slide.model_construct(section="questions", title=f"Questions ({minutes:g} min)", bullets=[
         "What would you check first in your own CUDA-graph code?"], math=[], figure=None, code=None,
         notes="Ask the class: which host value does your own serving code compute at capture and never again?\n"
@@ -354,7 +360,7 @@ def track_html(name: str, decks: dict[str, Deck], table: dict) -> str:
     budget = notebook_timings.BUDGET_MIN.get(name)
     plan = "; ".join(f"{b[0] or b[2]}: {len(sl)} slides" for b, sl in blocks)
     title = title_html(f"MLA and SGLang's CUDA-graph bug: the {name} track",
-                       f"mla-edu · {total:.0f}{f' of {budget}' if budget else ''} minutes",
+                       f"mla-edu · {total}{f' of {budget}' if budget else ''} minutes",
                        f"{len(blocks)} blocks ({TABLE_NAME}): {plan}")
     teaches_seed = any(b[0] == SEED_TABLE[0] and s.section == SEED_TABLE[1] for b, sl in blocks for s, _ in sl)
     opening = [] if teaches_seed else [slide_html(headline_slide())]
