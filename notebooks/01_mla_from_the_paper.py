@@ -215,8 +215,8 @@ assert err < 1e-5
 
 # %% [markdown]
 # The test suite (`tests/test_attention.py`) does the same for configurations with and without
-# query compression, both RoPE layouts, YaRN, DeepSeek-V2's module, and random configurations
-# drawn by Hypothesis.
+# query compression, both RoPE layouts, YaRN and DeepSeek-V2's module; on random configurations
+# drawn by Hypothesis it checks the absorbed order against the naive one, and decode against prefill.
 #
 # ## Decoding with the latent cache (core)
 #

@@ -209,15 +209,15 @@ assert ratio > 100
 # `kv_b_proj`. The naive order reaches that minimum only in an idealized kernel that rebuilds each
 # key and value in registers and uses it at once. `NaiveMLA` (like `transformers`) does not: it
 # writes the rebuilt per-head `k_nope` and `v` to memory and reads them back; at this size that
-# write alone is fifty times the minimum:
+# write alone is about fifty times the minimum:
 
 # %%
 B, H, dn, dv = len(lens), v3.num_attention_heads, v3.qk_nope_head_dim, v3.v_head_dim
 written = 2 * B * lens[0] * H * (dn + dv)  # bf16 k_nope [B, L, H, dn] and v [B, L, H, dv]
 least = cost.decode_cost(v3, lens, "naive").bytes
 print(f"NaiveMLA writes {written / 1e9:.1f} GB of per-head keys and values per layer; "
-      f"the least any order must move is {least / 1e9:.2f} GB")
-assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34
+      f"the least any order must move is {least / 1e9:.2f} GB: {written / least:.0f} times")
+assert round(written / 1e9, 1) == 17.2 and round(least / 1e9, 2) == 0.34 and round(written / least, -1) == 50
 
 # %% [markdown]
 # Even at its idealized minimum of bytes, the naive order spends over 100 times the arithmetic
@@ -272,8 +272,8 @@ for order in ("naive", "absorbed"):
 assert cost.prefill_cost(v3, 4096, "naive").flops < cost.prefill_cost(v3, 4096, "absorbed").flops
 
 # %% [markdown]
-# This is why serving engines (vLLM's `MLACommonImpl` docstring spells it out; SGLang does the
-# same) run prefill in the decompressed, compute-friendly order and decode in the absorbed,
+# This is why serving engines (vLLM's `MLACommonImpl` docstring spells it out; SGLang's
+# `dispatch_attn_forward_method` does the same for a prefill with no cached prefix) run prefill in the decompressed, compute-friendly order and decode in the absorbed,
 # data-movement-friendly order.
 #
 # ## Measured on this machine (optional)
@@ -330,7 +330,7 @@ assert rel_err(timings["absorbed"][1], timings["naive"][1]) < 1e-4
 #   numbers (fp32 to $10^{-5}$, bf16 to $2\cdot 10^{-2}$), but no per-head key or value is built.
 # - It works only because the position-dependent rotation lives in a separate part of each head.
 # - Decode becomes multi-query attention over a 576-wide key and a 512-wide value; its intensity
-#   is about $1.89\, n_h$ FLOP/byte (228 at 128 heads, 30 at 16), so 128 heads are compute-bound on
+#   tends to $1.89\, n_h$ FLOP/byte for long contexts (228 at 128 heads and 30 at 16 at the shape above), so 128 heads are compute-bound on
 #   an H200 and 16 heads memory-bound.
 # - The scale is $1/\sqrt{192}$ (times YaRN's $m^2$), never $1/\sqrt{576}$.
 #

@@ -191,7 +191,8 @@ for b in range(4):
 
 # %% [markdown]
 # The scenario's pages hold 64 tokens (section 3's toy allocator had 4; the cutlass backend's have 128)
-# and its context is 512 tokens: its buffer is `(512 + 128) // 64 = 10` columns wide, two more than a
+# and its context is 512 tokens: its buffer keeps the backend's `+ 128` but counts this toy's 64-token pages,
+# `(512 + 128) // 64 = 10` columns wide, two more than a
 # 512-token request needs. It first served four long requests in rows 0-3, then four shorter ones reused the
 # rows. Only the first `ceil(len / 64)` entries of each row were rewritten: the rest are
 # *stale* ids of freed pages (some already handed to other requests) or the initial 1.

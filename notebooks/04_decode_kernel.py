@@ -201,7 +201,8 @@ assert torch.allclose(merged, truth[b], atol=1e-12)
 # `o_acc [B, 128, split, 512]` and then `lse_acc [B, split, 128]`
 # (`kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `to_underlying_arguments`): 262,656 bytes per
 # (batch, split). `mla_edu`'s kernels keep their [LSE](../docs/glossary.md#lse) as `[B, H, split]` and write only the real
-# heads: the same layout up to the head count (sgl-kernel's holds 128 heads whatever H is).
+# heads: the same bytes per (request, split), with the head and split axes of the LSE swapped (sgl-kernel's
+# holds 128 heads whatever H is).
 
 # %%
 print(" B | max_seq_len | auto split | workspace MiB")
@@ -267,12 +268,11 @@ if not TRITON:
 # kernel. This package's kernels write the real heads only: `o_acc [B, H, S, 512]` then
 # `lse_acc [B, H, S]`, float32, at the front of the workspace (sgl-kernel's kernel reserves 128 heads,
 # which is why `get_workspace_size` asks for more). To count what a launch writes, fill every
-# float32 word with a sentinel no result can equal, a quiet NaN with payload `0xFFEE` (a NaN that
-# arithmetic makes has payload 0, and one it passes on keeps its input's payload, so no result carries
-# `0xFFEE`), then count the words that changed:
+# float32 word with a sentinel no result can equal, a NaN (the partials of finite inputs are finite, or
+# $-\infty$ for an empty split's LSE), then count the words that changed:
 
 # %%
-SENTINEL = 0x7FC0FFEE  # float32 bit pattern: a NaN that no computation produces
+SENTINEL = 0x7FC0FFEE  # float32 bit pattern of a NaN: finite inputs give no NaN partial
 for splits in (1, 3):
     ws = case.workspace(splits)
     ws.view(torch.int32).fill_(SENTINEL)

@@ -18,8 +18,8 @@
 #
 # **You will learn** why serving engines replay decode steps as CUDA graphs, the rules a graph
 # imposes (what is frozen at capture, what is not), and six ways those rules break a decode
-# backend (five silently, one with an error at capture), each shown failing, then fixed, then
-# caught by a checker. One of them is the bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060
+# backend (five silently, one with an error at capture), each shown failing and caught by a checker,
+# and the five silent ones fixed. One of them is the bug behind SGLang PR #6998 (cutlass MLA: GSM8K 0.060
 # with graphs, 0.910 to 0.920 over five runs without).
 #
 # **You need** a CPU. Without a GPU, `mla_edu.graphs` runs an *[emulator](../docs/glossary.md#graph-emulator)* of CUDA graphs; with a GPU,

@@ -76,6 +76,7 @@ print(f"{len(questions)} questions in the eval set; prompts of {min(q.prompt_len
 
 # %%
 N = 64
+cache = {}  # prefills shared by the runs below (section 7 and exercise 4): the same prompts, the same prefill
 run = dg.accuracy_runs(model, questions, N, DTYPE)  # memoized runs in the seed's configuration
 t = seed_table(run)  # eager, pre_fix (with the bug-era kernel), fixed, triton, scale (eager, bug-era kernel)
 rows = [("cutlass_mla --disable-cuda-graph", "eager", "model's", SEED["eager"]),
@@ -310,7 +311,6 @@ print(f"eager accuracy {eager['accuracy']:.3f}; pre-fix graph, {N} questions per
 GROUPS = (("only_row0", 19), ("first_row0", 23), ("rest", 19))  # summary key, column width
 print(f"{'max running':>11s} {'row order':>9s} {'accuracy':>8s}" + "".join(f"{g:>{w}s}" for g, w in GROUPS)
       + f" {'eager/max running':>17s}")
-cache = {}
 open_q = [dg.row0_study(model, questions[:N], max_running_requests=mr, row_order=order, prefill_cache=cache,
                         dtype=DTYPE)
           for mr in (4, 8, 16) for order in ("append", "prepend")]

@@ -173,13 +173,13 @@ for label, defects, poison_fill in ABLATION:
     for splits in (1, -1):
         r = run(defects=frozenset(defects), poison_fill=poison_fill, num_kv_splits=splits)
         ablation.append((label, splits, r))
-print(f"{'defects':26s} {'splits':>6s} {'max used':>8s} {'accuracy':>8s} {'failed loudly':>14s}")
+print(f"{'defects':26s} {'splits':>6s} {'max used':>8s} {'in graphs':>9s} {'accuracy':>8s} {'failed loudly':>14s}")
 for label, splits, r in ablation:
     if r["crashed"]:  # only on a GPU: see section 3
         print(f"{label:26s} {'auto' if splits == -1 else '1':>6s}  crashed: {r['crashed'][:60]}")
         continue
     print(f"{label:26s} {'auto' if splits == -1 else '1':>6s} {r['max_splits_used']:8d} "
-          f"{r['accuracy']:8.3f} {r['errors']:14d}")
+          f"{r['max_splits_captured']:9d} {r['accuracy']:8.3f} {r['errors']:14d}")
 res = {(label, s): r for label, s, r in ablation}
 e = eager["accuracy"]
 for label in ("width", "width+workspace (pre-fix)"):  # silent: wrong answers, no error
@@ -194,9 +194,9 @@ ws_auto = res["workspace", -1]
 if DEVICE.type == "cuda":  # harmless, or a crash of the whole CUDA context, depending on the allocator
     assert ws_auto["crashed"] or abs(ws_auto["accuracy"] - e) <= 0.03
 else:
-    assert abs(ws_auto["accuracy"] - e) <= 0.03 and ws_auto["max_splits_used"] > 1
+    assert abs(ws_auto["accuracy"] - e) <= 0.03 and ws_auto["max_splits_captured"] > 1
 pre_auto = res["width+workspace (pre-fix)", -1]
-assert pre_auto["max_splits_used"] == 1 or pre_auto["eager_step"] > 0  # replays froze 1 split
+assert pre_auto["max_splits_captured"] == 1  # every graph froze 1 split: max_seq_len = 128 at capture
 
 # %% [markdown]
 # Each row, from the mechanism:
@@ -204,15 +204,17 @@ assert pre_auto["max_splits_used"] == 1 or pre_auto["eager_step"] > 0  # replays
 # - **width alone**: the frozen row stride 1 sends rows 1.. into row 0's entries (`W = 33`, at most
 #   16 rows a rank): row 0's own pages, then its stale ids or the initial 1: silently wrong, as the
 #   pre-fix code (at one split the workspace does nothing). With `-1` the frozen `max_seq_len = 128`
-#   makes the automatic split count 1 in every replay ("max used" is more only if a step ran eagerly:
-#   under DP attention a rank's prefill makes every rank decode eagerly, with the real lengths).
+#   makes the automatic split count 1 in every graph ("in graphs"; "max used" counts eager steps too,
+#   and is more if one ran: under DP attention a rank's prefill makes every rank decode eagerly, with
+#   the real lengths).
 # - **width with the poison fill**: row 0's entries past those written for the step now hold the
 #   poison id: requests that reach them fail loudly (NaN logits, reported as errors); those whose
 #   reads stay inside row 0's written entries read row 0's pages and answer wrong.
 # - **workspace alone**: at one split the kernel never touches the workspace, so a dangling one is
-#   harmless. At the automatic split count every graph writes its partials through a workspace the
-#   host dropped after capture; the answers stay right because each replay writes every partial
-#   before it reads it back. The harm lands elsewhere (section 3).
+#   harmless. At the automatic split count a graph that takes more than one split (here the graph for
+#   64 requests: 2 splits at `W = 33`; the graph for 128 takes one) writes its partials through a
+#   workspace the host dropped after capture; the answers stay right because each replay writes every
+#   partial before it reads it back. The harm lands elsewhere (section 3).
 # - **both** (the pre-fix code): silent and wrong. With `-1` the frozen `max_seq_len = 128` makes the
 #   automatic split count 1 in every replay too, so even then the workspace is never touched.
 # - **none** (the merged fix): stale tails are still in the buffer, but with the right stride the
@@ -300,8 +302,8 @@ except ValueError as e:
 # `max_bs = 8` (11 splits) holds 88. The real kernel does not check: it would write past the end. So the
 # fix was right for the seed's sizes (64 and 128 fit) only. PR #7184 (`ab1a4fa5c`, "fix
 # cutlass_mla_backend with cuda_graph") set `num_kv_splits=1` at the backend's three call sites (both
-# workspace sizings and the decode), with the comment "Set to 1 to avoid cuda_graph issue by default"; it
-# does not say that this sizing was the issue, but one split removes it (`docs/sources.md`).
+# workspace sizings and the decode) and made 1 sgl-kernel's default, with the comment "Set to 1 to avoid
+# cuda_graph issue by default"; it does not say that this sizing was the issue, but one split removes it (`docs/sources.md`).
 #
 # ## 4. The poison fill: silent garbage becomes a loud failure (core)
 #
@@ -326,9 +328,10 @@ assert d_loud.nan_rows == [dg.POISON_PAGE in r for r in d_loud.read[: len(d_loud
 # %% [markdown]
 # As SGLang leaves the buffer, every wrong row is silently wrong. With the poison fill, a row that
 # reads past the entries written this step gets NaN, and the engine ends that request with an
-# error: the bug announces itself. At `W = 33` a wrong row's reads start in row 0's written entries
-# (row 0's own pages) and run on into row 0's tail: a row short enough to stay inside row 0's pages
-# reads only live entries and is still silently wrong,
+# error: the bug announces itself. At `W = 33` row `b` reads row 0's entries from entry `b` on: a row
+# that starts inside row 0's written entries reads row 0's own pages, then its tail; a row that starts
+# past them reads only the tail. A row short enough to stay inside row 0's pages reads only live
+# entries and is still silently wrong,
 # which is why poisoning helps but does not replace a graph-vs-eager test (section 6).
 #
 # ## 5. What the PR summary and the review got right and wrong (optional)

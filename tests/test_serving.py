@@ -262,3 +262,19 @@ def test_padded_rows_write_to_the_pad_slot(model):
     for i in range(rn.num_layers):
         after = rn.kv_cache.kv_buffer[i].view(-1, rn.kv_cache.kv_buffer[i].size(-1))[slots]
         assert torch.equal(after, before[i]), f"layer {i}: the padded row overwrote the new request's latents"
+
+
+def test_splits_captured_are_what_the_graphs_froze_not_the_eager_steps(model):
+    # the pre-fix capture freezes max_seq_len = 128 (one page): one split in every graph, whatever eager steps take
+    # later; without the width defect a graph for few requests on the full width takes more
+    kw = dict(attention_backend="cutlass_mla", num_kv_splits=-1, cuda_graph_bs=(1, 4), max_running_requests=4,
+              context_length=1024)
+    pre = Engine(model, defects="width,workspace", **kw)
+    assert pre.runner.backend.splits_captured == {1}
+    reqs = pre.prefill_requests(prompts(7, 1, 300, 380))
+    pre.runner.backend.init_forward_metadata(pre.make_batch(reqs))
+    pre.runner.decode_forward(pre.make_batch(reqs))  # an eager step at the real width: more splits
+    assert max(pre.runner.backend.splits_used) > 1 and pre.runner.backend.splits_captured == {1}
+    fixed = Engine(model, defects="none", **kw)
+    assert max(fixed.runner.backend.splits_captured) > 1
+    assert Engine(model, disable_cuda_graph=True, max_running_requests=2).runner.backend.splits_captured == frozenset()

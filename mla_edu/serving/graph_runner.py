@@ -54,6 +54,8 @@ class GraphRunner:
         """A graph per captured size and per variant of the backend's step (``graph_variants``: one for most
         backends), all in one memory pool (they replay one at a time)."""
         backend = self.runner.backend
+        before = set(backend.splits_used)
+        backend.splits_used.clear()
         try:
             for bs in reversed(self.capture_bs):
                 for variant in backend.graph_variants():
@@ -66,7 +68,9 @@ class GraphRunner:
                         out = self.runner.decode_forward(batch)
                     self.pool = g.pool()
                     self.graphs[bs, variant], self.outputs[bs, variant] = g, out
+            backend.splits_captured = frozenset(backend.splits_used)  # the split counts the graphs froze
         finally:
+            backend.splits_used |= before
             backend.set_graph_variant(None)
 
     def can_run(self, bs: int) -> bool:

@@ -451,9 +451,9 @@ def check_weights(variant: str | Path = "tiny") -> Verdict:
     ok, digest = weights_ok(variant)
     lines = (f"weights and config match the manifest: {ok}", f"sha256 {digest}" if ok else digest)
     if not ok:
-        return Verdict(False, lines, remedy="the shipped weights changed: restore them, in a clone from git (git checkout -- "
-                       "mla_edu/model/weights mla_edu/model/weights_yarn), in the workshop's copy from its archive "
-                       "(tar xzf mla-edu-attendee.tar.gz mla-edu/mla_edu/model)")
+        return Verdict(False, lines, remedy="the shipped weights changed: restore them, in a clone from git "
+                       "(git checkout -- mla_edu/model/weights mla_edu/model/weights_yarn), in the workshop's copy "
+                       "from its archive (tar xzf mla-edu-attendee.tar.gz mla-edu/mla_edu/model)")
     return Verdict(True, lines)
 
 

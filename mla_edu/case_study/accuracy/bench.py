@@ -62,7 +62,8 @@ def child_main() -> None:
 
 def bench_result(args: ServerArgs, num_questions: int, *, accuracy: float, invalid: float, errors: int,
                  device: str, crashed: str | None = None, latency: float = float("nan"), decode_steps=None,
-                 graph_steps=None, max_splits_used=None, groups: dict | None = None, eager_step=None,
+                 graph_steps=None, max_splits_used=None, max_splits_captured=None, groups: dict | None = None,
+                 eager_step=None,
                  accuracy_eager_step: float = float("nan"), accuracy_no_eager_step: float = float("nan"),
                  output_tokens: int = 0) -> dict:
     """The one schema of a ``run_bench`` result, measured or crashed (``crashed``: the error; None for a run)."""
@@ -88,7 +89,8 @@ def bench_result(args: ServerArgs, num_questions: int, *, accuracy: float, inval
         "output_throughput": output_tokens / latency if latency > 0 else float("nan"),
         "decode_steps": decode_steps,
         "graph_steps": graph_steps,
-        "max_splits_used": max_splits_used,
+        "max_splits_used": max_splits_used,  # over every launch: captures, warm-ups and eager steps
+        "max_splits_captured": max_splits_captured,  # over the graphs' captures alone (None: no graph)
         **groups,  # only_row0, first_row0, rest: counts, right_*, acc_* (``row_groups``)
         "accuracy_only_row0": groups["acc_only_row0"],
         "eager_step": eager_step,
@@ -177,6 +179,7 @@ def run_bench(model=None, questions=None, *, num_questions: int | None = None, p
         decode_steps=sum(e.stats["decode_steps"] for e in engines),  # over the DP ranks
         graph_steps=sum(e.stats["graph_steps"] for e in engines),
         max_splits_used=max((s for e in engines for s in e.runner.backend.splits_used), default=1),
+        max_splits_captured=max((s for e in engines for s in e.runner.backend.splits_captured), default=None),
         groups=row_groups(reqs, correct), eager_step=n_eager,
         accuracy_eager_step=sum(c for c, g in zip(correct, eager_step) if g) / n_eager if n_eager else float("nan"),
         accuracy_no_eager_step=(sum(c for c, g in zip(correct, eager_step) if not g) / (len(reqs) - n_eager)
