@@ -21,8 +21,8 @@ outside ``[0, num_pages)`` are "invalid reads": ``checked=True`` gives NaN for t
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
