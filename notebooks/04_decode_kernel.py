@@ -201,8 +201,8 @@ assert torch.allclose(merged, truth[b], atol=1e-12)
 # `o_acc [B, 128, split, 512]` and then `lse_acc [B, split, 128]`
 # (`kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `to_underlying_arguments`): 262,656 bytes per
 # (batch, split). `mla_edu`'s kernels keep their [LSE](../docs/glossary.md#lse) as `[B, H, split]` and write only the real
-# heads: the same bytes per (request, split), with the head and split axes of the LSE swapped (sgl-kernel's
-# holds 128 heads whatever H is).
+# heads: the same layout per head, with the head and split axes of the LSE swapped, and fewer bytes when
+# H < 128 (sgl-kernel's holds 128 heads whatever H is).
 
 # %%
 print(" B | max_seq_len | auto split | workspace MiB")

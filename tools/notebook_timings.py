@@ -527,7 +527,7 @@ def to_markdown(table: dict) -> str:
              "in the last execution (JupyterLab's Run All where `make test-lab LAB_WORKERS=1` measured it, one "
              "notebook at a time); where attendees run "
              f"the cells, the code's part counts {table['attendee_factor']:g} times; an exercise adds "
-             f"{table['exercise_min']:g} minutes for the attempt. Breaks and questions are stated minutes.", "",
+             f"{table['exercise_min']:g} minutes for the attempt. Breaks, lunch and questions are stated minutes.", "",
              "| notebook | words | equations | code lines | figures | exercises | Run All, s | core, min "
              "| optional, min |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, nb in table["notebooks"].items():

@@ -56,6 +56,7 @@ class GraphRunner:
         backend = self.runner.backend
         before = set(backend.splits_used)
         backend.splits_used.clear()
+        backend.splits_captured = frozenset()  # set again once every graph is captured
         try:
             for bs in reversed(self.capture_bs):
                 for variant in backend.graph_variants():

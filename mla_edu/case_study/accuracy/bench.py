@@ -90,7 +90,9 @@ def bench_result(args: ServerArgs, num_questions: int, *, accuracy: float, inval
         "decode_steps": decode_steps,
         "graph_steps": graph_steps,
         "max_splits_used": max_splits_used,  # over every launch: captures, warm-ups and eager steps
-        "max_splits_captured": max_splits_captured,  # over the graphs' captures alone (None: no graph)
+        # over the graphs' captures alone (None: no graph, or graphs of the balanced schedule alone, whose split
+        # counts are per request on the device)
+        "max_splits_captured": max_splits_captured,
         **groups,  # only_row0, first_row0, rest: counts, right_*, acc_* (``row_groups``)
         "accuracy_only_row0": groups["acc_only_row0"],
         "eager_step": eager_step,

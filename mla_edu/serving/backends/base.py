@@ -147,7 +147,8 @@ class AttentionBackend:
         self.device = self.req_to_token.device
         self.forward_metadata = None
         self.splits_used: set = set()  # split counts the kernel was launched with (host ints)
-        self.splits_captured: frozenset = frozenset()  # those the graphs froze (set by the graph runner's capture)
+        # those the graphs froze (set by the graph runner's capture; a balanced-schedule launch adds none)
+        self.splits_captured: frozenset = frozenset()
         self.graph_variant = None  # the variant (``graph_variants``) a graph is being captured for; None otherwise
 
     @classmethod
