@@ -311,20 +311,23 @@ def track_blocks(name: str, decks: dict[str, Deck], table: dict) -> list[tuple[t
     return out
 
 
+#: A break's and the lunch's speaker notes (their slide: the stated minutes and what comes next).
+PAUSE_NOTES = {
+    "break": "Stretch, refill.\nAsk the class: which slide before the break would you like to see again?",
+    "lunch": "Say when the class starts again; shut down the kernels of the notebooks whose exercises are done (the "
+             "instructor guide's day track names them).\n"
+             "Ask the class: which idea of the morning would you like to hear again after lunch?",
+}
+
+
 def pause_slide(minutes: float, what: str, rest: list, decks: dict[str, Deck]) -> Slide:
     """A break's, the lunch's or the questions' slide: its minutes, and what comes next."""
     if what not in ("break", "lunch", "questions"):
         raise ValueError(f"track block: expected 'break', 'lunch' or 'questions', got {what!r}")
     following = [decks[p].title for p, _, _ in rest if p is not None and p in decks]
-    if what == "break":
-        return Slide.model_construct(section="break", title=f"Break ({minutes:g} min)", bullets=(
-            [f"Next: {following[0]}"] if following else []), math=[], figure=None, code=None,
-            notes="Stretch, refill.\nAsk the class: which slide before the break would you like to see again?")
-    if what == "lunch":
-        return Slide.model_construct(section="lunch", title=f"Lunch ({minutes:g} min)", bullets=(
-            [f"Next: {following[0]}"] if following else []), math=[], figure=None, code=None,
-            notes="Say when the class starts again; leave the notebooks' kernels running.\n"
-                  "Ask the class: which idea of the morning would you like to hear again after lunch?")
+    if what in PAUSE_NOTES:
+        return Slide.model_construct(section=what, title=f"{what.capitalize()} ({minutes:g} min)", bullets=(
+            [f"Next: {following[0]}"] if following else []), math=[], figure=None, code=None, notes=PAUSE_NOTES[what])
     return Slide.model_construct(section="questions", title=f"Questions ({minutes:g} min)", bullets=[
         "What would you check first in your own CUDA-graph code?"], math=[], figure=None, code=None,
         notes="Ask the class: which host value does your own serving code compute at capture and never again?\n"
